@@ -1,0 +1,120 @@
+// The run configuration: one YAML file plus --set overrides, checked against a schema.
+// Owns parsing, validation (every error with FILE:LINE:COL, key path, fix), defaults and
+// printing the resolved config. Knows nothing of what the keys drive.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "runtime/core/error.hpp"
+
+namespace cohort {
+
+struct cluster_config {
+  int workers = 1;  ///< worker processes `cohort launch` starts; must equal dp*pp*tp
+};
+
+struct parallel_config {
+  int dp = 0;  ///< data-parallel replicas; 0 in YAML means "resolve to workers/(pp*tp)"
+  int pp = 1;  ///< pipeline stages
+  int tp = 1;  ///< tensor-parallel ranks
+};
+
+struct model_config {
+  std::string kind = "mlp";         ///< mlp | gpt
+  std::vector<int> hidden{256, 128};  ///< mlp hidden sizes
+  int n_layer = 4;                  ///< gpt
+  int n_head = 4;                   ///< gpt
+  int d_model = 128;                ///< gpt
+  int context = 128;                ///< gpt context length (T)
+};
+
+struct data_config {
+  std::string dataset = "fashion_mnist";  ///< fashion_mnist | kjv (resolved from model.kind)
+  std::string dir = "/usr/share/datasets/fashion-mnist";  ///< Fashion-MNIST IDX files
+  std::string cache_dir = "~/.cache/cohort";              ///< where the KJV text is cached
+};
+
+struct train_config {
+  int64_t steps = 1000;
+  int global_batch = 128;
+  int micro_batch = 128;
+  float lr = 1e-3f;
+  uint64_t seed = 1;
+  std::string determinism = "fast";  ///< fast | bitwise
+  std::string optimizer = "adamw";   ///< adamw | sgd
+  float weight_decay = 0.0f;
+  float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;
+  float momentum = 0.9f;             ///< sgd only
+  float grad_clip = 0.0f;            ///< max global grad norm; 0 disables
+  int64_t warmup_steps = 0;
+  std::string lr_schedule = "constant";  ///< constant | cosine
+  float min_lr = 0.0f;               ///< cosine floor
+  int64_t eval_every = 0;            ///< 0: evaluate only at the end
+  int64_t log_every = 50;
+  int threads = 1;                   ///< OpenBLAS / compute threads per process
+};
+
+struct fault_tolerance_config {
+  int heartbeat_ms = 100;
+  int timeout_ms = 500;
+  int64_t checkpoint_every = 0;  ///< 0: only the final checkpoint
+  std::string checkpoint_dir = "checkpoints";
+  int keep = 3;
+};
+
+struct control_config {
+  std::string bind = "tcp://127.0.0.1:0";  ///< coordinator ROUTER endpoint
+  int64_t max_message_bytes = 64 << 20;     ///< larger frames are counted and dropped
+};
+
+/// A validated, fully resolved configuration.
+struct config {
+  std::string source;  ///< file it came from ("<set>" parts are reported as --set)
+  cluster_config cluster;
+  parallel_config parallel;
+  model_config model;
+  data_config data;
+  train_config train;
+  fault_tolerance_config fault_tolerance;
+  control_config control;
+};
+
+/// One problem found in a config: where, which key, what is wrong and how to fix it.
+struct config_issue {
+  std::string file;  ///< config path, or "--set" for an override
+  int line = 0;      ///< 1-based; 0 when unknown
+  int col = 0;       ///< 1-based; 0 when unknown
+  std::string key;   ///< dotted key path, e.g. "train.micro_batch"
+  std::string message;  ///< "what is wrong (how to fix)"
+  /// "FILE:LINE:COL: key.path: message"
+  std::string format() const;
+};
+
+/// Thrown by load_config when any issue was found; carries all of them.
+class config_error : public usage_error {
+ public:
+  explicit config_error(std::vector<config_issue> issues);
+  const std::vector<config_issue>& issues() const { return issues_; }
+
+ private:
+  std::vector<config_issue> issues_;
+};
+
+/// Loads FILE, applies each "dotted.key=value" override (value parsed as YAML), checks
+/// everything against the schema and returns the resolved config. Throws config_error
+/// with every issue found (not just the first).
+config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
+
+/// Same, from YAML text (name is used in messages). For tests and embedded configs.
+config load_config_text(const std::string& text, const std::string& name,
+                        const std::vector<std::string>& overrides = {});
+
+/// The resolved config as YAML, every default filled in; load_config_text of the output
+/// gives back an equal config.
+std::string dump_config(const config& c);
+
+/// SHA-256 hex of dump_config(c): identifies a run's config in checkpoints.
+std::string config_hash(const config& c);
+
+}  // namespace cohort

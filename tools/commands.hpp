@@ -1,0 +1,24 @@
+// Registration of the cohort subcommands: each tools/cmd_*.cpp adds one subcommand to
+// the CLI11 app and runs it. tools/cohort.cpp holds the only main.
+#pragma once
+#include <CLI/CLI.hpp>
+#include <string>
+#include <vector>
+
+namespace cohort::cli {
+
+/// Each add_* registers its subcommand; the callback stores the exit code in *rc.
+void add_validate(CLI::App& app, int* rc);
+void add_train(CLI::App& app, int* rc);
+void add_coordinator(CLI::App& app, int* rc);
+void add_worker(CLI::App& app, int* rc);
+void add_ctl(CLI::App& app, int* rc);
+void add_launch(CLI::App& app, int* rc);
+/// `cohort bench ...`: `bench` is the parent subcommand; each adds a child.
+void add_bench_control(CLI::App& bench, int* rc);
+void add_bench_train(CLI::App& bench, int* rc);
+
+/// Adds the shared `--set dotted.key=value` option (repeatable) to a subcommand.
+void add_set_option(CLI::App& cmd, std::vector<std::string>* overrides);
+
+}  // namespace cohort::cli
