@@ -1,0 +1,43 @@
+// SHA-256 over OpenSSL's EVP interface: an incremental hasher and one-shot helpers.
+// Owns hashing only; what is hashed (config text, checkpoint data) is the caller's concern.
+#pragma once
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+struct evp_md_ctx_st;  // OpenSSL's EVP_MD_CTX, kept out of this header
+
+namespace cohort {
+
+/// Incremental SHA-256. update() any number of times; digest() may be taken at any point
+/// and does not end the stream (it finalises a copy), so hashing can continue after it.
+class sha256 {
+ public:
+  sha256();
+  ~sha256();
+  sha256(sha256&& other) noexcept;
+  sha256& operator=(sha256&& other) noexcept;
+  sha256(const sha256&) = delete;
+  sha256& operator=(const sha256&) = delete;
+
+  /// Feeds `size` bytes at `data` (data may be null when size is 0).
+  void update(const void* data, size_t size);
+  /// Feeds the bytes of `text`.
+  void update(std::string_view text) { update(text.data(), text.size()); }
+  /// The 32-byte digest of everything fed so far.
+  std::array<uint8_t, 32> digest() const;
+  /// The digest as 64 lowercase hex characters.
+  std::string hex_digest() const;
+
+ private:
+  evp_md_ctx_st* ctx_ = nullptr;
+};
+
+/// SHA-256 of `size` bytes as 64 lowercase hex characters.
+std::string sha256_hex(const void* data, size_t size);
+/// SHA-256 of `text` as 64 lowercase hex characters.
+std::string sha256_hex(std::string_view text);
+
+}  // namespace cohort
