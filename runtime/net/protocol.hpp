@@ -1,0 +1,331 @@
+// Every control-plane wire message, one struct each, in this one header. Owns the message
+// fields and their type ids; the byte layout lives in codec.hpp and the meaning of each
+// exchange in docs/protocol.md. Knows nothing of sockets or actors.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <variant>
+#include <vector>
+
+namespace cohort::net {
+
+/// Wire type ids. Values are part of the protocol: never renumber, only append.
+enum class msg_type : uint16_t {
+  register_request = 1,
+  register_ok = 2,
+  register_reject = 3,
+  heartbeat = 4,
+  heartbeat_ack = 5,
+  roster_update = 6,
+  kv_set = 7,
+  kv_get = 8,
+  kv_wait = 9,
+  kv_reply = 10,
+  status_request = 11,
+  status_reply = 12,
+  stop = 13,
+  leave = 14,
+  exit_notice = 15,
+  ping = 16,
+  pong = 17,
+};
+
+/// Who is registering: a worker joins the roster; a client (ctl, launch, bench driver)
+/// only gets to talk to the coordinator and never becomes a member.
+enum class peer_role : uint8_t { worker = 0, client = 1 };
+
+/// A member's state as the coordinator sees it.
+enum class member_state : uint8_t { joining = 0, alive = 1, leaving = 2, dead = 3 };
+
+/// Outcome of a key-value request.
+enum class kv_status : uint8_t {
+  ok = 0,
+  not_found = 1,         ///< kv_get of a key that is not set (yet)
+  timeout = 2,           ///< kv_wait deadline passed before every key was set
+  stale_generation = 3,  ///< the request named a generation that is no longer current
+  rejected = 4,          ///< requester is not a member of the current generation
+};
+
+/// Grid coordinates (d, p, t) of a worker in the dp x pp x tp world.
+struct coords {
+  int32_t d = 0;
+  int32_t p = 0;
+  int32_t t = 0;
+  template <class S>
+  static auto fields(S& s) {
+    return std::tie(s.d, s.p, s.t);
+  }
+};
+
+/// First message of every peer; the only one accepted from an unknown ROUTER identity.
+struct register_request {
+  static constexpr msg_type type = msg_type::register_request;
+  peer_role role = peer_role::worker;
+  std::string name;  ///< worker name (unique among live members); empty: coordinator picks
+  int64_t pid = 0;   ///< OS process id, so a launcher's exit notice can name the member
+  template <class S>
+  static auto fields(S& s) {
+    return std::tie(s.role, s.name, s.pid);
+  }
+};
+
+/// Registration accepted: the member's identity in the current generation and the timing
+/// the coordinator expects (workers take their heartbeat period from here, not a config).
+struct register_ok {
+  static constexpr msg_type type = msg_type::register_ok;
+  uint64_t member_id = 0;  ///< unique for the coordinator's lifetime; 0 for clients
+  std::string name;        ///< name actually assigned
+  int32_t rank = -1;       ///< -1 for clients
+  coords at;
+  uint64_t generation = 0;
+  uint32_t heartbeat_ms = 0;
+  uint32_t timeout_ms = 0;
+  template <class S>
+  static auto fields(S& s) {
+    return std::tie(s.member_id, s.name, s.rank, s.at, s.generation, s.heartbeat_ms, s.timeout_ms);
+  }
+};
+
+/// Registration refused (world full, duplicate live name, coordinator stopping).
+struct register_reject {
+  static constexpr msg_type type = msg_type::register_reject;
+  std::string reason;
+  template <class S>
+  static auto fields(S& s) {
+    return std::tie(s.reason);
+  }
+};
+
+/// Liveness beacon, sent from a worker's own heartbeat thread every heartbeat_ms.
+struct heartbeat {
+  static constexpr msg_type type = msg_type::heartbeat;
+  uint64_t member_id = 0;
+  uint64_t generation = 0;  ///< generation the worker believes is current
+  uint64_t seq = 0;
+  template <class S>
+  static auto fields(S& s) {
+    return std::tie(s.member_id, s.generation, s.seq);
+  }
+};
+
+/// Answer to a heartbeat. rejoin_required: the coordinator declared this member dead;
+/// the worker must drop everything of its old generation and register again.
+struct heartbeat_ack {
+  static constexpr msg_type type = msg_type::heartbeat_ack;
+  uint64_t generation = 0;
+  uint64_t seq = 0;
+  bool rejoin_required = false;
+  template <class S>
+  static auto fields(S& s) {
+    return std::tie(s.generation, s.seq, s.rejoin_required);
+  }
+};
+
+/// One roster entry as sent on the wire.
+struct member_info {
+  uint64_t member_id = 0;
+  std::string name;
+  int32_t rank = -1;
+  coords at;
+  member_state state = member_state::joining;
+  int64_t pid = 0;
+  template <class S>
+  static auto fields(S& s) {
+    return std::tie(s.member_id, s.name, s.rank, s.at, s.state, s.pid);
+  }
+};
+
+/// The roster of a generation, pushed to every live member whenever the generation grows.
+struct roster_update {
+  static constexpr msg_type type = msg_type::roster_update;
+  uint64_t generation = 0;
+  std::vector<member_info> members;
+  template <class S>
+  static auto fields(S& s) {
+    return std::tie(s.generation, s.members);
+  }
+};
+
+/// Rendezvous store: set KEY in GENERATION's namespace. Answered by kv_reply.
+struct kv_set {
+  static constexpr msg_type type = msg_type::kv_set;
+  uint64_t request_id = 0;
+  uint64_t generation = 0;
+  std::string key;
+  std::string value;  ///< opaque bytes
+  template <class S>
+  static auto fields(S& s) {
+    return std::tie(s.request_id, s.generation, s.key, s.value);
+  }
+};
+
+/// Rendezvous store: read KEY now (kv_reply with ok or not_found).
+struct kv_get {
+  static constexpr msg_type type = msg_type::kv_get;
+  uint64_t request_id = 0;
+  uint64_t generation = 0;
+  std::string key;
+  template <class S>
+  static auto fields(S& s) {
+    return std::tie(s.request_id, s.generation, s.key);
+  }
+};
+
+/// Rendezvous store: answer once every key is set (kv_reply ok), or with timeout after
+/// timeout_ms, or with stale_generation if the generation moves on meanwhile.
+struct kv_wait {
+  static constexpr msg_type type = msg_type::kv_wait;
+  uint64_t request_id = 0;
+  uint64_t generation = 0;
+  std::vector<std::string> keys;
+  uint32_t timeout_ms = 0;
+  template <class S>
+  static auto fields(S& s) {
+    return std::tie(s.request_id, s.generation, s.keys, s.timeout_ms);
+  }
+};
+
+/// Answer to kv_set / kv_get / kv_wait, matched by request_id. value: kv_get's value.
+struct kv_reply {
+  static constexpr msg_type type = msg_type::kv_reply;
+  uint64_t request_id = 0;
+  kv_status status = kv_status::ok;
+  std::string value;
+  template <class S>
+  static auto fields(S& s) {
+    return std::tie(s.request_id, s.status, s.value);
+  }
+};
+
+/// Admin: ask the coordinator for its view (answered by status_reply).
+struct status_request {
+  static constexpr msg_type type = msg_type::status_request;
+  uint64_t request_id = 0;
+  template <class S>
+  static auto fields(S& s) {
+    return std::tie(s.request_id);
+  }
+};
+
+/// One worker line of a status reply.
+struct worker_status {
+  member_info member;
+  int64_t heartbeat_age_ms = 0;  ///< time since the last heartbeat the coordinator saw
+  template <class S>
+  static auto fields(S& s) {
+    return std::tie(s.member, s.heartbeat_age_ms);
+  }
+};
+
+/// A named counter (frames dropped per reason, ...).
+struct counter {
+  std::string name;
+  uint64_t value = 0;
+  template <class S>
+  static auto fields(S& s) {
+    return std::tie(s.name, s.value);
+  }
+};
+
+/// The coordinator's view: generation, training step (0 until training runs), every
+/// member it knows (dead ones included until forgotten) and its drop counters.
+struct status_reply {
+  static constexpr msg_type type = msg_type::status_reply;
+  uint64_t request_id = 0;
+  uint64_t generation = 0;
+  int64_t step = 0;
+  std::vector<worker_status> workers;
+  std::vector<counter> dropped;
+  template <class S>
+  static auto fields(S& s) {
+    return std::tie(s.request_id, s.generation, s.step, s.workers, s.dropped);
+  }
+};
+
+/// Admin to coordinator: stop the cluster. Coordinator to worker: exit cleanly (code 0).
+struct stop {
+  static constexpr msg_type type = msg_type::stop;
+  std::string reason;
+  template <class S>
+  static auto fields(S& s) {
+    return std::tie(s.reason);
+  }
+};
+
+/// Worker to coordinator: leaving on purpose (SIGTERM, end of work); no death needed.
+struct leave {
+  static constexpr msg_type type = msg_type::leave;
+  uint64_t member_id = 0;
+  uint64_t generation = 0;
+  template <class S>
+  static auto fields(S& s) {
+    return std::tie(s.member_id, s.generation);
+  }
+};
+
+/// Launcher to coordinator: a child process exited (faster than a heartbeat timeout).
+struct exit_notice {
+  static constexpr msg_type type = msg_type::exit_notice;
+  std::string name;
+  int64_t pid = 0;
+  int32_t exit_code = 0;  ///< exit status, or 128 + signal number when killed
+  template <class S>
+  static auto fields(S& s) {
+    return std::tie(s.name, s.pid, s.exit_code);
+  }
+};
+
+/// Benchmark probe; answered by a pong with the same fields.
+struct ping {
+  static constexpr msg_type type = msg_type::ping;
+  uint64_t seq = 0;
+  uint64_t sent_ns = 0;
+  template <class S>
+  static auto fields(S& s) {
+    return std::tie(s.seq, s.sent_ns);
+  }
+};
+
+struct pong {
+  static constexpr msg_type type = msg_type::pong;
+  uint64_t seq = 0;
+  uint64_t sent_ns = 0;
+  template <class S>
+  static auto fields(S& s) {
+    return std::tie(s.seq, s.sent_ns);
+  }
+};
+
+/// Any wire message. The alternative order is free; the type id is what goes on the wire.
+using message = std::variant<register_request, register_ok, register_reject, heartbeat,
+                             heartbeat_ack, roster_update, kv_set, kv_get, kv_wait, kv_reply,
+                             status_request, status_reply, stop, leave, exit_notice, ping, pong>;
+
+/// Type id of whichever message M holds.
+inline msg_type type_of(const message& m) {
+  return std::visit([](const auto& x) { return std::decay_t<decltype(x)>::type; }, m);
+}
+
+/// Lower-case name of a type id ("heartbeat_ack"); "unknown" for ids outside the protocol.
+const char* type_name(msg_type t);
+
+namespace detail {
+template <class T, class = void>
+struct has_fields : std::false_type {};
+template <class T>
+struct has_fields<T, std::void_t<decltype(T::fields(std::declval<T&>()))>> : std::true_type {};
+}  // namespace detail
+
+/// Field-wise equality of any protocol struct (used by round-trip tests and dedup).
+template <class T, class = std::enable_if_t<detail::has_fields<T>::value>>
+bool operator==(const T& a, const T& b) {
+  return T::fields(a) == T::fields(b);
+}
+template <class T, class = std::enable_if_t<detail::has_fields<T>::value>>
+bool operator!=(const T& a, const T& b) {
+  return !(a == b);
+}
+
+}  // namespace cohort::net

@@ -1,0 +1,306 @@
+// The bridge thread is the only user of the network socket and of the inproc PULL end.
+// Other threads never touch those; they push [peer, frame] pairs into the PULL end through
+// one mutex-guarded PUSH socket (a ZeroMQ socket may change threads only behind a full
+// memory barrier, which the mutex provides).
+#include "runtime/net/zmq_bridge.hpp"
+
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <zmq_addon.hpp>
+
+#include "runtime/core/error.hpp"
+
+namespace cohort::net {
+namespace {
+
+// Frames stay queued this long after close so that a final `stop` or `leave` still leaves
+// the process; a peer that is gone costs at most this much at shutdown.
+constexpr int linger_ms = 1000;
+
+// libzmq disconnects a peer whose message exceeds ZMQ_MAXMSGSIZE before we ever see it.
+// We want oversized frames counted, so the socket limit sits well above ours and only
+// protects memory against absurd sizes.
+int64_t socket_size_limit(size_t max_bytes) {
+  const uint64_t m = max_bytes;
+  return static_cast<int64_t>(std::max<uint64_t>(2 * m, m + (1u << 20)));
+}
+
+std::atomic<uint64_t> pipe_counter{0};
+
+}  // namespace
+
+const char* to_string(drop_reason r) {
+  switch (r) {
+    case drop_reason::unknown_peer:
+      return "unknown_peer";
+    case drop_reason::bad_parts:
+      return "bad_parts";
+    case drop_reason::send_failed:
+      return "send_failed";
+    case drop_reason::count_:
+      return "unknown";
+    default:
+      return to_string(static_cast<decode_error>(r));
+  }
+}
+
+zmq_bridge::zmq_bridge(bridge_options opts, inbound_fn on_message)
+    : opts_(std::move(opts)), on_message_(std::move(on_message)), ctx_(1) {
+  pipe_name_ = "inproc://cohort-bridge-" + std::to_string(pipe_counter.fetch_add(1));
+  std::promise<std::string> ready;
+  auto fut = ready.get_future();
+  thread_ = std::thread([this, &ready] { run(&ready); });
+  try {
+    endpoint_ = fut.get();
+  } catch (...) {
+    thread_.join();
+    throw;
+  }
+  push_ = std::make_unique<zmq::socket_t>(ctx_, zmq::socket_type::push);
+  push_->set(zmq::sockopt::linger, 0);
+  push_->connect(pipe_name_);
+}
+
+zmq_bridge::~zmq_bridge() { stop(); }
+
+void zmq_bridge::stop() {
+  {
+    std::lock_guard<std::mutex> lock(push_mu_);
+    if (stopped_) return;
+    stopped_ = true;
+    // A one-part message on the pipe is the stop signal; data is always two parts.
+    push_->send(zmq::message_t(), zmq::send_flags::none);
+  }
+  if (thread_.joinable()) thread_.join();
+  std::lock_guard<std::mutex> lock(push_mu_);
+  push_->close();
+}
+
+void zmq_bridge::send(const std::string& peer, const message& m) { send_frame(peer, encode(m)); }
+
+void zmq_bridge::send_frame(const std::string& peer, std::string frame) {
+  std::lock_guard<std::mutex> lock(push_mu_);
+  if (stopped_) return;
+  std::array<zmq::message_t, 2> parts{zmq::message_t(peer.data(), peer.size()),
+                                      zmq::message_t(frame.data(), frame.size())};
+  // The pipe has no high-water mark of its own worth hitting (inproc, drained constantly);
+  // a blocking send keeps ordering simple.
+  zmq::send_multipart(*push_, parts);
+}
+
+void zmq_bridge::admit(const std::string& peer) {
+  std::lock_guard<std::mutex> lock(peers_mu_);
+  admitted_.insert(peer);
+}
+
+void zmq_bridge::forget(const std::string& peer) {
+  std::lock_guard<std::mutex> lock(peers_mu_);
+  admitted_.erase(peer);
+}
+
+uint64_t zmq_bridge::dropped(drop_reason r) const {
+  return counters_[static_cast<size_t>(r)].load();
+}
+
+std::vector<std::pair<std::string, uint64_t>> zmq_bridge::drop_counts() const {
+  std::vector<std::pair<std::string, uint64_t>> out;
+  for (size_t i = 1; i < counters_.size(); ++i) {
+    const uint64_t v = counters_[i].load();
+    if (v != 0) out.emplace_back(to_string(static_cast<drop_reason>(i)), v);
+  }
+  return out;
+}
+
+void zmq_bridge::run(std::promise<std::string>* ready) {
+  const bool router = opts_.kind == bridge_options::socket_kind::router;
+  zmq::socket_t net(ctx_, router ? zmq::socket_type::router : zmq::socket_type::dealer);
+  zmq::socket_t pull(ctx_, zmq::socket_type::pull);
+  try {
+    net.set(zmq::sockopt::linger, linger_ms);
+    net.set(zmq::sockopt::maxmsgsize, socket_size_limit(opts_.max_message_bytes));
+    if (router) {
+      net.set(zmq::sockopt::router_mandatory, 1);
+      net.bind(opts_.endpoint);
+    } else {
+      net.connect(opts_.endpoint);
+    }
+    pull.set(zmq::sockopt::linger, 0);
+    pull.bind(pipe_name_);
+  } catch (const zmq::error_t& e) {
+    ready->set_exception(std::make_exception_ptr(
+        io_error(std::string("cannot ") + (router ? "bind " : "connect to ") + opts_.endpoint +
+                 ": " + e.what() + " (use an endpoint like tcp://127.0.0.1:0)")));
+    return;
+  }
+  ready->set_value(router ? net.get(zmq::sockopt::last_endpoint) : opts_.endpoint);
+
+  std::vector<zmq::message_t> parts;
+  bool running = true;
+  while (running) {
+    zmq::pollitem_t items[] = {{net.handle(), 0, ZMQ_POLLIN, 0}, {pull.handle(), 0, ZMQ_POLLIN, 0}};
+    try {
+      zmq::poll(items, 2, std::chrono::milliseconds(-1));
+    } catch (const zmq::error_t& e) {
+      if (e.num() == EINTR) continue;
+      spdlog::error("zmq bridge: poll failed: {}", e.what());
+      break;
+    }
+    if (items[0].revents & ZMQ_POLLIN) {
+      // Drain everything readable so one busy peer cannot starve the outbound pipe.
+      while (true) {
+        parts.clear();
+        auto n = zmq::recv_multipart(net, std::back_inserter(parts), zmq::recv_flags::dontwait);
+        if (!n) break;
+        on_inbound(parts);
+      }
+    }
+    if (items[1].revents & ZMQ_POLLIN) {
+      while (true) {
+        parts.clear();
+        auto n = zmq::recv_multipart(pull, std::back_inserter(parts), zmq::recv_flags::dontwait);
+        if (!n) break;
+        if (parts.size() != 2) {
+          running = false;
+          break;
+        }
+        try {
+          zmq::send_result_t ok;
+          if (router) {
+            ok = net.send(parts[0], zmq::send_flags::sndmore | zmq::send_flags::dontwait);
+            if (ok) ok = net.send(parts[1], zmq::send_flags::dontwait);
+          } else {
+            ok = net.send(parts[1], zmq::send_flags::dontwait);
+          }
+          if (!ok) count(drop_reason::send_failed);
+        } catch (const zmq::error_t&) {
+          // EHOSTUNREACH from ROUTER_MANDATORY: that peer is gone.
+          count(drop_reason::send_failed);
+        }
+      }
+    }
+  }
+}
+
+void zmq_bridge::on_inbound(std::vector<zmq::message_t>& parts) {
+  const bool router = opts_.kind == bridge_options::socket_kind::router;
+  if (parts.size() != (router ? 2u : 1u)) {
+    count(drop_reason::bad_parts);
+    return;
+  }
+  const zmq::message_t& payload = parts.back();
+  decoded d =
+      decode(std::string_view(payload.data<char>(), payload.size()), opts_.max_message_bytes);
+  if (!d.ok()) {
+    count(static_cast<drop_reason>(d.error));
+    return;
+  }
+  std::string peer = router ? parts[0].to_string() : std::string();
+  if (router && type_of(d.msg) != msg_type::register_request) {
+    std::lock_guard<std::mutex> lock(peers_mu_);
+    if (admitted_.count(peer) == 0) {
+      count(drop_reason::unknown_peer);
+      return;
+    }
+  }
+  delivered_.fetch_add(1);
+  try {
+    on_message_(peer, std::move(d.msg));
+  } catch (const std::exception& e) {
+    // The callback belongs to a higher layer; its failure must not take the socket down.
+    spdlog::error("zmq bridge: inbound handler failed: {}", e.what());
+  }
+}
+
+// ---- sync_client ----
+
+sync_client::sync_client(const std::string& endpoint, size_t max_message_bytes)
+    : endpoint_(endpoint),
+      max_bytes_(max_message_bytes),
+      ctx_(1),
+      sock_(ctx_, zmq::socket_type::dealer) {
+  sock_.set(zmq::sockopt::linger, linger_ms);
+  try {
+    sock_.connect(endpoint);
+  } catch (const zmq::error_t& e) {
+    throw usage_error("cannot connect to '" + endpoint + "': " + e.what() +
+                      " (expected tcp://HOST:PORT as printed by `cohort coordinator`)");
+  }
+}
+
+sync_client::~sync_client() { sock_.close(); }
+
+bool sync_client::send(const message& m) { return send_frame(encode(m)); }
+
+bool sync_client::send_frame(const std::string& frame) {
+  zmq::pollitem_t item{sock_.handle(), 0, ZMQ_POLLOUT, 0};
+  zmq::poll(&item, 1, std::chrono::milliseconds(1000));
+  if (!(item.revents & ZMQ_POLLOUT)) return false;
+  return sock_.send(zmq::buffer(frame), zmq::send_flags::dontwait).has_value();
+}
+
+std::optional<message> sync_client::recv(std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (true) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() < 0) return std::nullopt;
+    zmq::pollitem_t item{sock_.handle(), 0, ZMQ_POLLIN, 0};
+    zmq::poll(&item, 1, left);
+    if (!(item.revents & ZMQ_POLLIN)) continue;
+    zmq::message_t frame;
+    if (!sock_.recv(frame, zmq::recv_flags::dontwait)) continue;
+    decoded d = decode(std::string_view(frame.data<char>(), frame.size()), max_bytes_);
+    if (d.ok()) return std::move(d.msg);
+  }
+}
+
+std::optional<message> sync_client::register_as(const register_request& r,
+                                                std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  if (!send(r)) return std::nullopt;
+  while (true) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    auto m = recv(std::max(left, std::chrono::milliseconds(0)));
+    if (!m) return std::nullopt;
+    const msg_type t = type_of(*m);
+    if (t == msg_type::register_ok || t == msg_type::register_reject) {
+      registered_ = t == msg_type::register_ok;
+      return m;
+    }
+  }
+}
+
+message sync_client::request(const message& req, msg_type reply_type,
+                             std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  auto left = [&] {
+    return std::max(std::chrono::milliseconds(0),
+                    std::chrono::duration_cast<std::chrono::milliseconds>(
+                        deadline - std::chrono::steady_clock::now()));
+  };
+  const std::string no_answer = "no answer from coordinator at " + endpoint_ + " within " +
+                                std::to_string(timeout.count()) +
+                                " ms (is `cohort coordinator` running there?)";
+  if (!registered_) {
+    register_request r;
+    r.role = peer_role::client;
+    r.name = "client";
+    r.pid = static_cast<int64_t>(::getpid());
+    auto reply = register_as(r, left());
+    if (!reply) throw io_error(no_answer);
+    if (auto* rej = std::get_if<register_reject>(&*reply)) {
+      throw io_error("coordinator at " + endpoint_ + " refused the client: " + rej->reason);
+    }
+  }
+  if (!send(req)) throw io_error(no_answer);
+  while (true) {
+    auto m = recv(left());
+    if (!m) throw io_error(no_answer);
+    if (type_of(*m) == reply_type) return std::move(*m);
+  }
+}
+
+}  // namespace cohort::net

@@ -1,0 +1,150 @@
+// The ZeroMQ side of the control plane: zmq_bridge (one thread owning a ROUTER or DEALER
+// socket, fed by other threads through an inproc PUSH/PULL pipe, decoding inbound frames
+// and dropping/counting bad ones) and sync_client (a blocking DEALER for CLI tools and
+// tests). Knows nothing of actors: inbound messages leave through a std::function.
+#pragma once
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+#include <zmq.hpp>
+
+#include "runtime/net/codec.hpp"
+#include "runtime/net/protocol.hpp"
+
+namespace cohort::net {
+
+/// Why the bridge dropped an inbound frame. The decode reasons share decode_error's values.
+enum class drop_reason : uint8_t {
+  too_short = static_cast<uint8_t>(decode_error::too_short),
+  too_large = static_cast<uint8_t>(decode_error::too_large),
+  bad_magic = static_cast<uint8_t>(decode_error::bad_magic),
+  bad_version = static_cast<uint8_t>(decode_error::bad_version),
+  unknown_type = static_cast<uint8_t>(decode_error::unknown_type),
+  length_mismatch = static_cast<uint8_t>(decode_error::length_mismatch),
+  truncated = static_cast<uint8_t>(decode_error::truncated),
+  trailing_bytes = static_cast<uint8_t>(decode_error::trailing_bytes),
+  bad_value = static_cast<uint8_t>(decode_error::bad_value),
+  unknown_peer = static_cast<uint8_t>(decode_error::count_),  ///< ROUTER identity not admitted
+  bad_parts,    ///< multipart shape is wrong (e.g. ROUTER frame without identity + payload)
+  send_failed,  ///< outbound frame could not be queued (peer gone / high-water mark)
+  count_
+};
+
+/// Stable name of a drop reason ("unknown_peer").
+const char* to_string(drop_reason r);
+
+/// Options of a bridge. ROUTER binds `endpoint`; DEALER connects to it.
+struct bridge_options {
+  enum class socket_kind { router, dealer };
+  socket_kind kind = socket_kind::router;
+  std::string endpoint = "tcp://127.0.0.1:0";
+  size_t max_message_bytes = 64u << 20;
+};
+
+/// Owns one ZeroMQ socket on its own thread. Thread-safe: send/admit/forget/counters may be
+/// called from any thread; the callback runs on the bridge thread and must not block.
+class zmq_bridge {
+ public:
+  /// Called on the bridge thread for every frame that decoded and passed the peer check.
+  /// `peer` is the ROUTER identity of the sender (empty on a DEALER bridge).
+  using inbound_fn = std::function<void(const std::string& peer, message msg)>;
+
+  /// Binds or connects and starts the thread. Throws cohort::io_error when the endpoint
+  /// cannot be bound/connected (message names the endpoint and the ZeroMQ reason).
+  zmq_bridge(bridge_options opts, inbound_fn on_message);
+  /// Stops the thread and closes the sockets (linger 0: unsent frames are dropped).
+  ~zmq_bridge();
+  zmq_bridge(const zmq_bridge&) = delete;
+  zmq_bridge& operator=(const zmq_bridge&) = delete;
+
+  /// The endpoint actually bound (ZMQ_LAST_ENDPOINT, real port) or connected to.
+  const std::string& endpoint() const { return endpoint_; }
+
+  /// Queues M for PEER (ignored on a DEALER). Encoding happens on the calling thread.
+  void send(const std::string& peer, const message& m);
+  /// Queues an already-encoded frame (benchmarks and tests of the receiving side).
+  void send_frame(const std::string& peer, std::string frame);
+
+  /// ROUTER: PEER may now send any message (before, only register_request passes).
+  void admit(const std::string& peer);
+  /// ROUTER: PEER is back to register_request only.
+  void forget(const std::string& peer);
+
+  /// Frames dropped for reason R so far.
+  uint64_t dropped(drop_reason r) const;
+  /// Every non-zero drop counter as (reason name, count).
+  std::vector<std::pair<std::string, uint64_t>> drop_counts() const;
+  /// Frames that decoded and were handed to the callback.
+  uint64_t delivered() const { return delivered_.load(); }
+
+  /// Stops the bridge thread now; further sends are dropped. Idempotent.
+  void stop();
+
+ private:
+  void run(std::promise<std::string>* ready);
+  void on_inbound(std::vector<zmq::message_t>& parts);
+  void count(drop_reason r) { counters_[static_cast<size_t>(r)].fetch_add(1); }
+
+  bridge_options opts_;
+  inbound_fn on_message_;
+  zmq::context_t ctx_;
+  std::string endpoint_;
+  std::string pipe_name_;
+  std::thread thread_;
+  std::mutex push_mu_;  // guards push_: ZeroMQ sockets are not thread-safe
+  std::unique_ptr<zmq::socket_t> push_;
+  bool stopped_ = false;  // guarded by push_mu_
+  mutable std::mutex peers_mu_;
+  std::unordered_set<std::string> admitted_;
+  std::array<std::atomic<uint64_t>, static_cast<size_t>(drop_reason::count_)> counters_{};
+  std::atomic<uint64_t> delivered_{0};
+};
+
+/// A blocking DEALER for short-lived tools (ctl, launch, tests): one thread, one socket.
+class sync_client {
+ public:
+  /// Connects to ENDPOINT (ZeroMQ connects lazily: nothing fails until a timeout).
+  explicit sync_client(const std::string& endpoint, size_t max_message_bytes = 64u << 20);
+  ~sync_client();
+
+  /// Sends M; false if it could not be queued within a second.
+  bool send(const message& m);
+  /// Sends raw bytes as one frame (tests use this for malformed frames).
+  bool send_frame(const std::string& frame);
+  /// Next decodable message within TIMEOUT; frames that fail to decode are skipped.
+  std::optional<message> recv(std::chrono::milliseconds timeout);
+  /// Registers as a client (role client), sends REQ and waits for a reply of type
+  /// REPLY_TYPE. Throws cohort::io_error naming the endpoint when nothing answers.
+  message request(const message& req, msg_type reply_type, std::chrono::milliseconds timeout);
+  /// Registers with the given request and waits for register_ok / register_reject.
+  std::optional<message> register_as(const register_request& r, std::chrono::milliseconds timeout);
+
+  const std::string& endpoint() const { return endpoint_; }
+
+ private:
+  std::string endpoint_;
+  size_t max_bytes_;
+  zmq::context_t ctx_;
+  zmq::socket_t sock_;
+  bool registered_ = false;
+};
+
+/// Monotonic nanoseconds (steady_clock), for ping timestamps and ages.
+inline uint64_t now_ns() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::steady_clock::now().time_since_epoch())
+                                   .count());
+}
+
+}  // namespace cohort::net
