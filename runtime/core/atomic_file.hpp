@@ -1,0 +1,13 @@
+// Atomic small-file writes for summaries, markers and caches: write a temporary file in
+// the same directory, fsync it, rename it over the target, fsync the directory. A reader
+// sees the old file or the new one, never half of one. Large tensors use runtime/ckpt.
+#pragma once
+#include <string>
+
+namespace cohort {
+
+/// Replaces `path` with `contents` atomically; throws io_error naming the path and the
+/// system error. No temporary file is left behind on failure.
+void write_file_atomic(const std::string& path, const std::string& contents);
+
+}  // namespace cohort

@@ -1,0 +1,125 @@
+#include "runtime/train/trainer.hpp"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "runtime/core/sha256.hpp"
+#include "runtime/train/fixed_point.hpp"
+
+namespace cohort::train {
+
+float learning_rate(const train_config& t, int64_t step) {
+  if (t.warmup_steps > 0 && step < t.warmup_steps)
+    return t.lr * static_cast<float>(step + 1) / static_cast<float>(t.warmup_steps);
+  if (t.lr_schedule == "cosine") {
+    int64_t span = t.steps - t.warmup_steps;
+    if (span <= 1) return t.lr;
+    double progress = static_cast<double>(step - t.warmup_steps) / static_cast<double>(span - 1);
+    progress = std::min(1.0, std::max(0.0, progress));
+    return static_cast<float>(t.min_lr +
+                              0.5 * (t.lr - t.min_lr) * (1.0 + std::cos(M_PI * progress)));
+  }
+  return t.lr;
+}
+
+trainer::trainer(const config& c) : cfg_(c) {
+  // One BLAS thread by default: results must not depend on the machine's core count.
+  openblas_set_num_threads(std::max(1, c.train.threads));
+  data_ = make_dataset(c);
+  const int vocab = data_->is_language_model() ? data_->num_classes() : 0;
+  model_ = nn::make_model(c.model, vocab, c.train.micro_batch, c.train.seed);
+  micro_batches_ = (c.train.global_batch + c.train.micro_batch - 1) / c.train.micro_batch;
+  bitwise_ = c.train.determinism == "bitwise";
+  if (bitwise_) {
+    fixed_.assign(static_cast<std::size_t>(model_->num_params()), 0);
+    scratch_ = nn::tensor({model_->num_params()}, model_->memory());
+  }
+  nn::optim_options o;
+  o.kind = c.train.optimizer;
+  o.beta1 = c.train.beta1;
+  o.beta2 = c.train.beta2;
+  o.eps = c.train.eps;
+  o.weight_decay = c.train.weight_decay;
+  o.momentum = c.train.momentum;
+  opt_ = nn::make_optimizer(model_->flat_values(), model_->flat_grads(), o);
+}
+
+void trainer::begin_step() {
+  model_->zero_grad();
+  if (bitwise_) std::fill(fixed_.begin(), fixed_.end(), 0);
+}
+
+double trainer::compute_gradients(int64_t step, int first, int last) {
+  const auto& t = cfg_.train;
+  double loss_rows = 0.0;
+  nn::tensor& grads = model_->flat_grads();
+  for (int i = first; i < last; ++i) {
+    data_->train_micro_batch(t.seed, step, i, t.micro_batch, t.global_batch, batch_);
+    const int rows = micro_batch_rows(i, t.micro_batch, t.global_batch);
+    // Each micro-batch's loss is a mean over its rows; weighting it by rows/global_batch
+    // makes the sum over all micro-batches the gradient of the global-batch mean loss.
+    const float scale = static_cast<float>(rows) / static_cast<float>(t.global_batch);
+    if (bitwise_) {
+      grads.zero();
+      loss_rows += static_cast<double>(model_->forward_backward(batch_, scale)) * rows;
+      int64_t bad = fixed_accumulate(fixed_.data(), grads.data(), grads.numel());
+      if (bad >= 0)
+        throw cohort::error("bitwise determinism: gradient element " + std::to_string(bad) +
+                            " of step " + std::to_string(step) + " (value " +
+                            std::to_string(grads[bad]) +
+                            ") is not finite or exceeds the fixed-point range +-" +
+                            std::to_string(fixed_point_max_value) +
+                            " (the run diverged: lower train.lr or set train.grad_clip)");
+    } else {
+      loss_rows += static_cast<double>(model_->forward_backward(batch_, scale)) * rows;
+    }
+  }
+  return loss_rows;
+}
+
+double trainer::apply_step(int64_t step) {
+  nn::tensor& grads = model_->flat_grads();
+  if (bitwise_) fixed_to_float(grads.data(), fixed_.data(), grads.numel());
+  double norm = nn::clip_grad_norm(grads, cfg_.train.grad_clip);
+  if (!std::isfinite(norm))
+    throw cohort::error("step " + std::to_string(step) +
+                        ": gradient norm is not finite (the run diverged: lower train.lr or "
+                        "set train.grad_clip)");
+  opt_->step(learning_rate(cfg_.train, step));
+  return norm;
+}
+
+evaluation trainer::evaluate() {
+  evaluation e;
+  double loss_sum = 0.0;
+  int64_t correct = 0;
+  for_each_eval_batch(*data_, cfg_.train.micro_batch, 0, [&](const cohort::batch& b) {
+    nn::eval_result r = model_->eval(b);
+    loss_sum += static_cast<double>(r.loss) * r.count;
+    correct += r.correct;
+    e.count += r.count;
+  });
+  if (e.count > 0) {
+    e.loss = loss_sum / e.count;
+    e.accuracy = static_cast<double>(correct) / e.count;
+  }
+  return e;
+}
+
+std::string trainer::params_sha256() const {
+  std::vector<const nn::parameter*> ps;
+  for (const auto& p : model_->parameters()) ps.push_back(&p);
+  std::sort(ps.begin(), ps.end(), [](auto* a, auto* b) { return a->name < b->name; });
+  sha256 h;
+  for (const auto* p : ps) h.update(p->value.data(), p->value.bytes());
+  return h.hex_digest();
+}
+
+int64_t trainer::peak_pool_bytes() const {
+  return static_cast<int64_t>(model_->memory().stats().peak_bytes);
+}
+
+}  // namespace cohort::train

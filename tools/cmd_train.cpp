@@ -1,0 +1,167 @@
+// `cohort train CFG`: single-process training, the reference every distributed run must
+// match. Progress lines, periodic and final checkpoints, final evaluation, --summary JSON.
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <regex>
+
+#include "runtime/core/config.hpp"
+#include "runtime/core/atomic_file.hpp"
+#include "runtime/core/paths.hpp"
+#include "runtime/train/trainer.hpp"
+#include "tools/commands.hpp"
+#include "tools/progress.hpp"
+
+namespace fs = std::filesystem;
+
+namespace cohort::cli {
+
+namespace {
+
+struct train_args {
+  std::string config;
+  std::vector<std::string> overrides;
+  std::string summary;
+  bool resume = false;
+  bool quiet = false;
+};
+
+/// Checkpoints of this run in `dir`, oldest first (by step in the file name).
+std::vector<std::pair<int64_t, fs::path>> list_checkpoints(const fs::path& dir) {
+  std::vector<std::pair<int64_t, fs::path>> out;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return out;
+  static const std::regex pat("step_([0-9]{8})\\.safetensors");
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    std::smatch m;
+    std::string name = e.path().filename().string();
+    if (std::regex_match(name, m, pat)) out.emplace_back(std::stoll(m[1]), e.path());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+fs::path checkpoint_path(const fs::path& dir, int64_t step) {
+  char name[64];
+  std::snprintf(name, sizeof name, "step_%08lld.safetensors", static_cast<long long>(step));
+  return dir / name;
+}
+
+void prune_checkpoints(const fs::path& dir, int keep) {
+  auto all = list_checkpoints(dir);
+  for (std::size_t i = 0; i + keep < all.size(); ++i) {
+    std::error_code ec;
+    fs::remove(all[i].second, ec);
+  }
+}
+
+int run_train(const train_args& a) {
+  config c = load_config(a.config, a.overrides);
+  train::trainer tr(c);
+  const auto& t = c.train;
+  const bool lm = tr.data().is_language_model();
+  const int64_t units_per_step =
+      static_cast<int64_t>(t.global_batch) * (lm ? tr.data().context() : 1);
+  const fs::path ckdir = expand_user(c.fault_tolerance.checkpoint_dir);
+
+  int64_t start = 0;
+  if (a.resume) {
+    auto all = list_checkpoints(ckdir);
+    if (all.empty())
+      throw usage_error("--resume: no checkpoint step_*.safetensors in " + ckdir.string() +
+                        " (run without --resume, or point fault_tolerance.checkpoint_dir at "
+                        "an earlier run)");
+    start = tr.load_checkpoint(all.back().second.string());
+    std::fprintf(stderr, "resumed from %s at step %lld\n", all.back().second.c_str(),
+                 static_cast<long long>(start));
+  }
+
+  std::fprintf(stderr, "train: %s, %lld parameters, %lld steps of %d samples (%d micro-batches), %s\n",
+               c.model.kind.c_str(), static_cast<long long>(tr.model().num_params()),
+               static_cast<long long>(t.steps), t.global_batch, tr.micro_batches(),
+               t.determinism.c_str());
+  progress_line progress(t.steps, lm ? "tok/s" : "samples/s", a.quiet, t.log_every);
+  using clock = std::chrono::steady_clock;
+  const auto t0 = clock::now();
+  double compute_s = 0.0;
+  double last_loss = NAN;
+  std::string last_ckpt;
+  for (int64_t s = start; s < t.steps; ++s) {
+    auto ts = clock::now();
+    tr.begin_step();
+    double loss_rows = tr.compute_gradients(s, 0, tr.micro_batches());
+    tr.apply_step(s);
+    compute_s += std::chrono::duration<double>(clock::now() - ts).count();
+    last_loss = loss_rows / t.global_batch;
+    if (!std::isfinite(last_loss))
+      throw cohort::error("step " + std::to_string(s) + ": loss is not finite (lower train.lr)");
+    progress.update(s + 1, last_loss, static_cast<double>(units_per_step) * (s + 1 - start) /
+                                          std::max(1e-9, compute_s));
+    if (t.eval_every > 0 && (s + 1) % t.eval_every == 0 && s + 1 < t.steps) {
+      auto e = tr.evaluate();
+      progress.note("eval at step " + std::to_string(s + 1) + ": loss " +
+                    std::to_string(e.loss) + (lm ? "" : ", accuracy " + std::to_string(e.accuracy)));
+    }
+    if (c.fault_tolerance.checkpoint_every > 0 && (s + 1) % c.fault_tolerance.checkpoint_every == 0 &&
+        s + 1 < t.steps) {
+      fs::create_directories(ckdir);
+      last_ckpt = checkpoint_path(ckdir, s + 1).string();
+      tr.save_checkpoint(last_ckpt, s + 1);
+      prune_checkpoints(ckdir, c.fault_tolerance.keep);
+    }
+  }
+  progress.finish();
+  const double wall = std::chrono::duration<double>(clock::now() - t0).count();
+  fs::create_directories(ckdir);
+  last_ckpt = checkpoint_path(ckdir, t.steps).string();
+  tr.save_checkpoint(last_ckpt, t.steps);
+  prune_checkpoints(ckdir, c.fault_tolerance.keep);
+
+  auto ev = tr.evaluate();
+  const double rate = compute_s > 0 ? units_per_step * (t.steps - start) / compute_s : 0.0;
+  std::printf("final: train loss %.4f | eval loss %.4f", last_loss, ev.loss);
+  if (!lm) std::printf(" | eval accuracy %.4f", ev.accuracy);
+  std::printf(" | %.0f %s | %.1f s | checkpoint %s\n", rate, lm ? "tokens/s" : "samples/s", wall,
+              last_ckpt.c_str());
+
+  if (!a.summary.empty()) {
+    nlohmann::json j;
+    j["steps_completed"] = t.steps;
+    j["final_loss"] = last_loss;
+    j["eval"] = {{"loss", ev.loss}, {"count", ev.count}};
+    if (!lm) j["eval"]["accuracy"] = ev.accuracy;
+    j["params_sha256"] = tr.params_sha256();
+    j["checkpoint"] = last_ckpt;
+    j["throughput"] = {{lm ? "tokens_per_s" : "samples_per_s", rate}};
+    j["memory"] = {{"peak_pool_bytes", tr.peak_pool_bytes()}};
+    j["wall_s"] = wall;
+    j["model"] = c.model.kind;
+    j["num_params"] = tr.model().num_params();
+    j["config_hash"] = config_hash(c);
+    write_file_atomic(a.summary, j.dump(2) + "\n");
+  }
+  return exit_ok;
+}
+
+}  // namespace
+
+void add_train(CLI::App& app, int* rc) {
+  auto a = std::make_shared<train_args>();
+  auto* cmd = app.add_subcommand(
+      "train", "Train in one process with no coordinator: the reference for distributed runs");
+  cmd->add_option("config", a->config, "YAML config file")->required();
+  add_set_option(*cmd, &a->overrides);
+  cmd->add_option("--summary", a->summary, "write a JSON summary of the run to PATH");
+  cmd->add_flag("--resume", a->resume,
+                "continue from the newest checkpoint in fault_tolerance.checkpoint_dir");
+  cmd->add_flag("-q,--quiet", a->quiet, "no progress lines");
+  cmd->callback([a, rc] { *rc = run_train(*a); });
+}
+
+}  // namespace cohort::cli
