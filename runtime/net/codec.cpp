@@ -14,7 +14,10 @@ namespace {
 // Enum ranges: a value outside them is a bad frame, not something to carry along.
 bool valid(peer_role v) { return static_cast<uint8_t>(v) <= 1; }
 bool valid(member_state v) { return static_cast<uint8_t>(v) <= 3; }
-bool valid(kv_status v) { return static_cast<uint8_t>(v) <= 4; }
+bool valid(kv_status v) {
+  const auto u = static_cast<uint8_t>(v);
+  return u == 0 || (u >= 2 && u <= 5);
+}
 
 class writer {
  public:

@@ -39,13 +39,14 @@ enum class peer_role : uint8_t { worker = 0, client = 1 };
 /// A member's state as the coordinator sees it.
 enum class member_state : uint8_t { joining = 0, alive = 1, leaving = 2, dead = 3 };
 
-/// Outcome of a key-value request.
+/// Outcome of a key-value request (same values as kv::status minus `pending`, which never
+/// crosses the wire).
 enum class kv_status : uint8_t {
   ok = 0,
-  not_found = 1,         ///< kv_get of a key that is not set (yet)
-  timeout = 2,           ///< kv_wait deadline passed before every key was set
-  stale_generation = 3,  ///< the request named a generation that is no longer current
-  rejected = 4,          ///< requester is not a member of the current generation
+  not_found = 2,   ///< kv_get (timeout 0) of a key that is not set
+  timeout = 3,     ///< deadline passed before every key was set
+  superseded = 4,  ///< the generation was dropped: rebuild for the current generation
+  invalid = 5,     ///< over a limit or malformed; kv_reply.reason says which
 };
 
 /// Grid coordinates (d, p, t) of a worker in the dp x pp x tp world.
@@ -112,14 +113,16 @@ struct heartbeat {
 
 /// Answer to a heartbeat. rejoin_required: the coordinator declared this member dead;
 /// the worker must drop everything of its old generation and register again.
+/// member_id echoes the heartbeat's, so a late ack for an old incarnation is ignored.
 struct heartbeat_ack {
   static constexpr msg_type type = msg_type::heartbeat_ack;
+  uint64_t member_id = 0;
   uint64_t generation = 0;
   uint64_t seq = 0;
   bool rejoin_required = false;
   template <class S>
   static auto fields(S& s) {
-    return std::tie(s.generation, s.seq, s.rejoin_required);
+    return std::tie(s.member_id, s.generation, s.seq, s.rejoin_required);
   }
 };
 
@@ -161,20 +164,22 @@ struct kv_set {
   }
 };
 
-/// Rendezvous store: read KEY now (kv_reply with ok or not_found).
+/// Rendezvous store: read KEY. timeout_ms 0: answer now (ok or not_found); otherwise wait
+/// until KEY is set (Gloo's blocking get) or answer timeout after timeout_ms.
 struct kv_get {
   static constexpr msg_type type = msg_type::kv_get;
   uint64_t request_id = 0;
   uint64_t generation = 0;
   std::string key;
+  uint32_t timeout_ms = 0;
   template <class S>
   static auto fields(S& s) {
-    return std::tie(s.request_id, s.generation, s.key);
+    return std::tie(s.request_id, s.generation, s.key, s.timeout_ms);
   }
 };
 
 /// Rendezvous store: answer once every key is set (kv_reply ok), or with timeout after
-/// timeout_ms, or with stale_generation if the generation moves on meanwhile.
+/// timeout_ms, or with superseded if the generation is dropped meanwhile.
 struct kv_wait {
   static constexpr msg_type type = msg_type::kv_wait;
   uint64_t request_id = 0;
@@ -193,9 +198,10 @@ struct kv_reply {
   uint64_t request_id = 0;
   kv_status status = kv_status::ok;
   std::string value;
+  std::string reason;  ///< why, for every status but ok
   template <class S>
   static auto fields(S& s) {
-    return std::tie(s.request_id, s.status, s.value);
+    return std::tie(s.request_id, s.status, s.value, s.reason);
   }
 };
 

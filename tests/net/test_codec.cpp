@@ -23,16 +23,16 @@ std::vector<message> samples() {
   out.push_back(register_ok{17, "w1", 2, coords{1, 0, -1}, 9, 50, 300});
   out.push_back(register_reject{"world is full (3 of 3 workers)"});
   out.push_back(heartbeat{17, 9, 123456789012345ull});
-  out.push_back(heartbeat_ack{10, 77, true});
+  out.push_back(heartbeat_ack{17, 10, 77, true});
   roster_update ru;
   ru.generation = 12;
   ru.members.push_back(member_info{1, "a", 0, coords{0, 0, 0}, member_state::alive, 10});
   ru.members.push_back(member_info{5, "", 1, coords{1, 2, 3}, member_state::dead, -1});
   out.push_back(ru);
   out.push_back(kv_set{3, 12, "g12/rank0", std::string("\0\x01\xff bytes", 9)});
-  out.push_back(kv_get{4, 12, "g12/rank1"});
+  out.push_back(kv_get{4, 12, "g12/rank1", 1000});
   out.push_back(kv_wait{5, 12, {"k1", "k2", ""}, 2500});
-  out.push_back(kv_reply{5, kv_status::stale_generation, "v"});
+  out.push_back(kv_reply{5, kv_status::superseded, "v", "generation 12 was dropped"});
   out.push_back(status_request{99});
   status_reply sr;
   sr.request_id = 99;
@@ -159,7 +159,7 @@ TEST_CASE("corrupted headers and payloads are rejected with the right reason") {
     CHECK(decode(std::string(100, 'z'), 99).error == decode_error::too_large);
   }
   SUBCASE("a bool that is neither 0 nor 1") {
-    std::string f = encode(heartbeat_ack{1, 2, true});
+    std::string f = encode(heartbeat_ack{3, 1, 2, true});
     f.back() = 2;
     CHECK(decode(f, max_bytes).error == decode_error::bad_value);
   }
@@ -167,6 +167,13 @@ TEST_CASE("corrupted headers and payloads are rejected with the right reason") {
     std::string f = encode(register_request{peer_role::worker, "", 0});
     f[envelope_header_bytes] = 7;  // role is the first payload byte
     CHECK(decode(f, max_bytes).error == decode_error::bad_value);
+  }
+  SUBCASE("kv_status 1 is `pending`, which never crosses the wire") {
+    std::string f = encode(kv_reply{1, kv_status::ok, "", ""});
+    f[envelope_header_bytes + 8] = 1;  // status follows the u64 request id
+    CHECK(decode(f, max_bytes).error == decode_error::bad_value);
+    f[envelope_header_bytes + 8] = 5;
+    CHECK(decode(f, max_bytes).ok());
   }
   SUBCASE("a string length beyond the frame") {
     std::string f = encode(register_reject{"abc"});
