@@ -1,0 +1,229 @@
+// The coordinator's roster as pure decisions: who is a member, with which rank and grid
+// coordinates, in which generation, and who was declared dead or left and why. Each
+// decision is a function of (roster, now, input, options) that returns the next roster and a
+// reason. No clock, sockets, threads or CAF here: the coordinator actor owns the roster,
+// reads the clock, calls these functions and sends what they decide (docs/membership.md).
+#pragma once
+#include <chrono>
+#include <cstdint>
+#include <nlohmann/json_fwd.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace cohort {
+struct config;
+}
+
+/// Usage from the coordinator actor (the roster is a plain value in its state):
+///
+///   namespace mb = cohort::net::membership;
+///   mb::options opts = mb::options_from(cfg);     // throws usage_error on bad values
+///   mb::roster roster;                            // generation 0, nobody
+///   auto now = std::chrono::steady_clock::now();
+///   mb::decision d = mb::on_register(roster, now, "w0", pid, opts);
+///   if (d.kind == mb::decision_kind::rejected) reply register_reject{d.reason};
+///   roster = std::move(d.next);                   // always adopt next (== roster if unchanged)
+///   if (d.new_generation) broadcast the roster of d.next.generation to every live member;
+///   ...
+///   // every heartbeat_ms (or at mb::next_timeout(roster, opts)):
+///   d = mb::check_timeouts(roster, now, opts);     // kind removed + reason, or unchanged
+///
+/// A heartbeat answered with decision_kind::rejoin_required tells the worker to drop all
+/// state of its old generation and register again; it gets a new member id.
+namespace cohort::net::membership {
+
+using mono_time = std::chrono::steady_clock::time_point;  ///< the injected clock
+using member_id = std::uint64_t;  ///< unique for the coordinator's lifetime, never reused
+
+/// Same values as net::member_state in protocol.hpp, so a static_cast converts.
+enum class member_state : std::uint8_t { joining = 0, alive = 1, leaving = 2, dead = 3 };
+/// "joining", "alive", "leaving", "dead".
+const char* to_string(member_state s);
+
+/// Position (d, p, t) of a rank in the dp x pp x tp grid.
+struct grid_coord {
+  int d = 0;
+  int p = 0;
+  int t = 0;
+  bool operator==(const grid_coord& o) const { return d == o.d && p == o.p && t == o.t; }
+  bool operator!=(const grid_coord& o) const { return !(*this == o); }
+};
+
+/// Timing and world shape. min/max default to dp*pp*tp; elastic runs will widen them.
+struct options {
+  int heartbeat_ms = 100;  ///< period workers send heartbeats at (handed to them)
+  int timeout_ms = 500;    ///< silent for >= this long: declared dead
+  int dp = 1;
+  int pp = 1;
+  int tp = 1;
+  int min_workers = 0;                ///< alive members needed before training runs; 0: dp*pp*tp
+  int max_workers = 0;                ///< registrations beyond this are rejected; 0: dp*pp*tp
+  std::size_t max_tombstones = 1024;  ///< departed records kept for diagnosis (oldest dropped)
+
+  int expected() const { return dp * pp * tp; }
+  int min() const { return min_workers > 0 ? min_workers : expected(); }
+  int max() const { return max_workers > 0 ? max_workers : expected(); }
+};
+
+/// Throws usage_error naming the bad field when OPTS cannot describe a working roster.
+void validate(const options& opts);
+
+/// Options from a resolved config (fault_tolerance.*, parallel.*), validated.
+options options_from(const config& cfg);
+
+/// Grid coordinates of RANK: t = r % tp, p = (r / tp) % pp, d = r / (tp * pp).
+grid_coord coord_of(int rank, const options& opts);
+
+/// One live (joining, alive or leaving) member of the roster.
+struct member {
+  member_id id = 0;
+  std::string name;
+  std::int64_t pid = 0;  ///< OS pid the worker reported; lets an exit notice name it
+  int rank = -1;         ///< 0..n-1, dense, by join order
+  grid_coord at;
+  member_state state = member_state::joining;
+  mono_time joined_at{};
+  mono_time last_heartbeat{};  ///< registration counts as the first sign of life
+};
+
+/// Why a member left the roster.
+enum class departure : std::uint8_t {
+  timeout,  ///< silent for timeout_ms
+  exited,   ///< the launcher saw its process exit
+  left,     ///< graceful leave
+  protocol  ///< sent something only a broken or restarted peer sends (e.g. a future generation)
+};
+/// "timeout", "exited", "left", "protocol".
+const char* to_string(departure d);
+
+/// Record of a member that is no longer live, so a late heartbeat from it is recognised.
+struct tombstone {
+  member_id id = 0;
+  std::string name;
+  std::int64_t pid = 0;
+  int last_rank = -1;
+  grid_coord last_at;
+  mono_time last_heartbeat{};
+  mono_time removed_at{};
+  std::uint64_t removed_in = 0;  ///< the generation its removal created
+  departure cause = departure::timeout;
+  std::string reason;
+};
+
+/// The whole membership state; a plain value the coordinator keeps and replaces.
+struct roster {
+  std::uint64_t generation = 0;     ///< +1 at every membership change, never otherwise
+  member_id next_id = 1;            ///< ids start at 1; 0 means "none"
+  std::vector<member> members;      ///< live members, in rank order
+  std::vector<tombstone> departed;  ///< oldest first, at most options::max_tombstones
+
+  /// Live member with this id, or nullptr.
+  const member* find(member_id id) const;
+  /// Live member with this name, or nullptr.
+  const member* find_name(std::string_view name) const;
+  /// Most recent departed record with this id, or nullptr.
+  const tombstone* find_departed(member_id id) const;
+  /// Number of live members in STATE.
+  int count(member_state state) const;
+};
+
+/// What a decision concluded.
+enum class decision_kind : std::uint8_t {
+  accepted,         ///< on_register: new member, new generation
+  rejected,         ///< on_register: refused (reason says why); roster unchanged
+  refreshed,        ///< on_heartbeat: live member, heartbeat recorded
+  rejoin_required,  ///< on_heartbeat: unknown or departed member; it must register again
+  removed,          ///< members left the roster (see removed); new generation
+  leaving,          ///< on_leave_intent: member marked leaving; same generation
+  unchanged         ///< nothing to do (no one timed out, notice about someone already gone)
+};
+/// "accepted", "rejected", ...
+const char* to_string(decision_kind k);
+
+/// Result of every decision function.
+struct decision {
+  decision_kind kind = decision_kind::unchanged;
+  std::string reason;           ///< one line for logs and replies; says who, why, and for how long
+  roster next;                  ///< roster after the decision (equal to the input when unchanged)
+  bool new_generation = false;  ///< next.generation grew: broadcast the new roster
+  member_id member = 0;         ///< the member concerned (the new id when accepted)
+  std::vector<member_id> removed;  ///< members removed by this decision, in rank order
+};
+
+/// A worker asks to join. Accepted: new id, state joining, generation +1, ranks recomputed.
+/// Rejected (roster unchanged): NAME held by a live member, or max_workers reached.
+/// An empty NAME gets "worker-<id>".
+decision on_register(const roster& r, mono_time now, const std::string& name, std::int64_t pid,
+                     const options& opts);
+
+/// A heartbeat from ID that believes GENERATION is current. A live member is refreshed (a
+/// joining one becomes alive) and learns next.generation, whether or not it was behind.
+/// An unknown or departed ID gets rejoin_required. A live member claiming a generation newer
+/// than the roster's is removed (departure::protocol) and gets rejoin_required.
+decision on_heartbeat(const roster& r, mono_time now, member_id id, std::uint64_t generation,
+                      const options& opts);
+
+/// Declares dead every live member silent for >= timeout_ms: one new generation for the
+/// whole batch, ranks recomputed, reason lists who and how long each was silent.
+decision check_timeouts(const roster& r, mono_time now, const options& opts);
+
+/// When check_timeouts would next remove someone if no heartbeat arrives; nullopt when the
+/// roster is empty. Lets the actor schedule one timer instead of polling.
+std::optional<mono_time> next_timeout(const roster& r, const options& opts);
+
+/// The launcher saw member ID's process exit (DETAIL e.g. "exit code 137"): removed now,
+/// generation +1. A member already gone gives unchanged, so the three failure sources
+/// (exit, timeout, collective error) can all report the same death safely.
+decision on_exit_notice(const roster& r, mono_time now, member_id id, const std::string& detail,
+                        const options& opts);
+
+/// Same, naming the live member by NAME; a nonzero PID must also match, so a late notice
+/// about an old process never removes a restarted worker that reused the name.
+decision on_exit_notice_by_name(const roster& r, mono_time now, const std::string& name,
+                                std::int64_t pid, const std::string& detail, const options& opts);
+
+/// Member ID will leave once its current step is done: state leaving, same generation (it
+/// keeps its rank until on_leave). Unknown or departed ID: unchanged.
+decision on_leave_intent(const roster& r, mono_time now, member_id id, const options& opts);
+
+/// Member ID leaves gracefully: removed, generation +1. Unknown or departed ID: unchanged.
+decision on_leave(const roster& r, mono_time now, member_id id, const options& opts);
+
+/// Whether enough members are alive to run, and if not what is missing.
+struct readiness {
+  bool ready = false;
+  std::string reason;
+};
+/// Ready when at least opts.min() members are alive (joining ones have not heartbeat yet).
+readiness check_ready(const roster& r, const options& opts);
+
+/// One line of the status view.
+struct member_view {
+  member_id id = 0;
+  std::string name;
+  std::int64_t pid = 0;
+  int rank = -1;  ///< -1 for departed members
+  grid_coord at;  ///< last coordinates for departed members
+  member_state state = member_state::alive;
+  std::int64_t heartbeat_age_ms = 0;
+  std::string reason;  ///< why it departed; empty for live members
+};
+
+/// What `cohort ctl status` shows.
+struct status_view {
+  std::uint64_t generation = 0;
+  int expected = 0;
+  int alive = 0;
+  readiness ready;
+  std::vector<member_view> members;  ///< live in rank order, then departed, newest first
+};
+
+/// Snapshot of R at NOW; departed members appear with state dead.
+status_view status(const roster& r, mono_time now, const options& opts);
+
+/// JSON form for `cohort ctl status --json` (found by nlohmann::json through ADL).
+void to_json(nlohmann::json& j, const status_view& s);
+
+}  // namespace cohort::net::membership
