@@ -117,4 +117,12 @@ std::string dump_config(const config& c);
 /// SHA-256 hex of dump_config(c): identifies a run's config in checkpoints.
 std::string config_hash(const config& c);
 
+/// Commented YAML with every key at its default, its allowed values and its meaning,
+/// generated from the schema; configs/reference.yaml is this text (a test keeps it so).
+std::string reference_config_yaml();
+
+/// Markdown table of every key (type, default, allowed values, meaning), generated from
+/// the schema; docs/config.md embeds it (a test keeps it so).
+std::string config_keys_markdown();
+
 }  // namespace cohort

@@ -1,0 +1,942 @@
+// Config loading: a table of broken configs (each with the line, column, key and message
+// it must produce), the shipped configs, --set overrides, derived defaults, dump/load
+// round trip, did-you-mean, and the reference file and docs staying true to the schema.
+#include <doctest/doctest.h>
+#include <yaml-cpp/yaml.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "runtime/core/config.hpp"
+#include "runtime/core/sha256.hpp"
+
+namespace {
+
+using cohort::config;
+using cohort::config_error;
+using cohort::config_issue;
+
+std::vector<config_issue> issues_of(const std::string& text,
+                                    const std::vector<std::string>& sets = {}) {
+  try {
+    cohort::load_config_text(text, "cfg.yaml", sets);
+  } catch (const config_error& e) {
+    return e.issues();
+  }
+  return {};
+}
+
+std::string all_text(const std::vector<config_issue>& issues) {
+  std::string out;
+  for (const auto& i : issues) out += i.format() + "\n";
+  return out;
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  REQUIRE_MESSAGE(in.good(), "cannot open " << path);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+const std::string source_dir = COHORT_SOURCE_DIR;
+
+/// Every field, compared one by one: the round-trip tests need "equal config", and
+/// comparing dumps alone would hide a field the dump forgot.
+void check_equal(const config& a, const config& b) {
+  CHECK(a.cluster.workers == b.cluster.workers);
+  CHECK(a.parallel.dp == b.parallel.dp);
+  CHECK(a.parallel.pp == b.parallel.pp);
+  CHECK(a.parallel.tp == b.parallel.tp);
+  CHECK(a.model.kind == b.model.kind);
+  CHECK(a.model.hidden == b.model.hidden);
+  CHECK(a.model.n_layer == b.model.n_layer);
+  CHECK(a.model.n_head == b.model.n_head);
+  CHECK(a.model.d_model == b.model.d_model);
+  CHECK(a.model.context == b.model.context);
+  CHECK(a.data.dataset == b.data.dataset);
+  CHECK(a.data.dir == b.data.dir);
+  CHECK(a.data.cache_dir == b.data.cache_dir);
+  CHECK(a.train.steps == b.train.steps);
+  CHECK(a.train.global_batch == b.train.global_batch);
+  CHECK(a.train.micro_batch == b.train.micro_batch);
+  CHECK(a.train.lr == b.train.lr);
+  CHECK(a.train.seed == b.train.seed);
+  CHECK(a.train.determinism == b.train.determinism);
+  CHECK(a.train.optimizer == b.train.optimizer);
+  CHECK(a.train.weight_decay == b.train.weight_decay);
+  CHECK(a.train.beta1 == b.train.beta1);
+  CHECK(a.train.beta2 == b.train.beta2);
+  CHECK(a.train.eps == b.train.eps);
+  CHECK(a.train.momentum == b.train.momentum);
+  CHECK(a.train.grad_clip == b.train.grad_clip);
+  CHECK(a.train.warmup_steps == b.train.warmup_steps);
+  CHECK(a.train.lr_schedule == b.train.lr_schedule);
+  CHECK(a.train.min_lr == b.train.min_lr);
+  CHECK(a.train.eval_every == b.train.eval_every);
+  CHECK(a.train.log_every == b.train.log_every);
+  CHECK(a.train.threads == b.train.threads);
+  CHECK(a.fault_tolerance.heartbeat_ms == b.fault_tolerance.heartbeat_ms);
+  CHECK(a.fault_tolerance.timeout_ms == b.fault_tolerance.timeout_ms);
+  CHECK(a.fault_tolerance.checkpoint_every == b.fault_tolerance.checkpoint_every);
+  CHECK(a.fault_tolerance.checkpoint_dir == b.fault_tolerance.checkpoint_dir);
+  CHECK(a.fault_tolerance.keep == b.fault_tolerance.keep);
+  CHECK(a.control.bind == b.control.bind);
+  CHECK(a.control.max_message_bytes == b.control.max_message_bytes);
+}
+
+/// Every dotted key path of a two-level YAML mapping.
+std::set<std::string> key_paths(const std::string& yaml) {
+  std::set<std::string> out;
+  const YAML::Node root = YAML::Load(yaml);
+  for (auto s = root.begin(); s != root.end(); ++s) {
+    for (auto k = s->second.begin(); k != s->second.end(); ++k) {
+      out.insert(s->first.Scalar() + "." + k->first.Scalar());
+    }
+  }
+  return out;
+}
+
+struct broken_case {
+  const char* name;
+  const char* yaml;
+  std::vector<std::string> sets;
+  const char* file;  // "cfg.yaml" or "--set"
+  int line;          // 0: not meaningful (--set)
+  int col;
+  const char* key;
+  const char* message;  // substring of the issue's message
+  size_t count;         // issues expected in all (0: do not check)
+};
+
+// Columns count from 1; a value's column is where its first character is.
+const std::vector<broken_case> broken = {
+    // --- YAML syntax and document shape
+    {"unclosed flow list",
+     "model:\n  hidden: [256, 128\n",
+     {},
+     "cfg.yaml",
+     3,
+     1,
+     "",
+     "close the list with ']'",
+     1},
+    {"tab indentation", "train:\n\tlr: 0.1\n", {}, "cfg.yaml", 2, 4, "", "tabs", 1},
+    {"key out of line",
+     "train:\n  lr: 0.1\n steps: 5\n",
+     {},
+     "cfg.yaml",
+     3,
+     2,
+     "",
+     "indentation",
+     1},
+    {"empty file", "", {}, "cfg.yaml", 1, 1, "", "the config is empty", 1},
+    {"only comments", "# nothing here\n", {}, "cfg.yaml", 1, 1, "", "the config is empty", 1},
+    {"root is a list",
+     "- train\n- model\n",
+     {},
+     "cfg.yaml",
+     1,
+     1,
+     "",
+     "top level must be a mapping of sections",
+     1},
+    {"root is a scalar", "hello\n", {}, "cfg.yaml", 1, 1, "", "got hello", 1},
+    {"section is a scalar",
+     "model: mlp\n",
+     {},
+     "cfg.yaml",
+     1,
+     8,
+     "model",
+     "a section must be a mapping of keys, got mlp",
+     1},
+    {"two documents",
+     "train:\n  lr: 0.1\n---\ntrain:\n  lr: 0.2\n",
+     {},
+     "cfg.yaml",
+     4,
+     1,
+     "",
+     "more than one YAML document",
+     1},
+    {"duplicate key",
+     "train:\n  lr: 0.1\n  lr: 0.2\n",
+     {},
+     "cfg.yaml",
+     3,
+     3,
+     "train.lr",
+     "duplicate key (first set on line 2",
+     1},
+    {"duplicate section",
+     "train:\n  lr: 0.1\ntrain:\n  steps: 3\n",
+     {},
+     "cfg.yaml",
+     3,
+     1,
+     "train",
+     "duplicate section (first on line 1",
+     1},
+    // --- unknown names, with suggestions
+    {"section typo",
+     "trian:\n  lr: 0.1\n",
+     {},
+     "cfg.yaml",
+     1,
+     1,
+     "trian",
+     "did you mean train?",
+     1},
+    {"key at top level",
+     "model:\n  kind: mlp\nsteps: 10\n",
+     {},
+     "cfg.yaml",
+     3,
+     1,
+     "steps",
+     "did you mean train.steps?",
+     1},
+    {"key typo",
+     "train:\n  warmup_step: 3\n",
+     {},
+     "cfg.yaml",
+     2,
+     3,
+     "train.warmup_step",
+     "did you mean train.warmup_steps?",
+     1},
+    {"key in wrong section",
+     "model:\n  lr: 0.1\n",
+     {},
+     "cfg.yaml",
+     2,
+     3,
+     "model.lr",
+     "did you mean train.lr?",
+     1},
+    {"key unlike any",
+     "data:\n  xyzzy: 1\n",
+     {},
+     "cfg.yaml",
+     2,
+     3,
+     "data.xyzzy",
+     "keys: dataset, dir, cache_dir",
+     1},
+    // --- types
+    {"word where int",
+     "cluster:\n  workers: four\n",
+     {},
+     "cfg.yaml",
+     2,
+     12,
+     "cluster.workers",
+     "expected an integer, got four",
+     1},
+    {"float where int",
+     "train:\n  steps: 2.5\n",
+     {},
+     "cfg.yaml",
+     2,
+     10,
+     "train.steps",
+     "expected an integer, got 2.5",
+     1},
+    {"exponent where int",
+     "train:\n  steps: 1e3\n",
+     {},
+     "cfg.yaml",
+     2,
+     10,
+     "train.steps",
+     "write it as the whole number 1000",
+     1},
+    {"quoted number",
+     "train:\n  lr: \"0.01\"\n",
+     {},
+     "cfg.yaml",
+     2,
+     7,
+     "train.lr",
+     "remove the quotes",
+     1},
+    {"list where number",
+     "train:\n  lr: [0.1]\n",
+     {},
+     "cfg.yaml",
+     2,
+     7,
+     "train.lr",
+     "expected a number, got a list",
+     1},
+    {"scalar where list",
+     "model:\n  hidden: 64\n",
+     {},
+     "cfg.yaml",
+     2,
+     11,
+     "model.hidden",
+     "write [64] for a single layer",
+     1},
+    {"mapping where string",
+     "data:\n  dir: {a: 1}\n",
+     {},
+     "cfg.yaml",
+     2,
+     8,
+     "data.dir",
+     "expected a string, got a mapping",
+     1},
+    {"missing value",
+     "train:\n  lr:\n  steps: 3\n",
+     {},
+     "cfg.yaml",
+     2,
+     3,
+     "train.lr",
+     "has no value",
+     1},
+    {"empty string", "data:\n  dir: \"\"\n", {}, "cfg.yaml", 2, 8, "data.dir", "is empty", 1},
+    {"int32 overflow",
+     "train:\n  threads: 99999999999\n",
+     {},
+     "cfg.yaml",
+     2,
+     12,
+     "train.threads",
+     "too large for a 32-bit integer",
+     1},
+    {"infinite lr",
+     "train:\n  lr: .inf\n",
+     {},
+     "cfg.yaml",
+     2,
+     7,
+     "train.lr",
+     "must be a finite number",
+     1},
+    // --- ranges and enums
+    {"no workers",
+     "cluster:\n  workers: 0\n",
+     {},
+     "cfg.yaml",
+     2,
+     12,
+     "cluster.workers",
+     "must be >= 1, got 0",
+     1},
+    {"zero lr", "train:\n  lr: 0\n", {}, "cfg.yaml", 2, 7, "train.lr", "must be > 0, got 0", 1},
+    {"bad list element",
+     "model:\n  hidden: [64, 0, 10]\n",
+     {},
+     "cfg.yaml",
+     2,
+     16,
+     "model.hidden[1]",
+     "must be >= 1, got 0",
+     1},
+    {"zero heartbeat",
+     "fault_tolerance:\n  heartbeat_ms: 0\n",
+     {},
+     "cfg.yaml",
+     2,
+     17,
+     "fault_tolerance.heartbeat_ms",
+     "must be >= 1",
+     1},
+    {"keep nothing",
+     "fault_tolerance:\n  keep: 0\n",
+     {},
+     "cfg.yaml",
+     2,
+     9,
+     "fault_tolerance.keep",
+     "must be >= 1",
+     1},
+    {"negative seed",
+     "train:\n  seed: -1\n",
+     {},
+     "cfg.yaml",
+     2,
+     9,
+     "train.seed",
+     "must be >= 0, got -1",
+     1},
+    {"beta1 of one",
+     "train:\n  beta1: 1.0\n",
+     {},
+     "cfg.yaml",
+     2,
+     10,
+     "train.beta1",
+     "must be in [0, 1)",
+     1},
+    {"unknown model kind",
+     "model:\n  kind: transformer\n",
+     {},
+     "cfg.yaml",
+     2,
+     9,
+     "model.kind",
+     "use one of mlp, gpt",
+     1},
+    {"determinism typo",
+     "train:\n  determinism: bitwize\n",
+     {},
+     "cfg.yaml",
+     2,
+     16,
+     "train.determinism",
+     "did you mean bitwise?",
+     1},
+    {"optimizer typo",
+     "train:\n  optimizer: adam\n",
+     {},
+     "cfg.yaml",
+     2,
+     14,
+     "train.optimizer",
+     "did you mean adamw?",
+     1},
+    {"unknown schedule",
+     "train:\n  lr_schedule: linear\n",
+     {},
+     "cfg.yaml",
+     2,
+     16,
+     "train.lr_schedule",
+     "use one of constant, cosine",
+     1},
+    {"unknown dataset",
+     "data:\n  dataset: mnist\n",
+     {},
+     "cfg.yaml",
+     2,
+     12,
+     "data.dataset",
+     "use one of fashion_mnist, kjv",
+     1},
+    {"bind without transport",
+     "control:\n  bind: localhost:5555\n",
+     {},
+     "cfg.yaml",
+     2,
+     9,
+     "control.bind",
+     "not a ZeroMQ endpoint",
+     1},
+    // --- contradictions
+    {"grid does not match workers",
+     "cluster:\n  workers: 4\nparallel:\n  dp: 2\n",
+     {},
+     "cfg.yaml",
+     4,
+     7,
+     "parallel.dp",
+     "2 * 1 * 1 = 2 does not match cluster.workers = 4",
+     1},
+    {"pipeline not implemented",
+     "cluster:\n  workers: 2\nparallel:\n  pp: 2\n",
+     {},
+     "cfg.yaml",
+     4,
+     7,
+     "parallel.pp",
+     "pipeline parallelism (pp = 2) is not implemented yet",
+     1},
+    {"tensor not implemented",
+     "cluster:\n  workers: 2\nparallel:\n  tp: 2\n",
+     {},
+     "cfg.yaml",
+     4,
+     7,
+     "parallel.tp",
+     "tensor parallelism (tp = 2) is not implemented yet",
+     1},
+    {"workers not divisible by pp*tp",
+     "cluster:\n  workers: 3\nparallel:\n  tp: 2\n",
+     {},
+     "cfg.yaml",
+     2,
+     12,
+     "cluster.workers",
+     "is not divisible by pp * tp = 2",
+     2},
+    {"micro does not divide global",
+     "train:\n  global_batch: 100\n  micro_batch: 32\n",
+     {},
+     "cfg.yaml",
+     3,
+     16,
+     "train.micro_batch",
+     "use micro_batch 25 or 50",
+     1},
+    {"too few micro-batches for dp",
+     "cluster:\n  workers: 4\ntrain:\n  global_batch: 64\n  micro_batch: 32\n",
+     {},
+     "cfg.yaml",
+     5,
+     16,
+     "train.micro_batch",
+     "cannot feed dp = 4 replicas (use micro_batch <= 16)",
+     1},
+    {"gpt on fashion_mnist",
+     "model:\n  kind: gpt\ndata:\n  dataset: fashion_mnist\n",
+     {},
+     "cfg.yaml",
+     4,
+     12,
+     "data.dataset",
+     "model.kind gpt trains on kjv",
+     1},
+    {"mlp on kjv",
+     "model:\n  kind: mlp\ndata:\n  dataset: kjv\n",
+     {},
+     "cfg.yaml",
+     4,
+     12,
+     "data.dataset",
+     "model.kind mlp trains on fashion_mnist",
+     1},
+    {"heads do not divide width",
+     "model:\n  kind: gpt\n  n_head: 5\n",
+     {},
+     "cfg.yaml",
+     3,
+     11,
+     "model.n_head",
+     "d_model = 128 is not divisible by n_head = 5 (use n_head 4 or 8",
+     1},
+    {"warmup longer than run",
+     "train:\n  steps: 100\n  warmup_steps: 200\n",
+     {},
+     "cfg.yaml",
+     3,
+     17,
+     "train.warmup_steps",
+     "warmup_steps = 200 exceeds steps = 100",
+     1},
+    {"timeout not above heartbeat",
+     "fault_tolerance:\n  heartbeat_ms: 200\n  timeout_ms: 200\n",
+     {},
+     "cfg.yaml",
+     3,
+     15,
+     "fault_tolerance.timeout_ms",
+     "must exceed heartbeat_ms = 200",
+     1},
+    {"cosine floor above peak",
+     "train:\n  lr: 0.001\n  min_lr: 0.01\n",
+     {},
+     "cfg.yaml",
+     3,
+     11,
+     "train.min_lr",
+     "min_lr = 0.01 is above lr = 0.001",
+     1},
+    // --- overrides: reported with file --set and the override text
+    {"override without =",
+     "train:\n  lr: 0.1\n",
+     {"train.lr"},
+     "--set",
+     0,
+     0,
+     "",
+     "in 'train.lr': an override needs the form dotted.key=value",
+     1},
+    {"override unknown key",
+     "train:\n  lr: 0.1\n",
+     {"train.lrr=0.1"},
+     "--set",
+     0,
+     0,
+     "train.lrr",
+     "in 'train.lrr=0.1': unknown key (did you mean train.lr?)",
+     1},
+    {"override of a section",
+     "train:\n  lr: 0.1\n",
+     {"train=1"},
+     "--set",
+     0,
+     0,
+     "train",
+     "is a section; set one key at a time",
+     1},
+    {"override float where int",
+     "train:\n  lr: 0.1\n",
+     {"parallel.dp=2.5"},
+     "--set",
+     0,
+     0,
+     "parallel.dp",
+     "in 'parallel.dp=2.5': expected an integer, got 2.5",
+     1},
+    {"override out of range",
+     "train:\n  lr: 0.1\n",
+     {"train.lr=-1"},
+     "--set",
+     0,
+     0,
+     "train.lr",
+     "must be > 0, got -1",
+     1},
+    {"override bad YAML",
+     "train:\n  lr: 0.1\n",
+     {"model.hidden=[64,"},
+     "--set",
+     0,
+     0,
+     "model.hidden",
+     "YAML syntax error in the value",
+     1},
+    {"override contradicts file",
+     "cluster:\n  workers: 4\n",
+     {"parallel.dp=3"},
+     "--set",
+     0,
+     0,
+     "parallel.dp",
+     "does not match cluster.workers = 4",
+     1},
+};
+
+}  // namespace
+
+TEST_CASE("every broken config yields its issue at its line and column") {
+  CHECK(broken.size() >= 20);
+  for (const broken_case& b : broken) {
+    const std::string name = b.name;
+    CAPTURE(name);
+    const std::vector<config_issue> issues = issues_of(b.yaml, b.sets);
+    CAPTURE(all_text(issues));
+    REQUIRE_FALSE(issues.empty());
+    if (b.count) CHECK(issues.size() == b.count);
+    bool found = false;
+    for (const config_issue& i : issues) {
+      if (i.file == b.file && i.line == b.line && i.col == b.col && i.key == b.key &&
+          i.message.find(b.message) != std::string::npos) {
+        found = true;
+      }
+    }
+    CHECK_MESSAGE(found, "no issue " << b.file << ":" << b.line << ":" << b.col << ": " << b.key
+                                     << ": ..." << b.message << "...");
+    // Every issue says how to fix it, in parentheses, as the format promises.
+    for (const config_issue& i : issues) CHECK(i.message.find('(') != std::string::npos);
+  }
+}
+
+TEST_CASE("all issues are reported at once, in file order, overrides last") {
+  const std::string text =
+      "train:\n"
+      "  lr: -1\n"          // 2: range
+      "  steps: ten\n"      // 3: type
+      "  optimiser: sgd\n"  // 4: unknown key
+      "model:\n"
+      "  kind: gtp\n"  // 6: enum
+      "bogus: 1\n";    // 7: unknown section
+  const auto issues = issues_of(text, {"train.seed=x", "nope"});
+  CAPTURE(all_text(issues));
+  REQUIRE(issues.size() == 7);
+  const int lines[] = {2, 3, 4, 6, 7};
+  for (int i = 0; i < 5; ++i) {
+    CHECK(issues[i].file == "cfg.yaml");
+    CHECK(issues[i].line == lines[i]);
+  }
+  CHECK(issues[3].message.find("did you mean gpt?") != std::string::npos);
+  CHECK(issues[5].file == "--set");
+  CHECK(issues[5].key == "train.seed");
+  CHECK(issues[6].message.find("in 'nope'") != std::string::npos);
+}
+
+TEST_CASE("config_issue::format and config_error") {
+  config_issue i{"cfg.yaml", 3, 5, "train.lr", "must be > 0, got 0 (use a value > 0)"};
+  CHECK(i.format() == "cfg.yaml:3:5: train.lr: must be > 0, got 0 (use a value > 0)");
+  i.col = 0;
+  CHECK(i.format() == "cfg.yaml:3: train.lr: must be > 0, got 0 (use a value > 0)");
+  config_issue s{"--set", 0, 0, "", "in 'x': bad (fix)"};
+  CHECK(s.format() == "--set: in 'x': bad (fix)");
+
+  try {
+    cohort::load_config_text("train:\n  lr: 0\n  steps: 0\n", "f.yaml");
+    FAIL("expected a config_error");
+  } catch (const config_error& e) {
+    CHECK(e.exit_status() == cohort::exit_usage);
+    CHECK(std::string(e.what()) ==
+          "invalid config (2 problems)\n" + e.issues()[0].format() + "\n" + e.issues()[1].format());
+    CHECK(e.issues()[0].format().rfind("f.yaml:2:7: train.lr: must be > 0", 0) == 0);
+  }
+}
+
+TEST_CASE("load_config reads files and names them in issues") {
+  const std::string path =
+      (std::filesystem::temp_directory_path() / "cohort_test_config_bad.yaml").string();
+  {
+    std::ofstream out(path);
+    out << "cluster:\n  workers: 0\n";
+  }
+  try {
+    cohort::load_config(path);
+    FAIL("expected a config_error");
+  } catch (const config_error& e) {
+    REQUIRE(e.issues().size() == 1);
+    CHECK(e.issues()[0].format().rfind(path + ":2:12: cluster.workers: must be >= 1", 0) == 0);
+  }
+  std::remove(path.c_str());
+  try {
+    cohort::load_config(path);
+    FAIL("expected a config_error");
+  } catch (const config_error& e) {
+    REQUIRE(e.issues().size() == 1);
+    CHECK(e.issues()[0].file == path);
+    CHECK(e.issues()[0].message.find("cannot read the config file") != std::string::npos);
+  }
+}
+
+TEST_CASE("derived defaults: dp from the grid, dataset from the model") {
+  config c = cohort::load_config_text("cluster:\n  workers: 6\ntrain:\n  micro_batch: 16\n", "t");
+  CHECK(c.parallel.dp == 6);
+  CHECK(c.source == "t");
+  c = cohort::load_config_text("cluster:\n  workers: 3\nparallel:\n  dp: 0\n", "t",
+                               {"train.micro_batch=32"});
+  CHECK(c.parallel.dp == 3);
+  c = cohort::load_config_text("model:\n  kind: gpt\n", "t");
+  CHECK(c.data.dataset == "kjv");
+  CHECK(c.model.n_layer == 4);
+  c = cohort::load_config_text("model:\n  kind: mlp\ntrain:\n", "t");  // empty section
+  CHECK(c.data.dataset == "fashion_mnist");
+  CHECK(c.parallel.dp == 1);
+  // Everything else is the struct's initialiser.
+  config defaults;
+  defaults.parallel.dp = 1;
+  check_equal(c, defaults);
+}
+
+TEST_CASE("--set overrides are parsed as YAML and win over the file") {
+  const std::string text =
+      "cluster:\n  workers: 2\nmodel:\n  hidden: [10]\ntrain:\n  micro_batch: 64\n";
+  config c = cohort::load_config_text(
+      text, "t",
+      {"parallel.dp=2", "model.hidden=[64,32]", "train.lr=0.5", "train.lr=3e-4",
+       "data.dir=/tmp/with space", "control.bind=tcp://0.0.0.0:5555",
+       "train.seed=18446744073709551615"});
+  CHECK(c.parallel.dp == 2);
+  CHECK(c.model.hidden == std::vector<int>{64, 32});
+  CHECK(c.train.lr == 3e-4f);  // the later --set wins
+  CHECK(c.data.dir == "/tmp/with space");
+  CHECK(c.control.bind == "tcp://0.0.0.0:5555");
+  CHECK(c.train.seed == 18446744073709551615ull);
+  // An override can also repair a file value, and '=' inside the value is kept.
+  c = cohort::load_config_text("train:\n  lr: 0\n", "t", {"train.lr=0.1", "data.dir=a=b"});
+  CHECK(c.train.lr == 0.1f);
+  CHECK(c.data.dir == "a=b");
+  // An override with an empty value has no value.
+  const auto issues = issues_of("train:\n  lr: 0.1\n", {"train.steps="});
+  REQUIRE(issues.size() == 1);
+  CHECK(issues[0].message.find("has no value") != std::string::npos);
+}
+
+TEST_CASE("dump_config round-trips to an equal config") {
+  config c = cohort::load_config_text("cluster:\n  workers: 4\n", "t",
+                                      {"model.kind=gpt",
+                                       "model.hidden=[]",
+                                       "model.n_layer=6",
+                                       "model.n_head=8",
+                                       "model.d_model=256",
+                                       "model.context=64",
+                                       "data.dir='quote \" and back\\slash'",
+                                       "data.cache_dir=~/c",
+                                       "train.steps=123456789012",
+                                       "train.global_batch=96",
+                                       "train.micro_batch=24",
+                                       "train.lr=0.1",
+                                       "train.seed=18446744073709551615",
+                                       "train.determinism=bitwise",
+                                       "train.optimizer=sgd",
+                                       "train.weight_decay=1e-4",
+                                       "train.beta1=0.8",
+                                       "train.beta2=0.95",
+                                       "train.eps=1e-6",
+                                       "train.momentum=0.5",
+                                       "train.grad_clip=1",
+                                       "train.warmup_steps=7",
+                                       "train.lr_schedule=cosine",
+                                       "train.min_lr=1.17549435e-38",
+                                       "train.eval_every=11",
+                                       "train.log_every=3",
+                                       "train.threads=2",
+                                       "fault_tolerance.heartbeat_ms=7",
+                                       "fault_tolerance.timeout_ms=9",
+                                       "fault_tolerance.checkpoint_every=5",
+                                       "fault_tolerance.checkpoint_dir=ck pts",
+                                       "fault_tolerance.keep=2",
+                                       "control.bind=ipc:///tmp/x",
+                                       "control.max_message_bytes=1000"});
+  CHECK(c.data.dir == "quote \" and back\\slash");
+  CHECK(c.model.hidden.empty());
+  CHECK(c.data.dataset == "kjv");
+  const std::string text = cohort::dump_config(c);
+  CAPTURE(text);
+  const config back = cohort::load_config_text(text, "dump");
+  check_equal(c, back);
+  CHECK(cohort::dump_config(back) == text);
+
+  // Defaults too, and values whose shortest text needs all nine digits.
+  config d = cohort::load_config_text("train:\n  lr: 0.1\n", "t",
+                                      {"train.beta2=0.99999994", "train.eps=1.4e-45"});
+  CHECK(d.train.beta2 == 0.99999994f);
+  const config d2 = cohort::load_config_text(cohort::dump_config(d), "dump");
+  check_equal(d, d2);
+}
+
+TEST_CASE("dump_config prints every key of the schema, sections in a fixed order") {
+  const std::string text =
+      cohort::dump_config(cohort::load_config_text("model:\n  kind: mlp\n", "t"));
+  const char* order[] = {
+      "cluster:", "parallel:", "model:", "data:", "train:", "fault_tolerance:", "control:"};
+  size_t at = 0;
+  for (const char* s : order) {
+    const size_t pos = text.find(std::string("\n") + s);
+    const size_t found = text.rfind(s, 0) == 0 ? 0 : pos;
+    REQUIRE_MESSAGE(found != std::string::npos, s);
+    CHECK(found >= at);
+    at = found;
+  }
+  const std::set<std::string> keys = key_paths(text);
+  CHECK(keys.size() == 39);
+  for (const char* k : {"cluster.workers", "parallel.dp", "model.hidden", "data.cache_dir",
+                        "train.threads", "fault_tolerance.keep", "control.max_message_bytes"}) {
+    CHECK(keys.count(k) == 1);
+  }
+}
+
+TEST_CASE("config_hash is the SHA-256 of the dump") {
+  const config a = cohort::load_config_text("train:\n  lr: 0.1\n", "a");
+  const config b = cohort::load_config_text("train:\n  lr: 0.1\n", "elsewhere");
+  const config c = cohort::load_config_text("train:\n  lr: 0.2\n", "a");
+  const std::string h = cohort::config_hash(a);
+  CHECK(h.size() == 64);
+  CHECK(h.find_first_not_of("0123456789abcdef") == std::string::npos);
+  CHECK(h == cohort::sha256_hex(cohort::dump_config(a)));
+  CHECK(h == cohort::config_hash(b));  // where it was read from does not matter
+  CHECK(h != cohort::config_hash(c));
+}
+
+TEST_CASE("did-you-mean suggestions") {
+  auto first_message = [](const std::string& text) {
+    const auto issues = issues_of(text);
+    REQUIRE(issues.size() == 1);
+    return issues[0].message;
+  };
+  CHECK(first_message("fault_tolerence:\n  keep: 2\n").find("did you mean fault_tolerance?") !=
+        std::string::npos);
+  CHECK(first_message("Train:\n  lr: 0.1\n").find("did you mean train?") != std::string::npos);
+  // A swap of two letters is one edit.
+  CHECK(first_message("train:\n  rl: 0.1\n").find("did you mean train.lr?") != std::string::npos);
+  // A prefix of three or more letters.
+  CHECK(first_message("train:\n  warmup: 10\n").find("did you mean train.warmup_steps?") !=
+        std::string::npos);
+  CHECK(first_message("model:\n  n_heads: 4\n").find("did you mean model.n_head?") !=
+        std::string::npos);
+  CHECK(first_message("train:\n  heartbeat_ms: 4\n")
+            .find("did you mean fault_tolerance.heartbeat_ms? it belongs in section "
+                  "fault_tolerance") != std::string::npos);
+  // Nothing close: the message lists what exists instead of guessing.
+  const std::string none = first_message("control:\n  zzzzzz: 1\n");
+  CHECK(none.find("did you mean") == std::string::npos);
+  CHECK(none.find("keys: bind, max_message_bytes") != std::string::npos);
+  const auto set = issues_of("train:\n  lr: 0.1\n", {"fault_tolerance.timeout=100"});
+  REQUIRE(set.size() == 1);
+  CHECK(set[0].message.find("did you mean fault_tolerance.timeout_ms?") != std::string::npos);
+}
+
+TEST_CASE("every config in configs/ is valid") {
+  int seen = 0;
+  for (const auto& f : std::filesystem::directory_iterator(source_dir + "/configs")) {
+    if (f.path().extension() != ".yaml") continue;
+    CAPTURE(f.path().string());
+    ++seen;
+    try {
+      cohort::load_config(f.path().string());
+    } catch (const config_error& e) {
+      FAIL_CHECK(e.what());
+    }
+  }
+  CHECK(seen >= 4);
+}
+
+TEST_CASE("the shipped configs say what they promise") {
+  const config mlp = cohort::load_config(source_dir + "/configs/fashion_mlp.yaml");
+  CHECK(mlp.model.kind == "mlp");
+  CHECK(mlp.model.hidden == std::vector<int>{256, 128});
+  CHECK(mlp.data.dataset == "fashion_mnist");
+  CHECK(mlp.train.optimizer == "adamw");
+  CHECK(mlp.cluster.workers == 1);
+  CHECK(mlp.parallel.dp == 1);
+
+  // The dp4 config is the same run on four workers: only the grid (and where its
+  // checkpoints go, so the two runs do not overwrite each other) differs.
+  config dp4 = cohort::load_config(source_dir + "/configs/fashion_mlp_dp4.yaml");
+  CHECK(dp4.cluster.workers == 4);
+  CHECK(dp4.parallel.dp == 4);
+  CHECK(dp4.train.global_batch / dp4.train.micro_batch >= 4);
+  CHECK(dp4.fault_tolerance.checkpoint_dir != mlp.fault_tolerance.checkpoint_dir);
+  dp4.cluster.workers = 1;
+  dp4.parallel.dp = 1;
+  dp4.fault_tolerance.checkpoint_dir = mlp.fault_tolerance.checkpoint_dir;
+  CHECK(cohort::dump_config(dp4) == cohort::dump_config(mlp));
+
+  const config gpt = cohort::load_config(source_dir + "/configs/kjv_gpt.yaml");
+  CHECK(gpt.model.kind == "gpt");
+  CHECK(gpt.data.dataset == "kjv");
+  CHECK(gpt.model.n_layer == 4);
+  CHECK(gpt.model.n_head == 4);
+  CHECK(gpt.model.d_model == 128);
+  CHECK(gpt.model.context == 128);
+  CHECK(gpt.train.global_batch == 16);
+  CHECK(gpt.train.grad_clip == 1.0f);
+  CHECK(gpt.train.warmup_steps > 0);
+  CHECK(gpt.train.lr_schedule == "cosine");
+  // Sized for under 10 minutes at ~12k tokens/s on one core (docs/config.md).
+  const double tokens = double(gpt.train.steps) * gpt.train.global_batch * gpt.model.context;
+  CHECK(tokens / 12000.0 < 600.0);
+}
+
+TEST_CASE("configs/reference.yaml is the generated reference and holds every key") {
+  const std::string path = source_dir + "/configs/reference.yaml";
+  const std::string text = read_text(path);
+  CHECK_MESSAGE(text == cohort::reference_config_yaml(),
+                "regenerate: cohort validate --reference > configs/reference.yaml");
+  // Loading it gives the defaults (dp resolved from one worker).
+  const config c = cohort::load_config(path);
+  config defaults;
+  defaults.parallel.dp = 1;
+  check_equal(c, defaults);
+  // Every key, written out, with a comment above it.
+  const std::string dumped = cohort::dump_config(c);
+  CHECK(key_paths(text) == key_paths(dumped));
+  std::istringstream lines(text);
+  std::string line, previous;
+  int keys = 0;
+  while (std::getline(lines, line)) {
+    if (line.rfind("  ", 0) == 0 && line[2] != '#') {
+      ++keys;
+      CHECK_MESSAGE(previous.rfind("  # ", 0) == 0, line);
+    }
+    previous = line;
+  }
+  CHECK(keys == 39);
+}
+
+TEST_CASE("docs/config.md holds the generated key table") {
+  const std::string doc = read_text(source_dir + "/docs/config.md");
+  CHECK_MESSAGE(doc.find(cohort::config_keys_markdown()) != std::string::npos,
+                "regenerate the table: cohort validate --keys-markdown");
+}
