@@ -133,7 +133,11 @@ status not_built(const char* what) {
 }  // namespace
 
 int device_count() { return 0; }
-status device_info_of(int, device_info*) { return not_built("device_info_of"); }
+status device_info_of(int, device_info* out) {
+  // Argument errors first, as in the CUDA build, so callers see the same status either way.
+  if (out == nullptr) return set_error(status::invalid_argument, "device_info_of: null output");
+  return not_built("device_info_of");
+}
 status set_device(int) { return not_built("set_device"); }
 status device_malloc(void** ptr, std::size_t) {
   if (ptr != nullptr) *ptr = nullptr;

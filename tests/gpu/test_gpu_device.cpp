@@ -91,15 +91,16 @@ TEST_CASE("block_size_for: classes, alignment and bounded rounding") {
   CHECK(g::device_pool::block_size_for(1280, 256) == 1280);
   CHECK(g::device_pool::block_size_for(1281, 256) == 1536);
   CHECK(g::device_pool::block_size_for((5u << 20) + 1, 256) == (6u << 20));
-  std::size_t prev = 0;
+  std::size_t prev = 0, violations = 0;
   for (std::size_t b = 1; b < 200000; b += 7) {
     const std::size_t s = g::device_pool::block_size_for(b, 256);
-    REQUIRE(s >= b);
-    REQUIRE(s % 256 == 0);
-    REQUIRE(s >= prev);                     // monotone: a bigger request never gets a smaller block
-    if (b > 1024) REQUIRE(s * 4 <= b * 5);  // at most 25% rounding above 4 * min_block
+    const bool ok = s >= b && s % 256 == 0 &&
+                    s >= prev &&                    // monotone: bigger requests, bigger blocks
+                    (b <= 1024 || s * 4 <= b * 5);  // <= 25% rounding above 4 * min_block
+    if (!ok && violations++ == 0) MESSAGE("first violation: " << b << " -> " << s);
     prev = s;
   }
+  CHECK(violations == 0);
 }
 
 TEST_CASE("device_pool over host chunks: carving, reuse and exact stats") {
