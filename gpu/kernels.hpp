@@ -58,6 +58,20 @@ void sgd_step(float* p, const float* g, float* buf, int64_t n, float lr, float m
 /// sum of squares (double accumulation) for gradient-norm clipping.
 double sum_squares(const float* x, int64_t n);
 void scale(float* x, float s, int64_t n);
+
+// CPU-only helpers (no CUDA twin needed): the thread count of the CPU path and the
+// residual-stream add the CPU models use between blocks.
+/// Sets the threads OpenBLAS uses (>= 1); results must not depend on the machine's cores.
+void set_num_threads(int n);
+/// Threads OpenBLAS currently uses.
+int num_threads();
+/// Forces the portable (non-SIMD) loops when on; off restores what the CPU supports. The
+/// two paths compute the same formulas; tests use this to check one against the other.
+void set_portable_kernels(bool on);
+/// True when the AVX2/FMA loops are in use.
+bool simd_kernels();
+/// y += x elementwise.
+void add_inplace(float* y, const float* x, int64_t n);
 }  // namespace cpu
 
 }  // namespace cohort::gpu

@@ -1,0 +1,112 @@
+#include "runtime/nn/bench.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <memory>
+
+#include "gpu/kernels.hpp"
+#include "runtime/core/batch.hpp"
+#include "runtime/core/error.hpp"
+#include "runtime/core/rng.hpp"
+#include "runtime/nn/gpt.hpp"
+#include "runtime/nn/mlp.hpp"
+#include "runtime/nn/optim.hpp"
+
+namespace cohort::nn {
+
+namespace {
+
+// A few distinct batches, cycled, so the timed loop does no data work and still does not
+// see the same batch every step.
+constexpr int k_distinct_batches = 4;
+
+std::vector<batch> synth_mlp(int n, int features, int classes, uint64_t seed) {
+  std::vector<batch> out(k_distinct_batches);
+  for (int k = 0; k < k_distinct_batches; ++k) {
+    rng r(hash_coords(seed, 0xB0, k));
+    batch& b = out[k];
+    b.n = n;
+    b.features = features;
+    b.x.resize(static_cast<std::size_t>(n) * features);
+    for (float& v : b.x) v = r.uniform();  // pixel-like values in [0, 1)
+    b.targets.resize(n);
+    for (int32_t& t : b.targets) t = static_cast<int32_t>(r.below(classes));
+  }
+  return out;
+}
+
+std::vector<batch> synth_gpt(int n, int t, int vocab, uint64_t seed) {
+  std::vector<batch> out(k_distinct_batches);
+  for (int k = 0; k < k_distinct_batches; ++k) {
+    rng r(hash_coords(seed, 0xB1, k));
+    batch& b = out[k];
+    b.n = n;
+    b.t = t;
+    // A random stream of t+1 tokens per row; targets are the ids shifted by one.
+    std::vector<int32_t> stream(static_cast<std::size_t>(t) + 1);
+    for (int i = 0; i < n; ++i) {
+      for (int32_t& s : stream) s = static_cast<int32_t>(r.below(vocab));
+      b.ids.insert(b.ids.end(), stream.begin(), stream.end() - 1);
+      b.targets.insert(b.targets.end(), stream.begin() + 1, stream.end());
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+bench_result bench_train(const bench_options& o) {
+  if (o.steps < 1 || o.warmup < 0) throw usage_error("bench train: --steps must be >= 1");
+  gpu::cpu::set_num_threads(o.threads);
+  bench_result res;
+  res.model = o.model;
+  res.steps = o.steps;
+  res.threads = o.threads;
+  std::unique_ptr<model> m;
+  std::vector<batch> data;
+  if (o.model == "mlp") {
+    res.batch = o.batch > 0 ? o.batch : 128;
+    res.tokens_per_step = res.batch;
+    m = std::make_unique<mlp>(784, o.hidden, 10, res.batch, o.seed);
+    data = synth_mlp(res.batch, 784, 10, o.seed);
+  } else if (o.model == "gpt") {
+    res.batch = o.batch > 0 ? o.batch : 16;
+    res.tokens_per_step = res.batch * o.context;
+    m = std::make_unique<gpt>(o.vocab, o.context, o.n_layer, o.n_head, o.d_model, res.batch,
+                              o.seed);
+    data = synth_gpt(res.batch, o.context, o.vocab, o.seed);
+  } else {
+    throw usage_error("bench train: unknown --model '" + o.model + "' (expected mlp or gpt)");
+  }
+  res.params = m->num_params();
+  optim_options oo;
+  oo.kind = "adamw";
+  adamw opt(m->flat_values(), m->flat_grads(), oo);
+
+  using clock = std::chrono::steady_clock;
+  auto train_step = [&](int i) {
+    m->zero_grad();
+    const float loss = m->forward_backward(data[i % k_distinct_batches], 1.0f);
+    opt.step(o.lr);
+    return loss;
+  };
+  for (int i = 0; i < o.warmup; ++i) train_step(i);
+  double best = 1e300;
+  const auto t0 = clock::now();
+  for (int i = 0; i < o.steps; ++i) {
+    const auto s0 = clock::now();
+    const float loss = train_step(o.warmup + i);
+    best = std::min(best, std::chrono::duration<double>(clock::now() - s0).count());
+    if (i == 0) res.first_loss = loss;
+    res.last_loss = loss;
+  }
+  res.seconds = std::chrono::duration<double>(clock::now() - t0).count();
+  res.ms_per_step = 1e3 * res.seconds / o.steps;
+  res.best_ms = 1e3 * best;
+  res.samples_per_s = res.batch * o.steps / res.seconds;
+  if (o.model == "gpt")
+    res.tokens_per_s = static_cast<double>(res.tokens_per_step) * o.steps / res.seconds;
+  return res;
+}
+
+}  // namespace cohort::nn

@@ -1,0 +1,237 @@
+#include "runtime/nn/gpt.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "runtime/core/error.hpp"
+
+namespace cohort::nn {
+
+namespace cpu = gpu::cpu;
+
+void gpt_block::forward(gpt_block_acts& a, const float* x, int b, int t) const {
+  const int rows = b * t, c = ln_1.c;
+  ln_1.forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x, rows);
+  c_attn.forward(a.qkv.data(), a.ln1.data(), rows);
+  cpu::attention_fwd(a.atty.data(), a.att.data(), a.qkv.data(), b, t, c, n_head);
+  attn_proj.forward(a.res2.data(), a.atty.data(), rows);
+  cpu::add_inplace(a.res2.data(), x, static_cast<int64_t>(rows) * c);
+  ln_2.forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.res2.data(), rows);
+  c_fc.forward(a.fch.data(), a.ln2.data(), rows);
+  cpu::gelu_fwd(a.fch_gelu.data(), a.fch.data(), static_cast<int64_t>(rows) * 4 * c);
+  mlp_proj.forward(a.out.data(), a.fch_gelu.data(), rows);
+  cpu::add_inplace(a.out.data(), a.res2.data(), static_cast<int64_t>(rows) * c);
+}
+
+void gpt_block::backward(gpt_block_acts& a, gpt_grad_scratch& s, float* dres, const float* x, int b,
+                         int t) {
+  const int rows = b * t, c = ln_1.c;
+  const int64_t n = static_cast<int64_t>(rows) * c;
+  // MLP branch: the residual passes dres through unchanged, the branch adds its part.
+  mlp_proj.backward(s.dfch_gelu.data(), dres, a.fch_gelu.data(), rows);
+  cpu::gelu_bwd(s.dfch.data(), s.dfch_gelu.data(), a.fch.data(), 4 * n);
+  c_fc.backward(s.dln.data(), s.dfch.data(), a.ln2.data(), rows);
+  ln_2.backward(s.dtmp.data(), s.dln.data(), a.res2.data(), a.ln2_mean.data(), a.ln2_rstd.data(),
+                rows);
+  cpu::add_inplace(dres, s.dtmp.data(), n);
+  // Attention branch.
+  attn_proj.backward(s.datty.data(), dres, a.atty.data(), rows);
+  cpu::attention_bwd(s.dqkv.data(), s.datt.data(), s.datty.data(), a.qkv.data(), a.att.data(), b, t,
+                     c, n_head);
+  c_attn.backward(s.dln.data(), s.dqkv.data(), a.ln1.data(), rows);
+  ln_1.backward(s.dtmp.data(), s.dln.data(), x, a.ln1_mean.data(), a.ln1_rstd.data(), rows);
+  cpu::add_inplace(dres, s.dtmp.data(), n);
+}
+
+gpt::gpt(int vocab, int context, int n_layer, int n_head, int d_model, int max_batch, uint64_t seed,
+         pool& p)
+    : model(p), shape_{vocab, context, n_layer, n_head, d_model} {
+  if (vocab < 1 || context < 1 || n_layer < 1 || n_head < 1 || d_model < 1)
+    throw usage_error("gpt: vocab, context, n_layer, n_head and d_model must all be >= 1");
+  if (d_model % n_head != 0)
+    throw usage_error("gpt: d_model (" + std::to_string(d_model) +
+                      ") must be divisible by n_head (" + std::to_string(n_head) + ")");
+  const int C = d_model;
+  const init_spec w_init{init_spec::normal, 0.02f};
+  const init_spec proj_init{init_spec::normal,
+                            0.02f / std::sqrt(2.0f * static_cast<float>(n_layer))};
+  const init_spec zero{init_spec::constant, 0.0f};
+  const init_spec one{init_spec::constant, 1.0f};
+
+  begin_block("embedding");
+  add_param("transformer.wte.weight", {vocab, C}, w_init);
+  add_param("transformer.wpe.weight", {context, C}, w_init);
+  for (int l = 0; l < n_layer; ++l) {
+    const std::string h = "transformer.h." + std::to_string(l) + ".";
+    begin_block("h." + std::to_string(l));
+    add_param(h + "ln_1.weight", {C}, one);
+    add_param(h + "ln_1.bias", {C}, zero);
+    add_param(h + "attn.c_attn.weight", {3 * C, C}, w_init);
+    add_param(h + "attn.c_attn.bias", {3 * C}, zero);
+    add_param(h + "attn.c_proj.weight", {C, C}, proj_init);
+    add_param(h + "attn.c_proj.bias", {C}, zero);
+    add_param(h + "ln_2.weight", {C}, one);
+    add_param(h + "ln_2.bias", {C}, zero);
+    add_param(h + "mlp.c_fc.weight", {4 * C, C}, w_init);
+    add_param(h + "mlp.c_fc.bias", {4 * C}, zero);
+    add_param(h + "mlp.c_proj.weight", {C, 4 * C}, proj_init);
+    add_param(h + "mlp.c_proj.bias", {C}, zero);
+  }
+  begin_block("head");
+  add_param("transformer.ln_f.weight", {C}, one);
+  add_param("transformer.ln_f.bias", {C}, zero);
+  add_param("lm_head.weight", {vocab, C}, w_init);
+  finalize(seed);
+
+  // Bind layers to the views, walking parameters in the order they were declared.
+  std::size_t k = 0;
+  auto next = [&]() -> parameter& { return parameters()[k++]; };
+  auto bind_linear = [&](linear& l, int in, int out, bool bias) {
+    parameter& w = next();
+    l.w = w.value;
+    l.dw = w.grad;
+    if (bias) {
+      parameter& b = next();
+      l.b = b.value;
+      l.db = b.grad;
+    }
+    l.in = in;
+    l.out = out;
+  };
+  auto bind_ln = [&](layernorm& ln) {
+    parameter& w = next();
+    parameter& b = next();
+    ln.w = w.value;
+    ln.dw = w.grad;
+    ln.b = b.value;
+    ln.db = b.grad;
+    ln.c = C;
+  };
+  {
+    parameter& wte = next();
+    parameter& wpe = next();
+    emb_.wte = wte.value;
+    emb_.dwte = wte.grad;
+    emb_.wpe = wpe.value;
+    emb_.dwpe = wpe.grad;
+    emb_.c = C;
+  }
+  layers_.resize(n_layer);
+  for (gpt_block& blk : layers_) {
+    blk.n_head = n_head;
+    bind_ln(blk.ln_1);
+    bind_linear(blk.c_attn, C, 3 * C, true);
+    bind_linear(blk.attn_proj, C, C, true);
+    bind_ln(blk.ln_2);
+    bind_linear(blk.c_fc, C, 4 * C, true);
+    bind_linear(blk.mlp_proj, 4 * C, C, true);
+  }
+  bind_ln(ln_f_);
+  bind_linear(lm_head_, C, vocab, false);
+  COHORT_CHECK(k == parameters().size());
+  reserve(std::max(1, max_batch));
+}
+
+void gpt::reserve(int sequences) {
+  if (sequences <= capacity_) return;
+  const int64_t B = sequences, T = shape_.context, C = shape_.d_model, NH = shape_.n_head;
+  const int64_t V = shape_.vocab, rows = B * T;
+  pool& p = memory();
+  encoded_ = tensor({rows, C}, p);
+  acts_.clear();
+  acts_.resize(shape_.n_layer);
+  for (gpt_block_acts& a : acts_) {
+    a.ln1 = tensor({rows, C}, p);
+    a.ln1_mean = tensor({rows}, p);
+    a.ln1_rstd = tensor({rows}, p);
+    a.qkv = tensor({rows, 3 * C}, p);
+    a.att = tensor({B, NH, T, T}, p);
+    a.atty = tensor({rows, C}, p);
+    a.res2 = tensor({rows, C}, p);
+    a.ln2 = tensor({rows, C}, p);
+    a.ln2_mean = tensor({rows}, p);
+    a.ln2_rstd = tensor({rows}, p);
+    a.fch = tensor({rows, 4 * C}, p);
+    a.fch_gelu = tensor({rows, 4 * C}, p);
+    a.out = tensor({rows, C}, p);
+  }
+  lnf_ = tensor({rows, C}, p);
+  lnf_mean_ = tensor({rows}, p);
+  lnf_rstd_ = tensor({rows}, p);
+  logits_ = tensor({rows, V}, p);
+  probs_ = tensor({rows, V}, p);
+  losses_ = tensor({rows}, p);
+  scratch_.dtmp = tensor({rows, C}, p);
+  scratch_.dln = tensor({rows, C}, p);
+  scratch_.datty = tensor({rows, C}, p);
+  scratch_.dqkv = tensor({rows, 3 * C}, p);
+  scratch_.dfch = tensor({rows, 4 * C}, p);
+  scratch_.dfch_gelu = tensor({rows, 4 * C}, p);
+  scratch_.datt = tensor({B, NH, T, T}, p);
+  dres_ = tensor({rows, C}, p);
+  dlogits_ = tensor({rows, V}, p);
+  capacity_ = sequences;
+}
+
+void gpt::check(const batch& b) const {
+  if (b.n < 1) throw usage_error("gpt: empty batch");
+  if (b.t < 1 || b.t > shape_.context)
+    throw usage_error("gpt: sequence length " + std::to_string(b.t) +
+                      " outside [1, context=" + std::to_string(shape_.context) + "]");
+  const std::size_t rows = static_cast<std::size_t>(b.n) * b.t;
+  if (b.ids.size() != rows || b.targets.size() != rows)
+    throw usage_error("gpt: batch needs n*t = " + std::to_string(rows) + " ids and targets (got " +
+                      std::to_string(b.ids.size()) + " and " + std::to_string(b.targets.size()) +
+                      ")");
+  for (std::size_t i = 0; i < rows; ++i)
+    if (b.ids[i] < 0 || b.ids[i] >= shape_.vocab || b.targets[i] < 0 ||
+        b.targets[i] >= shape_.vocab)
+      throw usage_error("gpt: token id outside [0, vocab=" + std::to_string(shape_.vocab) + ")");
+}
+
+float gpt::forward(const batch& b) {
+  check(b);
+  reserve(b.n);
+  const int rows = b.n * b.t;
+  emb_.forward(encoded_.data(), b.ids.data(), b.n, b.t);
+  const float* x = encoded_.data();
+  for (std::size_t l = 0; l < layers_.size(); ++l) {
+    layers_[l].forward(acts_[l], x, b.n, b.t);
+    x = acts_[l].out.data();
+  }
+  ln_f_.forward(lnf_.data(), lnf_mean_.data(), lnf_rstd_.data(), x, rows);
+  lm_head_.forward(logits_.data(), lnf_.data(), rows);
+  return cpu::softmax_xent_fwd(probs_.data(), losses_.data(), logits_.data(), b.targets.data(),
+                               rows, shape_.vocab);
+}
+
+float gpt::forward_backward(const batch& b, float loss_scale) {
+  const float loss = forward(b);
+  const int rows = b.n * b.t;
+  cpu::softmax_xent_bwd(dlogits_.data(), probs_.data(), b.targets.data(), rows, shape_.vocab,
+                        loss_scale / rows);
+  lm_head_.backward(scratch_.dln.data(), dlogits_.data(), lnf_.data(), rows);
+  const float* last = layers_.empty() ? encoded_.data() : acts_.back().out.data();
+  ln_f_.backward(dres_.data(), scratch_.dln.data(), last, lnf_mean_.data(), lnf_rstd_.data(), rows);
+  for (std::size_t l = layers_.size(); l-- > 0;) {
+    const float* x = l == 0 ? encoded_.data() : acts_[l - 1].out.data();
+    layers_[l].backward(acts_[l], scratch_, dres_.data(), x, b.n, b.t);
+  }
+  emb_.backward(dres_.data(), b.ids.data(), b.n, b.t);
+  return loss;
+}
+
+eval_result gpt::eval(const batch& b) {
+  eval_result r;
+  r.loss = forward(b);
+  const int rows = b.n * b.t, V = shape_.vocab;
+  r.count = rows;
+  const float* logits = logits_.data();
+  for (int i = 0; i < rows; ++i) {
+    const float* row = logits + static_cast<int64_t>(i) * V;
+    r.correct += static_cast<int>(std::max_element(row, row + V) - row) == b.targets[i];
+  }
+  return r;
+}
+
+}  // namespace cohort::nn

@@ -1,0 +1,90 @@
+// The GPT language model (nanoGPT layout, lm_head NOT tied to wte): token + position
+// embedding, n_layer pre-LN transformer blocks (causal self-attention, GELU MLP), final
+// LayerNorm and lm_head. Owns its layers, pre-allocated activations and gradient scratch;
+// parameter names and shapes match nanoGPT's state_dict (plus a separate lm_head.weight).
+#pragma once
+#include <vector>
+
+#include "runtime/nn/layers.hpp"
+#include "runtime/nn/model.hpp"
+
+namespace cohort::nn {
+
+/// The sizes that define a GPT.
+struct gpt_shape {
+  int vocab = 0;
+  int context = 0;  ///< longest sequence (T); wpe has this many rows
+  int n_layer = 0;
+  int n_head = 0;
+  int d_model = 0;  ///< C; must be divisible by n_head
+};
+
+/// Saved activations of one transformer block for up to rows = B*T positions.
+struct gpt_block_acts {
+  tensor ln1, ln1_mean, ln1_rstd;  ///< LayerNorm 1 output and statistics
+  tensor qkv;                      ///< [rows, 3C]
+  tensor att;                      ///< [B, NH, T, T] softmax probabilities
+  tensor atty;                     ///< [rows, C] attention output before c_proj
+  tensor res2;                     ///< [rows, C] residual after the attention branch
+  tensor ln2, ln2_mean, ln2_rstd;
+  tensor fch, fch_gelu;  ///< [rows, 4C] before / after GELU
+  tensor out;            ///< [rows, C] block output (residual after the MLP)
+};
+
+/// Gradient buffers shared by all blocks (backward visits one block at a time).
+struct gpt_grad_scratch {
+  tensor dtmp, dln, datty;  ///< [rows, C]
+  tensor dqkv;              ///< [rows, 3C]
+  tensor dfch, dfch_gelu;   ///< [rows, 4C]
+  tensor datt;              ///< [B, NH, T, T]
+};
+
+/// One transformer block: x + attn(ln_1(x)), then + mlp(ln_2(.)).
+struct gpt_block {
+  layernorm ln_1, ln_2;
+  linear c_attn, attn_proj, c_fc, mlp_proj;  ///< attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj
+  int n_head = 0;
+
+  /// Reads x [b*t, C], fills a (a.out is the block output).
+  void forward(gpt_block_acts& a, const float* x, int b, int t) const;
+  /// On entry dres holds dL/d(block output); on return dL/dx. Parameter grads accumulate.
+  void backward(gpt_block_acts& a, gpt_grad_scratch& s, float* dres, const float* x, int b, int t);
+};
+
+class gpt : public model {
+ public:
+  /// Initialised like nanoGPT: weights N(0, 0.02), both c_proj weights
+  /// N(0, 0.02/sqrt(2*n_layer)), biases 0, LayerNorm weights 1. Activations are allocated
+  /// for max_batch sequences of `context` tokens.
+  gpt(int vocab, int context, int n_layer, int n_head, int d_model, int max_batch, uint64_t seed,
+      pool& p = pool::global());
+
+  /// b.ids and b.targets are [n, t] with 1 <= t <= context; the loss is the mean over n*t.
+  float forward_backward(const batch& b, float loss_scale) override;
+  /// Loss and next-token accuracy (argmax) over the n*t positions.
+  eval_result eval(const batch& b) override;
+  std::string kind() const override { return "gpt"; }
+
+  const gpt_shape& shape() const { return shape_; }
+  /// The transformer blocks (blocks() entries "h.0" ... "h.{L-1}").
+  const std::vector<gpt_block>& layers() const { return layers_; }
+
+ private:
+  void check(const batch& b) const;
+  void reserve(int sequences);
+  float forward(const batch& b);
+
+  gpt_shape shape_;
+  int capacity_ = 0;
+  embedding emb_;
+  std::vector<gpt_block> layers_;
+  layernorm ln_f_;
+  linear lm_head_;
+  tensor encoded_;
+  std::vector<gpt_block_acts> acts_;
+  tensor lnf_, lnf_mean_, lnf_rstd_, logits_, probs_, losses_;
+  gpt_grad_scratch scratch_;
+  tensor dres_, dlogits_;
+};
+
+}  // namespace cohort::nn

@@ -1,0 +1,123 @@
+#include "runtime/nn/mlp.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include "runtime/core/error.hpp"
+
+namespace cohort::nn {
+
+mlp::mlp(int in, std::vector<int> hidden, int classes, int max_batch, uint64_t seed, pool& p)
+    : model(p), in_(in), classes_(classes) {
+  if (in < 1 || classes < 1) throw usage_error("mlp: in and classes must be >= 1");
+  std::vector<int> widths = hidden;
+  widths.push_back(classes);
+  int fan_in = in;
+  std::vector<std::pair<std::size_t, std::size_t>> idx;
+  for (std::size_t i = 0; i < widths.size(); ++i) {
+    if (widths[i] < 1) throw usage_error("mlp: every hidden size must be >= 1");
+    // Sequential numbering counts the ReLUs too: linears sit at 0, 2, 4, ...
+    const std::string name = "net." + std::to_string(2 * i);
+    const float bound = 1.0f / std::sqrt(static_cast<float>(fan_in));
+    begin_block(name);
+    const std::size_t w =
+        add_param(name + ".weight", {widths[i], fan_in}, {init_spec::uniform, bound});
+    const std::size_t b = add_param(name + ".bias", {widths[i]}, {init_spec::uniform, bound});
+    idx.emplace_back(w, b);
+    fan_in = widths[i];
+  }
+  finalize(seed);
+  fan_in = in;
+  for (std::size_t i = 0; i < widths.size(); ++i) {
+    linear l;
+    l.w = parameters()[idx[i].first].value;
+    l.dw = parameters()[idx[i].first].grad;
+    l.b = parameters()[idx[i].second].value;
+    l.db = parameters()[idx[i].second].grad;
+    l.in = fan_in;
+    l.out = widths[i];
+    layers_.push_back(l);
+    fan_in = widths[i];
+  }
+  reserve(std::max(1, max_batch));
+}
+
+void mlp::reserve(int rows) {
+  if (rows <= capacity_) return;
+  int widest = in_;
+  acts_.clear();
+  for (const linear& l : layers_) {
+    acts_.emplace_back(shape_t{rows, l.out}, memory());
+    widest = std::max(widest, l.out);
+  }
+  probs_ = tensor({rows, classes_}, memory());
+  losses_ = tensor({rows}, memory());
+  dcur_ = tensor({rows, widest}, memory());
+  dnext_ = tensor({rows, widest}, memory());
+  capacity_ = rows;
+}
+
+void mlp::check(const batch& b) const {
+  if (b.n < 1) throw usage_error("mlp: empty batch");
+  if (b.features != in_ || b.x.size() != static_cast<std::size_t>(b.n) * in_)
+    throw usage_error("mlp: batch has " + std::to_string(b.features) + " features (" +
+                      std::to_string(b.x.size()) + " floats for " + std::to_string(b.n) +
+                      " rows); the model expects " + std::to_string(in_));
+  if (b.targets.size() != static_cast<std::size_t>(b.n))
+    throw usage_error("mlp: batch needs one target per row");
+  for (int32_t t : b.targets)
+    if (t < 0 || t >= classes_)
+      throw usage_error("mlp: target " + std::to_string(t) + " outside [0, " +
+                        std::to_string(classes_) + ")");
+}
+
+float mlp::forward(const batch& b) {
+  check(b);
+  reserve(b.n);
+  const float* x = b.x.data();
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    float* y = acts_[i].data();
+    layers_[i].forward(y, x, b.n);
+    if (i + 1 < layers_.size())
+      gpu::cpu::relu_fwd(y, y, static_cast<int64_t>(b.n) * layers_[i].out);
+    x = y;
+  }
+  return gpu::cpu::softmax_xent_fwd(probs_.data(), losses_.data(), acts_.back().data(),
+                                    b.targets.data(), b.n, classes_);
+}
+
+float mlp::forward_backward(const batch& b, float loss_scale) {
+  const float loss = forward(b);
+  const int n = b.n;
+  float* dcur = dcur_.data();
+  float* dnext = dnext_.data();
+  gpu::cpu::softmax_xent_bwd(dcur, probs_.data(), b.targets.data(), n, classes_, loss_scale / n);
+  for (std::size_t i = layers_.size(); i-- > 0;) {
+    const float* input = i == 0 ? b.x.data() : acts_[i - 1].data();
+    float* dx = i == 0 ? nullptr : dnext;
+    layers_[i].backward(dx, dcur, input, n);
+    if (i > 0) {
+      // ReLU's output is positive exactly where its input was, so the saved output
+      // serves as the mask.
+      gpu::cpu::relu_bwd(dx, dx, acts_[i - 1].data(), static_cast<int64_t>(n) * layers_[i].in);
+      std::swap(dcur, dnext);
+    }
+  }
+  return loss;
+}
+
+eval_result mlp::eval(const batch& b) {
+  eval_result r;
+  r.loss = forward(b);
+  r.count = b.n;
+  const float* logits = acts_.back().data();
+  for (int i = 0; i < b.n; ++i) {
+    const float* row = logits + static_cast<int64_t>(i) * classes_;
+    const int arg = static_cast<int>(std::max_element(row, row + classes_) - row);
+    r.correct += arg == b.targets[i];
+  }
+  return r;
+}
+
+}  // namespace cohort::nn

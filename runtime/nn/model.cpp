@@ -1,0 +1,91 @@
+#include "runtime/nn/model.hpp"
+
+#include "runtime/core/config.hpp"
+#include "runtime/core/error.hpp"
+#include "runtime/core/rng.hpp"
+#include "runtime/nn/gpt.hpp"
+#include "runtime/nn/mlp.hpp"
+
+namespace cohort::nn {
+
+const parameter& model::param(const std::string& name) const {
+  for (const auto& p : params_)
+    if (p.name == name) return p;
+  throw usage_error("model has no parameter named '" + name + "'");
+}
+
+parameter& model::param(const std::string& name) {
+  return const_cast<parameter&>(static_cast<const model&>(*this).param(name));
+}
+
+std::vector<std::string> model::block_param_names(std::size_t i) const {
+  const block_info& b = blocks_.at(i);
+  std::vector<std::string> out;
+  for (std::size_t k = b.first; k < b.first + b.count; ++k) out.push_back(params_[k].name);
+  return out;
+}
+
+void model::begin_block(std::string name) {
+  block_info b;
+  b.name = std::move(name);
+  b.first = params_.size();
+  blocks_.push_back(std::move(b));
+}
+
+std::size_t model::add_param(std::string name, shape_t shape, init_spec init) {
+  COHORT_CHECK(!blocks_.empty() && values_.empty());
+  parameter p;
+  p.name = std::move(name);
+  p.init = init;
+  params_.push_back(std::move(p));
+  shapes_pending_.push_back(std::move(shape));
+  ++blocks_.back().count;
+  return params_.size() - 1;
+}
+
+void model::finalize(uint64_t seed) {
+  int64_t total = 0;
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    params_[i].offset = total;
+    total += shape_numel(shapes_pending_[i]);
+  }
+  values_ = tensor({total}, *pool_);
+  grads_ = tensor({total}, *pool_);
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    params_[i].value = values_.view(params_[i].offset, shapes_pending_[i]);
+    params_[i].grad = grads_.view(params_[i].offset, shapes_pending_[i]);
+  }
+  shapes_pending_.clear();
+  init_parameters(seed);
+}
+
+void model::init_parameters(uint64_t seed) {
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    parameter& p = params_[i];
+    rng r(hash_coords(seed, i));
+    float* v = p.value.data();
+    const int64_t n = p.value.numel();
+    switch (p.init.kind) {
+      case init_spec::uniform:
+        for (int64_t k = 0; k < n; ++k) v[k] = (2.0f * r.uniform() - 1.0f) * p.init.a;
+        break;
+      case init_spec::normal:
+        for (int64_t k = 0; k < n; ++k) v[k] = r.normal() * p.init.a;
+        break;
+      case init_spec::constant:
+        p.value.fill(p.init.a);
+        break;
+    }
+  }
+}
+
+std::unique_ptr<model> make_model(const model_config& cfg, int vocab, int max_batch, uint64_t seed,
+                                  pool& p) {
+  if (cfg.kind == "mlp") return std::make_unique<mlp>(784, cfg.hidden, 10, max_batch, seed, p);
+  if (cfg.kind == "gpt")
+    return std::make_unique<gpt>(vocab, cfg.context, cfg.n_layer, cfg.n_head, cfg.d_model,
+                                 max_batch, seed, p);
+  throw usage_error("unknown model kind '" + cfg.kind + "' (expected mlp or gpt)");
+}
+
+}  // namespace cohort::nn

@@ -1,0 +1,64 @@
+#include "runtime/nn/optim.hpp"
+
+#include <cmath>
+
+#include "gpu/kernels.hpp"
+#include "runtime/core/error.hpp"
+
+namespace cohort::nn {
+
+adamw::adamw(tensor params, tensor grads, const optim_options& o)
+    : optimizer(std::move(params), std::move(grads)), o_(o) {
+  COHORT_CHECK(params_.numel() == grads_.numel());
+  m_ = tensor({params_.numel()});
+  v_ = tensor({params_.numel()});
+}
+
+void adamw::step(float lr) {
+  ++steps_;
+  gpu::cpu::adamw_step(params_.data(), grads_.data(), m_.data(), v_.data(), params_.numel(), lr,
+                       o_.beta1, o_.beta2, o_.eps, o_.weight_decay, static_cast<int>(steps_));
+}
+
+std::vector<std::pair<std::string, tensor>> adamw::state() {
+  return {{"exp_avg", m_}, {"exp_avg_sq", v_}};
+}
+
+sgd::sgd(tensor params, tensor grads, const optim_options& o)
+    : optimizer(std::move(params), std::move(grads)), o_(o) {
+  COHORT_CHECK(params_.numel() == grads_.numel());
+  buf_ = tensor({params_.numel()});
+}
+
+void sgd::step(float lr) {
+  ++steps_;
+  gpu::cpu::sgd_step(params_.data(), grads_.data(), buf_.data(), params_.numel(), lr, o_.momentum,
+                     o_.weight_decay);
+}
+
+std::vector<std::pair<std::string, tensor>> sgd::state() { return {{"momentum_buffer", buf_}}; }
+
+std::unique_ptr<optimizer> make_optimizer(tensor params, tensor grads, const optim_options& o) {
+  if (o.kind == "adamw") return std::make_unique<adamw>(std::move(params), std::move(grads), o);
+  if (o.kind == "sgd") return std::make_unique<sgd>(std::move(params), std::move(grads), o);
+  throw usage_error("unknown optimizer '" + o.kind + "' (expected adamw or sgd)");
+}
+
+double grad_sum_squares(const tensor& grads) {
+  return gpu::cpu::sum_squares(grads.data(), grads.numel());
+}
+
+float clip_coefficient(double total_norm, float max_norm) {
+  if (max_norm <= 0.0f) return 1.0f;
+  const double coef = max_norm / (total_norm + 1e-6);
+  return coef < 1.0 ? static_cast<float>(coef) : 1.0f;
+}
+
+double clip_grad_norm(tensor& grads, float max_norm) {
+  const double norm = std::sqrt(grad_sum_squares(grads));
+  const float coef = clip_coefficient(norm, max_norm);
+  if (coef < 1.0f) gpu::cpu::scale(grads.data(), coef, grads.numel());
+  return norm;
+}
+
+}  // namespace cohort::nn

@@ -1,0 +1,60 @@
+// Helpers shared by the tests/nn gradient checks: seeded random fills, central finite
+// differences and a float-noise-robust comparison of two gradient vectors.
+#pragma once
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <vector>
+
+#include "runtime/core/rng.hpp"
+
+namespace cohort::nn::testing {
+
+inline std::vector<float> randn(std::size_t n, uint64_t seed, float std = 1.0f) {
+  rng r(seed);
+  std::vector<float> v(n);
+  for (float& x : v) x = r.normal() * std;
+  return v;
+}
+
+/// Central differences of f with respect to every element of x (x is restored).
+inline std::vector<double> numeric_grad(std::vector<float>& x, const std::function<double()>& f,
+                                        float eps = 1e-2f) {
+  std::vector<double> g(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const float keep = x[i];
+    x[i] = keep + eps;
+    const double up = f();
+    x[i] = keep - eps;
+    const double down = f();
+    x[i] = keep;
+    g[i] = (up - down) / (2.0 * eps);
+  }
+  return g;
+}
+
+/// Relative error ||a - b|| / max(||a||, ||b||, floor): the whole vector is compared, so
+/// float noise in single tiny entries cannot fail the check but a wrong formula does.
+template <class A, class B>
+double rel_error(const A& a, const B& b, double floor = 1e-6) {
+  REQUIRE(a.size() == b.size());
+  double d = 0, na = 0, nb = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    d += (double(a[i]) - double(b[i])) * (double(a[i]) - double(b[i]));
+    na += double(a[i]) * double(a[i]);
+    nb += double(b[i]) * double(b[i]);
+  }
+  return std::sqrt(d) / std::max({std::sqrt(na), std::sqrt(nb), floor});
+}
+
+/// sum(r * y): projects an output onto fixed random weights, giving a scalar loss whose
+/// gradient with respect to y is r.
+inline double project(const std::vector<float>& y, const std::vector<float>& r) {
+  double s = 0;
+  for (std::size_t i = 0; i < y.size(); ++i) s += double(y[i]) * r[i];
+  return s;
+}
+
+}  // namespace cohort::nn::testing

@@ -1,0 +1,308 @@
+// The MLP and GPT models: names and shapes as PyTorch, seeded initialisation, whole-model
+// gradients against finite differences, micro-batch accumulation, eval leaving grads alone.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "runtime/core/config.hpp"
+#include "runtime/core/error.hpp"
+#include "runtime/nn/gpt.hpp"
+#include "runtime/nn/mlp.hpp"
+#include "tests/nn/grad_check.hpp"
+
+using namespace cohort;
+using namespace cohort::nn;
+using namespace cohort::nn::testing;
+
+namespace {
+
+batch mlp_batch(int n, int features, int classes, uint64_t seed) {
+  rng r(seed);
+  batch b;
+  b.n = n;
+  b.features = features;
+  for (int i = 0; i < n * features; ++i) b.x.push_back(r.normal());
+  for (int i = 0; i < n; ++i) b.targets.push_back(static_cast<int32_t>(r.below(classes)));
+  return b;
+}
+
+batch lm_batch(int n, int t, int vocab, uint64_t seed) {
+  rng r(seed);
+  batch b;
+  b.n = n;
+  b.t = t;
+  for (int i = 0; i < n * t; ++i) {
+    b.ids.push_back(static_cast<int32_t>(r.below(vocab)));
+    b.targets.push_back(static_cast<int32_t>(r.below(vocab)));
+  }
+  return b;
+}
+
+/// Rows [from, from + count) of a batch.
+batch slice(const batch& b, int from, int count) {
+  batch s = b;
+  s.n = count;
+  const std::size_t row_x = b.features, row_t = b.t;
+  s.x.assign(b.x.begin() + from * row_x, b.x.begin() + (from + count) * row_x);
+  if (!b.ids.empty())
+    s.ids.assign(b.ids.begin() + from * row_t, b.ids.begin() + (from + count) * row_t);
+  s.targets.assign(b.targets.begin() + from * row_t, b.targets.begin() + (from + count) * row_t);
+  return s;
+}
+
+/// Moves parameters away from the (small) default init so every path carries gradient.
+void scramble(model& m, uint64_t seed, float std) {
+  rng r(seed);
+  tensor& v = m.flat_values();
+  for (int64_t i = 0; i < v.numel(); ++i) v[i] = r.normal() * std;
+}
+
+/// Every parameter's analytic gradient vs central differences of eval's loss.
+void check_model_grads(model& m, const batch& b, float eps, double tol) {
+  m.zero_grad();
+  m.forward_backward(b, 1.0f);
+  for (parameter& p : m.parameters()) {
+    std::vector<float> analytic(p.grad.data(), p.grad.data() + p.grad.numel());
+    std::vector<double> numeric(p.value.numel());
+    for (int64_t i = 0; i < p.value.numel(); ++i) {
+      const float keep = p.value[i];
+      p.value[i] = keep + eps;
+      const double up = m.eval(b).loss;
+      p.value[i] = keep - eps;
+      const double down = m.eval(b).loss;
+      p.value[i] = keep;
+      numeric[i] = (up - down) / (2.0 * eps);
+    }
+    INFO("parameter " << p.name);
+    CHECK(rel_error(analytic, numeric, 1e-4) < tol);
+  }
+}
+
+std::vector<float> grads_of(model& m) {
+  return std::vector<float>(m.flat_grads().data(), m.flat_grads().data() + m.flat_grads().numel());
+}
+
+}  // namespace
+
+TEST_CASE("MLP: PyTorch names, shapes and blocks") {
+  mlp m(784, {256, 128}, 10, 8, 1);
+  const auto& ps = m.parameters();
+  REQUIRE(ps.size() == 6);
+  const std::vector<std::string> names{"net.0.weight", "net.0.bias",   "net.2.weight",
+                                       "net.2.bias",   "net.4.weight", "net.4.bias"};
+  const std::vector<shape_t> shapes{{256, 784}, {256}, {128, 256}, {128}, {10, 128}, {10}};
+  for (std::size_t i = 0; i < 6; ++i) {
+    CHECK(ps[i].name == names[i]);
+    CHECK(ps[i].value.shape() == shapes[i]);
+    CHECK(ps[i].grad.shape() == shapes[i]);
+  }
+  CHECK(m.num_params() == 256 * 784 + 256 + 128 * 256 + 128 + 10 * 128 + 10);
+  CHECK(ps[2].offset == 256 * 784 + 256);
+  REQUIRE(m.blocks().size() == 3);
+  CHECK(m.blocks()[1].name == "net.2");
+  CHECK(m.block_param_names(2) == std::vector<std::string>{"net.4.weight", "net.4.bias"});
+  CHECK(m.param("net.2.bias").value.numel() == 128);
+  CHECK_THROWS_AS(m.param("net.1.weight"), usage_error);
+}
+
+TEST_CASE("MLP init: U(-1/sqrt(fan_in), 1/sqrt(fan_in)), a pure function of the seed") {
+  mlp a(784, {256, 128}, 10, 8, 7), b(784, {256, 128}, 10, 8, 7), c(784, {256, 128}, 10, 8, 8);
+  CHECK(std::memcmp(a.flat_values().data(), b.flat_values().data(), a.flat_values().bytes()) == 0);
+  CHECK(std::memcmp(a.flat_values().data(), c.flat_values().data(), a.flat_values().bytes()) != 0);
+  for (const parameter& p : a.parameters()) {
+    const double bound = 1.0 / std::sqrt(double(p.name.rfind("net.0", 0) == 0   ? 784
+                                                : p.name.rfind("net.2", 0) == 0 ? 256
+                                                                                : 128));
+    double mx = 0;
+    for (int64_t i = 0; i < p.value.numel(); ++i) mx = std::max(mx, std::fabs(double(p.value[i])));
+    INFO(p.name);
+    CHECK(mx <= bound);
+    CHECK(mx > 0.8 * bound);
+  }
+  // Re-initialising reproduces the constructor's values.
+  scramble(a, 3, 1.0f);
+  a.init_parameters(7);
+  CHECK(std::memcmp(a.flat_values().data(), b.flat_values().data(), a.flat_values().bytes()) == 0);
+}
+
+TEST_CASE("MLP forward matches a direct double computation; eval leaves gradients alone") {
+  mlp m(6, {5, 4}, 3, 4, 11);
+  batch b = mlp_batch(9, 6, 3, 12);  // larger than max_batch: re-allocates once
+  // Independent forward in double.
+  double loss = 0;
+  int64_t correct = 0;
+  for (int i = 0; i < b.n; ++i) {
+    std::vector<double> h(b.x.begin() + i * 6, b.x.begin() + (i + 1) * 6);
+    for (int l = 0; l < 3; ++l) {
+      const tensor& w = m.parameters()[2 * l].value;
+      const tensor& bias = m.parameters()[2 * l + 1].value;
+      std::vector<double> o(w.dim(0));
+      for (int64_t r = 0; r < w.dim(0); ++r) {
+        double s = bias[r];
+        for (int64_t c = 0; c < w.dim(1); ++c) s += w[r * w.dim(1) + c] * h[c];
+        o[r] = l < 2 ? std::max(0.0, s) : s;
+      }
+      h = o;
+    }
+    double mx = *std::max_element(h.begin(), h.end()), z = 0;
+    for (double v : h) z += std::exp(v - mx);
+    loss += (std::log(z) + mx - h[b.targets[i]]) / b.n;
+    correct += (std::max_element(h.begin(), h.end()) - h.begin()) == b.targets[i];
+  }
+  m.flat_grads().fill(0.25f);
+  const eval_result r = m.eval(b);
+  CHECK(r.loss == doctest::Approx(loss).epsilon(1e-5));
+  CHECK(r.correct == correct);
+  CHECK(r.count == 9);
+  for (int64_t i = 0; i < m.flat_grads().numel(); ++i) REQUIRE(m.flat_grads()[i] == 0.25f);
+  m.zero_grad();
+  CHECK(m.forward_backward(b, 1.0f) == doctest::Approx(loss).epsilon(1e-5));
+}
+
+TEST_CASE("MLP gradients match finite differences") {
+  mlp m(6, {5, 4}, 3, 4, 21);
+  scramble(m, 22, 0.7f);
+  check_model_grads(m, mlp_batch(4, 6, 3, 23), 3e-3f, 2e-2);
+}
+
+TEST_CASE("MLP rejects malformed batches") {
+  mlp m(6, {5}, 3, 4, 1);
+  batch b = mlp_batch(2, 6, 3, 2);
+  b.targets[1] = 3;
+  CHECK_THROWS_AS(m.forward_backward(b, 1.0f), usage_error);
+  batch c = mlp_batch(2, 5, 3, 2);
+  CHECK_THROWS_AS(m.eval(c), usage_error);
+}
+
+TEST_CASE("GPT: nanoGPT names and shapes, untied lm_head, blocks") {
+  gpt m(80, 16, 2, 4, 32, 2, 1);
+  const int C = 32;
+  CHECK(m.param("transformer.wte.weight").value.shape() == shape_t{80, C});
+  CHECK(m.param("transformer.wpe.weight").value.shape() == shape_t{16, C});
+  CHECK(m.param("transformer.h.1.ln_1.weight").value.shape() == shape_t{C});
+  CHECK(m.param("transformer.h.0.attn.c_attn.weight").value.shape() == shape_t{3 * C, C});
+  CHECK(m.param("transformer.h.0.attn.c_attn.bias").value.shape() == shape_t{3 * C});
+  CHECK(m.param("transformer.h.0.attn.c_proj.weight").value.shape() == shape_t{C, C});
+  CHECK(m.param("transformer.h.1.mlp.c_fc.weight").value.shape() == shape_t{4 * C, C});
+  CHECK(m.param("transformer.h.1.mlp.c_proj.weight").value.shape() == shape_t{C, 4 * C});
+  CHECK(m.param("transformer.ln_f.bias").value.shape() == shape_t{C});
+  CHECK(m.param("lm_head.weight").value.shape() == shape_t{80, C});
+  CHECK(m.param("lm_head.weight").value.data() != m.param("transformer.wte.weight").value.data());
+  const auto& ps = m.parameters();
+  REQUIRE(ps.size() == 2 + 2 * 12 + 3);
+  CHECK(ps[2].name == "transformer.h.0.ln_1.weight");
+  CHECK(ps[13].name == "transformer.h.0.mlp.c_proj.bias");
+  CHECK(ps.back().name == "lm_head.weight");
+  const int64_t per_layer = 12 * C * C + 13 * C;
+  CHECK(m.num_params() == 80 * C + 16 * C + 2 * per_layer + 2 * C + 80 * C);
+  REQUIRE(m.blocks().size() == 4);
+  CHECK(m.blocks()[0].name == "embedding");
+  CHECK(m.blocks()[2].name == "h.1");
+  CHECK(m.blocks()[2].count == 12);
+  CHECK(m.blocks()[3].name == "head");
+  CHECK(m.block_param_names(3) == std::vector<std::string>{"transformer.ln_f.weight",
+                                                           "transformer.ln_f.bias",
+                                                           "lm_head.weight"});
+  CHECK_THROWS_AS(gpt(80, 16, 2, 3, 32, 2, 1), usage_error);
+}
+
+TEST_CASE("GPT init: nanoGPT statistics, a pure function of the seed") {
+  gpt a(64, 32, 2, 4, 128, 1, 5), b(64, 32, 2, 4, 128, 1, 5), c(64, 32, 2, 4, 128, 1, 6);
+  CHECK(std::memcmp(a.flat_values().data(), b.flat_values().data(), a.flat_values().bytes()) == 0);
+  CHECK(std::memcmp(a.flat_values().data(), c.flat_values().data(), a.flat_values().bytes()) != 0);
+  auto stdev = [](const tensor& t) {
+    double s = 0, s2 = 0;
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      s += t[i];
+      s2 += double(t[i]) * t[i];
+    }
+    const double mean = s / t.numel();
+    return std::sqrt(s2 / t.numel() - mean * mean);
+  };
+  CHECK(stdev(a.param("transformer.h.0.attn.c_attn.weight").value) ==
+        doctest::Approx(0.02).epsilon(0.03));
+  CHECK(stdev(a.param("transformer.h.1.mlp.c_fc.weight").value) ==
+        doctest::Approx(0.02).epsilon(0.03));
+  CHECK(stdev(a.param("transformer.h.1.mlp.c_proj.weight").value) ==
+        doctest::Approx(0.02 / std::sqrt(4.0)).epsilon(0.03));
+  CHECK(stdev(a.param("transformer.h.0.attn.c_proj.weight").value) ==
+        doctest::Approx(0.02 / std::sqrt(4.0)).epsilon(0.05));
+  const tensor& ln = a.param("transformer.h.1.ln_2.weight").value;
+  const tensor& bias = a.param("transformer.h.0.mlp.c_fc.bias").value;
+  for (int64_t i = 0; i < ln.numel(); ++i) REQUIRE(ln[i] == 1.0f);
+  for (int64_t i = 0; i < bias.numel(); ++i) REQUIRE(bias[i] == 0.0f);
+}
+
+TEST_CASE("GPT gradients match finite differences (t shorter than the context)") {
+  gpt m(7, 4, 2, 2, 8, 2, 31);
+  scramble(m, 32, 0.5f);
+  check_model_grads(m, lm_batch(2, 3, 7, 33), 3e-3f, 2e-2);
+}
+
+TEST_CASE("two half micro-batches with loss_scale 0.5 accumulate the full-batch gradient") {
+  SUBCASE("mlp") {
+    mlp m(20, {16, 8}, 5, 8, 41);
+    batch b = mlp_batch(8, 20, 5, 42);
+    m.zero_grad();
+    const float full = m.forward_backward(b, 1.0f);
+    auto g_full = grads_of(m);
+    m.zero_grad();
+    const float l1 = m.forward_backward(slice(b, 0, 4), 0.5f);
+    const float l2 = m.forward_backward(slice(b, 4, 4), 0.5f);
+    CHECK(0.5f * (l1 + l2) == doctest::Approx(full).epsilon(1e-5));
+    CHECK(rel_error(grads_of(m), g_full) < 1e-5);
+  }
+  SUBCASE("gpt") {
+    gpt m(11, 6, 2, 2, 16, 4, 43);
+    batch b = lm_batch(4, 6, 11, 44);
+    m.zero_grad();
+    const float full = m.forward_backward(b, 1.0f);
+    auto g_full = grads_of(m);
+    m.zero_grad();
+    const float l1 = m.forward_backward(slice(b, 0, 2), 0.5f);
+    const float l2 = m.forward_backward(slice(b, 2, 2), 0.5f);
+    CHECK(0.5f * (l1 + l2) == doctest::Approx(full).epsilon(1e-5));
+    CHECK(rel_error(grads_of(m), g_full) < 1e-5);
+  }
+}
+
+TEST_CASE("GPT eval counts argmax hits and rejects bad batches") {
+  gpt m(9, 5, 1, 1, 8, 2, 51);
+  batch b = lm_batch(2, 5, 9, 52);
+  const eval_result r = m.eval(b);
+  CHECK(r.count == 10);
+  CHECK(r.correct >= 0);
+  CHECK(r.loss > 0.0f);
+  // Make the model always predict token 4 by a huge lm_head row: every target 4 is a hit.
+  tensor& head = m.parameters().back().value;
+  head.zero();
+  for (int c = 0; c < 8; ++c) head[4 * 8 + c] = 1.0f;
+  m.param("transformer.ln_f.bias").value.fill(1.0f);
+  for (auto& t : b.targets) t = 4;
+  CHECK(m.eval(b).correct == 10);
+  batch bad = lm_batch(1, 6, 9, 53);  // t > context
+  CHECK_THROWS_AS(m.forward_backward(bad, 1.0f), usage_error);
+  bad = lm_batch(1, 3, 9, 53);
+  bad.ids[0] = 9;
+  CHECK_THROWS_AS(m.eval(bad), usage_error);
+}
+
+TEST_CASE("make_model builds what the config names") {
+  model_config cfg;
+  cfg.kind = "gpt";
+  cfg.n_layer = 1;
+  cfg.n_head = 2;
+  cfg.d_model = 16;
+  cfg.context = 8;
+  auto g = make_model(cfg, 13, 2, 1);
+  CHECK(g->kind() == "gpt");
+  CHECK(g->param("lm_head.weight").value.shape() == shape_t{13, 16});
+  cfg.kind = "mlp";
+  cfg.hidden = {32};
+  auto m = make_model(cfg, 0, 2, 1);
+  CHECK(m->param("net.2.weight").value.shape() == shape_t{10, 32});
+  cfg.kind = "rnn";
+  CHECK_THROWS_AS(make_model(cfg, 0, 2, 1), usage_error);
+}

@@ -1,0 +1,85 @@
+// `cohort bench train`: training throughput of the CPU compute path (full steps: forward,
+// backward, AdamW) on synthetic data, printed as samples/s or tokens/s and ms/step. The
+// work is runtime/nn/bench.cpp; this file only parses options and prints.
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "runtime/core/error.hpp"
+#include "runtime/nn/bench.hpp"
+#include "tools/commands.hpp"
+
+namespace cohort::cli {
+
+void add_bench_train(CLI::App& bench, int* rc) {
+  auto opts = std::make_shared<nn::bench_options>();
+  auto json = std::make_shared<bool>(false);
+  CLI::App* cmd = bench.add_subcommand(
+      "train",
+      "Full training steps (forward, backward, AdamW) of the MLP or GPT on synthetic data from "
+      "a fixed seed, after warm-up; compare with tools/bench_vs_torch.py");
+  cmd->add_option("--model", opts->model, "mlp | gpt")
+      ->check(CLI::IsMember({"mlp", "gpt"}))
+      ->capture_default_str();
+  cmd->add_option("--steps", opts->steps, "timed steps")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--warmup", opts->warmup, "untimed steps first")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--batch", opts->batch, "samples (mlp) or sequences (gpt) per step; 0: 128 / 16")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--threads", opts->threads, "OpenBLAS threads")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--seed", opts->seed, "seed of the model and the data")->capture_default_str();
+  cmd->add_option("--vocab", opts->vocab, "gpt vocabulary")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--context", opts->context, "gpt context (tokens per sequence)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--n-layer", opts->n_layer, "gpt layers")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--n-head", opts->n_head, "gpt heads")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--d-model", opts->d_model, "gpt width")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_flag("--json", *json, "print one JSON object instead of a line");
+  cmd->callback([opts, json, rc] {
+    const nn::bench_result r = nn::bench_train(*opts);
+    if (*json) {
+      nlohmann::json j{{"impl", "cohort"},
+                       {"model", r.model},
+                       {"batch", r.batch},
+                       {"tokens_per_step", r.tokens_per_step},
+                       {"steps", r.steps},
+                       {"threads", r.threads},
+                       {"params", r.params},
+                       {"seconds", r.seconds},
+                       {"ms_per_step", r.ms_per_step},
+                       {"best_ms", r.best_ms},
+                       {"samples_per_s", r.samples_per_s},
+                       {"tokens_per_s", r.tokens_per_s},
+                       {"first_loss", r.first_loss},
+                       {"last_loss", r.last_loss}};
+      std::printf("%s\n", j.dump().c_str());
+    } else {
+      char unit[64];
+      if (r.model == "gpt")
+        std::snprintf(unit, sizeof unit, "%.0f tokens/s", r.tokens_per_s);
+      else
+        std::snprintf(unit, sizeof unit, "%.0f samples/s", r.samples_per_s);
+      std::printf(
+          "cohort %s batch %d: %.3f ms/step (best %.3f), %s, params %lld, loss %.4f -> %.4f\n",
+          r.model.c_str(), r.batch, r.ms_per_step, r.best_ms, unit,
+          static_cast<long long>(r.params), r.first_loss, r.last_loss);
+    }
+    *rc = exit_ok;
+  });
+}
+
+}  // namespace cohort::cli
