@@ -93,12 +93,11 @@ status device_pool::allocate(void** ptr, std::size_t bytes) {
     return s;
   }
   live_.emplace(*ptr, live_block{block, bytes});
-  stats_.requested_bytes_in_use += bytes;
-  stats_.bytes_in_use += block;
-  if (stats_.bytes_in_use > stats_.peak_bytes_in_use)
-    stats_.peak_bytes_in_use = stats_.bytes_in_use;
+  stats_.bytes_in_use += bytes;
+  stats_.block_bytes_in_use += block;
+  if (stats_.bytes_in_use > stats_.peak_bytes) stats_.peak_bytes = stats_.bytes_in_use;
   ++stats_.blocks_in_use;
-  ++stats_.allocations;
+  ++stats_.allocate_calls;
   return status::ok;
 }
 
@@ -113,8 +112,8 @@ status device_pool::release(void* ptr) {
   const live_block b = it->second;
   live_.erase(it);
   free_[b.block_bytes].push_back(ptr);
-  stats_.requested_bytes_in_use -= b.requested_bytes;
-  stats_.bytes_in_use -= b.block_bytes;
+  stats_.bytes_in_use -= b.requested_bytes;
+  stats_.block_bytes_in_use -= b.block_bytes;
   --stats_.blocks_in_use;
   ++stats_.blocks_free;
   stats_.free_block_bytes += b.block_bytes;
@@ -123,7 +122,10 @@ status device_pool::release(void* ptr) {
 
 pool_stats device_pool::stats() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return stats_;
+  pool_stats s = stats_;
+  s.blocks_total = s.blocks_in_use + s.blocks_free;
+  s.internal_waste_bytes = s.block_bytes_in_use - s.bytes_in_use;
+  return s;
 }
 
 }  // namespace cohort::gpu

@@ -27,24 +27,29 @@ chunk_source cuda_chunks();
 /// Chunks from aligned host memory (256-byte aligned, like cudaMalloc).
 chunk_source host_chunks();
 
-/// Counters of one pool. All byte figures are exact; nothing is sampled.
+/// Counters of one pool, read at one instant. Names shared with the CPU pool
+/// (runtime/nn/pool.hpp) mean the same thing there: bytes_in_use and peak_bytes count the
+/// bytes callers asked for; blocks_* count blocks (pages there). All figures are exact.
 struct pool_stats {
-  std::size_t requested_bytes_in_use = 0;  ///< sum of the sizes asked for by live blocks
-  std::size_t bytes_in_use = 0;            ///< sum of the block sizes of live blocks
-  std::size_t peak_bytes_in_use = 0;       ///< highest bytes_in_use seen
-  std::size_t reserved_bytes = 0;          ///< bytes obtained from the chunk source
-  std::size_t free_block_bytes = 0;        ///< carved blocks waiting in free lists
+  std::size_t bytes_in_use = 0;          ///< sum of the sizes asked for by live blocks
+  std::size_t peak_bytes = 0;            ///< highest bytes_in_use seen
+  std::size_t block_bytes_in_use = 0;    ///< sum of the block sizes of live blocks
+  std::size_t internal_waste_bytes = 0;  ///< block_bytes_in_use - bytes_in_use (rounding)
+  std::size_t reserved_bytes = 0;        ///< bytes obtained from the chunk source: the footprint
+  std::size_t free_block_bytes = 0;      ///< carved blocks waiting in free lists
   std::size_t blocks_in_use = 0;
   std::size_t blocks_free = 0;
+  std::size_t blocks_total = 0;  ///< blocks carved so far: blocks_in_use + blocks_free
   std::size_t chunks = 0;
-  std::size_t allocations = 0;         ///< successful allocate() calls
+  std::size_t allocate_calls = 0;      ///< successful allocate() calls, cumulative
   std::size_t chunk_allocations = 0;   ///< calls to the chunk source (should stop growing)
   std::size_t failed_allocations = 0;  ///< allocate() calls that returned an error
   /// Share of reserved memory not holding requested bytes: size-class rounding, free blocks
-  /// and chunk tails too small for the next block. 0 when nothing is reserved.
+  /// and chunk tails too small for the next block; 0 when nothing is reserved. (A size-class
+  /// pool has no holes to merge, so unlike the CPU page pool's "external fragmentation" this
+  /// is the whole overhead.)
   double fragmentation() const {
-    return reserved_bytes == 0 ? 0.0
-                               : 1.0 - static_cast<double>(requested_bytes_in_use) / reserved_bytes;
+    return reserved_bytes == 0 ? 0.0 : 1.0 - static_cast<double>(bytes_in_use) / reserved_bytes;
   }
 };
 
