@@ -82,12 +82,12 @@ set_result store::set(generation_t g, const std::string& key, std::string value)
   auto it = entries_.find(fk);
   const std::size_t old_bytes = it == entries_.end() ? 0 : key.size() + it->second.size();
   const std::size_t new_total = total_bytes_ - old_bytes + key.size() + value.size();
-  if (new_total > opts_.max_total_bytes) {
+  if (new_total + waiting_bytes_ > opts_.max_total_bytes) {
     out.result =
         fail(0, status::invalid,
-             "store full: setting " + quoted(key) + " would hold " + std::to_string(new_total) +
-                 " bytes; the limit is " + std::to_string(opts_.max_total_bytes) +
-                 " (old generations not dropped?)");
+             "store full: setting " + quoted(key) + " would hold " +
+                 std::to_string(new_total + waiting_bytes_) + " bytes; the limit is " +
+                 std::to_string(opts_.max_total_bytes) + " (old generations not dropped?)");
     return out;
   }
   total_bytes_ = new_total;
@@ -102,7 +102,7 @@ set_result store::set(generation_t g, const std::string& key, std::string value)
         std::find(w->second.keys.begin(), w->second.keys.end(), key) != w->second.keys.end();
     if (concerned && ready(w->second)) {
       out.woken.push_back(complete(w->first, w->second));
-      w = waiters_.erase(w);
+      w = erase_waiter(w);
     } else {
       ++w;
     }
@@ -164,7 +164,15 @@ reply store::add_waiter(request_id id, waiter w, mono_time now) {
     return fail(id, status::invalid,
                 "too many pending waits (" + std::to_string(waiters_.size()) + "); the limit is " +
                     std::to_string(opts_.max_waiters));
+  // Pending keys hold memory too, so they count against the same byte budget as entries.
+  for (const auto& k : w.keys) w.bytes += k.size();
+  if (total_bytes_ + waiting_bytes_ + w.bytes > opts_.max_total_bytes)
+    return fail(id, status::invalid,
+                "store full: a wait on " + std::to_string(w.keys.size()) + " key(s) (" +
+                    std::to_string(w.bytes) + " bytes) would exceed the limit of " +
+                    std::to_string(opts_.max_total_bytes) + " bytes");
   w.since = now;
+  waiting_bytes_ += w.bytes;
   waiters_.emplace(id, std::move(w));
   return fail(id, status::pending, "");
 }
@@ -208,7 +216,7 @@ std::vector<reply> store::expire(mono_time now) {
                            " ms with " + std::to_string(n_missing) + " of " +
                            std::to_string(w->second.keys.size()) + " key(s) of generation " +
                            std::to_string(w->second.gen) + " unset: " + missing));
-    w = waiters_.erase(w);
+    w = erase_waiter(w);
   }
   return out;
 }
@@ -230,12 +238,23 @@ std::vector<reply> store::drop_generations_below(generation_t g) {
                        "generation superseded: waited in generation " +
                            std::to_string(w->second.gen) + ", the roster moved to " +
                            std::to_string(g) + "; rebuild for the current generation"));
-    w = waiters_.erase(w);
+    w = erase_waiter(w);
   }
   return out;
 }
 
-bool store::cancel(request_id id) { return waiters_.erase(id) != 0; }
+bool store::cancel(request_id id) {
+  auto it = waiters_.find(id);
+  if (it == waiters_.end()) return false;
+  erase_waiter(it);
+  return true;
+}
+
+std::map<request_id, store::waiter>::iterator store::erase_waiter(
+    std::map<request_id, waiter>::iterator it) {
+  waiting_bytes_ -= it->second.bytes;
+  return waiters_.erase(it);
+}
 
 std::optional<mono_time> store::next_deadline() const {
   std::optional<mono_time> first;

@@ -46,7 +46,7 @@ const char* to_string(status s);
 struct options {
   std::size_t max_key_bytes = 512;
   std::size_t max_value_bytes = 1 << 20;   ///< Gloo addresses and NCCL ids are ~100 bytes
-  std::size_t max_total_bytes = 64 << 20;  ///< sum of key + value sizes over all generations
+  std::size_t max_total_bytes = 64 << 20;  ///< keys + values of all generations + pending keys
   std::size_t max_waiters = 4096;
   std::size_t max_keys_per_wait = 4096;
 };
@@ -99,7 +99,10 @@ class store {
   /// Earliest waiter deadline, so the owner can arm one timer; nullopt with no waiters.
   std::optional<mono_time> next_deadline() const;
 
+  /// Bytes of keys + values stored (pending waits' keys are counted apart, same budget).
   std::size_t total_bytes() const { return total_bytes_; }
+  /// Bytes of the keys pending waits name.
+  std::size_t waiting_bytes() const { return waiting_bytes_; }
   std::size_t key_count() const { return entries_.size(); }
   std::size_t waiter_count() const { return waiters_.size(); }
   /// Lowest generation still accepted.
@@ -112,6 +115,7 @@ class store {
     bool want_value = false;  // get_or_wait: reply with the (single) key's value
     mono_time since{};
     mono_time deadline{};
+    std::size_t bytes = 0;  // sum of key sizes, charged to the byte budget while pending
   };
   using full_key = std::pair<generation_t, std::string>;
 
@@ -120,11 +124,13 @@ class store {
   bool ready(const waiter& w) const;
   reply complete(request_id id, const waiter& w) const;
   reply add_waiter(request_id id, waiter w, mono_time now);
+  std::map<request_id, waiter>::iterator erase_waiter(std::map<request_id, waiter>::iterator it);
 
   options opts_;
   std::map<full_key, std::string> entries_;
   std::map<request_id, waiter> waiters_;  // ordered: replies come out in request-id order
   std::size_t total_bytes_ = 0;
+  std::size_t waiting_bytes_ = 0;
   generation_t floor_ = 0;
 };
 

@@ -203,6 +203,32 @@ TEST_CASE("limits give error values, never a crash, and leave the store unchange
   CHECK(s.waiter_count() == 2);
 }
 
+TEST_CASE("pending keys share the byte budget and give it back however the wait ends") {
+  kv::options o;
+  o.max_total_bytes = 20;
+  kv::store s(o);
+  s.set(1, "key", "0123456");                                                // 10 bytes held
+  CHECK(s.wait(1, 1, {"aaaa", "bbbb"}, at(0), at(100)).code == S::pending);  // +8
+  CHECK(s.waiting_bytes() == 8);
+  const auto over = s.wait(2, 1, {"ccc"}, at(0), at(100));  // 10 + 8 + 3 > 20
+  CHECK(over.code == S::invalid);
+  CHECK(over.reason ==
+        "store full: a wait on 1 key(s) (3 bytes) would exceed the limit of 20 bytes");
+  CHECK(s.set(1, "xyz", "").result.code == S::invalid);                // 10 + 8 + 3 > 20: sets too
+  CHECK(s.get_or_wait(3, 1, "cc", at(0), at(50)).code == S::pending);  // exactly 20
+  CHECK(s.waiting_bytes() == 10);
+  CHECK(s.expire(at(50)).size() == 1);  // frees "cc"
+  CHECK(s.waiting_bytes() == 8);
+  CHECK(s.cancel(1));
+  CHECK(s.waiting_bytes() == 0);
+  CHECK(s.wait(4, 2, {"dd"}, at(0), at(100)).code == S::pending);
+  CHECK(s.set(2, "dd", "").woken.size() == 1);  // completion frees it
+  CHECK(s.wait(5, 2, {"ee"}, at(0), at(100)).code == S::pending);
+  CHECK(s.drop_generations_below(3).size() == 1);  // so does a drop
+  CHECK(s.waiting_bytes() == 0);
+  CHECK(s.total_bytes() == 0);
+}
+
 TEST_CASE("cancel forgets a waiter without an answer") {
   kv::store s;
   CHECK(s.wait(1, 1, {"k"}, at(0), at(50)).code == S::pending);
