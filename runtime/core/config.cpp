@@ -721,8 +721,8 @@ class loader {
     }
     std::map<std::string, int> seen_sections;
     for (auto it = root.begin(); it != root.end(); ++it) {
-      const YAML::Node& key = it->first;
-      const YAML::Node& value = it->second;
+      const YAML::Node key = it->first;  // a copy: it-> yields a temporary
+      const YAML::Node value = it->second;
       if (!key.IsScalar()) {
         report(mark_of(key), "",
                "a section name must be a plain word, got " + got(key) + " (use one of " +
@@ -756,8 +756,8 @@ class loader {
 
   void read_section(const std::string& section, const YAML::Node& map) {
     for (auto it = map.begin(); it != map.end(); ++it) {
-      const YAML::Node& key = it->first;
-      const YAML::Node& value = it->second;
+      const YAML::Node key = it->first;  // a copy: it-> yields a temporary
+      const YAML::Node value = it->second;
       if (!key.IsScalar()) {
         report(mark_of(key), section,
                "a key must be a plain word, got " + got(key) +
