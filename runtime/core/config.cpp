@@ -415,14 +415,16 @@ size_t edit_distance(const std::string& a, const std::string& b) {
 }
 
 /// The candidate closest to `word`, or "" when none is close enough to be a typo:
-/// within a third of the word's length (at least 2 edits), or a prefix of 3+ letters.
+/// one edit for words of up to 3 letters, else a third of the length (at least 2), or a
+/// shared prefix of 3+ letters.
 std::string closest(const std::string& word, const std::vector<std::string>& candidates) {
   const std::string w = lower(word);
   std::string best;
   size_t best_d = std::numeric_limits<size_t>::max();
   for (const std::string& c : candidates) {
     const size_t d = edit_distance(w, lower(c));
-    const size_t limit = std::max<size_t>(2, w.size() / 3);
+    // Two edits turn any two-letter word into any other ("<<" into "dp").
+    const size_t limit = w.size() <= 3 ? 1 : std::max<size_t>(2, w.size() / 3);
     const size_t shorter = std::min(w.size(), c.size());
     const bool prefix = shorter >= 3 && lower(c).compare(0, shorter, w, 0, shorter) == 0;
     if ((d <= limit || prefix) && d < best_d) {

@@ -848,6 +848,8 @@ TEST_CASE("did-you-mean suggestions") {
   CHECK(first_message("train:\n  heartbeat_ms: 4\n")
             .find("did you mean fault_tolerance.heartbeat_ms? it belongs in section "
                   "fault_tolerance") != std::string::npos);
+  // Two letters are never "close" to another two letters two edits away ("xy" vs "dp").
+  CHECK(first_message("model:\n  xy: 1\n").find("did you mean") == std::string::npos);
   // Nothing close: the message lists what exists instead of guessing.
   const std::string none = first_message("control:\n  zzzzzz: 1\n");
   CHECK(none.find("did you mean") == std::string::npos);
