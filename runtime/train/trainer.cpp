@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "runtime/ckpt/checkpoint.hpp"
 #include "runtime/core/sha256.hpp"
 #include "runtime/train/fixed_point.hpp"
 
@@ -107,6 +108,66 @@ evaluation trainer::evaluate() {
     e.accuracy = static_cast<double>(correct) / e.count;
   }
   return e;
+}
+
+namespace {
+
+/// Per-parameter views of a flat optimizer state tensor (same layout as the parameters).
+template <class View, class Ptr>
+std::vector<View> per_param(const nn::model& m, Ptr base) {
+  std::vector<View> out;
+  for (const auto& p : m.parameters()) {
+    View v;
+    v.name = p.name;
+    v.shape = p.value.shape();
+    v.data = base + p.offset;
+    out.push_back(v);
+  }
+  return out;
+}
+
+}  // namespace
+
+void trainer::save_checkpoint(const std::string& path, int64_t next_step) const {
+  std::vector<tensor_view> params = per_param<tensor_view>(*model_, model_->flat_values().data());
+  std::vector<optimizer_state_view> state;
+  for (auto& [slot, t] : opt_->state())
+    for (auto& v : per_param<tensor_view>(*model_, static_cast<const float*>(t.data())))
+      state.push_back({slot, v});
+  training_metadata meta;
+  meta.step = next_step;
+  meta.config_hash = config_hash(cfg_);
+  meta.optimizer = cfg_.train.optimizer;
+  meta.extra = data_->position(cfg_.train.seed, next_step, cfg_.train.global_batch).to_metadata();
+  for (auto& [k, v] : data_->preprocessing_metadata()) meta.extra[k] = v;
+  meta.extra["optimizer.steps"] = std::to_string(opt_->steps());
+  meta.extra["model.kind"] = cfg_.model.kind;
+  meta.extra["train.determinism"] = cfg_.train.determinism;
+  save_training_checkpoint(path, params, state, meta);
+}
+
+int64_t trainer::load_checkpoint(const std::string& path) {
+  training_metadata head = read_training_metadata(path);
+  if (head.optimizer != cfg_.train.optimizer)
+    throw checkpoint_error(path + ": holds " + head.optimizer + " optimizer state but the config "
+                           "says train.optimizer: " + cfg_.train.optimizer +
+                           " (use the config the checkpoint was written with)");
+  std::vector<tensor_target> params = per_param<tensor_target>(*model_, model_->flat_values().data());
+  std::vector<optimizer_state_target> state;
+  for (auto& [slot, t] : opt_->state())
+    for (auto& v : per_param<tensor_target>(*model_, t.data())) state.push_back({slot, v});
+  training_metadata meta = load_training_checkpoint(path, params, state);
+  auto it = meta.extra.find("optimizer.steps");
+  int64_t steps = meta.step;
+  if (it != meta.extra.end()) {
+    try {
+      steps = std::stoll(it->second);
+    } catch (const std::exception&) {
+      throw checkpoint_error(path + ": metadata optimizer.steps is not an integer: " + it->second);
+    }
+  }
+  opt_->set_steps(steps);
+  return meta.step;
 }
 
 std::string trainer::params_sha256() const {

@@ -38,14 +38,14 @@ std::string run(train::trainer& tr, int64_t from, int64_t to) {
 TEST_CASE("learning rate schedule: warm-up then cosine to min_lr") {
   train_config t;
   t.lr = 1.0f;
-  t.steps = 11;
+  t.steps = 12;
   t.warmup_steps = 1;
   t.lr_schedule = "cosine";
   t.min_lr = 0.0f;
   CHECK(train::learning_rate(t, 0) == doctest::Approx(1.0));  // (0+1)/1 of warm-up
   CHECK(train::learning_rate(t, 1) == doctest::Approx(1.0));  // cosine start
   CHECK(train::learning_rate(t, 6) == doctest::Approx(0.5).epsilon(1e-6));  // half-way
-  CHECK(train::learning_rate(t, 10) == doctest::Approx(0.0));  // last step
+  CHECK(train::learning_rate(t, 11) == doctest::Approx(0.0));  // last step
   t.lr_schedule = "constant";
   t.warmup_steps = 4;
   CHECK(train::learning_rate(t, 1) == doctest::Approx(0.5));
