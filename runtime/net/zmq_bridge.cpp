@@ -8,6 +8,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <random>
 #include <zmq_addon.hpp>
 
 #include "runtime/core/error.hpp"
@@ -124,14 +126,19 @@ void zmq_bridge::run(std::promise<std::string>* ready) {
       net.set(zmq::sockopt::router_mandatory, 1);
       net.bind(opts_.endpoint);
     } else {
+      if (!opts_.identity.empty()) net.set(zmq::sockopt::routing_id, opts_.identity);
       net.connect(opts_.endpoint);
     }
     pull.set(zmq::sockopt::linger, 0);
     pull.bind(pipe_name_);
   } catch (const zmq::error_t& e) {
-    ready->set_exception(std::make_exception_ptr(
-        io_error(std::string("cannot ") + (router ? "bind " : "connect to ") + opts_.endpoint +
-                 ": " + e.what() + " (use an endpoint like tcp://127.0.0.1:0)")));
+    const std::string msg = std::string("cannot ") + (router ? "bind " : "connect to ") +
+                            opts_.endpoint + ": " + e.what() +
+                            " (use an endpoint like tcp://127.0.0.1:0)";
+    // A malformed endpoint is the user's to fix (exit 2); a taken port is a runtime failure.
+    const bool malformed = e.num() == EINVAL || e.num() == EPROTONOSUPPORT;
+    ready->set_exception(malformed ? std::make_exception_ptr(usage_error(msg))
+                                   : std::make_exception_ptr(io_error(msg)));
     return;
   }
   ready->set_value(router ? net.get(zmq::sockopt::last_endpoint) : opts_.endpoint);
@@ -215,12 +222,24 @@ void zmq_bridge::on_inbound(std::vector<zmq::message_t>& parts) {
 
 // ---- sync_client ----
 
+std::string make_identity(const std::string& prefix) {
+  std::random_device rd;
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "-%ld-%08x", static_cast<long>(::getpid()), rd());
+  return prefix + buf;
+}
+
 sync_client::sync_client(const std::string& endpoint, size_t max_message_bytes)
+    : sync_client(endpoint, max_message_bytes, make_identity("client")) {}
+
+sync_client::sync_client(const std::string& endpoint, size_t max_message_bytes,
+                         const std::string& identity)
     : endpoint_(endpoint),
       max_bytes_(max_message_bytes),
       ctx_(1),
       sock_(ctx_, zmq::socket_type::dealer) {
   sock_.set(zmq::sockopt::linger, linger_ms);
+  sock_.set(zmq::sockopt::routing_id, identity);
   try {
     sock_.connect(endpoint);
   } catch (const zmq::error_t& e) {

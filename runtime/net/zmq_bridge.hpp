@@ -50,6 +50,9 @@ struct bridge_options {
   socket_kind kind = socket_kind::router;
   std::string endpoint = "tcp://127.0.0.1:0";
   size_t max_message_bytes = 64u << 20;
+  /// DEALER routing id. Set it: a ROUTER-assigned id changes on every reconnect, and the
+  /// coordinator would then take the reconnected worker for an unknown peer.
+  std::string identity;
 };
 
 /// Owns one ZeroMQ socket on its own thread. Thread-safe: send/admit/forget/counters may be
@@ -116,6 +119,8 @@ class sync_client {
  public:
   /// Connects to ENDPOINT (ZeroMQ connects lazily: nothing fails until a timeout).
   explicit sync_client(const std::string& endpoint, size_t max_message_bytes = 64u << 20);
+  /// Same, with a fixed routing id (see bridge_options::identity).
+  sync_client(const std::string& endpoint, size_t max_message_bytes, const std::string& identity);
   ~sync_client();
 
   /// Sends M; false if it could not be queued within a second.
@@ -139,6 +144,9 @@ class sync_client {
   zmq::socket_t sock_;
   bool registered_ = false;
 };
+
+/// A routing id unlikely to repeat across processes and restarts: PREFIX-pid-random.
+std::string make_identity(const std::string& prefix);
 
 /// Monotonic nanoseconds (steady_clock), for ping timestamps and ages.
 inline uint64_t now_ns() {

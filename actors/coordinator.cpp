@@ -1,0 +1,364 @@
+// Coordinator actor: translates wire messages into membership / store decisions and sends
+// what they decide. Every membership change ends in the same place (on_new_generation):
+// broadcast the roster, drop the store's older generations.
+#include "actors/coordinator.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+
+#include "runtime/core/config.hpp"
+
+namespace cohort::actors {
+namespace {
+
+using self_ptr = caf::stateful_actor<coordinator_state>*;
+using std::chrono::milliseconds;
+
+mb::mono_time now(self_ptr self) {
+  auto& io = self->state.io;
+  return io.clock ? io.clock() : std::chrono::steady_clock::now();
+}
+
+void send(self_ptr self, const std::string& peer, const net::message& m) {
+  self->state.io.send(peer, m);
+}
+
+net::coords to_wire(const mb::grid_coord& c) { return net::coords{c.d, c.p, c.t}; }
+
+net::member_info info_of(const mb::member& m) {
+  return net::member_info{
+      m.id, m.name, m.rank, to_wire(m.at), static_cast<net::member_state>(m.state), m.pid};
+}
+
+// kv::status and net::kv_status share values; `pending` never reaches the wire.
+net::kv_reply to_wire(uint64_t request_id, const net::kv::reply& r) {
+  return net::kv_reply{request_id, static_cast<net::kv_status>(r.code), r.value, r.reason};
+}
+
+// Answers a store waiter that set/expire/drop completed.
+void answer_waiter(self_ptr self, const net::kv::reply& r) {
+  auto& st = self->state;
+  auto it = st.kv_waiters.find(r.id);
+  if (it == st.kv_waiters.end()) return;
+  send(self, it->second.peer, to_wire(it->second.request_id, r));
+  st.kv_waiters.erase(it);
+}
+
+void on_new_generation(self_ptr self) {
+  auto& st = self->state;
+  net::roster_update ru;
+  ru.generation = st.roster.generation;
+  for (const auto& m : st.roster.members) ru.members.push_back(info_of(m));
+  for (const auto& m : st.roster.members) send(self, st.peer_of[m.id], ru);
+  // Rendezvous keys of older generations can never complete a group again.
+  for (const auto& r : st.store.drop_generations_below(st.roster.generation)) {
+    answer_waiter(self, r);
+  }
+  spdlog::info("coordinator: generation {} with {} member(s)", st.roster.generation,
+               st.roster.members.size());
+}
+
+// Adopts a decision's roster; true when the generation grew (caller then broadcasts, after
+// any direct reply, so a joiner hears register_ok before the roster that contains it).
+bool adopt(self_ptr self, mb::decision&& d) {
+  auto& st = self->state;
+  if (d.kind != mb::decision_kind::refreshed && d.kind != mb::decision_kind::unchanged &&
+      !d.reason.empty()) {
+    spdlog::info("coordinator: {}", d.reason);
+  }
+  st.roster = std::move(d.next);
+  return d.new_generation;
+}
+
+net::register_ok ok_for(self_ptr self, const mb::member* m) {
+  const auto& st = self->state;
+  net::register_ok ok;
+  if (m != nullptr) {
+    ok.member_id = m->id;
+    ok.name = m->name;
+    ok.rank = m->rank;
+    ok.at = to_wire(m->at);
+  }
+  ok.generation = st.roster.generation;
+  ok.heartbeat_ms = static_cast<uint32_t>(st.opts.membership.heartbeat_ms);
+  ok.timeout_ms = static_cast<uint32_t>(st.opts.membership.timeout_ms);
+  return ok;
+}
+
+void on_register(self_ptr self, const std::string& peer, const net::register_request& r) {
+  auto& st = self->state;
+  if (st.stopping) {
+    send(self, peer, net::register_reject{"coordinator is stopping"});
+    return;
+  }
+  if (r.role == net::peer_role::client) {
+    st.io.admit(peer);
+    st.clients.insert(peer);
+    net::register_ok ok = ok_for(self, nullptr);
+    ok.name = r.name;
+    send(self, peer, ok);
+    return;
+  }
+  const auto t = now(self);
+  bool grew = false;
+  // The same socket registering again means its process restarted its worker state:
+  // the old incarnation leaves first so the name is free and the roster stays honest.
+  if (auto it = st.member_at.find(peer); it != st.member_at.end() && st.roster.find(it->second)) {
+    grew |= adopt(self, mb::on_leave(st.roster, t, it->second, st.opts.membership));
+  }
+  mb::decision d = mb::on_register(st.roster, t, r.name, r.pid, st.opts.membership);
+  if (d.kind == mb::decision_kind::rejected) {
+    spdlog::warn("coordinator: registration of '{}' refused: {}", r.name, d.reason);
+    send(self, peer, net::register_reject{d.reason});
+    if (grew) on_new_generation(self);
+    return;
+  }
+  const mb::member_id id = d.member;
+  st.io.admit(peer);
+  st.peer_of[id] = peer;
+  st.member_at[peer] = id;
+  grew |= adopt(self, std::move(d));
+  send(self, peer, ok_for(self, st.roster.find(id)));
+  if (grew) on_new_generation(self);
+}
+
+void on_heartbeat(self_ptr self, const std::string& peer, const net::heartbeat& hb) {
+  auto& st = self->state;
+  mb::decision d =
+      mb::on_heartbeat(st.roster, now(self), hb.member_id, hb.generation, st.opts.membership);
+  const bool rejoin = d.kind == mb::decision_kind::rejoin_required;
+  const bool grew = adopt(self, std::move(d));
+  send(self, peer, net::heartbeat_ack{hb.member_id, st.roster.generation, hb.seq, rejoin});
+  if (grew) on_new_generation(self);
+}
+
+void do_stop(self_ptr self, const std::string& reason) {
+  auto& st = self->state;
+  if (st.stopping) return;
+  st.stopping = true;
+  spdlog::info("coordinator: stopping ({})", reason);
+  const net::stop s{reason};
+  for (const auto& m : st.roster.members) send(self, st.peer_of[m.id], s);
+  // Clients get the same stop as an acknowledgement (ctl waits for it).
+  for (const auto& c : st.clients) send(self, c, s);
+  if (st.bench) st.bench->promise.deliver(caf::make_error(caf::sec::request_receiver_down));
+  st.bench.reset();
+  self->quit();
+}
+
+net::status_reply make_status(self_ptr self, uint64_t request_id) {
+  auto& st = self->state;
+  const mb::status_view v = mb::status(st.roster, now(self), st.opts.membership);
+  net::status_reply out;
+  out.request_id = request_id;
+  out.generation = v.generation;
+  out.step = st.step;
+  for (const auto& m : v.members) {
+    net::worker_status w;
+    w.member = net::member_info{
+        m.id, m.name, m.rank, to_wire(m.at), static_cast<net::member_state>(m.state), m.pid};
+    w.heartbeat_age_ms = m.heartbeat_age_ms;
+    out.workers.push_back(std::move(w));
+  }
+  if (st.io.drop_counts) out.dropped = st.io.drop_counts();
+  return out;
+}
+
+void on_kv(self_ptr self, const std::string& peer, const net::message& m) {
+  auto& st = self->state;
+  const auto t = now(self);
+  if (const auto* s = std::get_if<net::kv_set>(&m)) {
+    net::kv::set_result r = st.store.set(s->generation, s->key, s->value);
+    send(self, peer, to_wire(s->request_id, r.result));
+    for (const auto& w : r.woken) answer_waiter(self, w);
+    return;
+  }
+  uint64_t request_id = 0;
+  net::kv::reply r;
+  const uint64_t id = st.next_kv_id++;
+  if (const auto* g = std::get_if<net::kv_get>(&m)) {
+    request_id = g->request_id;
+    r = g->timeout_ms == 0
+            ? st.store.get(g->generation, g->key)
+            : st.store.get_or_wait(id, g->generation, g->key, t, t + milliseconds(g->timeout_ms));
+  } else if (const auto* w = std::get_if<net::kv_wait>(&m)) {
+    request_id = w->request_id;
+    r = st.store.wait(id, w->generation, w->keys, t, t + milliseconds(w->timeout_ms));
+  } else {
+    return;
+  }
+  if (r.code == net::kv::status::pending) {
+    st.kv_waiters[id] = coordinator_state::kv_waiter{peer, request_id};
+  } else {
+    send(self, peer, to_wire(request_id, r));
+  }
+}
+
+void on_pong(self_ptr self, const std::string& peer, const net::pong& p) {
+  auto& st = self->state;
+  if (!st.bench || peer != st.bench->peer || p.seq != st.bench->seq) return;
+  st.bench->result.rtt_ns.push_back(net::now_ns() - p.sent_ns);
+  if (--st.bench->left == 0) {
+    st.bench->promise.deliver(std::move(st.bench->result));
+    st.bench.reset();
+    return;
+  }
+  send(self, peer, net::ping{++st.bench->seq, net::now_ns()});
+}
+
+void on_inbound(self_ptr self, const std::string& peer, const net::message& m) {
+  auto& st = self->state;
+  std::visit(
+      [&](const auto& x) {
+        using T = std::decay_t<decltype(x)>;
+        if constexpr (std::is_same_v<T, net::register_request>) {
+          on_register(self, peer, x);
+        } else if constexpr (std::is_same_v<T, net::heartbeat>) {
+          on_heartbeat(self, peer, x);
+        } else if constexpr (std::is_same_v<T, net::leave>) {
+          // Only the socket that registered a member may take it out.
+          auto it = st.peer_of.find(x.member_id);
+          if (it == st.peer_of.end() || it->second != peer) return;
+          if (adopt(self, mb::on_leave(st.roster, now(self), x.member_id, st.opts.membership))) {
+            on_new_generation(self);
+          }
+        } else if constexpr (std::is_same_v<T, net::exit_notice>) {
+          const std::string detail = x.exit_code > 128
+                                         ? "killed by signal " + std::to_string(x.exit_code - 128)
+                                         : "exit code " + std::to_string(x.exit_code);
+          if (adopt(self, mb::on_exit_notice_by_name(st.roster, now(self), x.name, x.pid, detail,
+                                                     st.opts.membership))) {
+            on_new_generation(self);
+          }
+        } else if constexpr (std::is_same_v<T, net::status_request>) {
+          send(self, peer, make_status(self, x.request_id));
+        } else if constexpr (std::is_same_v<T, net::stop>) {
+          do_stop(self, x.reason.empty() ? "stop requested" : x.reason);
+        } else if constexpr (std::is_same_v<T, net::kv_set> || std::is_same_v<T, net::kv_get> ||
+                             std::is_same_v<T, net::kv_wait>) {
+          on_kv(self, peer, m);
+        } else if constexpr (std::is_same_v<T, net::ping>) {
+          send(self, peer, net::pong{x.seq, x.sent_ns});
+        } else if constexpr (std::is_same_v<T, net::pong>) {
+          on_pong(self, peer, x);
+        } else {
+          // Coordinator-to-worker messages arriving here mean a confused peer.
+          spdlog::warn("coordinator: ignoring unexpected {} from a peer", net::type_name(T::type));
+        }
+      },
+      m);
+}
+
+}  // namespace
+
+coordinator_options coordinator_options_from(const config& cfg) {
+  coordinator_options o;
+  o.membership = mb::options_from(cfg);
+  // Half a heartbeat: a death is seen at most timeout + heartbeat/2 after the last beat.
+  o.tick_ms = std::max(5, cfg.fault_tolerance.heartbeat_ms / 2);
+  return o;
+}
+
+caf::behavior coordinator_actor(caf::stateful_actor<coordinator_state>* self,
+                                coordinator_options opts, coordinator_io io) {
+  self->state.opts = opts;
+  self->state.io = std::move(io);
+  self->state.store = net::kv::store(opts.kv);
+  self->delayed_send(self, milliseconds(opts.tick_ms), co_tick_atom::value);
+  return {
+      [=](co_in_atom, const std::string& peer, const net::message& m) {
+        on_inbound(self, peer, m);
+      },
+      [=](co_tick_atom) {
+        auto& st = self->state;
+        const auto t = now(self);
+        if (adopt(self, mb::check_timeouts(st.roster, t, st.opts.membership))) {
+          on_new_generation(self);
+        }
+        for (const auto& r : st.store.expire(t)) answer_waiter(self, r);
+        self->delayed_send(self, milliseconds(st.opts.tick_ms), co_tick_atom::value);
+      },
+      [=](co_status_atom) -> net::status_reply { return make_status(self, 0); },
+      [=](co_stop_atom, const std::string& reason) { do_stop(self, reason); },
+      [=](co_bench_atom, const std::string& name, uint32_t n) -> caf::result<bench_result> {
+        auto& st = self->state;
+        const mb::member* m = st.roster.find_name(name);
+        if (m == nullptr || n == 0 || st.bench) {
+          return caf::make_error(caf::sec::invalid_argument);
+        }
+        st.bench = std::make_unique<coordinator_state::bench_run>();
+        st.bench->promise = self->make_response_promise();
+        st.bench->peer = st.peer_of[m->id];
+        st.bench->left = n;
+        st.bench->seq = 1;
+        send(self, st.bench->peer, net::ping{1, net::now_ns()});
+        return caf::delegated<bench_result>();
+      },
+  };
+}
+
+std::unique_ptr<caf::actor_system_config> make_caf_config() {
+  auto cfg = std::make_unique<caf::actor_system_config>();
+  cfg->set("scheduler.policy", caf::atom("sharing"));
+  cfg->set("scheduler.max-threads", 2);
+  return cfg;
+}
+
+coordinator_node::coordinator_node(coordinator_options opts, const std::string& bind,
+                                   size_t max_message_bytes)
+    : caf_cfg_(make_caf_config()), system_(std::make_unique<caf::actor_system>(*caf_cfg_)) {
+  coordinator_io io;
+  io.send = [this](const std::string& peer, const net::message& m) {
+    if (auto* b = out_.load()) b->send(peer, m);
+  };
+  io.admit = [this](const std::string& peer) {
+    if (auto* b = out_.load()) b->admit(peer);
+  };
+  io.drop_counts = [this] {
+    std::vector<net::counter> out;
+    if (auto* b = out_.load()) {
+      for (auto& [name, n] : b->drop_counts()) out.push_back(net::counter{name, n});
+    }
+    return out;
+  };
+  actor_ = system_->spawn(coordinator_actor, opts, io);
+  actor_->attach_functor([this](const caf::error&) { done_ = true; });
+  net::bridge_options bo;
+  bo.kind = net::bridge_options::socket_kind::router;
+  bo.endpoint = bind;
+  bo.max_message_bytes = max_message_bytes;
+  caf::actor target = actor_;
+  try {
+    bridge_ =
+        std::make_unique<net::zmq_bridge>(bo, [target](const std::string& peer, net::message m) {
+          caf::anon_send(target, co_in_atom::value, peer, std::move(m));
+        });
+  } catch (...) {
+    caf::anon_send_exit(actor_, caf::exit_reason::user_shutdown);
+    throw;
+  }
+  out_ = bridge_.get();
+}
+
+coordinator_node::~coordinator_node() {
+  if (!done_) caf::anon_send_exit(actor_, caf::exit_reason::user_shutdown);
+  wait();
+  // The bridge goes last among the parts that send: frames the actor queued before quitting
+  // (stop to every worker) are still flushed by the socket's linger.
+  out_ = nullptr;
+  bridge_.reset();
+  actor_ = nullptr;
+  system_.reset();
+}
+
+void coordinator_node::request_stop(const std::string& reason) {
+  caf::anon_send(actor_, co_stop_atom::value, reason);
+}
+
+void coordinator_node::wait() {
+  caf::scoped_actor self{*system_};
+  self->wait_for(actor_);
+}
+
+}  // namespace cohort::actors

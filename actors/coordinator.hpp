@@ -1,0 +1,123 @@
+// The coordinator actor (roster, heartbeat monitor, rendezvous store, status, stop, ping
+// benchmark) and coordinator_node, which wires it to a ROUTER zmq_bridge in one process.
+// Membership and store decisions are runtime/net's pure functions; this file only keeps
+// their state, reads the clock and sends what they decide. Training steps are not here yet.
+#pragma once
+#include <atomic>
+#include <caf/all.hpp>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "actors/messages.hpp"
+#include "runtime/net/kv_store.hpp"
+#include "runtime/net/membership.hpp"
+#include "runtime/net/protocol.hpp"
+#include "runtime/net/zmq_bridge.hpp"
+
+namespace cohort {
+struct config;
+}
+
+namespace cohort::actors {
+
+namespace mb = net::membership;
+
+/// What the coordinator actor needs from outside. coordinator_node wires it to a bridge;
+/// tests wire it to plain vectors and a manual clock.
+struct coordinator_io {
+  std::function<void(const std::string& peer, const net::message& m)> send;
+  std::function<void(const std::string& peer)> admit;      ///< peer may send more than register
+  std::function<std::vector<net::counter>()> drop_counts;  ///< optional
+  std::function<mb::mono_time()> clock;                    ///< optional: steady_clock::now
+};
+
+/// Timing and limits of the coordinator.
+struct coordinator_options {
+  mb::options membership;
+  net::kv::options kv;
+  int tick_ms = 25;  ///< period of check_timeouts and store expiry
+};
+
+/// Options from a resolved config: fault_tolerance.* and parallel.*; tick = heartbeat / 2.
+coordinator_options coordinator_options_from(const config& cfg);
+
+/// The coordinator actor's state: a plain struct, all behaviour in coordinator.cpp.
+struct coordinator_state {
+  static inline const char* name = "cohort.coordinator";
+
+  struct kv_waiter {
+    std::string peer;
+    uint64_t request_id = 0;
+  };
+  struct bench_run {
+    caf::response_promise promise;
+    std::string peer;
+    uint32_t left = 0;
+    uint64_t seq = 0;
+    bench_result result;
+  };
+
+  coordinator_options opts;
+  coordinator_io io;
+  mb::roster roster;
+  net::kv::store store;
+  std::unordered_map<mb::member_id, std::string> peer_of;    ///< every member ever, to its peer
+  std::unordered_map<std::string, mb::member_id> member_at;  ///< peer -> its current member
+  std::unordered_set<std::string> clients;                   ///< ctl / launch / bench peers
+  std::unordered_map<uint64_t, kv_waiter> kv_waiters;        ///< store request id -> requester
+  uint64_t next_kv_id = 1;
+  int64_t step = 0;  ///< training step; 0 until training runs on the actors
+  bool stopping = false;
+  std::unique_ptr<bench_run> bench;
+};
+
+/// The coordinator actor. Messages it handles:
+///   (co_in, peer, net::message)   a frame from the bridge (register, heartbeat, kv_*, ...)
+///   (co_tick)                     timer: check_timeouts, store expiry (self-scheduled)
+///   (co_status) -> status_reply   local status
+///   (co_stop, reason)             tell every worker and client to stop, then quit
+///   (co_bench, name, n) -> bench_result  n ping/pong round trips with worker NAME
+caf::behavior coordinator_actor(caf::stateful_actor<coordinator_state>* self,
+                                coordinator_options opts, coordinator_io io);
+
+/// One coordinator process: a CAF actor system, the coordinator actor and a ROUTER bridge
+/// bound to `bind` (tcp://127.0.0.1:0 picks a free port).
+class coordinator_node {
+ public:
+  /// Starts everything. Throws io_error when `bind` cannot be bound.
+  coordinator_node(coordinator_options opts, const std::string& bind, size_t max_message_bytes);
+  /// Stops the actor (if still running) and the bridge.
+  ~coordinator_node();
+
+  /// Endpoint actually bound, with the real port.
+  const std::string& endpoint() const { return bridge_->endpoint(); }
+  caf::actor_system& system() { return *system_; }
+  const caf::actor& actor() const { return actor_; }
+  net::zmq_bridge& bridge() { return *bridge_; }
+
+  /// Asks the coordinator to stop the cluster (thread-safe; e.g. from a signal thread).
+  void request_stop(const std::string& reason);
+  /// Blocks until the coordinator actor has quit.
+  void wait();
+  /// True once the actor has quit.
+  bool done() const { return done_.load(); }
+
+ private:
+  std::unique_ptr<caf::actor_system_config> caf_cfg_;
+  std::unique_ptr<caf::actor_system> system_;
+  std::atomic<net::zmq_bridge*> out_{nullptr};  // set once the bridge exists
+  std::unique_ptr<net::zmq_bridge> bridge_;
+  caf::actor actor_;
+  std::atomic<bool> done_{false};
+};
+
+/// CAF settings shared by every cohort process: the work-sharing scheduler (no spinning
+/// threads competing with ZeroMQ's I/O thread on small machines).
+std::unique_ptr<caf::actor_system_config> make_caf_config();
+
+}  // namespace cohort::actors

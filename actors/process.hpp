@@ -1,0 +1,44 @@
+// Process plumbing shared by the control-plane commands: which thread receives SIGINT /
+// SIGTERM, starting child cohort processes that die with their parent, and logging to
+// stderr (stdout carries the lines other programs parse). POSIX only; no CAF, no sockets.
+#pragma once
+#include <sys/types.h>
+
+#include <atomic>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace cohort::actors {
+
+/// Blocks SIGINT and SIGTERM in the calling thread. Call it before any thread starts, so
+/// every thread inherits the mask and only a signal_watcher (or sigwait) receives them.
+void block_termination_signals();
+
+/// A thread that waits for SIGINT / SIGTERM (blocked everywhere by
+/// block_termination_signals) and calls on_signal(signo) for each one.
+class signal_watcher {
+ public:
+  explicit signal_watcher(std::function<void(int)> on_signal);
+  ~signal_watcher();
+  signal_watcher(const signal_watcher&) = delete;
+  signal_watcher& operator=(const signal_watcher&) = delete;
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+/// Starts `/proc/self/exe ARGS...` (this very cohort binary) as a child: same process group,
+/// SIGKILLed by the kernel if this process dies (PR_SET_PDEATHSIG), signal mask cleared.
+/// stdout_fd >= 0 becomes the child's stdout. Throws cohort::error when fork fails.
+pid_t spawn_self(const std::vector<std::string>& args, int stdout_fd = -1);
+
+/// Exit status of a waitpid() result as one number: the exit code, or 128 + signal.
+int exit_code_of(int wait_status);
+
+/// Routes spdlog's default logger to stderr (once per process).
+void log_to_stderr();
+
+}  // namespace cohort::actors

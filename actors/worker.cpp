@@ -1,0 +1,248 @@
+// Worker actor and node. The actor decides (register, rejoin, stop); the heartbeat thread
+// only beats. Rejoin resets everything tied to the old generation before registering, so
+// nothing learnt as the dead incarnation leaks into the new one.
+#include "actors/worker.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <cstdio>
+
+#include "actors/coordinator.hpp"
+
+namespace cohort::actors {
+namespace {
+
+using self_ptr = caf::stateful_actor<worker_state>*;
+using std::chrono::milliseconds;
+
+void finish(self_ptr self, int code) {
+  auto& st = self->state;
+  if (st.ph == worker_state::phase::done) return;
+  st.ph = worker_state::phase::done;
+  st.shared->member_id = 0;
+  if (st.io.on_exit) st.io.on_exit(code);
+  self->quit();
+}
+
+void start_registration(self_ptr self) {
+  auto& st = self->state;
+  st.ph = worker_state::phase::registering;
+  st.shared->member_id = 0;
+  ++st.incarnation;
+  st.io.send(net::register_request{net::peer_role::worker, st.opts.name, st.opts.pid});
+  self->delayed_send(self, milliseconds(st.opts.coordinator_timeout_ms), co_regto_atom::value,
+                     st.incarnation);
+}
+
+// Declared dead: everything learnt in the old generation is void.
+void rejoin(self_ptr self) {
+  auto& st = self->state;
+  spdlog::warn("worker {}: coordinator declared member {} dead (generation {}); registering again",
+               st.opts.name, st.member_id, st.generation);
+  st.member_id = 0;
+  st.generation = 0;
+  st.rank = -1;
+  st.at = net::coords{};
+  st.roster.clear();
+  st.shared->generation = 0;
+  start_registration(self);
+}
+
+void adopt_roster(self_ptr self, const net::roster_update& ru) {
+  auto& st = self->state;
+  if (ru.generation < st.generation) return;  // late: a newer roster is already known
+  st.generation = ru.generation;
+  st.shared->generation = ru.generation;
+  st.roster = ru.members;
+  for (const auto& m : ru.members) {
+    if (m.member_id == st.member_id) {
+      st.rank = m.rank;
+      st.at = m.at;
+    }
+  }
+  spdlog::info("worker {}: generation {} ({} members), rank {}", st.opts.name, st.generation,
+               st.roster.size(), st.rank);
+}
+
+void on_inbound(self_ptr self, const net::message& m) {
+  auto& st = self->state;
+  if (st.ph == worker_state::phase::done) return;
+  std::visit(
+      [&](const auto& x) {
+        using T = std::decay_t<decltype(x)>;
+        if constexpr (std::is_same_v<T, net::register_ok>) {
+          if (st.ph != worker_state::phase::registering) return;
+          st.ph = worker_state::phase::active;
+          st.member_id = x.member_id;
+          st.opts.name = x.name;  // keep the assigned name across rejoins
+          st.rank = x.rank;
+          st.at = x.at;
+          st.generation = x.generation;
+          ++st.registrations;
+          st.shared->generation = x.generation;
+          st.shared->heartbeat_ms = x.heartbeat_ms;
+          st.shared->member_id = x.member_id;  // last: heartbeats start with a full picture
+          std::printf(
+              "worker %s registered: member %llu, rank %d, coords (%d,%d,%d), generation %llu\n",
+              x.name.c_str(), static_cast<unsigned long long>(x.member_id), x.rank, x.at.d, x.at.p,
+              x.at.t, static_cast<unsigned long long>(x.generation));
+          std::fflush(stdout);
+        } else if constexpr (std::is_same_v<T, net::register_reject>) {
+          if (st.ph != worker_state::phase::registering) return;
+          spdlog::error("worker {}: registration refused: {}", st.opts.name, x.reason);
+          finish(self, 1);
+        } else if constexpr (std::is_same_v<T, net::heartbeat_ack>) {
+          // Acks for an earlier incarnation (sent before we re-registered) say nothing now.
+          if (st.ph != worker_state::phase::active || x.member_id != st.member_id) return;
+          if (x.rejoin_required) {
+            rejoin(self);
+          } else if (x.generation > st.generation) {
+            st.generation = x.generation;
+            st.shared->generation = x.generation;
+          }
+        } else if constexpr (std::is_same_v<T, net::roster_update>) {
+          if (st.ph == worker_state::phase::active) adopt_roster(self, x);
+        } else if constexpr (std::is_same_v<T, net::stop>) {
+          spdlog::info("worker {}: stop from coordinator ({})", st.opts.name, x.reason);
+          finish(self, 0);
+        } else if constexpr (std::is_same_v<T, net::ping>) {
+          st.io.send(net::pong{x.seq, x.sent_ns});
+        } else {
+          // kv replies and the rest belong to parts (communicators) not built yet.
+        }
+      },
+      m);
+}
+
+}  // namespace
+
+caf::behavior worker_actor(caf::stateful_actor<worker_state>* self, worker_options opts,
+                           worker_io io, std::shared_ptr<worker_shared> shared) {
+  self->state.opts = std::move(opts);
+  self->state.io = std::move(io);
+  self->state.shared = std::move(shared);
+  return {
+      [=](co_start_atom) {
+        if (self->state.incarnation == 0) start_registration(self);
+      },
+      [=](co_in_atom, const std::string&, const net::message& m) { on_inbound(self, m); },
+      [=](co_leave_atom) {
+        auto& st = self->state;
+        if (st.ph == worker_state::phase::active) {
+          st.io.send(net::leave{st.member_id, st.generation});
+        }
+        spdlog::info("worker {}: leaving", st.opts.name);
+        finish(self, 0);
+      },
+      [=](co_lost_atom) {
+        spdlog::error("worker {}: coordinator silent for {} ms; giving up", self->state.opts.name,
+                      self->state.opts.coordinator_timeout_ms);
+        finish(self, 1);
+      },
+      [=](co_regto_atom, uint64_t incarnation) {
+        auto& st = self->state;
+        if (st.ph != worker_state::phase::registering || incarnation != st.incarnation) return;
+        spdlog::error("worker {}: no answer to registration within {} ms", st.opts.name,
+                      st.opts.coordinator_timeout_ms);
+        finish(self, 1);
+      },
+  };
+}
+
+worker_node::worker_node(const std::string& endpoint, worker_options opts, size_t max_message_bytes)
+    : coordinator_timeout_ms_(opts.coordinator_timeout_ms),
+      caf_cfg_(make_caf_config()),
+      system_(std::make_unique<caf::actor_system>(*caf_cfg_)) {
+  // Order: actor (silent until co_start), then the bridge that feeds it, then co_start.
+  worker_io io;
+  io.send = [this](const net::message& m) {
+    if (auto* b = out_.load()) b->send(std::string(), m);
+  };
+  io.on_exit = [this](int code) { exit_code_ = code; };
+  actor_ = system_->spawn(worker_actor, opts, io, shared_);
+  actor_->attach_functor([this](const caf::error&) {
+    done_ = true;
+    std::lock_guard<std::mutex> lock(mu_);
+    cv_.notify_all();
+  });
+  net::bridge_options bo;
+  bo.kind = net::bridge_options::socket_kind::dealer;
+  bo.endpoint = endpoint;
+  bo.max_message_bytes = max_message_bytes;
+  bo.identity = net::make_identity("worker");
+  auto shared = shared_;
+  caf::actor target = actor_;
+  try {
+    bridge_ = std::make_unique<net::zmq_bridge>(
+        bo, [shared, target](const std::string& peer, net::message m) {
+          // Any word from the coordinator proves it alive, even while the actor is busy.
+          shared->unacked = 0;
+          caf::anon_send(target, co_in_atom::value, peer, std::move(m));
+        });
+  } catch (...) {
+    caf::anon_send_exit(actor_, caf::exit_reason::user_shutdown);
+    throw;
+  }
+  out_ = bridge_.get();
+  caf::anon_send(actor_, co_start_atom::value);
+  heartbeats_ = std::thread([this] { heartbeat_loop(); });
+}
+
+worker_node::~worker_node() {
+  if (!done_) caf::anon_send_exit(actor_, caf::exit_reason::user_shutdown);
+  wait();
+  out_ = nullptr;
+  bridge_.reset();
+  actor_ = nullptr;
+  system_.reset();
+}
+
+int worker_node::wait() {
+  {
+    caf::scoped_actor self{*system_};
+    self->wait_for(actor_);
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_heartbeats_ = true;
+  }
+  cv_.notify_all();
+  if (heartbeats_.joinable()) heartbeats_.join();
+  return exit_code_.load();
+}
+
+void worker_node::request_leave() { caf::anon_send(actor_, co_leave_atom::value); }
+
+void worker_node::heartbeat_loop() {
+  using clock = std::chrono::steady_clock;
+  uint64_t seq = 0;
+  bool lost_reported = false;
+  auto next = clock::now();
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stop_heartbeats_) {
+    const uint32_t hb = shared_->heartbeat_ms.load();
+    const auto period = milliseconds(hb > 0 ? hb : 50);
+    next += period;
+    // A long pause (SIGSTOP, overloaded machine) must not turn into a burst of beats.
+    if (next < clock::now()) next = clock::now() + period;
+    cv_.wait_until(lock, next, [this] { return stop_heartbeats_; });
+    if (stop_heartbeats_) break;
+    const uint64_t id = shared_->member_id.load();
+    if (id == 0) continue;
+    lock.unlock();
+    if (auto* b = out_.load())
+      b->send(std::string(), net::heartbeat{id, shared_->generation, ++seq});
+    const uint64_t unacked = ++shared_->unacked;
+    // Counted in beats actually sent, not wall time: a process resumed after SIGSTOP has
+    // sent nothing meanwhile and must not conclude the coordinator is gone.
+    if (!lost_reported &&
+        unacked * period.count() >= static_cast<uint64_t>(coordinator_timeout_ms_)) {
+      lost_reported = true;
+      caf::anon_send(actor_, co_lost_atom::value);
+    }
+    lock.lock();
+  }
+}
+
+}  // namespace cohort::actors

@@ -1,0 +1,113 @@
+// The worker actor (registration, generation tracking, rejoin after being declared dead,
+// stop, ping) and worker_node, which wires it to a DEALER zmq_bridge plus the heartbeat
+// thread. Training (stage_worker, allreduce_group) is not here yet.
+//
+// Worker states:
+//
+//   start --send register--> REGISTERING --register_ok--> ACTIVE --stop / SIGTERM--> DONE (0)
+//                               |   ^                         |
+//               register_reject |   |  heartbeat_ack with     | no ack for
+//               or no answer    |   +--rejoin_required -------+ coordinator_timeout_ms
+//                               v      (drop old generation,  v
+//                            DONE (1)   register again: new   DONE (1)
+//                                       member id)
+#pragma once
+#include <atomic>
+#include <caf/all.hpp>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "actors/messages.hpp"
+#include "runtime/net/protocol.hpp"
+#include "runtime/net/zmq_bridge.hpp"
+
+namespace cohort::actors {
+
+/// What the worker actor needs from outside (a bridge in worker_node, vectors in tests).
+struct worker_io {
+  std::function<void(const net::message& m)> send;  ///< to the coordinator
+  std::function<void(int exit_code)> on_exit;       ///< called once, just before quitting
+};
+
+/// State the actor shares with the heartbeat thread and the bridge thread. Heartbeats must
+/// not depend on the actor being idle, so they read these atomics instead of asking it.
+struct worker_shared {
+  std::atomic<uint64_t> member_id{0};  ///< 0 while not registered: no heartbeats
+  std::atomic<uint64_t> generation{0};
+  std::atomic<uint32_t> heartbeat_ms{0};  ///< from register_ok
+  std::atomic<uint64_t> unacked{0};       ///< heartbeats sent since the coordinator last spoke
+};
+
+/// Who the worker is and how long it waits for a silent coordinator.
+struct worker_options {
+  std::string name;  ///< empty: the coordinator picks one (kept across rejoins)
+  int64_t pid = 0;   ///< reported so a launcher's exit notice can name this worker
+  int coordinator_timeout_ms = 10000;  ///< no register answer / no ack this long: exit 1
+};
+
+struct worker_state {
+  static inline const char* name = "cohort.worker";
+  enum class phase { registering, active, done };
+
+  worker_options opts;
+  worker_io io;
+  std::shared_ptr<worker_shared> shared;
+  phase ph = phase::registering;
+  uint64_t incarnation = 0;  ///< +1 per registration attempt; stale timers compare it
+  uint64_t member_id = 0;
+  uint64_t generation = 0;
+  int32_t rank = -1;
+  net::coords at;
+  std::vector<net::member_info> roster;  ///< of `generation`
+  int registrations = 0;                 ///< successful registrations (1 + rejoins)
+};
+
+/// The worker actor. Messages it handles:
+///   (co_start)                   send the first registration (once its transport is up)
+///   (co_in, peer, net::message)  a frame from the coordinator
+///   (co_leave)                   leave gracefully (SIGTERM) and exit 0
+///   (co_lost)                    the heartbeat thread heard nothing for too long: exit 1
+///   (co_regto, incarnation)      registration attempt timed out: exit 1
+caf::behavior worker_actor(caf::stateful_actor<worker_state>* self, worker_options opts,
+                           worker_io io, std::shared_ptr<worker_shared> shared);
+
+/// One worker process: actor system, worker actor, DEALER bridge, heartbeat thread.
+class worker_node {
+ public:
+  /// Connects to ENDPOINT (lazily: a coordinator that is not up yet is waited for up to
+  /// opts.coordinator_timeout_ms) and starts registering.
+  worker_node(const std::string& endpoint, worker_options opts, size_t max_message_bytes);
+  ~worker_node();
+
+  /// Blocks until the worker actor quits; returns its exit code (0 stop/leave, 1 failure).
+  int wait();
+  /// Leave gracefully (thread-safe; e.g. from a signal thread).
+  void request_leave();
+  bool done() const { return done_.load(); }
+  const caf::actor& actor() const { return actor_; }
+
+ private:
+  void heartbeat_loop();
+
+  int coordinator_timeout_ms_;
+  std::unique_ptr<caf::actor_system_config> caf_cfg_;
+  std::unique_ptr<caf::actor_system> system_;
+  std::shared_ptr<worker_shared> shared_ = std::make_shared<worker_shared>();
+  std::atomic<net::zmq_bridge*> out_{nullptr};
+  std::unique_ptr<net::zmq_bridge> bridge_;
+  caf::actor actor_;
+  std::atomic<int> exit_code_{1};
+  std::atomic<bool> done_{false};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_heartbeats_ = false;  // guarded by mu_
+  std::thread heartbeats_;
+};
+
+}  // namespace cohort::actors

@@ -1,0 +1,299 @@
+// `cohort launch CFG [--set k=v ...]`: supervises one local cluster: a coordinator and
+// cluster.workers worker processes (this binary, re-executed). Tells the coordinator at once
+// when a child exits, and on SIGINT / SIGTERM stops everything, leaving no child behind.
+// Single-threaded: one poll() over a signalfd and the coordinator's stdout.
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spdlog/spdlog.h>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "actors/process.hpp"
+#include "runtime/core/config.hpp"
+#include "runtime/core/error.hpp"
+#include "runtime/net/zmq_bridge.hpp"
+#include "tools/commands.hpp"
+
+namespace cohort::cli {
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+struct launch_options {
+  std::string config_path;
+  std::vector<std::string> overrides;
+  std::string bind;
+  int stop_timeout_ms = 5000;
+};
+
+struct child {
+  std::string name;
+  bool coordinator = false;
+};
+
+std::string describe_exit(int code) {
+  return code > 128 ? "killed by signal " + std::to_string(code - 128)
+                    : "exit code " + std::to_string(code);
+}
+
+class launcher {
+ public:
+  launcher(const launch_options& opt, const config& cfg) : opt_(opt), cfg_(cfg) {}
+
+  int run() {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGCHLD);
+    sigprocmask(SIG_BLOCK, &set, nullptr);
+    sigfd_ = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+    if (sigfd_ < 0) throw error("launch: signalfd failed");
+
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) != 0) throw error("launch: pipe failed");
+    out_fd_ = fds[0];
+    std::vector<std::string> args{"coordinator", "--config", opt_.config_path};
+    for (const auto& s : opt_.overrides) args.insert(args.end(), {"--set", s});
+    args.insert(args.end(), {"--bind", opt_.bind.empty() ? cfg_.control.bind : opt_.bind});
+    const pid_t cpid = actors::spawn_self(args, fds[1]);
+    close(fds[1]);
+    children_[cpid] = child{"coordinator", true};
+
+    if (!wait_for_endpoint()) return finish();
+    std::printf("coordinator listening on %s\n", endpoint_.c_str());
+    std::fflush(stdout);
+    client_ = std::make_unique<net::sync_client>(
+        endpoint_, static_cast<size_t>(cfg_.control.max_message_bytes));
+    net::register_request me{net::peer_role::client, "launch", static_cast<int64_t>(getpid())};
+    if (!client_->register_as(me, milliseconds(5000))) {
+      spdlog::error("launch: coordinator at {} does not answer", endpoint_);
+      begin_stop("coordinator does not answer");
+      return finish();
+    }
+    for (int i = 0; i < cfg_.cluster.workers; ++i) {
+      const std::string name = "worker-" + std::to_string(i);
+      const pid_t pid = actors::spawn_self({"worker", "--join", endpoint_, "--name", name});
+      children_[pid] = child{name, false};
+      std::printf("launch: started %s (pid %d)\n", name.c_str(), static_cast<int>(pid));
+    }
+    std::printf(
+        "launch: %d worker(s) started; the cluster runs until stopped (Ctrl-C, SIGTERM or "
+        "`cohort ctl --coordinator %s stop`)\n",
+        cfg_.cluster.workers, endpoint_.c_str());
+    std::fflush(stdout);
+    return finish();
+  }
+
+  ~launcher() {
+    if (sigfd_ >= 0) close(sigfd_);
+    if (out_fd_ >= 0) close(out_fd_);
+  }
+
+ private:
+  // Reads the coordinator's stdout until its endpoint line; false if it died first.
+  bool wait_for_endpoint() {
+    const auto deadline = clock_type::now() + milliseconds(15000);
+    const std::string marker = "coordinator listening on ";
+    while (clock_type::now() < deadline) {
+      if (!step(milliseconds(100))) return false;
+      const auto at = pipe_buf_.find(marker);
+      if (at != std::string::npos) {
+        const auto eol = pipe_buf_.find('\n', at);
+        if (eol == std::string::npos) continue;
+        endpoint_ = pipe_buf_.substr(at + marker.size(), eol - at - marker.size());
+        pipe_buf_.erase(0, eol + 1);
+        return true;
+      }
+      if (stopping_) return false;
+    }
+    spdlog::error("launch: the coordinator printed no endpoint within 15 s");
+    begin_stop("coordinator did not start");
+    return false;
+  }
+
+  // The main loop: until every child is reaped.
+  int finish() {
+    auto next_status = clock_type::now();
+    while (!children_.empty()) {
+      step(milliseconds(100));
+      if (stopping_ && clock_type::now() >= kill_at_) {
+        // The backstop: whoever ignored stop and SIGTERM gets SIGKILL.
+        for (const auto& [pid, c] : children_) kill(pid, SIGKILL);
+        kill_at_ = clock_type::now() + milliseconds(1000);
+      }
+      if (!stopping_ && client_ && clock_type::now() >= next_status) {
+        client_->send(net::status_request{++status_seq_});
+        next_status = clock_type::now() + milliseconds(250);
+      }
+      drain_client();
+    }
+    return rc_;
+  }
+
+  // Waits up to TIMEOUT for a signal or coordinator output; handles what came. False once
+  // the coordinator has exited.
+  bool step(milliseconds timeout) {
+    pollfd fds[2] = {{sigfd_, POLLIN, 0}, {out_fd_, POLLIN, 0}};
+    const int n = poll(fds, out_fd_ >= 0 ? 2 : 1, static_cast<int>(timeout.count()));
+    if (n > 0 && (fds[0].revents & POLLIN)) {
+      signalfd_siginfo si;
+      while (read(sigfd_, &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
+        if (si.ssi_signo == SIGCHLD) {
+          reap();
+        } else {
+          std::printf("launch: %s: stopping the cluster\n",
+                      si.ssi_signo == SIGINT ? "SIGINT" : "SIGTERM");
+          std::fflush(stdout);
+          begin_stop(si.ssi_signo == SIGINT ? "launch: SIGINT" : "launch: SIGTERM");
+        }
+      }
+    }
+    if (out_fd_ >= 0 && n > 0 && (fds[1].revents & (POLLIN | POLLHUP))) {
+      char buf[4096];
+      const ssize_t got = read(out_fd_, buf, sizeof buf);
+      if (got > 0) {
+        pipe_buf_.append(buf, static_cast<size_t>(got));
+        // Until the endpoint is known the buffer is parsed; afterwards it is passed through.
+        if (!endpoint_.empty()) {
+          std::fwrite(pipe_buf_.data(), 1, pipe_buf_.size(), stdout);
+          std::fflush(stdout);
+          pipe_buf_.clear();
+        }
+      } else {
+        close(out_fd_);
+        out_fd_ = -1;
+      }
+    }
+    return coordinator_running();
+  }
+
+  bool coordinator_running() const {
+    for (const auto& [pid, c] : children_) {
+      if (c.coordinator) return true;
+    }
+    return false;
+  }
+
+  void reap() {
+    int status = 0;
+    pid_t pid;
+    while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+      auto it = children_.find(pid);
+      if (it == children_.end()) continue;
+      const child c = it->second;
+      children_.erase(it);
+      const int code = actors::exit_code_of(status);
+      std::printf("launch: %s (pid %d) exited: %s\n", c.name.c_str(), static_cast<int>(pid),
+                  describe_exit(code).c_str());
+      std::fflush(stdout);
+      if (c.coordinator) {
+        if (code != 0) rc_ = exit_runtime;
+        // Without a coordinator the workers cannot do anything useful.
+        begin_stop("coordinator exited");
+        for (const auto& [wpid, w] : children_) kill(wpid, SIGTERM);
+      } else {
+        // Faster than any heartbeat timeout: the coordinator hears it now.
+        if (client_ && coordinator_running()) {
+          client_->send(net::exit_notice{c.name, static_cast<int64_t>(pid), code});
+        }
+      }
+    }
+  }
+
+  void begin_stop(const std::string& reason) {
+    if (stopping_) return;
+    stopping_ = true;
+    kill_at_ = clock_type::now() + milliseconds(opt_.stop_timeout_ms);
+    if (client_ && coordinator_running()) client_->send(net::stop{reason});
+    if (!client_) {
+      // No admin channel (coordinator never came up): signal directly.
+      for (const auto& [pid, c] : children_) kill(pid, SIGTERM);
+    }
+  }
+
+  void drain_client() {
+    if (!client_) return;
+    while (auto m = client_->recv(milliseconds(0))) {
+      if (const auto* s = std::get_if<net::status_reply>(&*m)) show(*s);
+    }
+  }
+
+  // Prints registrations, deaths and generation changes as the coordinator reports them.
+  void show(const net::status_reply& s) {
+    int alive = 0;
+    for (const auto& w : s.workers) {
+      const auto& m = w.member;
+      alive += m.state == net::member_state::alive;
+      auto [it, fresh] = seen_.emplace(m.member_id, m.state);
+      if (fresh && m.state != net::member_state::dead) {
+        std::printf("launch: %s registered: member %llu, rank %d, coords (%d,%d,%d)\n",
+                    m.name.c_str(), static_cast<unsigned long long>(m.member_id), m.rank, m.at.d,
+                    m.at.p, m.at.t);
+      } else if (!fresh && it->second != m.state && m.state == net::member_state::dead) {
+        std::printf("launch: %s (member %llu) is dead\n", m.name.c_str(),
+                    static_cast<unsigned long long>(m.member_id));
+      }
+      it->second = m.state;
+    }
+    if (s.generation != generation_) {
+      generation_ = s.generation;
+      std::printf("launch: generation %llu, %d of %d worker(s) alive\n",
+                  static_cast<unsigned long long>(s.generation), alive, cfg_.cluster.workers);
+    }
+    std::fflush(stdout);
+  }
+
+  launch_options opt_;
+  config cfg_;
+  int sigfd_ = -1;
+  int out_fd_ = -1;
+  std::string pipe_buf_;
+  std::string endpoint_;
+  std::map<pid_t, child> children_;
+  std::unique_ptr<net::sync_client> client_;
+  bool stopping_ = false;
+  clock_type::time_point kill_at_{};
+  int rc_ = exit_ok;
+  uint64_t status_seq_ = 0;
+  uint64_t generation_ = 0;
+  std::map<uint64_t, net::member_state> seen_;
+};
+
+}  // namespace
+
+void add_launch(CLI::App& app, int* rc) {
+  auto opt = std::make_shared<launch_options>();
+  CLI::App* cmd = app.add_subcommand(
+      "launch",
+      "Start a coordinator and cluster.workers local workers, show their registration, tell "
+      "the coordinator at once when a worker exits, and stop everything on Ctrl-C / SIGTERM "
+      "(no child is left behind). Training is not wired to the actors yet: until it is, "
+      "launch runs the cluster until stopped (Ctrl-C, SIGTERM or `cohort ctl stop`).");
+  cmd->add_option("config", opt->config_path, "YAML config")->type_name("CFG")->required();
+  add_set_option(*cmd, &opt->overrides);
+  cmd->add_option("--bind", opt->bind, "Coordinator endpoint to bind (default: control.bind)")
+      ->type_name("EP");
+  cmd->add_option("--stop-timeout-ms", opt->stop_timeout_ms,
+                  "After a stop, children still running this long later are killed")
+      ->check(CLI::Range(100, 600 * 1000))
+      ->capture_default_str();
+  cmd->callback([opt, rc] {
+    const config c = load_config(opt->config_path, opt->overrides);
+    actors::log_to_stderr();
+    launcher l(*opt, c);
+    *rc = l.run();
+  });
+}
+
+}  // namespace cohort::cli

@@ -1,0 +1,58 @@
+// `cohort worker --join EP [--name NAME]`: one worker process. Registers with the
+// coordinator at EP, heartbeats from its own thread, rejoins as a new member when declared
+// dead, exits 0 on `stop` or SIGINT/SIGTERM (after telling the coordinator it leaves).
+#include <unistd.h>
+
+#include <csignal>
+#include <memory>
+#include <string>
+
+#include "actors/process.hpp"
+#include "actors/worker.hpp"
+#include "runtime/core/config.hpp"
+#include "tools/commands.hpp"
+
+namespace cohort::cli {
+
+void add_worker(CLI::App& app, int* rc) {
+  struct options {
+    std::string join;
+    std::string name;
+    int coordinator_timeout_ms = 10000;
+    int64_t max_message_bytes = control_config{}.max_message_bytes;
+  };
+  auto opt = std::make_shared<options>();
+  CLI::App* cmd = app.add_subcommand(
+      "worker",
+      "Run one worker: join the coordinator at --join, heartbeat, rejoin after being declared "
+      "dead, exit 0 on `cohort ctl stop` or SIGINT/SIGTERM, 1 when the coordinator is gone.");
+  cmd->add_option("--join", opt->join, "Coordinator endpoint, e.g. tcp://127.0.0.1:5555")
+      ->type_name("EP")
+      ->required();
+  cmd->add_option("--name", opt->name,
+                  "Worker name, unique among live workers (default: the coordinator picks "
+                  "worker-<id>)")
+      ->type_name("NAME");
+  cmd->add_option("--coordinator-timeout-ms", opt->coordinator_timeout_ms,
+                  "Exit 1 when the coordinator answers neither registration nor heartbeats "
+                  "for this long")
+      ->check(CLI::Range(100, 3600 * 1000))
+      ->capture_default_str();
+  cmd->add_option("--max-message-bytes", opt->max_message_bytes,
+                  "Larger inbound frames are dropped and counted (control.max_message_bytes)")
+      ->check(CLI::Range(int64_t{64}, int64_t{1} << 40))
+      ->capture_default_str();
+  cmd->callback([opt, rc] {
+    actors::block_termination_signals();
+    actors::log_to_stderr();
+    actors::worker_options wo;
+    wo.name = opt->name;
+    wo.pid = static_cast<int64_t>(::getpid());
+    wo.coordinator_timeout_ms = opt->coordinator_timeout_ms;
+    actors::worker_node node(opt->join, wo, static_cast<size_t>(opt->max_message_bytes));
+    actors::signal_watcher signals([&node](int) { node.request_leave(); });
+    *rc = node.wait();
+  });
+}
+
+}  // namespace cohort::cli
