@@ -1,0 +1,181 @@
+// Helpers for multi-process tests: start the built `cohort` binary as children in their own
+// process groups, and always kill those groups (RAII) even when a check fails midway.
+// Only for tests/mp; nothing here is part of the runtime.
+#pragma once
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace cohort::mp {
+
+using std::chrono::milliseconds;
+using clock_type = std::chrono::steady_clock;
+
+/// Path of the cohort executable under test.
+inline std::string cohort_binary() { return std::string(COHORT_BINARY_DIR) + "/cohort"; }
+
+/// A scratch directory removed on destruction.
+class temp_dir {
+ public:
+  temp_dir() {
+    char tmpl[] = "/tmp/cohort-mp-XXXXXX";
+    path_ = ::mkdtemp(tmpl);
+  }
+  ~temp_dir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  const std::string& path() const { return path_; }
+  /// Writes TEXT to NAME inside the directory; returns the full path.
+  std::string write(const std::string& name, const std::string& text) const {
+    const std::string p = path_ + "/" + name;
+    std::ofstream(p) << text;
+    return p;
+  }
+
+ private:
+  std::string path_;
+};
+
+inline std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+/// One `cohort ARGS...` child, leader of its own process group, stdout/stderr in files.
+/// The destructor SIGKILLs the whole group and reaps the child: no test leaves processes.
+class child_process {
+ public:
+  child_process(const std::vector<std::string>& args, const std::string& dir,
+                const std::string& tag)
+      : out_path_(dir + "/" + tag + ".out"), err_path_(dir + "/" + tag + ".err") {
+    std::vector<std::string> all{cohort_binary()};
+    all.insert(all.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (auto& a : all) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    const pid_t parent = ::getpid();
+    // Unflushed test output would otherwise be written twice (once by the child).
+    std::fflush(stdout);
+    std::fflush(stderr);
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::setpgid(0, 0);
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // the test binary died: so do we
+      if (::getppid() != parent) ::_exit(1);
+      if (!std::freopen(out_path_.c_str(), "w", stdout)) ::_exit(1);
+      if (!std::freopen(err_path_.c_str(), "w", stderr)) ::_exit(1);
+      ::execv(argv[0], argv.data());
+      ::_exit(127);
+    }
+    // Also from the parent, so a kill right after fork already finds the group.
+    if (pid_ > 0) ::setpgid(pid_, pid_);
+  }
+  ~child_process() {
+    if (pid_ <= 0) return;
+    ::kill(-pid_, SIGKILL);
+    if (!reaped_) ::waitpid(pid_, nullptr, 0);
+  }
+  child_process(const child_process&) = delete;
+  child_process& operator=(const child_process&) = delete;
+
+  pid_t pid() const { return pid_; }
+  std::string out() const { return read_file(out_path_); }
+  std::string err() const { return read_file(err_path_); }
+  void signal(int sig) const { ::kill(pid_, sig); }
+
+  /// Exit code (or 128 + signal) if the child ends within TIMEOUT.
+  std::optional<int> wait_exit(milliseconds timeout) {
+    if (reaped_) return code_;
+    const auto deadline = clock_type::now() + timeout;
+    while (true) {
+      int status = 0;
+      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+        reaped_ = true;
+        code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        return code_;
+      }
+      if (clock_type::now() >= deadline) return std::nullopt;
+      std::this_thread::sleep_for(milliseconds(10));
+    }
+  }
+
+  /// Waits until stdout contains PREFIX at the start of a line; returns the rest of it.
+  std::optional<std::string> wait_line(const std::string& prefix, milliseconds timeout) const {
+    const auto deadline = clock_type::now() + timeout;
+    while (clock_type::now() < deadline) {
+      std::istringstream in(out());
+      std::string line;
+      while (std::getline(in, line)) {
+        if (line.rfind(prefix, 0) == 0 && in.good()) return line.substr(prefix.size());
+      }
+      std::this_thread::sleep_for(milliseconds(10));
+    }
+    return std::nullopt;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  std::string out_path_, err_path_;
+  bool reaped_ = false;
+  int code_ = -1;
+};
+
+/// Runs `cohort ARGS...` to completion and returns its stdout (stderr is discarded).
+inline std::string run_capture(const std::string& args, int* exit_code = nullptr) {
+  const std::string cmd = cohort_binary() + " " + args + " 2>/dev/null";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while (p != nullptr && (n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  const int status = p != nullptr ? ::pclose(p) : -1;
+  if (exit_code != nullptr) *exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return out;
+}
+
+/// Polls PRED every few ms until it holds or TIMEOUT passes; true if it held.
+inline bool eventually(milliseconds timeout, const std::function<bool()>& pred) {
+  const auto deadline = clock_type::now() + timeout;
+  while (clock_type::now() < deadline) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(milliseconds(5));
+  }
+  return pred();
+}
+
+/// Pids of every process whose process group is PGID (from /proc/<pid>/stat).
+inline std::vector<pid_t> processes_in_group(pid_t pgid) {
+  std::vector<pid_t> out;
+  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = e.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    const std::string stat = read_file(e.path().string() + "/stat");
+    // Fields after the command (which may contain spaces) start after the last ')'.
+    const auto close = stat.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream in(stat.substr(close + 2));
+    std::string state;
+    long ppid = 0, pgrp = 0;
+    in >> state >> ppid >> pgrp;
+    if (pgrp == pgid && state != "Z") out.push_back(static_cast<pid_t>(std::stol(name)));
+  }
+  return out;
+}
+
+}  // namespace cohort::mp
