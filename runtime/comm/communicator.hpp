@@ -1,0 +1,64 @@
+// The one collective interface cohort's data plane uses (allreduce, allgather, broadcast,
+// barrier, abort), whatever the backend: Gloo over TCP (runtime/comm/gloo_comm.hpp) or
+// NCCL (runtime/comm/nccl_communicator.hpp). Owns the contract, not any transport; the
+// factory that picks a backend is runtime/comm/factory.hpp.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "runtime/comm/comm_error.hpp"
+
+namespace cohort::comm {
+
+/// A fixed group of `size()` ranks built for one roster generation.
+///
+/// Contract (every backend):
+/// - Collective calls are blocking and must be made by every rank in the same order with
+///   the same sizes. One collective at a time per communicator (the bucket engine gives
+///   them a single communication thread); only abort() may be called concurrently.
+/// - Pointers live where the backend computes: host memory for Gloo, device memory of
+///   the communicator's GPU for NCCL.
+/// - Every call is bounded by the timeout the communicator was built with: a hung or
+///   dead peer makes the call throw comm_error (timeout or peer_lost), never hang.
+/// - After any comm_error the communicator is dead (Gloo's rule: a transport error
+///   closes its pairs): every later call throws comm_error(invalid) at once. Build a new
+///   one, normally for the next generation, and drop this one.
+class communicator {
+ public:
+  virtual ~communicator() = default;
+  communicator() = default;
+  communicator(const communicator&) = delete;
+  communicator& operator=(const communicator&) = delete;
+
+  /// This process's rank in [0, size()).
+  virtual int rank() const = 0;
+  /// Ranks in the group.
+  virtual int size() const = 0;
+  /// "gloo" or "nccl".
+  virtual const char* backend() const = 0;
+
+  /// In place: data[i] becomes the sum over ranks of data[i]. Float sums depend on the
+  /// backend's order (Gloo's ring); use the int64 overload for order-free sums.
+  virtual void allreduce_sum(float* data, std::size_t n) = 0;
+  /// In place, integer sum (the fixed-point bitwise mode): exact, independent of order.
+  /// Overflow wraps in the backend; callers bound their values so it cannot happen.
+  virtual void allreduce_sum(std::int64_t* data, std::size_t n) = 0;
+  /// Every rank contributes `bytes` from `send`; `recv` (size() * bytes) receives rank r's
+  /// block at offset r * bytes, on every rank.
+  virtual void allgather(const void* send, void* recv, std::size_t bytes) = 0;
+  /// Rank `root`'s `bytes` at `data` are copied to `data` on every rank.
+  virtual void broadcast(void* data, std::size_t bytes, int root) = 0;
+  /// Returns once every rank has entered the barrier.
+  virtual void barrier() = 0;
+
+  /// Thread-safe, callable from any thread at any time, idempotent: makes a collective
+  /// blocked in another thread throw comm_error(aborted) promptly and kills the
+  /// communicator (peers see their pending collectives fail too). See docs/collectives.md
+  /// for how promptly each backend manages it.
+  virtual void abort() = 0;
+  /// True once a call failed or abort() was called: only destruction is left.
+  virtual bool dead() const = 0;
+};
+
+}  // namespace cohort::comm

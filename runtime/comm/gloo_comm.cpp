@@ -1,0 +1,194 @@
+#include "runtime/comm/gloo_comm.hpp"
+
+#include <gloo/allgather.h>
+#include <gloo/allreduce.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/math.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/prefix_store.h>
+#include <gloo/transport/context.h>
+#include <gloo/transport/tcp/device.h>
+
+#include <cstring>
+#include <typeinfo>
+
+// Gloo's TCP transport fails every pending operation of a context when one wait times
+// out: tcp::Context::signalException(msg) hands an exception to every pair, which wakes
+// the waiting buffers and closes the sockets (so the peers fail at once too). That is
+// exactly what abort() needs, but the function is protected and Debian's libgloo-dev
+// lacks gloo/common/memory.h, so <gloo/transport/tcp/context.h> cannot be included. The
+// symbol is exported by libgloo.so; it is declared here under its Itanium name (a
+// non-virtual member function takes `this` as its first argument). If a future Gloo
+// drops it, linking fails loudly instead of abort() silently doing less.
+extern void
+cohort_gloo_tcp_context_signal_exception(void* tcp_context, const std::string& msg) __asm__(
+    "_ZN4gloo9transport3tcp7Context15signalExceptionERKNSt7__cxx1112basic_stringIcSt11char_"
+    "traitsIcESaIcEEE");
+
+namespace cohort::comm {
+
+namespace {
+
+// Gloo's rendezvous context with its transport context (a protected member) in reach.
+class open_context : public gloo::rendezvous::Context {
+ public:
+  using gloo::rendezvous::Context::Context;
+  gloo::transport::Context* transport_context() const { return transportContext_.get(); }
+};
+
+using reduce_fn = void (*)(void*, const void*, const void*, std::size_t);
+
+comm_failure classify(const char* what) {
+  // Gloo says "Timed out waiting ... for recv operation" / "Connect timeout"; everything
+  // else it throws from a socket (read/write error, "Connection closed by peer") means the
+  // peer is gone.
+  if (std::strstr(what, "Timed out") || std::strstr(what, "timeout") ||
+      std::strstr(what, "Application timeout"))
+    return comm_failure::timeout;
+  return comm_failure::peer_lost;
+}
+
+}  // namespace
+
+gloo_comm::gloo_comm(gloo::rendezvous::Store& store, int rank, int size, const gloo_options& opts)
+    : rank_(rank), size_(size), opts_(opts) {
+  const std::string what = "gloo rendezvous (rank " + std::to_string(rank) + " of " +
+                           std::to_string(size) + ", prefix '" + opts.prefix + "')";
+  if (size < 1 || rank < 0 || rank >= size)
+    throw comm_error(comm_failure::invalid, what, "rank must be in [0, size) and size >= 1");
+  if (opts.timeout.count() <= 0)
+    throw comm_error(comm_failure::invalid, what, "timeout must be > 0 ms");
+  const auto rendezvous_timeout =
+      opts.rendezvous_timeout.count() > 0 ? opts.rendezvous_timeout : opts.timeout;
+  try {
+    gloo::transport::tcp::attr attr;
+    if (!opts.iface.empty())
+      attr.iface = opts.iface;
+    else
+      attr.hostname = opts.hostname;
+    auto device = gloo::transport::tcp::CreateDevice(attr);
+    auto context = std::make_shared<open_context>(rank, size);
+    // The context timeout bounds the store waits and the TCP connects of connectFullMesh;
+    // afterwards it is the collective timeout (each collective also passes it).
+    context->setTimeout(rendezvous_timeout);
+    gloo::rendezvous::PrefixStore prefixed(opts.prefix, store);
+    context->connectFullMesh(prefixed, device);
+    context->setTimeout(opts.timeout);
+    context_ = std::move(context);
+  } catch (const comm_error& e) {
+    throw comm_error(
+        e.kind() == comm_failure::timeout ? comm_failure::timeout : comm_failure::rendezvous, what,
+        e.what());
+  } catch (const std::exception& e) {
+    throw comm_error(classify(e.what()) == comm_failure::timeout ? comm_failure::timeout
+                                                                 : comm_failure::rendezvous,
+                     what, e.what());
+  }
+}
+
+gloo_comm::~gloo_comm() = default;
+
+template <class Fn>
+void gloo_comm::run(const char* op, Fn&& fn) {
+  auto where = [&] {
+    return std::string("gloo ") + op + " (rank " + std::to_string(rank_) + " of " +
+           std::to_string(size_) + ")";
+  };
+  if (dead_.load())
+    throw comm_error(aborted_.load() ? comm_failure::aborted : comm_failure::invalid, where(),
+                     "this communicator is dead after an earlier failure or abort(); build a "
+                     "new one");
+  try {
+    fn();
+  } catch (const std::exception& e) {
+    dead_ = true;
+    const comm_failure kind = aborted_.load() ? comm_failure::aborted : classify(e.what());
+    // Close every pair so the peers stop waiting for us now, not at their own timeout.
+    abort_transport("cohort: rank " + std::to_string(rank_) + " failed in " + op);
+    throw comm_error(kind, where(), e.what());
+  }
+}
+
+void gloo_comm::abort_transport(const std::string& why) {
+  std::lock_guard<std::mutex> lock(abort_mutex_);
+  if (transport_signalled_ || !context_) return;
+  transport_signalled_ = true;
+  auto* transport = static_cast<open_context&>(*context_).transport_context();
+  if (transport == nullptr) return;
+  // tcp::Context derives first from transport::Context (its primary base, at offset 0).
+  // Check the dynamic type by name since the TCP class cannot be named here.
+  if (std::strcmp(typeid(*transport).name(), "N4gloo9transport3tcp7ContextE") == 0) {
+    cohort_gloo_tcp_context_signal_exception(transport, why);
+  } else {
+    // Another transport: closing the pairs still fails the peers at once; a call blocked
+    // here then returns at its timeout.
+    context_->closeConnections();
+  }
+}
+
+void gloo_comm::abort() {
+  aborted_ = true;
+  dead_ = true;
+  abort_transport("cohort: communicator aborted on rank " + std::to_string(rank_));
+}
+
+void gloo_comm::allreduce_sum(float* data, std::size_t n) {
+  run("allreduce_sum(float)", [&] {
+    gloo::AllreduceOptions o(context_);
+    o.setOutput(data, n);
+    o.setReduceFunction(static_cast<reduce_fn>(&gloo::sum<float>));
+    o.setTag(next_tag());
+    o.setTimeout(opts_.timeout);
+    gloo::allreduce(o);
+  });
+}
+
+void gloo_comm::allreduce_sum(std::int64_t* data, std::size_t n) {
+  run("allreduce_sum(int64)", [&] {
+    gloo::AllreduceOptions o(context_);
+    o.setOutput(data, n);
+    o.setReduceFunction(static_cast<reduce_fn>(&gloo::sum<std::int64_t>));
+    o.setTag(next_tag());
+    o.setTimeout(opts_.timeout);
+    gloo::allreduce(o);
+  });
+}
+
+void gloo_comm::allgather(const void* send, void* recv, std::size_t bytes) {
+  run("allgather", [&] {
+    gloo::AllgatherOptions o(context_);
+    // Gloo only reads the input; its API takes a non-const pointer.
+    o.setInput(static_cast<char*>(const_cast<void*>(send)), bytes);
+    o.setOutput(static_cast<char*>(recv), bytes * static_cast<std::size_t>(size_));
+    o.setTag(next_tag());
+    o.setTimeout(opts_.timeout);
+    gloo::allgather(o);
+  });
+}
+
+void gloo_comm::broadcast(void* data, std::size_t bytes, int root) {
+  if (root < 0 || root >= size_)
+    throw comm_error(
+        comm_failure::invalid, "gloo broadcast",
+        "root " + std::to_string(root) + " is not a rank of a group of " + std::to_string(size_));
+  run("broadcast", [&] {
+    gloo::BroadcastOptions o(context_);
+    o.setOutput(static_cast<char*>(data), bytes);
+    o.setRoot(root);
+    o.setTag(next_tag());
+    o.setTimeout(opts_.timeout);
+    gloo::broadcast(o);
+  });
+}
+
+void gloo_comm::barrier() {
+  run("barrier", [&] {
+    gloo::BarrierOptions o(context_);
+    o.setTag(next_tag());
+    o.setTimeout(opts_.timeout);
+    gloo::barrier(o);
+  });
+}
+
+}  // namespace cohort::comm
