@@ -1,0 +1,352 @@
+// Coordinator and worker actors driven deterministically: CAF's testing scheduler (no
+// threads), a manual clock for membership decisions, and io functions that record every
+// frame instead of sending it. No sockets, no sleeps.
+#include <doctest/doctest.h>
+#include <spdlog/spdlog.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "actors/coordinator.hpp"
+#include "actors/worker.hpp"
+
+using namespace cohort;
+using namespace cohort::actors;
+using std::chrono::milliseconds;
+
+namespace {
+
+struct sent_frame {
+  std::string peer;
+  net::message msg;
+};
+
+// Everything the actor under test sent, plus a clock the test moves by hand.
+struct recorder {
+  std::vector<sent_frame> frames;
+  std::vector<std::string> admitted;
+  mb::mono_time now{};  // starts at the epoch; only differences matter
+
+  // Frames of type T sent to PEER (all peers when empty), oldest first.
+  template <class T>
+  std::vector<T> to(const std::string& peer = "") const {
+    std::vector<T> out;
+    for (const auto& f : frames) {
+      if (!peer.empty() && f.peer != peer) continue;
+      if (const auto* x = std::get_if<T>(&f.msg)) out.push_back(*x);
+    }
+    return out;
+  }
+};
+
+std::unique_ptr<caf::actor_system_config> testing_config() {
+  auto c = std::make_unique<caf::actor_system_config>();
+  c->set("scheduler.policy", caf::atom("testing"));
+  return c;
+}
+
+// An actor system on CAF's single-threaded testing scheduler; members in this order so the
+// config outlives the system.
+struct testing_system {
+  std::unique_ptr<caf::actor_system_config> cfg = testing_config();
+  caf::actor_system sys{*cfg};
+  caf::scheduler::test_coordinator& sched =
+      dynamic_cast<caf::scheduler::test_coordinator&>(sys.scheduler());
+  testing_system() {
+    sys.await_actors_before_shutdown(false);
+    spdlog::set_level(spdlog::level::warn);  // the actors narrate every join at info
+  }
+};
+
+struct coordinator_fixture : testing_system {
+  std::shared_ptr<recorder> rec = std::make_shared<recorder>();
+  coordinator_options opts;
+  caf::actor coord;
+
+  coordinator_fixture() {
+    opts.membership.heartbeat_ms = 50;
+    opts.membership.timeout_ms = 300;
+    opts.membership.dp = 3;
+    opts.tick_ms = 25;
+    coordinator_io io;
+    auto r = rec;
+    io.send = [r](const std::string& peer, const net::message& m) {
+      r->frames.push_back({peer, m});
+    };
+    io.admit = [r](const std::string& peer) { r->admitted.push_back(peer); };
+    io.drop_counts = [] { return std::vector<net::counter>{{"bad_magic", 4}}; };
+    io.clock = [r] { return r->now; };
+    coord = sys.spawn(coordinator_actor, opts, io);
+    sched.run();
+  }
+  ~coordinator_fixture() {
+    caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);
+    sched.run();
+  }
+
+  void deliver(const std::string& peer, net::message m) {
+    caf::anon_send(coord, co_in_atom::value, peer, std::move(m));
+    sched.run();
+  }
+  void register_worker(const std::string& peer, const std::string& name) {
+    deliver(peer, net::register_request{net::peer_role::worker, name, 100});
+  }
+  // Advances the manual clock and fires the coordinator's tick.
+  void advance(milliseconds d) {
+    rec->now += d;
+    sched.trigger_timeouts();
+    sched.run();
+  }
+};
+
+}  // namespace
+
+TEST_CASE("coordinator: three registrations give ranks 0..2 and one roster per generation") {
+  coordinator_fixture f;
+  f.register_worker("pa", "a");
+  f.register_worker("pb", "b");
+  f.register_worker("pc", "c");
+  CHECK(f.rec->admitted == std::vector<std::string>{"pa", "pb", "pc"});
+  const auto oks = f.rec->to<net::register_ok>();
+  REQUIRE(oks.size() == 3);
+  for (int i = 0; i < 3; ++i) {
+    CHECK(oks[i].rank == i);
+    CHECK(oks[i].generation == static_cast<uint64_t>(i + 1));
+    CHECK(oks[i].at == net::coords{i, 0, 0});
+    CHECK(oks[i].heartbeat_ms == 50);
+    CHECK(oks[i].timeout_ms == 300);
+  }
+  CHECK(oks[0].member_id != oks[1].member_id);
+  // The first member saw generations 1, 2 and 3; the last only 3, with all three members.
+  const auto ra = f.rec->to<net::roster_update>("pa");
+  REQUIRE(ra.size() == 3);
+  CHECK(ra.back().generation == 3);
+  CHECK(ra.back().members.size() == 3);
+  const auto rc = f.rec->to<net::roster_update>("pc");
+  REQUIRE(rc.size() == 1);
+  CHECK(rc[0].generation == 3);
+  // A fourth worker does not fit a dp=3 world.
+  f.register_worker("pd", "d");
+  CHECK(f.rec->to<net::register_reject>("pd").size() == 1);
+}
+
+TEST_CASE("coordinator: a silent member is declared dead by the timer and told to rejoin") {
+  coordinator_fixture f;
+  f.register_worker("pa", "a");
+  f.register_worker("pb", "b");
+  const uint64_t id_a = f.rec->to<net::register_ok>("pa")[0].member_id;
+  const uint64_t id_b = f.rec->to<net::register_ok>("pb")[0].member_id;
+  // a keeps beating, b goes silent.
+  for (int i = 0; i < 8; ++i) {
+    f.advance(milliseconds(50));
+    f.deliver("pa", net::heartbeat{id_a, 2, static_cast<uint64_t>(i)});
+  }
+  const auto acks = f.rec->to<net::heartbeat_ack>("pa");
+  REQUIRE(acks.size() == 8);
+  CHECK_FALSE(acks.front().rejoin_required);
+  CHECK(acks.front().member_id == id_a);
+  // 400 ms without a beat from b (> timeout 300): generation 3 holds only a, at rank 0.
+  const auto ra = f.rec->to<net::roster_update>("pa");
+  REQUIRE(ra.back().generation == 3);
+  REQUIRE(ra.back().members.size() == 1);
+  CHECK(ra.back().members[0].member_id == id_a);
+  CHECK(ra.back().members[0].rank == 0);
+  CHECK(f.rec->to<net::roster_update>("pb").back().generation == 2);  // b is not told
+  // b wakes up: its heartbeat is answered "rejoin required", naming its old id.
+  f.deliver("pb", net::heartbeat{id_b, 2, 99});
+  const auto ackb = f.rec->to<net::heartbeat_ack>("pb");
+  REQUIRE(ackb.size() == 1);
+  CHECK(ackb[0].rejoin_required);
+  CHECK(ackb[0].member_id == id_b);
+  // It registers again under the same name and gets a new member id and generation.
+  f.register_worker("pb", "b");
+  const auto okb = f.rec->to<net::register_ok>("pb");
+  REQUIRE(okb.size() == 2);
+  CHECK(okb[1].member_id != id_b);
+  CHECK(okb[1].generation == 4);
+}
+
+TEST_CASE("coordinator: status, exit notice, leave from the wrong peer, client stop") {
+  coordinator_fixture f;
+  f.register_worker("pa", "a");
+  f.register_worker("pb", "b");
+  f.deliver("ctl", net::register_request{net::peer_role::client, "ctl", 1});
+  const auto client_ok = f.rec->to<net::register_ok>("ctl");
+  REQUIRE(client_ok.size() == 1);
+  CHECK(client_ok[0].member_id == 0);  // clients never become members
+  CHECK(client_ok[0].rank == -1);
+
+  f.deliver("ctl", net::status_request{5});
+  auto st = f.rec->to<net::status_reply>("ctl");
+  REQUIRE(st.size() == 1);
+  CHECK(st[0].request_id == 5);
+  CHECK(st[0].generation == 2);
+  CHECK(st[0].workers.size() == 2);
+  REQUIRE(st[0].dropped.size() == 1);
+  CHECK(st[0].dropped[0].value == 4);
+
+  // A leave for a's id coming from b's socket is ignored.
+  const uint64_t id_a = f.rec->to<net::register_ok>("pa")[0].member_id;
+  f.deliver("pb", net::leave{id_a, 2});
+  f.deliver("ctl", net::status_request{6});
+  st = f.rec->to<net::status_reply>("ctl");
+  CHECK(st.back().generation == 2);
+
+  // The launcher's exit notice removes b at once (pid 100 matches its registration).
+  f.deliver("launch", net::exit_notice{"b", 100, 137});
+  f.deliver("ctl", net::status_request{7});
+  st = f.rec->to<net::status_reply>("ctl");
+  CHECK(st.back().generation == 3);
+  int dead = 0;
+  for (const auto& w : st.back().workers) dead += w.member.state == net::member_state::dead;
+  CHECK(dead == 1);
+
+  // Stop: every live member and every client hears it, then the actor is gone.
+  f.deliver("ctl", net::stop{"test"});
+  CHECK(f.rec->to<net::stop>("pa").size() == 1);
+  CHECK(f.rec->to<net::stop>("ctl").size() == 1);
+  CHECK(f.rec->to<net::stop>("pb").empty());  // b was already gone
+  const size_t before = f.rec->frames.size();
+  f.deliver("ctl", net::status_request{8});
+  CHECK(f.rec->frames.size() == before);  // a quit actor answers nothing
+}
+
+TEST_CASE("coordinator: rendezvous store waits, wakes, times out and is superseded") {
+  coordinator_fixture f;
+  f.register_worker("pa", "a");
+  f.register_worker("pb", "b");
+  // b waits for a's key in generation 2; a sets it: b is answered ok.
+  f.deliver("pb", net::kv_wait{11, 2, {"addr/0"}, 1000});
+  CHECK(f.rec->to<net::kv_reply>("pb").empty());
+  f.deliver("pa", net::kv_set{12, 2, "addr/0", "10.0.0.1:4000"});
+  REQUIRE(f.rec->to<net::kv_reply>("pa").size() == 1);
+  CHECK(f.rec->to<net::kv_reply>("pa")[0].status == net::kv_status::ok);
+  auto rb = f.rec->to<net::kv_reply>("pb");
+  REQUIRE(rb.size() == 1);
+  CHECK(rb[0].request_id == 11);
+  CHECK(rb[0].status == net::kv_status::ok);
+  // A plain get returns the value; a missing key is not_found.
+  f.deliver("pb", net::kv_get{13, 2, "addr/0", 0});
+  f.deliver("pb", net::kv_get{14, 2, "addr/1", 0});
+  rb = f.rec->to<net::kv_reply>("pb");
+  REQUIRE(rb.size() == 3);
+  CHECK(rb[1].value == "10.0.0.1:4000");
+  CHECK(rb[2].status == net::kv_status::not_found);
+  // A blocking get that nobody satisfies times out on the timer.
+  f.deliver("pb", net::kv_get{15, 2, "never", 100});
+  f.advance(milliseconds(150));
+  rb = f.rec->to<net::kv_reply>("pb");
+  REQUIRE(rb.size() == 4);
+  CHECK(rb[3].request_id == 15);
+  CHECK(rb[3].status == net::kv_status::timeout);
+  // A waiter of generation 2 is superseded when a third worker makes generation 3.
+  f.deliver("pa", net::kv_wait{16, 2, {"never"}, 60000});
+  f.register_worker("pc", "c");
+  const auto ra = f.rec->to<net::kv_reply>("pa");
+  REQUIRE(ra.size() == 2);
+  CHECK(ra[1].request_id == 16);
+  CHECK(ra[1].status == net::kv_status::superseded);
+}
+
+namespace {
+
+struct worker_fixture : testing_system {
+  std::shared_ptr<recorder> rec = std::make_shared<recorder>();
+  std::shared_ptr<worker_shared> shared = std::make_shared<worker_shared>();
+  std::shared_ptr<int> exit_code = std::make_shared<int>(-1);
+  caf::actor worker;
+
+  worker_fixture() {
+    worker_options o;
+    o.name = "w";
+    o.pid = 42;
+    worker_io io;
+    auto r = rec;
+    auto code = exit_code;
+    io.send = [r](const net::message& m) { r->frames.push_back({"", m}); };
+    io.on_exit = [code](int c) { *code = c; };
+    worker = sys.spawn(worker_actor, o, io, shared);
+    caf::anon_send(worker, co_start_atom::value);
+    sched.run();
+  }
+  ~worker_fixture() {
+    caf::anon_send_exit(worker, caf::exit_reason::user_shutdown);
+    sched.run();
+  }
+  void deliver(net::message m) {
+    caf::anon_send(worker, co_in_atom::value, std::string(), std::move(m));
+    sched.run();
+  }
+};
+
+}  // namespace
+
+TEST_CASE("worker: registers, follows generations, rejoins once when declared dead") {
+  worker_fixture f;
+  auto regs = f.rec->to<net::register_request>();
+  REQUIRE(regs.size() == 1);
+  CHECK(regs[0].name == "w");
+  CHECK(regs[0].pid == 42);
+  CHECK(f.shared->member_id == 0);  // no heartbeats before register_ok
+
+  f.deliver(net::register_ok{7, "w", 1, net::coords{1, 0, 0}, 4, 50, 300});
+  CHECK(f.shared->member_id == 7);
+  CHECK(f.shared->generation == 4);
+  CHECK(f.shared->heartbeat_ms == 50);
+
+  // A roster update moves it to generation 5 at rank 0.
+  net::roster_update ru;
+  ru.generation = 5;
+  ru.members.push_back(net::member_info{7, "w", 0, net::coords{}, net::member_state::alive, 42});
+  f.deliver(ru);
+  CHECK(f.shared->generation == 5);
+
+  // An ack for some other incarnation changes nothing.
+  f.deliver(net::heartbeat_ack{3, 9, 1, true});
+  CHECK(f.rec->to<net::register_request>().size() == 1);
+  CHECK(f.shared->member_id == 7);
+
+  // Declared dead: old state dropped, heartbeats paused, one new registration.
+  f.deliver(net::heartbeat_ack{7, 6, 2, true});
+  CHECK(f.shared->member_id == 0);
+  CHECK(f.shared->generation == 0);
+  CHECK(f.rec->to<net::register_request>().size() == 2);
+  // More "rejoin" acks for the old id, already in flight, do not register again.
+  f.deliver(net::heartbeat_ack{7, 6, 3, true});
+  CHECK(f.rec->to<net::register_request>().size() == 2);
+
+  f.deliver(net::register_ok{8, "w", 2, net::coords{2, 0, 0}, 7, 50, 300});
+  CHECK(f.shared->member_id == 8);
+  CHECK(f.shared->generation == 7);
+
+  // Ping is answered with the same fields; stop ends the actor with exit code 0.
+  f.deliver(net::ping{5, 1234});
+  const auto pongs = f.rec->to<net::pong>();
+  REQUIRE(pongs.size() == 1);
+  CHECK(pongs[0].seq == 5);
+  CHECK(pongs[0].sent_ns == 1234);
+  f.deliver(net::stop{"done"});
+  CHECK(*f.exit_code == 0);
+}
+
+TEST_CASE("worker: a refused registration exits 1; a leave request says goodbye") {
+  {
+    worker_fixture f;
+    f.deliver(net::register_reject{"world full"});
+    CHECK(*f.exit_code == 1);
+  }
+  {
+    worker_fixture f;
+    f.deliver(net::register_ok{3, "w", 0, net::coords{}, 1, 50, 300});
+    caf::anon_send(f.worker, co_leave_atom::value);
+    f.sched.run();
+    const auto leaves = f.rec->to<net::leave>();
+    REQUIRE(leaves.size() == 1);
+    CHECK(leaves[0].member_id == 3);
+    CHECK(leaves[0].generation == 1);
+    CHECK(*f.exit_code == 0);
+  }
+}
