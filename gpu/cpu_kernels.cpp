@@ -220,10 +220,44 @@ COHORT_INLINE void adamw_body(float* p, const float* g, float* m, float* v, int6
     p[i] = p[i] * decay - step_size * (mi / denom);
   }
 }
-COHORT_TWO_BUILDS(void, adamw,
-                  (float* p, const float* g, float* m, float* v, int64_t n, float lr, float beta1,
-                   float beta2, float eps, float decay, float step_size, float sqrt_bc2),
-                  (p, g, m, v, n, lr, beta1, beta2, eps, decay, step_size, sqrt_bc2))
+void adamw_generic(float* p, const float* g, float* m, float* v, int64_t n, float lr, float beta1,
+                   float beta2, float eps, float decay, float step_size, float sqrt_bc2) {
+  adamw_body(p, g, m, v, n, lr, beta1, beta2, eps, decay, step_size, sqrt_bc2);
+}
+
+#if COHORT_X86
+// Hand-written because std::sqrt keeps the compiler from vectorising the loop (errno).
+COHORT_AVX2 void adamw_avx2(float* p, const float* g, float* m, float* v, int64_t n, float lr,
+                            float beta1, float beta2, float eps, float decay, float step_size,
+                            float sqrt_bc2) {
+  const __m256 b1 = _mm256_set1_ps(beta1), b2 = _mm256_set1_ps(beta2);
+  const __m256 c1 = _mm256_set1_ps(1.0f - beta1), c2 = _mm256_set1_ps(1.0f - beta2);
+  const __m256 ve = _mm256_set1_ps(eps), vd = _mm256_set1_ps(decay);
+  const __m256 vs = _mm256_set1_ps(step_size), vb = _mm256_set1_ps(sqrt_bc2);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 gi = _mm256_loadu_ps(g + i);
+    const __m256 mi = _mm256_fmadd_ps(_mm256_loadu_ps(m + i), b1, _mm256_mul_ps(c1, gi));
+    const __m256 vi =
+        _mm256_fmadd_ps(_mm256_loadu_ps(v + i), b2, _mm256_mul_ps(_mm256_mul_ps(c2, gi), gi));
+    _mm256_storeu_ps(m + i, mi);
+    _mm256_storeu_ps(v + i, vi);
+    const __m256 denom = _mm256_add_ps(_mm256_div_ps(_mm256_sqrt_ps(vi), vb), ve);
+    const __m256 pi = _mm256_loadu_ps(p + i);
+    _mm256_storeu_ps(p + i, _mm256_fnmadd_ps(vs, _mm256_div_ps(mi, denom), _mm256_mul_ps(pi, vd)));
+  }
+  adamw_body(p + i, g + i, m + i, v + i, n - i, lr, beta1, beta2, eps, decay, step_size, sqrt_bc2);
+}
+#endif
+
+void adamw_dispatch(float* p, const float* g, float* m, float* v, int64_t n, float lr, float beta1,
+                    float beta2, float eps, float decay, float step_size, float sqrt_bc2) {
+#if COHORT_X86
+  if (use_avx2())
+    return adamw_avx2(p, g, m, v, n, lr, beta1, beta2, eps, decay, step_size, sqrt_bc2);
+#endif
+  adamw_generic(p, g, m, v, n, lr, beta1, beta2, eps, decay, step_size, sqrt_bc2);
+}
 
 COHORT_INLINE void sgd_body(float* p, const float* g, float* buf, int64_t n, float lr,
                             float momentum, float weight_decay) {
@@ -270,10 +304,49 @@ COHORT_INLINE void layernorm_fwd_body(float* y, float* mean, float* rstd, const 
     rstd[r] = rs;
   }
 }
-COHORT_TWO_BUILDS(void, layernorm_fwd,
-                  (float* y, float* mean, float* rstd, const float* x, const float* w,
-                   const float* b, int rows, int c, float eps),
-                  (y, mean, rstd, x, w, b, rows, c, eps))
+void layernorm_fwd_generic(float* y, float* mean, float* rstd, const float* x, const float* w,
+                           const float* b, int rows, int c, float eps) {
+  layernorm_fwd_body(y, mean, rstd, x, w, b, rows, c, eps);
+}
+
+#if COHORT_X86
+// Rows whose width is a multiple of 8 (every model here) take the intrinsics; others the
+// shared body. Same two-pass formulas as the body.
+COHORT_AVX2 void layernorm_fwd_avx2(float* y, float* mean, float* rstd, const float* x,
+                                    const float* w, const float* b, int rows, int c, float eps) {
+  if (c % 8 != 0) return layernorm_fwd_body(y, mean, rstd, x, w, b, rows, c, eps);
+  for (int r = 0; r < rows; ++r) {
+    const float* xr = x + static_cast<int64_t>(r) * c;
+    float* yr = y + static_cast<int64_t>(r) * c;
+    __m256 acc = _mm256_setzero_ps();
+    for (int i = 0; i < c; i += 8) acc = _mm256_add_ps(acc, _mm256_loadu_ps(xr + i));
+    const float mu = hsum8(acc) / c;
+    const __m256 vmu = _mm256_set1_ps(mu);
+    __m256 vacc = _mm256_setzero_ps();
+    for (int i = 0; i < c; i += 8) {
+      const __m256 d = _mm256_sub_ps(_mm256_loadu_ps(xr + i), vmu);
+      vacc = _mm256_fmadd_ps(d, d, vacc);
+    }
+    const float rs = 1.0f / std::sqrt(hsum8(vacc) / c + eps);
+    const __m256 vrs = _mm256_set1_ps(rs);
+    for (int i = 0; i < c; i += 8) {
+      const __m256 norm = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(xr + i), vmu), vrs);
+      _mm256_storeu_ps(yr + i,
+                       _mm256_fmadd_ps(norm, _mm256_loadu_ps(w + i), _mm256_loadu_ps(b + i)));
+    }
+    mean[r] = mu;
+    rstd[r] = rs;
+  }
+}
+#endif
+
+void layernorm_fwd_dispatch(float* y, float* mean, float* rstd, const float* x, const float* w,
+                            const float* b, int rows, int c, float eps) {
+#if COHORT_X86
+  if (use_avx2()) return layernorm_fwd_avx2(y, mean, rstd, x, w, b, rows, c, eps);
+#endif
+  layernorm_fwd_generic(y, mean, rstd, x, w, b, rows, c, eps);
+}
 
 // dx = rstd * (dnorm - mean(dnorm) - norm * mean(dnorm * norm)), dnorm = dy * w.
 COHORT_INLINE void layernorm_bwd_body(float* dx, float* dw, float* db, const float* dy,
@@ -312,10 +385,49 @@ COHORT_INLINE void layernorm_bwd_body(float* dx, float* dw, float* db, const flo
     }
   }
 }
-COHORT_TWO_BUILDS(void, layernorm_bwd,
-                  (float* dx, float* dw, float* db, const float* dy, const float* x, const float* w,
-                   const float* mean, const float* rstd, int rows, int c),
-                  (dx, dw, db, dy, x, w, mean, rstd, rows, c))
+void layernorm_bwd_generic(float* dx, float* dw, float* db, const float* dy, const float* x,
+                           const float* w, const float* mean, const float* rstd, int rows, int c) {
+  layernorm_bwd_body(dx, dw, db, dy, x, w, mean, rstd, rows, c);
+}
+
+#if COHORT_X86
+COHORT_AVX2 void layernorm_bwd_avx2(float* dx, float* dw, float* db, const float* dy,
+                                    const float* x, const float* w, const float* mean,
+                                    const float* rstd, int rows, int c) {
+  if (c % 8 != 0) return layernorm_bwd_body(dx, dw, db, dy, x, w, mean, rstd, rows, c);
+  for (int r = 0; r < rows; ++r) {
+    const float* xr = x + static_cast<int64_t>(r) * c;
+    const float* dyr = dy + static_cast<int64_t>(r) * c;
+    float* dxr = dx + static_cast<int64_t>(r) * c;
+    const __m256 vmu = _mm256_set1_ps(mean[r]), vrs = _mm256_set1_ps(rstd[r]);
+    __m256 a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps();
+    for (int i = 0; i < c; i += 8) {
+      const __m256 norm = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(xr + i), vmu), vrs);
+      const __m256 d = _mm256_loadu_ps(dyr + i);
+      const __m256 dn = _mm256_mul_ps(d, _mm256_loadu_ps(w + i));
+      a1 = _mm256_add_ps(a1, dn);
+      a2 = _mm256_fmadd_ps(dn, norm, a2);
+      _mm256_storeu_ps(db + i, _mm256_add_ps(_mm256_loadu_ps(db + i), d));
+      _mm256_storeu_ps(dw + i, _mm256_fmadd_ps(d, norm, _mm256_loadu_ps(dw + i)));
+    }
+    const __m256 m1 = _mm256_set1_ps(hsum8(a1) / c), m2 = _mm256_set1_ps(hsum8(a2) / c);
+    for (int i = 0; i < c; i += 8) {
+      const __m256 norm = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(xr + i), vmu), vrs);
+      const __m256 dn = _mm256_mul_ps(_mm256_loadu_ps(dyr + i), _mm256_loadu_ps(w + i));
+      const __m256 t = _mm256_sub_ps(_mm256_sub_ps(dn, m1), _mm256_mul_ps(norm, m2));
+      _mm256_storeu_ps(dxr + i, _mm256_mul_ps(vrs, t));
+    }
+  }
+}
+#endif
+
+void layernorm_bwd_dispatch(float* dx, float* dw, float* db, const float* dy, const float* x,
+                            const float* w, const float* mean, const float* rstd, int rows, int c) {
+#if COHORT_X86
+  if (use_avx2()) return layernorm_bwd_avx2(dx, dw, db, dy, x, w, mean, rstd, rows, c);
+#endif
+  layernorm_bwd_generic(dx, dw, db, dy, x, w, mean, rstd, rows, c);
+}
 
 COHORT_INLINE void colsum_add_body(float* db, const float* dy, int rows, int out) {
   for (int r = 0; r < rows; ++r) {
@@ -410,12 +522,58 @@ void causal_softmax_row(float* row, int i, int t) {
   std::memset(row + n, 0, sizeof(float) * (t - n));
 }
 
+// Softmax backward of one attention row over its first n entries: dr = scale * p (dr - <p, dr>);
+// entries [n, t) are set to zero.
+float dot_generic(const float* a, const float* b, int n) {
+  float s = 0.0f;
+  for (int i = 0; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+#if COHORT_X86
+COHORT_AVX2 float dot_avx2(const float* a, const float* b, int n) {
+  __m256 acc = _mm256_setzero_ps();
+  int i = 0;
+  for (; i + 8 <= n; i += 8)
+    acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
+  float s = hsum8(acc);
+  for (; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+#endif
+
+COHORT_INLINE void softmax_bwd_scale_body(float* dr, const float* pr, int n, float dot, float sc) {
+  for (int j = 0; j < n; ++j) dr[j] = sc * pr[j] * (dr[j] - dot);
+}
+COHORT_TWO_BUILDS(void, softmax_bwd_scale, (float* dr, const float* pr, int n, float dot, float sc),
+                  (dr, pr, n, dot, sc))
+
+void softmax_bwd_row(float* dr, const float* pr, int n, int t, float sc) {
+#if COHORT_X86
+  const float dot = use_avx2() ? dot_avx2(pr, dr, n) : dot_generic(pr, dr, n);
+#else
+  const float dot = dot_generic(pr, dr, n);
+#endif
+  softmax_bwd_scale_dispatch(dr, pr, n, dot, sc);
+  std::memset(dr + n, 0, sizeof(float) * (t - n));
+}
+
 }  // namespace
 
 // ---- public kernels ---------------------------------------------------------------------------
 
 void set_num_threads(int n) { openblas_set_num_threads(n < 1 ? 1 : n); }
 int num_threads() { return openblas_get_num_threads(); }
+
+void set_flush_denormals(bool on) {
+#if COHORT_X86
+  // MXCSR bit 15 = flush to zero, bit 6 = denormals are zero.
+  const unsigned bits = 0x8040u;
+  _mm_setcsr(on ? (_mm_getcsr() | bits) : (_mm_getcsr() & ~bits));
+#else
+  (void)on;
+#endif
+}
 
 void set_portable_kernels(bool on) { g_simd.store(on ? 0 : (cpu_has_avx2() ? 1 : 0)); }
 bool simd_kernels() { return use_avx2(); }
@@ -496,6 +654,12 @@ void embedding_bwd(float* dwte, float* dwpe, const float* dout, const int32_t* i
     }
 }
 
+// Causal attention touches only the lower triangle of the T x T score matrix. Rows are
+// processed in blocks of k_att_block: the scores of rows [r0, r1) need keys [0, r1) only,
+// and the gradients of keys/values [c0, c1) need query rows [c0, T) only, so every product
+// below skips the all-zero upper blocks (about 40% of the work at T = 128).
+constexpr int k_att_block = 32;
+
 void attention_fwd(float* out, float* att, const float* qkv, int b, int t, int c, int nh) {
   const int hs = c / nh;
   const float sc = 1.0f / std::sqrt(static_cast<float>(hs));
@@ -505,12 +669,18 @@ void attention_fwd(float* out, float* att, const float* qkv, int b, int t, int c
       const float* k = q + c;
       const float* v = q + 2 * c;
       float* a = att + (static_cast<int64_t>(bi) * nh + h) * t * t;
-      // Scores S = scale * Q K^T; the upper triangle is computed and then zeroed by the
-      // causal softmax (P is exactly lower-triangular, so P V needs no mask).
-      gemm(false, true, t, t, hs, sc, q, 3 * c, k, 3 * c, 0.0f, a, t);
-      for (int i = 0; i < t; ++i) causal_softmax_row(a + static_cast<int64_t>(i) * t, i, t);
       float* o = out + static_cast<int64_t>(bi) * t * c + h * hs;
-      gemm(false, false, t, hs, t, 1.0f, a, t, v, 3 * c, 0.0f, o, c);
+      for (int r0 = 0; r0 < t; r0 += k_att_block) {
+        const int r1 = std::min(t, r0 + k_att_block), rows = r1 - r0;
+        float* ab = a + static_cast<int64_t>(r0) * t;
+        // S = scale * Q K^T for these rows and keys [0, r1); the causal softmax zeroes the
+        // rest of each row, so P is exactly lower-triangular.
+        gemm(false, true, rows, r1, hs, sc, q + static_cast<int64_t>(r0) * 3 * c, 3 * c, k, 3 * c,
+             0.0f, ab, t);
+        for (int i = r0; i < r1; ++i) causal_softmax_row(a + static_cast<int64_t>(i) * t, i, t);
+        gemm(false, false, rows, hs, r1, 1.0f, ab, t, v, 3 * c, 0.0f,
+             o + static_cast<int64_t>(r0) * c, c);
+      }
     }
 }
 
@@ -529,22 +699,31 @@ void attention_bwd(float* dqkv, float* scratch, const float* dout, const float* 
       float* dv = dq + 2 * c;
       const float* p = att + (static_cast<int64_t>(bi) * nh + h) * t * t;
       float* ds = scratch + (static_cast<int64_t>(bi) * nh + h) * t * t;
-      const float* dout_bh = dout + static_cast<int64_t>(bi) * t * c + h * hs;
-      // dP = dO V^T; dV = P^T dO.
-      gemm(false, true, t, t, hs, 1.0f, dout_bh, c, v, 3 * c, 0.0f, ds, t);
-      gemm(true, false, t, hs, t, 1.0f, p, t, dout_bh, c, 0.0f, dv, 3 * c);
-      // Softmax backward per row, folding in the score scale: dS = scale * P (dP - <P, dP>).
-      for (int i = 0; i < t; ++i) {
-        const float* pr = p + static_cast<int64_t>(i) * t;
-        float* dr = ds + static_cast<int64_t>(i) * t;
-        float dot = 0.0f;
-        for (int j = 0; j <= i; ++j) dot += pr[j] * dr[j];
-        for (int j = 0; j <= i; ++j) dr[j] = sc * pr[j] * (dr[j] - dot);
-        std::memset(dr + i + 1, 0, sizeof(float) * (t - i - 1));
+      const float* dO = dout + static_cast<int64_t>(bi) * t * c + h * hs;
+      const int64_t ld3 = 3 * c;
+      for (int r0 = 0; r0 < t; r0 += k_att_block) {
+        const int r1 = std::min(t, r0 + k_att_block), rows = r1 - r0;
+        // dP = dO V^T on the causal part, then the softmax backward per row with the score
+        // scale folded in: dS = scale * P (dP - <P, dP>), zero above the diagonal.
+        float* db = ds + static_cast<int64_t>(r0) * t;
+        gemm(false, true, rows, r1, hs, 1.0f, dO + static_cast<int64_t>(r0) * c, c, v, 3 * c, 0.0f,
+             db, t);
+        for (int i = r0; i < r1; ++i)
+          softmax_bwd_row(ds + static_cast<int64_t>(i) * t, p + static_cast<int64_t>(i) * t, i + 1,
+                          t, sc);
+        // dQ[rows] = dS[rows, 0:r1] K[0:r1].
+        gemm(false, false, rows, hs, r1, 1.0f, db, t, k, 3 * c, 0.0f, dq + r0 * ld3, 3 * c);
       }
-      // dQ = dS K; dK = dS^T Q.
-      gemm(false, false, t, hs, t, 1.0f, ds, t, k, 3 * c, 0.0f, dq, 3 * c);
-      gemm(true, false, t, hs, t, 1.0f, ds, t, q, 3 * c, 0.0f, dk, 3 * c);
+      for (int c0 = 0; c0 < t; c0 += k_att_block) {
+        const int c1 = std::min(t, c0 + k_att_block), cols = c1 - c0;
+        // Keys / values [c0, c1) are seen by query rows [c0, T) only:
+        // dV = P[c0:T, c0:c1]^T dO[c0:T]; dK = dS[c0:T, c0:c1]^T Q[c0:T].
+        const int64_t off = static_cast<int64_t>(c0) * t + c0;
+        gemm(true, false, cols, hs, t - c0, 1.0f, p + off, t, dO + static_cast<int64_t>(c0) * c, c,
+             0.0f, dv + c0 * ld3, 3 * c);
+        gemm(true, false, cols, hs, t - c0, 1.0f, ds + off, t, q + c0 * ld3, 3 * c, 0.0f,
+             dk + c0 * ld3, 3 * c);
+      }
     }
 }
 

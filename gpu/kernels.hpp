@@ -70,6 +70,11 @@ int num_threads();
 void set_portable_kernels(bool on);
 /// True when the AVX2/FMA loops are in use.
 bool simd_kernels();
+/// Flush-to-zero and denormals-are-zero for the CALLING thread's SSE/AVX arithmetic (on by
+/// default in no thread). Subnormal floats (|x| < 1.2e-38, e.g. Adam's second moment of a
+/// vanishing gradient) are 10-100x slower to compute with and carry no useful information
+/// for training, so compute threads turn this on.
+void set_flush_denormals(bool on);
 /// y += x elementwise.
 void add_inplace(float* y, const float* x, int64_t n);
 }  // namespace cpu

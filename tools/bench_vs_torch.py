@@ -142,6 +142,7 @@ def main():
     for i in range(a.warmup):
         step(i)
     best, first, last = float("inf"), None, None
+    c0 = time.process_time()
     t0 = time.perf_counter()
     for i in range(a.steps):
         s0 = time.perf_counter()
@@ -149,11 +150,13 @@ def main():
         best = min(best, time.perf_counter() - s0)
         first = last if first is None else first
     secs = time.perf_counter() - t0
+    cpu = time.process_time() - c0
     res = {
         "impl": "torch", "torch": torch.__version__, "model": a.model, "batch": batch,
         "tokens_per_step": tokens, "steps": a.steps, "threads": a.threads,
         "params": sum(p.numel() for p in model.parameters()), "seconds": secs,
         "ms_per_step": 1e3 * secs / a.steps, "best_ms": 1e3 * best,
+        "cpu_ms_per_step": 1e3 * cpu / a.steps,
         "samples_per_s": batch * a.steps / secs,
         "tokens_per_s": tokens * a.steps / secs if a.model == "gpt" else 0.0,
         "first_loss": first, "last_loss": last,
@@ -164,7 +167,7 @@ def main():
         unit = (f"{res['tokens_per_s']:.0f} tokens/s" if a.model == "gpt"
                 else f"{res['samples_per_s']:.0f} samples/s")
         print(f"torch {a.model} batch {batch}: {res['ms_per_step']:.3f} ms/step "
-              f"(best {res['best_ms']:.3f}), {unit}, params {res['params']}, "
+              f"(best {res['best_ms']:.3f}, cpu {res['cpu_ms_per_step']:.3f}), {unit}, params {res['params']}, "
               f"loss {first:.4f} -> {last:.4f}")
 
 

@@ -62,6 +62,7 @@ void add_bench_train(CLI::App& bench, int* rc) {
                        {"seconds", r.seconds},
                        {"ms_per_step", r.ms_per_step},
                        {"best_ms", r.best_ms},
+                       {"cpu_ms_per_step", r.cpu_ms_per_step},
                        {"samples_per_s", r.samples_per_s},
                        {"tokens_per_s", r.tokens_per_s},
                        {"first_loss", r.first_loss},
@@ -74,8 +75,9 @@ void add_bench_train(CLI::App& bench, int* rc) {
       else
         std::snprintf(unit, sizeof unit, "%.0f samples/s", r.samples_per_s);
       std::printf(
-          "cohort %s batch %d: %.3f ms/step (best %.3f), %s, params %lld, loss %.4f -> %.4f\n",
-          r.model.c_str(), r.batch, r.ms_per_step, r.best_ms, unit,
+          "cohort %s batch %d: %.3f ms/step (best %.3f, cpu %.3f), %s, params %lld, loss %.4f -> "
+          "%.4f\n",
+          r.model.c_str(), r.batch, r.ms_per_step, r.best_ms, r.cpu_ms_per_step, unit,
           static_cast<long long>(r.params), r.first_loss, r.last_loss);
     }
     *rc = exit_ok;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <ctime>
 #include <memory>
 
 #include "gpu/kernels.hpp"
@@ -19,6 +20,12 @@ namespace {
 // A few distinct batches, cycled, so the timed loop does no data work and still does not
 // see the same batch every step.
 constexpr int k_distinct_batches = 4;
+
+double process_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
 
 std::vector<batch> synth_mlp(int n, int features, int classes, uint64_t seed) {
   std::vector<batch> out(k_distinct_batches);
@@ -58,6 +65,7 @@ std::vector<batch> synth_gpt(int n, int t, int vocab, uint64_t seed) {
 bench_result bench_train(const bench_options& o) {
   if (o.steps < 1 || o.warmup < 0) throw usage_error("bench train: --steps must be >= 1");
   gpu::cpu::set_num_threads(o.threads);
+  gpu::cpu::set_flush_denormals(o.flush_denormals);
   bench_result res;
   res.model = o.model;
   res.steps = o.steps;
@@ -92,6 +100,7 @@ bench_result bench_train(const bench_options& o) {
   };
   for (int i = 0; i < o.warmup; ++i) train_step(i);
   double best = 1e300;
+  const double c0 = process_cpu_seconds();
   const auto t0 = clock::now();
   for (int i = 0; i < o.steps; ++i) {
     const auto s0 = clock::now();
@@ -101,6 +110,7 @@ bench_result bench_train(const bench_options& o) {
     res.last_loss = loss;
   }
   res.seconds = std::chrono::duration<double>(clock::now() - t0).count();
+  res.cpu_ms_per_step = 1e3 * (process_cpu_seconds() - c0) / o.steps;
   res.ms_per_step = 1e3 * res.seconds / o.steps;
   res.best_ms = 1e3 * best;
   res.samples_per_s = res.batch * o.steps / res.seconds;

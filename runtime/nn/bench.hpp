@@ -16,6 +16,7 @@ struct bench_options {
   int batch = 0;              ///< rows per step; 0: 128 (mlp) or 16 sequences (gpt)
   int threads = 1;            ///< OpenBLAS threads
   uint64_t seed = 1;
+  bool flush_denormals = true;  ///< FTZ/DAZ on the benchmark thread (see gpu::cpu)
   float lr = 1e-3f;
   std::vector<int> hidden{256, 128};                                      ///< mlp
   int vocab = 80, context = 128, n_layer = 4, n_head = 4, d_model = 128;  ///< gpt
@@ -31,6 +32,9 @@ struct bench_result {
   double seconds = 0;      ///< wall time of the timed steps
   double ms_per_step = 0;  ///< mean
   double best_ms = 0;      ///< fastest single step
+  /// Process CPU time per step: on a shared, loaded machine this tracks the work done
+  /// better than wall time (with one thread it is the compute thread's time).
+  double cpu_ms_per_step = 0;
   double samples_per_s = 0;
   double tokens_per_s = 0;  ///< gpt only (0 for mlp)
   float first_loss = 0, last_loss = 0;
