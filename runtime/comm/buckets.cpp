@@ -1,0 +1,189 @@
+#include "runtime/comm/buckets.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <iterator>
+
+namespace cohort::comm {
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+double seconds(clock_type::duration d) { return std::chrono::duration<double>(d).count(); }
+
+std::size_t elements_per_bucket(std::size_t element_bytes, double bucket_mb) {
+  if (!(bucket_mb > 0) || !std::isfinite(bucket_mb))
+    throw usage_error("comm.bucket_mb must be a positive number of MiB (got " +
+                      std::to_string(bucket_mb) + ")");
+  const double elems = std::floor(bucket_mb * double(1 << 20) / double(element_bytes));
+  return elems < 1 ? 1 : static_cast<std::size_t>(elems);
+}
+
+}  // namespace
+
+std::vector<bucket_range> plan_buckets(std::size_t elements, std::size_t element_bytes,
+                                       double bucket_mb) {
+  const std::size_t per = elements_per_bucket(element_bytes, bucket_mb);
+  std::vector<bucket_range> out;
+  for (std::size_t end = elements; end > 0;) {
+    const std::size_t begin = end > per ? end - per : 0;
+    out.push_back({begin, end - begin});
+    end = begin;
+  }
+  return out;
+}
+
+bucket_engine::bucket_engine(communicator& comm, std::size_t elements, grad_type type,
+                             double bucket_mb, float post_scale)
+    : comm_(comm), elements_(elements), type_(type), post_scale_(post_scale) {
+  const std::size_t element_bytes = type == grad_type::f32 ? sizeof(float) : sizeof(std::int64_t);
+  // Fixed-point sums are converted back (and scaled) once by the caller, never here.
+  COHORT_CHECK(type == grad_type::f32 || post_scale == 1.0f);
+  buckets_ = plan_buckets(elements, element_bytes, bucket_mb);
+  bucket_elems_ = elements_per_bucket(element_bytes, bucket_mb);
+  missing_.assign(buckets_.size(), 0);
+  bucket_s_.assign(buckets_.size(), 0.0);
+  thread_ = std::thread([this] { comm_loop(); });
+}
+
+bucket_engine::~bucket_engine() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  changed_.notify_all();
+  thread_.join();
+}
+
+std::size_t bucket_engine::bucket_of(std::size_t element) const {
+  return (elements_ - 1 - element) / bucket_elems_;
+}
+
+void bucket_engine::begin(float* grads) { begin_step(grads, grad_type::f32); }
+void bucket_engine::begin(std::int64_t* grads) { begin_step(grads, grad_type::i64); }
+
+void bucket_engine::begin_step(void* grads, grad_type type) {
+  COHORT_CHECK(type == type_);
+  COHORT_CHECK(grads != nullptr || elements_ == 0);
+  std::lock_guard<std::mutex> lock(mutex_);
+  COHORT_CHECK(!in_step_);  // wait_all of the previous step first
+  if (error_)
+    throw comm_error(comm_failure::invalid, "bucket engine begin",
+                     "an earlier step failed and the communicator is dead; build a new "
+                     "communicator and engine");
+  grads_ = grads;
+  for (std::size_t k = 0; k < buckets_.size(); ++k) missing_[k] = buckets_[k].count;
+  std::fill(bucket_s_.begin(), bucket_s_.end(), 0.0);
+  marked_.clear();
+  marked_total_ = 0;
+  next_ = 0;
+  in_step_ = true;
+}
+
+void bucket_engine::mark_ready(std::size_t offset, std::size_t count) {
+  if (count == 0) return;
+  bool wake = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    COHORT_CHECK(in_step_);
+    COHORT_CHECK(offset <= elements_ && count <= elements_ - offset);
+    const std::size_t end = offset + count;
+    // A range marked twice would be reduced with half-final values: refuse overlaps.
+    auto next = marked_.upper_bound(offset);
+    COHORT_CHECK(next == marked_.end() || next->first >= end);
+    if (next != marked_.begin()) COHORT_CHECK(std::prev(next)->second <= offset);
+    // Insert, merging with touching neighbours so the map stays small.
+    std::size_t lo = offset, hi = end;
+    if (next != marked_.end() && next->first == end) {
+      hi = next->second;
+      next = marked_.erase(next);
+    }
+    if (next != marked_.begin() && std::prev(next)->second == offset) {
+      auto prev = std::prev(next);
+      lo = prev->first;
+      marked_.erase(prev);
+    }
+    marked_[lo] = hi;
+    marked_total_ += count;
+
+    for (std::size_t k = bucket_of(end - 1);; ++k) {
+      const bucket_range& b = buckets_[k];
+      const std::size_t from = std::max(offset, b.offset);
+      const std::size_t to = std::min(end, b.offset + b.count);
+      missing_[k] -= to - from;
+      if (missing_[k] == 0 && k == next_) wake = true;
+      if (b.offset <= offset) break;
+    }
+  }
+  if (wake) changed_.notify_all();
+}
+
+void bucket_engine::comm_loop() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  for (;;) {
+    changed_.wait(lock, [&] {
+      return stop_ || (in_step_ && !error_ && next_ < buckets_.size() && missing_[next_] == 0);
+    });
+    if (stop_) return;
+    const std::size_t k = next_;
+    const bucket_range b = buckets_[k];
+    void* grads = grads_;
+    lock.unlock();
+
+    std::exception_ptr failure;
+    const auto t0 = clock_type::now();
+    try {
+      if (type_ == grad_type::f32) {
+        float* p = static_cast<float*>(grads) + b.offset;
+        comm_.allreduce_sum(p, b.count);
+        if (post_scale_ != 1.0f)
+          for (std::size_t i = 0; i < b.count; ++i) p[i] *= post_scale_;
+      } else {
+        comm_.allreduce_sum(static_cast<std::int64_t*>(grads) + b.offset, b.count);
+      }
+    } catch (const comm_error&) {
+      failure = std::current_exception();
+    } catch (const std::exception& e) {
+      failure = std::make_exception_ptr(comm_error(
+          comm_failure::peer_lost, "bucket " + std::to_string(k) + " allreduce", e.what()));
+    }
+    const double dt = seconds(clock_type::now() - t0);
+
+    lock.lock();
+    if (failure) {
+      error_ = failure;
+    } else {
+      bucket_s_[k] = dt;
+      ++next_;
+    }
+    changed_.notify_all();
+  }
+}
+
+bucket_timing bucket_engine::wait_all() {
+  const auto t0 = clock_type::now();
+  std::unique_lock<std::mutex> lock(mutex_);
+  COHORT_CHECK(in_step_);
+  // Waiting with unmarked elements would never end: a caller bug.
+  COHORT_CHECK(marked_total_ == elements_);
+  changed_.wait(lock, [&] { return error_ || next_ == buckets_.size(); });
+  const double waited = seconds(clock_type::now() - t0);
+  in_step_ = false;
+  grads_ = nullptr;
+  if (error_) std::rethrow_exception(error_);
+
+  bucket_timing t;
+  t.wait_s = waited;
+  t.buckets = buckets_.size();
+  t.bytes = elements_ * (type_ == grad_type::f32 ? sizeof(float) : sizeof(std::int64_t));
+  t.bucket_s = bucket_s_;
+  for (double s : bucket_s_) t.allreduce_s += s;
+  t.overlap = t.allreduce_s > 0 ? std::clamp(1.0 - t.wait_s / t.allreduce_s, 0.0, 1.0) : 1.0;
+  return t;
+}
+
+void bucket_engine::abort() { comm_.abort(); }
+
+}  // namespace cohort::comm

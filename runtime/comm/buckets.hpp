@@ -1,0 +1,121 @@
+// The gradient bucket engine: splits a flat gradient buffer into buckets (last layers
+// first), allreduces each bucket on a communication thread as soon as backward marks its
+// whole range ready, and reports how much of that allreduce time backward hid. Owns the
+// thread and the accounting; it does not own the communicator or the buffer.
+#pragma once
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "runtime/comm/communicator.hpp"
+
+namespace cohort::comm {
+
+/// Element type of the gradient buffer: float sums (train.determinism: fast) or int64
+/// fixed point (bitwise), whose sums do not depend on order.
+enum class grad_type { f32, i64 };
+
+/// One bucket: elements [offset, offset + count) of the flat buffer.
+struct bucket_range {
+  std::size_t offset = 0;
+  std::size_t count = 0;
+};
+
+/// Splits `elements` into buckets of `bucket_mb` MiB (2^20 bytes; at least one element)
+/// in REVERSE order: bucket 0 holds the last elements of the buffer (backward produces the
+/// last layers' gradients first), the last bucket starts at 0 and may be smaller.
+/// Throws usage_error if bucket_mb <= 0.
+std::vector<bucket_range> plan_buckets(std::size_t elements, std::size_t element_bytes,
+                                       double bucket_mb);
+
+/// What one step's reduction cost and how much of it backward hid.
+struct bucket_timing {
+  /// Sum over buckets of the time the communication thread spent in allreduce_sum (and
+  /// the post-scale) for this step: the communication work.
+  double allreduce_s = 0;
+  /// Time the compute thread spent blocked in wait_all: the communication it could not
+  /// hide. At least the last bucket's allreduce, which starts after backward has ended.
+  double wait_s = 0;
+  /// Overlap fraction = 1 - wait_s / allreduce_s, clamped to [0, 1]: the share of the
+  /// allreduce time that ran while backward was still computing. 1 when allreduce_s is 0.
+  double overlap = 1;
+  std::size_t buckets = 0;
+  std::size_t bytes = 0;         ///< bytes reduced per rank this step
+  std::vector<double> bucket_s;  ///< per bucket, in bucket (= communication) order
+};
+
+/// Usage, once per step, from the compute thread:
+///
+///   engine.begin(grads);                       // grads: elements floats (or int64)
+///   ... backward: engine.mark_ready(off, n);   // each range once, in any order/chunking
+///   bucket_timing t = engine.wait_all();       // grads now hold the sum over ranks
+///
+/// Buckets are reduced strictly in bucket order 0, 1, 2, ... (each as soon as it and all
+/// before it are ready), so every rank issues the same collectives in the same order
+/// whatever its chunking of mark_ready. Scaling: each float bucket is multiplied by
+/// `post_scale` right after its allreduce, on the communication thread (pass
+/// 1 / world size for the mean over ranks, or 1 to leave it to the caller); int64
+/// buckets are never scaled (post_scale must be 1): the caller converts back from fixed
+/// point once.
+class bucket_engine {
+ public:
+  /// `comm` must outlive the engine; one engine per communicator (per generation).
+  bucket_engine(communicator& comm, std::size_t elements, grad_type type, double bucket_mb,
+                float post_scale = 1.0f);
+  /// Joins the communication thread (after its current collective, bounded by the
+  /// communicator's timeout; call abort() first to make that prompt).
+  ~bucket_engine();
+  bucket_engine(const bucket_engine&) = delete;
+  bucket_engine& operator=(const bucket_engine&) = delete;
+
+  /// Starts a step over `grads` (elements values; must stay valid until wait_all
+  /// returns). The type must match the engine's. Throws comm_error(invalid) after a
+  /// failed step: the communicator is dead, build a new engine with the new one.
+  void begin(float* grads);
+  void begin(std::int64_t* grads);
+  /// Elements [offset, offset + count) are final for this step. Ranges of one step must not
+  /// overlap and must stay inside the buffer (checked: a broken invariant aborts).
+  void mark_ready(std::size_t offset, std::size_t count);
+  /// Blocks until every bucket is reduced; returns the step's timing. Every element must
+  /// have been marked ready. Rethrows the communication thread's comm_error if a
+  /// collective failed (then the engine is dead, like its communicator).
+  bucket_timing wait_all();
+  /// Aborts the communicator: a collective in flight fails at once, wait_all throws.
+  void abort();
+
+  const std::vector<bucket_range>& buckets() const { return buckets_; }
+  grad_type type() const { return type_; }
+  std::size_t elements() const { return elements_; }
+
+ private:
+  void begin_step(void* grads, grad_type type);
+  void comm_loop();
+  std::size_t bucket_of(std::size_t element) const;
+
+  communicator& comm_;
+  const std::size_t elements_;
+  const grad_type type_;
+  const float post_scale_;
+  std::vector<bucket_range> buckets_;
+  std::size_t bucket_elems_ = 1;
+
+  std::mutex mutex_;
+  std::condition_variable changed_;  // readiness, progress, failure, stop
+  bool stop_ = false;
+  bool in_step_ = false;
+  void* grads_ = nullptr;
+  std::vector<std::size_t> missing_;           // per bucket: elements not yet marked this step
+  std::map<std::size_t, std::size_t> marked_;  // marked ranges (offset -> end), merged
+  std::size_t marked_total_ = 0;
+  std::size_t next_ = 0;  // next bucket the communication thread reduces
+  std::vector<double> bucket_s_;
+  std::exception_ptr error_;
+  std::thread thread_;  // last: started after every member above exists
+};
+
+}  // namespace cohort::comm

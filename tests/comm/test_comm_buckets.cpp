@@ -1,0 +1,284 @@
+// The gradient bucket engine over real Gloo groups (ranks as threads): bucket planning in
+// reverse order, exact sums with several buckets whatever the chunking of mark_ready,
+// strict bucket order, the overlap accounting on a synthetic backward, failures.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <limits>
+#include <mutex>
+#include <random>
+
+#include "runtime/comm/buckets.hpp"
+#include "tests/comm/comm_test_util.hpp"
+
+using namespace cohort::comm;
+using namespace cohort::comm::test;
+using std::chrono::milliseconds;
+
+namespace {
+
+constexpr double kSlackSeconds = 15.0;
+const double kMiB = double(1 << 20);
+
+// Forwards to a real communicator and records what reached it: the ranges reduced (as
+// offsets from `base`), whether any element was still unfinished (NaN) when its bucket
+// went out, and an optional delay that stands for a slow network.
+class recording_comm : public communicator {
+ public:
+  recording_comm(communicator& inner, const float* base, milliseconds delay = milliseconds(0))
+      : inner_(inner), base_(base), delay_(delay) {}
+  int rank() const override { return inner_.rank(); }
+  int size() const override { return inner_.size(); }
+  const char* backend() const override { return "recording"; }
+  void allreduce_sum(float* data, std::size_t n) override {
+    {
+      std::lock_guard<std::mutex> lock(m_);
+      calls.push_back({std::size_t(data - base_), n});
+      for (std::size_t i = 0; i < n; ++i)
+        if (std::isnan(data[i])) unfinished_seen = true;
+    }
+    std::this_thread::sleep_for(delay_);
+    inner_.allreduce_sum(data, n);
+  }
+  void allreduce_sum(std::int64_t* data, std::size_t n) override { inner_.allreduce_sum(data, n); }
+  void allgather(const void* s, void* r, std::size_t b) override { inner_.allgather(s, r, b); }
+  void broadcast(void* d, std::size_t b, int root) override { inner_.broadcast(d, b, root); }
+  void barrier() override { inner_.barrier(); }
+  void abort() override { inner_.abort(); }
+  bool dead() const override { return inner_.dead(); }
+
+  std::vector<bucket_range> calls;
+  bool unfinished_seen = false;
+
+ private:
+  communicator& inner_;
+  const float* base_;
+  milliseconds delay_;
+  std::mutex m_;
+};
+
+// Splits [0, n) into random chunks and returns them in a random order (seeded per rank).
+std::vector<bucket_range> random_chunks(std::size_t n, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::vector<bucket_range> chunks;
+  for (std::size_t at = 0; at < n;) {
+    const std::size_t len = std::min<std::size_t>(n - at, 1 + rng() % 5000);
+    chunks.push_back({at, len});
+    at += len;
+  }
+  std::shuffle(chunks.begin(), chunks.end(), rng);
+  return chunks;
+}
+
+}  // namespace
+
+TEST_CASE("plan_buckets splits from the end of the buffer") {
+  // 12 bytes per bucket = 3 floats: [7,10) [4,7) [1,4) [0,1).
+  auto b = plan_buckets(10, sizeof(float), 12 / kMiB);
+  REQUIRE(b.size() == 4);
+  CHECK((b[0].offset == 7 && b[0].count == 3));
+  CHECK((b[1].offset == 4 && b[1].count == 3));
+  CHECK((b[2].offset == 1 && b[2].count == 3));
+  CHECK((b[3].offset == 0 && b[3].count == 1));
+  // The default 2 MiB: 524288 floats or 262144 int64 per bucket.
+  auto f = plan_buckets(1200000, sizeof(float), 2.0);
+  REQUIRE(f.size() == 3);
+  CHECK((f[0].offset == 1200000 - 524288 && f[0].count == 524288));
+  CHECK((f[2].offset == 0 && f[2].count == 1200000 - 2 * 524288));
+  CHECK(plan_buckets(262144, sizeof(std::int64_t), 2.0).size() == 1);
+  CHECK(plan_buckets(262145, sizeof(std::int64_t), 2.0).size() == 2);
+  CHECK(plan_buckets(0, sizeof(float), 2.0).empty());
+  CHECK(plan_buckets(5, sizeof(float), 1e-9).size() == 5);  // at least one element each
+  CHECK_THROWS_AS(plan_buckets(5, sizeof(float), 0.0), cohort::usage_error);
+  CHECK_THROWS_AS(plan_buckets(5, sizeof(float), -1.0), cohort::usage_error);
+}
+
+TEST_CASE("float buckets sum exactly whatever each rank's chunking, world sizes 1..4") {
+  memory_kv kv;
+  const std::size_t count = 300000;  // 1.2 MB of floats in 256 KiB buckets: 5 buckets
+  for (int n = 1; n <= 4; ++n) {
+    CAPTURE(n);
+    auto comms = make_gloo_group(kv, n, n, milliseconds(10000));
+    // Mean over ranks on the communication thread where 1/n is exact (n a power of two).
+    const float scale = (n & (n - 1)) == 0 ? 1.0f / float(n) : 1.0f;
+    std::vector<std::vector<float>> grads(n, std::vector<float>(count));
+    std::vector<bucket_timing> timing(n);
+    REQUIRE_NOTHROW(rethrow_first(run_ranks(n, [&](int r) {
+      bucket_engine engine(*comms[r], count, grad_type::f32, 0.25, scale);
+      for (int step = 0; step < 2; ++step) {  // the engine is reused across steps
+        engine.begin(grads[r].data());
+        for (const auto& c : random_chunks(count, 1000 * step + r)) {
+          for (std::size_t i = c.offset; i < c.offset + c.count; ++i)
+            grads[r][i] = float(r) + float(i % 3) + float(step);
+          engine.mark_ready(c.offset, c.count);
+        }
+        timing[r] = engine.wait_all();
+      }
+    })));
+    const float sum_r = float(n * (n - 1) / 2);
+    for (int r = 0; r < n; ++r) {
+      CHECK(timing[r].buckets == 5);
+      CHECK(timing[r].bytes == count * sizeof(float));
+      std::size_t bad = 0;
+      for (std::size_t i = 0; i < count; ++i)
+        if (grads[r][i] != (sum_r + float(n) * float(i % 3 + 1)) * scale) ++bad;
+      CHECK_MESSAGE(bad == 0, "rank " << r << ": " << bad << " wrong sums");
+    }
+  }
+}
+
+TEST_CASE("int64 buckets sum exactly") {
+  memory_kv kv;
+  const int n = 3;
+  const std::size_t count = 100001;
+  auto comms = make_gloo_group(kv, n, 1, milliseconds(10000));
+  std::vector<std::vector<std::int64_t>> grads(n, std::vector<std::int64_t>(count));
+  const std::int64_t big = std::int64_t(1) << 50;
+  std::vector<std::size_t> bucket_counts(n);
+  REQUIRE_NOTHROW(rethrow_first(run_ranks(n, [&](int r) {
+    bucket_engine engine(*comms[r], count, grad_type::i64, 0.1);
+    engine.begin(grads[r].data());
+    for (const auto& c : random_chunks(count, 77 + r)) {
+      for (std::size_t i = c.offset; i < c.offset + c.count; ++i)
+        grads[r][i] = big * r - std::int64_t(i);
+      engine.mark_ready(c.offset, c.count);
+    }
+    engine.wait_all();
+    bucket_counts[r] = engine.buckets().size();
+  })));
+  for (int r = 0; r < n; ++r) {
+    std::size_t bad = 0;
+    for (std::size_t i = 0; i < count; ++i)
+      if (grads[r][i] != big * 3 - 3 * std::int64_t(i)) ++bad;
+    CHECK(bad == 0);
+    CHECK(bucket_counts[r] == 8);  // 0.1 MiB = 13107 int64 per bucket
+  }
+}
+
+TEST_CASE("buckets go out in reverse order, each only once its whole range is final") {
+  memory_kv kv;
+  auto comms = make_gloo_group(kv, 1, 1, milliseconds(10000));
+  const std::size_t count = 1000;
+  std::vector<float> grads(count, std::numeric_limits<float>::quiet_NaN());
+  recording_comm rec(*comms[0], grads.data());
+  bucket_engine engine(rec, count, grad_type::f32, 300 * sizeof(float) / kMiB);
+  // Buckets: [700,1000) [400,700) [100,400) [0,100).
+  engine.begin(grads.data());
+  // Backward-like order, but with bucket 1's range finished before bucket 0's, and the
+  // ranges cut across bucket boundaries.
+  auto finish = [&](std::size_t off, std::size_t n) {
+    for (std::size_t i = off; i < off + n; ++i) grads[i] = 1.0f;
+    engine.mark_ready(off, n);
+  };
+  finish(450, 300);  // all of bucket 1 but 400..450, and 700..750 of bucket 0
+  finish(400, 50);   // bucket 1 complete: must still wait for bucket 0
+  std::this_thread::sleep_for(milliseconds(50));
+  {
+    // Nothing may have gone out yet: bucket 0 is not complete.
+    CHECK(rec.calls.empty());
+  }
+  finish(750, 250);
+  finish(0, 400);
+  engine.wait_all();
+  REQUIRE(rec.calls.size() == 4);
+  CHECK((rec.calls[0].offset == 700 && rec.calls[0].count == 300));
+  CHECK((rec.calls[1].offset == 400 && rec.calls[1].count == 300));
+  CHECK((rec.calls[2].offset == 100 && rec.calls[2].count == 300));
+  CHECK((rec.calls[3].offset == 0 && rec.calls[3].count == 100));
+  CHECK_FALSE(rec.unfinished_seen);
+}
+
+TEST_CASE("overlap accounting: hidden behind a slow backward, exposed when backward is done") {
+  memory_kv kv;
+  auto comms = make_gloo_group(kv, 1, 1, milliseconds(10000));
+  const std::size_t count = 4000;  // 4 buckets of 1000 floats
+  const milliseconds net(40);      // every bucket's allreduce takes at least this long
+  std::vector<float> grads(count, 1.0f);
+  recording_comm slow(*comms[0], grads.data(), net);
+  bucket_engine engine(slow, count, grad_type::f32, 1000 * sizeof(float) / kMiB);
+
+  auto check_identities = [&](const bucket_timing& t, double wall_wait_s) {
+    REQUIRE(t.bucket_s.size() == 4);
+    double sum = 0;
+    for (double s : t.bucket_s) {
+      CHECK(s >= 0.040);  // the delay is a lower bound on each bucket's time
+      sum += s;
+    }
+    CHECK(t.allreduce_s == doctest::Approx(sum));
+    CHECK(t.wait_s >= 0.0);
+    CHECK(t.wait_s <= wall_wait_s);
+    CHECK(t.overlap >= 0.0);
+    CHECK(t.overlap <= 1.0);
+    CHECK(t.overlap == doctest::Approx(std::clamp(1.0 - t.wait_s / t.allreduce_s, 0.0, 1.0)));
+  };
+
+  // Backward already finished: everything is marked at once, nothing can hide.
+  engine.begin(grads.data());
+  engine.mark_ready(0, count);
+  auto t0 = std::chrono::steady_clock::now();
+  const bucket_timing exposed = engine.wait_all();
+  check_identities(exposed, seconds_since(t0));
+
+  // A synthetic backward: 100 ms of compute per bucket, last layers first.
+  engine.begin(grads.data());
+  for (int k = 0; k < 4; ++k) {
+    std::this_thread::sleep_for(milliseconds(100));
+    engine.mark_ready(count - 1000 * (k + 1), 1000);
+  }
+  t0 = std::chrono::steady_clock::now();
+  const bucket_timing hidden = engine.wait_all();
+  check_identities(hidden, seconds_since(t0));
+  // Three of four buckets ran during backward; only the last one is waited for.
+  CHECK(hidden.wait_s >= 0.040);  // the last bucket cannot start before backward ends
+  CHECK(hidden.overlap > exposed.overlap);
+}
+
+TEST_CASE("a failed bucket surfaces from wait_all as comm_error and kills the engine") {
+  memory_kv kv;
+  auto comms = make_gloo_group(kv, 2, 1, milliseconds(300));
+  const std::size_t count = 5000;
+  std::vector<float> grads(count, 1.0f);
+  bucket_engine engine(*comms[0], count, grad_type::f32, 1000 * sizeof(float) / kMiB);
+  engine.begin(grads.data());
+  engine.mark_ready(0, count);
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    engine.wait_all();  // rank 1 never reduces anything
+    FAIL("wait_all succeeded without rank 1");
+  } catch (const comm_error& e) {
+    CHECK((e.kind() == comm_failure::timeout || e.kind() == comm_failure::peer_lost));
+  }
+  CHECK(seconds_since(t0) < kSlackSeconds);
+  try {
+    engine.begin(grads.data());
+    FAIL("a failed engine started a step");
+  } catch (const comm_error& e) {
+    CHECK(e.kind() == comm_failure::invalid);
+  }
+}
+
+TEST_CASE("abort() ends a step blocked on a silent peer at once") {
+  memory_kv kv;
+  auto comms = make_gloo_group(kv, 2, 1, milliseconds(60000));
+  const std::size_t count = 5000;
+  std::vector<float> grads(count, 1.0f);
+  bucket_engine engine(*comms[0], count, grad_type::f32, 2.0);
+  engine.begin(grads.data());
+  engine.mark_ready(0, count);
+  std::thread aborter([&] {
+    std::this_thread::sleep_for(milliseconds(150));
+    engine.abort();
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  comm_failure kind = comm_failure::invalid;
+  try {
+    engine.wait_all();
+  } catch (const comm_error& e) {
+    kind = e.kind();
+  }
+  aborter.join();
+  CHECK(kind == comm_failure::aborted);
+  CHECK(seconds_since(t0) < kSlackSeconds);  // the timeout is 60 s
+}
