@@ -47,7 +47,7 @@ class writer {
   }
   template <class T>
   std::enable_if_t<detail::has_fields<T>::value> put(const T& x) {
-    std::apply([this](const auto&... f) { (put(f), ...); }, T::fields(x));
+    std::apply([&](const auto&... f) { (put(f), ...); }, T::fields(x));
   }
 
  private:
@@ -110,7 +110,7 @@ class reader {
   }
   template <class T>
   std::enable_if_t<detail::has_fields<T>::value, bool> get(T& x) {
-    return std::apply([this](auto&... f) { return (get(f) && ...); }, T::fields(x));
+    return std::apply([&](auto&... f) { return (get(f) && ...); }, T::fields(x));
   }
 
  private:

@@ -31,6 +31,8 @@ int64_t socket_size_limit(size_t max_bytes) {
 
 std::atomic<uint64_t> pipe_counter{0};
 
+constexpr int send_hwm = 100000;
+
 }  // namespace
 
 const char* to_string(drop_reason r) {
@@ -61,6 +63,7 @@ zmq_bridge::zmq_bridge(bridge_options opts, inbound_fn on_message)
     throw;
   }
   push_ = std::make_unique<zmq::socket_t>(ctx_, zmq::socket_type::push);
+  push_->set(zmq::sockopt::sndhwm, send_hwm);
   push_->set(zmq::sockopt::linger, 0);
   push_->connect(pipe_name_);
 }
@@ -122,6 +125,10 @@ void zmq_bridge::run(std::promise<std::string>* ready) {
   try {
     net.set(zmq::sockopt::linger, linger_ms);
     net.set(zmq::sockopt::maxmsgsize, socket_size_limit(opts_.max_message_bytes));
+    // Control traffic is small but bursty (a roster to every member, a benchmark): the
+    // default high-water mark of 1000 frames would drop frames in a burst.
+    net.set(zmq::sockopt::sndhwm, send_hwm);
+    net.set(zmq::sockopt::rcvhwm, send_hwm);
     if (router) {
       net.set(zmq::sockopt::router_mandatory, 1);
       net.bind(opts_.endpoint);
@@ -129,6 +136,7 @@ void zmq_bridge::run(std::promise<std::string>* ready) {
       if (!opts_.identity.empty()) net.set(zmq::sockopt::routing_id, opts_.identity);
       net.connect(opts_.endpoint);
     }
+    pull.set(zmq::sockopt::rcvhwm, send_hwm);
     pull.set(zmq::sockopt::linger, 0);
     pull.bind(pipe_name_);
   } catch (const zmq::error_t& e) {
