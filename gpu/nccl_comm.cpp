@@ -1,0 +1,317 @@
+// NCCL backend of the device layer. Host compiler, every build: NCCL and the CUDA runtime
+// are used only when COHORT_HAVE_CUDA and COHORT_HAVE_NCCL (gpu/CMakeLists.txt), otherwise
+// every call reports no_device. Completion is polled (ncclCommGetAsyncError +
+// cudaStreamQuery) instead of blocking in cudaStreamSynchronize, so that a deadline or an
+// abort() from another thread can end any wait: a dead peer never hangs a survivor.
+#include "gpu/nccl_comm.hpp"
+
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#if COHORT_HAVE_CUDA && COHORT_HAVE_NCCL
+#include <cuda_runtime.h>
+#include <nccl.h>
+#endif
+
+namespace cohort::gpu {
+
+const char* nccl_status_string(nccl_status s) {
+  switch (s) {
+    case nccl_status::ok:
+      return "ok";
+    case nccl_status::no_device:
+      return "no CUDA device or NCCL";
+    case nccl_status::invalid_argument:
+      return "invalid argument";
+    case nccl_status::timeout:
+      return "timeout";
+    case nccl_status::aborted:
+      return "aborted";
+    case nccl_status::nccl_error:
+      return "NCCL error";
+    case nccl_status::cuda_error:
+      return "CUDA error";
+  }
+  return "unknown status";
+}
+
+nccl_status nccl_comm::fail(nccl_status s, const std::string& detail) {
+  last_error_ = std::string(nccl_status_string(s)) + ": " + detail;
+  return s;
+}
+
+#if COHORT_HAVE_CUDA && COHORT_HAVE_NCCL
+
+static_assert(nccl_unique_id_bytes == NCCL_UNIQUE_ID_BYTES, "NCCL id size changed");
+
+struct nccl_comm::impl {
+  ncclComm_t comm = nullptr;
+  cudaStream_t stream = nullptr;
+  void* scratch = nullptr;  // the barrier's one float
+  int device = -1;
+};
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+std::string nccl_text(ncclResult_t r, ncclComm_t comm) {
+  std::string s = ncclGetErrorString(r);
+  const char* last = ncclGetLastError(comm);
+  if (last != nullptr && last[0] != '\0') s += std::string(" (") + last + ")";
+  return s;
+}
+
+std::string cuda_text(cudaError_t e) {
+  (void)cudaGetLastError();  // clear the sticky slot so later calls do not report it again
+  return std::string(cudaGetErrorName(e)) + " (" + cudaGetErrorString(e) + ")";
+}
+
+}  // namespace
+
+bool nccl_compiled() { return true; }
+
+int nccl_version() {
+  int v = 0;
+  return ncclGetVersion(&v) == ncclSuccess ? v : 0;
+}
+
+nccl_status nccl_make_unique_id(std::vector<char>* out, std::string* detail) {
+  out->clear();
+  ncclUniqueId id;
+  const ncclResult_t r = ncclGetUniqueId(&id);
+  if (r != ncclSuccess) {
+    if (detail) *detail = std::string("ncclGetUniqueId: ") + nccl_text(r, nullptr);
+    return nccl_status::nccl_error;
+  }
+  out->assign(id.internal, id.internal + NCCL_UNIQUE_ID_BYTES);
+  return nccl_status::ok;
+}
+
+nccl_comm::nccl_comm() : impl_(std::make_unique<impl>()) {}
+
+nccl_comm::~nccl_comm() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  // Abort, never destroy: ncclCommDestroy may wait for peers, and a peer may be dead.
+  abort_locked();
+  if (impl_->device >= 0) cudaSetDevice(impl_->device);
+  if (impl_->scratch) cudaFree(impl_->scratch);
+  if (impl_->stream) cudaStreamDestroy(impl_->stream);
+}
+
+void nccl_comm::abort_locked() {
+  if (!aborted_ && impl_->comm != nullptr) {
+    ncclCommAbort(impl_->comm);
+    aborted_ = true;
+  }
+}
+
+void nccl_comm::abort() {
+  abort_requested_ = true;
+  dead_ = true;
+  std::lock_guard<std::mutex> lock(mutex_);
+  // A call that is polling sees the request and aborts itself (NCCL wants the abort
+  // and the polling on one thread); otherwise abort here.
+  if (!busy_) abort_locked();
+}
+
+namespace {
+
+// Polls until the communicator's pending work (init, or an enqueue in non-blocking mode)
+// is done and, with `stream`, the stream is idle; or until error, abort or deadline.
+template <class Fail>
+nccl_status wait_done(ncclComm_t comm, cudaStream_t stream, const std::atomic<bool>& abort,
+                      clock_type::time_point deadline, int timeout_ms, const char* what,
+                      Fail&& fail) {
+  for (long spins = 0;; ++spins) {
+    if (abort.load()) return fail(nccl_status::aborted, std::string(what) + ": abort() was called");
+    ncclResult_t state = ncclSuccess;
+    const ncclResult_t r = ncclCommGetAsyncError(comm, &state);
+    if (r != ncclSuccess)
+      return fail(nccl_status::nccl_error,
+                  std::string(what) + ": ncclCommGetAsyncError: " + nccl_text(r, comm));
+    if (state != ncclSuccess && state != ncclInProgress)
+      return fail(nccl_status::nccl_error, std::string(what) + ": " + nccl_text(state, comm));
+    if (state == ncclSuccess) {
+      if (stream == nullptr) return nccl_status::ok;
+      const cudaError_t q = cudaStreamQuery(stream);
+      if (q == cudaSuccess) return nccl_status::ok;
+      if (q != cudaErrorNotReady)
+        return fail(nccl_status::cuda_error, std::string(what) + ": " + cuda_text(q));
+    }
+    if (clock_type::now() >= deadline)
+      return fail(nccl_status::timeout, std::string(what) + ": not complete after " +
+                                            std::to_string(timeout_ms) +
+                                            " ms (a peer is missing, hung or too slow)");
+    // Spin briefly (small collectives finish in microseconds), then stop burning a core.
+    if (spins < 2000)
+      std::this_thread::yield();
+    else
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
+
+}  // namespace
+
+nccl_status nccl_comm::init(const std::vector<char>& unique_id, int rank, int size, int device,
+                            int timeout_ms) {
+  if (impl_->comm != nullptr || dead_)
+    return fail(nccl_status::invalid_argument, "init: called twice");
+  if (size < 1 || rank < 0 || rank >= size || timeout_ms <= 0 ||
+      unique_id.size() != nccl_unique_id_bytes)
+    return fail(nccl_status::invalid_argument,
+                "init: need 0 <= rank < size, timeout_ms > 0 and a 128-byte unique id");
+  int count = 0;
+  cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess || count == 0)
+    return fail(nccl_status::no_device,
+                "init: no CUDA device" + (e != cudaSuccess ? ": " + cuda_text(e) : std::string()));
+  if (device < 0 || device >= count)
+    return fail(nccl_status::no_device, "init: device " + std::to_string(device) + " of " +
+                                            std::to_string(count) + " does not exist");
+  rank_ = rank;
+  size_ = size;
+  timeout_ms_ = timeout_ms;
+  impl_->device = device;
+  if ((e = cudaSetDevice(device)) != cudaSuccess)
+    return fail(nccl_status::cuda_error, "init: cudaSetDevice: " + cuda_text(e));
+  if ((e = cudaStreamCreateWithFlags(&impl_->stream, cudaStreamNonBlocking)) != cudaSuccess)
+    return fail(nccl_status::cuda_error, "init: cudaStreamCreate: " + cuda_text(e));
+  if ((e = cudaMalloc(&impl_->scratch, sizeof(float))) != cudaSuccess)
+    return fail(nccl_status::cuda_error, "init: cudaMalloc: " + cuda_text(e));
+
+  ncclUniqueId id;
+  std::memcpy(id.internal, unique_id.data(), NCCL_UNIQUE_ID_BYTES);
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;  // return at once; completion is polled below, under a deadline
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (abort_requested_) return fail(nccl_status::aborted, "init: abort() was called");
+    busy_ = true;
+  }
+  const auto deadline = clock_type::now() + std::chrono::milliseconds(timeout_ms);
+  const ncclResult_t r = ncclCommInitRankConfig(&impl_->comm, size, id, rank, &config);
+  nccl_status s = nccl_status::ok;
+  if (r != ncclSuccess && r != ncclInProgress)
+    s = fail(nccl_status::nccl_error, "init: ncclCommInitRankConfig: " + nccl_text(r, impl_->comm));
+  else if (impl_->comm == nullptr)
+    s = fail(nccl_status::nccl_error, "init: ncclCommInitRankConfig returned no communicator");
+  else
+    s = wait_done(impl_->comm, nullptr, abort_requested_, deadline, timeout_ms, "init",
+                  [this](nccl_status st, const std::string& d) { return fail(st, d); });
+  std::lock_guard<std::mutex> lock(mutex_);
+  busy_ = false;
+  if (s != nccl_status::ok || abort_requested_) {
+    dead_ = true;
+    abort_locked();
+    if (s == nccl_status::ok) s = fail(nccl_status::aborted, "init: abort() was called");
+  }
+  return s;
+}
+
+template <class Enqueue>
+nccl_status nccl_comm::run(const char* what, Enqueue&& enqueue) {
+  if (impl_->comm == nullptr && !dead_)
+    return fail(nccl_status::invalid_argument, std::string(what) + ": init first");
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (dead_ || abort_requested_) {
+      abort_locked();
+      return fail(abort_requested_ ? nccl_status::aborted : nccl_status::nccl_error,
+                  std::string(what) + ": the communicator is dead after an earlier failure");
+    }
+    busy_ = true;
+  }
+  const auto deadline = clock_type::now() + std::chrono::milliseconds(timeout_ms_);
+  nccl_status s = nccl_status::ok;
+  cudaError_t e = cudaSetDevice(impl_->device);
+  if (e != cudaSuccess) {
+    s = fail(nccl_status::cuda_error, std::string(what) + ": cudaSetDevice: " + cuda_text(e));
+  } else {
+    const ncclResult_t r = enqueue(impl_->comm, impl_->stream);
+    if (r != ncclSuccess && r != ncclInProgress)
+      s = fail(nccl_status::nccl_error, std::string(what) + ": " + nccl_text(r, impl_->comm));
+    else
+      s = wait_done(impl_->comm, impl_->stream, abort_requested_, deadline, timeout_ms_, what,
+                    [this](nccl_status st, const std::string& d) { return fail(st, d); });
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  busy_ = false;
+  if (s != nccl_status::ok || abort_requested_) {
+    dead_ = true;
+    abort_locked();
+  }
+  return s;
+}
+
+nccl_status nccl_comm::allreduce_sum(void* data, std::size_t n, nccl_dtype type) {
+  if (data == nullptr && n > 0) return fail(nccl_status::invalid_argument, "allreduce: null data");
+  const ncclDataType_t t = type == nccl_dtype::f32 ? ncclFloat32 : ncclInt64;
+  return run("ncclAllReduce", [&](ncclComm_t c, cudaStream_t s) {
+    return ncclAllReduce(data, data, n, t, ncclSum, c, s);
+  });
+}
+
+nccl_status nccl_comm::allgather(const void* send, void* recv, std::size_t bytes) {
+  if ((send == nullptr || recv == nullptr) && bytes > 0)
+    return fail(nccl_status::invalid_argument, "allgather: null buffer");
+  return run("ncclAllGather", [&](ncclComm_t c, cudaStream_t s) {
+    return ncclAllGather(send, recv, bytes, ncclUint8, c, s);
+  });
+}
+
+nccl_status nccl_comm::broadcast(void* data, std::size_t bytes, int root) {
+  if (root < 0 || root >= size_)
+    return fail(nccl_status::invalid_argument, "broadcast: root " + std::to_string(root) +
+                                                   " is not a rank of " + std::to_string(size_));
+  return run("ncclBroadcast", [&](ncclComm_t c, cudaStream_t s) {
+    return ncclBroadcast(data, data, bytes, ncclUint8, root, c, s);
+  });
+}
+
+nccl_status nccl_comm::barrier() {
+  return run("barrier (ncclAllReduce of one float)", [&](ncclComm_t c, cudaStream_t s) {
+    return ncclAllReduce(impl_->scratch, impl_->scratch, 1, ncclFloat32, ncclSum, c, s);
+  });
+}
+
+#else  // no CUDA or no NCCL in this build: every call says so.
+
+struct nccl_comm::impl {};
+
+namespace {
+const char* kNotBuilt = "this build has no NCCL backend (CUDA toolkit or libnccl not found)";
+}
+
+bool nccl_compiled() { return false; }
+int nccl_version() { return 0; }
+nccl_status nccl_make_unique_id(std::vector<char>* out, std::string* detail) {
+  out->clear();
+  if (detail) *detail = kNotBuilt;
+  return nccl_status::no_device;
+}
+nccl_comm::nccl_comm() : impl_(std::make_unique<impl>()) {}
+nccl_comm::~nccl_comm() = default;
+void nccl_comm::abort_locked() { aborted_ = true; }
+void nccl_comm::abort() {
+  abort_requested_ = true;
+  dead_ = true;
+}
+nccl_status nccl_comm::init(const std::vector<char>&, int, int, int, int) {
+  return fail(nccl_status::no_device, kNotBuilt);
+}
+nccl_status nccl_comm::allreduce_sum(void*, std::size_t, nccl_dtype) {
+  return fail(nccl_status::no_device, kNotBuilt);
+}
+nccl_status nccl_comm::allgather(const void*, void*, std::size_t) {
+  return fail(nccl_status::no_device, kNotBuilt);
+}
+nccl_status nccl_comm::broadcast(void*, std::size_t, int) {
+  return fail(nccl_status::no_device, kNotBuilt);
+}
+nccl_status nccl_comm::barrier() { return fail(nccl_status::no_device, kNotBuilt); }
+
+#endif
+
+}  // namespace cohort::gpu

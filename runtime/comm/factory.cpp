@@ -1,0 +1,60 @@
+#include "runtime/comm/factory.hpp"
+
+#include <cctype>
+
+#include "runtime/comm/gloo_comm.hpp"
+#include "runtime/comm/nccl_communicator.hpp"
+
+namespace cohort::comm {
+
+int parse_device(const std::string& device) {
+  if (device == "cpu") return -1;
+  if (device == "cuda") return 0;
+  if (device.rfind("cuda:", 0) == 0 && device.size() > 5 && device.size() <= 8) {
+    int index = 0;
+    for (std::size_t i = 5; i < device.size(); ++i) {
+      if (!std::isdigit(static_cast<unsigned char>(device[i]))) index = -1;
+      if (index >= 0) index = index * 10 + (device[i] - '0');
+    }
+    if (index >= 0) return index;
+  }
+  throw usage_error("device '" + device + "' is not one of: cpu, cuda, cuda:N");
+}
+
+std::string resolve_backend(const std::string& backend, const std::string& device) {
+  const bool gpu = parse_device(device) >= 0;
+  if (backend == "auto") return gpu ? "nccl" : "gloo";
+  if (backend == "gloo") return "gloo";
+  if (backend == "nccl") {
+    if (!gpu)
+      throw usage_error("comm.backend: nccl needs a CUDA device, but the device is '" + device +
+                        "'; use comm.backend: gloo or auto");
+    return "nccl";
+  }
+  throw usage_error("comm.backend '" + backend + "' is not one of: auto, gloo, nccl");
+}
+
+std::unique_ptr<communicator> make_communicator(const std::string& backend,
+                                                const std::string& device, kv_client& kv, int rank,
+                                                int size, std::uint64_t generation, int timeout_ms,
+                                                const transport_options& transport) {
+  if (timeout_ms <= 0) throw usage_error("communicator timeout must be > 0 ms");
+  const std::chrono::milliseconds timeout(timeout_ms);
+  const std::chrono::milliseconds rendezvous_timeout(
+      transport.rendezvous_timeout_ms > 0 ? transport.rendezvous_timeout_ms : timeout_ms);
+  if (resolve_backend(backend, device) == "nccl")
+    return std::make_unique<nccl_communicator>(kv, generation, rank, size, parse_device(device),
+                                               timeout, rendezvous_timeout,
+                                               transport.group + "/nccl");
+  // The store adapter is needed only while gloo_comm connects.
+  kv_gloo_store store(kv, generation, rendezvous_timeout);
+  gloo_options o;
+  o.prefix = transport.group + "/gloo";
+  o.timeout = timeout;
+  o.rendezvous_timeout = rendezvous_timeout;
+  o.hostname = transport.hostname;
+  o.iface = transport.iface;
+  return std::make_unique<gloo_comm>(store, rank, size, o);
+}
+
+}  // namespace cohort::comm

@@ -1,0 +1,40 @@
+// Picks and builds the communicator of a group for one generation: `comm.backend: auto |
+// gloo | nccl` and the worker's device decide between Gloo (TCP, host memory) and NCCL
+// (GPU memory). Owns that choice only; the backends are gloo_comm / nccl_communicator.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "runtime/comm/communicator.hpp"
+#include "runtime/comm/kv_client.hpp"
+
+namespace cohort::comm {
+
+/// How a group reaches its peers beyond backend and timeout (defaults fit one machine).
+struct transport_options {
+  /// Name of the group inside a generation ("dp", "tp", ...): keys are
+  /// gen/<g>/<group>/gloo/... or gen/<g>/<group>/nccl/unique_id.
+  std::string group = "dp";
+  std::string hostname = "127.0.0.1";  ///< Gloo: address to listen on and advertise
+  std::string iface;                   ///< Gloo: interface instead of hostname
+  int rendezvous_timeout_ms = 0;       ///< 0: timeout_ms (peers may start later)
+};
+
+/// The CUDA device index `device` names: -1 for "cpu", N for "cuda:N" (and 0 for
+/// "cuda"). Throws usage_error for anything else.
+int parse_device(const std::string& device);
+
+/// The backend `backend` resolves to on `device`: "gloo" or "nccl" ("auto": nccl when the
+/// device is a GPU). Throws usage_error for an unknown backend, or nccl on a CPU device.
+std::string resolve_backend(const std::string& backend, const std::string& device);
+
+/// Builds this rank's communicator for `generation`, rendezvousing through `kv` (blocks
+/// until every rank has joined). `timeout_ms` bounds every collective (config-derived,
+/// never a library default). Throws usage_error (bad backend/device) or comm_error.
+std::unique_ptr<communicator> make_communicator(const std::string& backend,
+                                                const std::string& device, kv_client& kv, int rank,
+                                                int size, std::uint64_t generation, int timeout_ms,
+                                                const transport_options& transport = {});
+
+}  // namespace cohort::comm

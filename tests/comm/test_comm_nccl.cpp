@@ -1,0 +1,100 @@
+// The NCCL backend on a real GPU. One process may hold one rank per GPU (NCCL refuses two
+// ranks on one device), so data cases use a group of one; the failure cases use a group of
+// two whose second rank never arrives: init must time out or abort, never hang.
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <cstdint>
+#include <thread>
+#include <vector>
+
+#include "gpu/device.hpp"
+#include "gpu/nccl_comm.hpp"
+#include "runtime/comm/factory.hpp"
+#include "runtime/comm/local_kv.hpp"
+
+using namespace cohort;
+using namespace cohort::comm;
+using std::chrono::milliseconds;
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Device buffer holding `host`, freed at scope end.
+template <class T>
+struct device_vec {
+  void* ptr = nullptr;
+  std::size_t n = 0;
+  explicit device_vec(const std::vector<T>& host) : n(host.size()) {
+    REQUIRE(gpu::device_malloc(&ptr, n * sizeof(T)) == gpu::status::ok);
+    REQUIRE(gpu::copy_to_device(ptr, host.data(), n * sizeof(T)) == gpu::status::ok);
+  }
+  std::vector<T> to_host() const {
+    std::vector<T> out(n);
+    REQUIRE(gpu::copy_to_host(out.data(), ptr, n * sizeof(T)) == gpu::status::ok);
+    return out;
+  }
+  ~device_vec() { gpu::device_free(ptr); }
+  T* data() { return static_cast<T*>(ptr); }
+};
+
+}  // namespace
+
+TEST_CASE("nccl group of one: allreduce float/int64, allgather, broadcast, barrier") {
+  memory_kv kv;
+  auto c = make_communicator("auto", "cuda:0", kv, 0, 1, 1, 10000);
+  CHECK(std::string(c->backend()) == "nccl");
+  std::vector<float> f(1 << 20);
+  for (std::size_t i = 0; i < f.size(); ++i) f[i] = float(i % 97);
+  device_vec<float> df(f);
+  c->allreduce_sum(df.data(), f.size());
+  CHECK(df.to_host() == f);  // the sum over one rank is the value itself
+
+  std::vector<std::int64_t> g(1000);
+  for (std::size_t i = 0; i < g.size(); ++i) g[i] = (std::int64_t(1) << 45) + std::int64_t(i);
+  device_vec<std::int64_t> dg(g);
+  c->allreduce_sum(dg.data(), g.size());
+  CHECK(dg.to_host() == g);
+
+  std::vector<std::uint8_t> bytes(333, 7), out(333, 0);
+  device_vec<std::uint8_t> db(bytes), dout(out);
+  c->allgather(db.data(), dout.data(), bytes.size());
+  CHECK(dout.to_host() == bytes);
+  c->broadcast(db.data(), bytes.size(), 0);
+  CHECK(db.to_host() == bytes);
+  c->barrier();
+  CHECK_FALSE(c->dead());
+}
+
+TEST_CASE("nccl init with a missing peer times out and aborts, within the deadline") {
+  std::vector<char> id;
+  REQUIRE(gpu::nccl_make_unique_id(&id) == gpu::nccl_status::ok);
+  gpu::nccl_comm comm;
+  const auto t0 = std::chrono::steady_clock::now();
+  const gpu::nccl_status s = comm.init(id, 0, 2, 0, 1500);  // rank 1 never comes
+  const double took = seconds_since(t0);
+  CHECK(s == gpu::nccl_status::timeout);
+  CHECK(comm.dead());
+  CHECK(took >= 1.0);
+  CHECK(took < 30.0);
+  MESSAGE("init timed out after " << took << " s: " << comm.last_error());
+}
+
+TEST_CASE("nccl abort() from another thread ends a pending init promptly") {
+  std::vector<char> id;
+  REQUIRE(gpu::nccl_make_unique_id(&id) == gpu::nccl_status::ok);
+  gpu::nccl_comm comm;
+  std::thread aborter([&] {
+    std::this_thread::sleep_for(milliseconds(300));
+    comm.abort();
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  const gpu::nccl_status s = comm.init(id, 0, 2, 0, 60000);
+  aborter.join();
+  CHECK(s == gpu::nccl_status::aborted);
+  CHECK(seconds_since(t0) < 30.0);  // the timeout is 60 s
+  CHECK(comm.allreduce_sum(nullptr, 0, gpu::nccl_dtype::f32) == gpu::nccl_status::aborted);
+}
