@@ -575,6 +575,14 @@ void set_flush_denormals(bool on) {
 #endif
 }
 
+bool flush_denormals() {
+#if COHORT_X86
+  return (_mm_getcsr() & 0x8000u) != 0;
+#else
+  return false;
+#endif
+}
+
 void set_portable_kernels(bool on) { g_simd.store(on ? 0 : (cpu_has_avx2() ? 1 : 0)); }
 bool simd_kernels() { return use_avx2(); }
 

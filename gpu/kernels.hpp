@@ -75,6 +75,8 @@ bool simd_kernels();
 /// vanishing gradient) are 10-100x slower to compute with and carry no useful information
 /// for training, so compute threads turn this on.
 void set_flush_denormals(bool on);
+/// Whether flush-to-zero is on for the calling thread.
+bool flush_denormals();
 /// y += x elementwise.
 void add_inplace(float* y, const float* x, int64_t n);
 }  // namespace cpu

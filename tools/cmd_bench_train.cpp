@@ -66,7 +66,8 @@ void add_bench_train(CLI::App& bench, int* rc) {
                        {"samples_per_s", r.samples_per_s},
                        {"tokens_per_s", r.tokens_per_s},
                        {"first_loss", r.first_loss},
-                       {"last_loss", r.last_loss}};
+                       {"last_loss", r.last_loss},
+                       {"pool_peak_bytes", r.pool_peak_bytes}};
       std::printf("%s\n", j.dump().c_str());
     } else {
       char unit[64];

@@ -3,6 +3,7 @@
 // from a fixed seed, timed after warm-up. Owns data synthesis and timing; the CLI wrapper
 // (tools/cmd_bench_train.cpp) owns parsing and printing.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -38,6 +39,7 @@ struct bench_result {
   double samples_per_s = 0;
   double tokens_per_s = 0;  ///< gpt only (0 for mlp)
   float first_loss = 0, last_loss = 0;
+  std::size_t pool_peak_bytes = 0;  ///< tensors of model, activations and optimizer
 };
 
 /// Runs the benchmark; throws usage_error for a bad model name or size.

@@ -7,11 +7,11 @@
 
 namespace cohort::nn {
 
-adamw::adamw(tensor params, tensor grads, const optim_options& o)
+adamw::adamw(tensor params, tensor grads, const optim_options& o, pool& p)
     : optimizer(std::move(params), std::move(grads)), o_(o) {
   COHORT_CHECK(params_.numel() == grads_.numel());
-  m_ = tensor({params_.numel()});
-  v_ = tensor({params_.numel()});
+  m_ = tensor({params_.numel()}, p);
+  v_ = tensor({params_.numel()}, p);
 }
 
 void adamw::step(float lr) {
@@ -24,10 +24,10 @@ std::vector<std::pair<std::string, tensor>> adamw::state() {
   return {{"exp_avg", m_}, {"exp_avg_sq", v_}};
 }
 
-sgd::sgd(tensor params, tensor grads, const optim_options& o)
+sgd::sgd(tensor params, tensor grads, const optim_options& o, pool& p)
     : optimizer(std::move(params), std::move(grads)), o_(o) {
   COHORT_CHECK(params_.numel() == grads_.numel());
-  buf_ = tensor({params_.numel()});
+  buf_ = tensor({params_.numel()}, p);
 }
 
 void sgd::step(float lr) {
@@ -38,9 +38,10 @@ void sgd::step(float lr) {
 
 std::vector<std::pair<std::string, tensor>> sgd::state() { return {{"momentum_buffer", buf_}}; }
 
-std::unique_ptr<optimizer> make_optimizer(tensor params, tensor grads, const optim_options& o) {
-  if (o.kind == "adamw") return std::make_unique<adamw>(std::move(params), std::move(grads), o);
-  if (o.kind == "sgd") return std::make_unique<sgd>(std::move(params), std::move(grads), o);
+std::unique_ptr<optimizer> make_optimizer(tensor params, tensor grads, const optim_options& o,
+                                          pool& p) {
+  if (o.kind == "adamw") return std::make_unique<adamw>(std::move(params), std::move(grads), o, p);
+  if (o.kind == "sgd") return std::make_unique<sgd>(std::move(params), std::move(grads), o, p);
   throw usage_error("unknown optimizer '" + o.kind + "' (expected adamw or sgd)");
 }
 

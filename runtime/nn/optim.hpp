@@ -41,7 +41,8 @@ class optimizer {
 /// torch.optim.AdamW: p *= 1 - lr*wd; m, v moments; p -= lr/bc1 * m / (sqrt(v)/sqrt(bc2) + eps).
 class adamw : public optimizer {
  public:
-  adamw(tensor params, tensor grads, const optim_options& o);
+  /// State tensors come from `p`.
+  adamw(tensor params, tensor grads, const optim_options& o, pool& p = pool::global());
   void step(float lr) override;
   std::vector<std::pair<std::string, tensor>> state() override;
 
@@ -53,7 +54,7 @@ class adamw : public optimizer {
 /// torch.optim.SGD with momentum (dampening 0): g += wd*p; buf = mu*buf + g; p -= lr*buf.
 class sgd : public optimizer {
  public:
-  sgd(tensor params, tensor grads, const optim_options& o);
+  sgd(tensor params, tensor grads, const optim_options& o, pool& p = pool::global());
   void step(float lr) override;
   std::vector<std::pair<std::string, tensor>> state() override;
 
@@ -63,7 +64,8 @@ class sgd : public optimizer {
 };
 
 /// Builds the optimizer o.kind names over (params, grads); throws usage_error otherwise.
-std::unique_ptr<optimizer> make_optimizer(tensor params, tensor grads, const optim_options& o);
+std::unique_ptr<optimizer> make_optimizer(tensor params, tensor grads, const optim_options& o,
+                                          pool& p = pool::global());
 
 /// Sum of squares of all gradient elements (double), the local part of a global norm.
 double grad_sum_squares(const tensor& grads);

@@ -265,9 +265,19 @@ TEST_CASE("sum_squares, scale and add_inplace") {
   CHECK(y[17] == doctest::Approx(-x[17]));
 }
 
-TEST_CASE("thread count is settable") {
+TEST_CASE("thread count and denormal flushing are settable") {
   k::set_num_threads(1);
   CHECK(k::num_threads() == 1);
+#if defined(__x86_64__)
+  volatile float tiny = 1e-39f;  // subnormal
+  CHECK_FALSE(k::flush_denormals());
+  CHECK(tiny * 0.5f != 0.0f);
+  k::set_flush_denormals(true);
+  CHECK(k::flush_denormals());
+  CHECK(tiny * 0.5f == 0.0f);
+  k::set_flush_denormals(false);
+  CHECK(tiny * 0.5f != 0.0f);
+#endif
 }
 
 TEST_CASE("portable and SIMD loops agree") {
