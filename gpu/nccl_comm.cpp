@@ -36,6 +36,15 @@ const char* nccl_status_string(nccl_status s) {
   return "unknown status";
 }
 
+namespace {
+// The same argument checks with and without NCCL, so callers see one behaviour.
+bool init_args_valid(const std::vector<char>& unique_id, int rank, int size, int timeout_ms) {
+  return size >= 1 && rank >= 0 && rank < size && timeout_ms > 0 &&
+         unique_id.size() == nccl_unique_id_bytes;
+}
+const char* kBadInitArgs = "init: need 0 <= rank < size, timeout_ms > 0 and a 128-byte unique id";
+}  // namespace
+
 nccl_status nccl_comm::fail(nccl_status s, const std::string& detail) {
   last_error_ = std::string(nccl_status_string(s)) + ": " + detail;
   return s;
@@ -158,10 +167,8 @@ nccl_status nccl_comm::init(const std::vector<char>& unique_id, int rank, int si
                             int timeout_ms) {
   if (impl_->comm != nullptr || dead_)
     return fail(nccl_status::invalid_argument, "init: called twice");
-  if (size < 1 || rank < 0 || rank >= size || timeout_ms <= 0 ||
-      unique_id.size() != nccl_unique_id_bytes)
-    return fail(nccl_status::invalid_argument,
-                "init: need 0 <= rank < size, timeout_ms > 0 and a 128-byte unique id");
+  if (!init_args_valid(unique_id, rank, size, timeout_ms))
+    return fail(nccl_status::invalid_argument, kBadInitArgs);
   int count = 0;
   cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess || count == 0)
@@ -298,7 +305,10 @@ void nccl_comm::abort() {
   abort_requested_ = true;
   dead_ = true;
 }
-nccl_status nccl_comm::init(const std::vector<char>&, int, int, int, int) {
+nccl_status nccl_comm::init(const std::vector<char>& unique_id, int rank, int size, int,
+                            int timeout_ms) {
+  if (!init_args_valid(unique_id, rank, size, timeout_ms))
+    return fail(nccl_status::invalid_argument, kBadInitArgs);
   return fail(nccl_status::no_device, kNotBuilt);
 }
 nccl_status nccl_comm::allreduce_sum(void*, std::size_t, nccl_dtype) {

@@ -1,0 +1,141 @@
+#include "runtime/comm/allreduce_bench.hpp"
+
+#include <gloo/allreduce.h>
+#include <gloo/barrier.h>
+#include <gloo/math.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/file_store.h>
+#include <gloo/rendezvous/prefix_store.h>
+#include <gloo/transport/tcp/device.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <functional>
+
+#include "runtime/comm/buckets.hpp"
+#include "runtime/comm/factory.hpp"
+#include "runtime/comm/local_kv.hpp"
+
+namespace cohort::comm {
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+using reduce_fn = void (*)(void*, const void*, const void*, std::size_t);
+
+int default_iters(std::size_t bytes) {
+  // About 256 MiB moved per round and path, between 5 and 200 iterations.
+  const std::size_t want = (std::size_t(256) << 20) / std::max<std::size_t>(bytes, 1);
+  return static_cast<int>(std::clamp<std::size_t>(want, 5, 200));
+}
+
+}  // namespace
+
+std::vector<std::size_t> default_bench_sizes() {
+  std::vector<std::size_t> s;
+  for (std::size_t b = 1024; b <= (std::size_t(64) << 20); b *= 4) s.push_back(b);
+  return s;
+}
+
+double algbw_gbps(std::size_t bytes, double seconds) {
+  return seconds > 0 ? double(bytes) / seconds / 1e9 : 0.0;
+}
+
+double busbw_gbps(std::size_t bytes, double seconds, int ranks) {
+  return algbw_gbps(bytes, seconds) * 2.0 * (ranks - 1) / ranks;
+}
+
+std::vector<allreduce_bench_row> run_allreduce_bench_rank(const allreduce_bench_options& opts,
+                                                          int rank, const std::string& dir) {
+  const int n = opts.ranks;
+  const std::chrono::milliseconds timeout(opts.timeout_ms);
+
+  // cohort's path: the factory over the file store, as a worker builds it.
+  file_kv kv(dir + "/kv");
+  transport_options t;
+  t.rendezvous_timeout_ms = opts.timeout_ms;
+  auto comm = make_communicator("gloo", "cpu", kv, rank, n, /*generation=*/1, opts.timeout_ms, t);
+
+  // Raw Gloo: its own file store, device and context; nothing of cohort in its loop.
+  gloo::rendezvous::FileStore raw_store(dir + "/raw");
+  auto raw = std::make_shared<gloo::rendezvous::Context>(rank, n);
+  raw->setTimeout(timeout);
+  {
+    auto device = gloo::transport::tcp::CreateDevice("127.0.0.1");
+    raw->connectFullMesh(raw_store, device);
+  }
+  auto raw_barrier = [&] {
+    gloo::BarrierOptions b(raw);
+    b.setTimeout(timeout);
+    gloo::barrier(b);
+  };
+
+  // Correctness once: rank r contributes r + 1.
+  {
+    std::vector<float> v(1000, float(rank + 1));
+    comm->allreduce_sum(v.data(), v.size());
+    const float want = float(n * (n + 1) / 2);
+    for (float x : v)
+      if (x != want)
+        throw comm_error(comm_failure::invalid, "bench self-check",
+                         "allreduce gave " + std::to_string(x) + ", want " + std::to_string(want));
+  }
+
+  std::vector<allreduce_bench_row> rows;
+  for (std::size_t size : opts.sizes) {
+    const std::size_t count = std::max<std::size_t>(size / sizeof(float), 1);
+    const std::size_t bytes = count * sizeof(float);
+    const int iters = opts.iters > 0 ? opts.iters : default_iters(bytes);
+    // Zeros stay zeros however often they are summed: no overflow to inf over iterations.
+    std::vector<float> a(count, 0.0f), b(count, 0.0f), c(count, 0.0f);
+    bucket_engine engine(*comm, count, grad_type::f32, opts.bucket_mb);
+
+    auto cohort_once = [&] { comm->allreduce_sum(a.data(), count); };
+    auto buckets_once = [&] {
+      engine.begin(c.data());
+      engine.mark_ready(0, count);
+      engine.wait_all();
+    };
+    auto raw_once = [&] {
+      gloo::AllreduceOptions o(raw);
+      o.setOutput(b.data(), count);
+      o.setReduceFunction(static_cast<reduce_fn>(&gloo::sum<float>));
+      o.setTimeout(timeout);
+      gloo::allreduce(o);
+    };
+    std::vector<std::function<void()>> paths = {cohort_once, buckets_once, raw_once};
+    for (auto& p : paths)
+      for (int i = 0; i < opts.warmup; ++i) p();
+
+    std::vector<std::vector<double>> per_round(paths.size());
+    for (int round = 0; round < opts.rounds; ++round) {
+      for (std::size_t j = 0; j < paths.size(); ++j) {
+        const std::size_t path = (j + round) % paths.size();  // rotate against drift
+        raw_barrier();
+        const auto t0 = clock_type::now();
+        for (int i = 0; i < iters; ++i) paths[path]();
+        double mine = std::chrono::duration<double>(clock_type::now() - t0).count() / iters;
+        // The slowest rank's time (collected outside the timed loop).
+        std::vector<double> all(n);
+        comm->allgather(&mine, all.data(), sizeof(double));
+        per_round[path].push_back(*std::max_element(all.begin(), all.end()));
+      }
+    }
+    auto median = [](std::vector<double> v) {
+      std::sort(v.begin(), v.end());
+      return v[v.size() / 2];
+    };
+    allreduce_bench_row row;
+    row.bytes = bytes;
+    row.iters = iters;
+    row.cohort_s = median(per_round[0]);
+    row.buckets_s = median(per_round[1]);
+    row.raw_s = median(per_round[2]);
+    rows.push_back(row);
+  }
+  comm->barrier();
+  return rows;
+}
+
+}  // namespace cohort::comm

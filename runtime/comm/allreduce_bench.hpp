@@ -1,0 +1,46 @@
+// The measuring half of `cohort bench allreduce`: what one rank does (rendezvous, warm-up,
+// timed rounds of cohort's allreduce path, the bucket engine and raw Gloo, interleaved)
+// and the nccl-tests bandwidth formulas. Spawning the rank processes and printing is
+// tools/cmd_bench_allreduce.cpp.
+#pragma once
+#include <cstddef>
+#include <string>
+#include <vector>
+
+namespace cohort::comm {
+
+struct allreduce_bench_options {
+  int ranks = 2;
+  /// Message sizes in bytes (float32 elements: each is rounded down to a multiple of 4).
+  std::vector<std::size_t> sizes;
+  /// Timed allreduces per round and path; 0: chosen per size (more for small messages).
+  int iters = 0;
+  int rounds = 3;          ///< rounds per size; each round times every path once, order rotated
+  int warmup = 2;          ///< untimed allreduces per path and size
+  double bucket_mb = 2.0;  ///< bucket size of the bucket-engine path (comm.bucket_mb)
+  int timeout_ms = 60000;
+};
+
+/// Default sizes: 1 KiB to 64 MiB in powers of 4.
+std::vector<std::size_t> default_bench_sizes();
+
+/// nccl-tests definitions: algbw = bytes / time, busbw = algbw * 2 (n - 1) / n (allreduce).
+double algbw_gbps(std::size_t bytes, double seconds);
+double busbw_gbps(std::size_t bytes, double seconds, int ranks);
+
+/// One size. Times are per allreduce: the slowest rank's mean over a round's iterations,
+/// then the median over rounds.
+struct allreduce_bench_row {
+  std::size_t bytes = 0;
+  int iters = 0;
+  double cohort_s = 0;   ///< communicator::allreduce_sum (gloo_comm)
+  double buckets_s = 0;  ///< bucket_engine: begin, mark_ready(all), wait_all
+  double raw_s = 0;      ///< gloo::allreduce on a gloo::Context, no cohort code in the loop
+};
+
+/// One rank's part. `dir` is a directory shared by the ranks (it holds the file stores).
+/// Returns the rows on every rank (all ranks agree on them). Throws comm_error.
+std::vector<allreduce_bench_row> run_allreduce_bench_rank(const allreduce_bench_options& opts,
+                                                          int rank, const std::string& dir);
+
+}  // namespace cohort::comm

@@ -1,0 +1,56 @@
+// `bench allreduce` end to end through its CLI (bench_allreduce_cli spawns the rank
+// processes): the JSON has one row per size with positive times and consistent
+// bandwidths; bad sizes are usage errors. No speed is asserted.
+#include <doctest/doctest.h>
+#include <stdio.h>
+#include <sys/wait.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace {
+
+const std::string kCli = std::string(COHORT_BINARY_DIR) + "/tests/comm/bench_allreduce_cli";
+
+int run(const std::string& args, std::string* out) {
+  FILE* p = popen((kCli + " " + args + " 2>/dev/null").c_str(), "r");
+  REQUIRE(p != nullptr);
+  char buf[4096];
+  std::size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out->append(buf, n);
+  const int status = pclose(p);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+}  // namespace
+
+TEST_CASE("bench allreduce --json reports every size for cohort, buckets and raw Gloo") {
+  std::string out;
+  REQUIRE(run("bench allreduce --ranks 2 --sizes 4K,1M --iters 2 --rounds 1 --warmup 1 "
+              "--bucket-mb 0.25 --json",
+              &out) == 0);
+  const auto j = nlohmann::json::parse(out);
+  CHECK(j.at("ranks") == 2);
+  REQUIRE(j.at("rows").size() == 2);
+  CHECK(j["rows"][0]["bytes"] == 4096);
+  CHECK(j["rows"][1]["bytes"] == 1 << 20);
+  for (const auto& row : j["rows"]) {
+    for (const char* path : {"cohort", "buckets", "raw_gloo"}) {
+      const double t = row[path]["time_us"], alg = row[path]["algbw_gbps"],
+                   bus = row[path]["busbw_gbps"];
+      CHECK(t > 0);
+      // nccl-tests: algbw = bytes / time; busbw = algbw * 2(n-1)/n = algbw for n = 2.
+      CHECK(alg == doctest::Approx(double(row["bytes"]) / (t * 1e-6) / 1e9));
+      CHECK(bus == doctest::Approx(alg));
+    }
+    CHECK(double(row["ratio_cohort_raw"]) ==
+          doctest::Approx(double(row["raw_gloo"]["time_us"]) / double(row["cohort"]["time_us"])));
+  }
+}
+
+TEST_CASE("bench allreduce rejects sizes it cannot run") {
+  std::string out;
+  CHECK(run("bench allreduce --ranks 2 --sizes 3", &out) == 2);
+  CHECK(run("bench allreduce --ranks 2 --sizes 1X", &out) == 2);
+  CHECK(run("bench allreduce --ranks 0", &out) == 2);
+}

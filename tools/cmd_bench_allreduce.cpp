@@ -1,0 +1,277 @@
+// `cohort bench allreduce`: spawns N local rank processes (this executable again, in a
+// hidden child mode), which meet through file stores in a temp dir and time cohort's
+// allreduce path, the bucket engine and raw Gloo in the same run; prints time, algbw and
+// busbw (nccl-tests definitions) and the ratio to raw Gloo. The measuring is
+// runtime/comm/allreduce_bench.cpp; this file parses, spawns, waits and prints.
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "runtime/comm/allreduce_bench.hpp"
+#include "runtime/core/atomic_file.hpp"
+#include "runtime/core/error.hpp"
+#include "tools/commands.hpp"
+
+namespace cohort::cli {
+
+namespace {
+
+// "4096", "4K", "1M", "64MiB" -> bytes (K/M/G are powers of 1024).
+std::size_t parse_size(const std::string& text) {
+  std::size_t pos = 0;
+  unsigned long long v = 0;
+  try {
+    v = std::stoull(text, &pos);
+  } catch (const std::exception&) {
+    throw usage_error("--sizes: '" + text + "' is not a size (examples: 4096, 64K, 1M, 16MiB)");
+  }
+  std::string unit = text.substr(pos);
+  if (unit.size() == 3 && (unit.substr(1) == "iB" || unit.substr(1) == "ib"))
+    unit = unit.substr(0, 1);
+  if (unit.empty() || unit == "B") return v;
+  if (unit == "K" || unit == "k") return v << 10;
+  if (unit == "M" || unit == "m") return v << 20;
+  if (unit == "G" || unit == "g") return v << 30;
+  throw usage_error("--sizes: unknown unit in '" + text + "' (use K, M or G)");
+}
+
+std::string human(std::size_t bytes) {
+  char buf[32];
+  if (bytes >= (1u << 20) && bytes % (1u << 20) == 0)
+    std::snprintf(buf, sizeof buf, "%zu MiB", bytes >> 20);
+  else if (bytes >= 1024 && bytes % 1024 == 0)
+    std::snprintf(buf, sizeof buf, "%zu KiB", bytes >> 10);
+  else
+    std::snprintf(buf, sizeof buf, "%zu B", bytes);
+  return buf;
+}
+
+nlohmann::json rows_to_json(const std::vector<comm::allreduce_bench_row>& rows) {
+  nlohmann::json j = nlohmann::json::array();
+  for (const auto& r : rows)
+    j.push_back({{"bytes", r.bytes},
+                 {"iters", r.iters},
+                 {"cohort_s", r.cohort_s},
+                 {"buckets_s", r.buckets_s},
+                 {"raw_s", r.raw_s}});
+  return j;
+}
+
+// The subcommand names from the root to `cmd` ("bench", "allreduce"), so a child is
+// started with the same command line shape whatever app it is registered in.
+std::vector<std::string> command_path(const CLI::App* cmd) {
+  std::vector<std::string> path;
+  for (const CLI::App* a = cmd; a != nullptr && a->get_parent() != nullptr; a = a->get_parent())
+    path.insert(path.begin(), a->get_name());
+  return path;
+}
+
+// Starts the ranks, waits for all; on the first failure kills the rest. Throws on failure.
+void run_ranks(const std::vector<std::vector<std::string>>& argvs) {
+  std::fflush(stdout);
+  std::fflush(stderr);
+  std::vector<pid_t> pids;
+  for (const auto& args : argvs) {
+    std::vector<char*> argv;
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    const pid_t pid = fork();
+    if (pid < 0) {
+      for (pid_t p : pids) kill(p, SIGKILL);
+      for (pid_t p : pids) waitpid(p, nullptr, 0);
+      throw error("bench allreduce: fork failed");
+    }
+    if (pid == 0) {
+      execv("/proc/self/exe", argv.data());
+      std::perror("bench allreduce: exec /proc/self/exe");
+      _exit(127);
+    }
+    pids.push_back(pid);
+  }
+  std::string failure;
+  std::size_t running = pids.size();
+  std::vector<bool> done(pids.size(), false);
+  while (running > 0) {
+    int status = 0;
+    const pid_t pid = waitpid(-1, &status, 0);
+    if (pid < 0) break;
+    for (std::size_t r = 0; r < pids.size(); ++r) {
+      if (pids[r] != pid || done[r]) continue;
+      done[r] = true;
+      --running;
+      const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+      if (!ok && failure.empty()) {
+        failure = "rank " + std::to_string(r) + " " +
+                  (WIFEXITED(status) ? "exited with code " + std::to_string(WEXITSTATUS(status))
+                                     : "was killed by signal " + std::to_string(WTERMSIG(status)));
+        for (std::size_t k = 0; k < pids.size(); ++k)
+          if (!done[k]) kill(pids[k], SIGKILL);  // the others would only wait for it
+      }
+    }
+  }
+  if (!failure.empty()) throw error("bench allreduce: " + failure + " (see its message above)");
+}
+
+void print_table(const comm::allreduce_bench_options& o,
+                 const std::vector<comm::allreduce_bench_row>& rows) {
+  std::printf(
+      "cohort bench allreduce: %d ranks (local processes), Gloo ring allreduce over TCP "
+      "127.0.0.1, float32 sum, bucket %.3g MiB, median of %d rounds; times per allreduce, "
+      "bandwidth in GB/s (algbw = bytes/time, busbw = algbw*2(n-1)/n)\n",
+      o.ranks, o.bucket_mb, o.rounds);
+  std::printf("%10s %6s | %10s %7s %7s | %10s %7s | %10s %7s %7s | %10s %11s\n", "size", "iters",
+              "cohort us", "algbw", "busbw", "bucket us", "busbw", "raw us", "algbw", "busbw",
+              "cohort/raw", "buckets/raw");
+  for (const auto& r : rows) {
+    std::printf(
+        "%10s %6d | %10.1f %7.3f %7.3f | %10.1f %7.3f | %10.1f %7.3f %7.3f | %10.3f %11.3f\n",
+        human(r.bytes).c_str(), r.iters, r.cohort_s * 1e6, comm::algbw_gbps(r.bytes, r.cohort_s),
+        comm::busbw_gbps(r.bytes, r.cohort_s, o.ranks), r.buckets_s * 1e6,
+        comm::busbw_gbps(r.bytes, r.buckets_s, o.ranks), r.raw_s * 1e6,
+        comm::algbw_gbps(r.bytes, r.raw_s), comm::busbw_gbps(r.bytes, r.raw_s, o.ranks),
+        r.raw_s / r.cohort_s, r.raw_s / r.buckets_s);
+  }
+}
+
+void print_json(const comm::allreduce_bench_options& o,
+                const std::vector<comm::allreduce_bench_row>& rows) {
+  auto path = [&](std::size_t bytes, double s) {
+    return nlohmann::json{{"time_us", s * 1e6},
+                          {"algbw_gbps", comm::algbw_gbps(bytes, s)},
+                          {"busbw_gbps", comm::busbw_gbps(bytes, s, o.ranks)}};
+  };
+  nlohmann::json j{{"bench", "allreduce"},     {"ranks", o.ranks},
+                   {"backend", "gloo"},        {"transport", "tcp 127.0.0.1"},
+                   {"dtype", "float32"},       {"rounds", o.rounds},
+                   {"bucket_mb", o.bucket_mb}, {"rows", nlohmann::json::array()}};
+  for (const auto& r : rows)
+    j["rows"].push_back({{"bytes", r.bytes},
+                         {"iters", r.iters},
+                         {"cohort", path(r.bytes, r.cohort_s)},
+                         {"buckets", path(r.bytes, r.buckets_s)},
+                         {"raw_gloo", path(r.bytes, r.raw_s)},
+                         {"ratio_cohort_raw", r.raw_s / r.cohort_s},
+                         {"ratio_buckets_raw", r.raw_s / r.buckets_s}});
+  std::printf("%s\n", j.dump().c_str());
+}
+
+}  // namespace
+
+void add_bench_allreduce(CLI::App& bench, int* rc) {
+  auto opts = std::make_shared<comm::allreduce_bench_options>();
+  auto sizes = std::make_shared<std::vector<std::string>>();
+  auto json = std::make_shared<bool>(false);
+  auto child_rank = std::make_shared<int>(-1);
+  auto child_dir = std::make_shared<std::string>();
+  CLI::App* cmd = bench.add_subcommand(
+      "allreduce",
+      "Allreduce across N local processes: cohort's communicator, its bucket engine and raw "
+      "Gloo (the same ring algorithm called directly), timed in the same run");
+  cmd->add_option("--ranks", opts->ranks, "local rank processes")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  cmd->add_option("--sizes", *sizes,
+                  "message sizes, comma separated (4096, 64K, 1M, 16MiB); default 1K..64M in "
+                  "powers of 4")
+      ->delimiter(',');
+  cmd->add_option("--iters", opts->iters, "timed allreduces per round; 0: by size (5..200)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--rounds", opts->rounds, "rounds per size (the median is reported)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--warmup", opts->warmup, "untimed allreduces per path and size")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--bucket-mb", opts->bucket_mb, "bucket size of the bucket-engine path (MiB)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--timeout-ms", opts->timeout_ms, "collective and rendezvous timeout")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_flag("--json", *json, "print one JSON object instead of a table");
+  // The rank processes this command starts: hidden (empty group).
+  cmd->add_option("--child-rank", *child_rank)->group("");
+  cmd->add_option("--child-dir", *child_dir)->group("");
+
+  cmd->callback([cmd, opts, sizes, json, child_rank, child_dir, rc] {
+    opts->sizes.clear();
+    for (const auto& s : *sizes) opts->sizes.push_back(parse_size(s));
+    if (opts->sizes.empty()) opts->sizes = comm::default_bench_sizes();
+    for (std::size_t s : opts->sizes)
+      if (s < sizeof(float)) throw usage_error("--sizes: each size must be at least 4 bytes");
+
+    if (*child_rank >= 0) {  // one rank of a run started below
+      const auto rows = comm::run_allreduce_bench_rank(*opts, *child_rank, *child_dir);
+      if (*child_rank == 0)
+        write_file_atomic(*child_dir + "/result.json", rows_to_json(rows).dump());
+      *rc = exit_ok;
+      return;
+    }
+
+    char tmpl[] = "/tmp/cohort-bench-allreduce-XXXXXX";
+    if (mkdtemp(tmpl) == nullptr) throw io_error("bench allreduce: cannot create a temp dir");
+    const std::string dir = tmpl;
+    struct cleanup {
+      std::string dir;
+      ~cleanup() {
+        std::error_code ec;
+        std::filesystem::remove_all(dir, ec);
+      }
+    } remove_dir{dir};
+    std::filesystem::create_directory(dir + "/kv");
+    std::filesystem::create_directory(dir + "/raw");
+
+    std::ostringstream joined;
+    for (std::size_t i = 0; i < opts->sizes.size(); ++i) joined << (i ? "," : "") << opts->sizes[i];
+    std::vector<std::vector<std::string>> argvs;
+    for (int r = 0; r < opts->ranks; ++r) {
+      std::vector<std::string> a = {"cohort"};
+      for (const auto& name : command_path(cmd)) a.push_back(name);
+      for (const std::string& s :
+           {std::string("--ranks"), std::to_string(opts->ranks), std::string("--sizes"),
+            joined.str(), std::string("--iters"), std::to_string(opts->iters),
+            std::string("--rounds"), std::to_string(opts->rounds), std::string("--warmup"),
+            std::to_string(opts->warmup), std::string("--bucket-mb"),
+            std::to_string(opts->bucket_mb), std::string("--timeout-ms"),
+            std::to_string(opts->timeout_ms), std::string("--child-rank"), std::to_string(r),
+            std::string("--child-dir"), dir})
+        a.push_back(s);
+      argvs.push_back(a);
+    }
+    run_ranks(argvs);
+
+    std::ifstream in(dir + "/result.json");
+    if (!in) throw error("bench allreduce: rank 0 wrote no result");
+    const nlohmann::json j = nlohmann::json::parse(in);
+    std::vector<comm::allreduce_bench_row> rows;
+    for (const auto& r : j) {
+      comm::allreduce_bench_row row;
+      row.bytes = r.at("bytes").get<std::size_t>();
+      row.iters = r.at("iters").get<int>();
+      row.cohort_s = r.at("cohort_s").get<double>();
+      row.buckets_s = r.at("buckets_s").get<double>();
+      row.raw_s = r.at("raw_s").get<double>();
+      rows.push_back(row);
+    }
+    if (*json)
+      print_json(*opts, rows);
+    else
+      print_table(*opts, rows);
+    *rc = exit_ok;
+  });
+}
+
+}  // namespace cohort::cli
