@@ -47,9 +47,9 @@ bool use_avx2() {
   return v == 1;
 }
 
-// Builds NAME_avx2 (AVX2/FMA code generation) and NAME_generic from one inline body and a
-// dispatcher NAME that picks one; the body is written once, so both paths compute the same
-// thing in the same order.
+// Builds NAME_avx2 (AVX2/FMA code generation) and NAME_generic from one inline NAME_body and
+// a dispatcher NAME_dispatch that picks one; the body is written once, so both paths compute the
+// same thing in the same order.
 #if COHORT_X86
 #define COHORT_TWO_BUILDS(ret, name, params, args)                \
   COHORT_AVX2 ret name##_avx2 params { return name##_body args; } \

@@ -5,7 +5,8 @@ backward, AdamW) on one thread, printing the same figures.
 
 Run with the system python (python3-torch): /usr/bin/python3 tools/bench_vs_torch.py
 --model gpt [--steps N] [--batch B] [--json]. Data is synthetic (random inputs / tokens
-from a fixed seed), cycled over a few batches, exactly like cohort's benchmark.
+from a fixed seed), cycled over 8 batches; MLP labels come from a fixed
+random linear teacher, exactly like cohort's benchmark.
 """
 import argparse
 import json
@@ -120,14 +121,18 @@ def main():
         batch = a.batch or 128
         tokens = batch
         model = MLP()
-        data = [(torch.rand(batch, 784, generator=g), torch.randint(0, 10, (batch,), generator=g))
-                for _ in range(4)]
+        # Labels from a fixed random linear teacher, as cohort's benchmark does.
+        teacher = torch.randn(10, 784, generator=g)
+        data = []
+        for _ in range(8):
+            x = torch.rand(batch, 784, generator=g)
+            data.append((x, ((x - 0.5) @ teacher.t()).argmax(dim=1)))
     else:
         batch = a.batch or 16
         tokens = batch * a.context
         model = GPT(a.vocab, a.context, a.n_layer, a.n_head, a.d_model)
         data = []
-        for _ in range(4):
+        for _ in range(8):
             s = torch.randint(0, a.vocab, (batch, a.context + 1), generator=g)
             data.append((s[:, :-1].contiguous(), s[:, 1:].contiguous()))
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=0.0)
