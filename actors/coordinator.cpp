@@ -5,7 +5,9 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdlib>
 
 #include "runtime/core/config.hpp"
 
@@ -300,9 +302,18 @@ caf::behavior coordinator_actor(caf::stateful_actor<coordinator_state>* self,
 
 std::unique_ptr<caf::actor_system_config> make_caf_config() {
   auto cfg = std::make_unique<caf::actor_system_config>();
-  cfg->set("scheduler.policy", caf::atom("sharing"));
-  cfg->set("scheduler.max-threads", 2);
+  // Tuning knobs for measurements (docs/architecture.md), not configuration proper.
+  const char* policy = std::getenv("COHORT_CAF_POLICY");
+  const char* threads = std::getenv("COHORT_CAF_THREADS");
+  const bool stealing = policy != nullptr && std::string(policy) == "stealing";
+  cfg->set("scheduler.policy", stealing ? caf::atom("stealing") : caf::atom("sharing"));
+  cfg->set("scheduler.max-threads", threads != nullptr ? std::max(1, std::atoi(threads)) : 2);
   return cfg;
+}
+
+int bridge_spin_us() {
+  const char* env = std::getenv("COHORT_BRIDGE_SPIN_US");
+  return env != nullptr ? std::max(0, std::atoi(env)) : 0;
 }
 
 coordinator_node::coordinator_node(coordinator_options opts, const std::string& bind,
@@ -328,6 +339,7 @@ coordinator_node::coordinator_node(coordinator_options opts, const std::string& 
   bo.kind = net::bridge_options::socket_kind::router;
   bo.endpoint = bind;
   bo.max_message_bytes = max_message_bytes;
+  bo.spin_us = bridge_spin_us();
   caf::actor target = actor_;
   try {
     bridge_ =

@@ -120,4 +120,8 @@ class coordinator_node {
 /// threads competing with ZeroMQ's I/O thread on small machines).
 std::unique_ptr<caf::actor_system_config> make_caf_config();
 
+/// How long a bridge keeps polling after traffic before it sleeps (bridge_options::spin_us);
+/// COHORT_BRIDGE_SPIN_US overrides it for measurements.
+int bridge_spin_us();
+
 }  // namespace cohort::actors

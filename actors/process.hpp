@@ -32,8 +32,9 @@ class signal_watcher {
 
 /// Starts `/proc/self/exe ARGS...` (this very cohort binary) as a child: same process group,
 /// SIGKILLed by the kernel if this process dies (PR_SET_PDEATHSIG), signal mask cleared.
-/// stdout_fd >= 0 becomes the child's stdout. Throws cohort::error when fork fails.
-pid_t spawn_self(const std::vector<std::string>& args, int stdout_fd = -1);
+/// stdout_fd / stderr_fd >= 0 become the child's stdout / stderr. Throws cohort::error when
+/// fork fails.
+pid_t spawn_self(const std::vector<std::string>& args, int stdout_fd = -1, int stderr_fd = -1);
 
 /// Exit status of a waitpid() result as one number: the exit code, or 128 + signal.
 int exit_code_of(int wait_status);

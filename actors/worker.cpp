@@ -171,6 +171,7 @@ worker_node::worker_node(const std::string& endpoint, worker_options opts, size_
   bo.endpoint = endpoint;
   bo.max_message_bytes = max_message_bytes;
   bo.identity = net::make_identity("worker");
+  bo.spin_us = bridge_spin_us();
   auto shared = shared_;
   caf::actor target = actor_;
   try {

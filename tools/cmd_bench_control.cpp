@@ -92,42 +92,47 @@ pid_t start_echo_server(std::string* endpoint) {
   return pid;
 }
 
-std::vector<uint64_t> run_raw(int warmup, int iters, const std::string& frame) {
-  std::string ep;
-  const pid_t pid = start_echo_server(&ep);
-  std::vector<uint64_t> rtt;
-  {
-    zmq::context_t ctx(1);
-    zmq::socket_t req(ctx, zmq::socket_type::req);
-    req.set(zmq::sockopt::linger, 1000);
-    req.connect(ep);
-    for (int i = 0; i < warmup + iters; ++i) {
+// Both paths, measured in alternating blocks so that load from elsewhere on the machine
+// (other builds, other tests) hits both alike instead of whichever ran second.
+struct both_paths {
+  std::vector<uint64_t> raw, actors;
+};
+
+both_paths run_both(int warmup, int iters, int blocks, const std::string& frame) {
+  // The echo process first: it is forked without exec, safe only while we have no threads.
+  std::string echo_ep;
+  const pid_t echo_pid = start_echo_server(&echo_ep);
+  auto stop_echo = [echo_pid] {
+    kill(echo_pid, SIGKILL);
+    waitpid(echo_pid, nullptr, 0);
+  };
+
+  zmq::context_t ctx(1);
+  zmq::socket_t req(ctx, zmq::socket_type::req);
+  req.set(zmq::sockopt::linger, 0);
+  req.connect(echo_ep);
+  auto raw_round_trips = [&](int n, std::vector<uint64_t>* out) {
+    for (int i = 0; i < n; ++i) {
       const uint64_t t0 = net::now_ns();
       req.send(zmq::buffer(frame), zmq::send_flags::none);
       zmq::message_t reply;
       if (!req.recv(reply) || reply.size() != frame.size()) {
         throw error("bench control: REQ/REP echo returned a wrong reply");
       }
-      if (i >= warmup) rtt.push_back(net::now_ns() - t0);
+      if (out != nullptr) out->push_back(net::now_ns() - t0);
     }
-    req.send(zmq::message_t(), zmq::send_flags::none);  // tells the echo process to exit
-    zmq::message_t bye;
-    (void)req.recv(bye);
-  }
-  int status = 0;
-  waitpid(pid, &status, 0);
-  return rtt;
-}
+  };
 
-std::vector<uint64_t> run_actors(int warmup, int iters) {
+  actors::log_to_stderr();
+  spdlog::set_level(spdlog::level::warn);
   const config c = load_config_text("{}", "<bench control>", {});
   actors::coordinator_node node(actors::coordinator_options_from(c), "tcp://127.0.0.1:0",
                                 static_cast<size_t>(c.control.max_message_bytes));
   const std::string name = "bench-worker";
-  // The worker's own chatter (its registration line) must not mix into our output.
+  // The worker's own chatter (registration line, logs) must not mix into our output.
   const int devnull = open("/dev/null", O_WRONLY | O_CLOEXEC);
   const pid_t pid =
-      actors::spawn_self({"worker", "--join", node.endpoint(), "--name", name}, devnull);
+      actors::spawn_self({"worker", "--join", node.endpoint(), "--name", name}, devnull, devnull);
   if (devnull >= 0) close(devnull);
   auto reap = [pid] {
     for (int i = 0; i < 50; ++i) {
@@ -152,28 +157,37 @@ std::vector<uint64_t> run_actors(int warmup, int iters) {
   if (!registered) {
     node.request_stop("bench failed");
     reap();
+    stop_echo();
     throw error("bench control: the worker process did not register within 10 s");
   }
-  std::vector<uint64_t> rtt;
   bool failed = false;
-  auto run = [&](int n, bool keep) {
+  auto actor_round_trips = [&](int n, std::vector<uint64_t>* out) {
+    if (n <= 0 || failed) return;
     self->request(node.actor(), caf::infinite, actors::co_bench_atom::value, name,
                   static_cast<uint32_t>(n))
         .receive(
             [&](const actors::bench_result& r) {
-              if (keep) rtt = r.rtt_ns;
+              if (out != nullptr) out->insert(out->end(), r.rtt_ns.begin(), r.rtt_ns.end());
             },
             [&](const caf::error&) { failed = true; });
   };
-  if (warmup > 0) run(warmup, false);
-  if (!failed) run(iters, true);
+
+  both_paths out;
+  raw_round_trips(warmup, nullptr);
+  actor_round_trips(warmup, nullptr);
+  for (int b = 0; b < blocks; ++b) {
+    const int n = iters / blocks + (b < iters % blocks ? 1 : 0);
+    raw_round_trips(n, &out.raw);
+    actor_round_trips(n, &out.actors);
+  }
   node.request_stop("bench done");
   node.wait();
   reap();
-  if (failed || rtt.size() != static_cast<size_t>(iters)) {
+  stop_echo();
+  if (failed || out.actors.size() != static_cast<size_t>(iters)) {
     throw error("bench control: ping/pong with the worker failed");
   }
-  return rtt;
+  return out;
 }
 
 }  // namespace
@@ -182,6 +196,7 @@ void add_bench_control(CLI::App& bench, int* rc) {
   struct options {
     int iters = 2000;
     int warmup = 200;
+    int blocks = 20;
     bool json = false;
   };
   auto opt = std::make_shared<options>();
@@ -196,14 +211,16 @@ void add_bench_control(CLI::App& bench, int* rc) {
   cmd->add_option("--warmup", opt->warmup, "Unmeasured round trips first")
       ->check(CLI::Range(0, 10000000))
       ->capture_default_str();
+  cmd->add_option("--blocks", opt->blocks,
+                  "The two paths alternate in this many blocks, so machine load hits both alike")
+      ->check(CLI::Range(1, 100000))
+      ->capture_default_str();
   cmd->add_flag("--json", opt->json, "Print one JSON object instead of the table");
   cmd->callback([opt, rc] {
     const std::string frame = net::encode(net::ping{1, 1});
-    // Raw first: it forks without exec, which is only safe while we have no threads.
-    const summary raw = summarize(run_raw(opt->warmup, opt->iters, frame));
-    actors::log_to_stderr();
-    spdlog::set_level(spdlog::level::warn);
-    const summary act = summarize(run_actors(opt->warmup, opt->iters));
+    const both_paths m = run_both(opt->warmup, opt->iters, opt->blocks, frame);
+    const summary raw = summarize(m.raw);
+    const summary act = summarize(m.actors);
     const double ratio = raw.p50_us > 0 ? act.p50_us / raw.p50_us : 0;
     if (opt->json) {
       auto js = [](const summary& s) {

@@ -153,10 +153,18 @@ void zmq_bridge::run(std::promise<std::string>* ready) {
 
   std::vector<zmq::message_t> parts;
   bool running = true;
+  // After handling traffic, keep polling without blocking for a short while: an answer
+  // often follows within microseconds, and catching it awake saves a thread wake-up on
+  // each hop. Idle bridges (heartbeats only) block as usual.
+  const auto spin = std::chrono::microseconds(opts_.spin_us);
+  auto spin_until = std::chrono::steady_clock::now();
   while (running) {
     zmq::pollitem_t items[] = {{net.handle(), 0, ZMQ_POLLIN, 0}, {pull.handle(), 0, ZMQ_POLLIN, 0}};
     try {
-      zmq::poll(items, 2, std::chrono::milliseconds(-1));
+      const bool spinning = std::chrono::steady_clock::now() < spin_until;
+      const int n = zmq::poll(items, 2, std::chrono::milliseconds(spinning ? 0 : -1));
+      if (n == 0) continue;
+      spin_until = std::chrono::steady_clock::now() + spin;
     } catch (const zmq::error_t& e) {
       if (e.num() == EINTR) continue;
       spdlog::error("zmq bridge: poll failed: {}", e.what());

@@ -53,6 +53,9 @@ struct bridge_options {
   /// DEALER routing id. Set it: a ROUTER-assigned id changes on every reconnect, and the
   /// coordinator would then take the reconnected worker for an unknown peer.
   std::string identity;
+  /// After handling traffic, poll without blocking for this long before sleeping (saves a
+  /// wake-up when an answer follows quickly; costs CPU only right after traffic). 0: never.
+  int spin_us = 0;
 };
 
 /// Owns one ZeroMQ socket on its own thread. Thread-safe: send/admit/forget/counters may be
