@@ -169,7 +169,7 @@ TEST_CASE("coordinator: a silent member is declared dead by the timer and told t
   CHECK(okb[1].generation == 4);
 }
 
-TEST_CASE("coordinator: status, exit notice, leave from the wrong peer, client stop") {
+TEST_CASE("coordinator: status and exit notice and a leave from the wrong peer and client stop") {
   coordinator_fixture f;
   f.register_worker("pa", "a");
   f.register_worker("pb", "b");
@@ -214,7 +214,7 @@ TEST_CASE("coordinator: status, exit notice, leave from the wrong peer, client s
   CHECK(f.rec->frames.size() == before);  // a quit actor answers nothing
 }
 
-TEST_CASE("coordinator: rendezvous store waits, wakes, times out and is superseded") {
+TEST_CASE("coordinator: rendezvous store waits and wakes and times out and is superseded") {
   coordinator_fixture f;
   f.register_worker("pa", "a");
   f.register_worker("pb", "b");
@@ -284,7 +284,7 @@ struct worker_fixture : testing_system {
 
 }  // namespace
 
-TEST_CASE("worker: registers, follows generations, rejoins once when declared dead") {
+TEST_CASE("worker: registers and follows generations and rejoins once when declared dead") {
   worker_fixture f;
   auto regs = f.rec->to<net::register_request>();
   REQUIRE(regs.size() == 1);
@@ -332,7 +332,7 @@ TEST_CASE("worker: registers, follows generations, rejoins once when declared de
   CHECK(*f.exit_code == 0);
 }
 
-TEST_CASE("worker: a refused registration exits 1; a leave request says goodbye") {
+TEST_CASE("worker: a refused registration exits 1 and a leave request says goodbye") {
   {
     worker_fixture f;
     f.deliver(net::register_reject{"world full"});

@@ -97,7 +97,7 @@ uint64_t generation_of(const nlohmann::json& s) {
 
 }  // namespace
 
-TEST_CASE("coordinator and three workers register, report through ctl, and stop cleanly") {
+TEST_CASE("coordinator and three workers register and report through ctl and stop cleanly") {
   cluster c;
   for (const char* n : {"w0", "w1", "w2"}) c.start_worker(n);
   const nlohmann::json s = c.wait_alive(3);
@@ -216,7 +216,8 @@ TEST_CASE("a SIGSTOPped worker is declared dead and rejoins as a new member afte
   CHECK(c.workers["w2"]->err().find("registering again") != std::string::npos);
 }
 
-TEST_CASE("malformed frames from a raw DEALER are dropped and counted; the coordinator lives") {
+TEST_CASE(
+    "malformed frames from a raw DEALER are dropped and counted while the coordinator lives") {
   cluster c({"--set", "control.max_message_bytes=4096"});
   c.start_worker("w0");
   REQUIRE(count_state(c.wait_alive(1), "alive") == 1);

@@ -73,7 +73,7 @@ TEST_CASE("bridge: binds port 0 to a real port and reports it") {
   CHECK_THROWS_AS(zmq_bridge(again, in.fn()), usage_error);
 }
 
-TEST_CASE("bridge: register is admitted from anyone, the rest only from admitted peers") {
+TEST_CASE("bridge: register is admitted from anyone and the rest only from admitted peers") {
   inbox at_router, at_dealer;
   zmq_bridge router(router_opts(), at_router.fn());
   bridge_options d;
@@ -110,7 +110,7 @@ TEST_CASE("bridge: register is admitted from anyone, the rest only from admitted
   CHECK(router.delivered() == 2);
 }
 
-TEST_CASE("bridge: bad frames are dropped and counted per reason; good ones still flow") {
+TEST_CASE("bridge: bad frames are dropped and counted per reason while good ones still flow") {
   inbox in;
   zmq_bridge router(router_opts(1024), in.fn());
   sync_client raw(router.endpoint());
@@ -141,7 +141,7 @@ TEST_CASE("bridge: bad frames are dropped and counted per reason; good ones stil
   for (const auto& [name, n] : counts) CHECK(n == 1);
 }
 
-TEST_CASE("bridge: sends from many threads all arrive, and stop is prompt and idempotent") {
+TEST_CASE("bridge: sends from many threads all arrive and stop is prompt and idempotent") {
   inbox at_router;
   zmq_bridge router(router_opts(), at_router.fn());
   bridge_options d;
