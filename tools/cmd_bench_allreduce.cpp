@@ -58,14 +58,27 @@ std::string human(std::size_t bytes) {
   return buf;
 }
 
+nlohmann::json stats_to_json(const comm::path_stats& p) {
+  return {{"median_s", p.median}, {"mean_s", p.mean}, {"min_s", p.min}};
+}
+
+comm::path_stats stats_from_json(const nlohmann::json& j) {
+  comm::path_stats p;
+  p.median = j.at("median_s").get<double>();
+  p.mean = j.at("mean_s").get<double>();
+  p.min = j.at("min_s").get<double>();
+  return p;
+}
+
+// How rank 0 hands its rows to the parent process.
 nlohmann::json rows_to_json(const std::vector<comm::allreduce_bench_row>& rows) {
   nlohmann::json j = nlohmann::json::array();
   for (const auto& r : rows)
     j.push_back({{"bytes", r.bytes},
                  {"iters", r.iters},
-                 {"cohort_s", r.cohort_s},
-                 {"buckets_s", r.buckets_s},
-                 {"raw_s", r.raw_s}});
+                 {"cohort", stats_to_json(r.cohort)},
+                 {"buckets", stats_to_json(r.buckets)},
+                 {"raw", stats_to_json(r.raw)}});
   return j;
 }
 
@@ -128,42 +141,44 @@ void print_table(const comm::allreduce_bench_options& o,
                  const std::vector<comm::allreduce_bench_row>& rows) {
   std::printf(
       "cohort bench allreduce: %d ranks (local processes), Gloo ring allreduce over TCP "
-      "127.0.0.1, float32 sum, bucket %.3g MiB, median of %d rounds; times per allreduce, "
-      "bandwidth in GB/s (algbw = bytes/time, busbw = algbw*2(n-1)/n)\n",
-      o.ranks, o.bucket_mb, o.rounds);
+      "127.0.0.1, float32 sum, bucket %.3g MiB; time = median over calls (paths interleaved "
+      "call by call) of the slowest rank's time; GB/s: algbw = bytes/time, busbw = "
+      "algbw*2(n-1)/n\n",
+      o.ranks, o.bucket_mb);
   std::printf("%10s %6s | %10s %7s %7s | %10s %7s | %10s %7s %7s | %10s %11s\n", "size", "iters",
               "cohort us", "algbw", "busbw", "bucket us", "busbw", "raw us", "algbw", "busbw",
               "cohort/raw", "buckets/raw");
   for (const auto& r : rows) {
+    const double c = r.cohort.median, b = r.buckets.median, w = r.raw.median;
     std::printf(
         "%10s %6d | %10.1f %7.3f %7.3f | %10.1f %7.3f | %10.1f %7.3f %7.3f | %10.3f %11.3f\n",
-        human(r.bytes).c_str(), r.iters, r.cohort_s * 1e6, comm::algbw_gbps(r.bytes, r.cohort_s),
-        comm::busbw_gbps(r.bytes, r.cohort_s, o.ranks), r.buckets_s * 1e6,
-        comm::busbw_gbps(r.bytes, r.buckets_s, o.ranks), r.raw_s * 1e6,
-        comm::algbw_gbps(r.bytes, r.raw_s), comm::busbw_gbps(r.bytes, r.raw_s, o.ranks),
-        r.raw_s / r.cohort_s, r.raw_s / r.buckets_s);
+        human(r.bytes).c_str(), r.iters, c * 1e6, comm::algbw_gbps(r.bytes, c),
+        comm::busbw_gbps(r.bytes, c, o.ranks), b * 1e6, comm::busbw_gbps(r.bytes, b, o.ranks),
+        w * 1e6, comm::algbw_gbps(r.bytes, w), comm::busbw_gbps(r.bytes, w, o.ranks), w / c, w / b);
   }
 }
 
 void print_json(const comm::allreduce_bench_options& o,
                 const std::vector<comm::allreduce_bench_row>& rows) {
-  auto path = [&](std::size_t bytes, double s) {
-    return nlohmann::json{{"time_us", s * 1e6},
-                          {"algbw_gbps", comm::algbw_gbps(bytes, s)},
-                          {"busbw_gbps", comm::busbw_gbps(bytes, s, o.ranks)}};
+  auto path = [&](std::size_t bytes, const comm::path_stats& p) {
+    return nlohmann::json{{"time_us", p.median * 1e6},
+                          {"mean_us", p.mean * 1e6},
+                          {"min_us", p.min * 1e6},
+                          {"algbw_gbps", comm::algbw_gbps(bytes, p.median)},
+                          {"busbw_gbps", comm::busbw_gbps(bytes, p.median, o.ranks)}};
   };
   nlohmann::json j{{"bench", "allreduce"},     {"ranks", o.ranks},
                    {"backend", "gloo"},        {"transport", "tcp 127.0.0.1"},
-                   {"dtype", "float32"},       {"rounds", o.rounds},
+                   {"dtype", "float32"},       {"time", "median over calls of the slowest rank"},
                    {"bucket_mb", o.bucket_mb}, {"rows", nlohmann::json::array()}};
   for (const auto& r : rows)
     j["rows"].push_back({{"bytes", r.bytes},
                          {"iters", r.iters},
-                         {"cohort", path(r.bytes, r.cohort_s)},
-                         {"buckets", path(r.bytes, r.buckets_s)},
-                         {"raw_gloo", path(r.bytes, r.raw_s)},
-                         {"ratio_cohort_raw", r.raw_s / r.cohort_s},
-                         {"ratio_buckets_raw", r.raw_s / r.buckets_s}});
+                         {"cohort", path(r.bytes, r.cohort)},
+                         {"buckets", path(r.bytes, r.buckets)},
+                         {"raw_gloo", path(r.bytes, r.raw)},
+                         {"ratio_cohort_raw", r.raw.median / r.cohort.median},
+                         {"ratio_buckets_raw", r.raw.median / r.buckets.median}});
   std::printf("%s\n", j.dump().c_str());
 }
 
@@ -186,11 +201,9 @@ void add_bench_allreduce(CLI::App& bench, int* rc) {
                   "message sizes, comma separated (4096, 64K, 1M, 16MiB); default 1K..64M in "
                   "powers of 4")
       ->delimiter(',');
-  cmd->add_option("--iters", opts->iters, "timed allreduces per round; 0: by size (5..200)")
+  cmd->add_option("--iters", opts->iters,
+                  "timed allreduces per path and size; 0: by size (16..300)")
       ->check(CLI::NonNegativeNumber)
-      ->capture_default_str();
-  cmd->add_option("--rounds", opts->rounds, "rounds per size (the median is reported)")
-      ->check(CLI::PositiveNumber)
       ->capture_default_str();
   cmd->add_option("--warmup", opts->warmup, "untimed allreduces per path and size")
       ->check(CLI::NonNegativeNumber)
@@ -243,8 +256,7 @@ void add_bench_allreduce(CLI::App& bench, int* rc) {
       for (const std::string& s :
            {std::string("--ranks"), std::to_string(opts->ranks), std::string("--sizes"),
             joined.str(), std::string("--iters"), std::to_string(opts->iters),
-            std::string("--rounds"), std::to_string(opts->rounds), std::string("--warmup"),
-            std::to_string(opts->warmup), std::string("--bucket-mb"),
+            std::string("--warmup"), std::to_string(opts->warmup), std::string("--bucket-mb"),
             std::to_string(opts->bucket_mb), std::string("--timeout-ms"),
             std::to_string(opts->timeout_ms), std::string("--child-rank"), std::to_string(r),
             std::string("--child-dir"), dir})
@@ -261,9 +273,9 @@ void add_bench_allreduce(CLI::App& bench, int* rc) {
       comm::allreduce_bench_row row;
       row.bytes = r.at("bytes").get<std::size_t>();
       row.iters = r.at("iters").get<int>();
-      row.cohort_s = r.at("cohort_s").get<double>();
-      row.buckets_s = r.at("buckets_s").get<double>();
-      row.raw_s = r.at("raw_s").get<double>();
+      row.cohort = stats_from_json(r.at("cohort"));
+      row.buckets = stats_from_json(r.at("buckets"));
+      row.raw = stats_from_json(r.at("raw"));
       rows.push_back(row);
     }
     if (*json)

@@ -25,9 +25,10 @@ using clock_type = std::chrono::steady_clock;
 using reduce_fn = void (*)(void*, const void*, const void*, std::size_t);
 
 int default_iters(std::size_t bytes) {
-  // About 256 MiB moved per round and path, between 5 and 200 iterations.
-  const std::size_t want = (std::size_t(256) << 20) / std::max<std::size_t>(bytes, 1);
-  return static_cast<int>(std::clamp<std::size_t>(want, 5, 200));
+  // About 1 GiB moved per path, between 16 and 300 calls: enough calls for a median
+  // that holds still on a shared machine.
+  const std::size_t want = (std::size_t(1) << 30) / std::max<std::size_t>(bytes, 1);
+  return static_cast<int>(std::clamp<std::size_t>(want, 16, 300));
 }
 
 }  // namespace
@@ -107,31 +108,39 @@ std::vector<allreduce_bench_row> run_allreduce_bench_rank(const allreduce_bench_
     std::vector<std::function<void()>> paths = {cohort_once, buckets_once, raw_once};
     for (auto& p : paths)
       for (int i = 0; i < opts.warmup; ++i) p();
+    raw_barrier();
 
-    std::vector<std::vector<double>> per_round(paths.size());
-    for (int round = 0; round < opts.rounds; ++round) {
+    // Interleaved per iteration, in an order that rotates every triple, so that the
+    // drift of a shared machine hits every path alike; each call timed on its own.
+    std::vector<std::vector<double>> mine(paths.size());
+    for (int i = 0; i < iters; ++i) {
       for (std::size_t j = 0; j < paths.size(); ++j) {
-        const std::size_t path = (j + round) % paths.size();  // rotate against drift
-        raw_barrier();
+        const std::size_t path = (j + std::size_t(i)) % paths.size();
         const auto t0 = clock_type::now();
-        for (int i = 0; i < iters; ++i) paths[path]();
-        double mine = std::chrono::duration<double>(clock_type::now() - t0).count() / iters;
-        // The slowest rank's time (collected outside the timed loop).
-        std::vector<double> all(n);
-        comm->allgather(&mine, all.data(), sizeof(double));
-        per_round[path].push_back(*std::max_element(all.begin(), all.end()));
+        paths[path]();
+        mine[path].push_back(std::chrono::duration<double>(clock_type::now() - t0).count());
       }
     }
-    auto median = [](std::vector<double> v) {
-      std::sort(v.begin(), v.end());
-      return v[v.size() / 2];
-    };
+    // Per iteration the slowest rank's time (gathered after the timed loop), then the
+    // median over iterations: robust to the scheduling spikes of a shared machine.
     allreduce_bench_row row;
     row.bytes = bytes;
     row.iters = iters;
-    row.cohort_s = median(per_round[0]);
-    row.buckets_s = median(per_round[1]);
-    row.raw_s = median(per_round[2]);
+    for (std::size_t path = 0; path < paths.size(); ++path) {
+      std::vector<double> all(std::size_t(n) * iters);
+      comm->allgather(mine[path].data(), all.data(), sizeof(double) * iters);
+      std::vector<double> slowest(iters, 0.0);
+      for (int r = 0; r < n; ++r)
+        for (int i = 0; i < iters; ++i)
+          slowest[i] = std::max(slowest[i], all[std::size_t(r) * iters + i]);
+      path_stats st;
+      st.mean = 0;
+      for (double x : slowest) st.mean += x / iters;
+      std::sort(slowest.begin(), slowest.end());
+      st.median = slowest[slowest.size() / 2];
+      st.min = slowest.front();
+      (path == 0 ? row.cohort : path == 1 ? row.buckets : row.raw) = st;
+    }
     rows.push_back(row);
   }
   comm->barrier();

@@ -28,14 +28,21 @@ std::vector<std::size_t> default_bench_sizes();
 double algbw_gbps(std::size_t bytes, double seconds);
 double busbw_gbps(std::size_t bytes, double seconds, int ranks);
 
-/// One size. Times are per allreduce: the slowest rank's mean over a round's iterations,
-/// then the median over rounds.
+/// Seconds per allreduce of one path at one size. Each call is timed on every rank; per
+/// call the slowest rank's time counts; these are summarized over the calls.
+struct path_stats {
+  double median = 0;  ///< the reported time (robust to a shared machine's spikes)
+  double mean = 0;
+  double min = 0;
+};
+
+/// One size.
 struct allreduce_bench_row {
   std::size_t bytes = 0;
   int iters = 0;
-  double cohort_s = 0;   ///< communicator::allreduce_sum (gloo_comm)
-  double buckets_s = 0;  ///< bucket_engine: begin, mark_ready(all), wait_all
-  double raw_s = 0;      ///< gloo::allreduce on a gloo::Context, no cohort code in the loop
+  path_stats cohort;   ///< communicator::allreduce_sum (gloo_comm via make_communicator)
+  path_stats buckets;  ///< bucket_engine: begin, mark_ready(all), wait_all
+  path_stats raw;      ///< gloo::allreduce on a gloo::Context, no cohort code in the loop
 };
 
 /// One rank's part. `dir` is a directory shared by the ranks (it holds the file stores).

@@ -9,8 +9,10 @@
 #include <gloo/rendezvous/prefix_store.h>
 #include <gloo/transport/context.h>
 #include <gloo/transport/tcp/device.h>
+#include <signal.h>
 
 #include <cstring>
+#include <mutex>
 #include <typeinfo>
 
 // Gloo's TCP transport fails every pending operation of a context when one wait times
@@ -39,6 +41,23 @@ class open_context : public gloo::rendezvous::Context {
 
 using reduce_fn = void (*)(void*, const void*, const void*, std::size_t);
 
+// Gloo 0.5 writes to its sockets with writev(2), which raises SIGPIPE when the peer has
+// closed: the default action would kill a survivor of a dead peer instead of letting it
+// see the error. Python (hence PyTorch) ignores SIGPIPE at startup; cohort does it here,
+// once, and only if nobody installed a handler.
+void ignore_sigpipe_once() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    struct sigaction current;
+    if (sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) {
+      struct sigaction ignore = {};
+      ignore.sa_handler = SIG_IGN;
+      sigemptyset(&ignore.sa_mask);
+      sigaction(SIGPIPE, &ignore, nullptr);
+    }
+  });
+}
+
 comm_failure classify(const char* what) {
   // Gloo says "Timed out waiting ... for recv operation" / "Connect timeout"; everything
   // else it throws from a socket (read/write error, "Connection closed by peer") means the
@@ -61,6 +80,7 @@ gloo_comm::gloo_comm(gloo::rendezvous::Store& store, int rank, int size, const g
     throw comm_error(comm_failure::invalid, what, "timeout must be > 0 ms");
   const auto rendezvous_timeout =
       opts.rendezvous_timeout.count() > 0 ? opts.rendezvous_timeout : opts.timeout;
+  ignore_sigpipe_once();
   try {
     gloo::transport::tcp::attr attr;
     if (!opts.iface.empty())

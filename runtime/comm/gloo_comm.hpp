@@ -42,6 +42,8 @@ struct gloo_options {
 
 /// A communicator over one connected Gloo context. Construction is the rendezvous: it
 /// blocks until every rank has joined (or throws comm_error after the rendezvous timeout).
+/// The first construction sets SIGPIPE to ignored if it is at its default (Gloo's socket
+/// writes would otherwise kill the process when a peer dies).
 class gloo_comm : public communicator {
  public:
   /// Joins group (`rank` of `size`) through `store`; the store is used only here.

@@ -26,7 +26,7 @@ int run(const std::string& args, std::string* out) {
 
 TEST_CASE("bench allreduce --json reports every size for cohort, buckets and raw Gloo") {
   std::string out;
-  REQUIRE(run("bench allreduce --ranks 2 --sizes 4K,1M --iters 2 --rounds 1 --warmup 1 "
+  REQUIRE(run("bench allreduce --ranks 2 --sizes 4K,1M --iters 3 --warmup 1 "
               "--bucket-mb 0.25 --json",
               &out) == 0);
   const auto j = nlohmann::json::parse(out);
