@@ -24,7 +24,7 @@ int run(const std::string& args, std::string* out) {
 
 }  // namespace
 
-TEST_CASE("bench allreduce --json reports every size for cohort, buckets and raw Gloo") {
+TEST_CASE("bench allreduce --json reports every size for cohort and buckets and raw Gloo") {
   std::string out;
   REQUIRE(run("bench allreduce --ranks 2 --sizes 4K,1M --iters 3 --warmup 1 "
               "--bucket-mb 0.25 --json",

@@ -42,7 +42,7 @@ TEST_CASE("make_communicator builds Gloo for auto on a CPU device") {
   CHECK_THROWS_AS(make_communicator("auto", "cpu", kv, 0, 1, 5, 0), cohort::usage_error);
 }
 
-TEST_CASE("the NCCL backend is compiled, and without a GPU says it cannot run") {
+TEST_CASE("the NCCL backend is compiled and without a GPU says it cannot run") {
   namespace gpu = cohort::gpu;
   if (gpu::cuda_compiled()) {
     CHECK(gpu::nccl_compiled());

@@ -90,7 +90,7 @@ TEST_CASE("gloo allgather puts rank r's block at offset r on every rank") {
   }
 }
 
-TEST_CASE("gloo broadcast copies the root's bytes to every rank, for every root") {
+TEST_CASE("gloo broadcast copies the root's bytes to every rank for every root") {
   memory_kv kv;
   const int n = 3;
   auto comms = make_gloo_group(kv, n, 1, milliseconds(10000));
@@ -161,7 +161,7 @@ TEST_CASE("a rank that stops participating makes the others fail within the time
   }
 }
 
-TEST_CASE("abort() makes a blocked collective return promptly, far before the timeout") {
+TEST_CASE("abort() makes a blocked collective return promptly and far before the timeout") {
   memory_kv kv;
   auto comms = make_gloo_group(kv, 2, 1, milliseconds(60000));
   std::vector<float> buf(1000, 1.0f);

@@ -81,7 +81,7 @@ std::vector<outcome> run_group(const std::string& mode, int size, int timeout_ms
 
 }  // namespace
 
-TEST_CASE("processes reduce exactly through the file store, 2 and 3 ranks") {
+TEST_CASE("processes reduce exactly through the file store with 2 and 3 ranks") {
   for (int size : {2, 3}) {
     CAPTURE(size);
     double took = 0;
@@ -94,7 +94,7 @@ TEST_CASE("processes reduce exactly through the file store, 2 and 3 ranks") {
   }
 }
 
-TEST_CASE("a rank killed mid-run makes the survivors fail at once, not at the timeout") {
+TEST_CASE("a rank killed mid-run makes the survivors fail at once and not at the timeout") {
   double took = 0;
   auto out = run_group("die", 3, 60000, 120.0, &took);
   CHECK(out[2].signal == SIGKILL);

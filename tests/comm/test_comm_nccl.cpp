@@ -43,7 +43,7 @@ struct device_vec {
 
 }  // namespace
 
-TEST_CASE("nccl group of one: allreduce float/int64, allgather, broadcast, barrier") {
+TEST_CASE("nccl group of one: allreduce float and int64 and allgather and broadcast and barrier") {
   memory_kv kv;
   auto c = make_communicator("auto", "cuda:0", kv, 0, 1, 1, 10000);
   CHECK(std::string(c->backend()) == "nccl");
@@ -69,7 +69,7 @@ TEST_CASE("nccl group of one: allreduce float/int64, allgather, broadcast, barri
   CHECK_FALSE(c->dead());
 }
 
-TEST_CASE("nccl init with a missing peer times out and aborts, within the deadline") {
+TEST_CASE("nccl init with a missing peer times out and aborts within the deadline") {
   std::vector<char> id;
   REQUIRE(gpu::nccl_make_unique_id(&id) == gpu::nccl_status::ok);
   gpu::nccl_comm comm;
