@@ -1,7 +1,9 @@
-// Signals are taken synchronously (sigtimedwait on a dedicated thread) rather than by
-// handlers, so reacting to them may allocate, log and send messages.
+// Signal handlers only write a byte to a pipe; a normal thread (or poll loop) reads it, so
+// reacting to a signal may allocate, log and send messages.
 #include "actors/process.hpp"
 
+#include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
@@ -32,14 +34,68 @@ void block_termination_signals() {
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
 }
 
-signal_watcher::signal_watcher(std::function<void(int)> on_signal) {
+namespace {
+
+// Written by the handler; only async-signal-safe calls (write) happen there.
+std::atomic<int> signal_write_fd{-1};
+
+extern "C" void on_signal_write(int sig) {
+  const int saved = errno;
+  const int fd = signal_write_fd.load();
+  if (fd >= 0) {
+    const unsigned char b = static_cast<unsigned char>(sig);
+    (void)!write(fd, &b, 1);
+  }
+  errno = saved;
+}
+
+}  // namespace
+
+signal_pipe::signal_pipe(const std::vector<int>& signals) : signals_(signals) {
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0) {
+    throw error(std::string("cannot create a signal pipe: ") + std::strerror(errno));
+  }
+  read_fd_ = fds[0];
+  signal_write_fd = fds[1];
+  struct sigaction sa {};
+  sa.sa_handler = on_signal_write;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  for (int sig : signals_) sigaction(sig, &sa, nullptr);
+  // Handlers installed: now the signals may be delivered anywhere.
+  sigset_t set;
+  sigemptyset(&set);
+  for (int sig : signals_) sigaddset(&set, sig);
+  pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
+}
+
+signal_pipe::~signal_pipe() {
+  struct sigaction sa {};
+  sa.sa_handler = SIG_DFL;
+  sigemptyset(&sa.sa_mask);
+  for (int sig : signals_) sigaction(sig, &sa, nullptr);
+  const int w = signal_write_fd.exchange(-1);
+  if (w >= 0) close(w);
+  close(read_fd_);
+}
+
+std::vector<int> signal_pipe::take() {
+  std::vector<int> out;
+  unsigned char buf[64];
+  ssize_t n;
+  while ((n = read(read_fd_, buf, sizeof buf)) > 0) out.insert(out.end(), buf, buf + n);
+  return out;
+}
+
+signal_watcher::signal_watcher(std::function<void(int)> on_signal) : pipe_({SIGINT, SIGTERM}) {
   thread_ = std::thread([this, on_signal = std::move(on_signal)] {
-    const sigset_t set = termination_set();
-    // Short waits so the destructor never waits long for this thread.
-    const timespec period{0, 100 * 1000 * 1000};
     while (!stop_.load()) {
-      const int sig = sigtimedwait(&set, nullptr, &period);
-      if (sig > 0) on_signal(sig);
+      // Short waits so the destructor never waits long for this thread.
+      pollfd p{pipe_.fd(), POLLIN, 0};
+      if (poll(&p, 1, 100) > 0) {
+        for (int sig : pipe_.take()) on_signal(sig);
+      }
     }
   });
 }

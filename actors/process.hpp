@@ -12,12 +12,32 @@
 
 namespace cohort::actors {
 
-/// Blocks SIGINT and SIGTERM in the calling thread. Call it before any thread starts, so
-/// every thread inherits the mask and only a signal_watcher (or sigwait) receives them.
+/// Blocks SIGINT and SIGTERM in the calling thread. Call it before starting threads, so
+/// the signals are delivered to a thread that is not busy (any thread runs the handler).
 void block_termination_signals();
 
-/// A thread that waits for SIGINT / SIGTERM (blocked everywhere by
-/// block_termination_signals) and calls on_signal(signo) for each one.
+/// Turns SIGNALS into bytes on a pipe (self-pipe trick): a handler that only write()s is
+/// installed for each, so a signal can never take its default action in some thread we
+/// did not create (a library's thread pool that predates any sigmask we set). One instance
+/// per process at a time.
+class signal_pipe {
+ public:
+  explicit signal_pipe(const std::vector<int>& signals);
+  ~signal_pipe();  ///< restores the default actions
+  signal_pipe(const signal_pipe&) = delete;
+  signal_pipe& operator=(const signal_pipe&) = delete;
+
+  /// Read end, for poll(): readable when a signal arrived.
+  int fd() const { return read_fd_; }
+  /// Signals received since the last call, oldest first (non-blocking).
+  std::vector<int> take();
+
+ private:
+  std::vector<int> signals_;
+  int read_fd_ = -1;
+};
+
+/// A thread that waits for SIGINT / SIGTERM and calls on_signal(signo) for each one.
 class signal_watcher {
  public:
   explicit signal_watcher(std::function<void(int)> on_signal);
@@ -26,6 +46,7 @@ class signal_watcher {
   signal_watcher& operator=(const signal_watcher&) = delete;
 
  private:
+  signal_pipe pipe_;
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };

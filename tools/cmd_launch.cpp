@@ -1,12 +1,11 @@
 // `cohort launch CFG [--set k=v ...]`: supervises one local cluster: a coordinator and
 // cluster.workers worker processes (this binary, re-executed). Tells the coordinator at once
 // when a child exits, and on SIGINT / SIGTERM stops everything, leaving no child behind.
-// Single-threaded: one poll() over a signalfd and the coordinator's stdout.
+// Single-threaded: one poll() over a signal pipe and the coordinator's stdout.
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
-#include <sys/signalfd.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -51,14 +50,9 @@ class launcher {
   launcher(const launch_options& opt, const config& cfg) : opt_(opt), cfg_(cfg) {}
 
   int run() {
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGINT);
-    sigaddset(&set, SIGTERM);
-    sigaddset(&set, SIGCHLD);
-    sigprocmask(SIG_BLOCK, &set, nullptr);
-    sigfd_ = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
-    if (sigfd_ < 0) throw error("launch: signalfd failed");
+    // A handler-fed pipe, not signalfd: signalfd needs the signals blocked in every thread,
+    // and a library may own threads that predate any mask we set.
+    signals_ = std::make_unique<actors::signal_pipe>(std::vector<int>{SIGINT, SIGTERM, SIGCHLD});
 
     int fds[2];
     if (pipe2(fds, O_CLOEXEC) != 0) throw error("launch: pipe failed");
@@ -96,7 +90,6 @@ class launcher {
   }
 
   ~launcher() {
-    if (sigfd_ >= 0) close(sigfd_);
     if (out_fd_ >= 0) close(out_fd_);
   }
 
@@ -144,21 +137,21 @@ class launcher {
   // Waits up to TIMEOUT for a signal or coordinator output; handles what came. False once
   // the coordinator has exited.
   bool step(milliseconds timeout) {
-    pollfd fds[2] = {{sigfd_, POLLIN, 0}, {out_fd_, POLLIN, 0}};
+    pollfd fds[2] = {{signals_->fd(), POLLIN, 0}, {out_fd_, POLLIN, 0}};
     const int n = poll(fds, out_fd_ >= 0 ? 2 : 1, static_cast<int>(timeout.count()));
     if (n > 0 && (fds[0].revents & POLLIN)) {
-      signalfd_siginfo si;
-      while (read(sigfd_, &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
-        if (si.ssi_signo == SIGCHLD) {
+      for (int sig : signals_->take()) {
+        if (sig == SIGCHLD) {
           reap();
         } else {
-          std::printf("launch: %s: stopping the cluster\n",
-                      si.ssi_signo == SIGINT ? "SIGINT" : "SIGTERM");
+          std::printf("launch: %s: stopping the cluster\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
           std::fflush(stdout);
-          begin_stop(si.ssi_signo == SIGINT ? "launch: SIGINT" : "launch: SIGTERM");
+          begin_stop(sig == SIGINT ? "launch: SIGINT" : "launch: SIGTERM");
         }
       }
     }
+    // A SIGCHLD that raced with the previous reap leaves a child to collect; cheap to check.
+    reap();
     if (out_fd_ >= 0 && n > 0 && (fds[1].revents & (POLLIN | POLLHUP))) {
       char buf[4096];
       const ssize_t got = read(out_fd_, buf, sizeof buf);
@@ -231,10 +224,11 @@ class launcher {
 
   // Prints registrations, deaths and generation changes as the coordinator reports them.
   void show(const net::status_reply& s) {
-    int alive = 0;
+    int alive = 0, live = 0;
     for (const auto& w : s.workers) {
       const auto& m = w.member;
       alive += m.state == net::member_state::alive;
+      live += m.state != net::member_state::dead;
       auto [it, fresh] = seen_.emplace(m.member_id, m.state);
       if (fresh && m.state != net::member_state::dead) {
         std::printf("launch: %s registered: member %llu, rank %d, coords (%d,%d,%d)\n",
@@ -248,15 +242,15 @@ class launcher {
     }
     if (s.generation != generation_) {
       generation_ = s.generation;
-      std::printf("launch: generation %llu, %d of %d worker(s) alive\n",
-                  static_cast<unsigned long long>(s.generation), alive, cfg_.cluster.workers);
+      std::printf("launch: generation %llu, %d of %d worker(s) registered, %d alive\n",
+                  static_cast<unsigned long long>(s.generation), live, cfg_.cluster.workers, alive);
     }
     std::fflush(stdout);
   }
 
   launch_options opt_;
   config cfg_;
-  int sigfd_ = -1;
+  std::unique_ptr<actors::signal_pipe> signals_;
   int out_fd_ = -1;
   std::string pipe_buf_;
   std::string endpoint_;

@@ -31,6 +31,17 @@ int64_t socket_size_limit(size_t max_bytes) {
 
 std::atomic<uint64_t> pipe_counter{0};
 
+// zmq::poll that treats a signal arriving meanwhile (EINTR; e.g. SIGCHLD in the launcher)
+// as "nothing ready yet" instead of an error. True when ITEM became ready.
+bool poll_retrying(zmq::pollitem_t* item, std::chrono::milliseconds timeout) {
+  try {
+    return zmq::poll(item, 1, timeout) > 0;
+  } catch (const zmq::error_t& e) {
+    if (e.num() == EINTR) return false;
+    throw;
+  }
+}
+
 constexpr int send_hwm = 100000;
 
 }  // namespace
@@ -269,10 +280,13 @@ sync_client::~sync_client() { sock_.close(); }
 bool sync_client::send(const message& m) { return send_frame(encode(m)); }
 
 bool sync_client::send_frame(const std::string& frame) {
-  zmq::pollitem_t item{sock_.handle(), 0, ZMQ_POLLOUT, 0};
-  zmq::poll(&item, 1, std::chrono::milliseconds(1000));
-  if (!(item.revents & ZMQ_POLLOUT)) return false;
-  return sock_.send(zmq::buffer(frame), zmq::send_flags::dontwait).has_value();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(1000);
+  while (std::chrono::steady_clock::now() < deadline) {
+    zmq::pollitem_t item{sock_.handle(), 0, ZMQ_POLLOUT, 0};
+    if (!poll_retrying(&item, std::chrono::milliseconds(100))) continue;
+    return sock_.send(zmq::buffer(frame), zmq::send_flags::dontwait).has_value();
+  }
+  return false;
 }
 
 std::optional<message> sync_client::recv(std::chrono::milliseconds timeout) {
@@ -282,7 +296,7 @@ std::optional<message> sync_client::recv(std::chrono::milliseconds timeout) {
         deadline - std::chrono::steady_clock::now());
     if (left.count() < 0) return std::nullopt;
     zmq::pollitem_t item{sock_.handle(), 0, ZMQ_POLLIN, 0};
-    zmq::poll(&item, 1, left);
+    if (!poll_retrying(&item, left)) continue;
     if (!(item.revents & ZMQ_POLLIN)) continue;
     zmq::message_t frame;
     if (!sock_.recv(frame, zmq::recv_flags::dontwait)) continue;

@@ -324,3 +324,32 @@ TEST_CASE("launch + SIGTERM stops everything and leaves no process in its group"
   CHECK(out.find("SIGTERM") != std::string::npos);
   CHECK(out.find("worker-0 registered") != std::string::npos);
 }
+
+TEST_CASE("SIGTERM to a worker is a graceful leave and SIGTERM to the coordinator stops all") {
+  // A 20 s heartbeat timeout: the leave must be what removes the worker, not silence.
+  cluster c({"--set", "fault_tolerance.timeout_ms=20000"});
+  c.start_worker("w0");
+  c.start_worker("w1");
+  const nlohmann::json before = c.wait_alive(2);
+  REQUIRE(count_state(before, "alive") == 2);
+  const uint64_t g0 = generation_of(before);
+
+  c.workers["w0"]->signal(SIGTERM);
+  const auto code = c.workers["w0"]->wait_exit(milliseconds(10000));
+  REQUIRE(code.has_value());
+  CHECK(*code == 0);
+  nlohmann::json s;
+  REQUIRE(eventually(milliseconds(5000), [&] {
+    s = ctl_status(c.endpoint);
+    return live_entry(s, "w0").is_null() && generation_of(s) == g0 + 1;
+  }));
+  CHECK(count_state(s, "alive") == 1);
+
+  c.coordinator->signal(SIGTERM);
+  const auto coord_code = c.coordinator->wait_exit(milliseconds(10000));
+  REQUIRE(coord_code.has_value());
+  CHECK(*coord_code == 0);
+  const auto w1_code = c.workers["w1"]->wait_exit(milliseconds(10000));
+  REQUIRE(w1_code.has_value());
+  CHECK(*w1_code == 0);  // it was told to stop, not left to find the coordinator gone
+}
