@@ -110,37 +110,51 @@ std::vector<allreduce_bench_row> run_allreduce_bench_rank(const allreduce_bench_
       for (int i = 0; i < opts.warmup; ++i) p();
     raw_barrier();
 
-    // Interleaved per iteration, in an order that rotates every triple, so that the
-    // drift of a shared machine hits every path alike; each call timed on its own.
+    // cohort and raw Gloo alternate call by call in ABBA order (c r, r c, c r, ...), so
+    // the drift of a shared machine and any effect of the previous call hit both alike.
+    // The bucket path follows in its own block: its extra thread must not colour them.
     std::vector<std::vector<double>> mine(paths.size());
+    auto timed = [&](std::size_t path) {
+      const auto t0 = clock_type::now();
+      paths[path]();
+      mine[path].push_back(std::chrono::duration<double>(clock_type::now() - t0).count());
+    };
     for (int i = 0; i < iters; ++i) {
-      for (std::size_t j = 0; j < paths.size(); ++j) {
-        const std::size_t path = (j + std::size_t(i)) % paths.size();
-        const auto t0 = clock_type::now();
-        paths[path]();
-        mine[path].push_back(std::chrono::duration<double>(clock_type::now() - t0).count());
-      }
+      timed(i % 2 == 0 ? 0 : 2);
+      timed(i % 2 == 0 ? 2 : 0);
     }
+    raw_barrier();
+    for (int i = 0; i < iters; ++i) timed(1);
     // Per iteration the slowest rank's time (gathered after the timed loop), then the
     // median over iterations: robust to the scheduling spikes of a shared machine.
     allreduce_bench_row row;
     row.bytes = bytes;
     row.iters = iters;
+    std::vector<std::vector<double>> slowest(paths.size(), std::vector<double>(iters, 0.0));
     for (std::size_t path = 0; path < paths.size(); ++path) {
       std::vector<double> all(std::size_t(n) * iters);
       comm->allgather(mine[path].data(), all.data(), sizeof(double) * iters);
-      std::vector<double> slowest(iters, 0.0);
       for (int r = 0; r < n; ++r)
         for (int i = 0; i < iters; ++i)
-          slowest[i] = std::max(slowest[i], all[std::size_t(r) * iters + i]);
+          slowest[path][i] = std::max(slowest[path][i], all[std::size_t(r) * iters + i]);
+      std::vector<double> sorted = slowest[path];
       path_stats st;
-      st.mean = 0;
-      for (double x : slowest) st.mean += x / iters;
-      std::sort(slowest.begin(), slowest.end());
-      st.median = slowest[slowest.size() / 2];
-      st.min = slowest.front();
+      for (double x : sorted) st.mean += x / iters;
+      std::sort(sorted.begin(), sorted.end());
+      st.median = sorted[sorted.size() / 2];
+      st.min = sorted.front();
       (path == 0 ? row.cohort : path == 1 ? row.buckets : row.raw) = st;
     }
+    // Paired ratios: call i of each path ran back to back, so raw_i / path_i compares
+    // them under the same machine state; the median of those is the steadiest estimate.
+    auto paired = [&](std::size_t path) {
+      std::vector<double> q(iters);
+      for (int i = 0; i < iters; ++i) q[i] = slowest[2][i] / slowest[path][i];
+      std::sort(q.begin(), q.end());
+      return q[q.size() / 2];
+    };
+    row.ratio_cohort_raw = paired(0);
+    row.ratio_buckets_raw = paired(1);
     rows.push_back(row);
   }
   comm->barrier();

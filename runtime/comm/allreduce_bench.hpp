@@ -43,6 +43,10 @@ struct allreduce_bench_row {
   path_stats cohort;   ///< communicator::allreduce_sum (gloo_comm via make_communicator)
   path_stats buckets;  ///< bucket_engine: begin, mark_ready(all), wait_all
   path_stats raw;      ///< gloo::allreduce on a gloo::Context, no cohort code in the loop
+  /// Median over i of raw_i / cohort_i (calls i of both paths ran back to back): the
+  /// busbw ratio cohort / raw, >= 1 when cohort is at least as fast.
+  double ratio_cohort_raw = 0;
+  double ratio_buckets_raw = 0;  ///< the same for the bucket path
 };
 
 /// One rank's part. `dir` is a directory shared by the ranks (it holds the file stores).

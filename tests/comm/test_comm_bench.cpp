@@ -43,8 +43,11 @@ TEST_CASE("bench allreduce --json reports every size for cohort and buckets and 
       CHECK(alg == doctest::Approx(double(row["bytes"]) / (t * 1e-6) / 1e9));
       CHECK(bus == doctest::Approx(alg));
     }
-    CHECK(double(row["ratio_cohort_raw"]) ==
-          doctest::Approx(double(row["raw_gloo"]["time_us"]) / double(row["cohort"]["time_us"])));
+    // Paired ratios (median over calls of raw_i / cohort_i): set and finite.
+    for (const char* ratio : {"ratio_cohort_raw", "ratio_buckets_raw"}) {
+      CHECK(double(row[ratio]) > 0.0);
+      CHECK(double(row[ratio]) < 1e6);
+    }
   }
 }
 
