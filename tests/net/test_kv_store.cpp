@@ -22,7 +22,7 @@ std::vector<kv::request_id> ids_of(const std::vector<kv::reply>& rs) {
 
 }  // namespace
 
-TEST_CASE("set then get; overwrite; missing key") {
+TEST_CASE("set then get - overwrite - missing key") {
   kv::store s;
   CHECK(s.get(1, "a").code == S::not_found);
   CHECK(s.get(1, "a").reason == "key 'a' is not set in generation 1");
@@ -39,7 +39,7 @@ TEST_CASE("set then get; overwrite; missing key") {
   CHECK(s.key_count() == 1);
 }
 
-TEST_CASE("wait is satisfied by a later set; several keys need all of them") {
+TEST_CASE("wait is satisfied by a later set - several keys need all of them") {
   kv::store s;
   auto w = s.wait(7, 3, {"rank0", "rank1", "rank2"}, at(0), at(1000));
   CHECK(w.code == S::pending);

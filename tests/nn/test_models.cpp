@@ -127,7 +127,7 @@ TEST_CASE("MLP init: U(-1/sqrt(fan_in), 1/sqrt(fan_in)), a pure function of the 
   CHECK(std::memcmp(a.flat_values().data(), b.flat_values().data(), a.flat_values().bytes()) == 0);
 }
 
-TEST_CASE("MLP forward matches a direct double computation; eval leaves gradients alone") {
+TEST_CASE("MLP forward matches a direct double computation - eval leaves gradients alone") {
   mlp m(6, {5, 4}, 3, 4, 11);
   batch b = mlp_batch(9, 6, 3, 12);  // larger than max_batch: re-allocates once
   // Independent forward in double.

@@ -87,7 +87,7 @@ TEST_CASE("runs never merge across chunks") {
   CHECK(s.fragmentation == doctest::Approx(0.5));
 }
 
-TEST_CASE("zero-byte allocations get distinct pages; moved allocations free once") {
+TEST_CASE("zero-byte allocations get distinct pages - moved allocations free once") {
   pool p(1024, 4);
   allocation a = p.allocate(0), b = p.allocate(0);
   CHECK(a.data() != b.data());

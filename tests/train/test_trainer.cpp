@@ -52,7 +52,7 @@ TEST_CASE("learning rate schedule: warm-up then cosine to min_lr") {
   CHECK(train::learning_rate(t, 9) == doctest::Approx(1.0));
 }
 
-TEST_CASE("trainer: same seed gives the same parameters; the loss goes down") {
+TEST_CASE("trainer: same seed gives the same parameters and the loss goes down") {
   train::trainer a(small_mlp("fast", 30)), b(small_mlp("fast", 30));
   CHECK(a.params_sha256() == b.params_sha256());
   a.begin_step();
