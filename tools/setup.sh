@@ -10,8 +10,11 @@ PACKAGES=(
   libopenblas-dev libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev
   zlib1g-dev libssl-dev
   dataset-fashion-mnist bible-kjv
-  clang procps
+  clang libclang-rt-14-dev procps
 )
+# The PyTorch reference of tools/bench_vs_torch.py is only needed for benchmarks:
+#   COHORT_BENCH_DEPS=1 tools/setup.sh
+if [[ "${COHORT_BENCH_DEPS:-0}" == 1 ]]; then PACKAGES+=(python3-torch); fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do
