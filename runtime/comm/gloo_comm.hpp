@@ -72,7 +72,6 @@ class gloo_comm : public communicator {
  private:
   template <class Fn>
   void run(const char* op, Fn&& fn);
-  std::uint32_t next_tag() { return tag_++; }
   // Fails every pending operation of the context and closes its sockets (once).
   void abort_transport(const std::string& why);
 
@@ -80,7 +79,6 @@ class gloo_comm : public communicator {
   int size_;
   gloo_options opts_;
   std::shared_ptr<gloo::Context> context_;
-  std::uint32_t tag_ = 0;  // one per collective, in call order (same on every rank)
   std::atomic<bool> dead_{false};
   std::atomic<bool> aborted_{false};
   std::mutex abort_mutex_;  // one signal into the transport, even if abort() races itself
