@@ -86,8 +86,12 @@ void zmq_bridge::stop() {
     std::lock_guard<std::mutex> lock(push_mu_);
     if (stopped_) return;
     stopped_ = true;
-    // A one-part message on the pipe is the stop signal; data is always two parts.
-    push_->send(zmq::message_t(), zmq::send_flags::none);
+    // A one-part message on the pipe is the stop signal; data is always two parts. Never
+    // block on it: if the bridge thread already ended (poll failure), nobody would read it.
+    while (!thread_done_.load()) {
+      if (push_->send(zmq::message_t(), zmq::send_flags::dontwait)) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
   }
   if (thread_.joinable()) thread_.join();
   std::lock_guard<std::mutex> lock(push_mu_);
@@ -101,9 +105,10 @@ void zmq_bridge::send_frame(const std::string& peer, std::string frame) {
   if (stopped_) return;
   std::array<zmq::message_t, 2> parts{zmq::message_t(peer.data(), peer.size()),
                                       zmq::message_t(frame.data(), frame.size())};
-  // The pipe has no high-water mark of its own worth hitting (inproc, drained constantly);
-  // a blocking send keeps ordering simple.
-  zmq::send_multipart(*push_, parts);
+  // Never block a sender (an actor, the heartbeat thread): a pipe that is full means the
+  // bridge thread is wedged or gone, and the frame is counted as not sent.
+  if (!zmq::send_multipart(*push_, parts, zmq::send_flags::dontwait))
+    count(drop_reason::send_failed);
 }
 
 void zmq_bridge::admit(const std::string& peer) {
@@ -130,6 +135,10 @@ std::vector<std::pair<std::string, uint64_t>> zmq_bridge::drop_counts() const {
 }
 
 void zmq_bridge::run(std::promise<std::string>* ready) {
+  struct mark_done {
+    std::atomic<bool>* flag;
+    ~mark_done() { flag->store(true); }
+  } done{&thread_done_};
   const bool router = opts_.kind == bridge_options::socket_kind::router;
   zmq::socket_t net(ctx_, router ? zmq::socket_type::router : zmq::socket_type::dealer);
   zmq::socket_t pull(ctx_, zmq::socket_type::pull);

@@ -115,6 +115,7 @@ class zmq_bridge {
   std::unordered_set<std::string> admitted_;
   std::array<std::atomic<uint64_t>, static_cast<size_t>(drop_reason::count_)> counters_{};
   std::atomic<uint64_t> delivered_{0};
+  std::atomic<bool> thread_done_{false};
 };
 
 /// A blocking DEALER for short-lived tools (ctl, launch, tests): one thread, one socket.
