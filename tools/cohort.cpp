@@ -2,6 +2,7 @@
 // runs the chosen one and maps failures to the documented exit codes
 // (0 success, 1 runtime failure, 2 usage or config error).
 #include <CLI/CLI.hpp>
+#include <csignal>
 #include <cstdio>
 #include <exception>
 
@@ -13,6 +14,8 @@ int main(int argc, char** argv) {
       "cohort: train neural networks across worker processes (data, pipeline and tensor "
       "parallelism) and keep training while workers join, leave or die.\n"
       "Exit codes: 0 success, 1 runtime failure, 2 usage or config error."};
+  // A peer that dies mid-write must be an error value (EPIPE), never a killed survivor.
+  std::signal(SIGPIPE, SIG_IGN);
   app.require_subcommand(1);
   app.set_version_flag("--version", "cohort 0.1.0");
   int rc = cohort::exit_ok;
@@ -26,6 +29,7 @@ int main(int argc, char** argv) {
   bench->require_subcommand(1);
   cohort::cli::add_bench_control(*bench, &rc);
   cohort::cli::add_bench_train(*bench, &rc);
+  cohort::cli::add_bench_allreduce(*bench, &rc);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
