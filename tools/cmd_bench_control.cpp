@@ -229,16 +229,16 @@ void add_bench_control(CLI::App& bench, int* rc) {
                               {"mean_us", s.mean_us},
                               {"min_us", s.min_us}};
       };
-      std::cout << nlohmann::json{{"iters", opt->iters},         {"warmup", opt->warmup},
-                                  {"frame_bytes", frame.size()}, {"raw_zmq", js(raw)},
-                                  {"actors", js(act)},           {"ratio_p50", ratio}}
-                       .dump()
-                << std::endl;
+      const nlohmann::json out{{"iters", opt->iters},   {"warmup", opt->warmup},
+                               {"blocks", opt->blocks}, {"frame_bytes", frame.size()},
+                               {"raw_zmq", js(raw)},    {"actors", js(act)},
+                               {"ratio_p50", ratio}};
+      std::cout << out.dump() << std::endl;
     } else {
       std::printf(
-          "control-plane round trips: %d measured (+%d warm-up) per path, %zu-byte "
-          "frames, 2 processes, tcp loopback\n",
-          opt->iters, opt->warmup, frame.size());
+          "control-plane round trips: %d measured (+%d warm-up) per path in %d alternating "
+          "blocks, %zu-byte frames, 2 processes, tcp loopback\n",
+          opt->iters, opt->warmup, opt->blocks, frame.size());
       std::printf("  %-34s p50 %8.1f us   p99 %8.1f us   mean %8.1f us\n", "raw ZeroMQ REQ/REP",
                   raw.p50_us, raw.p99_us, raw.mean_us);
       std::printf("  %-34s p50 %8.1f us   p99 %8.1f us   mean %8.1f us\n",
