@@ -9,6 +9,7 @@
 #include <cstdio>
 
 #include "actors/coordinator.hpp"
+#include "runtime/core/error.hpp"
 
 namespace cohort::actors {
 namespace {
@@ -173,12 +174,22 @@ worker_node::worker_node(const std::string& endpoint, worker_options opts, size_
   bo.identity = net::make_identity("worker");
   bo.spin_us = bridge_spin_us();
   auto shared = shared_;
+  auto kv = kv_;
   caf::actor target = actor_;
   try {
     bridge_ = std::make_unique<net::zmq_bridge>(
-        bo, [shared, target](const std::string& peer, net::message m) {
+        bo, [shared, kv, target](const std::string& peer, net::message m) {
           // Any word from the coordinator proves it alive, even while the actor is busy.
           shared->unacked = 0;
+          if (auto* r = std::get_if<net::kv_reply>(&m)) {
+            std::lock_guard<std::mutex> lock(kv->mu);
+            auto it = kv->waiting.find(r->request_id);
+            if (it != kv->waiting.end()) {
+              it->second.set_value(std::move(*r));
+              kv->waiting.erase(it);
+            }
+            return;
+          }
           caf::anon_send(target, co_in_atom::value, peer, std::move(m));
         });
   } catch (...) {
@@ -211,6 +222,38 @@ int worker_node::wait() {
   cv_.notify_all();
   if (heartbeats_.joinable()) heartbeats_.join();
   return exit_code_.load();
+}
+
+net::kv_reply worker_node::kv_call(net::message req, std::chrono::milliseconds timeout) {
+  uint64_t id = 0;
+  std::future<net::kv_reply> answer;
+  {
+    std::lock_guard<std::mutex> lock(kv_->mu);
+    id = kv_->next_id++;
+    answer = kv_->waiting[id].get_future();
+  }
+  const bool is_kv = std::visit(
+      [id](auto& x) {
+        using T = std::decay_t<decltype(x)>;
+        if constexpr (std::is_same_v<T, net::kv_set> || std::is_same_v<T, net::kv_get> ||
+                      std::is_same_v<T, net::kv_wait>) {
+          x.request_id = id;
+          return true;
+        } else {
+          return false;
+        }
+      },
+      req);
+  COHORT_CHECK(is_kv);
+  if (auto* b = out_.load()) b->send(std::string(), req);
+  if (answer.wait_for(timeout) == std::future_status::ready) return answer.get();
+  {
+    std::lock_guard<std::mutex> lock(kv_->mu);
+    kv_->waiting.erase(id);  // a late answer finds nobody and is dropped
+  }
+  return net::kv_reply{
+      id, net::kv_status::timeout, "",
+      "no answer from the coordinator within " + std::to_string(timeout.count()) + " ms"};
 }
 
 void worker_node::request_leave() { caf::anon_send(actor_, co_leave_atom::value); }

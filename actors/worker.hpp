@@ -14,13 +14,16 @@
 #pragma once
 #include <atomic>
 #include <caf/all.hpp>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "actors/messages.hpp"
@@ -92,8 +95,27 @@ class worker_node {
   bool done() const { return done_.load(); }
   const caf::actor& actor() const { return actor_; }
 
+  /// Member id and generation this worker currently holds (0 while registering).
+  uint64_t member_id() const { return shared_->member_id.load(); }
+  uint64_t generation() const { return shared_->generation.load(); }
+
+  /// Rendezvous-store call through this worker's connection, for communicator setup
+  /// (a kv_client adapter in runtime/comm can sit on it). REQ is a kv_set, kv_get or
+  /// kv_wait; its request_id is assigned here. Blocks until the coordinator answers or
+  /// TIMEOUT passes (then status timeout, reason says so). Thread-safe; the reply never
+  /// goes through the actor, so a busy actor does not delay rendezvous.
+  net::kv_reply kv_call(net::message req, std::chrono::milliseconds timeout);
+
  private:
   void heartbeat_loop();
+
+  // Outstanding kv_call requests, answered from the bridge thread by request id.
+  struct kv_pending {
+    std::mutex mu;
+    std::unordered_map<uint64_t, std::promise<net::kv_reply>> waiting;
+    uint64_t next_id = 1;
+  };
+  std::shared_ptr<kv_pending> kv_ = std::make_shared<kv_pending>();
 
   int coordinator_timeout_ms_;
   std::unique_ptr<caf::actor_system_config> caf_cfg_;
