@@ -40,6 +40,8 @@ std::string shape_str(const std::vector<int64_t>& shape) {
 }
 
 // prod(shape) * elem with overflow detection; false when it does not fit in 63 bits.
+// Zeros are looked for before multiplying: a zero dimension makes the tensor empty whatever
+// the others are, and a left-to-right product would call [2^62, 0] an overflow.
 bool byte_size(const std::vector<int64_t>& shape, size_t elem, uint64_t* out) {
   constexpr uint64_t limit = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
   for (int64_t d : shape) {

@@ -166,7 +166,7 @@ TEST_CASE("safetensors: every truncation of a small file is refused") {
   CHECK(error_of([&] { safetensors_file::read(cut); }).find("trailing") != std::string::npos);
 }
 
-TEST_CASE("safetensors: a flipped data byte fails the checksum; header damage never crashes") {
+TEST_CASE("safetensors: a flipped data byte fails the checksum - header damage never crashes") {
   temp_dir dir;
   const std::string path = dir.file("m.safetensors");
   const sample_tensors s;
@@ -271,12 +271,28 @@ TEST_CASE("safetensors: broken headers are named precisely") {
     has(read_err(), "overflows");
   }
   SUBCASE("huge shape that multiplies to zero still must match its offsets") {
+    // A zero anywhere makes the tensor empty, wherever the huge dimensions stand: a size
+    // multiplied left to right would overflow on the huge ones before reaching the zero.
     const uint64_t big = uint64_t{1} << 62;
-    craft(path,
-          header_with_checksum(
-              {{"a", {{"dtype", "F32"}, {"shape", {big, 0}}, {"data_offsets", {0, 8}}}}}, data),
-          data);
-    has(read_err(), "needs 0 bytes");
+    const std::vector<std::vector<uint64_t>> shapes = {
+        {big, 0}, {0, big}, {big, 0, big}, {big, big, 0}};
+    for (const auto& shape : shapes) {
+      INFO("shape " << json(shape).dump());
+      craft(path,
+            header_with_checksum(
+                {{"a", {{"dtype", "F32"}, {"shape", shape}, {"data_offsets", {0, 8}}}}}, data),
+            data);
+      has(read_err(), "needs 0 bytes");
+      // The same shape with offsets [0, 0] is a valid empty tensor.
+      craft(path,
+            header_with_checksum(
+                {{"a", {{"dtype", "F32"}, {"shape", shape}, {"data_offsets", {0, 0}}}}}, ""),
+            "");
+      const safetensors_file f = safetensors_file::read(path);
+      REQUIRE(f.find("a") != nullptr);
+      CHECK(f.find("a")->shape == std::vector<int64_t>(shape.begin(), shape.end()));
+      CHECK(f.find("a")->end == f.find("a")->begin);
+    }
   }
   SUBCASE("size does not match the shape") {
     craft(path,
