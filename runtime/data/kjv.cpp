@@ -189,21 +189,9 @@ void kjv::train_micro_batch(uint64_t seed, int64_t step, int micro, int micro_ba
                             int global_batch, batch& out) const {
   COHORT_CHECK(step >= 0);
   const int n = micro_batch_rows(micro, micro_batch, global_batch);
-  const int T = context_;
-  out.n = n;
-  out.t = T;
-  out.features = 0;
-  out.x.clear();
-  out.ids.resize(static_cast<size_t>(n) * T);
-  out.targets.resize(static_cast<size_t>(n) * T);
-  for (int j = 0; j < n; ++j) {
-    const int64_t off = window_offset(seed, step, static_cast<int64_t>(micro) * micro_batch + j);
-    const uint8_t* w = ids_.data() + off;
-    for (int t = 0; t < T; ++t) {
-      out.ids[static_cast<size_t>(j) * T + t] = w[t];
-      out.targets[static_cast<size_t>(j) * T + t] = w[t + 1];
-    }
-  }
+  fill_windows(n, out, [&](int j) {
+    return ids_.data() + window_offset(seed, step, static_cast<int64_t>(micro) * micro_batch + j);
+  });
 }
 
 int64_t kjv::eval_size(int64_t max_tokens) const {
@@ -215,6 +203,13 @@ int64_t kjv::eval_size(int64_t max_tokens) const {
 
 void kjv::eval_batch(int64_t first, int n, batch& out) const {
   COHORT_CHECK(first >= 0 && n >= 0 && first + n <= eval_size());
+  fill_windows(n, out, [&](int j) { return ids_.data() + split_ + (first + j) * context_; });
+}
+
+template <class WindowStart>
+void kjv::fill_windows(int n, batch& out, WindowStart start_of) const {
+  // Row j holds window start_of(j): ids are its first T characters, targets the T after
+  // each of them (the next-character labels).
   const int T = context_;
   out.n = n;
   out.t = T;
@@ -223,7 +218,7 @@ void kjv::eval_batch(int64_t first, int n, batch& out) const {
   out.ids.resize(static_cast<size_t>(n) * T);
   out.targets.resize(static_cast<size_t>(n) * T);
   for (int j = 0; j < n; ++j) {
-    const uint8_t* w = ids_.data() + split_ + (first + j) * T;
+    const uint8_t* w = start_of(j);
     for (int t = 0; t < T; ++t) {
       out.ids[static_cast<size_t>(j) * T + t] = w[t];
       out.targets[static_cast<size_t>(j) * T + t] = w[t + 1];

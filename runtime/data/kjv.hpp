@@ -70,6 +70,11 @@ class kjv : public dataset {
   int64_t window_offset(uint64_t seed, int64_t step, int64_t index) const;
 
  private:
+  /// Fills `out` with n rows of context_ ids and next-character targets; row j reads the
+  /// window starting at start_of(j) (a pointer into ids_).
+  template <class WindowStart>
+  void fill_windows(int n, batch& out, WindowStart start_of) const;
+
   std::string text_;
   int context_;
   int64_t split_;  ///< characters in the training part
