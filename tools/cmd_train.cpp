@@ -92,6 +92,12 @@ int run_train(const train_args& a) {
   double compute_s = 0.0;
   double last_loss = NAN;
   std::string last_ckpt;
+  auto checkpoint = [&](int64_t next_step) {
+    fs::create_directories(ckdir);
+    last_ckpt = checkpoint_path(ckdir, next_step).string();
+    tr.save_checkpoint(last_ckpt, next_step);
+    prune_checkpoints(ckdir, c.fault_tolerance.keep);
+  };
   for (int64_t s = start; s < t.steps; ++s) {
     auto ts = clock::now();
     tr.begin_step();
@@ -109,19 +115,12 @@ int run_train(const train_args& a) {
                     std::to_string(e.loss) + (lm ? "" : ", accuracy " + std::to_string(e.accuracy)));
     }
     if (c.fault_tolerance.checkpoint_every > 0 && (s + 1) % c.fault_tolerance.checkpoint_every == 0 &&
-        s + 1 < t.steps) {
-      fs::create_directories(ckdir);
-      last_ckpt = checkpoint_path(ckdir, s + 1).string();
-      tr.save_checkpoint(last_ckpt, s + 1);
-      prune_checkpoints(ckdir, c.fault_tolerance.keep);
-    }
+        s + 1 < t.steps)
+      checkpoint(s + 1);
   }
   progress.finish();
   const double wall = std::chrono::duration<double>(clock::now() - t0).count();
-  fs::create_directories(ckdir);
-  last_ckpt = checkpoint_path(ckdir, t.steps).string();
-  tr.save_checkpoint(last_ckpt, t.steps);
-  prune_checkpoints(ckdir, c.fault_tolerance.keep);
+  checkpoint(t.steps);
 
   auto ev = tr.evaluate();
   const double rate = compute_s > 0 ? units_per_step * (t.steps - start) / compute_s : 0.0;

@@ -38,7 +38,6 @@ trainer::trainer(const config& c) : cfg_(c) {
   bitwise_ = c.train.determinism == "bitwise";
   if (bitwise_) {
     fixed_.assign(static_cast<std::size_t>(model_->num_params()), 0);
-    scratch_ = nn::tensor({model_->num_params()}, model_->memory());
   }
   nn::optim_options o;
   o.kind = c.train.optimizer;

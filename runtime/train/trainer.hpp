@@ -76,7 +76,6 @@ class trainer {
   int micro_batches_ = 1;
   bool bitwise_ = false;
   std::vector<int64_t> fixed_;
-  nn::tensor scratch_;   // per-micro-batch gradients in bitwise mode
   std::unique_ptr<nn::optimizer> opt_;
   cohort::batch batch_;
 };
