@@ -213,11 +213,15 @@ float gpt::forward_backward(const batch& b, float loss_scale) {
   lm_head_.backward(scratch_.dln.data(), dlogits_.data(), lnf_.data(), rows);
   const float* last = layers_.empty() ? encoded_.data() : acts_.back().out.data();
   ln_f_.backward(dres_.data(), scratch_.dln.data(), last, lnf_mean_.data(), lnf_rstd_.data(), rows);
+  // Blocks: embedding = 0, h.l = 1 + l, head = L + 1 (the order of blocks()).
+  block_done(layers_.size() + 1);
   for (std::size_t l = layers_.size(); l-- > 0;) {
     const float* x = l == 0 ? encoded_.data() : acts_[l - 1].out.data();
     layers_[l].backward(acts_[l], scratch_, dres_.data(), x, b.n, b.t);
+    block_done(1 + l);
   }
   emb_.backward(dres_.data(), b.ids.data(), b.n, b.t);
+  block_done(0);
   return loss;
 }
 

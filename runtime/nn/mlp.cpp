@@ -97,6 +97,8 @@ float mlp::forward_backward(const batch& b, float loss_scale) {
     const float* input = i == 0 ? b.x.data() : acts_[i - 1].data();
     float* dx = i == 0 ? nullptr : dnext;
     layers_[i].backward(dx, dcur, input, n);
+    // Block i is layer i; nothing below touches its gradients again.
+    block_done(i);
     if (i > 0) {
       // ReLU's output is positive exactly where its input was, so the saved output
       // serves as the mask.

@@ -25,6 +25,14 @@ std::vector<std::string> model::block_param_names(std::size_t i) const {
   return out;
 }
 
+std::pair<int64_t, int64_t> model::block_elements(std::size_t i) const {
+  const block_info& b = blocks_.at(i);
+  if (b.count == 0) return {b.first < params_.size() ? params_[b.first].offset : num_params(), 0};
+  const parameter& last = params_[b.first + b.count - 1];
+  const int64_t first = params_[b.first].offset;
+  return {first, last.offset + last.grad.numel() - first};
+}
+
 void model::begin_block(std::string name) {
   block_info b;
   b.name = std::move(name);

@@ -1,12 +1,14 @@
 // The model interface the trainer, the optimizers and (later) the pipeline / tensor-parallel
 // splitters work against: named parameters in one stable order, stored back to back in one
-// flat value tensor and one flat gradient tensor, grouped into named blocks. Owns parameter
-// bookkeeping and seeded initialisation; the layers and models (mlp.hpp, gpt.hpp) own the
-// arithmetic. Knows nothing of workers, collectives or configs files.
+// flat value and one flat gradient tensor, grouped into named blocks, plus the hook backward
+// calls as each block's gradients become final. Owns parameter bookkeeping and seeded
+// initialisation; mlp.hpp / gpt.hpp own the arithmetic; knows nothing of workers or configs.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "runtime/core/batch.hpp"
@@ -88,8 +90,23 @@ class model {
   void init_parameters(uint64_t seed);
   /// The pool tensors of this model come from.
   pool& memory() { return *pool_; }
+  /// Elements [first, first + count) of flat_values() / flat_grads() that block `i` holds
+  /// (its parameters are consecutive, so the range is contiguous).
+  std::pair<int64_t, int64_t> block_elements(std::size_t i) const;
+
+  /// Called during forward_backward as soon as block `block`'s parameter gradients are
+  /// final for this micro-batch (backward visits blocks last to first, so the calls come
+  /// in decreasing block index, each block exactly once). eval() never calls it.
+  using block_done_fn = std::function<void(std::size_t block)>;
+  /// Installs the hook; an empty function removes it (no calls, no cost).
+  void set_block_done_hook(block_done_fn fn) { block_done_ = std::move(fn); }
 
  protected:
+  /// Subclasses call this from backward once nothing more will touch block `block`'s
+  /// gradients in this micro-batch; calls the hook if one is set.
+  void block_done(std::size_t block) {
+    if (block_done_) block_done_(block);
+  }
   explicit model(pool& p) : pool_(&p) {}
   /// Starts a new block; following add_param calls belong to it.
   void begin_block(std::string name);
@@ -104,6 +121,7 @@ class model {
   std::vector<block_info> blocks_;
   std::vector<shape_t> shapes_pending_;  // shapes declared before finalize()
   tensor values_, grads_;
+  block_done_fn block_done_;
 };
 
 /// Builds the model a config names. `vocab` is used by gpt only; `max_batch` is the
