@@ -32,6 +32,12 @@ class writer {
       out_->push_back(static_cast<char>((u >> (8 * i)) & 0xff));
   }
   void put(bool b) { put<uint8_t>(b ? 1 : 0); }
+  // IEEE-754 bits, little-endian like every integer.
+  void put(double d) {
+    uint64_t u;
+    std::memcpy(&u, &d, sizeof u);
+    put(u);
+  }
   template <class E>
   std::enable_if_t<std::is_enum_v<E>> put(E e) {
     put(static_cast<std::underlying_type_t<E>>(e));
@@ -69,6 +75,12 @@ class reader {
     for (size_t i = 0; i < sizeof(U); ++i) u |= static_cast<U>(static_cast<U>(p_[i]) << (8 * i));
     p_ += sizeof(U);
     std::memcpy(&v, &u, sizeof v);
+    return true;
+  }
+  bool get(double& d) {
+    uint64_t u = 0;
+    if (!get(u)) return false;
+    std::memcpy(&d, &u, sizeof d);
     return true;
   }
   bool get(bool& b) {
@@ -211,6 +223,18 @@ const char* type_name(msg_type t) {
       return "ping";
     case msg_type::pong:
       return "pong";
+    case msg_type::job_spec:
+      return "job_spec";
+    case msg_type::worker_ready:
+      return "worker_ready";
+    case msg_type::step_open:
+      return "step_open";
+    case msg_type::step_vote:
+      return "step_vote";
+    case msg_type::step_result:
+      return "step_result";
+    case msg_type::train_report:
+      return "train_report";
   }
   return "unknown";
 }

@@ -453,4 +453,14 @@ void to_json(nlohmann::json& j, const status_view& s) {
   }
 }
 
+decision bump_generation(const roster& r, const std::string& why) {
+  decision d;
+  d.next = r;
+  d.next.generation += 1;
+  d.new_generation = true;
+  d.reason = why + "; generation " + std::to_string(r.generation) + " -> " +
+             std::to_string(d.next.generation);
+  return d;
+}
+
 }  // namespace cohort::net::membership

@@ -114,7 +114,7 @@ struct tombstone {
 
 /// The whole membership state; a plain value the coordinator keeps and replaces.
 struct roster {
-  std::uint64_t generation = 0;     ///< +1 at every membership change, never otherwise
+  std::uint64_t generation = 0;     ///< +1 at every membership change and aborted step
   member_id next_id = 1;            ///< ids start at 1; 0 means "none"
   std::vector<member> members;      ///< live members, in rank order
   std::vector<tombstone> departed;  ///< oldest first, at most options::max_tombstones
@@ -190,6 +190,11 @@ decision on_leave_intent(const roster& r, mono_time now, member_id id, const opt
 
 /// Member ID leaves gracefully: removed, generation +1. Unknown or departed ID: unchanged.
 decision on_leave(const roster& r, mono_time now, member_id id, const options& opts);
+
+/// A step was aborted with the same members: generation +1 (so every communicator is rebuilt
+/// and late messages of the failed attempt are ignored), ranks unchanged. kind unchanged,
+/// new_generation true, reason WHY.
+decision bump_generation(const roster& r, const std::string& why);
 
 /// Whether enough members are alive to run, and if not what is missing.
 struct readiness {

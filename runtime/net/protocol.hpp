@@ -30,6 +30,12 @@ enum class msg_type : uint16_t {
   exit_notice = 15,
   ping = 16,
   pong = 17,
+  job_spec = 18,
+  worker_ready = 19,
+  step_open = 20,
+  step_vote = 21,
+  step_result = 22,
+  train_report = 23,
 };
 
 /// Who is registering: a worker joins the roster; a client (ctl, launch, bench driver)
@@ -304,10 +310,132 @@ struct pong {
   }
 };
 
+/// Coordinator to worker, right after register_ok: the job to run. The worker builds its
+/// model and data from this config (so `cohort worker --join` needs no file of its own).
+struct job_spec {
+  static constexpr msg_type type = msg_type::job_spec;
+  std::string config_yaml;  ///< the coordinator's resolved config (dump_config)
+  std::string config_hash;  ///< sha256 of config_yaml, echoed in reports
+  template <class S>
+  static auto fields(S& s) {
+    return std::tie(s.config_yaml, s.config_hash);
+  }
+};
+
+/// Worker to coordinator: the model is built and the worker stands at a step boundary.
+/// next_step: the first step its parameters have not applied (what a donor must supply
+/// when it is behind the job).
+struct worker_ready {
+  static constexpr msg_type type = msg_type::worker_ready;
+  uint64_t member_id = 0;
+  uint64_t generation = 0;
+  int64_t next_step = 0;
+  template <class S>
+  static auto fields(S& s) {
+    return std::tie(s.member_id, s.generation, s.next_step);
+  }
+};
+
+/// Coordinator to every member of GENERATION: run STEP. The DP replica of rank r among
+/// `replicas` computes micro-batches i with i % replicas == r. donor_rank >= 0: before
+/// computing, every member receives the donor's parameters and optimizer state over the
+/// generation's communicator (some member is behind).
+struct step_open {
+  static constexpr msg_type type = msg_type::step_open;
+  uint64_t generation = 0;
+  int64_t step = 0;
+  int32_t replicas = 0;
+  int32_t donor_rank = -1;
+  template <class S>
+  static auto fields(S& s) {
+    return std::tie(s.generation, s.step, s.replicas, s.donor_rank);
+  }
+};
+
+/// Where a worker's time went during one step (or a whole run), microseconds.
+struct step_timing {
+  uint64_t compute_us = 0;    ///< forward, backward, optimizer
+  uint64_t comm_wait_us = 0;  ///< blocked waiting for collectives (not hidden by backward)
+  uint64_t allreduce_us = 0;  ///< time the communication thread spent in allreduce
+  uint64_t setup_us = 0;      ///< communicator rendezvous and state transfer
+  uint64_t idle_us = 0;       ///< waiting for the coordinator (open, commit)
+  uint64_t bytes_sent = 0;    ///< data-plane bytes sent (ring allreduce: 2(n-1)/n per byte)
+  uint64_t bytes_recv = 0;
+  template <class S>
+  static auto fields(S& s) {
+    return std::tie(s.compute_us, s.comm_wait_us, s.allreduce_us, s.setup_us, s.idle_us,
+                    s.bytes_sent, s.bytes_recv);
+  }
+};
+
+/// Worker to coordinator: its gradients for (generation, step) are reduced (ok) or the
+/// step failed here (reason says why). loss_rows: sum over its micro-batches of mean loss
+/// times rows; rows: samples it computed.
+struct step_vote {
+  static constexpr msg_type type = msg_type::step_vote;
+  uint64_t member_id = 0;
+  uint64_t generation = 0;
+  int64_t step = 0;
+  bool ok = false;
+  bool fatal = false;  ///< failed for a reason a retry cannot fix (diverged, bad data)
+  std::string reason;
+  double loss_rows = 0;
+  int64_t rows = 0;
+  step_timing timing;
+  template <class S>
+  static auto fields(S& s) {
+    return std::tie(s.member_id, s.generation, s.step, s.ok, s.fatal, s.reason, s.loss_rows,
+                    s.rows, s.timing);
+  }
+};
+
+/// Coordinator to members: commit (apply the optimizer) or abort (drop the gradients) of
+/// (generation, step). loss: mean loss over the global batch (commits only).
+struct step_result {
+  static constexpr msg_type type = msg_type::step_result;
+  uint64_t generation = 0;
+  int64_t step = 0;
+  bool commit = false;
+  double loss = 0;
+  std::string reason;
+  template <class S>
+  static auto fields(S& s) {
+    return std::tie(s.generation, s.step, s.commit, s.loss, s.reason);
+  }
+};
+
+/// Worker to coordinator after applying the job's last step: its final state and its
+/// whole-run time split. Rank 0 also evaluates (has_eval).
+struct train_report {
+  static constexpr msg_type type = msg_type::train_report;
+  uint64_t member_id = 0;
+  uint64_t generation = 0;
+  int64_t next_step = 0;
+  std::string params_sha256;
+  bool has_eval = false;
+  double eval_loss = 0;
+  double eval_accuracy = 0;
+  int64_t eval_count = 0;
+  int64_t steps_computed = 0;  ///< steps this worker computed and applied
+  double overlap = 0;          ///< share of allreduce time hidden behind backward
+  int64_t peak_pool_bytes = 0;
+  std::string checkpoint;  ///< final checkpoint written (rank 0), else empty
+  int64_t num_params = 0;
+  step_timing timing;
+  template <class S>
+  static auto fields(S& s) {
+    return std::tie(s.member_id, s.generation, s.next_step, s.params_sha256, s.has_eval,
+                    s.eval_loss, s.eval_accuracy, s.eval_count, s.steps_computed, s.overlap,
+                    s.peak_pool_bytes, s.checkpoint, s.num_params, s.timing);
+  }
+};
+
 /// Any wire message. The alternative order is free; the type id is what goes on the wire.
 using message = std::variant<register_request, register_ok, register_reject, heartbeat,
                              heartbeat_ack, roster_update, kv_set, kv_get, kv_wait, kv_reply,
-                             status_request, status_reply, stop, leave, exit_notice, ping, pong>;
+                             status_request, status_reply, stop, leave, exit_notice, ping, pong,
+                             job_spec, worker_ready, step_open, step_vote, step_result,
+                             train_report>;
 
 /// Type id of whichever message M holds.
 inline msg_type type_of(const message& m) {

@@ -47,6 +47,14 @@ std::vector<message> samples() {
   out.push_back(exit_notice{"worker-2", 31337, 137});
   out.push_back(ping{1, 0xfedcba9876543210ull});
   out.push_back(pong{2, 1});
+  out.push_back(job_spec{"train:\n  steps: 3\n", "ab12"});
+  out.push_back(worker_ready{7, 3, -5});
+  out.push_back(step_open{3, 41, 4, -1});
+  const step_timing t{1, 2, 3, 4, 5, 6, 7};
+  out.push_back(step_vote{7, 3, 41, false, true, "gloo: peer lost", -2.5e-300, 96, t});
+  out.push_back(step_result{3, 41, true, 0.6931471805599453, "member 2 voted failed"});
+  out.push_back(
+      train_report{7, 3, 42, "deadbeef", true, 0.25, 0.875, 10000, 40, 0.83, 1 << 20, "/c/step_00000042.safetensors", 118282, t});
   return out;
 }
 
@@ -134,7 +142,7 @@ TEST_CASE("corrupted headers and payloads are rejected with the right reason") {
     CHECK(decode(f, max_bytes).error == decode_error::bad_version);
   }
   SUBCASE("unknown type ids") {
-    for (uint16_t t : {0, 18, 255, 65535}) {
+    for (uint16_t t : {0, 24, 255, 65535}) {
       std::string f = good;
       put_u16(f, 6, t);
       CHECK(decode(f, max_bytes).error == decode_error::unknown_type);
@@ -203,7 +211,7 @@ TEST_CASE("random frames and random corruptions never crash or throw") {
       if (i % 4 == 0 && f.size() >= envelope_header_bytes) {
         std::memcpy(f.data(), envelope_magic, 4);
         put_u16(f, 4, protocol_version);
-        put_u16(f, 6, static_cast<uint16_t>(1 + gen() % 17));
+        put_u16(f, 6, static_cast<uint16_t>(1 + gen() % 23));
         put_u32(f, 8, static_cast<uint32_t>(f.size() - envelope_header_bytes));
       }
     } else {
