@@ -100,6 +100,8 @@ class model {
   using block_done_fn = std::function<void(std::size_t block)>;
   /// Installs the hook; an empty function removes it (no calls, no cost).
   void set_block_done_hook(block_done_fn fn) { block_done_ = std::move(fn); }
+  /// Whether a hook is installed (callers that install one temporarily must remove it).
+  bool has_block_done_hook() const { return static_cast<bool>(block_done_); }
 
  protected:
   /// Subclasses call this from backward once nothing more will touch block `block`'s

@@ -4,9 +4,10 @@
 #include <cmath>
 #include <cstring>
 
-#include "runtime/ckpt/checkpoint.hpp"
-#include "runtime/core/sha256.hpp"
 #include "gpu/kernels.hpp"
+#include "runtime/ckpt/checkpoint.hpp"
+#include "runtime/core/error.hpp"
+#include "runtime/core/sha256.hpp"
 #include "runtime/train/fixed_point.hpp"
 
 namespace cohort::train {
@@ -54,32 +55,117 @@ void trainer::begin_step() {
   if (bitwise_) std::fill(fixed_.begin(), fixed_.end(), 0);
 }
 
-double trainer::compute_gradients(int64_t step, int first, int last) {
-  const auto& t = cfg_.train;
-  double loss_rows = 0.0;
+std::vector<int> replica_micro_batches(int micro_batches, int dp, int d) {
+  if (dp < 1 || d < 0 || d >= dp)
+    throw usage_error("replica " + std::to_string(d) + " of a data-parallel group of " +
+                      std::to_string(dp) + " does not exist (need 0 <= replica < dp)");
+  if (micro_batches < 0)
+    throw usage_error("micro-batches per step must be >= 0 (got " + std::to_string(micro_batches) +
+                      ")");
+  // Round-robin rather than contiguous ranges: when dp does not divide M, replicas differ
+  // by at most one micro-batch and the extra ones go to the lowest replicas.
+  std::vector<int> out;
+  for (int i = d; i < micro_batches; i += dp) out.push_back(i);
+  return out;
+}
+
+void trainer::accumulate_fixed(int64_t step, int64_t offset, int64_t count) {
   nn::tensor& grads = model_->flat_grads();
-  for (int i = first; i < last; ++i) {
-    data_->train_micro_batch(t.seed, step, i, t.micro_batch, t.global_batch, batch_);
-    const int rows = micro_batch_rows(i, t.micro_batch, t.global_batch);
-    // Each micro-batch's loss is a mean over its rows; weighting it by rows/global_batch
-    // makes the sum over all micro-batches the gradient of the global-batch mean loss.
-    const float scale = static_cast<float>(rows) / static_cast<float>(t.global_batch);
-    if (bitwise_) {
-      grads.zero();
-      loss_rows += static_cast<double>(model_->forward_backward(batch_, scale)) * rows;
-      int64_t bad = fixed_accumulate(fixed_.data(), grads.data(), grads.numel());
-      if (bad >= 0)
-        throw cohort::error("bitwise determinism: gradient element " + std::to_string(bad) +
-                            " of step " + std::to_string(step) + " (value " +
-                            std::to_string(grads[bad]) +
-                            ") is not finite or exceeds the fixed-point range +-" +
-                            std::to_string(fixed_point_max_value) +
-                            " (the run diverged: lower train.lr or set train.grad_clip)");
-    } else {
-      loss_rows += static_cast<double>(model_->forward_backward(batch_, scale)) * rows;
-    }
+  int64_t bad = fixed_accumulate(fixed_.data() + offset, grads.data() + offset, count);
+  if (bad >= 0) {
+    bad += offset;
+    throw cohort::error("bitwise determinism: gradient element " + std::to_string(bad) +
+                        " of step " + std::to_string(step) + " (value " +
+                        std::to_string(grads[bad]) +
+                        ") is not finite or exceeds the fixed-point range +-" +
+                        std::to_string(fixed_point_max_value) +
+                        " (the run diverged: lower train.lr or set train.grad_clip)");
   }
+}
+
+double trainer::run_micro_batch(int64_t step, int i, const ready_fn* ready) {
+  const auto& t = cfg_.train;
+  data_->train_micro_batch(t.seed, step, i, t.micro_batch, t.global_batch, batch_);
+  const int rows = micro_batch_rows(i, t.micro_batch, t.global_batch);
+  // Each micro-batch's loss is a mean over its rows; weighting it by rows/global_batch
+  // makes the sum over all micro-batches the gradient of the global-batch mean loss.
+  const float scale = static_cast<float>(rows) / static_cast<float>(t.global_batch);
+  // Bitwise mode converts each micro-batch's gradient on its own, so it starts from zero.
+  if (bitwise_) model_->flat_grads().zero();
+  if (ready == nullptr) {
+    // No hook: the plain path costs what it always did.
+    const double loss_rows = static_cast<double>(model_->forward_backward(batch_, scale)) * rows;
+    if (bitwise_) accumulate_fixed(step, 0, model_->num_params());
+    return loss_rows;
+  }
+  const std::size_t nblocks = model_->blocks().size();
+  std::vector<char> done(nblocks, 0);
+  model_->set_block_done_hook([&](std::size_t b) {
+    COHORT_CHECK(b < nblocks && !done[b]);
+    done[b] = 1;
+    const auto [offset, count] = model_->block_elements(b);
+    if (count == 0) return;
+    if (bitwise_) accumulate_fixed(step, offset, count);
+    (*ready)(static_cast<std::size_t>(offset), static_cast<std::size_t>(count));
+  });
+  // The hook captures locals: it must be gone however forward_backward ends.
+  struct unhook {
+    nn::model& m;
+    ~unhook() { m.set_block_done_hook(nullptr); }
+  } guard{*model_};
+  const double loss_rows = static_cast<double>(model_->forward_backward(batch_, scale)) * rows;
+  // A model that skipped a block would leave gradients unconverted and unreported.
+  for (char d : done) COHORT_CHECK(d);
   return loss_rows;
+}
+
+double trainer::compute_gradients(int64_t step, int first, int last) {
+  double loss_rows = 0.0;
+  for (int i = first; i < last; ++i) loss_rows += run_micro_batch(step, i, nullptr);
+  return loss_rows;
+}
+
+double trainer::compute_gradients(int64_t step, const std::vector<int>& micro,
+                                  const ready_fn& ready) {
+  for (std::size_t k = 0; k < micro.size(); ++k) {
+    if (micro[k] < 0 || micro[k] >= micro_batches_ || (k > 0 && micro[k] <= micro[k - 1]))
+      throw usage_error(
+          "compute_gradients: micro-batch list must be strictly ascending within [0, " +
+          std::to_string(micro_batches_) + "); entry " + std::to_string(k) + " is " +
+          std::to_string(micro[k]));
+  }
+  // An empty `ready` asks for no reports: the plain path, no hook.
+  const ready_fn* report = ready ? &ready : nullptr;
+  if (micro.empty()) {
+    if (report == nullptr) return 0.0;
+    // Nothing to compute: the buffer holds begin_step's zeros, all final now.
+    for (std::size_t b = model_->blocks().size(); b-- > 0;) {
+      const auto [offset, count] = model_->block_elements(b);
+      if (count > 0) ready(static_cast<std::size_t>(offset), static_cast<std::size_t>(count));
+    }
+    return 0.0;
+  }
+  double loss_rows = 0.0;
+  for (std::size_t k = 0; k < micro.size(); ++k)
+    loss_rows += run_micro_batch(step, micro[k], k + 1 == micro.size() ? report : nullptr);
+  return loss_rows;
+}
+
+void* trainer::reduction_buffer() {
+  if (bitwise_) return fixed_.data();
+  return model_->flat_grads().data();
+}
+
+std::vector<std::pair<float*, std::size_t>> trainer::state_buffers() {
+  const auto n = static_cast<std::size_t>(model_->num_params());
+  std::vector<std::pair<float*, std::size_t>> out;
+  out.emplace_back(model_->flat_values().data(), n);
+  // state() hands out views; the optimizer keeps the storage alive.
+  for (auto& [slot, t] : opt_->state()) {
+    COHORT_CHECK(static_cast<std::size_t>(t.numel()) == n);
+    out.emplace_back(t.data(), n);
+  }
+  return out;
 }
 
 double trainer::apply_step(int64_t step) {
@@ -150,10 +236,13 @@ void trainer::save_checkpoint(const std::string& path, int64_t next_step) const 
 int64_t trainer::load_checkpoint(const std::string& path) {
   training_metadata head = read_training_metadata(path);
   if (head.optimizer != cfg_.train.optimizer)
-    throw checkpoint_error(path + ": holds " + head.optimizer + " optimizer state but the config "
-                           "says train.optimizer: " + cfg_.train.optimizer +
+    throw checkpoint_error(path + ": holds " + head.optimizer +
+                           " optimizer state but the config "
+                           "says train.optimizer: " +
+                           cfg_.train.optimizer +
                            " (use the config the checkpoint was written with)");
-  std::vector<tensor_target> params = per_param<tensor_target>(*model_, model_->flat_values().data());
+  std::vector<tensor_target> params =
+      per_param<tensor_target>(*model_, model_->flat_values().data());
   std::vector<optimizer_state_target> state;
   for (auto& [slot, t] : opt_->state())
     for (auto& v : per_param<tensor_target>(*model_, t.data())) state.push_back({slot, v});

@@ -2,12 +2,16 @@
 // step holds, how micro-batch gradients are summed (float or fixed point), the learning-rate
 // schedule, clipping, the optimizer, evaluation and checkpoints. Knows nothing of workers
 // or collectives: a data-parallel worker calls compute_gradients for its share of the
-// micro-batches, sums gradients with its peers, then calls apply_step.
+// micro-batches (told block by block which gradients are final), sums reduction_buffer()
+// with its peers, then calls apply_step.
 #pragma once
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "runtime/core/config.hpp"
@@ -28,6 +32,16 @@ struct evaluation {
 /// cosine from lr down to min_lr at the last step.
 float learning_rate(const train_config& t, int64_t step);
 
+/// Micro-batches of a step that DP replica `d` of `dp` computes: i in [0, micro_batches)
+/// with i % dp == d, ascending. A pure function of (micro_batches, dp, d), so data order
+/// never depends on timing; every i belongs to exactly one replica. Throws usage_error
+/// unless 0 <= d < dp and micro_batches >= 0.
+std::vector<int> replica_micro_batches(int micro_batches, int dp, int d);
+
+/// Told that elements [offset, offset + count) of the reduction buffer are final for the
+/// step (what a bucket engine's mark_ready wants).
+using ready_fn = std::function<void(std::size_t offset, std::size_t count)>;
+
 class trainer {
  public:
   /// Builds the data set and the model (initialised from train.seed) the config names,
@@ -47,9 +61,24 @@ class trainer {
   /// gradient) into the step's sum: float sums in `fast` mode, int64 fixed point in
   /// `bitwise` mode. Returns the sum over those micro-batches of (mean loss * rows).
   double compute_gradients(int64_t step, int first, int last);
+  /// Like compute_gradients(step, first, last) over the listed micro-batches (strictly
+  /// ascending, each in [0, micro_batches()), possibly empty; usage_error otherwise), with
+  /// the same result bits, and reports readiness: during the LAST listed micro-batch's
+  /// backward each block's element range of reduction_buffer() goes to `ready` as soon as
+  /// it is final (in bitwise mode after that range was converted and added to
+  /// fixed_grads()), last block first. With an empty list every block range is reported at
+  /// once (the zeros begin_step left). Every element is reported exactly once per call.
+  /// After a fixed-point overflow error fixed_grads() holds a partial sum: begin_step again.
+  double compute_gradients(int64_t step, const std::vector<int>& micro, const ready_fn& ready);
   /// In bitwise mode, the step's int64 gradient sum (what peers add together); empty in
   /// fast mode, where model().flat_grads() holds the float sum.
   std::vector<int64_t>& fixed_grads() { return fixed_; }
+  /// True in `train.determinism: bitwise` mode.
+  bool bitwise() const { return bitwise_; }
+  /// The buffer peers sum each step, model().num_params() elements: fixed_grads().data()
+  /// (int64) in bitwise mode, else model().flat_grads().data() (float). Both are already
+  /// scaled so that the plain sum over all replicas is the global-batch mean gradient.
+  void* reduction_buffer();
   /// Clips, applies the optimizer for step `step` and returns the gradient norm before
   /// clipping. In bitwise mode first converts the fixed-point sum to floats, once.
   double apply_step(int64_t step);
@@ -64,12 +93,27 @@ class trainer {
   /// checkpoint_error on any mismatch or corruption, leaving the model untouched.
   int64_t load_checkpoint(const std::string& path);
 
+  /// Every float of the training state a joiner needs, in one fixed order: the parameters,
+  /// then each optimizer state slot (in optimizer::state() order), each num_params() long.
+  /// Views straight into the live tensors: writing through them restores the state.
+  std::vector<std::pair<float*, std::size_t>> state_buffers();
+  /// Optimizer updates applied so far (AdamW's bias correction reads it).
+  int64_t optimizer_steps() const { return opt_->steps(); }
+  /// Restores the optimizer step count (together with state_buffers()).
+  void set_optimizer_steps(int64_t steps) { opt_->set_steps(steps); }
+
   /// SHA-256 over every parameter's float32 bytes, parameters taken in name order.
   std::string params_sha256() const;
   /// Peak bytes in use of the memory pool so far.
   int64_t peak_pool_bytes() const;
 
  private:
+  /// Forward and backward of micro-batch `i`, added into the step's sum; returns
+  /// mean loss * rows. With `ready` set, reports each block's range as it becomes final.
+  double run_micro_batch(int64_t step, int i, const ready_fn* ready);
+  /// Bitwise mode: adds flat_grads()[offset, offset + count) into fixed_ or throws.
+  void accumulate_fixed(int64_t step, int64_t offset, int64_t count);
+
   config cfg_;
   std::unique_ptr<cohort::dataset> data_;
   std::unique_ptr<nn::model> model_;
