@@ -45,6 +45,7 @@ struct bounds {
 bounds at_least(double v) { return {v, false, HUGE_VAL, false}; }
 bounds above(double v) { return {v, true, HUGE_VAL, false}; }
 bounds fraction() { return {0.0, false, 1.0, true}; }  // [0, 1): betas and momentum
+bounds above_up_to(double lo, double hi) { return {lo, true, hi, false}; }  // (lo, hi]
 bounds unbounded() { return {}; }
 
 struct key_spec {
@@ -71,6 +72,7 @@ const std::vector<section_spec>& sections() {
       {"model", "The network: a 784-input MLP on Fashion-MNIST or a character GPT on the KJV."},
       {"data", "Where the training data comes from."},
       {"train", "Optimisation: steps, batches, optimizer and learning-rate schedule."},
+      {"comm", "How gradients travel between data-parallel replicas."},
       {"fault_tolerance", "Failure detection and checkpoints."},
       {"control", "The coordinator's control channel."},
   };
@@ -302,6 +304,22 @@ const std::vector<key_spec>& schema() {
        {},
        nullptr,
        "Compute (OpenBLAS) threads per worker process."},
+      {"comm",
+       "backend",
+       COHORT_FIELD(comm.backend),
+       unbounded(),
+       {"auto", "gloo", "nccl"},
+       nullptr,
+       "Collective library for gradients; auto = NCCL when the worker's device is a GPU, "
+       "else Gloo. Training runs on the CPU in this version, so nccl is refused."},
+      {"comm",
+       "bucket_mb",
+       COHORT_FIELD(comm.bucket_mb),
+       above_up_to(0, 1024),
+       {},
+       nullptr,
+       "Gradient bucket size in MiB; buckets are allreduced as soon as backward completes "
+       "them."},
       {"fault_tolerance",
        "heartbeat_ms",
        COHORT_FIELD(fault_tolerance.heartbeat_ms),
@@ -1196,6 +1214,13 @@ class loader {
       complain({"train.min_lr", "train.lr"}, "min_lr = " + format_float(c.train.min_lr) +
                                                  " is above lr = " + format_float(c.train.lr) +
                                                  " (the cosine floor must be at most the peak lr)");
+    }
+    // The trainer computes on the CPU; NCCL reduces GPU memory only. Say so here rather
+    // than at the first communicator build, minutes into a launch.
+    if (fine({"comm.backend"}) && c.comm.backend == "nccl") {
+      complain({"comm.backend"},
+               "nccl needs the workers' model on a GPU; training runs on the CPU in this "
+               "version (use auto or gloo)");
     }
     if (fine({"fault_tolerance.heartbeat_ms", "fault_tolerance.timeout_ms"}) &&
         c.fault_tolerance.timeout_ms <= c.fault_tolerance.heartbeat_ms) {

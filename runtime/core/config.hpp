@@ -21,12 +21,12 @@ struct parallel_config {
 };
 
 struct model_config {
-  std::string kind = "mlp";         ///< mlp | gpt
+  std::string kind = "mlp";           ///< mlp | gpt
   std::vector<int> hidden{256, 128};  ///< mlp hidden sizes
-  int n_layer = 4;                  ///< gpt
-  int n_head = 4;                   ///< gpt
-  int d_model = 128;                ///< gpt
-  int context = 128;                ///< gpt context length (T)
+  int n_layer = 4;                    ///< gpt
+  int n_head = 4;                     ///< gpt
+  int d_model = 128;                  ///< gpt
+  int context = 128;                  ///< gpt context length (T)
 };
 
 struct data_config {
@@ -45,14 +45,19 @@ struct train_config {
   std::string optimizer = "adamw";   ///< adamw | sgd
   float weight_decay = 0.0f;
   float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;
-  float momentum = 0.9f;             ///< sgd only
-  float grad_clip = 0.0f;            ///< max global grad norm; 0 disables
+  float momentum = 0.9f;   ///< sgd only
+  float grad_clip = 0.0f;  ///< max global grad norm; 0 disables
   int64_t warmup_steps = 0;
   std::string lr_schedule = "constant";  ///< constant | cosine
-  float min_lr = 0.0f;               ///< cosine floor
-  int64_t eval_every = 0;            ///< 0: evaluate only at the end
+  float min_lr = 0.0f;                   ///< cosine floor
+  int64_t eval_every = 0;                ///< 0: evaluate only at the end
   int64_t log_every = 50;
-  int threads = 1;                   ///< OpenBLAS / compute threads per process
+  int threads = 1;  ///< OpenBLAS / compute threads per process
+};
+
+struct comm_config {
+  std::string backend = "auto";  ///< auto | gloo | nccl (nccl refused: training is on the CPU)
+  float bucket_mb = 4.0f;        ///< gradient bucket size in MiB, in (0, 1024]
 };
 
 struct fault_tolerance_config {
@@ -65,7 +70,7 @@ struct fault_tolerance_config {
 
 struct control_config {
   std::string bind = "tcp://127.0.0.1:0";  ///< coordinator ROUTER endpoint
-  int64_t max_message_bytes = 64 << 20;     ///< larger frames are counted and dropped
+  int64_t max_message_bytes = 64 << 20;    ///< larger frames are counted and dropped
 };
 
 /// A validated, fully resolved configuration.
@@ -76,16 +81,17 @@ struct config {
   model_config model;
   data_config data;
   train_config train;
+  comm_config comm;
   fault_tolerance_config fault_tolerance;
   control_config control;
 };
 
 /// One problem found in a config: where, which key, what is wrong and how to fix it.
 struct config_issue {
-  std::string file;  ///< config path, or "--set" for an override
-  int line = 0;      ///< 1-based; 0 when unknown
-  int col = 0;       ///< 1-based; 0 when unknown
-  std::string key;   ///< dotted key path, e.g. "train.micro_batch"
+  std::string file;     ///< config path, or "--set" for an override
+  int line = 0;         ///< 1-based; 0 when unknown
+  int col = 0;          ///< 1-based; 0 when unknown
+  std::string key;      ///< dotted key path, e.g. "train.micro_batch"
   std::string message;  ///< "what is wrong (how to fix)"
   /// "FILE:LINE:COL: key.path: message"
   std::string format() const;

@@ -82,6 +82,8 @@ void check_equal(const config& a, const config& b) {
   CHECK(a.train.eval_every == b.train.eval_every);
   CHECK(a.train.log_every == b.train.log_every);
   CHECK(a.train.threads == b.train.threads);
+  CHECK(a.comm.backend == b.comm.backend);
+  CHECK(a.comm.bucket_mb == b.comm.bucket_mb);
   CHECK(a.fault_tolerance.heartbeat_ms == b.fault_tolerance.heartbeat_ms);
   CHECK(a.fault_tolerance.timeout_ms == b.fault_tolerance.timeout_ms);
   CHECK(a.fault_tolerance.checkpoint_every == b.fault_tolerance.checkpoint_every);
@@ -230,6 +232,33 @@ const std::vector<broken_case> broken = {
      3,
      "data.xyzzy",
      "keys: dataset, dir, cache_dir",
+     1},
+    {"comm key typo",
+     "comm:\n  bucket_mib: 8\n",
+     {},
+     "cfg.yaml",
+     2,
+     3,
+     "comm.bucket_mib",
+     "unknown key (did you mean comm.bucket_mb?)",
+     1},
+    {"comm key in another section",
+     "train:\n  backend: gloo\n",
+     {},
+     "cfg.yaml",
+     2,
+     3,
+     "train.backend",
+     "did you mean comm.backend? it belongs in section comm",
+     1},
+    {"comm section typo",
+     "comms:\n  backend: gloo\n",
+     {},
+     "cfg.yaml",
+     1,
+     1,
+     "comms",
+     "did you mean comm?",
      1},
     // --- types
     {"word where int",
@@ -433,6 +462,60 @@ const std::vector<broken_case> broken = {
      "control.bind",
      "not a ZeroMQ endpoint",
      1},
+    {"comm backend typo",
+     "comm:\n  backend: glo\n",
+     {},
+     "cfg.yaml",
+     2,
+     12,
+     "comm.backend",
+     "'glo' is not allowed (use one of auto, gloo, nccl; did you mean gloo?)",
+     1},
+    {"comm backend upper case",
+     "comm:\n  backend: NCCL\n",
+     {},
+     "cfg.yaml",
+     2,
+     12,
+     "comm.backend",
+     "'NCCL' is not allowed (use one of auto, gloo, nccl; did you mean nccl?)",
+     1},
+    {"bucket_mb zero",
+     "comm:\n  bucket_mb: 0\n",
+     {},
+     "cfg.yaml",
+     2,
+     14,
+     "comm.bucket_mb",
+     "must be in (0, 1024], got 0 (use a value in (0, 1024]",
+     1},
+    {"bucket_mb above 1024",
+     "comm:\n  bucket_mb: 1024.5\n",
+     {},
+     "cfg.yaml",
+     2,
+     14,
+     "comm.bucket_mb",
+     "must be in (0, 1024], got 1024.5",
+     1},
+    {"bucket_mb negative",
+     "comm:\n  bucket_mb: -4\n",
+     {},
+     "cfg.yaml",
+     2,
+     14,
+     "comm.bucket_mb",
+     "must be in (0, 1024], got -4",
+     1},
+    {"bucket_mb a word",
+     "comm:\n  bucket_mb: four\n",
+     {},
+     "cfg.yaml",
+     2,
+     14,
+     "comm.bucket_mb",
+     "expected a number, got four (write a number such as 4.0)",
+     1},
     // --- contradictions
     {"grid does not match workers",
      "cluster:\n  workers: 4\nparallel:\n  dp: 2\n",
@@ -542,6 +625,16 @@ const std::vector<broken_case> broken = {
      "train.min_lr",
      "min_lr = 0.01 is above lr = 0.001",
      1},
+    {"nccl while training runs on the CPU",
+     "train:\n  lr: 0.1\ncomm:\n  bucket_mb: 8\n  backend: nccl\n",
+     {},
+     "cfg.yaml",
+     5,
+     12,
+     "comm.backend",
+     "nccl needs the workers' model on a GPU; training runs on the CPU in this version (use "
+     "auto or gloo)",
+     1},
     // --- overrides: reported with file --set and the override text
     {"override without =",
      "train:\n  lr: 0.1\n",
@@ -596,6 +689,24 @@ const std::vector<broken_case> broken = {
      0,
      "model.hidden",
      "YAML syntax error in the value",
+     1},
+    {"override nccl",
+     "comm:\n  backend: gloo\n",
+     {"comm.backend=nccl"},
+     "--set",
+     0,
+     0,
+     "comm.backend",
+     "in 'comm.backend=nccl': nccl needs the workers' model on a GPU",
+     1},
+    {"override bucket_mb out of range",
+     "comm:\n  bucket_mb: 8\n",
+     {"comm.bucket_mb=2048"},
+     "--set",
+     0,
+     0,
+     "comm.bucket_mb",
+     "in 'comm.bucket_mb=2048': must be in (0, 1024], got 2048",
      1},
     {"override contradicts file",
      "cluster:\n  workers: 4\n",
@@ -772,6 +883,8 @@ TEST_CASE("dump_config round-trips to an equal config") {
                                        "train.eval_every=11",
                                        "train.log_every=3",
                                        "train.threads=2",
+                                       "comm.backend=gloo",
+                                       "comm.bucket_mb=0.25",
                                        "fault_tolerance.heartbeat_ms=7",
                                        "fault_tolerance.timeout_ms=9",
                                        "fault_tolerance.checkpoint_every=5",
@@ -799,8 +912,8 @@ TEST_CASE("dump_config round-trips to an equal config") {
 TEST_CASE("dump_config prints every key of the schema, sections in a fixed order") {
   const std::string text =
       cohort::dump_config(cohort::load_config_text("model:\n  kind: mlp\n", "t"));
-  const char* order[] = {
-      "cluster:", "parallel:", "model:", "data:", "train:", "fault_tolerance:", "control:"};
+  const char* order[] = {"cluster:", "parallel:", "model:",           "data:",
+                         "train:",   "comm:",     "fault_tolerance:", "control:"};
   size_t at = 0;
   for (const char* s : order) {
     const size_t pos = text.find(std::string("\n") + s);
@@ -810,11 +923,67 @@ TEST_CASE("dump_config prints every key of the schema, sections in a fixed order
     at = found;
   }
   const std::set<std::string> keys = key_paths(text);
-  CHECK(keys.size() == 39);
-  for (const char* k : {"cluster.workers", "parallel.dp", "model.hidden", "data.cache_dir",
-                        "train.threads", "fault_tolerance.keep", "control.max_message_bytes"}) {
+  CHECK(keys.size() == 41);
+  for (const char* k :
+       {"cluster.workers", "parallel.dp", "model.hidden", "data.cache_dir", "train.threads",
+        "comm.backend", "comm.bucket_mb", "fault_tolerance.keep", "control.max_message_bytes"}) {
     CHECK(keys.count(k) == 1);
   }
+}
+
+TEST_CASE("comm keys: defaults, accepted values, --set, and nccl refused on the CPU trainer") {
+  config c = cohort::load_config_text("train:\n  lr: 0.1\n", "t");
+  CHECK(c.comm.backend == "auto");
+  CHECK(c.comm.bucket_mb == 4.0f);
+
+  c = cohort::load_config_text("comm:\n  backend: gloo\n  bucket_mb: 0.5\n", "t");
+  CHECK(c.comm.backend == "gloo");
+  CHECK(c.comm.bucket_mb == 0.5f);
+  // Both ends of (0, 1024]: the top is allowed, the smallest positive float too.
+  c = cohort::load_config_text("comm:\n  backend: auto\n  bucket_mb: 1024\n", "t");
+  CHECK(c.comm.backend == "auto");
+  CHECK(c.comm.bucket_mb == 1024.0f);
+  c = cohort::load_config_text("comm:\n  bucket_mb: 1e-6\n", "t");
+  CHECK(c.comm.bucket_mb == 1e-6f);
+  // An integer is a number.
+  c = cohort::load_config_text("comm:\n  bucket_mb: 25\n", "t");
+  CHECK(c.comm.bucket_mb == 25.0f);
+
+  // --set wins over the file, and can repair a refused backend.
+  c = cohort::load_config_text("comm:\n  backend: nccl\n  bucket_mb: 8\n", "t",
+                               {"comm.backend=gloo", "comm.bucket_mb=16"});
+  CHECK(c.comm.backend == "gloo");
+  CHECK(c.comm.bucket_mb == 16.0f);
+
+  // nccl is a config error (usage, exit 2) at the key's own line and column, and names
+  // what to write instead.
+  try {
+    cohort::load_config_text("model:\n  kind: mlp\ncomm:\n  backend: nccl\n", "run.yaml");
+    FAIL("expected a config_error");
+  } catch (const config_error& e) {
+    CHECK(e.exit_status() == cohort::exit_usage);
+    REQUIRE(e.issues().size() == 1);
+    CHECK(e.issues()[0].format() ==
+          "run.yaml:4:12: comm.backend: nccl needs the workers' model on a GPU; training runs on "
+          "the CPU in this version (use auto or gloo)");
+  }
+  // A broken bucket_mb next to nccl: both are reported, each at its own line.
+  const auto both = issues_of("comm:\n  backend: nccl\n  bucket_mb: 0\n");
+  CAPTURE(all_text(both));
+  REQUIRE(both.size() == 2);
+  CHECK(both[0].line == 2);
+  CHECK(both[0].key == "comm.backend");
+  CHECK(both[1].line == 3);
+  CHECK(both[1].key == "comm.bucket_mb");
+
+  // The keys enter the dump and therefore the hash.
+  const config a = cohort::load_config_text("comm:\n  bucket_mb: 4\n", "a");
+  const config b = cohort::load_config_text("comm:\n  bucket_mb: 8\n", "a");
+  const config g = cohort::load_config_text("comm:\n  backend: gloo\n", "a");
+  CHECK(cohort::dump_config(a).find("comm:\n  backend: auto\n  bucket_mb: 4.0\n") !=
+        std::string::npos);
+  CHECK(cohort::config_hash(a) != cohort::config_hash(b));
+  CHECK(cohort::config_hash(a) != cohort::config_hash(g));
 }
 
 TEST_CASE("config_hash is the SHA-256 of the dump") {
@@ -934,7 +1103,7 @@ TEST_CASE("configs/reference.yaml is the generated reference and holds every key
     }
     previous = line;
   }
-  CHECK(keys == 39);
+  CHECK(keys == 41);
 }
 
 TEST_CASE("docs/config.md holds the generated key table") {
