@@ -47,6 +47,40 @@ void answer_waiter(self_ptr self, const net::kv::reply& r) {
   st.kv_waiters.erase(it);
 }
 
+double now_s(self_ptr self) {
+  return std::chrono::duration<double>(now(self).time_since_epoch()).count();
+}
+
+void do_stop(self_ptr self, const std::string& reason);
+bool adopt(self_ptr self, mb::decision&& d);
+void on_new_generation(self_ptr self);
+
+// Sends what the job decided, tells the host, and acts on an abort (new generation) or the
+// end of the job (stop the cluster).
+void run_job(self_ptr self, job_actions a) {
+  auto& st = self->state;
+  if (!st.opts.job) return;
+  for (auto& s : a.sends) {
+    auto it = st.peer_of.find(s.to);
+    if (it != st.peer_of.end()) send(self, it->second, s.m);
+  }
+  st.step = st.opts.job->next_step();
+  if (st.opts.on_job) st.opts.on_job(a, *st.opts.job);
+  if (!a.failed.empty()) {
+    spdlog::error("coordinator: training failed: {}", a.failed);
+    do_stop(self, "training failed: " + a.failed);
+    return;
+  }
+  if (a.finished) {
+    do_stop(self, "training complete");
+    return;
+  }
+  if (!a.bump.empty() && !st.stopping) {
+    adopt(self, mb::bump_generation(st.roster, a.bump));
+    on_new_generation(self);
+  }
+}
+
 void on_new_generation(self_ptr self) {
   auto& st = self->state;
   net::roster_update ru;
@@ -59,6 +93,8 @@ void on_new_generation(self_ptr self) {
   }
   spdlog::info("coordinator: generation {} with {} member(s)", st.roster.generation,
                st.roster.members.size());
+  if (st.opts.job && !st.stopping)
+    run_job(self, st.opts.job->on_generation(st.roster, now_s(self)));
 }
 
 // Adopts a decision's roster; true when the generation grew (caller then broadcasts, after
@@ -122,6 +158,7 @@ void on_register(self_ptr self, const std::string& peer, const net::register_req
   st.member_at[peer] = id;
   grew |= adopt(self, std::move(d));
   send(self, peer, ok_for(self, st.roster.find(id)));
+  if (st.opts.job) send(self, peer, st.opts.job->spec());
   if (grew) on_new_generation(self);
 }
 
@@ -240,6 +277,19 @@ void on_inbound(self_ptr self, const std::string& peer, const net::message& m) {
         } else if constexpr (std::is_same_v<T, net::kv_set> || std::is_same_v<T, net::kv_get> ||
                              std::is_same_v<T, net::kv_wait>) {
           on_kv(self, peer, m);
+        } else if constexpr (std::is_same_v<T, net::worker_ready> ||
+                             std::is_same_v<T, net::step_vote> ||
+                             std::is_same_v<T, net::train_report>) {
+          // Only the socket that registered a member speaks for it.
+          auto it = st.peer_of.find(x.member_id);
+          if (!st.opts.job || st.stopping || it == st.peer_of.end() || it->second != peer) return;
+          if constexpr (std::is_same_v<T, net::worker_ready>) {
+            run_job(self, st.opts.job->on_ready(st.roster, x, now_s(self)));
+          } else if constexpr (std::is_same_v<T, net::step_vote>) {
+            run_job(self, st.opts.job->on_vote(st.roster, x, now_s(self)));
+          } else {
+            run_job(self, st.opts.job->on_report(st.roster, x, now_s(self)));
+          }
         } else if constexpr (std::is_same_v<T, net::ping>) {
           send(self, peer, net::pong{x.seq, x.sent_ns});
         } else if constexpr (std::is_same_v<T, net::pong>) {

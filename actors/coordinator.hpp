@@ -1,7 +1,8 @@
 // The coordinator actor (roster, heartbeat monitor, rendezvous store, status, stop, ping
-// benchmark) and coordinator_node, which wires it to a ROUTER zmq_bridge in one process.
-// Membership and store decisions are runtime/net's pure functions; this file only keeps
-// their state, reads the clock and sends what they decide. Training steps are not here yet.
+// benchmark, training steps) and coordinator_node, which wires it to a ROUTER zmq_bridge in
+// one process. Membership, store and step decisions are pure functions (runtime/net,
+// actors/training_job.hpp); this file only keeps their state, reads the clock and sends
+// what they decide.
 #pragma once
 #include <atomic>
 #include <caf/all.hpp>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "actors/messages.hpp"
+#include "actors/training_job.hpp"
 #include "runtime/net/kv_store.hpp"
 #include "runtime/net/membership.hpp"
 #include "runtime/net/protocol.hpp"
@@ -41,6 +43,11 @@ struct coordinator_options {
   mb::options membership;
   net::kv::options kv;
   int tick_ms = 25;  ///< period of check_timeouts and store expiry
+  /// The training job; null: control plane only (no job is sent to workers).
+  std::shared_ptr<training_job> job;
+  /// Called on the actor's thread after every job event (progress, notes, the end); when
+  /// actions.finished or actions.failed is set the coordinator stops the cluster right after.
+  std::function<void(const job_actions&, const training_job&)> on_job;
 };
 
 /// Options from a resolved config: fault_tolerance.* and parallel.*; tick = heartbeat / 2.
@@ -71,7 +78,7 @@ struct coordinator_state {
   std::unordered_set<std::string> clients;                   ///< ctl / launch / bench peers
   std::unordered_map<uint64_t, kv_waiter> kv_waiters;        ///< store request id -> requester
   uint64_t next_kv_id = 1;
-  int64_t step = 0;  ///< training step; 0 until training runs on the actors
+  int64_t step = 0;  ///< next training step (the job's), 0 without a job
   bool stopping = false;
   std::unique_ptr<bench_run> bench;
 };

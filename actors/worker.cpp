@@ -22,6 +22,12 @@ void finish(self_ptr self, int code) {
   if (st.ph == worker_state::phase::done) return;
   st.ph = worker_state::phase::done;
   st.shared->member_id = 0;
+  if (st.group) {
+    // A collective the group is blocked in returns at once; then the group ends.
+    st.group_shared->abort_all();
+    self->send_exit(st.group, caf::exit_reason::user_shutdown);
+    st.group = nullptr;
+  }
   if (st.io.on_exit) st.io.on_exit(code);
   self->quit();
 }
@@ -47,6 +53,8 @@ void rejoin(self_ptr self) {
   st.at = net::coords{};
   st.roster.clear();
   st.shared->generation = 0;
+  // Whatever the group is doing belongs to a generation that no longer includes us.
+  st.group_shared->abort_all();
   start_registration(self);
 }
 
@@ -64,6 +72,37 @@ void adopt_roster(self_ptr self, const net::roster_update& ru) {
   }
   spdlog::info("worker {}: generation {} ({} members), rank {}", st.opts.name, st.generation,
                st.roster.size(), st.rank);
+  // A collective of an older generation can never complete now: fail it at once.
+  st.group_shared->abort_below(st.generation);
+}
+
+void on_job(self_ptr self, const net::job_spec& spec) {
+  auto& st = self->state;
+  if (!st.io.kv_call) {
+    spdlog::warn("worker {}: ignoring a job: this worker has no data plane", st.opts.name);
+    return;
+  }
+  if (!st.group) {
+    dp_group_io gio;
+    gio.send = st.io.send;
+    gio.kv_call = st.io.kv_call;
+    caf::actor me = caf::actor_cast<caf::actor>(self);
+    gio.fatal = [me](const std::string& why) { caf::anon_send(me, co_fatal_atom::value, why); };
+    st.group = self->spawn<caf::detached>(dp_group_actor, gio, st.group_shared);
+  }
+  self->send(st.group, co_job_atom::value, spec, st.member_id, st.generation);
+}
+
+void on_step_open(self_ptr self, const net::step_open& o) {
+  auto& st = self->state;
+  if (!st.group) return;
+  // The coordinator sends the roster of a generation before any step of it.
+  int32_t rank = -1;
+  if (o.generation == st.generation) {
+    for (const auto& m : st.roster)
+      if (m.member_id == st.member_id) rank = m.rank;
+  }
+  self->send(st.group, co_open_atom::value, o, st.member_id, rank);
 }
 
 void on_inbound(self_ptr self, const net::message& m) {
@@ -109,6 +148,13 @@ void on_inbound(self_ptr self, const net::message& m) {
           finish(self, 0);
         } else if constexpr (std::is_same_v<T, net::ping>) {
           st.io.send(net::pong{x.seq, x.sent_ns});
+        } else if constexpr (std::is_same_v<T, net::job_spec>) {
+          if (st.ph == worker_state::phase::active) on_job(self, x);
+        } else if constexpr (std::is_same_v<T, net::step_open>) {
+          if (st.ph == worker_state::phase::active) on_step_open(self, x);
+        } else if constexpr (std::is_same_v<T, net::step_result>) {
+          if (st.ph == worker_state::phase::active && st.group)
+            self->send(st.group, co_res_atom::value, x);
         } else {
           // kv replies and the rest belong to parts (communicators) not built yet.
         }
@@ -141,6 +187,10 @@ caf::behavior worker_actor(caf::stateful_actor<worker_state>* self, worker_optio
                       self->state.opts.coordinator_timeout_ms);
         finish(self, 1);
       },
+      [=](co_fatal_atom, const std::string& why) {
+        spdlog::error("worker {}: {}", self->state.opts.name, why);
+        finish(self, 1);
+      },
       [=](co_regto_atom, uint64_t incarnation) {
         auto& st = self->state;
         if (st.ph != worker_state::phase::registering || incarnation != st.incarnation) return;
@@ -161,6 +211,9 @@ worker_node::worker_node(const std::string& endpoint, worker_options opts, size_
     if (auto* b = out_.load()) b->send(std::string(), m);
   };
   io.on_exit = [this](int code) { exit_code_ = code; };
+  io.kv_call = [this](net::message req, std::chrono::milliseconds timeout) {
+    return kv_call(std::move(req), timeout);
+  };
   actor_ = system_->spawn(worker_actor, opts, io, shared_);
   actor_->attach_functor([this](const caf::error&) {
     done_ = true;

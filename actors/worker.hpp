@@ -1,6 +1,7 @@
 // The worker actor (registration, generation tracking, rejoin after being declared dead,
 // stop, ping) and worker_node, which wires it to a DEALER zmq_bridge plus the heartbeat
-// thread. Training (stage_worker, allreduce_group) is not here yet.
+// thread. Training runs in the allreduce_group actor (dp_group.hpp), which this actor
+// spawns when the coordinator sends a job and forwards step messages to.
 //
 // Worker states:
 //
@@ -26,6 +27,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "actors/dp_group.hpp"
 #include "actors/messages.hpp"
 #include "runtime/net/protocol.hpp"
 #include "runtime/net/zmq_bridge.hpp"
@@ -36,6 +38,9 @@ namespace cohort::actors {
 struct worker_io {
   std::function<void(const net::message& m)> send;  ///< to the coordinator
   std::function<void(int exit_code)> on_exit;       ///< called once, just before quitting
+  /// Rendezvous-store call for the training group (worker_node::kv_call); empty: the worker
+  /// cannot train (control-plane tests).
+  std::function<net::kv_reply(net::message, std::chrono::milliseconds)> kv_call;
 };
 
 /// State the actor shares with the heartbeat thread and the bridge thread. Heartbeats must
@@ -69,6 +74,8 @@ struct worker_state {
   net::coords at;
   std::vector<net::member_info> roster;  ///< of `generation`
   int registrations = 0;                 ///< successful registrations (1 + rejoins)
+  caf::actor group;                      ///< the allreduce_group, once a job arrived
+  std::shared_ptr<dp_group_shared> group_shared = std::make_shared<dp_group_shared>();
 };
 
 /// The worker actor. Messages it handles:
@@ -77,6 +84,7 @@ struct worker_state {
 ///   (co_leave)                   leave gracefully (SIGTERM) and exit 0
 ///   (co_lost)                    the heartbeat thread heard nothing for too long: exit 1
 ///   (co_regto, incarnation)      registration attempt timed out: exit 1
+///   (co_fatal, why)              the training group cannot run the job: exit 1
 caf::behavior worker_actor(caf::stateful_actor<worker_state>* self, worker_options opts,
                            worker_io io, std::shared_ptr<worker_shared> shared);
 

@@ -1,6 +1,12 @@
-// `cohort coordinator [--config CFG] [--set k=v ...] [--bind EP]`: runs the coordinator
-// (actor + ROUTER bridge) until `cohort ctl stop`, SIGINT or SIGTERM. The first stdout line
-// is the endpoint it bound; launchers and scripts read it. Logs go to stderr.
+// `cohort coordinator [--config CFG] [--set k=v ...] [--bind EP] [--summary PATH]`: runs the
+// coordinator (actor + ROUTER bridge) and the config's training job: once cluster.workers
+// workers have joined it runs train.steps steps on them, shows progress, prints the final
+// evaluation, writes the summary and stops the cluster. With --control-only it runs the
+// control plane alone until `cohort ctl stop`, SIGINT or SIGTERM. The first stdout line is
+// the endpoint it bound; launchers and scripts read it. Logs and progress go to stderr.
+#include <spdlog/spdlog.h>
+
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <memory>
@@ -9,16 +15,54 @@
 
 #include "actors/coordinator.hpp"
 #include "actors/process.hpp"
+#include "runtime/core/atomic_file.hpp"
 #include "runtime/core/config.hpp"
+#include "runtime/core/error.hpp"
 #include "tools/commands.hpp"
+#include "tools/progress.hpp"
 
 namespace cohort::cli {
+
+namespace {
+
+// The end of a run, on stdout: what `cohort train` prints, plus the time split per worker.
+void print_job_result(const nlohmann::json& j, bool lm) {
+  std::printf("final: train loss %.4f", j.value("final_loss", 0.0));
+  if (j.contains("eval")) {
+    std::printf(" | eval loss %.4f", j["eval"].value("loss", 0.0));
+    if (!lm) std::printf(" | eval accuracy %.4f", j["eval"].value("accuracy", 0.0));
+  }
+  const auto& tp = j["throughput"];
+  std::printf(" | %.0f %s | dp %d | %d aborted step(s)", tp.begin().value().get<double>(),
+              lm ? "tokens/s" : "samples/s", j.value("dp", 0), j.value("aborted_steps", 0));
+  if (j.contains("checkpoint"))
+    std::printf(" | checkpoint %s", j["checkpoint"].get<std::string>().c_str());
+  std::printf("\n");
+  std::printf("%-12s %6s %10s %12s %10s %10s %8s %12s\n", "worker", "steps", "compute_s",
+              "comm_wait_s", "setup_s", "idle_s", "overlap", "MB_sent");
+  for (const auto& w : j["workers"]) {
+    std::printf("%-12s %6lld %10.2f %12.2f %10.2f %10.2f %8.2f %12.1f\n",
+                w["name"].get<std::string>().c_str(), w["steps"].get<long long>(),
+                w["compute_s"].get<double>(), w["comm_wait_s"].get<double>(),
+                w["setup_s"].get<double>(), w["idle_s"].get<double>(), w["overlap"].get<double>(),
+                w["bytes_sent"].get<double>() / 1e6);
+  }
+  std::printf("params_sha256 %s (%s across workers)\n",
+              j["params_sha256"].get<std::string>().c_str(),
+              j.value("params_consistent", false) ? "identical" : "DIFFERENT");
+  std::fflush(stdout);
+}
+
+}  // namespace
 
 void add_coordinator(CLI::App& app, int* rc) {
   struct options {
     std::string config_path;
     std::vector<std::string> overrides;
     std::string bind;
+    std::string summary;
+    bool control_only = false;
+    bool quiet = false;
   };
   auto opt = std::make_shared<options>();
   CLI::App* cmd = app.add_subcommand(
@@ -35,20 +79,66 @@ void add_coordinator(CLI::App& app, int* rc) {
                   "ZeroMQ endpoint to bind (default: control.bind, tcp://127.0.0.1:0 = any "
                   "free port)")
       ->type_name("EP");
+  cmd->add_option("--summary", opt->summary,
+                  "Write the run's JSON summary (cohort train's keys plus per-worker time split, "
+                  "bytes and overlap) to PATH when training ends")
+      ->type_name("PATH");
+  cmd->add_flag("--control-only", opt->control_only,
+                "Run the control plane only: no training job is sent to workers");
+  cmd->add_flag("-q,--quiet", opt->quiet, "no progress lines");
   cmd->callback([opt, rc] {
     const config c = opt->config_path.empty() ? load_config_text("{}", "<defaults>", opt->overrides)
                                               : load_config(opt->config_path, opt->overrides);
     // Before any thread exists, so only the watcher below ever sees SIGINT / SIGTERM.
     actors::block_termination_signals();
     actors::log_to_stderr();
-    actors::coordinator_node node(actors::coordinator_options_from(c),
-                                  opt->bind.empty() ? c.control.bind : opt->bind,
+    actors::coordinator_options co = actors::coordinator_options_from(c);
+    std::string failure;
+    std::unique_ptr<progress_line> progress;
+    const auto t0 = std::chrono::steady_clock::now();
+    if (!opt->control_only) {
+      co.job = std::make_shared<actors::training_job>(c, dump_config(c));
+      const bool lm = c.model.kind == "gpt";
+      progress = std::make_unique<progress_line>(c.train.steps, lm ? "tok/s" : "samples/s",
+                                                 opt->quiet, c.train.log_every);
+      std::fprintf(stderr,
+                   "coordinator: job %s, %lld steps of %d samples over %d worker(s), %s, "
+                   "comm %s (buckets of %g MiB)\n",
+                   c.model.kind.c_str(), static_cast<long long>(c.train.steps),
+                   c.train.global_batch, c.cluster.workers, c.train.determinism.c_str(),
+                   c.comm.backend.c_str(), static_cast<double>(c.comm.bucket_mb));
+      co.on_job = [&, lm](const actors::job_actions& a, const actors::training_job& job) {
+        for (const auto& n : a.notes) progress->note("coordinator: " + n);
+        if (a.committed) progress->update(a.step, a.loss, a.rate);
+        if (!a.failed.empty()) failure = a.failed;
+        if (!a.finished) return;
+        progress->finish();
+        const double wall =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        const nlohmann::json j = job.summary(wall);
+        print_job_result(j, lm);
+        if (!opt->summary.empty()) {
+          try {
+            write_file_atomic(opt->summary, j.dump(2) + "\n");
+          } catch (const std::exception& e) {
+            spdlog::error("coordinator: cannot write the summary: {}", e.what());
+            failure = e.what();
+          }
+        }
+      };
+    }
+    actors::coordinator_node node(co, opt->bind.empty() ? c.control.bind : opt->bind,
                                   static_cast<size_t>(c.control.max_message_bytes));
     std::printf("coordinator listening on %s\n", node.endpoint().c_str());
     std::fflush(stdout);
     actors::signal_watcher signals(
         [&node](int sig) { node.request_stop(sig == SIGINT ? "SIGINT" : "SIGTERM"); });
     node.wait();
+    if (!failure.empty()) {
+      std::fprintf(stderr, "error: training failed: %s\n", failure.c_str());
+      *rc = exit_runtime;
+      return;
+    }
     *rc = exit_ok;
   });
 }

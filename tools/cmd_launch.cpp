@@ -1,6 +1,8 @@
-// `cohort launch CFG [--set k=v ...]`: supervises one local cluster: a coordinator and
-// cluster.workers worker processes (this binary, re-executed). Tells the coordinator at once
-// when a child exits, and on SIGINT / SIGTERM stops everything, leaving no child behind.
+// `cohort launch CFG [--set k=v ...] [--summary PATH]`: supervises one local cluster: a
+// coordinator (which runs the training job) and cluster.workers worker processes (this
+// binary, re-executed). Tells the coordinator at once when a child exits, returns the
+// coordinator's exit code once training ends, and on SIGINT / SIGTERM stops everything,
+// leaving no child behind.
 // Single-threaded: one poll() over a signal pipe and the coordinator's stdout.
 #include <fcntl.h>
 #include <poll.h>
@@ -13,6 +15,7 @@
 #include <cstdio>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,6 +35,9 @@ struct launch_options {
   std::string config_path;
   std::vector<std::string> overrides;
   std::string bind;
+  std::string summary;
+  bool control_only = false;
+  bool quiet = false;
   int stop_timeout_ms = 5000;
 };
 
@@ -60,6 +66,9 @@ class launcher {
     std::vector<std::string> args{"coordinator", "--config", opt_.config_path};
     for (const auto& s : opt_.overrides) args.insert(args.end(), {"--set", s});
     args.insert(args.end(), {"--bind", opt_.bind.empty() ? cfg_.control.bind : opt_.bind});
+    if (!opt_.summary.empty()) args.insert(args.end(), {"--summary", opt_.summary});
+    if (opt_.control_only) args.push_back("--control-only");
+    if (opt_.quiet) args.push_back("--quiet");
     const pid_t cpid = actors::spawn_self(args, fds[1]);
     close(fds[1]);
     children_[cpid] = child{"coordinator", true};
@@ -81,10 +90,17 @@ class launcher {
       children_[pid] = child{name, false};
       std::printf("launch: started %s (pid %d)\n", name.c_str(), static_cast<int>(pid));
     }
-    std::printf(
-        "launch: %d worker(s) started; the cluster runs until stopped (Ctrl-C, SIGTERM or "
-        "`cohort ctl --coordinator %s stop`)\n",
-        cfg_.cluster.workers, endpoint_.c_str());
+    if (opt_.control_only) {
+      std::printf(
+          "launch: %d worker(s) started; the cluster runs until stopped (Ctrl-C, SIGTERM or "
+          "`cohort ctl --coordinator %s stop`)\n",
+          cfg_.cluster.workers, endpoint_.c_str());
+    } else {
+      std::printf(
+          "launch: %d worker(s) started; training runs until train.steps, then everything "
+          "exits (Ctrl-C, SIGTERM or `cohort ctl --coordinator %s stop` stop it early)\n",
+          cfg_.cluster.workers, endpoint_.c_str());
+    }
     std::fflush(stdout);
     return finish();
   }
@@ -120,6 +136,10 @@ class launcher {
     auto next_status = clock_type::now();
     while (!children_.empty()) {
       step(milliseconds(100));
+      if (term_at_ && clock_type::now() >= *term_at_) {
+        for (const auto& [pid, c] : children_) kill(pid, SIGTERM);
+        term_at_.reset();
+      }
       if (stopping_ && clock_type::now() >= kill_at_) {
         // The backstop: whoever ignored stop and SIGTERM gets SIGKILL.
         for (const auto& [pid, c] : children_) kill(pid, SIGKILL);
@@ -192,9 +212,14 @@ class launcher {
       std::fflush(stdout);
       if (c.coordinator) {
         if (code != 0) rc_ = exit_runtime;
-        // Without a coordinator the workers cannot do anything useful.
+        // Without a coordinator the workers cannot do anything useful. After a clean end
+        // they already got `stop` and exit on their own; otherwise they are told now.
         begin_stop("coordinator exited");
-        for (const auto& [wpid, w] : children_) kill(wpid, SIGTERM);
+        if (code != 0) {
+          for (const auto& [wpid, w] : children_) kill(wpid, SIGTERM);
+        } else {
+          term_at_ = clock_type::now() + milliseconds(2000);
+        }
       } else {
         // Faster than any heartbeat timeout: the coordinator hears it now.
         if (client_ && coordinator_running()) {
@@ -258,6 +283,7 @@ class launcher {
   std::unique_ptr<net::sync_client> client_;
   bool stopping_ = false;
   clock_type::time_point kill_at_{};
+  std::optional<clock_type::time_point> term_at_;  // SIGTERM to workers that outlive it
   int rc_ = exit_ok;
   uint64_t status_seq_ = 0;
   uint64_t generation_ = 0;
@@ -270,14 +296,23 @@ void add_launch(CLI::App& app, int* rc) {
   auto opt = std::make_shared<launch_options>();
   CLI::App* cmd = app.add_subcommand(
       "launch",
-      "Start a coordinator and cluster.workers local workers, show their registration, tell "
-      "the coordinator at once when a worker exits, and stop everything on Ctrl-C / SIGTERM "
-      "(no child is left behind). Training is not wired to the actors yet: until it is, "
-      "launch runs the cluster until stopped (Ctrl-C, SIGTERM or `cohort ctl stop`).");
+      "Train on one machine: start a coordinator and cluster.workers local worker processes, "
+      "run the config's job on them (data parallel: each worker computes its share of every "
+      "global batch, gradients are summed with Gloo), show progress, evaluate at the end and "
+      "exit. Tells the coordinator at once when a worker exits; stops everything on Ctrl-C / "
+      "SIGTERM (no child is left behind).");
   cmd->add_option("config", opt->config_path, "YAML config")->type_name("CFG")->required();
   add_set_option(*cmd, &opt->overrides);
   cmd->add_option("--bind", opt->bind, "Coordinator endpoint to bind (default: control.bind)")
       ->type_name("EP");
+  cmd->add_option("--summary", opt->summary,
+                  "Write the run's JSON summary to PATH (cohort train's keys plus, per worker, "
+                  "compute / communication wait / idle time, bytes and overlap)")
+      ->type_name("PATH");
+  cmd->add_flag("--control-only", opt->control_only,
+                "Start the cluster without a training job (control plane only) and run until "
+                "stopped");
+  cmd->add_flag("-q,--quiet", opt->quiet, "no progress lines");
   cmd->add_option("--stop-timeout-ms", opt->stop_timeout_ms,
                   "After a stop, children still running this long later are killed")
       ->check(CLI::Range(100, 600 * 1000))

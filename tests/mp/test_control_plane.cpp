@@ -68,7 +68,7 @@ struct cluster {
 
   explicit cluster(std::vector<std::string> extra_sets = {}) {
     const std::string cfg = dir.write("cfg.yaml", three_workers_yaml);
-    std::vector<std::string> args{"coordinator", "--config", cfg};
+    std::vector<std::string> args{"coordinator", "--control-only", "--config", cfg};
     for (const auto& s : timing_sets()) args.push_back(s);
     for (const auto& s : extra_sets) args.push_back(s);
     coordinator = std::make_unique<child_process>(args, dir.path(), "coordinator");
@@ -275,7 +275,7 @@ TEST_CASE("launch: a child's exit reaches the coordinator before any heartbeat t
   temp_dir dir;
   const std::string cfg = dir.write("cfg.yaml", three_workers_yaml);
   // A heartbeat timeout far longer than the bound below: only the exit notice can be fast.
-  std::vector<std::string> args{"launch", cfg};
+  std::vector<std::string> args{"launch", "--control-only", cfg};
   for (const auto& s : timing_sets(50, 20000)) args.push_back(s);
   child_process launch(args, dir.path(), "launch");
   auto ep = launch.wait_line("coordinator listening on ", milliseconds(15000));
@@ -302,7 +302,7 @@ TEST_CASE("launch: a child's exit reaches the coordinator before any heartbeat t
 TEST_CASE("launch + SIGTERM stops everything and leaves no process in its group") {
   temp_dir dir;
   const std::string cfg = dir.write("cfg.yaml", three_workers_yaml);
-  std::vector<std::string> args{"launch", cfg};
+  std::vector<std::string> args{"launch", "--control-only", cfg};
   for (const auto& s : timing_sets()) args.push_back(s);
   child_process launch(args, dir.path(), "launch");
   auto ep = launch.wait_line("coordinator listening on ", milliseconds(15000));

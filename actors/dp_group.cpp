@@ -1,0 +1,369 @@
+// The allreduce_group: one training step as seen by one DP replica (docs/protocol.md,
+// "Training"). Gradients of the step's last micro-batch are handed to the bucket engine
+// block by block while backward goes on below them; the vote goes out only once every
+// bucket is reduced, and the optimizer runs only when the coordinator commits.
+#include "actors/dp_group.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <optional>
+
+#include "actors/remote_kv.hpp"
+#include "runtime/comm/buckets.hpp"
+#include "runtime/comm/comm_error.hpp"
+#include "runtime/comm/factory.hpp"
+#include "runtime/core/config.hpp"
+#include "runtime/core/error.hpp"
+#include "runtime/core/paths.hpp"
+#include "runtime/data/dataset.hpp"
+#include "runtime/train/trainer.hpp"
+
+namespace cohort::actors {
+
+void dp_group_shared::install(comm::communicator* c, uint64_t generation) {
+  std::lock_guard<std::mutex> lock(mu_);
+  comm_ = c;
+  generation_ = generation;
+}
+
+void dp_group_shared::abort_below(uint64_t generation) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (comm_ != nullptr && generation_ < generation) comm_->abort();
+}
+
+void dp_group_shared::abort_all() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (comm_ != nullptr) comm_->abort();
+}
+
+int collective_timeout_ms(int fault_timeout_ms) { return std::max(10000, 20 * fault_timeout_ms); }
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+namespace fs = std::filesystem;
+
+// COHORT_TEST_ABORT_COMM=STEP:RANK (a test aid, docs/data_parallel.md): the worker of that
+// DP rank aborts its own communicator in the middle of that step's backward, once per
+// process, so tests can prove that every worker then aborts the step.
+struct comm_abort_injection {
+  int64_t step = -1;
+  int rank = -1;
+  bool done = false;
+};
+
+comm_abort_injection injection_from_env() {
+  comm_abort_injection in;
+  const char* v = std::getenv("COHORT_TEST_ABORT_COMM");
+  if (v == nullptr) return in;
+  long long step = -1;
+  int rank = -1;
+  if (std::sscanf(v, "%lld:%d", &step, &rank) == 2) {
+    in.step = step;
+    in.rank = rank;
+    spdlog::warn("dp group: COHORT_TEST_ABORT_COMM: rank {} aborts its communicator in step {}",
+                 rank, step);
+  }
+  return in;
+}
+
+uint64_t micros(clock_type::duration d) {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(d).count());
+}
+
+/// The group's state; lives on the group's own thread only.
+struct group {
+  dp_group_io io;
+  std::shared_ptr<dp_group_shared> shared;
+  std::unique_ptr<config> cfg;
+  std::unique_ptr<train::trainer> tr;
+  std::unique_ptr<comm::communicator> comm;
+  std::unique_ptr<comm::bucket_engine> engine;
+  uint64_t comm_generation = 0;
+  int comm_rank = -1, comm_size = 0;
+  int64_t next_step = 0;  ///< first step whose update the parameters lack
+
+  /// Gradients reduced for (generation, step) and waiting for the coordinator's decision.
+  struct pending_step {
+    uint64_t generation = 0;
+    int64_t step = 0;
+    int rank = 0;
+    uint64_t member_id = 0;
+  };
+  std::optional<pending_step> pending;
+
+  net::step_timing total;  ///< whole run
+  int64_t steps_computed = 0;
+  double allreduce_s = 0, wait_s = 0;
+  std::optional<clock_type::time_point> last_end;  ///< end of the last handler (idle clock)
+  comm_abort_injection inject = injection_from_env();
+
+  ~group() { drop_comm(); }
+
+  void drop_comm() {
+    if (comm) comm->abort();
+    engine.reset();  // joins the communication thread (prompt after abort)
+    shared->install(nullptr, 0);
+    comm.reset();
+    comm_generation = 0;
+  }
+
+  // Time between handlers is time spent waiting for the coordinator.
+  void begin_handler() {
+    if (last_end) total.idle_us += micros(clock_type::now() - *last_end);
+  }
+  void end_handler() { last_end = clock_type::now(); }
+
+  void on_job(const net::job_spec& spec, uint64_t member_id, uint64_t generation) {
+    if (!tr) {
+      try {
+        cfg =
+            std::make_unique<config>(load_config_text(spec.config_yaml, "<job from coordinator>"));
+        tr = std::make_unique<train::trainer>(*cfg);
+      } catch (const std::exception& e) {
+        io.fatal(std::string("cannot build the job: ") + e.what());
+        return;
+      }
+      spdlog::info("dp group: model {} with {} parameters, {} micro-batches per step",
+                   cfg->model.kind, tr->model().num_params(), tr->micro_batches());
+    }
+    io.send(net::worker_ready{member_id, generation, next_step});
+  }
+
+  void rebuild(const net::step_open& o, int rank) {
+    drop_comm();
+    remote_kv kv(io.kv_call, o.generation);
+    const int timeout = collective_timeout_ms(cfg->fault_tolerance.timeout_ms);
+    comm::transport_options t;
+    t.group = "dp";
+    comm = comm::make_communicator(cfg->comm.backend, "cpu", kv, rank, o.replicas, o.generation,
+                                   timeout, t);
+    comm_generation = o.generation;
+    comm_rank = rank;
+    comm_size = o.replicas;
+    shared->install(comm.get(), o.generation);
+    engine = std::make_unique<comm::bucket_engine>(
+        *comm, static_cast<std::size_t>(tr->model().num_params()),
+        tr->bitwise() ? comm::grad_type::i64 : comm::grad_type::f32,
+        static_cast<double>(cfg->comm.bucket_mb), 1.0f);
+  }
+
+  // Every member takes the donor's parameters, optimizer state and step counters.
+  void receive_state(int donor, int64_t step) {
+    for (auto& [ptr, n] : tr->state_buffers()) comm->broadcast(ptr, n * sizeof(float), donor);
+    int64_t counters[2] = {tr->optimizer_steps(), step};
+    comm->broadcast(counters, sizeof counters, donor);
+    tr->set_optimizer_steps(counters[0]);
+    next_step = counters[1];
+  }
+
+  void on_open(const net::step_open& o, uint64_t member_id, int rank) {
+    begin_handler();
+    pending.reset();
+    net::step_vote v;
+    v.member_id = member_id;
+    v.generation = o.generation;
+    v.step = o.step;
+    net::step_timing t;
+    try {
+      if (!tr) throw comm::comm_error(comm::comm_failure::invalid, "step", "no model built yet");
+      if (rank < 0 || rank >= o.replicas)
+        throw comm::comm_error(
+            comm::comm_failure::invalid, "step",
+            "this worker has no rank in generation " + std::to_string(o.generation));
+      const auto t0 = clock_type::now();
+      if (!comm || comm->dead() || comm_generation != o.generation || comm_rank != rank ||
+          comm_size != o.replicas) {
+        rebuild(o, rank);
+      }
+      if (o.donor_rank >= 0) receive_state(o.donor_rank, o.step);
+      const auto t1 = clock_type::now();
+      t.setup_us = micros(t1 - t0);
+      if (next_step != o.step)
+        throw comm::comm_error(comm::comm_failure::invalid, "step",
+                               "this worker holds the state of step " + std::to_string(next_step) +
+                                   ", not " + std::to_string(o.step));
+      tr->begin_step();
+      void* buf = tr->reduction_buffer();
+      if (tr->bitwise())
+        engine->begin(static_cast<int64_t*>(buf));
+      else
+        engine->begin(static_cast<float*>(buf));
+      const std::vector<int> micro =
+          train::replica_micro_batches(tr->micro_batches(), o.replicas, rank);
+      double loss_rows = 0;
+      try {
+        const bool abort_here = !inject.done && inject.step == o.step && inject.rank == rank;
+        loss_rows = tr->compute_gradients(o.step, micro,
+                                          [this, abort_here](std::size_t off, std::size_t n) {
+                                            engine->mark_ready(off, n);
+                                            if (abort_here && !inject.done) {
+                                              inject.done = true;
+                                              engine->abort();
+                                            }
+                                          });
+      } catch (const comm::comm_error&) {
+        throw;
+      } catch (const std::exception& e) {
+        engine->abort();  // peers must not wait for buckets that will never come
+        v.fatal = true;
+        throw;
+      }
+      const auto t2 = clock_type::now();
+      const comm::bucket_timing bt = engine->wait_all();
+      t.compute_us = micros(t2 - t1);
+      t.comm_wait_us = micros(clock_type::now() - t2);
+      t.allreduce_us = static_cast<uint64_t>(bt.allreduce_s * 1e6);
+      // Gloo's ring allreduce: each rank sends and receives 2(n-1)/n of the buffer.
+      const double ring = comm_size > 1 ? 2.0 * (comm_size - 1) / comm_size : 0.0;
+      t.bytes_sent = static_cast<uint64_t>(ring * static_cast<double>(bt.bytes));
+      t.bytes_recv = t.bytes_sent;
+      allreduce_s += bt.allreduce_s;
+      wait_s += bt.wait_s;
+      v.ok = true;
+      v.loss_rows = loss_rows;
+      for (int i : micro)
+        v.rows += micro_batch_rows(i, cfg->train.micro_batch, cfg->train.global_batch);
+      pending = pending_step{o.generation, o.step, rank, member_id};
+    } catch (const std::exception& e) {
+      v.ok = false;
+      v.reason = e.what();
+      spdlog::warn("dp group: step {} of generation {} failed here: {}", o.step, o.generation,
+                   e.what());
+      // The communicator is dead after any collective error; drop it now so that nothing
+      // of this generation lingers.
+      drop_comm();
+    }
+    v.timing = t;
+    add(total, t);
+    io.send(v);
+    end_handler();
+  }
+
+  static void add(net::step_timing& a, const net::step_timing& b) {
+    a.compute_us += b.compute_us;
+    a.comm_wait_us += b.comm_wait_us;
+    a.allreduce_us += b.allreduce_us;
+    a.setup_us += b.setup_us;
+    a.bytes_sent += b.bytes_sent;
+    a.bytes_recv += b.bytes_recv;
+  }
+
+  std::string checkpoint_path(int64_t step) const {
+    char name[64];
+    std::snprintf(name, sizeof name, "step_%08lld.safetensors", static_cast<long long>(step));
+    return (fs::path(expand_user(cfg->fault_tolerance.checkpoint_dir)) / name).string();
+  }
+
+  // Rank 0 writes the same checkpoints `cohort train` writes (so either can resume them).
+  std::string checkpoint(int64_t step) {
+    const fs::path dir = expand_user(cfg->fault_tolerance.checkpoint_dir);
+    fs::create_directories(dir);
+    const std::string path = checkpoint_path(step);
+    tr->save_checkpoint(path, step);
+    std::vector<std::pair<int64_t, fs::path>> all;
+    for (const auto& e : fs::directory_iterator(dir)) {
+      const std::string n = e.path().filename().string();
+      if (n.size() == 25 && n.rfind("step_", 0) == 0 && n.find(".safetensors") == 13)
+        all.emplace_back(std::stoll(n.substr(5, 8)), e.path());
+    }
+    std::sort(all.begin(), all.end());
+    for (std::size_t i = 0; i + cfg->fault_tolerance.keep < all.size(); ++i) {
+      std::error_code ec;
+      fs::remove(all[i].second, ec);
+    }
+    return path;
+  }
+
+  void on_result(const net::step_result& r) {
+    begin_handler();
+    if (!pending || pending->generation != r.generation || pending->step != r.step) {
+      end_handler();
+      return;
+    }
+    const pending_step p = *pending;
+    pending.reset();
+    if (!r.commit) {
+      end_handler();
+      return;  // gradients are dropped: begin_step clears them before the retry
+    }
+    const auto t0 = clock_type::now();
+    try {
+      tr->apply_step(r.step);
+    } catch (const std::exception& e) {
+      io.fatal(std::string("applying step ") + std::to_string(r.step) + ": " + e.what());
+      return;
+    }
+    next_step = r.step + 1;
+    ++steps_computed;
+    const int64_t every = cfg->fault_tolerance.checkpoint_every;
+    std::string ckpt;
+    try {
+      if (p.rank == 0 && (next_step == cfg->train.steps || (every > 0 && next_step % every == 0)))
+        ckpt = checkpoint(next_step);
+    } catch (const std::exception& e) {
+      spdlog::error("dp group: checkpoint at step {} failed: {}", next_step, e.what());
+    }
+    total.compute_us += micros(clock_type::now() - t0);
+    const int64_t eval_every = cfg->train.eval_every;
+    if (p.rank == 0 && eval_every > 0 && next_step % eval_every == 0 &&
+        next_step < cfg->train.steps) {
+      // Like `cohort train`: a held-out evaluation now and then, by one replica (all hold
+      // the same parameters); the others wait for it at the next step.
+      const train::evaluation e = tr->evaluate();
+      std::fprintf(stderr, "\neval at step %lld: loss %.4f, accuracy %.4f\n",
+                   static_cast<long long>(next_step), e.loss, e.accuracy);
+    }
+    if (next_step == cfg->train.steps) report(p, ckpt);
+    end_handler();
+  }
+
+  void report(const pending_step& p, const std::string& ckpt) {
+    net::train_report rep;
+    rep.member_id = p.member_id;
+    rep.generation = p.generation;
+    rep.next_step = next_step;
+    rep.params_sha256 = tr->params_sha256();
+    if (p.rank == 0) {
+      const train::evaluation e = tr->evaluate();
+      rep.has_eval = true;
+      rep.eval_loss = e.loss;
+      rep.eval_accuracy = e.accuracy;
+      rep.eval_count = e.count;
+    }
+    rep.steps_computed = steps_computed;
+    rep.overlap = allreduce_s > 0 ? std::clamp(1.0 - wait_s / allreduce_s, 0.0, 1.0) : 1.0;
+    rep.peak_pool_bytes = tr->peak_pool_bytes();
+    rep.checkpoint = ckpt;
+    rep.num_params = tr->model().num_params();
+    rep.timing = total;
+    io.send(rep);
+  }
+};
+
+}  // namespace
+
+caf::behavior dp_group_actor(caf::event_based_actor* self, dp_group_io io,
+                             std::shared_ptr<dp_group_shared> shared) {
+  auto g = std::make_shared<group>();
+  g->io = std::move(io);
+  g->shared = std::move(shared);
+  // The state dies with the behavior (the actor's end), aborting any communicator first.
+  (void)self;
+  return {
+      [g](co_job_atom, const net::job_spec& spec, uint64_t member_id, uint64_t generation) {
+        g->on_job(spec, member_id, generation);
+      },
+      [g](co_open_atom, const net::step_open& o, uint64_t member_id, int32_t rank) {
+        g->on_open(o, member_id, rank);
+      },
+      [g](co_res_atom, const net::step_result& r) { g->on_result(r); },
+  };
+}
+
+}  // namespace cohort::actors

@@ -1,0 +1,77 @@
+// The allreduce_group actor: a worker's seat in its data-parallel group. It owns the
+// trainer (model, data, optimizer), the communicator of the current generation and its
+// bucket engine, and runs on its own thread (a detached CAF actor) because a step blocks
+// for as long as compute and collectives take. The worker actor forwards it the job, step
+// openings and step results; it answers the coordinator directly (ready, vote, report).
+// Decisions about commit and abort are the coordinator's (actors/training_job.hpp).
+#pragma once
+#include <caf/all.hpp>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "actors/messages.hpp"
+#include "runtime/net/protocol.hpp"
+
+namespace cohort::comm {
+class communicator;
+}
+
+namespace cohort::actors {
+
+/// Atoms of the worker -> group protocol.
+using co_job_atom = caf::atom_constant<caf::atom("co_job")>;      ///< (job_spec, member, gen)
+using co_open_atom = caf::atom_constant<caf::atom("co_open")>;    ///< (step_open, member, rank)
+using co_res_atom = caf::atom_constant<caf::atom("co_res")>;      ///< (step_result)
+using co_fatal_atom = caf::atom_constant<caf::atom("co_fatal")>;  ///< group -> worker: (why)
+
+/// What the group needs from its worker process.
+struct dp_group_io {
+  /// To the coordinator (thread-safe).
+  std::function<void(const net::message&)> send;
+  /// Rendezvous-store call through the worker's connection (worker_node::kv_call).
+  std::function<net::kv_reply(net::message, std::chrono::milliseconds)> kv_call;
+  /// The job cannot run in this process (bad config, missing data): the worker exits 1.
+  std::function<void(const std::string& why)> fatal;
+};
+
+/// Shared between the group's thread and the worker actor, so that a newer generation
+/// announced by the coordinator aborts a collective the group is blocked in at once,
+/// instead of waiting for the collective's timeout.
+class dp_group_shared {
+ public:
+  /// Called by the group when it installs (or drops: nullptr) its communicator.
+  void install(comm::communicator* c, uint64_t generation);
+  /// Aborts the installed communicator if it belongs to a generation below `generation`.
+  void abort_below(uint64_t generation);
+  /// Aborts whatever is installed (process exit).
+  void abort_all();
+
+ private:
+  std::mutex mu_;
+  comm::communicator* comm_ = nullptr;
+  uint64_t generation_ = 0;
+};
+
+/// Collective timeout a group uses, from fault_tolerance.timeout_ms: a peer that stops
+/// answering is normally noticed by the coordinator first (which aborts the collective
+/// through dp_group_shared); this bound only catches what the coordinator cannot see, and
+/// must cover compute skew between workers on a loaded machine.
+int collective_timeout_ms(int fault_timeout_ms);
+
+/// The group actor (spawn it detached). Messages:
+///   (co_job, job_spec, member_id, generation)  build the trainer once, answer worker_ready
+///   (co_open, step_open, member_id, rank)      run the step, answer step_vote
+///   (co_res, step_result)                      commit (apply) or abort (drop); after the
+///                                              last step: evaluate (rank 0), report
+caf::behavior dp_group_actor(caf::event_based_actor* self, dp_group_io io,
+                             std::shared_ptr<dp_group_shared> shared);
+
+}  // namespace cohort::actors
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(cohort::net::job_spec)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(cohort::net::step_open)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(cohort::net::step_result)

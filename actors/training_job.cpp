@@ -1,0 +1,256 @@
+// Step protocol decisions (docs/protocol.md, "Training"). Every rule that keeps survivors
+// consistent lives here: a step commits only when every member of its generation voted ok,
+// and any failure aborts it for everyone and moves to a new generation.
+#include "actors/training_job.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "runtime/core/sha256.hpp"
+
+namespace cohort::actors {
+
+namespace {
+
+std::string who(const mb::member& m) { return m.name + " (member " + std::to_string(m.id) + ")"; }
+
+double seconds(uint64_t us) { return static_cast<double>(us) * 1e-6; }
+
+}  // namespace
+
+training_job::training_job(const config& cfg, std::string config_yaml, int64_t start_step)
+    : cfg_(cfg),
+      yaml_(std::move(config_yaml)),
+      hash_(sha256_hex(yaml_)),
+      steps_(cfg.train.steps),
+      next_step_(start_step),
+      start_step_(start_step),
+      units_per_sample_(cfg.model.kind == "gpt" ? cfg.model.context : 1) {
+  finished_ = false;
+}
+
+net::job_spec training_job::spec() const { return net::job_spec{yaml_, hash_}; }
+
+std::optional<std::pair<uint64_t, int64_t>> training_job::open_step() const {
+  if (!open_) return std::nullopt;
+  return std::make_pair(open_->generation, open_->step);
+}
+
+void training_job::abort_open(const mb::roster& r, const std::string& why, job_actions& out) {
+  if (!open_) return;
+  ++aborted_;
+  const net::step_result res{open_->generation, open_->step, false, 0.0, why};
+  for (const auto& [id, ok] : open_->votes) {
+    if (r.find(id) != nullptr) out.sends.push_back({id, res});
+  }
+  out.notes.push_back("step " + std::to_string(open_->step) + " of generation " +
+                      std::to_string(open_->generation) + " aborted: " + why);
+  open_.reset();
+}
+
+job_actions training_job::on_generation(const mb::roster& r, double now_s) {
+  job_actions out;
+  if (finished_) return out;
+  if (open_ && open_->generation < r.generation) {
+    abort_open(r, "the roster moved to generation " + std::to_string(r.generation), out);
+  }
+  last_generation_ = r.generation;
+  for (auto it = ready_.begin(); it != ready_.end();) {
+    it = r.find(it->first) == nullptr ? ready_.erase(it) : std::next(it);
+  }
+  job_actions more = try_open(r, now_s);
+  out.sends.insert(out.sends.end(), more.sends.begin(), more.sends.end());
+  out.notes.insert(out.notes.end(), more.notes.begin(), more.notes.end());
+  out.failed = more.failed;
+  out.finished = more.finished;
+  return out;
+}
+
+job_actions training_job::on_ready(const mb::roster& r, const net::worker_ready& w, double now_s) {
+  if (finished_ || r.find(w.member_id) == nullptr) return {};
+  ready_[w.member_id] = w.next_step;
+  return try_open(r, now_s);
+}
+
+job_actions training_job::try_open(const mb::roster& r, double now_s) {
+  job_actions out;
+  if (finished_ || open_ || next_step_ >= steps_) return out;
+  // A fixed world in this version: every configured worker, alive and built.
+  const int expected = cfg_.cluster.workers;
+  int ready = 0;
+  for (const auto& m : r.members) {
+    if (m.state == mb::member_state::alive && ready_.count(m.id) != 0) ++ready;
+  }
+  if (ready < expected || static_cast<int>(r.members.size()) != ready) {
+    if (!waiting_noted_ && next_step_ > start_step_) {
+      out.notes.push_back("waiting for workers: " + std::to_string(ready) + " of " +
+                          std::to_string(expected) + " ready");
+      waiting_noted_ = true;
+    }
+    return out;
+  }
+  waiting_noted_ = false;
+  // Members behind the job (a worker that rejoined after being declared dead) get the
+  // state of the step from a member that has it, over the new generation's communicator.
+  int donor = -1;
+  bool behind = false;
+  for (const auto& m : r.members) {
+    const int64_t at = ready_[m.id];
+    if (at == next_step_) {
+      if (donor < 0) donor = m.rank;
+    } else {
+      behind = true;
+    }
+  }
+  if (behind && donor < 0) {
+    out.failed = "no live worker holds the training state of step " + std::to_string(next_step_) +
+                 " (every member is behind); restart from a checkpoint";
+    finished_ = true;
+    return out;
+  }
+  if (!behind) donor = -1;
+  open_state o;
+  o.generation = r.generation;
+  o.step = next_step_;
+  for (const auto& m : r.members) o.votes[m.id] = false;
+  replicas_ = static_cast<int>(r.members.size());
+  const net::step_open msg{r.generation, next_step_, replicas_, donor};
+  for (const auto& m : r.members) {
+    out.sends.push_back({m.id, msg});
+    ready_[m.id] = next_step_;  // after the transfer every member holds this step's state
+  }
+  if (donor >= 0) {
+    out.notes.push_back("step " + std::to_string(next_step_) + ": state sent from rank " +
+                        std::to_string(donor) + " to the members behind it");
+  }
+  if (first_open_s_ < 0) first_open_s_ = now_s;
+  open_ = std::move(o);
+  return out;
+}
+
+job_actions training_job::on_vote(const mb::roster& r, const net::step_vote& v, double now_s) {
+  job_actions out;
+  if (!open_ || v.generation != open_->generation || v.step != open_->step) return out;
+  auto it = open_->votes.find(v.member_id);
+  if (it == open_->votes.end() || it->second) return out;
+  const mb::member* m = r.find(v.member_id);
+  if (!v.ok) {
+    const std::string why =
+        (m != nullptr ? who(*m) : "member " + std::to_string(v.member_id)) + " failed: " + v.reason;
+    abort_open(r, why, out);
+    if (v.fatal) {
+      out.failed = "step " + std::to_string(v.step) + ": " + why;
+      finished_ = true;
+      return out;
+    }
+    if (++consecutive_aborts_ > max_consecutive_aborts) {
+      out.failed = "step " + std::to_string(v.step) + " aborted " +
+                   std::to_string(consecutive_aborts_) + " times in a row; last: " + why;
+      finished_ = true;
+      return out;
+    }
+    out.bump = "step " + std::to_string(v.step) + " aborted (" + why + ")";
+    return out;
+  }
+  it->second = true;
+  open_->loss_rows += v.loss_rows;
+  open_->rows += v.rows;
+  for (const auto& [id, ok] : open_->votes) {
+    if (!ok) return out;
+  }
+  // Every member voted ok: commit.
+  const double loss = open_->loss_rows / static_cast<double>(cfg_.train.global_batch);
+  const net::step_result res{open_->generation, open_->step, true, loss, ""};
+  for (const auto& [id, ok] : open_->votes) out.sends.push_back({id, res});
+  next_step_ = open_->step + 1;
+  for (const auto& [id, ok] : open_->votes) {
+    if (ready_.count(id) != 0) ready_[id] = next_step_;
+  }
+  open_.reset();
+  consecutive_aborts_ = 0;
+  last_loss_ = loss;
+  last_commit_s_ = now_s;
+  out.committed = true;
+  out.step = next_step_;
+  out.loss = loss;
+  const double span = now_s - first_open_s_;
+  out.rate = span > 0 ? static_cast<double>(next_step_ - start_step_) * cfg_.train.global_batch *
+                            units_per_sample_ / span
+                      : 0;
+  job_actions more = try_open(r, now_s);
+  out.sends.insert(out.sends.end(), more.sends.begin(), more.sends.end());
+  out.notes.insert(out.notes.end(), more.notes.begin(), more.notes.end());
+  return out;
+}
+
+job_actions training_job::on_report(const mb::roster& r, const net::train_report& rep,
+                                    double /*now_s*/) {
+  job_actions out;
+  const mb::member* m = r.find(rep.member_id);
+  if (finished_ || m == nullptr || next_step_ < steps_ || rep.next_step != steps_) return out;
+  reports_[rep.member_id] = report{m->name, m->rank, rep};
+  for (const auto& mem : r.members) {
+    if (reports_.count(mem.id) == 0) return out;
+  }
+  finished_ = true;
+  out.finished = true;
+  return out;
+}
+
+nlohmann::json training_job::summary(double wall_s) const {
+  nlohmann::json j;
+  const bool lm = units_per_sample_ > 1;
+  j["steps_completed"] = next_step_;
+  j["final_loss"] = last_loss_;
+  std::string hash;
+  bool consistent = true;
+  nlohmann::json workers = nlohmann::json::array();
+  double compute_s = 0;
+  for (const auto& [id, rep] : reports_) {
+    const auto& r = rep.r;
+    if (r.has_eval) {
+      j["eval"] = {{"loss", r.eval_loss}, {"count", r.eval_count}};
+      if (!lm) j["eval"]["accuracy"] = r.eval_accuracy;
+    }
+    if (!r.checkpoint.empty()) j["checkpoint"] = r.checkpoint;
+    if (hash.empty()) hash = r.params_sha256;
+    consistent = consistent && hash == r.params_sha256;
+    j["num_params"] = r.num_params;
+    const auto& t = r.timing;
+    compute_s = std::max(compute_s, seconds(t.compute_us));
+    workers.push_back({{"name", rep.name},
+                       {"member_id", id},
+                       {"rank", rep.rank},
+                       {"steps", r.steps_computed},
+                       {"compute_s", seconds(t.compute_us)},
+                       {"comm_wait_s", seconds(t.comm_wait_us)},
+                       {"allreduce_s", seconds(t.allreduce_us)},
+                       {"setup_s", seconds(t.setup_us)},
+                       {"idle_s", seconds(t.idle_us)},
+                       {"bytes_sent", t.bytes_sent},
+                       {"bytes_received", t.bytes_recv},
+                       {"overlap", r.overlap},
+                       {"peak_pool_bytes", r.peak_pool_bytes},
+                       {"params_sha256", r.params_sha256}});
+  }
+  j["params_sha256"] = hash;
+  j["params_consistent"] = consistent;
+  const double units =
+      static_cast<double>(next_step_ - start_step_) * cfg_.train.global_batch * units_per_sample_;
+  const double train_s = last_commit_s_ - first_open_s_;
+  j["throughput"] = {{lm ? "tokens_per_s" : "samples_per_s", train_s > 0 ? units / train_s : 0.0}};
+  int64_t peak = 0;
+  for (const auto& [id, rep] : reports_) peak = std::max(peak, rep.r.peak_pool_bytes);
+  j["memory"] = {{"peak_pool_bytes", peak}};
+  j["wall_s"] = wall_s;
+  j["model"] = cfg_.model.kind;
+  j["config_hash"] = config_hash(cfg_);
+  j["dp"] = replicas_;
+  j["determinism"] = cfg_.train.determinism;
+  j["aborted_steps"] = aborted_;
+  j["generation"] = last_generation_;
+  j["workers"] = workers;
+  return j;
+}
+
+}  // namespace cohort::actors

@@ -1,0 +1,112 @@
+// The coordinator's side of data-parallel training: when a step opens, what the votes
+// decide (commit only when every member of the generation voted ok, otherwise abort and
+// a new generation), which member donates state to one that is behind, and the run's
+// summary. Pure: no clock, no sockets, no CAF. The coordinator actor feeds it events with
+// the current roster and the time, and sends what it returns.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "runtime/core/config.hpp"
+#include "runtime/net/membership.hpp"
+#include "runtime/net/protocol.hpp"
+
+namespace cohort::actors {
+
+namespace mb = net::membership;
+
+/// One message for one member.
+struct job_send {
+  mb::member_id to = 0;
+  net::message m;
+};
+
+/// What the coordinator must do after an event.
+struct job_actions {
+  std::vector<job_send> sends;
+  /// Non-empty: a step was aborted; bump the generation with this reason (survivors
+  /// rebuild their communicators and run the step again).
+  std::string bump;
+  std::vector<std::string> notes;  ///< lines for the operator (aborts, waits, donors)
+  bool committed = false;          ///< a step committed: step / loss / rate below are set
+  int64_t step = 0;                ///< the committed step + 1 (steps done)
+  double loss = 0;                 ///< its mean loss over the global batch
+  double rate = 0;                 ///< samples (or tokens) per second since the first step
+  bool finished = false;           ///< every report is in: write the summary and stop
+  std::string failed;              ///< non-empty: the job cannot go on (why); stop, exit 1
+};
+
+class training_job {
+ public:
+  /// `config_yaml` is what workers receive (dump_config of `cfg`). Training starts at
+  /// `start_step` (0, or a resumed checkpoint's step).
+  training_job(const config& cfg, std::string config_yaml, int64_t start_step = 0);
+
+  /// What every new worker is sent after register_ok.
+  net::job_spec spec() const;
+
+  /// The roster moved to a new generation: an open step of an older one is aborted (its
+  /// members are told), departed members are forgotten, and a step opens if it can.
+  job_actions on_generation(const mb::roster& r, double now_s);
+  /// A worker built its model and stands at a step boundary.
+  job_actions on_ready(const mb::roster& r, const net::worker_ready& w, double now_s);
+  /// A vote for the open step (stale votes of older generations or steps are ignored).
+  job_actions on_vote(const mb::roster& r, const net::step_vote& v, double now_s);
+  /// A worker's final report after the last step.
+  job_actions on_report(const mb::roster& r, const net::train_report& rep, double now_s);
+
+  int64_t next_step() const { return next_step_; }
+  int64_t steps() const { return steps_; }
+  bool finished() const { return finished_; }
+  int aborted_steps() const { return aborted_; }
+  /// The generation and step open now, if any.
+  std::optional<std::pair<uint64_t, int64_t>> open_step() const;
+
+  /// The run as JSON: cohort train's summary keys plus per-worker time split, bytes,
+  /// overlap, the DP size and the number of aborted steps. Valid once finished().
+  nlohmann::json summary(double wall_s) const;
+
+ private:
+  struct open_state {
+    uint64_t generation = 0;
+    int64_t step = 0;
+    std::map<mb::member_id, bool> votes;  ///< members expected; true once voted ok
+    double loss_rows = 0;
+    int64_t rows = 0;
+  };
+  struct report {
+    std::string name;
+    int rank = -1;
+    net::train_report r;
+  };
+
+  job_actions try_open(const mb::roster& r, double now_s);
+  void abort_open(const mb::roster& r, const std::string& why, job_actions& out);
+
+  config cfg_;
+  std::string yaml_;
+  std::string hash_;
+  int64_t steps_ = 0;
+  int64_t next_step_ = 0;
+  int64_t start_step_ = 0;
+  int64_t units_per_sample_ = 1;            ///< tokens per sample for a language model, else 1
+  std::map<mb::member_id, int64_t> ready_;  ///< member -> first step its state lacks
+  std::optional<open_state> open_;
+  uint64_t last_generation_ = 0;
+  int replicas_ = 0;
+  int aborted_ = 0;
+  static constexpr int max_consecutive_aborts = 50;
+  int consecutive_aborts_ = 0;
+  double first_open_s_ = -1;
+  double last_commit_s_ = 0;
+  double last_loss_ = 0;
+  bool waiting_noted_ = false;
+  std::map<mb::member_id, report> reports_;
+  bool finished_ = false;
+};
+
+}  // namespace cohort::actors
