@@ -19,6 +19,7 @@ void add_bench_control(CLI::App& bench, int* rc);
 void add_bench_train(CLI::App& bench, int* rc);
 /// `cohort bench allreduce`: cohort's allreduce path vs raw Gloo across N local processes.
 void add_bench_allreduce(CLI::App& bench, int* rc);
+void add_bench_dp(CLI::App& bench, int* rc);
 
 /// Adds the shared `--set dotted.key=value` option (repeatable) to a subcommand.
 void add_set_option(CLI::App& cmd, std::vector<std::string>* overrides);

@@ -1,0 +1,160 @@
+// `cohort bench dp CFG [--workers 1,2] [--batch B] [--steps S] [--bucket-mb MB] [--json]`:
+// weak scaling of data-parallel training. For each worker count N it runs `cohort launch`
+// (this binary) with N workers, each computing B samples per step (global batch N*B, one
+// micro-batch per worker), and reports the step time, its ratio to the first N's step time
+// measured in the same run, and the per-step time split and overlap fraction the workers
+// report. Owns the driving and the table; the numbers come from the launch summaries.
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "actors/process.hpp"
+#include "runtime/core/config.hpp"
+#include "runtime/core/error.hpp"
+#include "tools/commands.hpp"
+
+namespace cohort::cli {
+
+namespace {
+
+struct bench_dp_options {
+  std::string config;
+  std::vector<int> workers{1, 2};
+  int batch = 0;  // per worker; 0: the config's micro_batch
+  int64_t steps = 200;
+  double bucket_mb = 0;  // 0: the config's comm.bucket_mb
+  std::vector<std::string> overrides;
+  bool json = false;
+};
+
+struct dp_point {
+  int workers = 0;
+  double step_ms = 0;
+  double compute_ms = 0, comm_wait_ms = 0, allreduce_ms = 0, idle_ms = 0;
+  double overlap = 0;
+  double ratio = 1;  // step time / the first point's step time
+};
+
+dp_point run_point(const bench_dp_options& o, const config& base, int n,
+                   const std::filesystem::path& dir) {
+  const int b = o.batch > 0 ? o.batch : base.train.micro_batch;
+  const std::string summary = (dir / ("dp" + std::to_string(n) + ".json")).string();
+  std::vector<std::string> args{"launch", o.config, "-q", "--summary", summary};
+  for (const auto& s : o.overrides) args.insert(args.end(), {"--set", s});
+  const std::vector<std::string> sets{
+      "cluster.workers=" + std::to_string(n),
+      "train.global_batch=" + std::to_string(n * b),
+      "train.micro_batch=" + std::to_string(b),
+      "train.steps=" + std::to_string(o.steps),
+      "train.warmup_steps=0",
+      "train.eval_every=0",
+      "fault_tolerance.checkpoint_every=0",
+      "fault_tolerance.checkpoint_dir=" + (dir / "ckpt").string(),
+  };
+  for (const auto& s : sets) args.insert(args.end(), {"--set", s});
+  if (o.bucket_mb > 0)
+    args.insert(args.end(), {"--set", "comm.bucket_mb=" + std::to_string(o.bucket_mb)});
+  const std::string log = (dir / ("dp" + std::to_string(n) + ".log")).string();
+  const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const pid_t pid = actors::spawn_self(args, fd, fd);
+  if (fd >= 0) ::close(fd);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  const int code = actors::exit_code_of(status);
+  if (code != 0)
+    throw error("bench dp: launch with " + std::to_string(n) + " worker(s) exited " +
+                std::to_string(code) + "; its output is in " + log);
+  std::ifstream in(summary);
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  if (!j.is_object()) throw error("bench dp: no summary in " + summary + " (see " + log + ")");
+  dp_point p;
+  p.workers = n;
+  const double rate = j["throughput"].begin().value().get<double>();
+  const double units_per_step = static_cast<double>(n) * b;
+  p.step_ms = rate > 0 ? 1000.0 * units_per_step / rate : 0;
+  for (const auto& w : j["workers"]) {
+    const double steps = std::max<double>(1, w["steps"].get<double>());
+    p.compute_ms += 1000.0 * w["compute_s"].get<double>() / steps / n;
+    p.comm_wait_ms += 1000.0 * w["comm_wait_s"].get<double>() / steps / n;
+    p.allreduce_ms += 1000.0 * w["allreduce_s"].get<double>() / steps / n;
+    p.idle_ms += 1000.0 * w["idle_s"].get<double>() / steps / n;
+    p.overlap += w["overlap"].get<double>() / n;
+  }
+  return p;
+}
+
+}  // namespace
+
+void add_bench_dp(CLI::App& bench, int* rc) {
+  auto o = std::make_shared<bench_dp_options>();
+  CLI::App* cmd = bench.add_subcommand(
+      "dp",
+      "Weak scaling of data-parallel training: `cohort launch` with each worker count at "
+      "equal per-worker batch; step time, ratio to the first count, time split, overlap");
+  cmd->add_option("config", o->config, "YAML config (model, data, comm)")->required();
+  cmd->add_option("--workers", o->workers, "worker counts, first is the reference")
+      ->delimiter(',')
+      ->capture_default_str();
+  cmd->add_option("--batch", o->batch,
+                  "samples (or sequences) per worker per step; 0: micro_batch");
+  cmd->add_option("--steps", o->steps, "steps per run")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40))
+      ->capture_default_str();
+  cmd->add_option("--bucket-mb", o->bucket_mb, "comm.bucket_mb for every run; 0: the config's");
+  add_set_option(*cmd, &o->overrides);
+  cmd->add_flag("--json", o->json, "one JSON object instead of the table");
+  cmd->callback([o, rc] {
+    const config base = load_config(o->config, o->overrides);
+    if (o->workers.empty()) throw usage_error("bench dp: --workers needs at least one count");
+    for (int n : o->workers)
+      if (n < 1) throw usage_error("bench dp: worker counts must be >= 1");
+    char tmpl[] = "/tmp/cohort-bench-dp-XXXXXX";
+    if (::mkdtemp(tmpl) == nullptr) throw io_error("bench dp: cannot create a scratch directory");
+    const std::filesystem::path dir(tmpl);
+    std::vector<dp_point> pts;
+    for (int n : o->workers) {
+      if (!o->json) std::fprintf(stderr, "bench dp: %d worker(s)...\n", n);
+      pts.push_back(run_point(*o, base, n, dir));
+      pts.back().ratio = pts.front().step_ms > 0 ? pts.back().step_ms / pts.front().step_ms : 0;
+    }
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+    if (o->json) {
+      nlohmann::json j;
+      j["config"] = o->config;
+      j["steps"] = o->steps;
+      j["batch_per_worker"] = o->batch > 0 ? o->batch : base.train.micro_batch;
+      for (const auto& p : pts)
+        j["points"].push_back({{"workers", p.workers},
+                               {"step_ms", p.step_ms},
+                               {"ratio", p.ratio},
+                               {"compute_ms", p.compute_ms},
+                               {"comm_wait_ms", p.comm_wait_ms},
+                               {"allreduce_ms", p.allreduce_ms},
+                               {"idle_ms", p.idle_ms},
+                               {"overlap", p.overlap}});
+      std::printf("%s\n", j.dump(2).c_str());
+    } else {
+      std::printf("%8s %10s %8s %11s %13s %13s %9s %8s\n", "workers", "step_ms", "ratio",
+                  "compute_ms", "comm_wait_ms", "allreduce_ms", "idle_ms", "overlap");
+      for (const auto& p : pts)
+        std::printf("%8d %10.2f %8.2f %11.2f %13.2f %13.2f %9.2f %8.2f\n", p.workers, p.step_ms,
+                    p.ratio, p.compute_ms, p.comm_wait_ms, p.allreduce_ms, p.idle_ms, p.overlap);
+    }
+    *rc = exit_ok;
+  });
+}
+
+}  // namespace cohort::cli
