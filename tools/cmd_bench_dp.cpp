@@ -82,7 +82,9 @@ dp_point run_point(const bench_dp_options& o, const config& base, int n,
   dp_point p;
   p.workers = n;
   const double rate = j["throughput"].begin().value().get<double>();
-  const double units_per_step = static_cast<double>(n) * b;
+  // Throughput is in samples/s, or tokens/s for a language model.
+  const double per_sample = base.model.kind == "gpt" ? base.model.context : 1;
+  const double units_per_step = static_cast<double>(n) * b * per_sample;
   p.step_ms = rate > 0 ? 1000.0 * units_per_step / rate : 0;
   for (const auto& w : j["workers"]) {
     const double steps = std::max<double>(1, w["steps"].get<double>());
