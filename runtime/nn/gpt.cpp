@@ -24,22 +24,24 @@ void gpt_block::forward(gpt_block_acts& a, const float* x, int b, int t) const {
 }
 
 void gpt_block::backward(gpt_block_acts& a, gpt_grad_scratch& s, float* dres, const float* x, int b,
-                         int t) {
+                         int t, const grad_report& report) {
   const int rows = b * t, c = ln_1.c;
   const int64_t n = static_cast<int64_t>(rows) * c;
-  // MLP branch: the residual passes dres through unchanged, the branch adds its part.
-  mlp_proj.backward(s.dfch_gelu.data(), dres, a.fch_gelu.data(), rows);
+  // Parameters are visited in reverse memory order (mlp.c_proj .. ln_1), so the reports
+  // come out in descending offsets. MLP branch: the residual passes dres through unchanged, the
+  // branch adds its part.
+  mlp_proj.backward(s.dfch_gelu.data(), dres, a.fch_gelu.data(), rows, report);
   cpu::gelu_bwd(s.dfch.data(), s.dfch_gelu.data(), a.fch.data(), 4 * n);
-  c_fc.backward(s.dln.data(), s.dfch.data(), a.ln2.data(), rows);
+  c_fc.backward(s.dln.data(), s.dfch.data(), a.ln2.data(), rows, report);
   ln_2.backward(s.dtmp.data(), s.dln.data(), a.res2.data(), a.ln2_mean.data(), a.ln2_rstd.data(),
-                rows);
+                rows, report);
   cpu::add_inplace(dres, s.dtmp.data(), n);
   // Attention branch.
-  attn_proj.backward(s.datty.data(), dres, a.atty.data(), rows);
+  attn_proj.backward(s.datty.data(), dres, a.atty.data(), rows, report);
   cpu::attention_bwd(s.dqkv.data(), s.datt.data(), s.datty.data(), a.qkv.data(), a.att.data(), b, t,
                      c, n_head);
-  c_attn.backward(s.dln.data(), s.dqkv.data(), a.ln1.data(), rows);
-  ln_1.backward(s.dtmp.data(), s.dln.data(), x, a.ln1_mean.data(), a.ln1_rstd.data(), rows);
+  c_attn.backward(s.dln.data(), s.dqkv.data(), a.ln1.data(), rows, report);
+  ln_1.backward(s.dtmp.data(), s.dln.data(), x, a.ln1_mean.data(), a.ln1_rstd.data(), rows, report);
   cpu::add_inplace(dres, s.dtmp.data(), n);
 }
 
@@ -210,18 +212,18 @@ float gpt::forward_backward(const batch& b, float loss_scale) {
   const int rows = b.n * b.t;
   cpu::softmax_xent_bwd(dlogits_.data(), probs_.data(), b.targets.data(), rows, shape_.vocab,
                         loss_scale / rows);
-  lm_head_.backward(scratch_.dln.data(), dlogits_.data(), lnf_.data(), rows);
+  // Memory order is wte, wpe, h.0 .. h.{L-1}, ln_f, lm_head and backward walks it from the
+  // end, so every report lies below the previous one.
+  const grad_report& report = reporter();
+  lm_head_.backward(scratch_.dln.data(), dlogits_.data(), lnf_.data(), rows, report);
   const float* last = layers_.empty() ? encoded_.data() : acts_.back().out.data();
-  ln_f_.backward(dres_.data(), scratch_.dln.data(), last, lnf_mean_.data(), lnf_rstd_.data(), rows);
-  // Blocks: embedding = 0, h.l = 1 + l, head = L + 1 (the order of blocks()).
-  block_done(layers_.size() + 1);
+  ln_f_.backward(dres_.data(), scratch_.dln.data(), last, lnf_mean_.data(), lnf_rstd_.data(), rows,
+                 report);
   for (std::size_t l = layers_.size(); l-- > 0;) {
     const float* x = l == 0 ? encoded_.data() : acts_[l - 1].out.data();
-    layers_[l].backward(acts_[l], scratch_, dres_.data(), x, b.n, b.t);
-    block_done(1 + l);
+    layers_[l].backward(acts_[l], scratch_, dres_.data(), x, b.n, b.t, report);
   }
-  emb_.backward(dres_.data(), b.ids.data(), b.n, b.t);
-  block_done(0);
+  emb_.backward(dres_.data(), b.ids.data(), b.n, b.t, report);
   return loss;
 }
 

@@ -47,8 +47,11 @@ struct gpt_block {
 
   /// Reads x [b*t, C], fills a (a.out is the block output).
   void forward(gpt_block_acts& a, const float* x, int b, int t) const;
-  /// On entry dres holds dL/d(block output); on return dL/dx. Parameter grads accumulate.
-  void backward(gpt_block_acts& a, gpt_grad_scratch& s, float* dres, const float* x, int b, int t);
+  /// On entry dres holds dL/d(block output); on return dL/dx. Parameter grads accumulate;
+  /// each parameter's gradient (linears: chunk by chunk) goes to `report` once final,
+  /// in descending addresses.
+  void backward(gpt_block_acts& a, gpt_grad_scratch& s, float* dres, const float* x, int b, int t,
+                const grad_report& report = {});
 };
 
 class gpt : public model {

@@ -96,9 +96,9 @@ float mlp::forward_backward(const batch& b, float loss_scale) {
   for (std::size_t i = layers_.size(); i-- > 0;) {
     const float* input = i == 0 ? b.x.data() : acts_[i - 1].data();
     float* dx = i == 0 ? nullptr : dnext;
-    layers_[i].backward(dx, dcur, input, n);
-    // Block i is layer i; nothing below touches its gradients again.
-    block_done(i);
+    // Reports layer i's bias, then its weight rows from the last down: the layers
+    // below never touch them again.
+    layers_[i].backward(dx, dcur, input, n, reporter());
     if (i > 0) {
       // ReLU's output is positive exactly where its input was, so the saved output
       // serves as the mask.

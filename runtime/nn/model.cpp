@@ -33,6 +33,24 @@ std::pair<int64_t, int64_t> model::block_elements(std::size_t i) const {
   return {first, last.offset + last.grad.numel() - first};
 }
 
+void model::set_grads_ready_hook(grads_ready_fn fn) {
+  grads_ready_ = std::move(fn);
+  // Layers see an empty reporter when nobody listens, so the plain path pays nothing.
+  if (grads_ready_)
+    reporter_ = [this](const float* first, int64_t count) { grads_ready(first, count); };
+  else
+    reporter_ = nullptr;
+}
+
+void model::grads_ready(int64_t offset, int64_t count) {
+  COHORT_CHECK(offset >= 0 && count >= 0 && offset + count <= grads_.numel());
+  if (grads_ready_ && count > 0) grads_ready_(offset, count);
+}
+
+void model::grads_ready(const float* first, int64_t count) {
+  grads_ready(static_cast<int64_t>(first - grads_.data()), count);
+}
+
 void model::begin_block(std::string name) {
   block_info b;
   b.name = std::move(name);

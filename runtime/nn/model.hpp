@@ -1,8 +1,9 @@
 // The model interface the trainer, the optimizers and (later) the pipeline / tensor-parallel
 // splitters work against: named parameters in one stable order, stored back to back in one
 // flat value and one flat gradient tensor, grouped into named blocks, plus the hook backward
-// calls as each block's gradients become final. Owns parameter bookkeeping and seeded
-// initialisation; mlp.hpp / gpt.hpp own the arithmetic; knows nothing of workers or configs.
+// calls as each range of gradient elements becomes final. Owns parameter bookkeeping and
+// seeded initialisation; mlp.hpp / gpt.hpp own the arithmetic; knows nothing of workers or
+// configs.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "runtime/core/batch.hpp"
+#include "runtime/nn/layers.hpp"
 #include "runtime/nn/tensor.hpp"
 
 namespace cohort {
@@ -94,21 +96,28 @@ class model {
   /// (its parameters are consecutive, so the range is contiguous).
   std::pair<int64_t, int64_t> block_elements(std::size_t i) const;
 
-  /// Called during forward_backward as soon as block `block`'s parameter gradients are
-  /// final for this micro-batch (backward visits blocks last to first, so the calls come
-  /// in decreasing block index, each block exactly once). eval() never calls it.
-  using block_done_fn = std::function<void(std::size_t block)>;
-  /// Installs the hook; an empty function removes it (no calls, no cost).
-  void set_block_done_hook(block_done_fn fn) { block_done_ = std::move(fn); }
+  /// Called during forward_backward with elements [offset, offset + count) of
+  /// flat_grads() as soon as their values are final for this micro-batch. Every element is
+  /// reported exactly once per forward_backward, never before it is final, in DESCENDING
+  /// offsets as far as the maths allows (backward produces the last parameters first, and a
+  /// bucket engine reduces the end of the buffer first). Ranges are at most a parameter,
+  /// often a chunk of weight rows (see linear::dw_chunk_rows); count is always > 0.
+  /// eval() never calls it.
+  using grads_ready_fn = std::function<void(int64_t offset, int64_t count)>;
+  /// Installs the hook; an empty function removes it (no calls, no cost). The gradient
+  /// bits are the same with and without a hook.
+  void set_grads_ready_hook(grads_ready_fn fn);
   /// Whether a hook is installed (callers that install one temporarily must remove it).
-  bool has_block_done_hook() const { return static_cast<bool>(block_done_); }
+  bool has_grads_ready_hook() const { return static_cast<bool>(grads_ready_); }
 
  protected:
-  /// Subclasses call this from backward once nothing more will touch block `block`'s
-  /// gradients in this micro-batch; calls the hook if one is set.
-  void block_done(std::size_t block) {
-    if (block_done_) block_done_(block);
-  }
+  /// Subclasses call this from backward once nothing more will touch elements
+  /// [offset, offset + count) of flat_grads() in this micro-batch; calls the hook if set.
+  void grads_ready(int64_t offset, int64_t count);
+  /// The same for a span given by its first element inside flat_grads().
+  void grads_ready(const float* first, int64_t count);
+  /// What layers report through: empty when no hook is set, so layers skip the calls.
+  const grad_report& reporter() const { return reporter_; }
   explicit model(pool& p) : pool_(&p) {}
   /// Starts a new block; following add_param calls belong to it.
   void begin_block(std::string name);
@@ -123,7 +132,8 @@ class model {
   std::vector<block_info> blocks_;
   std::vector<shape_t> shapes_pending_;  // shapes declared before finalize()
   tensor values_, grads_;
-  block_done_fn block_done_;
+  grads_ready_fn grads_ready_;
+  grad_report reporter_;  // forwards spans to grads_ready(const float*, count)
 };
 
 /// Builds the model a config names. `vocab` is used by gpt only; `max_batch` is the

@@ -98,24 +98,28 @@ double trainer::run_micro_batch(int64_t step, int i, const ready_fn* ready) {
     if (bitwise_) accumulate_fixed(step, 0, model_->num_params());
     return loss_rows;
   }
-  const std::size_t nblocks = model_->blocks().size();
-  std::vector<char> done(nblocks, 0);
-  model_->set_block_done_hook([&](std::size_t b) {
-    COHORT_CHECK(b < nblocks && !done[b]);
-    done[b] = 1;
-    const auto [offset, count] = model_->block_elements(b);
-    if (count == 0) return;
+  // Every range the model reports, to check afterwards that they tile the buffer once.
+  std::vector<std::pair<int64_t, int64_t>> seen;
+  model_->set_grads_ready_hook([&](int64_t offset, int64_t count) {
+    seen.emplace_back(offset, count);
     if (bitwise_) accumulate_fixed(step, offset, count);
     (*ready)(static_cast<std::size_t>(offset), static_cast<std::size_t>(count));
   });
   // The hook captures locals: it must be gone however forward_backward ends.
   struct unhook {
     nn::model& m;
-    ~unhook() { m.set_block_done_hook(nullptr); }
+    ~unhook() { m.set_grads_ready_hook(nullptr); }
   } guard{*model_};
   const double loss_rows = static_cast<double>(model_->forward_backward(batch_, scale)) * rows;
-  // A model that skipped a block would leave gradients unconverted and unreported.
-  for (char d : done) COHORT_CHECK(d);
+  // A model that skipped or repeated a range would leave gradients unconverted and
+  // unreported, or counted twice.
+  std::sort(seen.begin(), seen.end());
+  int64_t next = 0;
+  for (const auto& [offset, count] : seen) {
+    COHORT_CHECK(offset == next && count > 0);
+    next = offset + count;
+  }
+  COHORT_CHECK(next == model_->num_params());
   return loss_rows;
 }
 

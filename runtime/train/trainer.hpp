@@ -2,7 +2,7 @@
 // step holds, how micro-batch gradients are summed (float or fixed point), the learning-rate
 // schedule, clipping, the optimizer, evaluation and checkpoints. Knows nothing of workers
 // or collectives: a data-parallel worker calls compute_gradients for its share of the
-// micro-batches (told block by block which gradients are final), sums reduction_buffer()
+// micro-batches (told range by range which gradients are final), sums reduction_buffer()
 // with its peers, then calls apply_step.
 #pragma once
 #include <cstddef>
@@ -64,10 +64,11 @@ class trainer {
   /// Like compute_gradients(step, first, last) over the listed micro-batches (strictly
   /// ascending, each in [0, micro_batches()), possibly empty; usage_error otherwise), with
   /// the same result bits, and reports readiness: during the LAST listed micro-batch's
-  /// backward each block's element range of reduction_buffer() goes to `ready` as soon as
-  /// it is final (in bitwise mode after that range was converted and added to
-  /// fixed_grads()), last block first. With an empty list every block range is reported at
-  /// once (the zeros begin_step left). Every element is reported exactly once per call.
+  /// backward each range the model reports final (model::set_grads_ready_hook: a bias, a
+  /// chunk of weight rows, a LayerNorm parameter, ...) goes to `ready` at once (in bitwise
+  /// mode after that range was converted and added to fixed_grads()), in descending
+  /// offsets. With an empty list every block range is reported at once (the zeros
+  /// begin_step left), last block first. Every element is reported exactly once per call.
   /// After a fixed-point overflow error fixed_grads() holds a partial sum: begin_step again.
   double compute_gradients(int64_t step, const std::vector<int>& micro, const ready_fn& ready);
   /// In bitwise mode, the step's int64 gradient sum (what peers add together); empty in
@@ -109,7 +110,7 @@ class trainer {
 
  private:
   /// Forward and backward of micro-batch `i`, added into the step's sum; returns
-  /// mean loss * rows. With `ready` set, reports each block's range as it becomes final.
+  /// mean loss * rows. With `ready` set, reports each range the model says is final.
   double run_micro_batch(int64_t step, int i, const ready_fn* ready);
   /// Bitwise mode: adds flat_grads()[offset, offset + count) into fixed_ or throws.
   void accumulate_fixed(int64_t step, int64_t offset, int64_t count);

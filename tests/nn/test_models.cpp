@@ -2,8 +2,12 @@
 // gradients against finite differences, micro-batch accumulation, eval leaving grads alone.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "runtime/core/config.hpp"
@@ -309,81 +313,255 @@ TEST_CASE("make_model builds what the config names") {
 
 namespace {
 
-/// Runs forward_backward from a known non-zero gradient and checks the block-done hook
-/// against what backward really did: every block reported once, last block first; at
-/// each call the reported block already holds its final gradient (bitwise) and every
-/// block not yet reported still holds its gradient from before the call.
-void check_block_hook(model& m, const batch& b) {
-  const std::size_t nb = m.blocks().size();
-  // Block ranges tile the flat buffer in order.
-  int64_t next = 0;
-  for (std::size_t i = 0; i < nb; ++i) {
-    const auto [off, n] = m.block_elements(i);
-    CHECK(off == next);
-    CHECK(n > 0);
-    next = off + n;
-  }
-  CHECK(next == m.num_params());
+/// One report of the grads-ready hook with the values its range held at that moment.
+struct report {
+  int64_t offset, count;
+  std::vector<float> values;
+};
 
+/// Runs forward_backward from a known non-zero gradient and checks the grads-ready hook
+/// against what backward really did: the reports tile the flat gradient exactly once,
+/// from the end of the buffer down without gaps (the order a bucket engine reduces in);
+/// at each call the reported range already holds its final gradient (bitwise) and every
+/// element not yet reported still holds its value from before forward_backward. Returns
+/// the reports for further checks.
+std::vector<report> check_ready_hook(model& m, const batch& b) {
   rng r(99);
   tensor& g = m.flat_grads();
   for (int64_t i = 0; i < g.numel(); ++i) g[i] = r.normal();
   const std::vector<float> before = grads_of(m);
-  std::vector<std::size_t> order;
-  std::vector<std::vector<float>> at_hook(nb);
-  std::vector<char> reported(nb, 0);
-  int64_t early_changes = 0;  // elements of unreported blocks already touched
-  m.set_block_done_hook([&](std::size_t blk) {
-    order.push_back(blk);
-    REQUIRE(blk < nb);
-    reported[blk] = 1;
-    const auto [off, n] = m.block_elements(blk);
-    at_hook[blk].assign(g.data() + off, g.data() + off + n);
-    for (std::size_t j = 0; j < nb; ++j) {
-      if (reported[j]) continue;
-      const auto [o2, n2] = m.block_elements(j);
-      for (int64_t k = o2; k < o2 + n2; ++k)
-        early_changes += std::memcmp(&g[k], &before[k], 4) != 0;
+  const int64_t total = m.num_params();
+  std::vector<report> reports;
+  std::vector<char> reported(total, 0);
+  int64_t repeats = 0, out_of_range = 0;
+  int64_t early_changes = 0;  // elements not yet reported already touched
+  m.set_grads_ready_hook([&](int64_t off, int64_t n) {
+    if (off < 0 || n <= 0 || off + n > total) {
+      ++out_of_range;
+      return;
     }
+    for (int64_t k = off; k < off + n; ++k) {
+      repeats += reported[k];
+      reported[k] = 1;
+    }
+    reports.push_back({off, n, std::vector<float>(g.data() + off, g.data() + off + n)});
+    for (int64_t k = 0; k < total; ++k)
+      if (!reported[k]) early_changes += std::memcmp(&g[k], &before[k], 4) != 0;
   });
+  CHECK(m.has_grads_ready_hook());
   m.forward_backward(b, 1.0f);
-  m.set_block_done_hook(nullptr);
+  m.set_grads_ready_hook(nullptr);
+  CHECK(!m.has_grads_ready_hook());
 
-  std::vector<std::size_t> want;
-  for (std::size_t i = nb; i-- > 0;) want.push_back(i);
-  CHECK(order == want);
+  CHECK(out_of_range == 0);
+  CHECK(repeats == 0);
   CHECK(early_changes == 0);
+  CHECK(std::count(reported.begin(), reported.end(), 0) == 0);
+  // Descending and contiguous: each range ends where the previous one began.
+  int64_t end = total;
+  for (const report& rep : reports) {
+    CHECK(rep.offset + rep.count == end);
+    end = rep.offset;
+  }
+  CHECK(end == 0);
   const std::vector<float> after = grads_of(m);
-  for (std::size_t blk = 0; blk < nb; ++blk) {
-    INFO("block " << m.blocks()[blk].name);
-    const auto [off, n] = m.block_elements(blk);
-    REQUIRE(at_hook[blk].size() == static_cast<std::size_t>(n));
-    CHECK(std::memcmp(at_hook[blk].data(), after.data() + off, n * sizeof(float)) == 0);
-    // The block's gradient did change, so the comparisons above are not vacuous.
-    CHECK(std::memcmp(before.data() + off, after.data() + off, n * sizeof(float)) != 0);
+  for (const report& rep : reports) {
+    INFO("range [" << rep.offset << ", +" << rep.count << ")");
+    CHECK(std::memcmp(rep.values.data(), after.data() + rep.offset, rep.count * 4) == 0);
+    // The range did change, so the comparison above is not vacuous.
+    CHECK(std::memcmp(before.data() + rep.offset, after.data() + rep.offset, rep.count * 4) != 0);
   }
 
   // eval never calls the hook; an empty hook is no hook.
   int calls = 0;
-  m.set_block_done_hook([&](std::size_t) { ++calls; });
+  m.set_grads_ready_hook([&](int64_t, int64_t) { ++calls; });
   m.eval(b);
   CHECK(calls == 0);
-  m.set_block_done_hook(nullptr);
+  m.set_grads_ready_hook(nullptr);
   m.forward_backward(b, 1.0f);
   CHECK(calls == 0);
+  return reports;
+}
+
+/// The reports that fall inside parameter `name`, in report order.
+std::vector<report> reports_in(const model& m, const std::vector<report>& all,
+                               const std::string& name) {
+  const parameter& p = m.param(name);
+  std::vector<report> out;
+  for (const report& rep : all)
+    if (rep.offset >= p.offset && rep.offset + rep.count <= p.offset + p.grad.numel())
+      out.push_back(rep);
+  return out;
+}
+
+/// Checks that parameter `name`, a weight [out, in], came in dw_chunk_rows-row chunks
+/// from the last rows down (the lowest chunk takes the remainder).
+void check_weight_chunks(const model& m, const std::vector<report>& all, const std::string& name) {
+  const parameter& p = m.param(name);
+  const int out = static_cast<int>(p.grad.dim(0)), in = static_cast<int>(p.grad.dim(1));
+  const int rows = linear::dw_chunk_rows(out, in);
+  const std::vector<report> got = reports_in(m, all, name);
+  INFO("parameter " << name << " [" << out << ", " << in << "], chunks of " << rows << " rows");
+  REQUIRE(got.size() == static_cast<std::size_t>((out + rows - 1) / rows));
+  int r1 = out;
+  for (const report& rep : got) {
+    const int r0 = std::max(0, r1 - rows);
+    CHECK(rep.offset == p.offset + static_cast<int64_t>(r0) * in);
+    CHECK(rep.count == static_cast<int64_t>(r1 - r0) * in);
+    r1 = r0;
+  }
+}
+
+/// Two models built alike, one with a hook and one without, accumulate the same bits.
+template <class Make>
+void check_same_bits_with_hook(Make make, const batch& b) {
+  auto plain = make(), hooked = make();
+  rng r(5);
+  for (int64_t i = 0; i < plain->flat_grads().numel(); ++i)
+    plain->flat_grads()[i] = hooked->flat_grads()[i] = r.normal();
+  int64_t seen = 0;
+  hooked->set_grads_ready_hook([&](int64_t, int64_t n) { seen += n; });
+  for (int rep = 0; rep < 2; ++rep) {
+    CHECK(plain->forward_backward(b, 0.5f) == hooked->forward_backward(b, 0.5f));
+  }
+  CHECK(seen == 2 * hooked->num_params());
+  CHECK(std::memcmp(plain->flat_grads().data(), hooked->flat_grads().data(),
+                    plain->flat_grads().bytes()) == 0);
 }
 
 }  // namespace
 
-TEST_CASE("MLP block-done hook: each block once - last first - exactly when final") {
-  mlp m(20, {16, 12, 8}, 5, 8, 61);
-  scramble(m, 62, 0.5f);
-  check_block_hook(m, mlp_batch(8, 20, 5, 63));
+TEST_CASE("linear::dw_chunk_rows: ~k_chunk_elements a chunk in whole multiples of rows") {
+  const int64_t e = linear::k_chunk_elements;
+  const int m = linear::k_chunk_row_multiple;
+  // The shapes that matter: the Fashion-MNIST MLP and the bench GPT (d_model 128).
+  CHECK(linear::dw_chunk_rows(256, 784) == (e / 784 / m + 1) * m);  // 32768/784 = 41.8
+  CHECK(linear::dw_chunk_rows(512, 128) == 256);                    // c_fc: 2 chunks
+  CHECK(linear::dw_chunk_rows(10, 128) == 10);                      // all rows
+  CHECK(linear::dw_chunk_rows(1, 1) == 1);
+  for (int out : {1, 5, 16, 17, 100, 256, 512, 3000}) {
+    for (int in : {1, 8, 128, 784, 4096, 100000}) {
+      const int rows = linear::dw_chunk_rows(out, in);
+      const int64_t want = (e + in - 1) / in;  // rows for the target size, before rounding
+      INFO("out " << out << " in " << in << " rows " << rows << " want " << want);
+      CHECK(rows == linear::dw_chunk_rows(out, in));
+      REQUIRE(rows >= 1);
+      CHECK(rows <= out);
+      if (rows == out) {
+        CHECK(out <= (want + m - 1) / m * m);
+        continue;
+      }
+      CHECK(rows % m == 0);
+      CHECK(rows >= want);
+      CHECK(rows < std::max<int64_t>(want, 1) + m);
+    }
+  }
 }
 
-TEST_CASE("GPT block-done hook: head then h.L-1 .. h.0 then embedding - exactly when final") {
-  gpt m(11, 6, 3, 2, 16, 4, 71);
-  scramble(m, 72, 0.3f);
-  REQUIRE(m.blocks().size() == 5);
-  check_block_hook(m, lm_batch(3, 5, 11, 73));
+TEST_CASE("linear backward in row chunks: the same maths as one dW, reports bias then rows down") {
+  // 100 x 700: several chunks, the lowest one a remainder.
+  const int in = 700, out = 100, rows = 6;
+  REQUIRE(linear::dw_chunk_rows(out, in) < out);
+  std::vector<float> w = randn(out * in, 1, 0.1f), dw0 = randn(out * in, 2), bias = randn(out, 3),
+                     db0 = randn(out, 4), x = randn(rows * in, 5), dy = randn(rows * out, 6);
+  pool p;
+  tensor tw({out, in}, p), tdw({out, in}, p), tb({out}, p), tdb({out}, p);
+  std::copy(w.begin(), w.end(), tw.data());
+  std::copy(dw0.begin(), dw0.end(), tdw.data());
+  std::copy(bias.begin(), bias.end(), tb.data());
+  std::copy(db0.begin(), db0.end(), tdb.data());
+  linear l{tw, tb, tdw, tdb, in, out};
+  std::vector<float> dx(rows * in, -7.0f);
+  std::vector<std::pair<const float*, int64_t>> seen;
+  l.backward(dx.data(), dy.data(), x.data(), rows,
+             [&](const float* first, int64_t n) { seen.emplace_back(first, n); });
+  // Independent double sums.
+  std::vector<double> want_dw(out * in), want_db(out), want_dx(rows * in);
+  std::vector<float> got_dw(tdw.data(), tdw.data() + out * in),
+      got_db(tdb.data(), tdb.data() + out);
+  for (int j = 0; j < out; ++j) {
+    double sb = db0[j];
+    for (int r = 0; r < rows; ++r) sb += dy[r * out + j];
+    want_db[j] = sb;
+    for (int i = 0; i < in; ++i) {
+      double s = dw0[j * in + i];
+      for (int r = 0; r < rows; ++r) s += double(dy[r * out + j]) * x[r * in + i];
+      want_dw[j * in + i] = s;
+    }
+  }
+  for (int r = 0; r < rows; ++r)
+    for (int i = 0; i < in; ++i) {
+      double s = 0;
+      for (int j = 0; j < out; ++j) s += double(dy[r * out + j]) * w[j * in + i];
+      want_dx[r * in + i] = s;
+    }
+  CHECK(rel_error(got_dw, want_dw) < 1e-6);
+  CHECK(rel_error(got_db, want_db) < 1e-6);
+  CHECK(rel_error(dx, want_dx) < 1e-6);
+  // Bias first, then the weight from its end down, contiguous.
+  REQUIRE(seen.size() >= 3);
+  CHECK(seen[0].first == tdb.data());
+  CHECK(seen[0].second == out);
+  const float* end = tdw.data() + out * in;
+  for (std::size_t k = 1; k < seen.size(); ++k) {
+    CHECK(seen[k].first + seen[k].second == end);
+    end = seen[k].first;
+  }
+  CHECK(end == tdw.data());
+  // Without a reporter the bits are the same.
+  std::copy(dw0.begin(), dw0.end(), tdw.data());
+  std::copy(db0.begin(), db0.end(), tdb.data());
+  std::vector<float> dx2(rows * in, 3.0f);
+  l.backward(dx2.data(), dy.data(), x.data(), rows);
+  CHECK(std::memcmp(got_dw.data(), tdw.data(), got_dw.size() * 4) == 0);
+  CHECK(std::memcmp(got_db.data(), tdb.data(), got_db.size() * 4) == 0);
+  CHECK(std::memcmp(dx.data(), dx2.data(), dx.size() * 4) == 0);
+}
+
+TEST_CASE(
+    "MLP grads-ready hook: every element once - end of the buffer first - exactly when final") {
+  SUBCASE("small layers, one chunk each") {
+    mlp m(20, {16, 12, 8}, 5, 8, 61);
+    scramble(m, 62, 0.5f);
+    const std::vector<report> reps = check_ready_hook(m, mlp_batch(8, 20, 5, 63));
+    // One range per parameter: net.6.bias, net.6.weight, net.4.bias, ... net.0.weight.
+    CHECK(reps.size() == m.parameters().size());
+  }
+  SUBCASE("a wide first layer comes in row chunks") {
+    mlp m(500, {200, 40}, 5, 8, 64);
+    scramble(m, 65, 0.2f);
+    const std::vector<report> reps = check_ready_hook(m, mlp_batch(8, 500, 5, 66));
+    REQUIRE(linear::dw_chunk_rows(200, 500) < 200);
+    check_weight_chunks(m, reps, "net.0.weight");
+    check_weight_chunks(m, reps, "net.2.weight");
+    CHECK(reports_in(m, reps, "net.0.bias").size() == 1);
+  }
+  check_same_bits_with_hook(
+      [] {
+        return std::make_unique<mlp>(500, std::vector<int>{200, 40}, 5, 8, 67);
+      },
+      mlp_batch(8, 500, 5, 68));
+}
+
+TEST_CASE("GPT grads-ready hook: lm_head .. wte in descending offsets - exactly when final") {
+  SUBCASE("small") {
+    gpt m(11, 6, 3, 2, 16, 4, 71);
+    scramble(m, 72, 0.3f);
+    const std::vector<report> reps = check_ready_hook(m, lm_batch(3, 5, 11, 73));
+    // One range per parameter, except that each LayerNorm (2 per layer, plus ln_f) and the
+    // embedding (wte, wpe) are written by one kernel and come as one range.
+    CHECK(reps.size() == m.parameters().size() - (2 * 3 + 1) - 1);
+  }
+  SUBCASE("d_model 128: c_fc, mlp.c_proj and c_attn come in row chunks") {
+    gpt m(11, 4, 1, 2, 128, 2, 74);
+    scramble(m, 75, 0.05f);
+    const std::vector<report> reps = check_ready_hook(m, lm_batch(2, 4, 11, 76));
+    for (const char* name : {"transformer.h.0.mlp.c_proj.weight", "transformer.h.0.mlp.c_fc.weight",
+                             "transformer.h.0.attn.c_proj.weight",
+                             "transformer.h.0.attn.c_attn.weight", "lm_head.weight"})
+      check_weight_chunks(m, reps, name);
+    CHECK(reports_in(m, reps, "transformer.h.0.mlp.c_fc.weight").size() > 1);
+  }
+  check_same_bits_with_hook([] { return std::make_unique<gpt>(11, 4, 1, 2, 128, 2, 77); },
+                            lm_batch(2, 4, 11, 78));
 }

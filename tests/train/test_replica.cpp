@@ -1,5 +1,5 @@
 // What a data-parallel worker asks of the trainer: its share of the micro-batches, gradients
-// reported block by block as they become final (same bits as the plain path), the bitwise
+// reported range by range as they become final (same bits as the plain path), the bitwise
 // promise that replicas' fixed-point sums add up to the single-process sum exactly, and the
 // state a joiner receives.
 #include <doctest/doctest.h>
@@ -131,9 +131,11 @@ TEST_CASE("compute_gradients with readiness gives the plain path's bits and repo
       rec.tr = &hooked;
       const double lh = hooked.compute_gradients(step, micro, rec.fn());
       CHECK(lp == lh);
-      CHECK(!hooked.model().has_block_done_hook());
+      CHECK(!hooked.model().has_grads_ready_hook());
       rec.check_cover(n);
       rec.check_final(hooked);
+      // Finer than blocks: at least one range per parameter.
+      CHECK(rec.ranges.size() >= hooked.model().parameters().size());
       CHECK(buffer_bytes(plain) == buffer_bytes(hooked));
       CHECK(std::memcmp(plain.model().flat_grads().data(), hooked.model().flat_grads().data(),
                         plain.model().flat_grads().bytes()) == 0);
@@ -205,41 +207,52 @@ TEST_CASE("compute_gradients rejects a micro-batch list that is not ascending or
   CHECK_THROWS_AS(tr.compute_gradients(0, std::vector<int>{-1}, none), usage_error);
 }
 
-TEST_CASE("bitwise overflow in the per-block path names the global element and unhooks") {
+TEST_CASE("bitwise overflow in the per-range path names the global element and unhooks") {
   train::trainer tr(small_mlp("bitwise"));
   nn::model& m = tr.model();
-  const std::size_t last = m.blocks().size() - 1;
-  const auto [head_offset, head_count] = m.block_elements(last);
-  REQUIRE(head_offset > 0);
+  const nn::parameter& w = m.param("net.4.weight");
+  const nn::parameter& bias = m.param("net.4.bias");
+  // The last layer's weight is small enough for one dW chunk: one range, converted at once.
+  REQUIRE(nn::linear::dw_chunk_rows(static_cast<int>(w.grad.dim(0)),
+                                    static_cast<int>(w.grad.dim(1))) == w.grad.dim(0));
   // A huge bias before the last ReLU makes the last layer's weight gradient ~1e12/64, far
-  // beyond the fixed-point range. (A NaN would not do: the vector exp clamps it.) The last
-  // block is converted first, so the error names an element of it, counted in the whole
-  // buffer.
+  // beyond the fixed-point range, while its bias gradient (column sums of the softmax
+  // gradient) stays small. (A NaN would not do: the vector exp clamps it.) Backward reports
+  // net.4.bias first, then net.4.weight, whose conversion fails: the error names an element
+  // of it, counted in the whole buffer.
   m.param("net.2.bias").value.fill(1e12f);
   tr.begin_step();
-  std::size_t reports = 0;
+  std::vector<std::pair<std::size_t, std::size_t>> reports;
   std::string message;
   try {
-    tr.compute_gradients(3, std::vector<int>{2}, [&](std::size_t, std::size_t) { ++reports; });
+    tr.compute_gradients(3, std::vector<int>{2},
+                         [&](std::size_t off, std::size_t n) { reports.emplace_back(off, n); });
   } catch (const error& e) {
     message = e.what();
   }
   REQUIRE(!message.empty());
-  // Only one micro-batch, so the error came from the hook. Backward stopped there, right after the
-  // last block, whose gradient stays in flat_grads: its first out-of-range element is the one the
+  // Only one micro-batch, so the error came from the hook. Backward stopped right after the
+  // weight's gradient, which stays in flat_grads: its first out-of-range element is the one the
   // message must name.
   const float* g = m.flat_grads().data();
   int64_t bad = -1;
-  for (int64_t k = head_offset; k < head_offset + head_count && bad < 0; ++k)
+  for (int64_t k = w.offset; k < w.offset + w.grad.numel() && bad < 0; ++k)
     if (!std::isfinite(g[k]) || std::fabs(g[k]) > train::fixed_point_max_value) bad = k;
-  REQUIRE(bad >= head_offset);
+  REQUIRE(bad >= w.offset);
   const std::string want = "gradient element " + std::to_string(bad) + " of step 3";
   CHECK(message.find(want) != std::string::npos);
-  CHECK(reports == 0);
-  // The failing block was the first converted: nothing reached the fixed-point sum.
-  CHECK(std::all_of(tr.fixed_grads().begin(), tr.fixed_grads().end(),
-                    [](int64_t v) { return v == 0; }));
-  CHECK(!m.has_block_done_hook());
+  // Only the bias went through; the fixed-point sum holds it and nothing else.
+  REQUIRE(reports.size() == 1);
+  CHECK(reports[0].first == static_cast<std::size_t>(bias.offset));
+  CHECK(reports[0].second == static_cast<std::size_t>(bias.grad.numel()));
+  const std::vector<int64_t>& fixed = tr.fixed_grads();
+  for (std::size_t k = 0; k < fixed.size(); ++k) {
+    const bool in_bias = k >= reports[0].first && k < reports[0].first + reports[0].second;
+    if (!in_bias) REQUIRE(fixed[k] == 0);
+  }
+  CHECK(std::any_of(fixed.begin() + bias.offset, fixed.begin() + bias.offset + bias.grad.numel(),
+                    [](int64_t v) { return v != 0; }));
+  CHECK(!m.has_grads_ready_hook());
 }
 
 TEST_CASE("state_buffers: parameters then optimizer slots - copying them makes a twin") {
