@@ -100,8 +100,9 @@ class model {
   /// flat_grads() as soon as their values are final for this micro-batch. Every element is
   /// reported exactly once per forward_backward, never before it is final, in DESCENDING
   /// offsets as far as the maths allows (backward produces the last parameters first, and a
-  /// bucket engine reduces the end of the buffer first). Ranges are at most a parameter,
-  /// often a chunk of weight rows (see linear::dw_chunk_rows); count is always > 0.
+  /// bucket engine reduces the end of the buffer first). A range is one parameter, a
+  /// chunk of weight rows (linear::dw_chunk_rows) or two adjacent parameters one kernel
+  /// writes together (a LayerNorm's weight and bias, wte and wpe); count is always > 0.
   /// eval() never calls it.
   using grads_ready_fn = std::function<void(int64_t offset, int64_t count)>;
   /// Installs the hook; an empty function removes it (no calls, no cost). The gradient
