@@ -1078,6 +1078,19 @@ TEST_CASE("the shipped configs say what they promise") {
   // Sized for under 10 minutes at ~12k tokens/s on one core (docs/config.md).
   const double tokens = double(gpt.train.steps) * gpt.train.global_batch * gpt.model.context;
   CHECK(tokens / 12000.0 < 600.0);
+
+  // The DP GPT config is the same run on two workers with smaller gradient buckets.
+  config gpt2 = cohort::load_config(source_dir + "/configs/kjv_gpt_dp2.yaml");
+  CHECK(gpt2.cluster.workers == 2);
+  CHECK(gpt2.parallel.dp == 2);
+  CHECK(gpt2.train.global_batch / gpt2.train.micro_batch == 2);
+  CHECK(gpt2.comm.bucket_mb < gpt.comm.bucket_mb);
+  gpt2.cluster.workers = 1;
+  gpt2.parallel.dp = 1;
+  gpt2.train.micro_batch = gpt.train.micro_batch;
+  gpt2.comm = gpt.comm;
+  gpt2.fault_tolerance.checkpoint_dir = gpt.fault_tolerance.checkpoint_dir;
+  CHECK(cohort::dump_config(gpt2) == cohort::dump_config(gpt));
 }
 
 TEST_CASE("configs/reference.yaml is the generated reference and holds every key") {
