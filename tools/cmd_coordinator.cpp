@@ -108,7 +108,13 @@ void add_coordinator(CLI::App& app, int* rc) {
                    c.train.global_batch, c.cluster.workers, c.train.determinism.c_str(),
                    c.comm.backend.c_str(), static_cast<double>(c.comm.bucket_mb));
       co.on_job = [&, lm](const actors::job_actions& a, const actors::training_job& job) {
-        for (const auto& n : a.notes) progress->note("coordinator: " + n);
+        // Aborts, waits and state transfers are events, shown even without progress lines.
+        for (const auto& n : a.notes) {
+          if (opt->quiet)
+            std::fprintf(stderr, "coordinator: %s\n", n.c_str());
+          else
+            progress->note("coordinator: " + n);
+        }
         if (a.committed) progress->update(a.step, a.loss, a.rate);
         if (!a.failed.empty()) failure = a.failed;
         if (!a.finished) return;

@@ -38,12 +38,14 @@ struct launch_options {
   std::string summary;
   bool control_only = false;
   bool quiet = false;
+  bool respawn = true;
   int stop_timeout_ms = 5000;
 };
 
 struct child {
   std::string name;
   bool coordinator = false;
+  std::chrono::steady_clock::time_point started{};
 };
 
 std::string describe_exit(int code) {
@@ -84,12 +86,7 @@ class launcher {
       begin_stop("coordinator does not answer");
       return finish();
     }
-    for (int i = 0; i < cfg_.cluster.workers; ++i) {
-      const std::string name = "worker-" + std::to_string(i);
-      const pid_t pid = actors::spawn_self({"worker", "--join", endpoint_, "--name", name});
-      children_[pid] = child{name, false};
-      std::printf("launch: started %s (pid %d)\n", name.c_str(), static_cast<int>(pid));
-    }
+    for (int i = 0; i < cfg_.cluster.workers; ++i) start_worker("worker-" + std::to_string(i));
     if (opt_.control_only) {
       std::printf(
           "launch: %d worker(s) started; the cluster runs until stopped (Ctrl-C, SIGTERM or "
@@ -110,6 +107,29 @@ class launcher {
   }
 
  private:
+  void start_worker(const std::string& name) {
+    const pid_t pid = actors::spawn_self({"worker", "--join", endpoint_, "--name", name});
+    children_[pid] = child{name, false, clock_type::now()};
+    std::printf("launch: started %s (pid %d)\n", name.c_str(), static_cast<int>(pid));
+    std::fflush(stdout);
+  }
+
+  // A worker that died (killed, or failed) while the job runs is started again under the
+  // same name; it joins as a new member and takes its state from a live peer. A worker
+  // that keeps dying within a second of its start is given up after a few tries.
+  void maybe_respawn(const child& c, int code) {
+    if (!opt_.respawn || stopping_ || opt_.control_only || code == 0) return;
+    int& quick = quick_deaths_[c.name];
+    quick = clock_type::now() - c.started < milliseconds(1000) ? quick + 1 : 0;
+    if (quick >= 5) {
+      std::printf("launch: %s died %d times within a second of starting; not restarting it\n",
+                  c.name.c_str(), quick);
+      return;
+    }
+    std::printf("launch: restarting %s\n", c.name.c_str());
+    start_worker(c.name);
+  }
+
   // Reads the coordinator's stdout until its endpoint line; false if it died first.
   bool wait_for_endpoint() {
     const auto deadline = clock_type::now() + milliseconds(15000);
@@ -225,6 +245,7 @@ class launcher {
         if (client_ && coordinator_running()) {
           client_->send(net::exit_notice{c.name, static_cast<int64_t>(pid), code});
         }
+        maybe_respawn(c, code);
       }
     }
   }
@@ -288,6 +309,7 @@ class launcher {
   uint64_t status_seq_ = 0;
   uint64_t generation_ = 0;
   std::map<uint64_t, net::member_state> seen_;
+  std::map<std::string, int> quick_deaths_;  // per worker name: deaths right after a start
 };
 
 }  // namespace
@@ -313,6 +335,9 @@ void add_launch(CLI::App& app, int* rc) {
                 "Start the cluster without a training job (control plane only) and run until "
                 "stopped");
   cmd->add_flag("-q,--quiet", opt->quiet, "no progress lines");
+  cmd->add_flag("!--no-respawn", opt->respawn,
+                "Do not restart a local worker that dies during training (by default it is "
+                "restarted, rejoins and takes its state from a live peer)");
   cmd->add_option("--stop-timeout-ms", opt->stop_timeout_ms,
                   "After a stop, children still running this long later are killed")
       ->check(CLI::Range(100, 600 * 1000))
