@@ -32,7 +32,10 @@ namespace {
 // ---------------------------------------------------------------------------------------
 
 /// Where a key's value lives inside `config`; the pointer type is the key's YAML type.
-using field_ref = std::variant<int*, int64_t*, uint64_t*, float*, std::string*, std::vector<int>*>;
+/// A key whose section is "" lives at the top level of the file (`faults:`).
+using fault_list = std::vector<faults::fault_spec>;
+using field_ref = std::variant<int*, int64_t*, uint64_t*, float*, bool*, std::string*,
+                               std::vector<int>*, fault_list*>;
 
 /// Allowed numeric interval; for lists it applies to every element.
 struct bounds {
@@ -56,7 +59,8 @@ struct key_spec {
   std::vector<std::string> choices;  ///< non-empty: the value must be one of these
   const char* derived_default;       ///< set when the default depends on other keys
   const char* doc;
-  std::string path() const { return std::string(section) + "." + name; }
+  bool top_level() const { return section[0] == '\0'; }
+  std::string path() const { return top_level() ? name : std::string(section) + "." + name; }
 };
 
 struct section_spec {
@@ -74,6 +78,7 @@ const std::vector<section_spec>& sections() {
       {"train", "Optimisation: steps, batches, optimizer and learning-rate schedule."},
       {"comm", "How gradients travel between data-parallel replicas."},
       {"fault_tolerance", "Failure detection and checkpoints."},
+      {"elastic", "Membership that changes while training runs: bounds and respawn."},
       {"control", "The coordinator's control channel."},
   };
   return s;
@@ -355,6 +360,37 @@ const std::vector<key_spec>& schema() {
        {},
        nullptr,
        "Newest checkpoints kept; older ones are deleted."},
+      {"elastic",
+       "min_workers",
+       COHORT_FIELD(elastic.min_workers),
+       at_least(0),
+       {},
+       "cluster.workers",
+       "Below this many workers training pauses and waits for joiners (up to "
+       "pause_timeout_ms). 0 or absent: cluster.workers. At most cluster.workers."},
+      {"elastic",
+       "max_workers",
+       COHORT_FIELD(elastic.max_workers),
+       at_least(0),
+       {},
+       "cluster.workers",
+       "Joiners beyond this many workers wait as spares. 0 or absent: cluster.workers. At "
+       "least cluster.workers."},
+      {"elastic",
+       "respawn",
+       COHORT_FIELD(elastic.respawn),
+       unbounded(),
+       {},
+       nullptr,
+       "true: the launcher restarts a local worker that dies, and it rejoins as a joiner. "
+       "false: a dead worker stays gone."},
+      {"elastic",
+       "pause_timeout_ms",
+       COHORT_FIELD(elastic.pause_timeout_ms),
+       at_least(0),
+       {},
+       nullptr,
+       "How long training waits below min_workers before the run fails; 0: fail at once."},
       {"control",
        "bind",
        COHORT_FIELD(control.bind),
@@ -370,6 +406,14 @@ const std::vector<key_spec>& schema() {
        {},
        nullptr,
        "Larger control frames are counted and dropped."},
+      {"",
+       "faults",
+       COHORT_FIELD(faults),
+       unbounded(),
+       {},
+       nullptr,
+       "Faults to inject, one spec per entry, e.g. \"kill worker=2 at step=30\" "
+       "(docs/faults.md). A top-level list, not a section."},
   };
   return rows;
 }
@@ -378,7 +422,7 @@ const std::vector<key_spec>& schema() {
 
 const key_spec* find_key(const std::string& section, const std::string& name) {
   for (const key_spec& k : schema()) {
-    if (section == k.section && name == k.name) return &k;
+    if (!k.top_level() && section == k.section && name == k.name) return &k;
   }
   return nullptr;
 }
@@ -388,6 +432,23 @@ bool is_section(const std::string& name) {
     if (name == s.name) return true;
   }
   return false;
+}
+
+const key_spec* find_top_level(const std::string& name) {
+  for (const key_spec& k : schema()) {
+    if (k.top_level() && name == k.name) return &k;
+  }
+  return nullptr;
+}
+
+/// Every name allowed at the top level: sections, then top-level keys.
+std::vector<std::string> top_level_names() {
+  std::vector<std::string> out;
+  for (const section_spec& s : sections()) out.push_back(s.name);
+  for (const key_spec& k : schema()) {
+    if (k.top_level()) out.push_back(k.name);
+  }
+  return out;
 }
 
 std::vector<std::string> keys_of(const std::string& section) {
@@ -490,6 +551,7 @@ std::string format_value(const field_ref& f, bool enum_key) {
     std::string operator()(int64_t* p) const { return std::to_string(*p); }
     std::string operator()(uint64_t* p) const { return std::to_string(*p); }
     std::string operator()(float* p) const { return format_float(*p); }
+    std::string operator()(bool* p) const { return *p ? "true" : "false"; }
     // Enum values are plain words; free text (paths, endpoints) is always quoted so a
     // value such as "null" or "1" stays a string when read back.
     std::string operator()(std::string* p) const { return enum_key ? *p : quote(*p); }
@@ -497,6 +559,13 @@ std::string format_value(const field_ref& f, bool enum_key) {
       std::vector<std::string> parts;
       for (int v : *p) parts.push_back(std::to_string(v));
       return "[" + join(parts, ", ") + "]";
+    }
+    // A block list, one canonical spec a line; the caller puts it under its key.
+    std::string operator()(fault_list* p) const {
+      if (p->empty()) return "[]";
+      std::string out;
+      for (const faults::fault_spec& f : *p) out += "\n  - " + quote(faults::to_string(f));
+      return out;
     }
   } visitor{enum_key};
   return std::visit(visitor, f);
@@ -508,8 +577,10 @@ std::string type_name(const key_spec& k) {
     std::string operator()(int64_t*) const { return "integer"; }
     std::string operator()(uint64_t*) const { return "integer"; }
     std::string operator()(float*) const { return "number"; }
+    std::string operator()(bool*) const { return "boolean"; }
     std::string operator()(std::string*) const { return "string"; }
     std::string operator()(std::vector<int>*) const { return "list of integers"; }
+    std::string operator()(fault_list*) const { return "list of fault specs"; }
   } visitor;
   config scratch;
   return k.choices.empty() ? std::visit(visitor, k.field(scratch)) : "enum";
@@ -539,6 +610,8 @@ std::string allowed_text(const key_spec& k) {
   config scratch;
   const field_ref f = k.field(scratch);
   if (std::holds_alternative<std::vector<int>*>(f)) return "each " + describe(k.range);
+  if (std::holds_alternative<bool*>(f)) return "true | false";
+  if (std::holds_alternative<fault_list*>(f)) return "see docs/faults.md";
   if (std::holds_alternative<std::string*>(f)) return "non-empty";
   return describe(k.range);
 }
@@ -750,15 +823,21 @@ class loader {
         continue;
       }
       const std::string name = key.Scalar();
-      if (!is_section(name)) {
+      const key_spec* top = find_top_level(name);
+      if (!top && !is_section(name)) {
         unknown_section(name, mark_of(key));
         continue;
       }
       auto [first, fresh] = seen_sections.emplace(name, mark_of(key).line);
       if (!fresh) {
         report(mark_of(key), name,
-               "duplicate section (first on line " + std::to_string(first->second) +
-                   "; merge the two into one)");
+               std::string(top ? "duplicate key" : "duplicate section") + " (first on line " +
+                   std::to_string(first->second) +
+                   (top ? "; merge the two lists into one)" : "; merge the two into one)"));
+        continue;
+      }
+      if (top) {
+        entries_[name] = entry{value, value.IsNull() ? mark_of(key) : mark_of(value)};
         continue;
       }
       if (value.IsNull()) continue;  // "train:" with nothing under it: all defaults
@@ -803,23 +882,17 @@ class loader {
     }
   }
 
-  std::string section_list() const {
-    std::vector<std::string> names;
-    for (const section_spec& s : sections()) names.push_back(s.name);
-    return join(names, ", ");
-  }
+  std::string section_list() const { return join(top_level_names(), ", "); }
 
   void unknown_section(const std::string& name, const origin& at) {
-    std::vector<std::string> names;
-    for (const section_spec& s : sections()) names.push_back(s.name);
-    const std::string guess = closest(name, names);
+    const std::string guess = closest(name, top_level_names());
     if (!guess.empty()) {
       report(at, name, "unknown section (did you mean " + guess + "?)");
       return;
     }
     // A key written at the top level instead of under its section.
     for (const key_spec& k : schema()) {
-      if (name == k.name) {
+      if (!k.top_level() && name == k.name) {
         report(at, name,
                "unknown section; " + name + " is a key of section " + k.section +
                    " (did you mean " + k.path() + "? write it indented under '" + k.section +
@@ -832,6 +905,12 @@ class loader {
 
   void unknown_key(const std::string& section, const std::string& name, const origin& at) {
     const std::string path = section + "." + name;
+    if (const key_spec* top = find_top_level(name)) {
+      report(at, path,
+             "unknown key in section " + section + "; " + top->name +
+                 " is a top-level list (write '" + top->name + ":' without indentation)");
+      return;
+    }
     const std::string guess = closest(name, keys_of(section));
     if (!guess.empty()) {
       report(at, path, "unknown key (did you mean " + section + "." + guess + "?)");
@@ -839,11 +918,13 @@ class loader {
     }
     // The right key in the wrong section ("lr" under model).
     std::vector<std::string> all;
-    for (const key_spec& k : schema()) all.push_back(k.name);
+    for (const key_spec& k : schema()) {
+      if (!k.top_level()) all.push_back(k.name);
+    }
     const std::string other = closest(name, all);
     if (!other.empty()) {
       for (const key_spec& k : schema()) {
-        if (other == k.name) {
+        if (!k.top_level() && other == k.name) {
           report(at, path,
                  "unknown key in section " + section + " (did you mean " + k.path() +
                      "? it belongs in section " + k.section + ")");
@@ -873,7 +954,7 @@ class loader {
       report(at, "", "the key before '=' is empty (write dotted.key=value, e.g. train.lr=0.01)");
       return;
     }
-    if (!find_key(section, name)) {
+    if (!find_key(section, name) && !find_top_level(path)) {
       std::vector<std::string> all;
       for (const key_spec& k : schema()) all.push_back(k.path());
       const std::string guess = closest(path, all);
@@ -1080,6 +1161,96 @@ class loader {
     return ok;
   }
 
+  bool read_value(const key_spec& k, const entry& e, bool* out) {
+    const YAML::Node& n = e.value;
+    const std::string key = k.path();
+    if (n.IsNull()) {
+      report(e.at, key, "has no value (write true or false, " + use_default(k) + ")");
+      return false;
+    }
+    const std::string s = n.IsScalar() ? n.Scalar() : "";
+    // YAML 1.2 core schema booleans only: YAML 1.1's yes/no/on/off (and 1/0) read as
+    // true in some tools and as strings in others, so they are refused, not guessed.
+    if (n.IsScalar() && !is_quoted(n)) {
+      if (s == "true" || s == "True" || s == "TRUE") {
+        *out = true;
+        return true;
+      }
+      if (s == "false" || s == "False" || s == "FALSE") {
+        *out = false;
+        return true;
+      }
+    }
+    const std::string l = lower(s);
+    std::string hint = "write true or false";
+    if (n.IsScalar() && (l == "true" || l == "false")) {
+      hint = "remove the quotes";
+    } else if (n.IsScalar() && (l == "yes" || l == "on" || l == "y" || s == "1")) {
+      hint = "write true; " + s + " is not a boolean in YAML 1.2";
+    } else if (n.IsScalar() && (l == "no" || l == "off" || l == "n" || s == "0")) {
+      hint = "write false; " + s + " is not a boolean in YAML 1.2";
+    }
+    report(e.at, key, "expected true or false, got " + got(n) + " (" + hint + ")");
+    return false;
+  }
+
+  bool read_value(const key_spec& k, const entry& e, fault_list* out) {
+    const YAML::Node& n = e.value;
+    const std::string key = k.path();
+    const std::string example = "e.g. [\"kill worker=2 at step=30\"]";
+    if (n.IsNull()) {
+      report(e.at, key,
+             "has no value (write a list of fault specs, " + example + ", or [] for none)");
+      return false;
+    }
+    if (!n.IsSequence()) {
+      const std::string hint = n.IsScalar() ? "write it as a list: [\"" + n.Scalar() + "\"]"
+                                            : "write a list of fault specs, " + example;
+      report(e.at, key, "expected a list of fault specs, got " + got(n) + " (" + hint + ")");
+      return false;
+    }
+    fault_list values;
+    std::vector<origin> where;
+    bool ok = true;
+    for (size_t i = 0; i < n.size(); ++i) {
+      const YAML::Node item = n[i];
+      const std::string ikey = key + "[" + std::to_string(i) + "]";
+      const bool from_set = !e.at.set_text.empty();
+      // Elements of a --set value have positions inside the override, not the file.
+      origin at = from_set ? e.at : mark_of(item);
+      if (!item.IsScalar()) {
+        report(at, ikey,
+               "expected a fault spec string, got " + got(item) +
+                   " (write the spec on one line with no space after '=', or quote it: - "
+                   "\"kill worker=2 at step=30\")");
+        ok = false;
+        continue;
+      }
+      // A quoted spec starts one column after its opening quote.
+      if (!from_set && is_quoted(item) && at.col > 0) ++at.col;
+      try {
+        values.push_back(faults::parse_fault(item.Scalar()));
+        where.push_back(at);
+      } catch (const faults::fault_parse_error& err) {
+        if (from_set) {
+          report(at, ikey,
+                 "column " + std::to_string(err.column()) + " of '" + item.Scalar() +
+                     "': " + err.reason());
+        } else {
+          // The column of the mistake itself: the entry's column plus the spec's own.
+          if (at.col > 0) at.col += err.column() - 1;
+          report(at, ikey, err.reason());
+        }
+        ok = false;
+      }
+    }
+    if (ok) {
+      *out = std::move(values);
+      fault_at_ = std::move(where);
+    }
+    return ok;
+  }
+
   // ---- derived defaults and checks across keys ----
 
   bool fine(std::initializer_list<const char*> paths) const {
@@ -1231,6 +1402,8 @@ class loader {
                    "heartbeats, e.g. " +
                    std::to_string(5 * int64_t{c.fault_tolerance.heartbeat_ms}) + ")");
     }
+    check_elastic(grid_ok);
+    check_faults();
     if (fine({"control.bind"})) {
       const std::string& b = c.control.bind;
       const bool tcp = b.rfind("tcp://", 0) == 0 && b.size() > 6;
@@ -1247,11 +1420,99 @@ class loader {
     }
   }
 
+  // Elastic bounds: 0 resolves to cluster.workers; the bounds must hold the starting
+  // size, and at the largest size every replica still needs a micro-batch.
+  void check_elastic(bool grid_ok) {
+    config& c = c_;
+    elastic_ok_ = fine({"cluster.workers", "elastic.min_workers", "elastic.max_workers"});
+    if (!elastic_ok_) return;
+    const int w = c.cluster.workers;
+    const std::string ws = std::to_string(w);
+    if (c.elastic.min_workers > w) {
+      elastic_ok_ = false;
+      complain({"elastic.min_workers"},
+               "min_workers = " + std::to_string(c.elastic.min_workers) +
+                   " exceeds cluster.workers = " + ws +
+                   " (the run would start below its minimum; use at most " + ws +
+                   ", or 0 for cluster.workers)");
+    }
+    if (c.elastic.max_workers != 0 && c.elastic.max_workers < w) {
+      elastic_ok_ = false;
+      complain({"elastic.max_workers"},
+               "max_workers = " + std::to_string(c.elastic.max_workers) +
+                   " is below cluster.workers = " + ws + " (the launcher starts " + ws +
+                   " workers; use at least " + ws + ", or 0 for cluster.workers)");
+    }
+    if (!elastic_ok_) return;
+    if (c.elastic.min_workers == 0) c.elastic.min_workers = w;
+    if (c.elastic.max_workers == 0) c.elastic.max_workers = w;
+    if (grid_ok && c.elastic.max_workers > w && fine({"train.global_batch", "train.micro_batch"}) &&
+        c.train.global_batch % c.train.micro_batch == 0) {
+      const int64_t pt = int64_t{c.parallel.pp} * c.parallel.tp;
+      const int64_t max_dp = c.elastic.max_workers / pt;
+      const int micro = c.train.global_batch / c.train.micro_batch;
+      if (micro < max_dp) {
+        complain({"elastic.max_workers"},
+                 "global_batch / micro_batch = " + std::to_string(micro) +
+                     " micro-batches per step cannot feed the dp = " + std::to_string(max_dp) +
+                     " replicas of max_workers = " + std::to_string(c.elastic.max_workers) +
+                     " (use micro_batch <= " +
+                     std::to_string(std::max<int64_t>(1, c.train.global_batch / max_dp)) +
+                     ", or max_workers <= " + std::to_string(micro * pt) + ")");
+      }
+    }
+  }
+
+  // Faults that could never act are mistakes: a step past the run, a rank beyond the
+  // largest roster, a scale outside the elastic bounds.
+  void check_faults() {
+    const config& c = c_;
+    if (!fine({"faults"})) return;
+    COHORT_CHECK(fault_at_.size() == c.faults.size());
+    const bool steps_ok = fine({"train.steps"});
+    for (size_t i = 0; i < c.faults.size(); ++i) {
+      const faults::fault_spec& f = c.faults[i];
+      const std::string key = "faults[" + std::to_string(i) + "]";
+      const std::string what = "'" + faults::to_string(f) + "'";
+      const int64_t first = f.kind == faults::fault_kind::slow ? f.from_step : f.at_step;
+      if (steps_ok && first >= c.train.steps) {
+        const std::string steps = std::to_string(c.train.steps);
+        report(fault_at_[i], key,
+               what + " never acts: the run's steps are 0 to " + std::to_string(c.train.steps - 1) +
+                   " (train.steps = " + steps + "; use a step below " + steps + ")");
+      }
+      if (!elastic_ok_) continue;
+      const int lo = c.elastic.min_workers, hi = c.elastic.max_workers;
+      if (f.worker.by_rank() && f.worker.rank >= hi) {
+        report(fault_at_[i], key,
+               what + " names rank " + std::to_string(f.worker.rank) +
+                   ", but the run has at most " + std::to_string(hi) +
+                   " workers (use a rank from 0 to " + std::to_string(hi - 1) +
+                   ", or raise elastic.max_workers)");
+      }
+      if (f.kind == faults::fault_kind::scale && f.to_workers > hi) {
+        report(fault_at_[i], key,
+               what + " goes above elastic.max_workers = " + std::to_string(hi) +
+                   " (raise elastic.max_workers to " + std::to_string(f.to_workers) +
+                   ", or scale to at most " + std::to_string(hi) + ")");
+      }
+      if (f.kind == faults::fault_kind::scale && f.to_workers < lo) {
+        report(fault_at_[i], key,
+               what + " goes below elastic.min_workers = " + std::to_string(lo) +
+                   " (training would pause there; lower elastic.min_workers to " +
+                   std::to_string(f.to_workers) + ", or scale to at least " + std::to_string(lo) +
+                   ")");
+      }
+    }
+  }
+
+  bool elastic_ok_ = false;
   std::string name_;
   std::vector<config_issue> issues_;
   std::vector<std::tuple<int, int, int>> order_;  // sort key of each issue
   std::map<std::string, entry> entries_;
   std::set<std::string> bad_;
+  std::vector<origin> fault_at_;  // where each of c_.faults was written
   config c_;
 };
 
@@ -1319,21 +1580,35 @@ config load_config(const std::string& path, const std::vector<std::string>& over
   return load_config_text(text.str(), path, overrides);
 }
 
+namespace {
+/// "name: value" with a block value (a list of specs) on the lines below its key.
+std::string key_line(const std::string& indent, const key_spec& k, config& c) {
+  const std::string v = format_value(k.field(c), !k.choices.empty());
+  return indent + k.name + ":" + (v[0] == '\n' ? v : " " + v) + "\n";
+}
+}  // namespace
+
 std::string dump_config(const config& c) {
   config copy = c;  // field() hands out mutable pointers; read through a copy
   std::string out;
   for (const section_spec& s : sections()) {
     out += std::string(s.name) + ":\n";
     for (const key_spec& k : schema()) {
-      if (std::strcmp(k.section, s.name) != 0) continue;
-      out += std::string("  ") + k.name + ": " + format_value(k.field(copy), !k.choices.empty()) +
-             "\n";
+      if (std::strcmp(k.section, s.name) == 0) out += key_line("  ", k, copy);
     }
+  }
+  // Top-level keys after the sections, in schema order.
+  for (const key_spec& k : schema()) {
+    if (k.top_level()) out += key_line("", k, copy);
   }
   return out;
 }
 
 std::string config_hash(const config& c) { return sha256_hex(dump_config(c)); }
+
+std::string closest_name(const std::string& word, const std::vector<std::string>& candidates) {
+  return closest(word, candidates);
+}
 
 std::string reference_config_yaml() {
   config defaults;
@@ -1346,20 +1621,38 @@ std::string reference_config_yaml() {
       "# Generated from the schema in runtime/core/config.cpp by\n"
       "#   cohort validate --reference > configs/reference.yaml\n"
       "# and checked against it by tests/core/test_config.cpp: edit the schema, not this.\n";
+  auto describe_key = [&](const key_spec& k, const std::string& indent) {
+    std::string text = wrap_comment(k.doc, indent, 88);
+    std::string facts = type_name(k);
+    const std::string allowed = allowed_text(k);
+    if (!allowed.empty()) facts += ", " + allowed;
+    facts += "; default " + default_text(k);
+    text += wrap_comment(facts, indent, 88);
+    // A derived default is written as the value that means "derive it" (dp: 0) or as
+    // what it resolves to with the other defaults (dataset: fashion_mnist).
+    return text + key_line(indent, k, defaults);
+  };
   for (const section_spec& s : sections()) {
     out += "\n" + wrap_comment(s.doc, "", 88) + s.name + ":\n";
     for (const key_spec& k : schema()) {
-      if (std::strcmp(k.section, s.name) != 0) continue;
-      out += wrap_comment(k.doc, "  ", 88);
-      std::string facts = type_name(k);
-      const std::string allowed = allowed_text(k);
-      if (!allowed.empty()) facts += ", " + allowed;
-      facts += "; default " + default_text(k);
-      out += wrap_comment(facts, "  ", 88);
-      // A derived default is written as the value that means "derive it" (dp: 0) or as
-      // what it resolves to with the other defaults (dataset: fashion_mnist).
-      out += std::string("  ") + k.name + ": " +
-             format_value(k.field(defaults), !k.choices.empty()) + "\n";
+      if (std::strcmp(k.section, s.name) == 0) out += describe_key(k, "  ");
+    }
+  }
+  for (const key_spec& k : schema()) {
+    if (!k.top_level()) continue;
+    out += "\n" + describe_key(k, "");
+    if (k.path() == "faults") {
+      // The language at a glance; docs/faults.md has the whole reference.
+      out +=
+          "# For example:\n"
+          "# faults:\n"
+          "#   - kill worker=2 at step=30\n"
+          "#   - hang worker=1 at step=10 for=3s\n"
+          "#   - slow worker=0 factor=3 from step=5 to step=15\n"
+          "#   - drop control p=0.05 seed=7\n"
+          "#   - partition worker=3 at step=12 for=2s\n"
+          "#   - scale to=6 at step=20\n"
+          "#   - random kill mtbf=15steps seed=1\n";
     }
   }
   return out;

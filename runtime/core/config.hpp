@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "runtime/core/error.hpp"
+#include "runtime/core/faults.hpp"
 
 namespace cohort {
 
@@ -68,6 +69,13 @@ struct fault_tolerance_config {
   int keep = 3;
 };
 
+struct elastic_config {
+  int min_workers = 0;  ///< below this, training pauses for joiners (0 in YAML: cluster.workers)
+  int max_workers = 0;  ///< joiners above this wait as spares (0 in YAML: cluster.workers)
+  bool respawn = true;  ///< the launcher restarts a local worker that dies
+  int64_t pause_timeout_ms = 60000;  ///< how long a pause below min_workers lasts before failing
+};
+
 struct control_config {
   std::string bind = "tcp://127.0.0.1:0";  ///< coordinator ROUTER endpoint
   int64_t max_message_bytes = 64 << 20;    ///< larger frames are counted and dropped
@@ -83,7 +91,10 @@ struct config {
   train_config train;
   comm_config comm;
   fault_tolerance_config fault_tolerance;
+  elastic_config elastic;
   control_config control;
+  /// The top-level `faults:` list, parsed (docs/faults.md); dumped in canonical text.
+  std::vector<faults::fault_spec> faults;
 };
 
 /// One problem found in a config: where, which key, what is wrong and how to fix it.
@@ -126,6 +137,11 @@ std::string config_hash(const config& c);
 /// Commented YAML with every key at its default, its allowed values and its meaning,
 /// generated from the schema; configs/reference.yaml is this text (a test keeps it so).
 std::string reference_config_yaml();
+
+/// The candidate closest to `word` (edit distance with adjacent swaps, or a shared prefix
+/// of 3+ letters), or "" when none is close enough to be a typo. Every did-you-mean of the
+/// config and the fault specs uses it, so suggestions behave the same everywhere.
+std::string closest_name(const std::string& word, const std::vector<std::string>& candidates);
 
 /// Markdown table of every key (type, default, allowed values, meaning), generated from
 /// the schema; docs/config.md embeds it (a test keeps it so).

@@ -89,15 +89,34 @@ void check_equal(const config& a, const config& b) {
   CHECK(a.fault_tolerance.checkpoint_every == b.fault_tolerance.checkpoint_every);
   CHECK(a.fault_tolerance.checkpoint_dir == b.fault_tolerance.checkpoint_dir);
   CHECK(a.fault_tolerance.keep == b.fault_tolerance.keep);
+  CHECK(a.elastic.min_workers == b.elastic.min_workers);
+  CHECK(a.elastic.max_workers == b.elastic.max_workers);
+  CHECK(a.elastic.respawn == b.elastic.respawn);
+  CHECK(a.elastic.pause_timeout_ms == b.elastic.pause_timeout_ms);
   CHECK(a.control.bind == b.control.bind);
   CHECK(a.control.max_message_bytes == b.control.max_message_bytes);
+  CHECK(a.faults == b.faults);
 }
 
-/// Every dotted key path of a two-level YAML mapping.
+/// The defaults of a one-worker run: dp and the elastic bounds resolved from it.
+config one_worker_defaults() {
+  config d;
+  d.parallel.dp = 1;
+  d.elastic.min_workers = 1;
+  d.elastic.max_workers = 1;
+  return d;
+}
+
+/// Every dotted key path of a two-level YAML mapping; a top-level value that is not a
+/// mapping (the faults list) is a key of its own.
 std::set<std::string> key_paths(const std::string& yaml) {
   std::set<std::string> out;
   const YAML::Node root = YAML::Load(yaml);
   for (auto s = root.begin(); s != root.end(); ++s) {
+    if (!s->second.IsMap()) {
+      out.insert(s->first.Scalar());
+      continue;
+    }
     for (auto k = s->second.begin(); k != s->second.end(); ++k) {
       out.insert(s->first.Scalar() + "." + k->first.Scalar());
     }
@@ -516,7 +535,319 @@ const std::vector<broken_case> broken = {
      "comm.bucket_mb",
      "expected a number, got four (write a number such as 4.0)",
      1},
+    // --- booleans: YAML 1.2 true / false only
+    {"bool yes",
+     "elastic:\n  respawn: yes\n",
+     {},
+     "cfg.yaml",
+     2,
+     12,
+     "elastic.respawn",
+     "expected true or false, got yes (write true; yes is not a boolean in YAML 1.2)",
+     1},
+    {"bool on",
+     "elastic:\n  respawn: on\n",
+     {},
+     "cfg.yaml",
+     2,
+     12,
+     "elastic.respawn",
+     "(write true; on is not a boolean",
+     1},
+    {"bool zero",
+     "elastic:\n  respawn: 0\n",
+     {},
+     "cfg.yaml",
+     2,
+     12,
+     "elastic.respawn",
+     "expected true or false, got 0 (write false; 0 is not a boolean in YAML 1.2)",
+     1},
+    {"bool no",
+     "elastic:\n  respawn: No\n",
+     {},
+     "cfg.yaml",
+     2,
+     12,
+     "elastic.respawn",
+     "(write false; No is not a boolean",
+     1},
+    {"bool quoted",
+     "elastic:\n  respawn: \"true\"\n",
+     {},
+     "cfg.yaml",
+     2,
+     12,
+     "elastic.respawn",
+     "got the quoted string \"true\" (remove the quotes)",
+     1},
+    {"bool a word",
+     "elastic:\n  respawn: always\n",
+     {},
+     "cfg.yaml",
+     2,
+     12,
+     "elastic.respawn",
+     "expected true or false, got always (write true or false)",
+     1},
+    {"bool a list",
+     "elastic:\n  respawn: [true]\n",
+     {},
+     "cfg.yaml",
+     2,
+     12,
+     "elastic.respawn",
+     "got a list",
+     1},
+    {"bool empty",
+     "elastic:\n  respawn:\n",
+     {},
+     "cfg.yaml",
+     2,
+     3,
+     "elastic.respawn",
+     "has no value (write true or false, or delete the key to use the default true)",
+     1},
+    // --- elastic keys
+    {"negative min_workers",
+     "elastic:\n  min_workers: -1\n",
+     {},
+     "cfg.yaml",
+     2,
+     16,
+     "elastic.min_workers",
+     "must be >= 0, got -1",
+     1},
+    {"negative pause timeout",
+     "elastic:\n  pause_timeout_ms: -5\n",
+     {},
+     "cfg.yaml",
+     2,
+     21,
+     "elastic.pause_timeout_ms",
+     "must be >= 0, got -5",
+     1},
+    {"elastic key typo",
+     "elastic:\n  max_workrs: 4\n",
+     {},
+     "cfg.yaml",
+     2,
+     3,
+     "elastic.max_workrs",
+     "did you mean elastic.max_workers?",
+     1},
+    {"elastic section typo",
+     "elasitc:\n  respawn: true\n",
+     {},
+     "cfg.yaml",
+     1,
+     1,
+     "elasitc",
+     "did you mean elastic?",
+     1},
+    {"elastic key in another section",
+     "fault_tolerance:\n  respawn: true\n",
+     {},
+     "cfg.yaml",
+     2,
+     3,
+     "fault_tolerance.respawn",
+     "did you mean elastic.respawn? it belongs in section elastic",
+     1},
+    // --- the faults list
+    {"faults not a list",
+     "faults: kill worker=1 at step=1\n",
+     {},
+     "cfg.yaml",
+     1,
+     9,
+     "faults",
+     "expected a list of fault specs, got kill worker=1 at step=1 (write it as a list: "
+     "[\"kill worker=1 at step=1\"])",
+     1},
+    {"faults empty",
+     "faults:\n",
+     {},
+     "cfg.yaml",
+     1,
+     1,
+     "faults",
+     "has no value (write a list of fault specs",
+     1},
+    {"faults a mapping",
+     "faults:\n  kill: 1\n",
+     {},
+     "cfg.yaml",
+     2,
+     3,
+     "faults",
+     "expected a list of fault specs, got a mapping",
+     1},
+    {"bad spec: column inside the entry",
+     "faults:\n  - kill worker=2 at stp=30\n",
+     {},
+     "cfg.yaml",
+     2,
+     22,
+     "faults[0]",
+     "unknown word 'stp' (expected step=N)",
+     1},
+    {"bad quoted spec",
+     "faults:\n  - \"kill worker=2 at stp=30\"\n",
+     {},
+     "cfg.yaml",
+     2,
+     23,
+     "faults[0]",
+     "unknown word 'stp' (expected step=N)",
+     1},
+    {"bad spec in a flow list",
+     "faults: [\"kill worker=2 at step=3\", \"kil\"]\n",
+     {},
+     "cfg.yaml",
+     1,
+     38,
+     "faults[1]",
+     "unknown fault 'kil' (did you mean kill?)",
+     1},
+    {"each bad spec reported",
+     "faults:\n  - kill worker=2\n  - scale to=3 at step=1\n  - drop control p=2\n",
+     {},
+     "cfg.yaml",
+     4,
+     20,
+     "faults[2]",
+     "p must be in (0, 1], got 2",
+     2},
+    {"spec that YAML reads as a mapping",
+     "faults:\n  - kill worker: 2\n",
+     {},
+     "cfg.yaml",
+     2,
+     5,
+     "faults[0]",
+     "expected a fault spec string, got a mapping",
+     1},
+    {"faults twice",
+     "faults: []\nfaults: []\n",
+     {},
+     "cfg.yaml",
+     2,
+     1,
+     "faults",
+     "duplicate key (first on line 1; merge the two lists into one)",
+     1},
+    {"faults inside a section",
+     "train:\n  faults: []\n",
+     {},
+     "cfg.yaml",
+     2,
+     3,
+     "train.faults",
+     "faults is a top-level list (write 'faults:' without indentation)",
+     1},
+    {"faults typo",
+     "fault:\n  - kill worker=1 at step=1\n",
+     {},
+     "cfg.yaml",
+     1,
+     1,
+     "fault",
+     "unknown section (did you mean faults?)",
+     1},
     // --- contradictions
+    {"min_workers above workers",
+     "cluster:\n  workers: 4\ntrain:\n  micro_batch: 32\nelastic:\n  min_workers: 5\n",
+     {},
+     "cfg.yaml",
+     6,
+     16,
+     "elastic.min_workers",
+     "min_workers = 5 exceeds cluster.workers = 4 (the run would start below its minimum; use "
+     "at most 4, or 0 for cluster.workers)",
+     1},
+    {"max_workers below workers",
+     "cluster:\n  workers: 4\ntrain:\n  micro_batch: 32\nelastic:\n  max_workers: 3\n",
+     {},
+     "cfg.yaml",
+     6,
+     16,
+     "elastic.max_workers",
+     "max_workers = 3 is below cluster.workers = 4 (the launcher starts 4 workers; use at least "
+     "4, or 0 for cluster.workers)",
+     1},
+    {"both elastic bounds wrong",
+     "cluster:\n  workers: 4\ntrain:\n  micro_batch: 32\nelastic:\n  min_workers: 6\n  "
+     "max_workers: 2\n",
+     {},
+     "cfg.yaml",
+     7,
+     16,
+     "elastic.max_workers",
+     "max_workers = 2 is below cluster.workers = 4",
+     2},
+    {"too few micro-batches at max_workers",
+     "cluster:\n  workers: 2\ntrain:\n  micro_batch: 32\nelastic:\n  max_workers: 8\n",
+     {},
+     "cfg.yaml",
+     6,
+     16,
+     "elastic.max_workers",
+     "global_batch / micro_batch = 4 micro-batches per step cannot feed the dp = 8 replicas of "
+     "max_workers = 8 (use micro_batch <= 16, or max_workers <= 4)",
+     1},
+    {"fault after the last step",
+     "train:\n  steps: 10\nfaults:\n  - kill worker=0 at step=10\n",
+     {},
+     "cfg.yaml",
+     4,
+     5,
+     "faults[0]",
+     "'kill worker=0 at step=10' never acts: the run's steps are 0 to 9 (train.steps = 10; use "
+     "a step below 10)",
+     1},
+    {"slow range after the last step",
+     "train:\n  steps: 10\nfaults:\n  - slow worker=0 factor=2 from step=12 to step=20\n",
+     {},
+     "cfg.yaml",
+     4,
+     5,
+     "faults[0]",
+     "never acts",
+     1},
+    {"fault rank beyond the largest roster",
+     "cluster:\n  workers: 2\ntrain:\n  micro_batch: 64\nfaults:\n  - kill worker=2 at "
+     "step=1\n",
+     {},
+     "cfg.yaml",
+     6,
+     5,
+     "faults[0]",
+     "names rank 2, but the run has at most 2 workers (use a rank from 0 to 1, or raise "
+     "elastic.max_workers)",
+     1},
+    {"scale above max_workers",
+     "cluster:\n  workers: 2\ntrain:\n  micro_batch: 32\nelastic:\n  max_workers: 4\nfaults:\n"
+     "  - scale to=5 at step=1\n",
+     {},
+     "cfg.yaml",
+     8,
+     5,
+     "faults[0]",
+     "'scale to=5 at step=1' goes above elastic.max_workers = 4 (raise elastic.max_workers to 5, "
+     "or scale to at most 4)",
+     1},
+    {"scale below min_workers",
+     "cluster:\n  workers: 2\ntrain:\n  micro_batch: 32\nelastic:\n  min_workers: 2\nfaults:\n"
+     "  - scale to=1 at step=1\n",
+     {},
+     "cfg.yaml",
+     8,
+     5,
+     "faults[0]",
+     "goes below elastic.min_workers = 2 (training would pause there; lower "
+     "elastic.min_workers to 1, or scale to at least 2)",
+     1},
     {"grid does not match workers",
      "cluster:\n  workers: 4\nparallel:\n  dp: 2\n",
      {},
@@ -708,6 +1039,43 @@ const std::vector<broken_case> broken = {
      "comm.bucket_mb",
      "in 'comm.bucket_mb=2048': must be in (0, 1024], got 2048",
      1},
+    {"override bad fault spec",
+     "train:\n  lr: 0.1\n",
+     {"faults=[\"kill worker=0 at step=1\", \"kil\"]"},
+     "--set",
+     0,
+     0,
+     "faults[1]",
+     "in 'faults=[\"kill worker=0 at step=1\", \"kil\"]': column 1 of 'kil': unknown fault "
+     "'kil' (did you mean kill?)",
+     1},
+    {"override faults key typo",
+     "train:\n  lr: 0.1\n",
+     {"fault=[]"},
+     "--set",
+     0,
+     0,
+     "fault",
+     "unknown key (did you mean faults?)",
+     1},
+    {"override bool",
+     "train:\n  lr: 0.1\n",
+     {"elastic.respawn=1"},
+     "--set",
+     0,
+     0,
+     "elastic.respawn",
+     "in 'elastic.respawn=1': expected true or false, got 1",
+     1},
+    {"override min_workers above workers",
+     "train:\n  lr: 0.1\n",
+     {"elastic.min_workers=9"},
+     "--set",
+     0,
+     0,
+     "elastic.min_workers",
+     "min_workers = 9 exceeds cluster.workers = 1",
+     1},
     {"override contradicts file",
      "cluster:\n  workers: 4\n",
      {"parallel.dp=3"},
@@ -825,9 +1193,7 @@ TEST_CASE("derived defaults: dp from the grid, dataset from the model") {
   CHECK(c.data.dataset == "fashion_mnist");
   CHECK(c.parallel.dp == 1);
   // Everything else is the struct's initialiser.
-  config defaults;
-  defaults.parallel.dp = 1;
-  check_equal(c, defaults);
+  check_equal(c, one_worker_defaults());
 }
 
 TEST_CASE("--set overrides are parsed as YAML and win over the file") {
@@ -855,43 +1221,58 @@ TEST_CASE("--set overrides are parsed as YAML and win over the file") {
 }
 
 TEST_CASE("dump_config round-trips to an equal config") {
-  config c = cohort::load_config_text("cluster:\n  workers: 4\n", "t",
-                                      {"model.kind=gpt",
-                                       "model.hidden=[]",
-                                       "model.n_layer=6",
-                                       "model.n_head=8",
-                                       "model.d_model=256",
-                                       "model.context=64",
-                                       "data.dir='quote \" and back\\slash'",
-                                       "data.cache_dir=~/c",
-                                       "train.steps=123456789012",
-                                       "train.global_batch=96",
-                                       "train.micro_batch=24",
-                                       "train.lr=0.1",
-                                       "train.seed=18446744073709551615",
-                                       "train.determinism=bitwise",
-                                       "train.optimizer=sgd",
-                                       "train.weight_decay=1e-4",
-                                       "train.beta1=0.8",
-                                       "train.beta2=0.95",
-                                       "train.eps=1e-6",
-                                       "train.momentum=0.5",
-                                       "train.grad_clip=1",
-                                       "train.warmup_steps=7",
-                                       "train.lr_schedule=cosine",
-                                       "train.min_lr=1.17549435e-38",
-                                       "train.eval_every=11",
-                                       "train.log_every=3",
-                                       "train.threads=2",
-                                       "comm.backend=gloo",
-                                       "comm.bucket_mb=0.25",
-                                       "fault_tolerance.heartbeat_ms=7",
-                                       "fault_tolerance.timeout_ms=9",
-                                       "fault_tolerance.checkpoint_every=5",
-                                       "fault_tolerance.checkpoint_dir=ck pts",
-                                       "fault_tolerance.keep=2",
-                                       "control.bind=ipc:///tmp/x",
-                                       "control.max_message_bytes=1000"});
+  config c =
+      cohort::load_config_text("cluster:\n  workers: 4\n", "t",
+                               {"model.kind=gpt",
+                                "model.hidden=[]",
+                                "model.n_layer=6",
+                                "model.n_head=8",
+                                "model.d_model=256",
+                                "model.context=64",
+                                "data.dir='quote \" and back\\slash'",
+                                "data.cache_dir=~/c",
+                                "train.steps=123456789012",
+                                "train.global_batch=96",
+                                "train.micro_batch=24",
+                                "train.lr=0.1",
+                                "train.seed=18446744073709551615",
+                                "train.determinism=bitwise",
+                                "train.optimizer=sgd",
+                                "train.weight_decay=1e-4",
+                                "train.beta1=0.8",
+                                "train.beta2=0.95",
+                                "train.eps=1e-6",
+                                "train.momentum=0.5",
+                                "train.grad_clip=1",
+                                "train.warmup_steps=7",
+                                "train.lr_schedule=cosine",
+                                "train.min_lr=1.17549435e-38",
+                                "train.eval_every=11",
+                                "train.log_every=3",
+                                "train.threads=2",
+                                "comm.backend=gloo",
+                                "comm.bucket_mb=0.25",
+                                "fault_tolerance.heartbeat_ms=7",
+                                "fault_tolerance.timeout_ms=9",
+                                "fault_tolerance.checkpoint_every=5",
+                                "fault_tolerance.checkpoint_dir=ck pts",
+                                "fault_tolerance.keep=2",
+                                "elastic.min_workers=2",
+                                "elastic.max_workers=4",
+                                "elastic.respawn=false",
+                                "elastic.pause_timeout_ms=1234",
+                                "control.bind=ipc:///tmp/x",
+                                "control.max_message_bytes=1000",
+                                "faults=[\"kill worker=2 at step=30\", "
+                                "\"hang worker=w-1 at step=10 for=1.5s\", "
+                                "\"slow worker=0 factor=3.3 from step=5 to step=15\", "
+                                "\"drop control p=0.05 seed=7\", "
+                                "\"partition worker=3 at step=12 for=2s\", "
+                                "\"scale to=3 at step=20\", "
+                                "\"random kill mtbf=15.5steps seed=18446744073709551615\"]"});
+  CHECK(c.elastic.respawn == false);
+  REQUIRE(c.faults.size() == 7);
+  CHECK(c.faults[1].duration_ms == 1500);
   CHECK(c.data.dir == "quote \" and back\\slash");
   CHECK(c.model.hidden.empty());
   CHECK(c.data.dataset == "kjv");
@@ -912,8 +1293,8 @@ TEST_CASE("dump_config round-trips to an equal config") {
 TEST_CASE("dump_config prints every key of the schema, sections in a fixed order") {
   const std::string text =
       cohort::dump_config(cohort::load_config_text("model:\n  kind: mlp\n", "t"));
-  const char* order[] = {"cluster:", "parallel:", "model:",           "data:",
-                         "train:",   "comm:",     "fault_tolerance:", "control:"};
+  const char* order[] = {"cluster:", "parallel:",        "model:",   "data:",    "train:",
+                         "comm:",    "fault_tolerance:", "elastic:", "control:", "faults:"};
   size_t at = 0;
   for (const char* s : order) {
     const size_t pos = text.find(std::string("\n") + s);
@@ -923,10 +1304,11 @@ TEST_CASE("dump_config prints every key of the schema, sections in a fixed order
     at = found;
   }
   const std::set<std::string> keys = key_paths(text);
-  CHECK(keys.size() == 41);
-  for (const char* k :
-       {"cluster.workers", "parallel.dp", "model.hidden", "data.cache_dir", "train.threads",
-        "comm.backend", "comm.bucket_mb", "fault_tolerance.keep", "control.max_message_bytes"}) {
+  CHECK(keys.size() == 46);
+  for (const char* k : {"cluster.workers", "parallel.dp", "model.hidden", "data.cache_dir",
+                        "train.threads", "comm.backend", "comm.bucket_mb", "fault_tolerance.keep",
+                        "elastic.min_workers", "elastic.max_workers", "elastic.respawn",
+                        "elastic.pause_timeout_ms", "control.max_message_bytes", "faults"}) {
     CHECK(keys.count(k) == 1);
   }
 }
@@ -984,6 +1366,116 @@ TEST_CASE("comm keys: defaults, accepted values, --set, and nccl refused on the 
         std::string::npos);
   CHECK(cohort::config_hash(a) != cohort::config_hash(b));
   CHECK(cohort::config_hash(a) != cohort::config_hash(g));
+}
+
+TEST_CASE("elastic keys: defaults, resolution from cluster.workers, booleans") {
+  config c = cohort::load_config_text("cluster:\n  workers: 3\ntrain:\n  micro_batch: 32\n", "t");
+  CHECK(c.elastic.min_workers == 3);  // 0 / absent: cluster.workers
+  CHECK(c.elastic.max_workers == 3);
+  CHECK(c.elastic.respawn == true);
+  CHECK(c.elastic.pause_timeout_ms == 60000);
+
+  c = cohort::load_config_text(
+      "cluster:\n  workers: 3\ntrain:\n  micro_batch: 16\nelastic:\n  min_workers: 1\n  "
+      "max_workers: 8\n  respawn: false\n  pause_timeout_ms: 0\n",
+      "t");
+  CHECK(c.elastic.min_workers == 1);
+  CHECK(c.elastic.max_workers == 8);
+  CHECK(c.elastic.respawn == false);
+  CHECK(c.elastic.pause_timeout_ms == 0);
+  // The bounds may equal the starting size; an explicit 0 means cluster.workers.
+  c = cohort::load_config_text(
+      "cluster:\n  workers: 2\ntrain:\n  micro_batch: 64\nelastic:\n  min_workers: 2\n  "
+      "max_workers: 0\n",
+      "t");
+  CHECK(c.elastic.min_workers == 2);
+  CHECK(c.elastic.max_workers == 2);
+  // YAML 1.2 spellings of true and false.
+  for (const char* t : {"true", "True", "TRUE"}) {
+    CHECK(cohort::load_config_text("elastic:\n  respawn: false\n", "t",
+                                   {std::string("elastic.respawn=") + t})
+              .elastic.respawn);
+  }
+  for (const char* f : {"false", "False", "FALSE"}) {
+    CHECK_FALSE(cohort::load_config_text(std::string("elastic:\n  respawn: ") + f + "\n", "t")
+                    .elastic.respawn);
+  }
+  // In the dump as true / false, and in the hash.
+  const config a = cohort::load_config_text("elastic:\n  respawn: true\n", "a");
+  const config b = cohort::load_config_text("elastic:\n  respawn: false\n", "a");
+  CHECK(cohort::dump_config(b).find("elastic:\n  min_workers: 1\n  max_workers: 1\n  "
+                                    "respawn: false\n  pause_timeout_ms: 60000\n") !=
+        std::string::npos);
+  CHECK(cohort::config_hash(a) != cohort::config_hash(b));
+}
+
+TEST_CASE("faults: parsed at load, dumped canonically, hashed, set from the command line") {
+  const std::string text =
+      "train:\n  steps: 100\nfaults:\n"
+      "  - kill worker=0 at step=30\n"
+      "  - \"hang  worker=0   at step=10 for=3000ms\"\n"
+      "  - random kill mtbf=15steps seed=1\n";
+  const config c = cohort::load_config_text(text, "t");
+  REQUIRE(c.faults.size() == 3);
+  CHECK(c.faults[0].kind == cohort::faults::fault_kind::kill);
+  CHECK(c.faults[0].at_step == 30);
+  CHECK(c.faults[1].kind == cohort::faults::fault_kind::hang);
+  CHECK(c.faults[1].duration_ms == 3000);
+  CHECK(c.faults[1].text == "hang  worker=0   at step=10 for=3000ms");  // as written
+  CHECK(c.faults[2].mtbf_steps == 15.0);
+  // The dump holds the canonical texts, a block list after the sections.
+  const std::string dump = cohort::dump_config(c);
+  CHECK(dump.size() > 0);
+  const std::string tail =
+      "faults:\n"
+      "  - \"kill worker=0 at step=30\"\n"
+      "  - \"hang worker=0 at step=10 for=3s\"\n"
+      "  - \"random kill mtbf=15steps seed=1\"\n";
+  CHECK(dump.size() >= tail.size());
+  CHECK(dump.compare(dump.size() - tail.size(), tail.size(), tail) == 0);
+  const config back = cohort::load_config_text(dump, "dump");
+  check_equal(c, back);
+  CHECK(cohort::dump_config(back) == dump);
+  // No faults: an empty list, in the dump as [].
+  const config none = cohort::load_config_text("train:\n  steps: 100\n", "t");
+  CHECK(none.faults.empty());
+  CHECK(cohort::dump_config(none).find("\nfaults: []\n") != std::string::npos);
+  CHECK(cohort::load_config_text("faults: []\n", "t").faults.empty());
+
+  // The hash follows the faults' meaning, not their spelling.
+  const config respelled = cohort::load_config_text(
+      "train:\n  steps: 100\nfaults:\n  - kill at step=30 worker=0\n  - hang worker=0 at "
+      "step=10 for=3s\n  - random kill seed=1 mtbf=15steps\n",
+      "t");
+  CHECK(cohort::config_hash(respelled) == cohort::config_hash(c));
+  CHECK(cohort::config_hash(none) != cohort::config_hash(c));
+  const config other = cohort::load_config_text(
+      "train:\n  steps: 100\nfaults:\n  - kill worker=0 at step=31\n", "t");
+  CHECK(cohort::config_hash(other) != cohort::config_hash(c));
+
+  // --set replaces the whole list, like any other key; [] clears it.
+  config s = cohort::load_config_text(text, "t", {"faults=[\"scale to=1 at step=3\"]"});
+  REQUIRE(s.faults.size() == 1);
+  CHECK(s.faults[0].kind == cohort::faults::fault_kind::scale);
+  CHECK(s.faults[0].to_workers == 1);
+  s = cohort::load_config_text(text, "t", {"faults=[]"});
+  CHECK(s.faults.empty());
+
+  // A bad entry is a config error (exit 2) at the entry's line and the mistake's column.
+  try {
+    cohort::load_config_text(
+        "faults:\n  - kill worker=0 at step=1\n  - slow worker=0 factor=0.5 "
+        "from step=1 to step=2\n",
+        "run.yaml");
+    FAIL("expected a config_error");
+  } catch (const config_error& e) {
+    CHECK(e.exit_status() == cohort::exit_usage);
+    REQUIRE(e.issues().size() == 1);
+    // Entry at column 5, "0.5" at column 22 of the spec: 5 + 22 - 1.
+    CHECK(e.issues()[0].format() ==
+          "run.yaml:3:26: faults[1]: factor must be >= 1, got 0.5 (compute takes factor times as "
+          "long: factor=3 is three times slower)");
+  }
 }
 
 TEST_CASE("config_hash is the SHA-256 of the dump") {
@@ -1061,6 +1553,7 @@ TEST_CASE("the shipped configs say what they promise") {
   CHECK(dp4.fault_tolerance.checkpoint_dir != mlp.fault_tolerance.checkpoint_dir);
   dp4.cluster.workers = 1;
   dp4.parallel.dp = 1;
+  dp4.elastic = mlp.elastic;  // resolved from cluster.workers
   dp4.fault_tolerance.checkpoint_dir = mlp.fault_tolerance.checkpoint_dir;
   CHECK(cohort::dump_config(dp4) == cohort::dump_config(mlp));
 
@@ -1087,6 +1580,7 @@ TEST_CASE("the shipped configs say what they promise") {
   CHECK(gpt2.comm.bucket_mb < gpt.comm.bucket_mb);
   gpt2.cluster.workers = 1;
   gpt2.parallel.dp = 1;
+  gpt2.elastic = gpt.elastic;
   gpt2.train.micro_batch = gpt.train.micro_batch;
   gpt2.comm = gpt.comm;
   gpt2.fault_tolerance.checkpoint_dir = gpt.fault_tolerance.checkpoint_dir;
@@ -1098,25 +1592,37 @@ TEST_CASE("configs/reference.yaml is the generated reference and holds every key
   const std::string text = read_text(path);
   CHECK_MESSAGE(text == cohort::reference_config_yaml(),
                 "regenerate: cohort validate --reference > configs/reference.yaml");
-  // Loading it gives the defaults (dp resolved from one worker).
+  // Loading it gives the defaults (dp and the elastic bounds resolved from one worker).
   const config c = cohort::load_config(path);
-  config defaults;
-  defaults.parallel.dp = 1;
-  check_equal(c, defaults);
+  check_equal(c, one_worker_defaults());
   // Every key, written out, with a comment above it.
   const std::string dumped = cohort::dump_config(c);
   CHECK(key_paths(text) == key_paths(dumped));
   std::istringstream lines(text);
   std::string line, previous;
-  int keys = 0;
+  int keys = 0, top_level = 0;
   while (std::getline(lines, line)) {
     if (line.rfind("  ", 0) == 0 && line[2] != '#') {
       ++keys;
       CHECK_MESSAGE(previous.rfind("  # ", 0) == 0, line);
     }
+    if (line == "faults: []") {
+      ++top_level;
+      CHECK_MESSAGE(previous.rfind("# ", 0) == 0, line);
+    }
     previous = line;
   }
-  CHECK(keys == 41);
+  CHECK(keys == 45);
+  CHECK(top_level == 1);
+  // The commented examples are the language's own examples, and each of them parses.
+  size_t examples = 0;
+  for (size_t at = text.find("#   - "); at != std::string::npos; at = text.find("#   - ", at + 1)) {
+    const std::string spec = text.substr(at + 6, text.find('\n', at) - at - 6);
+    CAPTURE(spec);
+    CHECK_NOTHROW(cohort::faults::parse_fault(spec));
+    ++examples;
+  }
+  CHECK(examples == 7);
 }
 
 TEST_CASE("docs/config.md holds the generated key table") {
