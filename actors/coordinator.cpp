@@ -169,7 +169,12 @@ void on_heartbeat(self_ptr self, const std::string& peer, const net::heartbeat& 
   const bool rejoin = d.kind == mb::decision_kind::rejoin_required;
   const bool grew = adopt(self, std::move(d));
   send(self, peer, net::heartbeat_ack{hb.member_id, st.roster.generation, hb.seq, rejoin});
-  if (grew) on_new_generation(self);
+  if (grew) {
+    on_new_generation(self);
+  } else if (st.opts.job && !st.stopping && !rejoin) {
+    // A member's first heartbeat makes it alive: the step it was missing may open now.
+    run_job(self, st.opts.job->on_heartbeat(st.roster, now_s(self)));
+  }
 }
 
 void do_stop(self_ptr self, const std::string& reason) {

@@ -4,7 +4,9 @@
 // bucket is reduced, and the optimizer runs only when the coordinator commits.
 #include "actors/dp_group.hpp"
 
+#include <signal.h>
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -12,6 +14,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <optional>
+#include <thread>
 
 #include "actors/remote_kv.hpp"
 #include "runtime/comm/buckets.hpp"
@@ -102,6 +105,20 @@ struct group {
   double allreduce_s = 0, wait_s = 0;
   std::optional<clock_type::time_point> last_end;  ///< end of the last handler (idle clock)
   comm_abort_injection inject = injection_from_env();
+  std::optional<net::fault_order> fault;  ///< injected fault for an upcoming step
+
+  // Carries out an injected fault in the middle of the step's backward (docs/faults.md).
+  void carry_out(const net::fault_order& f) {
+    if (f.action == net::fault_action::kill) {
+      spdlog::warn("dp group: injected fault: killing this worker in step {}", f.step);
+      std::fflush(nullptr);
+      ::kill(::getpid(), SIGKILL);
+    } else if (f.action == net::fault_action::hang) {
+      spdlog::warn("dp group: injected fault: hanging {} ms in step {}", f.duration_ms, f.step);
+      if (io.mute_heartbeats) io.mute_heartbeats(f.duration_ms);
+      std::this_thread::sleep_for(std::chrono::milliseconds(f.duration_ms));
+    }
+  }
 
   ~group() { drop_comm(); }
 
@@ -199,14 +216,28 @@ struct group {
       double loss_rows = 0;
       try {
         const bool abort_here = !inject.done && inject.step == o.step && inject.rank == rank;
-        loss_rows = tr->compute_gradients(o.step, micro,
-                                          [this, abort_here](std::size_t off, std::size_t n) {
-                                            engine->mark_ready(off, n);
-                                            if (abort_here && !inject.done) {
-                                              inject.done = true;
-                                              engine->abort();
-                                            }
-                                          });
+        std::optional<net::fault_order> f;
+        if (fault && fault->generation == o.generation && fault->step == o.step) f.swap(fault);
+        const bool mid_step = f && f->action != net::fault_action::slow;
+        loss_rows = tr->compute_gradients(
+            o.step, micro, [&, this, abort_here](std::size_t off, std::size_t n) {
+              engine->mark_ready(off, n);
+              if (abort_here && !inject.done) {
+                inject.done = true;
+                engine->abort();
+              }
+              if (mid_step && f) {  // once: after the first gradients went out
+                const net::fault_order now = *f;
+                f.reset();
+                carry_out(now);
+              }
+            });
+        if (f && f->action == net::fault_action::slow && f->factor > 1) {
+          // Injected slowness: this step's compute takes `factor` times as long.
+          const auto spent = clock_type::now() - t1;
+          std::this_thread::sleep_for(
+              std::chrono::duration_cast<clock_type::duration>(spent * (f->factor - 1)));
+        }
       } catch (const comm::comm_error&) {
         throw;
       } catch (const std::exception& e) {
@@ -365,6 +396,7 @@ caf::behavior dp_group_actor(caf::event_based_actor* self, dp_group_io io,
         g->on_open(o, member_id, rank);
       },
       [g](co_res_atom, const net::step_result& r) { g->on_result(r); },
+      [g](co_fault_atom, const net::fault_order& f) { g->fault = f; },
   };
 }
 

@@ -27,6 +27,7 @@ using co_job_atom = caf::atom_constant<caf::atom("co_job")>;      ///< (job_spec
 using co_open_atom = caf::atom_constant<caf::atom("co_open")>;    ///< (step_open, member, rank)
 using co_res_atom = caf::atom_constant<caf::atom("co_res")>;      ///< (step_result)
 using co_fatal_atom = caf::atom_constant<caf::atom("co_fatal")>;  ///< group -> worker: (why)
+using co_fault_atom = caf::atom_constant<caf::atom("co_fault")>;  ///< (fault_order)
 
 /// What the group needs from its worker process.
 struct dp_group_io {
@@ -36,6 +37,8 @@ struct dp_group_io {
   std::function<net::kv_reply(net::message, std::chrono::milliseconds)> kv_call;
   /// The job cannot run in this process (bad config, missing data): the worker exits 1.
   std::function<void(const std::string& why)> fatal;
+  /// Fault injection (hang): the worker sends no heartbeat for this long.
+  std::function<void(uint32_t ms)> mute_heartbeats;
 };
 
 /// Shared between the group's thread and the worker actor, so that a newer generation
@@ -67,6 +70,7 @@ int collective_timeout_ms(int fault_timeout_ms);
 ///   (co_open, step_open, member_id, rank)      run the step, answer step_vote
 ///   (co_res, step_result)                      commit (apply) or abort (drop); after the
 ///                                              last step: evaluate (rank 0), report
+///   (co_fault, fault_order)                    carry out an injected fault in that step
 caf::behavior dp_group_actor(caf::event_based_actor* self, dp_group_io io,
                              std::shared_ptr<dp_group_shared> shared);
 
@@ -75,3 +79,4 @@ caf::behavior dp_group_actor(caf::event_based_actor* self, dp_group_io io,
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(cohort::net::job_spec)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(cohort::net::step_open)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(cohort::net::step_result)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(cohort::net::fault_order)

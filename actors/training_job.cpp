@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "runtime/core/error.hpp"
 #include "runtime/core/sha256.hpp"
 
 namespace cohort::actors {
@@ -55,6 +56,7 @@ job_actions training_job::on_generation(const mb::roster& r, double now_s) {
     abort_open(r, "the roster moved to generation " + std::to_string(r.generation), out);
   }
   last_generation_ = r.generation;
+  track_membership(r, now_s, out);
   for (auto it = ready_.begin(); it != ready_.end();) {
     it = r.find(it->first) == nullptr ? ready_.erase(it) : std::next(it);
   }
@@ -109,6 +111,8 @@ job_actions training_job::try_open(const mb::roster& r, double now_s) {
     return out;
   }
   if (!behind) donor = -1;
+  track_membership(r, now_s, out);  // the roster a step runs on is the one faults refer to
+  inject_due(r, now_s, out);
   open_state o;
   o.generation = r.generation;
   o.step = next_step_;
@@ -170,6 +174,14 @@ job_actions training_job::on_vote(const mb::roster& r, const net::step_vote& v, 
   consecutive_aborts_ = 0;
   last_loss_ = loss;
   last_commit_s_ = now_s;
+  for (auto& e : events_) {
+    if (e.recover_ms < 0 && e.kind != "joined" && e.kind != "slow") {
+      e.recover_ms = 1000.0 * (now_s - e.at_s);
+      out.notes.push_back(e.kind + " of " + e.worker + ": training recovered " +
+                          std::to_string(static_cast<long>(e.recover_ms)) + " ms after it (step " +
+                          std::to_string(next_step_) + " committed)");
+    }
+  }
   out.committed = true;
   out.step = next_step_;
   out.loss = loss;
@@ -195,6 +207,132 @@ job_actions training_job::on_report(const mb::roster& r, const net::train_report
   finished_ = true;
   out.finished = true;
   return out;
+}
+
+void require_supported(const std::vector<faults::fault_spec>& specs) {
+  for (const auto& x : specs) {
+    const auto k = x.kind;
+    if (k != faults::fault_kind::kill && k != faults::fault_kind::hang &&
+        k != faults::fault_kind::slow && k != faults::fault_kind::random_kill)
+      throw usage_error("fault '" + faults::to_string(x) + "': " + faults::kind_name(k) +
+                        " is parsed but not carried out by this version (kill, hang, slow and "
+                        "random kill are); remove it");
+  }
+}
+
+void training_job::set_faults(std::vector<faults::fault_spec> f) {
+  require_supported(f);
+  faults_ = std::move(f);
+  fired_.assign(faults_.size(), false);
+}
+
+void training_job::inject_due(const mb::roster& r, double now_s, job_actions& out) {
+  const int64_t s = next_step_;
+  for (std::size_t i = 0; i < faults_.size(); ++i) {
+    const faults::fault_spec& f = faults_[i];
+    net::fault_order order{r.generation, s, net::fault_action::kill, 0, 1.0};
+    int rank = f.worker.rank;
+    std::string name = f.worker.name;
+    bool first = true;  // the first step a (ranged) fault acts: it makes an event
+    switch (f.kind) {
+      case faults::fault_kind::kill:
+      case faults::fault_kind::hang:
+        if (fired_[i] || f.at_step != s) continue;
+        fired_[i] = true;
+        if (f.kind == faults::fault_kind::hang) {
+          order.action = net::fault_action::hang;
+          order.duration_ms = static_cast<uint32_t>(f.duration_ms);
+        }
+        break;
+      case faults::fault_kind::slow:
+        if (s < f.from_step || s > f.to_step) continue;
+        order.action = net::fault_action::slow;
+        order.factor = f.factor;
+        first = s == f.from_step || !fired_[i];
+        fired_[i] = true;
+        break;
+      case faults::fault_kind::random_kill:
+        // Retries of an aborted step must not draw again: once per step.
+        if (!faults::random_kill_fires(f, s) || random_fired_.count({i, s}) != 0) continue;
+        random_fired_.insert({i, s});
+        rank = faults::random_kill_victim(f, s, static_cast<int>(r.members.size()));
+        name.clear();
+        break;
+      default:
+        continue;
+    }
+    const mb::member* target = nullptr;
+    for (const auto& m : r.members)
+      if ((rank >= 0 && m.rank == rank) || (rank < 0 && m.name == name)) target = &m;
+    if (target == nullptr) {
+      out.notes.push_back("fault '" + f.text + "': no such worker in generation " +
+                          std::to_string(r.generation) + "; skipped");
+      continue;
+    }
+    out.sends.push_back({target->id, order});
+    if (!first) continue;
+    job_event e;
+    e.kind = order.action == net::fault_action::slow   ? "slow"
+             : order.action == net::fault_action::kill ? "kill"
+                                                       : "hang";
+    e.worker = target->name;
+    e.step = s;
+    e.generation = r.generation;
+    e.at_s = now_s;
+    e.detail = f.text;
+    out.notes.push_back("injecting '" + f.text + "' into " + target->name + " at step " +
+                        std::to_string(s));
+    events_.push_back(e);
+  }
+}
+
+void training_job::track_membership(const mb::roster& r, double now_s, job_actions& out) {
+  std::map<mb::member_id, std::string> now;
+  for (const auto& m : r.members) now[m.id] = m.name;
+  const bool running = first_open_s_ >= 0;
+  for (const auto& [id, name] : last_members_) {
+    if (now.count(id) != 0) continue;
+    // An injected fault of this worker not yet detected: this is its detection.
+    bool injected = false;
+    for (auto& e : events_) {
+      if (e.worker == name && e.detect_ms < 0 && (e.kind == "kill" || e.kind == "hang")) {
+        e.detect_ms = 1000.0 * (now_s - e.at_s);
+        injected = true;
+        out.notes.push_back(e.kind + " of " + name + " detected after " +
+                            std::to_string(static_cast<long>(e.detect_ms)) + " ms");
+        break;
+      }
+    }
+    if (!injected && running) {
+      job_event e;
+      e.kind = "departed";
+      e.worker = name;
+      e.step = next_step_;
+      e.generation = r.generation;
+      e.at_s = now_s;
+      e.detect_ms = 0;  // the departure is what the coordinator saw; the fault time is unknown
+      events_.push_back(e);
+      out.notes.push_back(name + " left the roster at step " + std::to_string(next_step_) +
+                          " (generation " + std::to_string(r.generation) + ", " +
+                          std::to_string(r.members.size()) + " workers)");
+    }
+  }
+  if (running) {
+    for (const auto& [id, name] : now) {
+      if (last_members_.count(id) != 0) continue;
+      job_event e;
+      e.kind = "joined";
+      e.worker = name;
+      e.step = next_step_;
+      e.generation = r.generation;
+      e.at_s = now_s;
+      events_.push_back(e);
+      out.notes.push_back(name + " joined at step " + std::to_string(next_step_) + " (generation " +
+                          std::to_string(r.generation) + ", " + std::to_string(r.members.size()) +
+                          " workers)");
+    }
+  }
+  last_members_ = std::move(now);
 }
 
 nlohmann::json training_job::summary(double wall_s) const {
@@ -250,6 +388,16 @@ nlohmann::json training_job::summary(double wall_s) const {
   j["aborted_steps"] = aborted_;
   j["generation"] = last_generation_;
   j["workers"] = workers;
+  nlohmann::json events = nlohmann::json::array();
+  for (const auto& e : events_) {
+    nlohmann::json x = {
+        {"kind", e.kind}, {"worker", e.worker}, {"step", e.step}, {"generation", e.generation}};
+    x["detect_ms"] = e.detect_ms >= 0 ? nlohmann::json(e.detect_ms) : nlohmann::json();
+    x["recover_ms"] = e.recover_ms >= 0 ? nlohmann::json(e.recover_ms) : nlohmann::json();
+    if (!e.detail.empty()) x["spec"] = e.detail;
+    events.push_back(x);
+  }
+  j["events"] = events;
   return j;
 }
 

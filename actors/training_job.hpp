@@ -8,10 +8,12 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "runtime/core/config.hpp"
+#include "runtime/core/faults.hpp"
 #include "runtime/net/membership.hpp"
 #include "runtime/net/protocol.hpp"
 
@@ -40,11 +42,33 @@ struct job_actions {
   std::string failed;              ///< non-empty: the job cannot go on (why); stop, exit 1
 };
 
+/// One line of the run's event table: an injected fault or a membership change.
+struct job_event {
+  std::string kind;    ///< kill, hang, slow, departed, joined
+  std::string worker;  ///< name
+  int64_t step = 0;
+  uint64_t generation = 0;
+  double at_s = 0;         ///< when it happened (coordinator clock)
+  double detect_ms = -1;   ///< fault -> coordinator removed the member (-1: n/a)
+  double recover_ms = -1;  ///< fault -> next committed step (-1: not yet / n/a)
+  std::string detail;
+};
+
+/// Throws usage_error naming the first spec of a kind this runtime does not carry out yet
+/// (kill, hang, slow and random kill are carried out; docs/faults.md).
+void require_supported(const std::vector<faults::fault_spec>& specs);
+
 class training_job {
  public:
   /// `config_yaml` is what workers receive (dump_config of `cfg`). Training starts at
   /// `start_step` (0, or a resumed checkpoint's step).
   training_job(const config& cfg, std::string config_yaml, int64_t start_step = 0);
+
+  /// Faults to inject (docs/faults.md): kill / hang once when their step opens, slow on
+  /// every step of its range, random kill on the steps its seed picks. Throws usage_error
+  /// for a kind this runtime does not carry out yet.
+  void set_faults(std::vector<faults::fault_spec> f);
+  const std::vector<job_event>& events() const { return events_; }
 
   /// What every new worker is sent after register_ok.
   net::job_spec spec() const;
@@ -56,6 +80,8 @@ class training_job {
   job_actions on_ready(const mb::roster& r, const net::worker_ready& w, double now_s);
   /// A vote for the open step (stale votes of older generations or steps are ignored).
   job_actions on_vote(const mb::roster& r, const net::step_vote& v, double now_s);
+  /// A member may have become alive (its first heartbeat): opens a step if one can open.
+  job_actions on_heartbeat(const mb::roster& r, double now_s) { return try_open(r, now_s); }
   /// A worker's final report after the last step.
   job_actions on_report(const mb::roster& r, const net::train_report& rep, double now_s);
 
@@ -107,6 +133,14 @@ class training_job {
   bool waiting_noted_ = false;
   std::map<mb::member_id, report> reports_;
   bool finished_ = false;
+  std::vector<faults::fault_spec> faults_;
+  std::vector<bool> fired_;
+  std::set<std::pair<std::size_t, int64_t>> random_fired_;  ///< (fault, step) drawn
+  std::vector<job_event> events_;
+  std::map<mb::member_id, std::string> last_members_;  ///< roster of the last generation seen
+
+  void inject_due(const mb::roster& r, double now_s, job_actions& out);
+  void track_membership(const mb::roster& r, double now_s, job_actions& out);
 };
 
 }  // namespace cohort::actors

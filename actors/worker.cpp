@@ -88,6 +88,12 @@ void on_job(self_ptr self, const net::job_spec& spec) {
     gio.kv_call = st.io.kv_call;
     caf::actor me = caf::actor_cast<caf::actor>(self);
     gio.fatal = [me](const std::string& why) { caf::anon_send(me, co_fatal_atom::value, why); };
+    auto shared = st.shared;
+    gio.mute_heartbeats = [shared](uint32_t ms) {
+      const auto until = std::chrono::steady_clock::now() + milliseconds(ms);
+      shared->mute_until_ns =
+          std::chrono::duration_cast<std::chrono::nanoseconds>(until.time_since_epoch()).count();
+    };
     st.group = self->spawn<caf::detached>(dp_group_actor, gio, st.group_shared);
   }
   self->send(st.group, co_job_atom::value, spec, st.member_id, st.generation);
@@ -152,6 +158,9 @@ void on_inbound(self_ptr self, const net::message& m) {
           if (st.ph == worker_state::phase::active) on_job(self, x);
         } else if constexpr (std::is_same_v<T, net::step_open>) {
           if (st.ph == worker_state::phase::active) on_step_open(self, x);
+        } else if constexpr (std::is_same_v<T, net::fault_order>) {
+          if (st.ph == worker_state::phase::active && st.group)
+            self->send(st.group, co_fault_atom::value, x);
         } else if constexpr (std::is_same_v<T, net::step_result>) {
           if (st.ph == worker_state::phase::active && st.group)
             self->send(st.group, co_res_atom::value, x);
@@ -327,6 +336,10 @@ void worker_node::heartbeat_loop() {
     if (stop_heartbeats_) break;
     const uint64_t id = shared_->member_id.load();
     if (id == 0) continue;
+    // An injected hang: silent, as a stopped process would be.
+    if (std::chrono::duration_cast<std::chrono::nanoseconds>(clock::now().time_since_epoch())
+            .count() < shared_->mute_until_ns.load())
+      continue;
     lock.unlock();
     if (auto* b = out_.load())
       b->send(std::string(), net::heartbeat{id, shared_->generation, ++seq});

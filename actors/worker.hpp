@@ -50,6 +50,8 @@ struct worker_shared {
   std::atomic<uint64_t> generation{0};
   std::atomic<uint32_t> heartbeat_ms{0};  ///< from register_ok
   std::atomic<uint64_t> unacked{0};       ///< heartbeats sent since the coordinator last spoke
+  /// Fault injection (hang): no heartbeats before this steady-clock time (ns since epoch).
+  std::atomic<int64_t> mute_until_ns{0};
 };
 
 /// Who the worker is and how long it waits for a silent coordinator.

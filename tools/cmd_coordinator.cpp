@@ -18,6 +18,7 @@
 #include "runtime/core/atomic_file.hpp"
 #include "runtime/core/config.hpp"
 #include "runtime/core/error.hpp"
+#include "runtime/core/faults.hpp"
 #include "tools/commands.hpp"
 #include "tools/progress.hpp"
 
@@ -63,6 +64,7 @@ void add_coordinator(CLI::App& app, int* rc) {
     std::string summary;
     bool control_only = false;
     bool quiet = false;
+    std::vector<std::string> inject;
   };
   auto opt = std::make_shared<options>();
   CLI::App* cmd = app.add_subcommand(
@@ -86,6 +88,10 @@ void add_coordinator(CLI::App& app, int* rc) {
   cmd->add_flag("--control-only", opt->control_only,
                 "Run the control plane only: no training job is sent to workers");
   cmd->add_flag("-q,--quiet", opt->quiet, "no progress lines");
+  cmd->add_option("--inject", opt->inject,
+                  "Inject a fault into the training job, e.g. 'kill worker=1 at step=30' "
+                  "(repeatable; the language is in docs/faults.md)")
+      ->type_name("SPEC");
   cmd->callback([opt, rc] {
     const config c = opt->config_path.empty() ? load_config_text("{}", "<defaults>", opt->overrides)
                                               : load_config(opt->config_path, opt->overrides);
@@ -98,6 +104,15 @@ void add_coordinator(CLI::App& app, int* rc) {
     const auto t0 = std::chrono::steady_clock::now();
     if (!opt->control_only) {
       co.job = std::make_shared<actors::training_job>(c, dump_config(c));
+      std::vector<faults::fault_spec> specs = c.faults;  // the config's `faults:` list
+      for (const auto& text : opt->inject) {
+        try {
+          specs.push_back(faults::parse_fault(text));
+        } catch (const faults::fault_parse_error& e) {
+          throw usage_error(std::string("--inject: ") + e.what());
+        }
+      }
+      co.job->set_faults(std::move(specs));
       const bool lm = c.model.kind == "gpt";
       progress = std::make_unique<progress_line>(c.train.steps, lm ? "tok/s" : "samples/s",
                                                  opt->quiet, c.train.log_every);

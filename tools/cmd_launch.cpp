@@ -20,8 +20,10 @@
 #include <vector>
 
 #include "actors/process.hpp"
+#include "actors/training_job.hpp"
 #include "runtime/core/config.hpp"
 #include "runtime/core/error.hpp"
+#include "runtime/core/faults.hpp"
 #include "runtime/net/zmq_bridge.hpp"
 #include "tools/commands.hpp"
 
@@ -39,6 +41,7 @@ struct launch_options {
   bool control_only = false;
   bool quiet = false;
   bool respawn = true;
+  std::vector<std::string> inject;
   int stop_timeout_ms = 5000;
 };
 
@@ -71,6 +74,7 @@ class launcher {
     if (!opt_.summary.empty()) args.insert(args.end(), {"--summary", opt_.summary});
     if (opt_.control_only) args.push_back("--control-only");
     if (opt_.quiet) args.push_back("--quiet");
+    for (const auto& f : opt_.inject) args.insert(args.end(), {"--inject", f});
     const pid_t cpid = actors::spawn_self(args, fds[1]);
     close(fds[1]);
     children_[cpid] = child{"coordinator", true};
@@ -336,14 +340,30 @@ void add_launch(CLI::App& app, int* rc) {
                 "stopped");
   cmd->add_flag("-q,--quiet", opt->quiet, "no progress lines");
   cmd->add_flag("!--no-respawn", opt->respawn,
-                "Do not restart a local worker that dies during training (by default it is "
-                "restarted, rejoins and takes its state from a live peer)");
+                "Do not restart a local worker that dies during training (elastic.respawn: "
+                "true, the default, restarts it; it rejoins and takes its state from a live "
+                "peer)");
+  cmd->add_option("--inject", opt->inject,
+                  "Inject a fault, e.g. 'kill worker=1 at step=30' or 'hang worker=0 at step=10 "
+                  "for=2s' (repeatable; docs/faults.md)")
+      ->type_name("SPEC");
   cmd->add_option("--stop-timeout-ms", opt->stop_timeout_ms,
                   "After a stop, children still running this long later are killed")
       ->check(CLI::Range(100, 600 * 1000))
       ->capture_default_str();
   cmd->callback([opt, rc] {
     const config c = load_config(opt->config_path, opt->overrides);
+    // Bad or unsupported specs stop here, before any process starts (exit 2).
+    std::vector<faults::fault_spec> specs = c.faults;
+    for (const auto& text : opt->inject) {
+      try {
+        specs.push_back(faults::parse_fault(text));
+      } catch (const faults::fault_parse_error& e) {
+        throw usage_error(std::string("--inject: ") + e.what());
+      }
+    }
+    if (!opt->control_only) actors::require_supported(specs);
+    opt->respawn = opt->respawn && c.elastic.respawn;
     actors::log_to_stderr();
     launcher l(*opt, c);
     *rc = l.run();

@@ -36,6 +36,7 @@ enum class msg_type : uint16_t {
   step_vote = 21,
   step_result = 22,
   train_report = 23,
+  fault_order = 24,
 };
 
 /// Who is registering: a worker joins the roster; a client (ctl, launch, bench driver)
@@ -384,8 +385,8 @@ struct step_vote {
   step_timing timing;
   template <class S>
   static auto fields(S& s) {
-    return std::tie(s.member_id, s.generation, s.step, s.ok, s.fatal, s.reason, s.loss_rows,
-                    s.rows, s.timing);
+    return std::tie(s.member_id, s.generation, s.step, s.ok, s.fatal, s.reason, s.loss_rows, s.rows,
+                    s.timing);
   }
 };
 
@@ -430,12 +431,34 @@ struct train_report {
   }
 };
 
+/// What an injected fault does to the worker that receives it (docs/faults.md).
+enum class fault_action : uint8_t {
+  kill = 0,  ///< SIGKILL itself in the middle of the step's backward
+  hang = 1,  ///< stop heartbeating and computing for duration_ms, mid-step
+  slow = 2,  ///< compute `factor` times slower during this step
+};
+
+/// Coordinator to one member, just before its step_open: carry out an injected fault
+/// during STEP of GENERATION (the fault-injection facility, never sent otherwise).
+struct fault_order {
+  static constexpr msg_type type = msg_type::fault_order;
+  uint64_t generation = 0;
+  int64_t step = 0;
+  fault_action action = fault_action::kill;
+  uint32_t duration_ms = 0;
+  double factor = 1;
+  template <class S>
+  static auto fields(S& s) {
+    return std::tie(s.generation, s.step, s.action, s.duration_ms, s.factor);
+  }
+};
+
 /// Any wire message. The alternative order is free; the type id is what goes on the wire.
-using message = std::variant<register_request, register_ok, register_reject, heartbeat,
-                             heartbeat_ack, roster_update, kv_set, kv_get, kv_wait, kv_reply,
-                             status_request, status_reply, stop, leave, exit_notice, ping, pong,
-                             job_spec, worker_ready, step_open, step_vote, step_result,
-                             train_report>;
+using message =
+    std::variant<register_request, register_ok, register_reject, heartbeat, heartbeat_ack,
+                 roster_update, kv_set, kv_get, kv_wait, kv_reply, status_request, status_reply,
+                 stop, leave, exit_notice, ping, pong, job_spec, worker_ready, step_open, step_vote,
+                 step_result, train_report, fault_order>;
 
 /// Type id of whichever message M holds.
 inline msg_type type_of(const message& m) {

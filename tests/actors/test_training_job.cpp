@@ -271,3 +271,97 @@ TEST_CASE("the job finishes when every member reported the last step") {
   // 64 samples over the 3 s between the first opening (t = 0) and the commit (t = 3).
   CHECK(j["throughput"]["samples_per_s"].get<double>() == doctest::Approx(64.0 / 3.0));
 }
+
+TEST_CASE("an injected kill is ordered before its step opens then detected and recovered") {
+  const config c = job_config(2, 5);
+  training_job job(c, dump_config(c));
+  job.set_faults({faults::parse_fault("kill worker=1 at step=1")});
+  const mb::roster r = roster_of(1, 2);
+  all_ready(job, r);
+  job.on_vote(r, ok_vote(1, 1, 0), 0);
+  job_actions a = job.on_vote(r, ok_vote(2, 1, 0), 10.0);  // commits 0, opens 1
+  auto orders = sent<net::fault_order>(a);
+  REQUIRE(orders.size() == 1);
+  CHECK(orders[0].first == 2);  // rank 1 is member 2
+  CHECK(orders[0].second.action == net::fault_action::kill);
+  CHECK(orders[0].second.step == 1);
+  // The order goes out before that member's step_open.
+  std::size_t order_at = 0, open_at = 0;
+  for (std::size_t i = 0; i < a.sends.size(); ++i) {
+    if (a.sends[i].to != 2) continue;
+    if (std::holds_alternative<net::fault_order>(a.sends[i].m)) order_at = i;
+    if (std::holds_alternative<net::step_open>(a.sends[i].m)) open_at = i;
+  }
+  CHECK(order_at < open_at);
+  REQUIRE(job.events().size() == 1);
+  CHECK(job.events()[0].kind == "kill");
+  CHECK(job.events()[0].worker == "w2");
+  // 0.25 s later the member is gone: detection; a replacement joins with step 0 state.
+  mb::roster r2 = roster_of(2, 1);
+  job.on_generation(r2, 10.25);
+  CHECK(job.events()[0].detect_ms == doctest::Approx(250.0));
+  mb::roster r3 = roster_of(3, 1);
+  mb::member m = r3.members[0];
+  m.id = 7;
+  m.name = "w2";
+  m.rank = 1;
+  r3.members.push_back(m);
+  job.on_generation(r3, 10.5);
+  a = job.on_ready(r3, net::worker_ready{7, 3, 0}, 10.6);
+  auto opens = sent<net::step_open>(a);
+  REQUIRE(opens.size() == 2);
+  CHECK(opens[0].second.donor_rank == 0);
+  CHECK(sent<net::fault_order>(a).empty());  // a kill fires once, not on the retry
+  job.on_vote(r3, ok_vote(1, 3, 1), 10.8);
+  job.on_vote(r3, ok_vote(7, 3, 1), 11.0);
+  CHECK(job.events()[0].recover_ms == doctest::Approx(1000.0));
+  const nlohmann::json j = job.summary(12.0);
+  CHECK(j["events"].size() >= 2);  // the kill and the replacement's join
+  CHECK(j["events"][0]["kind"] == "kill");
+}
+
+TEST_CASE("slow acts on every step of its range and random kill is a pure function of its seed") {
+  const config c = job_config(2, 8);
+  training_job job(c, dump_config(c));
+  job.set_faults({faults::parse_fault("slow worker=0 factor=3 from step=1 to step=2")});
+  const mb::roster r = roster_of(1, 2);
+  int slow_orders = 0;
+  job_actions a = all_ready(job, r);
+  for (int64_t s = 0; s < 4; ++s) {
+    for (const auto& [to, o] : sent<net::fault_order>(a)) {
+      CHECK(to == 1);
+      CHECK(o.action == net::fault_action::slow);
+      CHECK(o.factor == doctest::Approx(3.0));
+      CHECK((o.step == 1 || o.step == 2));
+      ++slow_orders;
+    }
+    job.on_vote(r, ok_vote(1, 1, s), 0);
+    a = job.on_vote(r, ok_vote(2, 1, s), 0);
+  }
+  CHECK(slow_orders == 2);
+  CHECK(job.events().size() == 1);  // one event for the range
+
+  // Random kills: the same seed picks the same steps and victims in two jobs.
+  auto kills = [&](const std::string& spec) {
+    training_job j2(c, dump_config(c));
+    j2.set_faults({faults::parse_fault(spec)});
+    std::vector<std::pair<int64_t, mb::member_id>> out;
+    job_actions b = all_ready(j2, r);
+    for (int64_t s = 0; s < 8; ++s) {
+      for (const auto& [to, o] : sent<net::fault_order>(b)) out.emplace_back(o.step, to);
+      j2.on_vote(r, ok_vote(1, 1, s), 0);
+      b = j2.on_vote(r, ok_vote(2, 1, s), 0);
+    }
+    return out;
+  };
+  const auto k1 = kills("random kill mtbf=2steps seed=11");
+  CHECK(k1 == kills("random kill mtbf=2steps seed=11"));
+  CHECK_FALSE(k1.empty());  // with p = 1/2 over 8 steps (and this seed) some step fires
+}
+
+TEST_CASE("fault kinds this runtime does not carry out are refused up front") {
+  const config c = job_config(2);
+  training_job job(c, dump_config(c));
+  CHECK_THROWS_AS(job.set_faults({faults::parse_fault("drop control p=0.05 seed=7")}), usage_error);
+  CHECK_NOTHROW(job.set_faults({faults::parse_fault("hang worker=1 at step=3 for=2s")}));
+}

@@ -166,3 +166,55 @@ TEST_CASE("a worker killed mid-run is restarted and the run ends on the fault-fr
   CHECK(log.find("restarting worker-1") != std::string::npos);
   CHECK(log.find("state sent from rank") != std::string::npos);
 }
+
+TEST_CASE(
+    "injected kill and a hang past the timeout end on the fault-free hash and are accounted") {
+  temp_dir dir;
+  const int steps = 300;
+  std::string yaml = small_yaml(dir.path(), "bitwise", steps);
+  // A 500 ms failure timeout, so that a 1.5 s hang is declared dead and rejoins.
+  yaml.replace(yaml.find("timeout_ms: 2000"), 16, "timeout_ms: 500");
+  const std::string cfg = dir.write("cfg.yaml", yaml);
+  const std::string hash = train_summary(dir, cfg)["params_sha256"];
+  const std::string out = dir.path() + "/faults.json";
+  child_process launch(
+      {"launch", cfg, "-q", "--summary", out, "--set", "cluster.workers=3", "--inject",
+       "kill worker=1 at step=40", "--inject", "hang worker=worker-2 at step=120 for=1500ms"},
+      dir.path(), "launch-faults");
+  const auto code = launch.wait_exit(milliseconds(180000));
+  REQUIRE_MESSAGE(code.has_value(), "launch did not finish: " << launch.err());
+  CHECK_MESSAGE(*code == 0, launch.out() << launch.err());
+  const nlohmann::json s = read_json(out);
+  REQUIRE(s.is_object());
+  CHECK(s["params_sha256"] == hash);
+  CHECK(s["params_consistent"] == true);
+  CHECK(s["aborted_steps"].get<int>() >= 2);
+  bool kill = false, hang = false;
+  for (const auto& e : s["events"]) {
+    if (e["kind"] == "kill") {
+      kill = true;
+      CHECK(e["step"] == 40);  // worker=1 names rank 1, whichever worker joined second
+      REQUIRE(e["detect_ms"].is_number());
+      REQUIRE(e["recover_ms"].is_number());
+      CHECK(e["detect_ms"].get<double>() <= e["recover_ms"].get<double>());
+    }
+    if (e["kind"] == "hang") {
+      hang = true;
+      CHECK(e["worker"] == "worker-2");
+      REQUIRE(e["detect_ms"].is_number());           // silent past the timeout: declared dead
+      CHECK(e["detect_ms"].get<double>() >= 400.0);  // not before the timeout (some slack)
+      REQUIRE(e["recover_ms"].is_number());
+      CHECK(e["recover_ms"].get<double>() >= 1500.0);  // it rejoins after the hang ends
+    }
+  }
+  CHECK(kill);
+  CHECK(hang);
+}
+
+TEST_CASE("launch rejects a bad fault spec before starting anything") {
+  temp_dir dir;
+  const std::string cfg = dir.write("cfg.yaml", small_yaml(dir.path(), "fast"));
+  int rc = -1;
+  run_capture("launch " + cfg + " --inject 'kill worker=1 at stp=3'", &rc);
+  CHECK(rc == 2);
+}

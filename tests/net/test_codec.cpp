@@ -55,6 +55,7 @@ std::vector<message> samples() {
   out.push_back(step_result{3, 41, true, 0.6931471805599453, "member 2 voted failed"});
   out.push_back(
       train_report{7, 3, 42, "deadbeef", true, 0.25, 0.875, 10000, 40, 0.83, 1 << 20, "/c/step_00000042.safetensors", 118282, t});
+  out.push_back(fault_order{3, 30, fault_action::hang, 3000, 2.5});
   return out;
 }
 
@@ -142,7 +143,7 @@ TEST_CASE("corrupted headers and payloads are rejected with the right reason") {
     CHECK(decode(f, max_bytes).error == decode_error::bad_version);
   }
   SUBCASE("unknown type ids") {
-    for (uint16_t t : {0, 24, 255, 65535}) {
+    for (uint16_t t : {0, 25, 255, 65535}) {
       std::string f = good;
       put_u16(f, 6, t);
       CHECK(decode(f, max_bytes).error == decode_error::unknown_type);
@@ -211,7 +212,7 @@ TEST_CASE("random frames and random corruptions never crash or throw") {
       if (i % 4 == 0 && f.size() >= envelope_header_bytes) {
         std::memcpy(f.data(), envelope_magic, 4);
         put_u16(f, 4, protocol_version);
-        put_u16(f, 6, static_cast<uint16_t>(1 + gen() % 23));
+        put_u16(f, 6, static_cast<uint16_t>(1 + gen() % 24));
         put_u32(f, 8, static_cast<uint32_t>(f.size() - envelope_header_bytes));
       }
     } else {
