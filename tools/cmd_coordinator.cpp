@@ -48,6 +48,19 @@ void print_job_result(const nlohmann::json& j, bool lm) {
                 w["setup_s"].get<double>(), w["idle_s"].get<double>(), w["overlap"].get<double>(),
                 w["bytes_sent"].get<double>() / 1e6);
   }
+  if (!j["events"].empty()) {
+    std::printf("%-9s %-12s %6s %5s %10s %11s  %s\n", "event", "worker", "step", "gen",
+                "detect_ms", "recover_ms", "spec");
+    auto ms = [](const nlohmann::json& v) {
+      return v.is_number() ? std::to_string(static_cast<long>(v.get<double>())) : std::string("-");
+    };
+    for (const auto& e : j["events"]) {
+      std::printf("%-9s %-12s %6lld %5llu %10s %11s  %s\n", e["kind"].get<std::string>().c_str(),
+                  e["worker"].get<std::string>().c_str(), e["step"].get<long long>(),
+                  e["generation"].get<unsigned long long>(), ms(e["detect_ms"]).c_str(),
+                  ms(e["recover_ms"]).c_str(), e.value("spec", std::string()).c_str());
+    }
+  }
   std::printf("params_sha256 %s (%s across workers)\n",
               j["params_sha256"].get<std::string>().c_str(),
               j.value("params_consistent", false) ? "identical" : "DIFFERENT");
