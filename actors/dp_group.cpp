@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "actors/remote_kv.hpp"
+#include "runtime/ckpt/checkpoint_dir.hpp"
 #include "runtime/comm/buckets.hpp"
 #include "runtime/comm/comm_error.hpp"
 #include "runtime/comm/factory.hpp"
@@ -142,6 +143,10 @@ struct group {
         cfg =
             std::make_unique<config>(load_config_text(spec.config_yaml, "<job from coordinator>"));
         tr = std::make_unique<train::trainer>(*cfg);
+        if (!spec.resume_checkpoint.empty()) {
+          next_step = tr->load_checkpoint(spec.resume_checkpoint);
+          spdlog::info("dp group: resumed from {} at step {}", spec.resume_checkpoint, next_step);
+        }
       } catch (const std::exception& e) {
         io.fatal(std::string("cannot build the job: ") + e.what());
         return;
@@ -287,29 +292,13 @@ struct group {
     a.bytes_recv += b.bytes_recv;
   }
 
-  std::string checkpoint_path(int64_t step) const {
-    char name[64];
-    std::snprintf(name, sizeof name, "step_%08lld.safetensors", static_cast<long long>(step));
-    return (fs::path(expand_user(cfg->fault_tolerance.checkpoint_dir)) / name).string();
-  }
-
   // Rank 0 writes the same checkpoints `cohort train` writes (so either can resume them).
   std::string checkpoint(int64_t step) {
-    const fs::path dir = expand_user(cfg->fault_tolerance.checkpoint_dir);
+    const std::string dir = expand_user(cfg->fault_tolerance.checkpoint_dir);
     fs::create_directories(dir);
-    const std::string path = checkpoint_path(step);
+    const std::string path = checkpoint_file(dir, step);
     tr->save_checkpoint(path, step);
-    std::vector<std::pair<int64_t, fs::path>> all;
-    for (const auto& e : fs::directory_iterator(dir)) {
-      const std::string n = e.path().filename().string();
-      if (n.size() == 25 && n.rfind("step_", 0) == 0 && n.find(".safetensors") == 13)
-        all.emplace_back(std::stoll(n.substr(5, 8)), e.path());
-    }
-    std::sort(all.begin(), all.end());
-    for (std::size_t i = 0; i + cfg->fault_tolerance.keep < all.size(); ++i) {
-      std::error_code ec;
-      fs::remove(all[i].second, ec);
-    }
+    prune_checkpoints(dir, cfg->fault_tolerance.keep);
     return path;
   }
 

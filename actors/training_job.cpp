@@ -19,10 +19,12 @@ double seconds(uint64_t us) { return static_cast<double>(us) * 1e-6; }
 
 }  // namespace
 
-training_job::training_job(const config& cfg, std::string config_yaml, int64_t start_step)
+training_job::training_job(const config& cfg, std::string config_yaml, int64_t start_step,
+                           std::string resume_checkpoint)
     : cfg_(cfg),
       yaml_(std::move(config_yaml)),
       hash_(sha256_hex(yaml_)),
+      resume_(std::move(resume_checkpoint)),
       steps_(cfg.train.steps),
       next_step_(start_step),
       start_step_(start_step),
@@ -30,7 +32,7 @@ training_job::training_job(const config& cfg, std::string config_yaml, int64_t s
   finished_ = false;
 }
 
-net::job_spec training_job::spec() const { return net::job_spec{yaml_, hash_}; }
+net::job_spec training_job::spec() const { return net::job_spec{yaml_, hash_, resume_}; }
 
 std::optional<std::pair<uint64_t, int64_t>> training_job::open_step() const {
   if (!open_) return std::nullopt;

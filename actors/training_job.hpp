@@ -61,8 +61,9 @@ void require_supported(const std::vector<faults::fault_spec>& specs);
 class training_job {
  public:
   /// `config_yaml` is what workers receive (dump_config of `cfg`). Training starts at
-  /// `start_step` (0, or a resumed checkpoint's step).
-  training_job(const config& cfg, std::string config_yaml, int64_t start_step = 0);
+  /// `start_step`: 0, or the step of `resume_checkpoint`, which every worker then loads.
+  training_job(const config& cfg, std::string config_yaml, int64_t start_step = 0,
+               std::string resume_checkpoint = {});
 
   /// Faults to inject (docs/faults.md): kill / hang once when their step opens, slow on
   /// every step of its range, random kill on the steps its seed picks. Throws usage_error
@@ -116,6 +117,7 @@ class training_job {
   config cfg_;
   std::string yaml_;
   std::string hash_;
+  std::string resume_;  ///< checkpoint every worker loads first (empty: fresh start)
   int64_t steps_ = 0;
   int64_t next_step_ = 0;
   int64_t start_step_ = 0;

@@ -15,10 +15,13 @@
 
 #include "actors/coordinator.hpp"
 #include "actors/process.hpp"
+#include "runtime/ckpt/checkpoint.hpp"
+#include "runtime/ckpt/checkpoint_dir.hpp"
 #include "runtime/core/atomic_file.hpp"
 #include "runtime/core/config.hpp"
 #include "runtime/core/error.hpp"
 #include "runtime/core/faults.hpp"
+#include "runtime/core/paths.hpp"
 #include "tools/commands.hpp"
 #include "tools/progress.hpp"
 
@@ -49,8 +52,8 @@ void print_job_result(const nlohmann::json& j, bool lm) {
                 w["bytes_sent"].get<double>() / 1e6);
   }
   if (!j["events"].empty()) {
-    std::printf("%-9s %-12s %6s %5s %10s %11s  %s\n", "event", "worker", "step", "gen",
-                "detect_ms", "recover_ms", "spec");
+    std::printf("%-9s %-12s %6s %5s %10s %11s  %s\n", "event", "worker", "step", "gen", "detect_ms",
+                "recover_ms", "spec");
     auto ms = [](const nlohmann::json& v) {
       return v.is_number() ? std::to_string(static_cast<long>(v.get<double>())) : std::string("-");
     };
@@ -78,6 +81,7 @@ void add_coordinator(CLI::App& app, int* rc) {
     bool control_only = false;
     bool quiet = false;
     std::vector<std::string> inject;
+    bool resume = false;
   };
   auto opt = std::make_shared<options>();
   CLI::App* cmd = app.add_subcommand(
@@ -101,6 +105,9 @@ void add_coordinator(CLI::App& app, int* rc) {
   cmd->add_flag("--control-only", opt->control_only,
                 "Run the control plane only: no training job is sent to workers");
   cmd->add_flag("-q,--quiet", opt->quiet, "no progress lines");
+  cmd->add_flag("--resume", opt->resume,
+                "Continue from the newest checkpoint in fault_tolerance.checkpoint_dir (with any "
+                "worker count: every worker loads it)");
   cmd->add_option("--inject", opt->inject,
                   "Inject a fault into the training job, e.g. 'kill worker=1 at step=30' "
                   "(repeatable; the language is in docs/faults.md)")
@@ -116,7 +123,31 @@ void add_coordinator(CLI::App& app, int* rc) {
     std::unique_ptr<progress_line> progress;
     const auto t0 = std::chrono::steady_clock::now();
     if (!opt->control_only) {
-      co.job = std::make_shared<actors::training_job>(c, dump_config(c));
+      int64_t start = 0;
+      std::string resume_from;
+      if (opt->resume) {
+        const std::string dir = expand_user(c.fault_tolerance.checkpoint_dir);
+        const auto newest = newest_checkpoint(dir);
+        if (!newest)
+          throw usage_error("--resume: no checkpoint step_*.safetensors in " + dir +
+                            " (run without --resume, or point fault_tolerance.checkpoint_dir at "
+                            "an earlier run)");
+        // A corrupt or foreign file fails here, before any worker tries it.
+        const training_metadata meta = read_training_metadata(newest->second);
+        if (meta.optimizer != c.train.optimizer)
+          throw checkpoint_error(
+              newest->second + ": holds " + meta.optimizer +
+              " optimizer state but the config says train.optimizer: " + c.train.optimizer);
+        if (meta.step >= c.train.steps)
+          throw usage_error("--resume: " + newest->second + " is at step " +
+                            std::to_string(meta.step) + ", the end of train.steps (" +
+                            std::to_string(c.train.steps) + "): nothing left to train");
+        start = meta.step;
+        resume_from = newest->second;
+        std::fprintf(stderr, "coordinator: resuming from %s at step %lld\n", resume_from.c_str(),
+                     static_cast<long long>(start));
+      }
+      co.job = std::make_shared<actors::training_job>(c, dump_config(c), start, resume_from);
       std::vector<faults::fault_spec> specs = c.faults;  // the config's `faults:` list
       for (const auto& text : opt->inject) {
         try {

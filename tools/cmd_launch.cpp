@@ -42,6 +42,7 @@ struct launch_options {
   bool quiet = false;
   bool respawn = true;
   std::vector<std::string> inject;
+  bool resume = false;
   int stop_timeout_ms = 5000;
 };
 
@@ -75,6 +76,7 @@ class launcher {
     if (opt_.control_only) args.push_back("--control-only");
     if (opt_.quiet) args.push_back("--quiet");
     for (const auto& f : opt_.inject) args.insert(args.end(), {"--inject", f});
+    if (opt_.resume) args.push_back("--resume");
     const pid_t cpid = actors::spawn_self(args, fds[1]);
     close(fds[1]);
     children_[cpid] = child{"coordinator", true};
@@ -235,7 +237,8 @@ class launcher {
                   describe_exit(code).c_str());
       std::fflush(stdout);
       if (c.coordinator) {
-        if (code != 0) rc_ = exit_runtime;
+        // A usage error of the coordinator (bad --resume, bad fault) is the user's: exit 2.
+        if (code != 0) rc_ = code == exit_usage ? exit_usage : exit_runtime;
         // Without a coordinator the workers cannot do anything useful. After a clean end
         // they already got `stop` and exit on their own; otherwise they are told now.
         begin_stop("coordinator exited");
@@ -343,6 +346,9 @@ void add_launch(CLI::App& app, int* rc) {
                 "Do not restart a local worker that dies during training (elastic.respawn: "
                 "true, the default, restarts it; it rejoins and takes its state from a live "
                 "peer)");
+  cmd->add_flag("--resume", opt->resume,
+                "Continue from the newest checkpoint in fault_tolerance.checkpoint_dir, with any "
+                "worker count");
   cmd->add_option("--inject", opt->inject,
                   "Inject a fault, e.g. 'kill worker=1 at step=30' or 'hang worker=0 at step=10 "
                   "for=2s' (repeatable; docs/faults.md)")

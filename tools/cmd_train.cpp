@@ -11,8 +11,9 @@
 #include <nlohmann/json.hpp>
 #include <regex>
 
-#include "runtime/core/config.hpp"
+#include "runtime/ckpt/checkpoint_dir.hpp"
 #include "runtime/core/atomic_file.hpp"
+#include "runtime/core/config.hpp"
 #include "runtime/core/paths.hpp"
 #include "runtime/train/trainer.hpp"
 #include "tools/commands.hpp"
@@ -32,35 +33,6 @@ struct train_args {
   bool quiet = false;
 };
 
-/// Checkpoints of this run in `dir`, oldest first (by step in the file name).
-std::vector<std::pair<int64_t, fs::path>> list_checkpoints(const fs::path& dir) {
-  std::vector<std::pair<int64_t, fs::path>> out;
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec)) return out;
-  static const std::regex pat("step_([0-9]{8})\\.safetensors");
-  for (const auto& e : fs::directory_iterator(dir, ec)) {
-    std::smatch m;
-    std::string name = e.path().filename().string();
-    if (std::regex_match(name, m, pat)) out.emplace_back(std::stoll(m[1]), e.path());
-  }
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
-fs::path checkpoint_path(const fs::path& dir, int64_t step) {
-  char name[64];
-  std::snprintf(name, sizeof name, "step_%08lld.safetensors", static_cast<long long>(step));
-  return dir / name;
-}
-
-void prune_checkpoints(const fs::path& dir, int keep) {
-  auto all = list_checkpoints(dir);
-  for (std::size_t i = 0; i + keep < all.size(); ++i) {
-    std::error_code ec;
-    fs::remove(all[i].second, ec);
-  }
-}
-
 int run_train(const train_args& a) {
   config c = load_config(a.config, a.overrides);
   train::trainer tr(c);
@@ -68,24 +40,24 @@ int run_train(const train_args& a) {
   const bool lm = tr.data().is_language_model();
   const int64_t units_per_step =
       static_cast<int64_t>(t.global_batch) * (lm ? tr.data().context() : 1);
-  const fs::path ckdir = expand_user(c.fault_tolerance.checkpoint_dir);
+  const std::string ckdir = expand_user(c.fault_tolerance.checkpoint_dir);
 
   int64_t start = 0;
   if (a.resume) {
     auto all = list_checkpoints(ckdir);
     if (all.empty())
-      throw usage_error("--resume: no checkpoint step_*.safetensors in " + ckdir.string() +
+      throw usage_error("--resume: no checkpoint step_*.safetensors in " + ckdir +
                         " (run without --resume, or point fault_tolerance.checkpoint_dir at "
                         "an earlier run)");
-    start = tr.load_checkpoint(all.back().second.string());
+    start = tr.load_checkpoint(all.back().second);
     std::fprintf(stderr, "resumed from %s at step %lld\n", all.back().second.c_str(),
                  static_cast<long long>(start));
   }
 
-  std::fprintf(stderr, "train: %s, %lld parameters, %lld steps of %d samples (%d micro-batches), %s\n",
-               c.model.kind.c_str(), static_cast<long long>(tr.model().num_params()),
-               static_cast<long long>(t.steps), t.global_batch, tr.micro_batches(),
-               t.determinism.c_str());
+  std::fprintf(
+      stderr, "train: %s, %lld parameters, %lld steps of %d samples (%d micro-batches), %s\n",
+      c.model.kind.c_str(), static_cast<long long>(tr.model().num_params()),
+      static_cast<long long>(t.steps), t.global_batch, tr.micro_batches(), t.determinism.c_str());
   progress_line progress(t.steps, lm ? "tok/s" : "samples/s", a.quiet, t.log_every);
   using clock = std::chrono::steady_clock;
   const auto t0 = clock::now();
@@ -94,7 +66,7 @@ int run_train(const train_args& a) {
   std::string last_ckpt;
   auto checkpoint = [&](int64_t next_step) {
     fs::create_directories(ckdir);
-    last_ckpt = checkpoint_path(ckdir, next_step).string();
+    last_ckpt = checkpoint_file(ckdir, next_step);
     tr.save_checkpoint(last_ckpt, next_step);
     prune_checkpoints(ckdir, c.fault_tolerance.keep);
   };
@@ -107,15 +79,16 @@ int run_train(const train_args& a) {
     last_loss = loss_rows / t.global_batch;
     if (!std::isfinite(last_loss))
       throw cohort::error("step " + std::to_string(s) + ": loss is not finite (lower train.lr)");
-    progress.update(s + 1, last_loss, static_cast<double>(units_per_step) * (s + 1 - start) /
-                                          std::max(1e-9, compute_s));
+    progress.update(
+        s + 1, last_loss,
+        static_cast<double>(units_per_step) * (s + 1 - start) / std::max(1e-9, compute_s));
     if (t.eval_every > 0 && (s + 1) % t.eval_every == 0 && s + 1 < t.steps) {
       auto e = tr.evaluate();
-      progress.note("eval at step " + std::to_string(s + 1) + ": loss " +
-                    std::to_string(e.loss) + (lm ? "" : ", accuracy " + std::to_string(e.accuracy)));
+      progress.note("eval at step " + std::to_string(s + 1) + ": loss " + std::to_string(e.loss) +
+                    (lm ? "" : ", accuracy " + std::to_string(e.accuracy)));
     }
-    if (c.fault_tolerance.checkpoint_every > 0 && (s + 1) % c.fault_tolerance.checkpoint_every == 0 &&
-        s + 1 < t.steps)
+    if (c.fault_tolerance.checkpoint_every > 0 &&
+        (s + 1) % c.fault_tolerance.checkpoint_every == 0 && s + 1 < t.steps)
       checkpoint(s + 1);
   }
   progress.finish();

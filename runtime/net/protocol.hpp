@@ -317,9 +317,10 @@ struct job_spec {
   static constexpr msg_type type = msg_type::job_spec;
   std::string config_yaml;  ///< the coordinator's resolved config (dump_config)
   std::string config_hash;  ///< sha256 of config_yaml, echoed in reports
+  std::string resume_checkpoint;  ///< non-empty: load this checkpoint before the first step
   template <class S>
   static auto fields(S& s) {
-    return std::tie(s.config_yaml, s.config_hash);
+    return std::tie(s.config_yaml, s.config_hash, s.resume_checkpoint);
   }
 };
 

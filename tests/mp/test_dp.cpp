@@ -218,3 +218,44 @@ TEST_CASE("launch rejects a bad fault spec before starting anything") {
   run_capture("launch " + cfg + " --inject 'kill worker=1 at stp=3'", &rc);
   CHECK(rc == 2);
 }
+
+TEST_CASE("a launch killed outright resumes from its checkpoint with another worker count") {
+  temp_dir dir;
+  const int steps = 1000;
+  std::string yaml = small_yaml(dir.path(), "bitwise", steps);
+  yaml.replace(yaml.find("checkpoint_every: 0"), 19, "checkpoint_every: 100");
+  const std::string cfg = dir.write("cfg.yaml", yaml);
+  const std::string hash = train_summary(dir, cfg)["params_sha256"];
+  std::filesystem::remove_all(dir.path() + "/ckpt");  // only the launch's checkpoints count
+  {
+    child_process launch({"launch", cfg, "-q", "--set", "cluster.workers=3"}, dir.path(),
+                         "launch-first");
+    auto ep = launch.wait_line("coordinator listening on ", milliseconds(15000));
+    REQUIRE_MESSAGE(ep.has_value(), launch.err());
+    REQUIRE(eventually(milliseconds(60000), [&] {
+      const nlohmann::json s = ctl_status(*ep);
+      return s.is_object() && s["step"].get<int64_t>() >= 250;
+    }));
+    launch.signal(SIGKILL);  // the whole run dies at once (children follow via PDEATHSIG)
+    launch.wait_exit(milliseconds(10000));
+  }
+  const std::string out = dir.path() + "/resumed.json";
+  child_process again(
+      {"launch", cfg, "-q", "--resume", "--summary", out, "--set", "cluster.workers=2"}, dir.path(),
+      "launch-resume");
+  const auto code = again.wait_exit(milliseconds(120000));
+  REQUIRE_MESSAGE(code.has_value(), "resume did not finish: " << again.err());
+  CHECK_MESSAGE(*code == 0, again.out() << again.err());
+  CHECK(again.err().find("resuming from") != std::string::npos);
+  const nlohmann::json s = read_json(out);
+  REQUIRE(s.is_object());
+  CHECK(s["steps_completed"] == steps);
+  CHECK(s["dp"] == 2);
+  // Three workers up to the checkpoint, two after it: the same parameters as one process.
+  CHECK(s["params_sha256"] == hash);
+
+  // Nothing left to resume from: a clear usage error, exit 2.
+  int rc = -1;
+  run_capture("launch " + cfg + " --resume", &rc);
+  CHECK(rc == 2);
+}
