@@ -90,6 +90,8 @@ class training_job {
   int64_t steps() const { return steps_; }
   bool finished() const { return finished_; }
   int aborted_steps() const { return aborted_; }
+  /// DP replicas of the last step opened.
+  int replicas() const { return replicas_; }
   /// The generation and step open now, if any.
   std::optional<std::pair<uint64_t, int64_t>> open_step() const;
 

@@ -174,7 +174,12 @@ void add_coordinator(CLI::App& app, int* rc) {
           else
             progress->note("coordinator: " + n);
         }
-        if (a.committed) progress->update(a.step, a.loss, a.rate);
+        if (a.committed)
+          progress->update(
+              a.step, a.loss, a.rate,
+              " | " + std::to_string(job.replicas()) + " workers" +
+                  (job.aborted_steps() > 0 ? ", " + std::to_string(job.aborted_steps()) + " aborted"
+                                           : std::string()));
         if (!a.failed.empty()) failure = a.failed;
         if (!a.finished) return;
         progress->finish();

@@ -28,11 +28,17 @@ inline std::string format_duration(double s) {
 class progress_line {
  public:
   progress_line(int64_t total, std::string unit, bool quiet, int64_t every = 50)
-      : total_(total), unit_(std::move(unit)), quiet_(quiet), every_(every > 0 ? every : 50),
-        tty_(isatty(STDERR_FILENO) == 1), start_(clock::now()), last_draw_(start_) {}
+      : total_(total),
+        unit_(std::move(unit)),
+        quiet_(quiet),
+        every_(every > 0 ? every : 50),
+        tty_(isatty(STDERR_FILENO) == 1),
+        start_(clock::now()),
+        last_draw_(start_) {}
 
-  /// After `done` of `total` steps, with the latest loss and units/s.
-  void update(int64_t done, double loss, double rate) {
+  /// After `done` of `total` steps, with the latest loss and units/s; `extra` (e.g. the
+  /// roster size of a distributed run) is appended to the line.
+  void update(int64_t done, double loss, double rate, const std::string& extra = {}) {
     if (quiet_) return;
     auto now = clock::now();
     double elapsed = std::chrono::duration<double>(now - start_).count();
@@ -46,14 +52,15 @@ class progress_line {
       int filled = total_ > 0 ? static_cast<int>(width * done / total_) : width;
       std::string bar(filled, '#');
       bar += std::string(width - filled, '.');
-      std::fprintf(stderr, "\r[%s] step %lld/%lld | loss %.4f | %.0f %s | ETA %s   ", bar.c_str(),
+      std::fprintf(stderr, "\r[%s] step %lld/%lld | loss %.4f | %.0f %s%s | ETA %s   ", bar.c_str(),
                    static_cast<long long>(done), static_cast<long long>(total_), loss, rate,
-                   unit_.c_str(), format_duration(eta).c_str());
+                   unit_.c_str(), extra.c_str(), format_duration(eta).c_str());
       drawn_ = true;
     } else if (done % every_ == 0 || done == total_) {
-      std::fprintf(stderr, "step %lld/%lld | loss %.4f | %.0f %s | elapsed %s | ETA %s\n",
+      std::fprintf(stderr, "step %lld/%lld | loss %.4f | %.0f %s%s | elapsed %s | ETA %s\n",
                    static_cast<long long>(done), static_cast<long long>(total_), loss, rate,
-                   unit_.c_str(), format_duration(elapsed).c_str(), format_duration(eta).c_str());
+                   unit_.c_str(), extra.c_str(), format_duration(elapsed).c_str(),
+                   format_duration(eta).c_str());
     }
   }
 
