@@ -334,6 +334,8 @@ caf::behavior coordinator_actor(caf::stateful_actor<coordinator_state>* self,
           on_new_generation(self);
         }
         for (const auto& r : st.store.expire(t)) answer_waiter(self, r);
+        if (st.opts.job && !st.stopping)
+          run_job(self, st.opts.job->on_tick(st.roster, now_s(self)));
         self->delayed_send(self, milliseconds(st.opts.tick_ms), co_tick_atom::value);
       },
       [=](co_status_atom) -> net::status_reply { return make_status(self, 0); },

@@ -80,20 +80,25 @@ job_actions training_job::try_open(const mb::roster& r, double now_s) {
   job_actions out;
   if (finished_ || open_ || next_step_ >= steps_) return out;
   // A fixed world in this version: every configured worker, alive and built.
-  const int expected = cfg_.cluster.workers;
+  // Steps run with every live member once at least elastic.min_workers are alive and built
+  // (min_workers defaults to cluster.workers: the fixed world). A member still loading
+  // (alive but not ready) is waited for rather than left out.
+  const int expected = min_workers();
   int ready = 0;
   for (const auto& m : r.members) {
     if (m.state == mb::member_state::alive && ready_.count(m.id) != 0) ++ready;
   }
   if (ready < expected || static_cast<int>(r.members.size()) != ready) {
     if (!waiting_noted_ && next_step_ > start_step_) {
-      out.notes.push_back("waiting for workers: " + std::to_string(ready) + " of " +
-                          std::to_string(expected) + " ready");
+      out.notes.push_back("waiting for workers: " + std::to_string(ready) + " ready, " +
+                          std::to_string(expected) + " needed (elastic.min_workers)");
       waiting_noted_ = true;
     }
+    if (ready < expected && first_open_s_ >= 0 && pause_since_s_ < 0) pause_since_s_ = now_s;
     return out;
   }
   waiting_noted_ = false;
+  pause_since_s_ = -1;
   // Members behind the job (a worker that rejoined after being declared dead) get the
   // state of the step from a member that has it, over the new generation's communicator.
   int donor = -1;
@@ -335,6 +340,24 @@ void training_job::track_membership(const mb::roster& r, double now_s, job_actio
     }
   }
   last_members_ = std::move(now);
+}
+
+int training_job::min_workers() const {
+  return cfg_.elastic.min_workers > 0 ? cfg_.elastic.min_workers : cfg_.cluster.workers;
+}
+
+job_actions training_job::on_tick(const mb::roster& r, double now_s) {
+  job_actions out = try_open(r, now_s);
+  if (finished_ || open_ || pause_since_s_ < 0) return out;
+  const double waited_ms = 1000.0 * (now_s - pause_since_s_);
+  if (waited_ms > static_cast<double>(cfg_.elastic.pause_timeout_ms)) {
+    out.failed = "fewer than elastic.min_workers (" + std::to_string(min_workers()) +
+                 ") workers for " + std::to_string(static_cast<long>(waited_ms)) +
+                 " ms (elastic.pause_timeout_ms " + std::to_string(cfg_.elastic.pause_timeout_ms) +
+                 "); start more workers or lower elastic.min_workers";
+    finished_ = true;
+  }
+  return out;
 }
 
 nlohmann::json training_job::summary(double wall_s) const {

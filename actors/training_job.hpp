@@ -83,6 +83,9 @@ class training_job {
   job_actions on_vote(const mb::roster& r, const net::step_vote& v, double now_s);
   /// A member may have become alive (its first heartbeat): opens a step if one can open.
   job_actions on_heartbeat(const mb::roster& r, double now_s) { return try_open(r, now_s); }
+  /// Timer: opens a step if one can open; fails the job once training has waited below
+  /// elastic.min_workers for longer than elastic.pause_timeout_ms.
+  job_actions on_tick(const mb::roster& r, double now_s);
   /// A worker's final report after the last step.
   job_actions on_report(const mb::roster& r, const net::train_report& rep, double now_s);
 
@@ -133,6 +136,8 @@ class training_job {
   int consecutive_aborts_ = 0;
   double first_open_s_ = -1;
   double last_commit_s_ = 0;
+  double pause_since_s_ = -1;  ///< training waits below min_workers since then (-1: not)
+  int min_workers() const;
   double last_loss_ = 0;
   bool waiting_noted_ = false;
   std::map<mb::member_id, report> reports_;

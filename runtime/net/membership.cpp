@@ -167,6 +167,9 @@ options options_from(const config& cfg) {
   o.tp = cfg.parallel.tp;
   o.dp = cfg.parallel.dp > 0 ? cfg.parallel.dp
                              : cfg.cluster.workers / std::max(1, cfg.parallel.pp * cfg.parallel.tp);
+  // elastic.* (0 in a config built in code means cluster.workers, as the loader resolves).
+  o.min_workers = cfg.elastic.min_workers;
+  o.max_workers = cfg.elastic.max_workers;
   validate(o);
   return o;
 }

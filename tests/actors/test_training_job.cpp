@@ -365,3 +365,27 @@ TEST_CASE("fault kinds this runtime does not carry out are refused up front") {
   CHECK_THROWS_AS(job.set_faults({faults::parse_fault("drop control p=0.05 seed=7")}), usage_error);
   CHECK_NOTHROW(job.set_faults({faults::parse_fault("hang worker=1 at step=3 for=2s")}));
 }
+
+TEST_CASE("below elastic.min_workers the job waits then fails after the pause timeout") {
+  config c = job_config(3, 10);
+  c.elastic.min_workers = 2;
+  c.elastic.pause_timeout_ms = 1000;
+  training_job job(c, dump_config(c));
+  const mb::roster r = roster_of(1, 3);
+  all_ready(job, r);
+  for (mb::member_id id = 1; id <= 3; ++id) job.on_vote(r, ok_vote(id, 1, 0), 0);
+  // Two survivors are enough: step 1 opens with 2 replicas.
+  const mb::roster r2 = roster_of(2, 2);
+  job_actions a = job.on_generation(r2, 1.0);
+  auto opens = sent<net::step_open>(a);
+  REQUIRE(opens.size() == 2);
+  CHECK(opens[0].second.replicas == 2);
+  job.on_vote(r2, ok_vote(1, 2, 1), 1.1);
+  job.on_vote(r2, ok_vote(2, 2, 1), 1.2);
+  // One left: below the minimum, training pauses; within the timeout nothing fails.
+  const mb::roster r3 = roster_of(3, 1);
+  job.on_generation(r3, 2.0);
+  CHECK(job.on_tick(r3, 2.9).failed.empty());
+  CHECK(job.on_tick(r3, 3.1).failed.find("elastic.min_workers") != std::string::npos);
+  CHECK(job.finished());
+}

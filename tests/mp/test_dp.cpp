@@ -259,3 +259,22 @@ TEST_CASE("a launch killed outright resumes from its checkpoint with another wor
   run_capture("launch " + cfg + " --resume", &rc);
   CHECK(rc == 2);
 }
+
+TEST_CASE("with elastic.min_workers below the world the survivors go on without the dead worker") {
+  temp_dir dir;
+  const std::string cfg = dir.write("cfg.yaml", small_yaml(dir.path(), "bitwise", 200));
+  const std::string hash = train_summary(dir, cfg)["params_sha256"];
+  const std::string out = dir.path() + "/shrunk.json";
+  child_process launch(
+      {"launch", cfg, "-q", "--no-respawn", "--summary", out, "--set", "cluster.workers=3", "--set",
+       "elastic.min_workers=2", "--inject", "kill worker=2 at step=40"},
+      dir.path(), "launch-shrink");
+  const auto code = launch.wait_exit(milliseconds(120000));
+  REQUIRE_MESSAGE(code.has_value(), "launch did not finish: " << launch.err());
+  CHECK_MESSAGE(*code == 0, launch.out() << launch.err());
+  const nlohmann::json s = read_json(out);
+  REQUIRE(s.is_object());
+  CHECK(s["dp"] == 2);  // the last steps ran on the two survivors
+  CHECK(s["workers"].size() == 2);
+  CHECK(s["params_sha256"] == hash);  // bitwise: the DP size does not change the result
+}
