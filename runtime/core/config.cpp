@@ -638,25 +638,6 @@ bool looks_integer(const std::string& s) {
   return all_digits(s, (!s.empty() && (s[0] == '-' || s[0] == '+')) ? 1 : 0);
 }
 
-// YAML 1.2 core-schema float: [-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?
-bool looks_real(const std::string& s) {
-  size_t i = (!s.empty() && (s[0] == '-' || s[0] == '+')) ? 1 : 0;
-  size_t digits = 0;
-  while (i < s.size() && std::isdigit(static_cast<unsigned char>(s[i]))) ++i, ++digits;
-  if (i < s.size() && s[i] == '.') {
-    ++i;
-    while (i < s.size() && std::isdigit(static_cast<unsigned char>(s[i]))) ++i, ++digits;
-  }
-  if (digits == 0) return false;
-  if (i < s.size() && (s[i] == 'e' || s[i] == 'E')) {
-    ++i;
-    if (i < s.size() && (s[i] == '-' || s[i] == '+')) ++i;
-    if (!all_digits(s.substr(i), 0)) return false;
-    i = s.size();
-  }
-  return i == s.size();
-}
-
 bool looks_special_float(const std::string& s) {
   const std::string l = lower(s[0] == '-' || s[0] == '+' ? s.substr(1) : s);
   return l == ".inf" || l == ".nan";
@@ -1675,6 +1656,24 @@ std::string config_keys_markdown() {
            cell(allowed_text(k)) + " | " + cell(k.doc) + " |\n";
   }
   return out;
+}
+
+bool looks_real(const std::string& s) {
+  size_t i = (!s.empty() && (s[0] == '-' || s[0] == '+')) ? 1 : 0;
+  size_t digits = 0;
+  while (i < s.size() && std::isdigit(static_cast<unsigned char>(s[i]))) ++i, ++digits;
+  if (i < s.size() && s[i] == '.') {
+    ++i;
+    while (i < s.size() && std::isdigit(static_cast<unsigned char>(s[i]))) ++i, ++digits;
+  }
+  if (digits == 0) return false;
+  if (i < s.size() && (s[i] == 'e' || s[i] == 'E')) {
+    ++i;
+    if (i < s.size() && (s[i] == '-' || s[i] == '+')) ++i;
+    if (!all_digits(s.substr(i), 0)) return false;
+    i = s.size();
+  }
+  return i == s.size();
 }
 
 }  // namespace cohort

@@ -143,6 +143,11 @@ std::string reference_config_yaml();
 /// config and the fault specs uses it, so suggestions behave the same everywhere.
 std::string closest_name(const std::string& word, const std::vector<std::string>& candidates);
 
+/// YAML 1.2 core-schema float text, [-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?:
+/// no inf, nan or hex (which strtod would accept). The config's and the fault specs' rule
+/// for what a number looks like.
+bool looks_real(const std::string& s);
+
 /// Markdown table of every key (type, default, allowed values, meaning), generated from
 /// the schema; docs/config.md embeds it (a test keeps it so).
 std::string config_keys_markdown();

@@ -119,26 +119,6 @@ bool all_digits(const std::string& s) {
   return true;
 }
 
-// [-+]? digits [. digits] [e[-+]digits], or [-+]? . digits ...: no inf, nan or hex, which
-// strtod would accept.
-bool looks_decimal(const std::string& s) {
-  size_t i = (!s.empty() && (s[0] == '-' || s[0] == '+')) ? 1 : 0;
-  size_t digits = 0;
-  while (i < s.size() && std::isdigit(static_cast<unsigned char>(s[i]))) ++i, ++digits;
-  if (i < s.size() && s[i] == '.') {
-    ++i;
-    while (i < s.size() && std::isdigit(static_cast<unsigned char>(s[i]))) ++i, ++digits;
-  }
-  if (digits == 0) return false;
-  if (i < s.size() && (s[i] == 'e' || s[i] == 'E')) {
-    ++i;
-    if (i < s.size() && (s[i] == '-' || s[i] == '+')) ++i;
-    if (!all_digits(s.substr(i))) return false;
-    return true;
-  }
-  return i == s.size();
-}
-
 /// Shortest %g text that reads back to the same double, so to_string round-trips.
 std::string number_text(double v) {
   char buf[40];
@@ -433,7 +413,7 @@ class parser {
   }
 
   double read_real(const std::string& v, int col, const std::string& what) const {
-    if (!looks_decimal(v)) {
+    if (!looks_real(v)) {
       fail(col, "bad number '" + v + "' for " + what + "= (write a decimal number such as " +
                     (what == "p" ? "0.05" : "3") + ")");
     }
@@ -471,7 +451,7 @@ class parser {
     size_t n = 0;
     while (n < v.size() && (std::isdigit(static_cast<unsigned char>(v[n])) || v[n] == '.')) ++n;
     const std::string number = v.substr(0, n), unit = v.substr(n);
-    if (number.empty() || !looks_decimal(number)) {
+    if (number.empty() || !looks_real(number)) {
       fail(col, "bad duration '" + v + "' (write a number and a unit, e.g. for=3s or for=500ms)");
     }
     const int ucol = col + static_cast<int>(n);
@@ -498,7 +478,7 @@ class parser {
     size_t n = 0;
     while (n < v.size() && (std::isdigit(static_cast<unsigned char>(v[n])) || v[n] == '.')) ++n;
     const std::string number = v.substr(0, n), unit = v.substr(n);
-    if (number.empty() || !looks_decimal(number)) {
+    if (number.empty() || !looks_real(number)) {
       fail(col, "bad number '" + v +
                     "' for mtbf= (write the mean steps between kills, e.g. mtbf=15steps)");
     }

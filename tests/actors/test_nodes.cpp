@@ -12,40 +12,12 @@
 
 #include "actors/coordinator.hpp"
 #include "actors/worker.hpp"
+#include "tests/actors/node_util.hpp"
 
 using namespace cohort;
 using namespace cohort::actors;
+using namespace cohort::actors::testing;
 using std::chrono::milliseconds;
-
-namespace {
-
-bool eventually(milliseconds timeout, const std::function<bool()>& pred) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(milliseconds(5));
-  }
-  return pred();
-}
-
-coordinator_options two_workers() {
-  coordinator_options o;
-  o.membership.heartbeat_ms = 50;
-  o.membership.timeout_ms = 2000;
-  o.membership.dp = 2;
-  o.tick_ms = 25;
-  return o;
-}
-
-worker_options named(const std::string& name) {
-  worker_options o;
-  o.name = name;
-  o.pid = ::getpid();
-  o.coordinator_timeout_ms = 10000;
-  return o;
-}
-
-}  // namespace
 
 TEST_CASE("nodes: two workers register and rendezvous through the store and stop with code 0") {
   spdlog::set_level(spdlog::level::warn);

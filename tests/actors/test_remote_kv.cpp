@@ -21,9 +21,11 @@
 #include "actors/worker.hpp"
 #include "runtime/comm/comm_error.hpp"
 #include "runtime/comm/factory.hpp"
+#include "tests/actors/node_util.hpp"
 
 using namespace cohort;
 using namespace cohort::actors;
+using namespace cohort::actors::testing;
 using comm::comm_error;
 using comm::comm_failure;
 using std::chrono::milliseconds;
@@ -63,32 +65,6 @@ struct fake_call {
 
 net::kv_reply reply(net::kv_status s, std::string reason, std::string value = {}) {
   return net::kv_reply{0, s, std::move(value), std::move(reason)};
-}
-
-bool eventually(milliseconds timeout, const std::function<bool()>& pred) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(milliseconds(5));
-  }
-  return pred();
-}
-
-coordinator_options two_workers() {
-  coordinator_options o;
-  o.membership.heartbeat_ms = 50;
-  o.membership.timeout_ms = 2000;
-  o.membership.dp = 2;
-  o.tick_ms = 25;
-  return o;
-}
-
-worker_options named(const std::string& name) {
-  worker_options o;
-  o.name = name;
-  o.pid = ::getpid();
-  o.coordinator_timeout_ms = 10000;
-  return o;
 }
 
 // Control frames may be larger than the store's 1 MiB value limit, so an oversized value
