@@ -278,19 +278,25 @@ void training_job::inject_due(const mb::roster& r, double now_s, job_actions& ou
     }
     out.sends.push_back({target->id, order});
     if (!first) continue;
-    job_event e;
-    e.kind = order.action == net::fault_action::slow   ? "slow"
-             : order.action == net::fault_action::kill ? "kill"
-                                                       : "hang";
-    e.worker = target->name;
-    e.step = s;
-    e.generation = r.generation;
-    e.at_s = now_s;
-    e.detail = f.text;
+    const char* kind = order.action == net::fault_action::slow   ? "slow"
+                       : order.action == net::fault_action::kill ? "kill"
+                                                                 : "hang";
+    add_event(kind, target->name, r, now_s).detail = f.text;
     out.notes.push_back("injecting '" + f.text + "' into " + target->name + " at step " +
                         std::to_string(s));
-    events_.push_back(e);
   }
+}
+
+job_event& training_job::add_event(const std::string& kind, const std::string& worker,
+                                   const mb::roster& r, double now_s) {
+  job_event e;
+  e.kind = kind;
+  e.worker = worker;
+  e.step = next_step_;
+  e.generation = r.generation;
+  e.at_s = now_s;
+  events_.push_back(std::move(e));
+  return events_.back();
 }
 
 void training_job::track_membership(const mb::roster& r, double now_s, job_actions& out) {
@@ -311,14 +317,8 @@ void training_job::track_membership(const mb::roster& r, double now_s, job_actio
       }
     }
     if (!injected && running) {
-      job_event e;
-      e.kind = "departed";
-      e.worker = name;
-      e.step = next_step_;
-      e.generation = r.generation;
-      e.at_s = now_s;
-      e.detect_ms = 0;  // the departure is what the coordinator saw; the fault time is unknown
-      events_.push_back(e);
+      // The departure is what the coordinator saw; the fault time is unknown.
+      add_event("departed", name, r, now_s).detect_ms = 0;
       out.notes.push_back(name + " left the roster at step " + std::to_string(next_step_) +
                           " (generation " + std::to_string(r.generation) + ", " +
                           std::to_string(r.members.size()) + " workers)");
@@ -327,13 +327,7 @@ void training_job::track_membership(const mb::roster& r, double now_s, job_actio
   if (running) {
     for (const auto& [id, name] : now) {
       if (last_members_.count(id) != 0) continue;
-      job_event e;
-      e.kind = "joined";
-      e.worker = name;
-      e.step = next_step_;
-      e.generation = r.generation;
-      e.at_s = now_s;
-      events_.push_back(e);
+      add_event("joined", name, r, now_s);
       out.notes.push_back(name + " joined at step " + std::to_string(next_step_) + " (generation " +
                           std::to_string(r.generation) + ", " + std::to_string(r.members.size()) +
                           " workers)");

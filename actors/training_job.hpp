@@ -149,6 +149,9 @@ class training_job {
   std::map<mb::member_id, std::string> last_members_;  ///< roster of the last generation seen
 
   void inject_due(const mb::roster& r, double now_s, job_actions& out);
+  /// Appends an event of KIND for WORKER at the current step and R's generation.
+  job_event& add_event(const std::string& kind, const std::string& worker, const mb::roster& r,
+                       double now_s);
   void track_membership(const mb::roster& r, double now_s, job_actions& out);
 };
 

@@ -148,15 +148,7 @@ void add_coordinator(CLI::App& app, int* rc) {
                      static_cast<long long>(start));
       }
       co.job = std::make_shared<actors::training_job>(c, dump_config(c), start, resume_from);
-      std::vector<faults::fault_spec> specs = c.faults;  // the config's `faults:` list
-      for (const auto& text : opt->inject) {
-        try {
-          specs.push_back(faults::parse_fault(text));
-        } catch (const faults::fault_parse_error& e) {
-          throw usage_error(std::string("--inject: ") + e.what());
-        }
-      }
-      co.job->set_faults(std::move(specs));
+      co.job->set_faults(job_faults(c, opt->inject));
       const bool lm = c.model.kind == "gpt";
       progress = std::make_unique<progress_line>(c.train.steps, lm ? "tok/s" : "samples/s",
                                                  opt->quiet, c.train.log_every);

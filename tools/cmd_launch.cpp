@@ -360,14 +360,7 @@ void add_launch(CLI::App& app, int* rc) {
   cmd->callback([opt, rc] {
     const config c = load_config(opt->config_path, opt->overrides);
     // Bad or unsupported specs stop here, before any process starts (exit 2).
-    std::vector<faults::fault_spec> specs = c.faults;
-    for (const auto& text : opt->inject) {
-      try {
-        specs.push_back(faults::parse_fault(text));
-      } catch (const faults::fault_parse_error& e) {
-        throw usage_error(std::string("--inject: ") + e.what());
-      }
-    }
+    const std::vector<faults::fault_spec> specs = job_faults(c, opt->inject);
     if (!opt->control_only) actors::require_supported(specs);
     opt->respawn = opt->respawn && c.elastic.respawn;
     actors::log_to_stderr();

@@ -12,6 +12,19 @@
 
 namespace cohort::cli {
 
+std::vector<faults::fault_spec> job_faults(const config& c,
+                                           const std::vector<std::string>& inject) {
+  std::vector<faults::fault_spec> specs = c.faults;
+  for (const auto& text : inject) {
+    try {
+      specs.push_back(faults::parse_fault(text));
+    } catch (const faults::fault_parse_error& e) {
+      throw usage_error(std::string("--inject: ") + e.what());
+    }
+  }
+  return specs;
+}
+
 void add_set_option(CLI::App& cmd, std::vector<std::string>* overrides) {
   cmd.add_option("--set", *overrides,
                  "Override one config key; the value is parsed as YAML "

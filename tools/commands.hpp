@@ -5,6 +5,9 @@
 #include <string>
 #include <vector>
 
+#include "runtime/core/config.hpp"
+#include "runtime/core/faults.hpp"
+
 namespace cohort::cli {
 
 /// Each add_* registers its subcommand; the callback stores the exit code in *rc.
@@ -23,5 +26,9 @@ void add_bench_dp(CLI::App& bench, int* rc);
 
 /// Adds the shared `--set dotted.key=value` option (repeatable) to a subcommand.
 void add_set_option(CLI::App& cmd, std::vector<std::string>* overrides);
+
+/// The faults a job injects: the config's `faults:` list, then every `--inject SPEC` parsed.
+/// A bad spec is a usage_error (exit 2) naming its column.
+std::vector<faults::fault_spec> job_faults(const config& c, const std::vector<std::string>& inject);
 
 }  // namespace cohort::cli
