@@ -127,23 +127,20 @@ void add_coordinator(CLI::App& app, int* rc) {
       std::string resume_from;
       if (opt->resume) {
         const std::string dir = expand_user(c.fault_tolerance.checkpoint_dir);
-        const auto newest = newest_checkpoint(dir);
-        if (!newest)
-          throw usage_error("--resume: no checkpoint step_*.safetensors in " + dir +
-                            " (run without --resume, or point fault_tolerance.checkpoint_dir at "
-                            "an earlier run)");
-        // A corrupt or foreign file fails here, before any worker tries it.
-        const training_metadata meta = read_training_metadata(newest->second);
+        const auto newest = checkpoint_to_resume(dir);  // usage_error (exit 2) if none
+        // A damaged marker or a foreign shard fails here, before any worker tries it (the
+        // workers check the shard's SHA-256 when they load it).
+        const training_metadata meta = read_checkpoint_metadata(newest.second);
         if (meta.optimizer != c.train.optimizer)
           throw checkpoint_error(
-              newest->second + ": holds " + meta.optimizer +
+              newest.second + ": holds " + meta.optimizer +
               " optimizer state but the config says train.optimizer: " + c.train.optimizer);
         if (meta.step >= c.train.steps)
-          throw usage_error("--resume: " + newest->second + " is at step " +
+          throw usage_error("--resume: " + newest.second + " is at step " +
                             std::to_string(meta.step) + ", the end of train.steps (" +
                             std::to_string(c.train.steps) + "): nothing left to train");
         start = meta.step;
-        resume_from = newest->second;
+        resume_from = newest.second;
         std::fprintf(stderr, "coordinator: resuming from %s at step %lld\n", resume_from.c_str(),
                      static_cast<long long>(start));
       }

@@ -11,10 +11,12 @@
 #include <nlohmann/json.hpp>
 #include <regex>
 
+#include "actors/process.hpp"
 #include "runtime/ckpt/checkpoint_dir.hpp"
 #include "runtime/core/atomic_file.hpp"
 #include "runtime/core/config.hpp"
 #include "runtime/core/paths.hpp"
+#include "runtime/train/checkpoint_writer.hpp"
 #include "runtime/train/trainer.hpp"
 #include "tools/commands.hpp"
 #include "tools/progress.hpp"
@@ -33,7 +35,25 @@ struct train_args {
   bool quiet = false;
 };
 
+// Loads the newest complete checkpoint of DIR into TR; returns the step to go on from.
+int64_t resume(train::trainer& tr, const std::string& dir) {
+  const auto newest = checkpoint_to_resume(dir);  // usage_error (exit 2) if none
+  int64_t start = 0;
+  try {
+    start = tr.load_checkpoint(newest.second);
+  } catch (const checkpoint_error& e) {
+    throw checkpoint_error(std::string(e.what()) +
+                           "\n(to resume from the checkpoint before it, "
+                           "remove " +
+                           newest.second + ")");
+  }
+  std::fprintf(stderr, "resumed from %s at step %lld\n", newest.second.c_str(),
+               static_cast<long long>(start));
+  return start;
+}
+
 int run_train(const train_args& a) {
+  actors::log_to_stderr();  // stdout carries the final line other programs parse
   config c = load_config(a.config, a.overrides);
   train::trainer tr(c);
   const auto& t = c.train;
@@ -43,16 +63,7 @@ int run_train(const train_args& a) {
   const std::string ckdir = expand_user(c.fault_tolerance.checkpoint_dir);
 
   int64_t start = 0;
-  if (a.resume) {
-    auto all = list_checkpoints(ckdir);
-    if (all.empty())
-      throw usage_error("--resume: no checkpoint step_*.safetensors in " + ckdir +
-                        " (run without --resume, or point fault_tolerance.checkpoint_dir at "
-                        "an earlier run)");
-    start = tr.load_checkpoint(all.back().second);
-    std::fprintf(stderr, "resumed from %s at step %lld\n", all.back().second.c_str(),
-                 static_cast<long long>(start));
-  }
+  if (a.resume) start = resume(tr, ckdir);
 
   std::fprintf(
       stderr, "train: %s, %lld parameters, %lld steps of %d samples (%d micro-batches), %s\n",
@@ -63,13 +74,8 @@ int run_train(const train_args& a) {
   const auto t0 = clock::now();
   double compute_s = 0.0;
   double last_loss = NAN;
-  std::string last_ckpt;
-  auto checkpoint = [&](int64_t next_step) {
-    fs::create_directories(ckdir);
-    last_ckpt = checkpoint_file(ckdir, next_step);
-    tr.save_checkpoint(last_ckpt, next_step);
-    prune_checkpoints(ckdir, c.fault_tolerance.keep);
-  };
+  // Checkpoints are copied here and written in the background: steps never wait for disk.
+  train::checkpoint_writer writer(ckdir, c.fault_tolerance.keep);
   for (int64_t s = start; s < t.steps; ++s) {
     auto ts = clock::now();
     tr.begin_step();
@@ -89,13 +95,14 @@ int run_train(const train_args& a) {
     }
     if (c.fault_tolerance.checkpoint_every > 0 &&
         (s + 1) % c.fault_tolerance.checkpoint_every == 0 && s + 1 < t.steps)
-      checkpoint(s + 1);
+      writer.save(tr, s + 1);
   }
   progress.finish();
   const double wall = std::chrono::duration<double>(clock::now() - t0).count();
-  checkpoint(t.steps);
+  writer.save(tr, t.steps);
 
-  auto ev = tr.evaluate();
+  auto ev = tr.evaluate();  // while the final checkpoint is written
+  const std::string last_ckpt = writer.wait();
   const double rate = compute_s > 0 ? units_per_step * (t.steps - start) / compute_s : 0.0;
   std::printf("final: train loss %.4f | eval loss %.4f", last_loss, ev.loss);
   if (!lm) std::printf(" | eval accuracy %.4f", ev.accuracy);

@@ -1,5 +1,6 @@
 // Training checkpoints: parameters under their exact PyTorch names plus optimizer state
-// under "optim.<slot>.<param>", with run metadata, in one safetensors file.
+// under "optim.<slot>.<param>", with run metadata, in one safetensors file per shard; and
+// whole checkpoint folders (shards, then the COMPLETE marker; checkpoint_dir.hpp).
 // Owns the naming and metadata layout (docs/checkpoints.md); knows nothing of models,
 // optimizers or data sets beyond the buffers and strings it is handed.
 #pragma once
@@ -7,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/ckpt/checkpoint_dir.hpp"
 #include "runtime/ckpt/safetensors.hpp"
 
 namespace cohort {
@@ -45,11 +47,13 @@ struct training_metadata {
 std::string optimizer_tensor_name(const std::string& slot, const std::string& param);
 
 /// Writes params, optimizer state and metadata to `path` atomically (see
-/// write_safetensors). Throws checkpoint_error on a reserved key, a name clash or an I/O
-/// failure; the previous file at `path` is then untouched.
-void save_training_checkpoint(const std::string& path, const std::vector<tensor_view>& params,
-                              const std::vector<optimizer_state_view>& optimizer_state,
-                              const training_metadata& meta);
+/// write_safetensors); returns the file's size and SHA-256. Throws checkpoint_error on a
+/// reserved key, a name clash or an I/O failure; the previous file at `path` is then
+/// untouched.
+written_file save_training_checkpoint(const std::string& path,
+                                      const std::vector<tensor_view>& params,
+                                      const std::vector<optimizer_state_view>& optimizer_state,
+                                      const training_metadata& meta);
 
 /// Reads `path`, checks format and version, the checksum, and that the file holds exactly
 /// the given parameters and optimizer state with the same dtypes and shapes; only then
@@ -57,10 +61,56 @@ void save_training_checkpoint(const std::string& path, const std::vector<tensor_
 /// the file and every mismatch (up to a few) otherwise; targets are untouched then.
 training_metadata load_training_checkpoint(
     const std::string& path, const std::vector<tensor_target>& params,
-    const std::vector<optimizer_state_target>& optimizer_state);
+    const std::vector<optimizer_state_target>& optimizer_state, const read_options& opts = {});
 
 /// Reads only the header of a training checkpoint (no data, no checksum): its metadata, for
 /// listing checkpoints or choosing one to resume from.
 training_metadata read_training_metadata(const std::string& path);
+
+// ---- checkpoint folders ----
+
+/// An owned copy of one shard's training state, independent of the live model: what a
+/// background writer holds while training goes on. Every parameter is a slice of `params`
+/// (and of each optimizer slot's buffer, laid out the same way).
+struct shard_snapshot {
+  struct entry {
+    std::string name;  ///< PyTorch name ("fc1.weight")
+    std::vector<int64_t> shape;
+    std::size_t offset = 0;  ///< first float in the flat buffers
+  };
+  int stage = 0;    ///< pipeline stage P of shard_p<P>_t<T>
+  int tp_rank = 0;  ///< tensor-parallel rank T
+  std::vector<entry> layout;
+  std::vector<float> params;
+  std::vector<std::pair<std::string, std::vector<float>>> optimizer_state;  ///< slot, buffer
+  training_metadata meta;  ///< meta.step is the checkpoint's step
+};
+
+/// Writes STEP_DIR/shard_p<P>_t<T>.safetensors from a snapshot; returns its marker record.
+shard_record write_checkpoint_shard(const std::string& step_dir, const shard_snapshot& s);
+
+/// Writes a whole checkpoint folder: removes whatever STEP_DIR held (its marker first),
+/// writes every shard, then (after the COHORT_TEST_CHECKPOINT_DELAY_MS test pause, if
+/// set) the COMPLETE marker. Every shard's meta.step must be the same. A crash at any point
+/// leaves a folder that is not listed as complete. Throws checkpoint_error.
+void write_training_checkpoint(const std::string& step_dir,
+                               const std::vector<shard_snapshot>& shards);
+
+/// Milliseconds COHORT_TEST_CHECKPOINT_DELAY_MS asks the writer to wait between the shards
+/// and the marker (0 when unset): a test aid that opens a window to kill a writer in.
+int test_checkpoint_delay_ms();
+
+/// Loads shard (STAGE, TP_RANK) of the complete checkpoint folder STEP_DIR: the marker
+/// must list it, its whole-file SHA-256 must match the marker, then as
+/// load_training_checkpoint. Throws checkpoint_error naming the folder or file and saying
+/// what to do; targets are untouched then.
+training_metadata load_checkpoint_shard(const std::string& step_dir, int stage, int tp_rank,
+                                        const std::vector<tensor_target>& params,
+                                        const std::vector<optimizer_state_target>& optimizer_state);
+
+/// The metadata of shard (STAGE, TP_RANK) of the complete checkpoint folder STEP_DIR
+/// (marker checked, shard header read; no data, no checksum).
+training_metadata read_checkpoint_metadata(const std::string& step_dir, int stage = 0,
+                                           int tp_rank = 0);
 
 }  // namespace cohort

@@ -158,8 +158,8 @@ size_t dtype_size(dtype t) {
 
 // ---- writing ----
 
-void write_safetensors(const std::string& path, const std::vector<tensor_view>& tensors,
-                       const metadata_map& metadata) {
+written_file write_safetensors(const std::string& path, const std::vector<tensor_view>& tensors,
+                               const metadata_map& metadata) {
   // Everything is checked before the first byte goes to disk.
   if (metadata.count(checksum_key)) {
     fail(path, std::string("metadata key '") + checksum_key + "' is reserved for the checksum");
@@ -205,6 +205,13 @@ void write_safetensors(const std::string& path, const std::vector<tensor_view>& 
   for (int i = 0; i < 8; ++i)
     len[i] = static_cast<uint8_t>(static_cast<uint64_t>(text.size()) >> (8 * i));
 
+  // The whole file's hash, for the checkpoint marker: header bytes, then the data.
+  sha256 file_hash;
+  file_hash.update(len, sizeof len);
+  file_hash.update(text);
+  for (size_t i = 0; i < order.size(); ++i) file_hash.update(order[i]->data, sizes[i]);
+  written_file result{sizeof len + text.size() + offset, file_hash.hex_digest()};
+
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   fd_guard f;
   f.fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -232,6 +239,7 @@ void write_safetensors(const std::string& path, const std::vector<tensor_view>& 
   d.fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (d.fd < 0 || ::fsync(d.fd) != 0)
     fail(path, "written, but fsync of its folder " + dir + " failed: " + std::strerror(errno));
+  return result;
 }
 
 // ---- reading ----
@@ -368,6 +376,17 @@ safetensors_file safetensors_file::load(const std::string& path, bool with_data,
   f.data_.resize(static_cast<size_t>(f.data_size_));
   read_exact_fd(fd.fd, f.data_.data(), f.data_size_, 8 + n, path);
   f.has_data_ = true;
+  if (!opts.file_sha256.empty()) {
+    sha256 h;
+    h.update(len, sizeof len);
+    h.update(text);
+    h.update(f.data_.data(), f.data_.size());
+    const std::string got = h.hex_digest();
+    if (got != opts.file_sha256) {
+      fail(path, "file checksum mismatch: the checkpoint marker says " + opts.file_sha256 +
+                     ", the file hashes to " + got + " (the file is corrupt)");
+    }
+  }
   auto it = f.metadata_.find(checksum_key);
   if (it == f.metadata_.end()) {
     if (opts.require_checksum)

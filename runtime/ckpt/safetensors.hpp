@@ -52,18 +52,27 @@ inline constexpr const char* checksum_key = "sha256";
 /// Largest header accepted (the reference implementation's limit is 100 MB as well).
 inline constexpr uint64_t max_header_bytes = 100u << 20;
 
+/// Size and SHA-256 (hex) of a whole file as written: what a checkpoint's marker records.
+struct written_file {
+  uint64_t bytes = 0;
+  std::string sha256;
+};
+
 /// Writes `tensors` (in name order) and `metadata` plus metadata["sha256"] to `path`
 /// atomically: a temporary `path.tmp.<pid>` is written, fsynced and renamed over `path`,
 /// then the folder is fsynced. On any failure `path` is untouched, the temporary is removed
 /// and a checkpoint_error names the file and the cause. Names must be unique and non-empty;
-/// "sha256" is reserved in metadata.
-void write_safetensors(const std::string& path, const std::vector<tensor_view>& tensors,
-                       const metadata_map& metadata = {});
+/// "sha256" is reserved in metadata. Returns the size and SHA-256 of the whole file.
+written_file write_safetensors(const std::string& path, const std::vector<tensor_view>& tensors,
+                               const metadata_map& metadata = {});
 
 /// What to demand of a file when reading it.
 struct read_options {
   /// Refuse files without metadata["sha256"] (files from other writers lack it).
   bool require_checksum = true;
+  /// When set, the SHA-256 (hex) the whole file must have (from a checkpoint's marker);
+  /// a mismatch is a checkpoint_error, checked before anything is returned.
+  std::string file_sha256;
 };
 
 /// A safetensors file read whole and validated: header length against the file size,

@@ -219,13 +219,17 @@ std::vector<View> per_param(const nn::model& m, Ptr base) {
 
 }  // namespace
 
-void trainer::save_checkpoint(const std::string& path, int64_t next_step) const {
-  std::vector<tensor_view> params = per_param<tensor_view>(*model_, model_->flat_values().data());
-  std::vector<optimizer_state_view> state;
-  for (auto& [slot, t] : opt_->state())
-    for (auto& v : per_param<tensor_view>(*model_, static_cast<const float*>(t.data())))
-      state.push_back({slot, v});
-  training_metadata meta;
+shard_snapshot trainer::snapshot(int64_t next_step) const {
+  shard_snapshot s;
+  for (const auto& p : model_->parameters())
+    s.layout.push_back({p.name, p.value.shape(), static_cast<std::size_t>(p.offset)});
+  const auto& flat = model_->flat_values();
+  s.params.assign(flat.data(), flat.data() + flat.numel());
+  for (auto& [slot, t] : opt_->state()) {
+    const float* d = static_cast<const float*>(t.data());
+    s.optimizer_state.emplace_back(slot, std::vector<float>(d, d + t.numel()));
+  }
+  training_metadata& meta = s.meta;
   meta.step = next_step;
   meta.config_hash = config_hash(cfg_);
   meta.optimizer = cfg_.train.optimizer;
@@ -234,30 +238,34 @@ void trainer::save_checkpoint(const std::string& path, int64_t next_step) const 
   meta.extra["optimizer.steps"] = std::to_string(opt_->steps());
   meta.extra["model.kind"] = cfg_.model.kind;
   meta.extra["train.determinism"] = cfg_.train.determinism;
-  save_training_checkpoint(path, params, state, meta);
+  return s;
 }
 
-int64_t trainer::load_checkpoint(const std::string& path) {
-  training_metadata head = read_training_metadata(path);
+void trainer::save_checkpoint(const std::string& step_dir, int64_t next_step) const {
+  write_training_checkpoint(step_dir, {snapshot(next_step)});
+}
+
+int64_t trainer::load_checkpoint(const std::string& step_dir) {
+  training_metadata head = read_checkpoint_metadata(step_dir);
   if (head.optimizer != cfg_.train.optimizer)
-    throw checkpoint_error(path + ": holds " + head.optimizer +
-                           " optimizer state but the config "
-                           "says train.optimizer: " +
-                           cfg_.train.optimizer +
-                           " (use the config the checkpoint was written with)");
+    throw checkpoint_error(
+        "checkpoint " + step_dir + ": holds " + head.optimizer +
+        " optimizer state but the config says train.optimizer: " + cfg_.train.optimizer +
+        " (use the config the checkpoint was written with)");
   std::vector<tensor_target> params =
       per_param<tensor_target>(*model_, model_->flat_values().data());
   std::vector<optimizer_state_target> state;
   for (auto& [slot, t] : opt_->state())
     for (auto& v : per_param<tensor_target>(*model_, t.data())) state.push_back({slot, v});
-  training_metadata meta = load_training_checkpoint(path, params, state);
+  training_metadata meta = load_checkpoint_shard(step_dir, 0, 0, params, state);
   auto it = meta.extra.find("optimizer.steps");
   int64_t steps = meta.step;
   if (it != meta.extra.end()) {
     try {
       steps = std::stoll(it->second);
     } catch (const std::exception&) {
-      throw checkpoint_error(path + ": metadata optimizer.steps is not an integer: " + it->second);
+      throw checkpoint_error("checkpoint " + step_dir +
+                             ": metadata optimizer.steps is not an integer: " + it->second);
     }
   }
   opt_->set_steps(steps);

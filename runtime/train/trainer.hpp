@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/ckpt/checkpoint.hpp"
 #include "runtime/core/config.hpp"
 #include "runtime/data/dataset.hpp"
 #include "runtime/nn/model.hpp"
@@ -87,12 +88,18 @@ class trainer {
   /// Loss and accuracy over the whole held-out split.
   evaluation evaluate();
 
-  /// Writes a training checkpoint (parameters, optimizer state, metadata) atomically.
-  /// `next_step` is the first step not yet applied.
-  void save_checkpoint(const std::string& path, int64_t next_step) const;
-  /// Loads parameters and optimizer state; returns the next step to run. Throws
-  /// checkpoint_error on any mismatch or corruption, leaving the model untouched.
-  int64_t load_checkpoint(const std::string& path);
+  /// A copy of the whole training state (parameters, optimizer state, metadata) as shard
+  /// p0_t0 of the checkpoint before `next_step` (the first step not yet applied). Owns its
+  /// memory: training may go on while it is written (checkpoint_writer does that).
+  shard_snapshot snapshot(int64_t next_step) const;
+  /// Writes the checkpoint folder `step_dir` (checkpoint_path(dir, next_step)) now, on this
+  /// thread: the shard, then the COMPLETE marker. Throws checkpoint_error.
+  void save_checkpoint(const std::string& step_dir, int64_t next_step) const;
+  /// Loads parameters and optimizer state from the complete checkpoint folder `step_dir`
+  /// (shard p0_t0, whole-file SHA-256 checked against the marker); returns the next step to
+  /// run. Throws checkpoint_error naming the folder or file on any mismatch or corruption,
+  /// leaving the model untouched.
+  int64_t load_checkpoint(const std::string& step_dir);
 
   /// Every float of the training state a joiner needs, in one fixed order: the parameters,
   /// then each optimizer state slot (in optimizer::state() order), each num_params() long.

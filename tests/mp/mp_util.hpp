@@ -58,17 +58,30 @@ inline std::string read_file(const std::string& path) {
 }
 
 /// One `cohort ARGS...` child, leader of its own process group, stdout/stderr in files.
+/// ENV ("NAME=VALUE" entries) is added to the test's own environment for the child.
 /// The destructor SIGKILLs the whole group and reaps the child: no test leaves processes.
 class child_process {
  public:
   child_process(const std::vector<std::string>& args, const std::string& dir,
-                const std::string& tag)
+                const std::string& tag, const std::vector<std::string>& env = {})
       : out_path_(dir + "/" + tag + ".out"), err_path_(dir + "/" + tag + ".err") {
     std::vector<std::string> all{cohort_binary()};
     all.insert(all.end(), args.begin(), args.end());
     std::vector<char*> argv;
     for (auto& a : all) argv.push_back(a.data());
     argv.push_back(nullptr);
+    // Built before fork: the child only calls exec (nothing that allocates).
+    std::vector<std::string> env_all(env);
+    for (char** e = environ; *e != nullptr; ++e) {
+      const std::string entry(*e);
+      bool overridden = false;
+      for (const auto& x : env)
+        overridden |= x.substr(0, x.find('=') + 1) == entry.substr(0, entry.find('=') + 1);
+      if (!overridden) env_all.push_back(entry);
+    }
+    std::vector<char*> envp;
+    for (auto& e : env_all) envp.push_back(e.data());
+    envp.push_back(nullptr);
     const pid_t parent = ::getpid();
     // Unflushed test output would otherwise be written twice (once by the child).
     std::fflush(stdout);
@@ -80,7 +93,7 @@ class child_process {
       if (::getppid() != parent) ::_exit(1);
       if (!std::freopen(out_path_.c_str(), "w", stdout)) ::_exit(1);
       if (!std::freopen(err_path_.c_str(), "w", stderr)) ::_exit(1);
-      ::execv(argv[0], argv.data());
+      ::execve(argv[0], argv.data(), envp.data());
       ::_exit(127);
     }
     // Also from the parent, so a kill right after fork already finds the group.

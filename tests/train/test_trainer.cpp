@@ -1,11 +1,11 @@
 // The single-process trainer: learning, determinism, the bitwise sum's independence from
 // how micro-batches are shared out, and exact resume from a checkpoint.
 #include <doctest/doctest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
 #include <string>
-#include <unistd.h>
 
 #include "runtime/core/config.hpp"
 #include "runtime/train/fixed_point.hpp"
@@ -18,7 +18,8 @@ namespace {
 config small_mlp(const std::string& determinism, int64_t steps = 6) {
   std::string y =
       "model: {kind: mlp, hidden: [32, 16]}\n"
-      "train: {steps: " + std::to_string(steps) +
+      "train: {steps: " +
+      std::to_string(steps) +
       ", global_batch: 64, micro_batch: 16, lr: 0.003, seed: 5, determinism: " + determinism +
       ", log_every: 1000}\n";
   return load_config_text(y, "test.yaml");
@@ -42,10 +43,10 @@ TEST_CASE("learning rate schedule: warm-up then cosine to min_lr") {
   t.warmup_steps = 1;
   t.lr_schedule = "cosine";
   t.min_lr = 0.0f;
-  CHECK(train::learning_rate(t, 0) == doctest::Approx(1.0));  // (0+1)/1 of warm-up
-  CHECK(train::learning_rate(t, 1) == doctest::Approx(1.0));  // cosine start
+  CHECK(train::learning_rate(t, 0) == doctest::Approx(1.0));                // (0+1)/1 of warm-up
+  CHECK(train::learning_rate(t, 1) == doctest::Approx(1.0));                // cosine start
   CHECK(train::learning_rate(t, 6) == doctest::Approx(0.5).epsilon(1e-6));  // half-way
-  CHECK(train::learning_rate(t, 11) == doctest::Approx(0.0));  // last step
+  CHECK(train::learning_rate(t, 11) == doctest::Approx(0.0));               // last step
   t.lr_schedule = "constant";
   t.warmup_steps = 4;
   CHECK(train::learning_rate(t, 1) == doctest::Approx(0.5));
@@ -108,7 +109,7 @@ TEST_CASE("checkpoint: save, load into a fresh trainer, continue: same bits as n
   namespace fs = std::filesystem;
   fs::path dir = fs::temp_directory_path() / ("cohort_trainer_" + std::to_string(::getpid()));
   fs::create_directories(dir);
-  const std::string path = (dir / "mid.safetensors").string();
+  const std::string path = (dir / "step_00000004").string();  // a checkpoint folder
   train::trainer straight(small_mlp("bitwise", 8));
   const std::string want = run(straight, 0, 8);
 

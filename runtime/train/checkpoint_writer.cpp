@@ -1,0 +1,64 @@
+#include "runtime/train/checkpoint_writer.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <filesystem>
+#include <utility>
+
+#include "runtime/ckpt/checkpoint.hpp"
+#include "runtime/ckpt/checkpoint_dir.hpp"
+#include "runtime/core/error.hpp"
+#include "runtime/train/trainer.hpp"
+
+namespace cohort::train {
+
+checkpoint_writer::checkpoint_writer(std::string dir, int keep)
+    : dir_(std::move(dir)), keep_(keep) {}
+
+checkpoint_writer::~checkpoint_writer() {
+  try {
+    wait();
+  } catch (const std::exception&) {
+    // Already logged by the background thread; a destructor must not throw.
+  }
+}
+
+bool checkpoint_writer::busy() const {
+  return inflight_.valid() &&
+         inflight_.wait_for(std::chrono::seconds(0)) != std::future_status::ready;
+}
+
+std::string checkpoint_writer::wait() {
+  if (inflight_.valid()) {
+    // get() invalidates the future whether it returns or throws, so an error is thrown once.
+    last_ = inflight_.get();
+  }
+  return last_;
+}
+
+void checkpoint_writer::save(const trainer& tr, int64_t next_step) {
+  wait();
+  const std::string step_dir = checkpoint_path(dir_, next_step);
+  // The copy is taken here, before training goes on; the thread owns it from now on.
+  shard_snapshot snap = tr.snapshot(next_step);
+  inflight_ = std::async(
+      std::launch::async,
+      [step_dir, dir = dir_, keep = keep_, snap = std::move(snap)]() -> std::string {
+        try {
+          std::error_code ec;
+          std::filesystem::create_directories(dir, ec);
+          if (ec)
+            throw checkpoint_error("cannot create the checkpoint folder " + dir + ": " +
+                                   ec.message() + " (check fault_tolerance.checkpoint_dir)");
+          write_training_checkpoint(step_dir, {snap});
+          prune_checkpoints(dir, keep);
+          return step_dir;
+        } catch (const std::exception& e) {
+          spdlog::error("checkpoint {} was not written: {}", step_dir, e.what());
+          throw;
+        }
+      });
+}
+
+}  // namespace cohort::train
