@@ -42,10 +42,12 @@ int64_t resume(train::trainer& tr, const std::string& dir) {
   try {
     start = tr.load_checkpoint(newest.second);
   } catch (const checkpoint_error& e) {
-    throw checkpoint_error(std::string(e.what()) +
-                           "\n(to resume from the checkpoint before it, "
-                           "remove " +
-                           newest.second + ")");
+    // Name the fix: the checkpoint before it, if pruning left one.
+    const auto all = list_checkpoints(dir);
+    const std::string fix = all.size() >= 2 ? "remove " + newest.second + " to resume from " +
+                                                  all[all.size() - 2].second
+                                            : "no earlier checkpoint is left: run without --resume";
+    throw checkpoint_error(std::string(e.what()) + "\n(" + fix + ")");
   }
   std::fprintf(stderr, "resumed from %s at step %lld\n", newest.second.c_str(),
                static_cast<long long>(start));

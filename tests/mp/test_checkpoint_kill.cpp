@@ -1,0 +1,118 @@
+// A `cohort train` killed (SIGKILL) while a checkpoint is being written: the half-written
+// folder is never offered for resume, and `--resume` goes on from the checkpoint before it
+// to the same parameters (bitwise) as a run that was never interrupted. The window is
+// opened with the COHORT_TEST_CHECKPOINT_DELAY_MS test aid (shards written, marker not yet).
+#include <doctest/doctest.h>
+
+#include <csignal>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "runtime/ckpt/checkpoint_dir.hpp"
+#include "tests/mp/mp_util.hpp"
+
+using namespace cohort;
+using namespace cohort::mp;
+namespace fs = std::filesystem;
+
+namespace {
+
+// 20 steps of a small MLP, bitwise, a checkpoint every 5 steps into DIR/ckpt.
+std::string kill_yaml(const std::string& dir) {
+  return "model:\n  kind: mlp\n  hidden: [32]\n"
+         "train:\n  steps: 20\n  global_batch: 64\n  micro_batch: 16\n  lr: 0.01\n"
+         "  warmup_steps: 0\n  determinism: bitwise\n  eval_every: 0\n"
+         "fault_tolerance:\n  checkpoint_every: 5\n  keep: 3\n  checkpoint_dir: " +
+         dir + "/ckpt\n";
+}
+
+// A folder of DIR that holds a shard but no COMPLETE marker, newer than every complete one.
+std::optional<std::pair<int64_t, std::string>> in_flight(const std::string& dir) {
+  const auto newest = newest_checkpoint(dir);
+  if (!newest) return std::nullopt;
+  for (const auto& e : scan_checkpoints(dir)) {
+    if (!e.complete && e.step > newest->first && fs::exists(e.path + "/" + shard_file_name(0, 0)) &&
+        !fs::exists(e.path + "/" + checkpoint_marker))
+      return std::make_pair(e.step, e.path);
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+TEST_CASE("cohort train killed inside a checkpoint write resumes from the one before it") {
+  temp_dir dir;
+  const std::string cfg = dir.write("cfg.yaml", kill_yaml(dir.path()));
+  const std::string ckdir = dir.path() + "/ckpt";
+
+  // The uninterrupted reference, into its own folder.
+  const std::string ref_out = dir.path() + "/ref.json";
+  int rc = -1;
+  run_capture("train " + cfg + " -q --summary " + ref_out +
+                  " --set fault_tolerance.checkpoint_dir=" + dir.path() + "/ref-ckpt",
+              &rc);
+  REQUIRE(rc == 0);
+  const nlohmann::json ref = nlohmann::json::parse(read_file(ref_out), nullptr, false);
+  REQUIRE(ref.is_object());
+  const std::string hash = ref["params_sha256"];
+  REQUIRE(hash.size() == 64);
+  CHECK(ref["checkpoint"] == checkpoint_path(dir.path() + "/ref-ckpt", 20));
+
+  std::pair<int64_t, std::string> killed_in;
+  int64_t before = -1;
+  {
+    child_process first({"train", cfg, "-q"}, dir.path(), "killed",
+                        {"COHORT_TEST_CHECKPOINT_DELAY_MS=3000"});
+    // A complete checkpoint exists and the next one's shard is on disk without its marker.
+    REQUIRE_MESSAGE(eventually(milliseconds(60000), [&] { return in_flight(ckdir).has_value(); }),
+                    first.err());
+    killed_in = *in_flight(ckdir);
+    before = newest_checkpoint(ckdir)->first;
+    first.signal(SIGKILL);
+    const auto code = first.wait_exit(milliseconds(10000));
+    REQUIRE(code.has_value());
+    CHECK(*code == 128 + SIGKILL);
+    CHECK(first.err().find("COHORT_TEST_CHECKPOINT_DELAY_MS") != std::string::npos);
+  }
+  CHECK(before % 5 == 0);
+  CHECK(killed_in.first == before + 5);
+  // The half-written folder is still there, and nothing offers it.
+  CHECK(fs::exists(killed_in.second));
+  CHECK_FALSE(fs::exists(killed_in.second + "/" + checkpoint_marker));
+  for (const auto& [step, path] : list_checkpoints(ckdir)) CHECK(step != killed_in.first);
+  REQUIRE(newest_checkpoint(ckdir).has_value());
+  CHECK(newest_checkpoint(ckdir)->first == before);
+
+  const std::string out = dir.path() + "/resumed.json";
+  child_process again({"train", cfg, "-q", "--resume", "--summary", out}, dir.path(), "resumed");
+  const auto code = again.wait_exit(milliseconds(120000));
+  REQUIRE_MESSAGE(code.has_value(), "resume did not finish: " << again.err());
+  CHECK_MESSAGE(*code == 0, again.out() << again.err());
+  CHECK(again.err().find("resumed from " + checkpoint_path(ckdir, before) + " at step " +
+                         std::to_string(before)) != std::string::npos);
+  const nlohmann::json s = nlohmann::json::parse(read_file(out), nullptr, false);
+  REQUIRE(s.is_object());
+  CHECK(s["steps_completed"] == 20);
+  CHECK(s["params_sha256"] == hash);  // as if never interrupted
+  CHECK(s["checkpoint"] == checkpoint_path(ckdir, 20));
+  // The rewritten folder is complete now; the newest three are kept.
+  const auto all = list_checkpoints(ckdir);
+  REQUIRE(all.size() == 3);
+  CHECK(all.back().first == 20);
+  CHECK(all.front().first == 10);
+}
+
+TEST_CASE("cohort train --resume with only an interrupted checkpoint is a usage error (exit 2)") {
+  temp_dir dir;
+  const std::string cfg = dir.write("cfg.yaml", kill_yaml(dir.path()));
+  const std::string ckdir = dir.path() + "/ckpt";
+  fs::create_directories(checkpoint_path(ckdir, 5));
+  dir.write("ckpt/step_00000005/shard_p0_t0.safetensors", "half a shard");
+  child_process again({"train", cfg, "-q", "--resume"}, dir.path(), "resume-none");
+  const auto code = again.wait_exit(milliseconds(60000));
+  REQUIRE(code.has_value());
+  CHECK(*code == 2);
+  CHECK(again.err().find("no complete checkpoint") != std::string::npos);
+  CHECK(again.err().find("step_00000005: incomplete") != std::string::npos);
+}
