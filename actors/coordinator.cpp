@@ -10,6 +10,8 @@
 #include <cstdlib>
 
 #include "runtime/core/config.hpp"
+#include "runtime/core/error.hpp"
+#include "runtime/core/faults.hpp"
 
 namespace cohort::actors {
 namespace {
@@ -53,6 +55,7 @@ double now_s(self_ptr self) {
 
 void do_stop(self_ptr self, const std::string& reason);
 bool adopt(self_ptr self, mb::decision&& d);
+std::string scale_to(self_ptr self, int target, const std::string& spec);
 void on_new_generation(self_ptr self);
 
 // Sends what the job decided, tells the host, and acts on an abort (new generation) or the
@@ -75,10 +78,129 @@ void run_job(self_ptr self, job_actions a) {
     do_stop(self, "training complete");
     return;
   }
+  if (!a.leave.empty() && !st.stopping) {
+    // Drained members leave between steps: told to stop (they exit 0), then out of the
+    // roster in one new generation; the next step opens without them.
+    bool grew = false;
+    for (const mb::member_id id : a.leave) {
+      send(self, st.peer_of[id], net::stop{"drained: leaving at a step boundary"});
+      grew |= adopt(self, mb::on_leave(st.roster, now(self), id, st.opts.membership));
+    }
+    if (grew) on_new_generation(self);
+  }
+  if (a.scale_to > 0 && !st.stopping) {
+    const std::string err = scale_to(self, a.scale_to, a.scale_spec);
+    if (!err.empty()) spdlog::warn("coordinator: '{}': {}", a.scale_spec, err);
+  }
   if (!a.bump.empty() && !st.stopping) {
     adopt(self, mb::bump_generation(st.roster, a.bump));
     on_new_generation(self);
   }
+}
+
+// Member ID leaves at the next step boundary (ctl drain, SIGTERM to the worker, scale
+// down). Without a job there are no steps: it leaves now.
+void drain(self_ptr self, mb::member_id id) {
+  auto& st = self->state;
+  adopt(self, mb::on_leave_intent(st.roster, now(self), id, st.opts.membership));
+  if (st.opts.job) {
+    run_job(self, st.opts.job->on_drain(st.roster, id, now_s(self)));
+    return;
+  }
+  send(self, st.peer_of[id], net::stop{"drained"});
+  if (adopt(self, mb::on_leave(st.roster, now(self), id, st.opts.membership)))
+    on_new_generation(self);
+}
+
+int live_members(const mb::roster& r) {
+  int n = 0;
+  for (const auto& m : r.members) n += m.state != mb::member_state::leaving;
+  return n;
+}
+
+// Moves the member count toward TARGET: asks the launcher for more workers, or drains
+// the highest ranks. Returns why it cannot (empty: under way).
+std::string scale_to(self_ptr self, int target, const std::string& spec) {
+  auto& st = self->state;
+  const int live = live_members(st.roster);
+  if (target > live && st.launcher.empty())
+    return "no launcher is attached to this coordinator to start workers; start " +
+           std::to_string(target - live) + " with `cohort worker --join <endpoint>`";
+  if (st.opts.job) st.opts.job->on_scale(st.roster, target, spec, now_s(self));
+  if (target > live) {
+    spdlog::info("coordinator: {}: asking the launcher for {} more worker(s)", spec,
+                 target - live);
+    send(self, st.launcher, net::scale_order{target - live, spec});
+    return {};
+  }
+  std::vector<mb::member_id> victims;
+  for (auto it = st.roster.members.rbegin(); it != st.roster.members.rend(); ++it) {
+    if (static_cast<int>(victims.size()) >= live - target) break;
+    if (it->state != mb::member_state::leaving) victims.push_back(it->id);
+  }
+  for (const mb::member_id id : victims) drain(self, id);
+  return {};
+}
+
+// ctl drain / scale / inject, and a worker's own drain on SIGTERM.
+void on_admin(self_ptr self, const std::string& peer, const net::admin_request& a) {
+  auto& st = self->state;
+  auto reply = [&](bool ok, const std::string& text) {
+    send(self, peer, net::admin_reply{a.request_id, ok, text});
+  };
+  if (st.stopping) return reply(false, "the coordinator is stopping");
+  const mb::options& mo = st.opts.membership;
+  if (a.command == "drain") {
+    const mb::member* m = st.roster.find_name(a.argument);
+    if (m == nullptr)
+      return reply(false, "no live worker named '" + a.argument +
+                              "' (`cohort ctl ... status` lists the workers)");
+    auto self_member = st.member_at.find(peer);
+    if (self_member != st.member_at.end() && self_member->second != m->id)
+      return reply(false, "a worker may only drain itself");
+    const int live = live_members(st.roster);
+    if (st.opts.job && live - 1 < mo.min())
+      spdlog::warn("coordinator: draining {} leaves {} worker(s), below elastic.min_workers {}: "
+                   "training pauses until workers join",
+                   m->name, live - 1, mo.min());
+    const std::string name = m->name;
+    drain(self, m->id);
+    return reply(true, name + " leaves at the next step boundary");
+  }
+  if (a.command == "scale") {
+    int n = 0;
+    std::size_t used = 0;
+    try {
+      n = std::stoi(a.argument, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != a.argument.size() || n < 1)
+      return reply(false, "scale: '" + a.argument + "' is not a worker count (a whole number >= 1)");
+    if (n < mo.min() || n > mo.max())
+      return reply(false, "scale " + std::to_string(n) + ": outside the elastic bounds [" +
+                              std::to_string(mo.min()) + ", " + std::to_string(mo.max()) +
+                              "]; change elastic.min_workers / elastic.max_workers in the config");
+    const int live = live_members(st.roster);
+    if (n == live) return reply(true, "already " + std::to_string(n) + " workers");
+    const std::string err = scale_to(self, n, "scale to=" + std::to_string(n));
+    if (!err.empty()) return reply(false, err);
+    return reply(true, "scaling from " + std::to_string(live) + " to " + std::to_string(n) +
+                           " workers");
+  }
+  if (a.command == "inject") {
+    if (!st.opts.job) return reply(false, "this coordinator runs no training job");
+    try {
+      faults::fault_spec f = faults::parse_fault(a.argument);
+      const std::string text = faults::to_string(f);
+      st.opts.job->add_fault(std::move(f));
+      spdlog::info("coordinator: fault '{}' added by ctl", text);
+      return reply(true, "fault '" + text + "' added");
+    } catch (const usage_error& e) {
+      return reply(false, e.what());
+    }
+  }
+  reply(false, "unknown command '" + a.command + "' (drain, scale, inject)");
 }
 
 void on_new_generation(self_ptr self) {
@@ -87,8 +209,13 @@ void on_new_generation(self_ptr self) {
   ru.generation = st.roster.generation;
   for (const auto& m : st.roster.members) ru.members.push_back(info_of(m));
   for (const auto& m : st.roster.members) send(self, st.peer_of[m.id], ru);
-  // Rendezvous keys of older generations can never complete a group again.
-  for (const auto& r : st.store.drop_generations_below(st.roster.generation)) {
+  // Rendezvous keys of older generations can never complete a group again, except the
+  // open step's when the roster only grew (that step goes on; joiners enter after it).
+  uint64_t keep_from = st.roster.generation;
+  if (st.opts.job) {
+    if (auto open = st.opts.job->open_step()) keep_from = std::min(keep_from, open->first);
+  }
+  for (const auto& r : st.store.drop_generations_below(keep_from)) {
     answer_waiter(self, r);
   }
   spdlog::info("coordinator: generation {} with {} member(s)", st.roster.generation,
@@ -133,6 +260,7 @@ void on_register(self_ptr self, const std::string& peer, const net::register_req
   if (r.role == net::peer_role::client) {
     st.io.admit(peer);
     st.clients.insert(peer);
+    if (r.name == "launch") st.launcher = peer;
     net::register_ok ok = ok_for(self, nullptr);
     ok.name = r.name;
     send(self, peer, ok);
@@ -145,10 +273,21 @@ void on_register(self_ptr self, const std::string& peer, const net::register_req
   if (auto it = st.member_at.find(peer); it != st.member_at.end() && st.roster.find(it->second)) {
     grew |= adopt(self, mb::on_leave(st.roster, t, it->second, st.opts.membership));
   }
+  const bool full =
+      static_cast<int>(st.roster.members.size()) >= st.opts.membership.max() &&
+      st.roster.find_name(r.name) == nullptr;
   mb::decision d = mb::on_register(st.roster, t, r.name, r.pid, st.opts.membership);
   if (d.kind == mb::decision_kind::rejected) {
-    spdlog::warn("coordinator: registration of '{}' refused: {}", r.name, d.reason);
-    send(self, peer, net::register_reject{d.reason});
+    // A full world keeps the joiner as a spare: it asks again until a seat is free.
+    const uint32_t retry = full ? static_cast<uint32_t>(std::max(
+                                      200, 5 * st.opts.membership.heartbeat_ms))
+                                : 0;
+    if (full) {
+      spdlog::info("coordinator: '{}' waits as a spare: {}", r.name, d.reason);
+    } else {
+      spdlog::warn("coordinator: registration of '{}' refused: {}", r.name, d.reason);
+    }
+    send(self, peer, net::register_reject{d.reason, retry});
     if (grew) on_new_generation(self);
     return;
   }
@@ -295,6 +434,8 @@ void on_inbound(self_ptr self, const std::string& peer, const net::message& m) {
           } else {
             run_job(self, st.opts.job->on_report(st.roster, x, now_s(self)));
           }
+        } else if constexpr (std::is_same_v<T, net::admin_request>) {
+          on_admin(self, peer, x);
         } else if constexpr (std::is_same_v<T, net::ping>) {
           send(self, peer, net::pong{x.seq, x.sent_ns});
         } else if constexpr (std::is_same_v<T, net::pong>) {

@@ -118,6 +118,10 @@ struct group {
       spdlog::warn("dp group: injected fault: hanging {} ms in step {}", f.duration_ms, f.step);
       if (io.mute_heartbeats) io.mute_heartbeats(f.duration_ms);
       std::this_thread::sleep_for(std::chrono::milliseconds(f.duration_ms));
+    } else if (f.action == net::fault_action::partition) {
+      spdlog::warn("dp group: injected fault: cut off from the coordinator for {} ms in step {}",
+                   f.duration_ms, f.step);
+      if (io.cut_off) io.cut_off(f.duration_ms);
     }
   }
 
@@ -176,12 +180,18 @@ struct group {
   }
 
   // Every member takes the donor's parameters, optimizer state and step counters.
-  void receive_state(int donor, int64_t step) {
-    for (auto& [ptr, n] : tr->state_buffers()) comm->broadcast(ptr, n * sizeof(float), donor);
+  // Returns the bytes moved (parameters and optimizer state).
+  uint64_t receive_state(int donor, int64_t step) {
+    uint64_t bytes = 0;
+    for (auto& [ptr, n] : tr->state_buffers()) {
+      comm->broadcast(ptr, n * sizeof(float), donor);
+      bytes += n * sizeof(float);
+    }
     int64_t counters[2] = {tr->optimizer_steps(), step};
     comm->broadcast(counters, sizeof counters, donor);
     tr->set_optimizer_steps(counters[0]);
     next_step = counters[1];
+    return bytes + sizeof counters;
   }
 
   void on_open(const net::step_open& o, uint64_t member_id, int rank) {
@@ -203,7 +213,15 @@ struct group {
           comm_size != o.replicas) {
         rebuild(o, rank);
       }
-      if (o.donor_rank >= 0) receive_state(o.donor_rank, o.step);
+      if (o.donor_rank >= 0) {
+        const auto ts = clock_type::now();
+        const bool behind = next_step != o.step;  // the joiner's figure is the one reported
+        const uint64_t bytes = receive_state(o.donor_rank, o.step);
+        if (behind) {
+          t.state_bytes = bytes;
+          t.state_us = std::max<uint64_t>(1, micros(clock_type::now() - ts));
+        }
+      }
       const auto t1 = clock_type::now();
       t.setup_us = micros(t1 - t0);
       if (next_step != o.step)

@@ -39,6 +39,9 @@ struct dp_group_io {
   std::function<void(const std::string& why)> fatal;
   /// Fault injection (hang): the worker sends no heartbeat for this long.
   std::function<void(uint32_t ms)> mute_heartbeats;
+  /// Fault injection (partition): no heartbeats and no control frames either way for this
+  /// long, while the process goes on.
+  std::function<void(uint32_t ms)> cut_off;
 };
 
 /// Shared between the group's thread and the worker actor, so that a newer generation

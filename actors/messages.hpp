@@ -20,6 +20,8 @@ using co_start_atom = caf::atom_constant<caf::atom("co_start")>;    ///< worker:
 using co_leave_atom = caf::atom_constant<caf::atom("co_leave")>;    ///< worker: leave and exit
 using co_lost_atom = caf::atom_constant<caf::atom("co_lost")>;      ///< worker: coordinator gone
 using co_regto_atom = caf::atom_constant<caf::atom("co_regto")>;    ///< worker: register timeout
+using co_retry_atom = caf::atom_constant<caf::atom("co_retry")>;    ///< worker: spare asks again
+using co_dleft_atom = caf::atom_constant<caf::atom("co_dleft")>;    ///< worker: drain took too long
 
 /// Round-trip times of one benchmark run, nanoseconds, in send order.
 struct bench_result {

@@ -17,6 +17,19 @@ std::string who(const mb::member& m) { return m.name + " (member " + std::to_str
 
 double seconds(uint64_t us) { return static_cast<double>(us) * 1e-6; }
 
+// Appends what a nested decision (try_open) concluded to OUT.
+void merge(job_actions& out, job_actions&& more) {
+  out.sends.insert(out.sends.end(), more.sends.begin(), more.sends.end());
+  out.notes.insert(out.notes.end(), more.notes.begin(), more.notes.end());
+  out.leave.insert(out.leave.end(), more.leave.begin(), more.leave.end());
+  if (more.scale_to > 0) {
+    out.scale_to = more.scale_to;
+    out.scale_spec = more.scale_spec;
+  }
+  if (!more.failed.empty()) out.failed = more.failed;
+  out.finished = out.finished || more.finished;
+}
+
 }  // namespace
 
 training_job::training_job(const config& cfg, std::string config_yaml, int64_t start_step,
@@ -54,8 +67,15 @@ void training_job::abort_open(const mb::roster& r, const std::string& why, job_a
 job_actions training_job::on_generation(const mb::roster& r, double now_s) {
   job_actions out;
   if (finished_) return out;
+  // A roster that only grew leaves the open step alone: joiners enter at the next step
+  // boundary. A member of the step gone (or the same members again: an aborted step's
+  // bump) means the step cannot complete.
   if (open_ && open_->generation < r.generation) {
-    abort_open(r, "the roster moved to generation " + std::to_string(r.generation), out);
+    bool lost = false;
+    for (const auto& [id, ok] : open_->votes) lost = lost || r.find(id) == nullptr;
+    const bool grew = r.members.size() > open_->votes.size();
+    if (lost || !grew)
+      abort_open(r, "the roster moved to generation " + std::to_string(r.generation), out);
   }
   last_generation_ = r.generation;
   track_membership(r, now_s, out);
@@ -63,10 +83,7 @@ job_actions training_job::on_generation(const mb::roster& r, double now_s) {
     it = r.find(it->first) == nullptr ? ready_.erase(it) : std::next(it);
   }
   job_actions more = try_open(r, now_s);
-  out.sends.insert(out.sends.end(), more.sends.begin(), more.sends.end());
-  out.notes.insert(out.notes.end(), more.notes.begin(), more.notes.end());
-  out.failed = more.failed;
-  out.finished = more.finished;
+  merge(out, std::move(more));
   return out;
 }
 
@@ -83,6 +100,10 @@ job_actions training_job::try_open(const mb::roster& r, double now_s) {
   // Steps run with every live member once at least elastic.min_workers are alive and built
   // (min_workers defaults to cluster.workers: the fixed world). A member still loading
   // (alive but not ready) is waited for rather than left out.
+  // Drained members leave here, between steps, so that no step is aborted for them.
+  for (const auto& m : r.members)
+    if (m.state == mb::member_state::leaving) out.leave.push_back(m.id);
+  if (!out.leave.empty()) return out;
   const int expected = min_workers();
   int ready = 0;
   for (const auto& m : r.members) {
@@ -90,8 +111,11 @@ job_actions training_job::try_open(const mb::roster& r, double now_s) {
   }
   if (ready < expected || static_cast<int>(r.members.size()) != ready) {
     if (!waiting_noted_ && next_step_ > start_step_) {
-      out.notes.push_back("waiting for workers: " + std::to_string(ready) + " ready, " +
-                          std::to_string(expected) + " needed (elastic.min_workers)");
+      out.notes.push_back(
+          ready < expected ? "waiting for workers: " + std::to_string(ready) + " ready, " +
+                                 std::to_string(expected) + " needed (elastic.min_workers)"
+                           : "waiting for " + std::to_string(r.members.size() - ready) +
+                                 " joining worker(s) to load the job");
       waiting_noted_ = true;
     }
     if (ready < expected && first_open_s_ >= 0 && pause_since_s_ < 0) pause_since_s_ = now_s;
@@ -164,6 +188,17 @@ job_actions training_job::on_vote(const mb::roster& r, const net::step_vote& v, 
     return out;
   }
   it->second = true;
+  if (v.timing.state_bytes > 0 && v.timing.state_us > 0 && m != nullptr) {
+    // The joiner's view of the state it received from the donor.
+    for (auto e = events_.rbegin(); e != events_.rend(); ++e) {
+      if (e->kind == "joined" && e->worker == m->name) {
+        if (e->transfer_mb_s < 0)
+          e->transfer_mb_s = static_cast<double>(v.timing.state_bytes) /
+                             static_cast<double>(v.timing.state_us);  // bytes/us == MB/s
+        break;
+      }
+    }
+  }
   open_->loss_rows += v.loss_rows;
   open_->rows += v.rows;
   for (const auto& [id, ok] : open_->votes) {
@@ -177,13 +212,27 @@ job_actions training_job::on_vote(const mb::roster& r, const net::step_vote& v, 
   for (const auto& [id, ok] : open_->votes) {
     if (ready_.count(id) != 0) ready_[id] = next_step_;
   }
+  const int members = static_cast<int>(open_->votes.size());
+  std::set<std::string> voters;
+  for (const auto& [id, ok] : open_->votes)
+    if (const mb::member* x = r.find(id)) voters.insert(x->name);
   open_.reset();
   consecutive_aborts_ = 0;
   last_loss_ = loss;
   last_commit_s_ = now_s;
   for (auto& e : events_) {
-    if (e.recover_ms < 0 && e.kind != "joined" && e.kind != "slow") {
-      e.recover_ms = 1000.0 * (now_s - e.at_s);
+    if (e.recover_ms >= 0 || e.kind == "slow") continue;
+    if (e.kind == "scale" && e.target != members) continue;
+    // A joiner counts from joining to the first committed step it took part in.
+    if (e.kind == "joined" && voters.count(e.worker) == 0) continue;
+    // A drained worker counts until the first committed step without it.
+    if (e.kind == "drained" && voters.count(e.worker) != 0) continue;
+    e.recover_ms = 1000.0 * (now_s - e.at_s);
+    if (e.kind == "scale") {
+      out.notes.push_back("'" + e.detail + "': the first step on " + std::to_string(members) +
+                          " workers committed " + std::to_string(static_cast<long>(e.recover_ms)) +
+                          " ms after the request");
+    } else if (e.kind != "joined") {
       out.notes.push_back(e.kind + " of " + e.worker + ": training recovered " +
                           std::to_string(static_cast<long>(e.recover_ms)) + " ms after it (step " +
                           std::to_string(next_step_) + " committed)");
@@ -197,8 +246,7 @@ job_actions training_job::on_vote(const mb::roster& r, const net::step_vote& v, 
                             units_per_sample_ / span
                       : 0;
   job_actions more = try_open(r, now_s);
-  out.sends.insert(out.sends.end(), more.sends.begin(), more.sends.end());
-  out.notes.insert(out.notes.end(), more.notes.begin(), more.notes.end());
+  merge(out, std::move(more));
   return out;
 }
 
@@ -219,11 +267,10 @@ job_actions training_job::on_report(const mb::roster& r, const net::train_report
 void require_supported(const std::vector<faults::fault_spec>& specs) {
   for (const auto& x : specs) {
     const auto k = x.kind;
-    if (k != faults::fault_kind::kill && k != faults::fault_kind::hang &&
-        k != faults::fault_kind::slow && k != faults::fault_kind::random_kill)
+    if (k == faults::fault_kind::drop_control)
       throw usage_error("fault '" + faults::to_string(x) + "': " + faults::kind_name(k) +
-                        " is parsed but not carried out by this version (kill, hang, slow and "
-                        "random kill are); remove it");
+                        " is parsed but not carried out by this version (kill, hang, slow, "
+                        "partition, scale and random kill are); remove it");
   }
 }
 
@@ -231,6 +278,36 @@ void training_job::set_faults(std::vector<faults::fault_spec> f) {
   require_supported(f);
   faults_ = std::move(f);
   fired_.assign(faults_.size(), false);
+}
+
+void training_job::add_fault(faults::fault_spec f) {
+  require_supported({f});
+  const int64_t first = f.kind == faults::fault_kind::slow ? f.to_step : f.at_step;
+  if (f.kind != faults::fault_kind::random_kill && first < next_step_)
+    throw usage_error("fault '" + f.text + "': step " + std::to_string(first) +
+                      " has already run (the job is at step " + std::to_string(next_step_) +
+                      "); name a later step");
+  faults_.push_back(std::move(f));
+  fired_.push_back(false);
+}
+
+job_actions training_job::on_drain(const mb::roster& r, mb::member_id id, double now_s) {
+  const mb::member* m = r.find(id);
+  if (finished_ || m == nullptr || drained_.count(id) != 0) return {};
+  drained_.insert(id);
+  add_event("drained", m->name, r, now_s).detect_ms = 0;
+  job_actions out = try_open(r, now_s);
+  out.notes.insert(out.notes.begin(), m->name + " is draining: it leaves after step " +
+                                          std::to_string(open_ ? open_->step : next_step_ - 1));
+  return out;
+}
+
+void training_job::on_scale(const mb::roster& r, int target, const std::string& spec,
+                            double now_s) {
+  job_event& e = add_event("scale", "", r, now_s);
+  e.target = target;
+  e.detect_ms = 0;
+  e.detail = spec;
 }
 
 void training_job::inject_due(const mb::roster& r, double now_s, job_actions& out) {
@@ -251,6 +328,19 @@ void training_job::inject_due(const mb::roster& r, double now_s, job_actions& ou
           order.duration_ms = static_cast<uint32_t>(f.duration_ms);
         }
         break;
+      case faults::fault_kind::partition:
+        if (fired_[i] || f.at_step != s) continue;
+        fired_[i] = true;
+        order.action = net::fault_action::partition;
+        order.duration_ms = static_cast<uint32_t>(f.duration_ms);
+        break;
+      case faults::fault_kind::scale:
+        if (fired_[i] || f.at_step != s) continue;
+        fired_[i] = true;
+        out.scale_to = f.to_workers;
+        out.scale_spec = f.text;
+        out.notes.push_back("injecting '" + f.text + "' at step " + std::to_string(s));
+        continue;
       case faults::fault_kind::slow:
         if (s < f.from_step || s > f.to_step) continue;
         order.action = net::fault_action::slow;
@@ -278,9 +368,10 @@ void training_job::inject_due(const mb::roster& r, double now_s, job_actions& ou
     }
     out.sends.push_back({target->id, order});
     if (!first) continue;
-    const char* kind = order.action == net::fault_action::slow   ? "slow"
-                       : order.action == net::fault_action::kill ? "kill"
-                                                                 : "hang";
+    const char* kind = order.action == net::fault_action::slow        ? "slow"
+                       : order.action == net::fault_action::kill      ? "kill"
+                       : order.action == net::fault_action::partition ? "partition"
+                                                                      : "hang";
     add_event(kind, target->name, r, now_s).detail = f.text;
     out.notes.push_back("injecting '" + f.text + "' into " + target->name + " at step " +
                         std::to_string(s));
@@ -304,11 +395,12 @@ void training_job::track_membership(const mb::roster& r, double now_s, job_actio
   for (const auto& m : r.members) now[m.id] = m.name;
   const bool running = first_open_s_ >= 0;
   for (const auto& [id, name] : last_members_) {
-    if (now.count(id) != 0) continue;
+    if (now.count(id) != 0 || drained_.count(id) != 0) continue;
     // An injected fault of this worker not yet detected: this is its detection.
     bool injected = false;
     for (auto& e : events_) {
-      if (e.worker == name && e.detect_ms < 0 && (e.kind == "kill" || e.kind == "hang")) {
+      if (e.worker == name && e.detect_ms < 0 &&
+          (e.kind == "kill" || e.kind == "hang" || e.kind == "partition")) {
         e.detect_ms = 1000.0 * (now_s - e.at_s);
         injected = true;
         out.notes.push_back(e.kind + " of " + name + " detected after " +
@@ -414,6 +506,8 @@ nlohmann::json training_job::summary(double wall_s) const {
     x["detect_ms"] = e.detect_ms >= 0 ? nlohmann::json(e.detect_ms) : nlohmann::json();
     x["recover_ms"] = e.recover_ms >= 0 ? nlohmann::json(e.recover_ms) : nlohmann::json();
     if (!e.detail.empty()) x["spec"] = e.detail;
+    if (e.transfer_mb_s >= 0) x["transfer_mb_s"] = e.transfer_mb_s;
+    if (e.kind == "scale") x["target"] = e.target;
     events.push_back(x);
   }
   j["events"] = events;

@@ -40,11 +40,17 @@ struct job_actions {
   double rate = 0;                 ///< samples (or tokens) per second since the first step
   bool finished = false;           ///< every report is in: write the summary and stop
   std::string failed;              ///< non-empty: the job cannot go on (why); stop, exit 1
+  /// Drained members at a step boundary: send each `stop` and take it out of the roster
+  /// (one new generation); the next step opens without them, nothing aborted.
+  std::vector<mb::member_id> leave;
+  /// > 0: a `scale` fault is due: reach this many members (docs/faults.md).
+  int scale_to = 0;
+  std::string scale_spec;  ///< the fault's text, for the scale request
 };
 
 /// One line of the run's event table: an injected fault or a membership change.
 struct job_event {
-  std::string kind;    ///< kill, hang, slow, departed, joined
+  std::string kind;    ///< kill, hang, slow, partition, departed, joined, drained, scale
   std::string worker;  ///< name
   int64_t step = 0;
   uint64_t generation = 0;
@@ -52,10 +58,12 @@ struct job_event {
   double detect_ms = -1;   ///< fault -> coordinator removed the member (-1: n/a)
   double recover_ms = -1;  ///< fault -> next committed step (-1: not yet / n/a)
   std::string detail;
+  double transfer_mb_s = -1;  ///< joined: state received from the donor, MB/s (-1: none)
+  int target = 0;             ///< scale: the member count asked for
 };
 
 /// Throws usage_error naming the first spec of a kind this runtime does not carry out yet
-/// (kill, hang, slow and random kill are carried out; docs/faults.md).
+/// (everything but `drop control` is carried out; docs/faults.md).
 void require_supported(const std::vector<faults::fault_spec>& specs);
 
 class training_job {
@@ -70,6 +78,15 @@ class training_job {
   /// for a kind this runtime does not carry out yet.
   void set_faults(std::vector<faults::fault_spec> f);
   const std::vector<job_event>& events() const { return events_; }
+  /// One more fault for the running job (`cohort ctl inject`). Throws usage_error for an
+  /// unsupported kind or a step that has already opened.
+  void add_fault(faults::fault_spec f);
+  /// Member ID (already marked leaving in R) is drained: it leaves at the next step
+  /// boundary. Records the event; returns the leave now if no step is open.
+  job_actions on_drain(const mb::roster& r, mb::member_id id, double now_s);
+  /// A scale to TARGET members was asked for (ctl scale or a scale fault): an event whose
+  /// recover_ms is the time to the first committed step with TARGET members.
+  void on_scale(const mb::roster& r, int target, const std::string& spec, double now_s);
 
   /// What every new worker is sent after register_ok.
   net::job_spec spec() const;
@@ -147,6 +164,7 @@ class training_job {
   std::set<std::pair<std::size_t, int64_t>> random_fired_;  ///< (fault, step) drawn
   std::vector<job_event> events_;
   std::map<mb::member_id, std::string> last_members_;  ///< roster of the last generation seen
+  std::set<mb::member_id> drained_;  ///< members that left by drain (not "departed")
 
   void inject_due(const mb::roster& r, double now_s, job_actions& out);
   /// Appends an event of KIND for WORKER at the current step and R's generation.

@@ -12,6 +12,14 @@
 #include "runtime/core/error.hpp"
 
 namespace cohort::actors {
+
+bool worker_shared::cut_now() const {
+  const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                          std::chrono::steady_clock::now().time_since_epoch())
+                          .count();
+  return now < cut_until_ns.load();
+}
+
 namespace {
 
 using self_ptr = caf::stateful_actor<worker_state>*;
@@ -30,6 +38,14 @@ void finish(self_ptr self, int code) {
   }
   if (st.io.on_exit) st.io.on_exit(code);
   self->quit();
+}
+
+// Graceful leave now: the coordinator hears `leave` (one new generation), exit 0.
+void leave_now(self_ptr self) {
+  auto& st = self->state;
+  if (st.ph == worker_state::phase::active) st.io.send(net::leave{st.member_id, st.generation});
+  spdlog::info("worker {}: leaving", st.opts.name);
+  finish(self, 0);
 }
 
 void start_registration(self_ptr self) {
@@ -61,6 +77,15 @@ void rejoin(self_ptr self) {
 void adopt_roster(self_ptr self, const net::roster_update& ru) {
   auto& st = self->state;
   if (ru.generation < st.generation) return;  // late: a newer roster is already known
+  // A roster that only grew (joiners) leaves the step in flight alone: the joiners enter
+  // at the next step. Anyone gone, or the same members again (an aborted step), ends it.
+  bool lost = false;
+  for (const auto& old : st.roster) {
+    bool kept = false;
+    for (const auto& m : ru.members) kept = kept || m.member_id == old.member_id;
+    lost = lost || !kept;
+  }
+  const bool grew = ru.members.size() > st.roster.size();
   st.generation = ru.generation;
   st.shared->generation = ru.generation;
   st.roster = ru.members;
@@ -73,7 +98,7 @@ void adopt_roster(self_ptr self, const net::roster_update& ru) {
   spdlog::info("worker {}: generation {} ({} members), rank {}", st.opts.name, st.generation,
                st.roster.size(), st.rank);
   // A collective of an older generation can never complete now: fail it at once.
-  st.group_shared->abort_below(st.generation);
+  if (lost || !grew) st.group_shared->abort_below(st.generation);
 }
 
 void on_job(self_ptr self, const net::job_spec& spec) {
@@ -89,10 +114,15 @@ void on_job(self_ptr self, const net::job_spec& spec) {
     caf::actor me = caf::actor_cast<caf::actor>(self);
     gio.fatal = [me](const std::string& why) { caf::anon_send(me, co_fatal_atom::value, why); };
     auto shared = st.shared;
-    gio.mute_heartbeats = [shared](uint32_t ms) {
+    auto until_ns = [](uint32_t ms) {
       const auto until = std::chrono::steady_clock::now() + milliseconds(ms);
-      shared->mute_until_ns =
-          std::chrono::duration_cast<std::chrono::nanoseconds>(until.time_since_epoch()).count();
+      return std::chrono::duration_cast<std::chrono::nanoseconds>(until.time_since_epoch())
+          .count();
+    };
+    gio.mute_heartbeats = [shared, until_ns](uint32_t ms) { shared->mute_until_ns = until_ns(ms); };
+    gio.cut_off = [shared, until_ns](uint32_t ms) {
+      shared->mute_until_ns = until_ns(ms);
+      shared->cut_until_ns = until_ns(ms);
     };
     st.group = self->spawn<caf::detached>(dp_group_actor, gio, st.group_shared);
   }
@@ -120,6 +150,7 @@ void on_inbound(self_ptr self, const net::message& m) {
         if constexpr (std::is_same_v<T, net::register_ok>) {
           if (st.ph != worker_state::phase::registering) return;
           st.ph = worker_state::phase::active;
+          st.spare = false;
           st.member_id = x.member_id;
           st.opts.name = x.name;  // keep the assigned name across rejoins
           st.rank = x.rank;
@@ -136,6 +167,18 @@ void on_inbound(self_ptr self, const net::message& m) {
           std::fflush(stdout);
         } else if constexpr (std::is_same_v<T, net::register_reject>) {
           if (st.ph != worker_state::phase::registering) return;
+          if (x.retry_ms > 0) {
+            // The world is full: wait as a spare and ask again until a seat is free.
+            if (!st.spare) {
+              std::printf("worker %s: waiting as a spare (%s)\n", st.opts.name.c_str(),
+                          x.reason.c_str());
+              std::fflush(stdout);
+            }
+            st.spare = true;
+            self->delayed_send(self, milliseconds(x.retry_ms), co_retry_atom::value,
+                               st.incarnation);
+            return;
+          }
           spdlog::error("worker {}: registration refused: {}", st.opts.name, x.reason);
           finish(self, 1);
         } else if constexpr (std::is_same_v<T, net::heartbeat_ack>) {
@@ -154,6 +197,12 @@ void on_inbound(self_ptr self, const net::message& m) {
           finish(self, 0);
         } else if constexpr (std::is_same_v<T, net::ping>) {
           st.io.send(net::pong{x.seq, x.sent_ns});
+        } else if constexpr (std::is_same_v<T, net::admin_reply>) {
+          // Only the drain this worker asked for on SIGTERM gets an answer here.
+          if (st.draining && !x.ok) {
+            spdlog::warn("worker {}: drain refused ({}); leaving now", st.opts.name, x.text);
+            leave_now(self);
+          }
         } else if constexpr (std::is_same_v<T, net::job_spec>) {
           if (st.ph == worker_state::phase::active) on_job(self, x);
         } else if constexpr (std::is_same_v<T, net::step_open>) {
@@ -185,11 +234,30 @@ caf::behavior worker_actor(caf::stateful_actor<worker_state>* self, worker_optio
       [=](co_in_atom, const std::string&, const net::message& m) { on_inbound(self, m); },
       [=](co_leave_atom) {
         auto& st = self->state;
-        if (st.ph == worker_state::phase::active) {
-          st.io.send(net::leave{st.member_id, st.generation});
+        if (st.ph == worker_state::phase::active && st.group && !st.draining) {
+          // Training: leave at the next step boundary so that no step is aborted. The
+          // coordinator answers with `stop`; a second SIGTERM, or no stop in time, leaves
+          // at once.
+          st.draining = true;
+          spdlog::info("worker {}: draining: leaving after the current step", st.opts.name);
+          st.io.send(net::admin_request{0, "drain", st.opts.name});
+          self->delayed_send(self, milliseconds(st.opts.coordinator_timeout_ms),
+                             co_dleft_atom::value, st.incarnation);
+          return;
         }
-        spdlog::info("worker {}: leaving", st.opts.name);
-        finish(self, 0);
+        leave_now(self);
+      },
+      [=](co_dleft_atom, uint64_t incarnation) {
+        auto& st = self->state;
+        if (!st.draining || incarnation != st.incarnation) return;
+        spdlog::warn("worker {}: no stop within {} ms of asking to drain; leaving now",
+                     st.opts.name, st.opts.coordinator_timeout_ms);
+        leave_now(self);
+      },
+      [=](co_retry_atom, uint64_t incarnation) {
+        auto& st = self->state;
+        if (st.ph != worker_state::phase::registering || incarnation != st.incarnation) return;
+        start_registration(self);
       },
       [=](co_lost_atom) {
         spdlog::error("worker {}: coordinator silent for {} ms; giving up", self->state.opts.name,
@@ -217,6 +285,7 @@ worker_node::worker_node(const std::string& endpoint, worker_options opts, size_
   // Order: actor (silent until co_start), then the bridge that feeds it, then co_start.
   worker_io io;
   io.send = [this](const net::message& m) {
+    if (shared_->cut_now()) return;  // injected partition: the frame is lost
     if (auto* b = out_.load()) b->send(std::string(), m);
   };
   io.on_exit = [this](int code) { exit_code_ = code; };
@@ -241,6 +310,7 @@ worker_node::worker_node(const std::string& endpoint, worker_options opts, size_
   try {
     bridge_ = std::make_unique<net::zmq_bridge>(
         bo, [shared, kv, target](const std::string& peer, net::message m) {
+          if (shared->cut_now()) return;  // injected partition: the frame is lost
           // Any word from the coordinator proves it alive, even while the actor is busy.
           shared->unacked = 0;
           if (auto* r = std::get_if<net::kv_reply>(&m)) {
@@ -307,7 +377,7 @@ net::kv_reply worker_node::kv_call(net::message req, std::chrono::milliseconds t
       },
       req);
   COHORT_CHECK(is_kv);
-  if (auto* b = out_.load()) b->send(std::string(), req);
+  if (auto* b = out_.load(); b != nullptr && !shared_->cut_now()) b->send(std::string(), req);
   if (answer.wait_for(timeout) == std::future_status::ready) return answer.get();
   {
     std::lock_guard<std::mutex> lock(kv_->mu);

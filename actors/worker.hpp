@@ -52,6 +52,10 @@ struct worker_shared {
   std::atomic<uint64_t> unacked{0};       ///< heartbeats sent since the coordinator last spoke
   /// Fault injection (hang): no heartbeats before this steady-clock time (ns since epoch).
   std::atomic<int64_t> mute_until_ns{0};
+  /// Fault injection (partition): no control frames in or out before this time.
+  std::atomic<int64_t> cut_until_ns{0};
+  /// True while cut off (partition).
+  bool cut_now() const;
 };
 
 /// Who the worker is and how long it waits for a silent coordinator.
@@ -76,6 +80,8 @@ struct worker_state {
   net::coords at;
   std::vector<net::member_info> roster;  ///< of `generation`
   int registrations = 0;                 ///< successful registrations (1 + rejoins)
+  bool spare = false;                    ///< waiting for a seat (world full)
+  bool draining = false;                 ///< asked to leave at the next step boundary
   caf::actor group;                      ///< the allreduce_group, once a job arrived
   std::shared_ptr<dp_group_shared> group_shared = std::make_shared<dp_group_shared>();
 };
@@ -83,7 +89,11 @@ struct worker_state {
 /// The worker actor. Messages it handles:
 ///   (co_start)                   send the first registration (once its transport is up)
 ///   (co_in, peer, net::message)  a frame from the coordinator
-///   (co_leave)                   leave gracefully (SIGTERM) and exit 0
+///   (co_leave)                   SIGTERM: while training, drain (leave at the next step
+///                                boundary, then exit 0); otherwise, or the second time,
+///                                leave at once and exit 0
+///   (co_retry, incarnation)      a spare registers again
+///   (co_dleft, incarnation)      a drain not answered in time: leave at once
 ///   (co_lost)                    the heartbeat thread heard nothing for too long: exit 1
 ///   (co_regto, incarnation)      registration attempt timed out: exit 1
 ///   (co_fatal, why)              the training group cannot run the job: exit 1

@@ -1,4 +1,5 @@
-// `cohort ctl --coordinator EP status [--json]` and `... stop`: the admin client. Talks to
+// `cohort ctl --coordinator EP status [--json]`, `drain NAME`, `scale N`, `inject SPEC` and
+// `stop`: the admin client. Talks to
 // the coordinator through a blocking DEALER (net::sync_client); no actor system needed.
 #include <chrono>
 #include <cstdio>
@@ -107,6 +108,41 @@ void add_ctl(CLI::App& app, int* rc) {
     }
     *rc = exit_ok;
   });
+
+  // drain / scale / inject: one admin_request each; a refusal is the user's to fix (exit 2).
+  auto admin = [opt, rc](const std::string& command, const std::string& argument) {
+    net::sync_client client(opt->coordinator);
+    const net::message reply =
+        client.request(net::admin_request{1, command, argument}, net::msg_type::admin_reply,
+                       std::chrono::milliseconds(opt->timeout_ms));
+    const auto& r = std::get<net::admin_reply>(reply);
+    if (!r.ok) {
+      std::fprintf(stderr, "error: %s\n", r.text.c_str());
+      *rc = exit_usage;
+      return;
+    }
+    std::printf("%s\n", r.text.c_str());
+    *rc = exit_ok;
+  };
+  auto arg = std::make_shared<std::string>();
+  CLI::App* drain = cmd->add_subcommand(
+      "drain",
+      "Make worker NAME leave at the next step boundary (no step is aborted); it exits 0 and "
+      "the launcher does not restart it. Same as SIGTERM to the worker");
+  drain->add_option("name", *arg, "Worker name, as `status` lists it")->required();
+  drain->callback([admin, arg] { admin("drain", *arg); });
+  CLI::App* scale = cmd->add_subcommand(
+      "scale",
+      "Reach N workers: the launcher starts more local workers (they join at the next step "
+      "boundary and take their state from a live peer) or the highest ranks are drained. N "
+      "must lie within elastic.min_workers..elastic.max_workers");
+  scale->add_option("n", *arg, "Worker count to reach")->required();
+  scale->callback([admin, arg] { admin("scale", *arg); });
+  CLI::App* inject = cmd->add_subcommand(
+      "inject",
+      "Add a fault to the running job, e.g. 'kill worker=1 at step=300' (docs/faults.md)");
+  inject->add_option("spec", *arg, "Fault spec")->required();
+  inject->callback([admin, arg] { admin("inject", *arg); });
 
   CLI::App* stop =
       cmd->add_subcommand("stop",

@@ -92,7 +92,8 @@ class launcher {
       begin_stop("coordinator does not answer");
       return finish();
     }
-    for (int i = 0; i < cfg_.cluster.workers; ++i) start_worker("worker-" + std::to_string(i));
+    for (; next_index_ < cfg_.cluster.workers; ++next_index_)
+      start_worker("worker-" + std::to_string(next_index_));
     if (opt_.control_only) {
       std::printf(
           "launch: %d worker(s) started; the cluster runs until stopped (Ctrl-C, SIGTERM or "
@@ -134,6 +135,14 @@ class launcher {
     }
     std::printf("launch: restarting %s\n", c.name.c_str());
     start_worker(c.name);
+  }
+
+  // The coordinator asks for more workers (ctl scale, a scale fault): new names, so that
+  // they never collide with a restarted one.
+  void scale_up(const net::scale_order& o) {
+    if (stopping_ || opt_.control_only) return;
+    std::printf("launch: %s: starting %d more worker(s)\n", o.reason.c_str(), o.start_workers);
+    for (int i = 0; i < o.start_workers; ++i) start_worker("worker-" + std::to_string(next_index_++));
   }
 
   // Reads the coordinator's stdout until its endpoint line; false if it died first.
@@ -272,6 +281,7 @@ class launcher {
     if (!client_) return;
     while (auto m = client_->recv(milliseconds(0))) {
       if (const auto* s = std::get_if<net::status_reply>(&*m)) show(*s);
+      if (const auto* o = std::get_if<net::scale_order>(&*m)) scale_up(*o);
     }
   }
 
@@ -317,6 +327,7 @@ class launcher {
   uint64_t generation_ = 0;
   std::map<uint64_t, net::member_state> seen_;
   std::map<std::string, int> quick_deaths_;  // per worker name: deaths right after a start
+  int next_index_ = 0;                       // worker-<index> of the next new worker
 };
 
 }  // namespace

@@ -14,7 +14,7 @@ namespace {
 // Enum ranges: a value outside them is a bad frame, not something to carry along.
 bool valid(peer_role v) { return static_cast<uint8_t>(v) <= 1; }
 bool valid(member_state v) { return static_cast<uint8_t>(v) <= 3; }
-bool valid(fault_action v) { return static_cast<uint8_t>(v) <= 2; }
+bool valid(fault_action v) { return static_cast<uint8_t>(v) <= 3; }
 bool valid(kv_status v) {
   const auto u = static_cast<uint8_t>(v);
   return u == 0 || (u >= 2 && u <= 5);
@@ -238,6 +238,12 @@ const char* type_name(msg_type t) {
       return "train_report";
     case msg_type::fault_order:
       return "fault_order";
+    case msg_type::admin_request:
+      return "admin_request";
+    case msg_type::admin_reply:
+      return "admin_reply";
+    case msg_type::scale_order:
+      return "scale_order";
   }
   return "unknown";
 }

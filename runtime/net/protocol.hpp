@@ -37,6 +37,9 @@ enum class msg_type : uint16_t {
   step_result = 22,
   train_report = 23,
   fault_order = 24,
+  admin_request = 25,
+  admin_reply = 26,
+  scale_order = 27,
 };
 
 /// Who is registering: a worker joins the roster; a client (ctl, launch, bench driver)
@@ -97,12 +100,15 @@ struct register_ok {
 };
 
 /// Registration refused (world full, duplicate live name, coordinator stopping).
+/// retry_ms > 0: the world is full (elastic.max_workers); the worker waits as a spare and
+/// registers again after that long. 0: final, the worker exits 1.
 struct register_reject {
   static constexpr msg_type type = msg_type::register_reject;
   std::string reason;
+  uint32_t retry_ms = 0;
   template <class S>
   static auto fields(S& s) {
-    return std::tie(s.reason);
+    return std::tie(s.reason, s.retry_ms);
   }
 };
 
@@ -363,10 +369,12 @@ struct step_timing {
   uint64_t idle_us = 0;       ///< waiting for the coordinator (open, commit)
   uint64_t bytes_sent = 0;    ///< data-plane bytes sent (ring allreduce: 2(n-1)/n per byte)
   uint64_t bytes_recv = 0;
+  uint64_t state_bytes = 0;  ///< training state received from a donor (joiner), bytes
+  uint64_t state_us = 0;     ///< time that transfer took
   template <class S>
   static auto fields(S& s) {
     return std::tie(s.compute_us, s.comm_wait_us, s.allreduce_us, s.setup_us, s.idle_us,
-                    s.bytes_sent, s.bytes_recv);
+                    s.bytes_sent, s.bytes_recv, s.state_bytes, s.state_us);
   }
 };
 
@@ -437,6 +445,9 @@ enum class fault_action : uint8_t {
   kill = 0,  ///< SIGKILL itself in the middle of the step's backward
   hang = 1,  ///< stop heartbeating and computing for duration_ms, mid-step
   slow = 2,  ///< compute `factor` times slower during this step
+  /// cut off from the coordinator for duration_ms, mid-step: no heartbeats, control frames
+  /// dropped both ways, while the process keeps running (and later rejoins)
+  partition = 3,
 };
 
 /// Coordinator to one member, just before its step_open: carry out an injected fault
@@ -454,12 +465,52 @@ struct fault_order {
   }
 };
 
+/// Client (ctl) or worker to coordinator: an administrative command. command is "drain"
+/// (argument: a worker's name; it leaves at the next step boundary), "scale" (argument:
+/// the member count to reach) or "inject" (argument: a fault spec, docs/faults.md). A
+/// worker sends "drain" with its own name on SIGTERM.
+struct admin_request {
+  static constexpr msg_type type = msg_type::admin_request;
+  uint64_t request_id = 0;
+  std::string command;
+  std::string argument;
+  template <class S>
+  static auto fields(S& s) {
+    return std::tie(s.request_id, s.command, s.argument);
+  }
+};
+
+/// Coordinator's answer to an admin_request: ok, or refused with the reason (ctl exits 2).
+struct admin_reply {
+  static constexpr msg_type type = msg_type::admin_reply;
+  uint64_t request_id = 0;
+  bool ok = false;
+  std::string text;
+  template <class S>
+  static auto fields(S& s) {
+    return std::tie(s.request_id, s.ok, s.text);
+  }
+};
+
+/// Coordinator to the launcher (a client registered as "launch"): start this many more
+/// local workers (scaling up; scaling down drains members instead).
+struct scale_order {
+  static constexpr msg_type type = msg_type::scale_order;
+  int32_t start_workers = 0;
+  std::string reason;
+  template <class S>
+  static auto fields(S& s) {
+    return std::tie(s.start_workers, s.reason);
+  }
+};
+
 /// Any wire message. The alternative order is free; the type id is what goes on the wire.
 using message =
     std::variant<register_request, register_ok, register_reject, heartbeat, heartbeat_ack,
                  roster_update, kv_set, kv_get, kv_wait, kv_reply, status_request, status_reply,
                  stop, leave, exit_notice, ping, pong, job_spec, worker_ready, step_open, step_vote,
-                 step_result, train_report, fault_order>;
+                 step_result, train_report, fault_order, admin_request,
+                 admin_reply, scale_order>;
 
 /// Type id of whichever message M holds.
 inline msg_type type_of(const message& m) {
