@@ -66,6 +66,10 @@ int run_train(const train_args& a) {
 
   int64_t start = 0;
   if (a.resume) start = resume(tr, ckdir);
+  if (start > t.steps)
+    throw usage_error("--resume: the newest checkpoint in " + ckdir + " is at step " +
+                      std::to_string(start) + ", past train.steps (" + std::to_string(t.steps) +
+                      "): raise train.steps to train on");
 
   std::fprintf(
       stderr, "train: %s, %lld parameters, %lld steps of %d samples (%d micro-batches), %s\n",
@@ -101,10 +105,13 @@ int run_train(const train_args& a) {
   }
   progress.finish();
   const double wall = std::chrono::duration<double>(clock::now() - t0).count();
-  writer.save(tr, t.steps);
+  // A run resumed at its very end already has its final checkpoint: rewriting that folder
+  // would only put it at risk.
+  const bool final_exists = start == t.steps && a.resume;
+  if (!final_exists) writer.save(tr, t.steps);
 
   auto ev = tr.evaluate();  // while the final checkpoint is written
-  const std::string last_ckpt = writer.wait();
+  const std::string last_ckpt = final_exists ? checkpoint_path(ckdir, t.steps) : writer.wait();
   const double rate = compute_s > 0 ? units_per_step * (t.steps - start) / compute_s : 0.0;
   std::printf("final: train loss %.4f | eval loss %.4f", last_loss, ev.loss);
   if (!lm) std::printf(" | eval accuracy %.4f", ev.accuracy);
