@@ -17,7 +17,6 @@
 #include <thread>
 
 #include "actors/remote_kv.hpp"
-#include "runtime/ckpt/checkpoint_dir.hpp"
 #include "runtime/comm/buckets.hpp"
 #include "runtime/comm/comm_error.hpp"
 #include "runtime/comm/factory.hpp"
@@ -25,6 +24,7 @@
 #include "runtime/core/error.hpp"
 #include "runtime/core/paths.hpp"
 #include "runtime/data/dataset.hpp"
+#include "runtime/train/checkpoint_writer.hpp"
 #include "runtime/train/trainer.hpp"
 
 namespace cohort::actors {
@@ -50,7 +50,6 @@ int collective_timeout_ms(int fault_timeout_ms) { return std::max(10000, 20 * fa
 namespace {
 
 using clock_type = std::chrono::steady_clock;
-namespace fs = std::filesystem;
 
 // COHORT_TEST_ABORT_COMM=STEP:RANK (a test aid, docs/data_parallel.md): the worker of that
 // DP rank aborts its own communicator in the middle of that step's backward, once per
@@ -88,6 +87,8 @@ struct group {
   std::unique_ptr<train::trainer> tr;
   std::unique_ptr<comm::communicator> comm;
   std::unique_ptr<comm::bucket_engine> engine;
+  /// Rank 0's checkpoints, written in the background (training does not wait for disk).
+  std::unique_ptr<train::checkpoint_writer> writer;
   uint64_t comm_generation = 0;
   int comm_rank = -1, comm_size = 0;
   int64_t next_step = 0;  ///< first step whose update the parameters lack
@@ -310,14 +311,14 @@ struct group {
     a.bytes_recv += b.bytes_recv;
   }
 
-  // Rank 0 writes the same checkpoints `cohort train` writes (so either can resume them).
+  // Rank 0 writes the same checkpoints `cohort train` writes (so either can resume them):
+  // the state is copied now and written in the background; the last one is waited for.
   std::string checkpoint(int64_t step) {
-    const std::string dir = expand_user(cfg->fault_tolerance.checkpoint_dir);
-    fs::create_directories(dir);
-    const std::string path = checkpoint_file(dir, step);
-    tr->save_checkpoint(path, step);
-    prune_checkpoints(dir, cfg->fault_tolerance.keep);
-    return path;
+    if (!writer)
+      writer = std::make_unique<train::checkpoint_writer>(
+          expand_user(cfg->fault_tolerance.checkpoint_dir), cfg->fault_tolerance.keep);
+    writer->save(*tr, step);
+    return step == cfg->train.steps ? writer->wait() : std::string();
   }
 
   void on_result(const net::step_result& r) {

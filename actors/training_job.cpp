@@ -283,10 +283,12 @@ void training_job::set_faults(std::vector<faults::fault_spec> f) {
 void training_job::add_fault(faults::fault_spec f) {
   require_supported({f});
   const int64_t first = f.kind == faults::fault_kind::slow ? f.to_step : f.at_step;
-  if (f.kind != faults::fault_kind::random_kill && first < next_step_)
+  // The open step has already had its faults ordered: the first step left is the next.
+  const int64_t earliest = next_step_ + (open_ ? 1 : 0);
+  if (f.kind != faults::fault_kind::random_kill && first < earliest)
     throw usage_error("fault '" + f.text + "': step " + std::to_string(first) +
-                      " has already run (the job is at step " + std::to_string(next_step_) +
-                      "); name a later step");
+                      " has already opened (the job is at step " + std::to_string(next_step_) +
+                      "); name step " + std::to_string(earliest) + " or later");
   faults_.push_back(std::move(f));
   fired_.push_back(false);
 }

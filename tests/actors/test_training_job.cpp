@@ -389,3 +389,134 @@ TEST_CASE("below elastic.min_workers the job waits then fails after the pause ti
   CHECK(job.on_tick(r3, 3.1).failed.find("elastic.min_workers") != std::string::npos);
   CHECK(job.finished());
 }
+
+TEST_CASE("a joiner arriving while a step is open waits for the next step instead of aborting") {
+  const config c = job_config(2, 5);
+  training_job job(c, dump_config(c));
+  const mb::roster r = roster_of(1, 2);
+  all_ready(job, r);
+  REQUIRE(job.open_step() == std::make_pair(uint64_t{1}, int64_t{0}));
+  mb::roster r2 = roster_of(2, 3);  // member 3 joined
+  r2.members[2].state = mb::member_state::joining;
+  job_actions a = job.on_generation(r2, 1.0);
+  CHECK(sent<net::step_result>(a).empty());  // nothing aborted
+  CHECK(job.open_step() == std::make_pair(uint64_t{1}, int64_t{0}));
+  CHECK(job.on_ready(r2, net::worker_ready{3, 2, 0}, 1.0).sends.empty());  // step still open
+  job.on_vote(r2, ok_vote(1, 1, 0), 1.5);
+  a = job.on_vote(r2, ok_vote(2, 1, 0), 2.0);
+  CHECK(a.committed);
+  CHECK(sent<net::step_open>(a).empty());  // the joiner is not alive yet
+  r2.members[2].state = mb::member_state::alive;
+  a = job.on_heartbeat(r2, 2.5);
+  auto opens = sent<net::step_open>(a);
+  REQUIRE(opens.size() == 3);
+  for (const auto& [to, o] : opens) {
+    CHECK(o.generation == 2);
+    CHECK(o.step == 1);
+    CHECK(o.replicas == 3);
+    CHECK(o.donor_rank == 0);  // the joiner holds step 0's state: it gets step 1's
+  }
+  // Its first committed step closes the "joined" event, with the transfer rate it saw.
+  for (mb::member_id id : {1, 2, 3}) {
+    net::step_vote v = ok_vote(id, 2, 1);
+    if (id == 3) {
+      v.timing.state_bytes = 4'000'000;
+      v.timing.state_us = 20'000;
+    }
+    a = job.on_vote(r2, v, 3.0);
+  }
+  CHECK(a.committed);
+  bool joined = false;
+  for (const auto& e : job.events()) {
+    if (e.kind != "joined") continue;
+    joined = true;
+    CHECK(e.worker == "w3");
+    CHECK(e.transfer_mb_s == doctest::Approx(200.0));  // 4 MB in 20 ms
+    CHECK(e.recover_ms == doctest::Approx(2000.0));    // joined at 1.0, first commit at 3.0
+  }
+  CHECK(joined);
+}
+
+TEST_CASE("a drained member leaves at the step boundary: no abort, the next step opens without it") {
+  const config c = load_config_text(
+      "cluster:\n  workers: 3\nelastic:\n  min_workers: 2\ntrain:\n  steps: 5\n"
+      "  global_batch: 64\n  micro_batch: 16\n",
+      "<test>");
+  training_job job(c, dump_config(c));
+  mb::roster r = roster_of(1, 3);
+  all_ready(job, r);
+  r.members[2].state = mb::member_state::leaving;  // the coordinator's on_leave_intent
+  job_actions a = job.on_drain(r, 3, 1.0);
+  CHECK(a.leave.empty());  // step 0 is open: it finishes first
+  CHECK(sent<net::step_result>(a).empty());
+  job.on_vote(r, ok_vote(1, 1, 0), 1.1);
+  job.on_vote(r, ok_vote(2, 1, 0), 1.2);
+  a = job.on_vote(r, ok_vote(3, 1, 0), 1.3);
+  CHECK(a.committed);
+  REQUIRE(a.leave == std::vector<mb::member_id>{3});
+  CHECK(sent<net::step_open>(a).empty());  // not with the leaving member
+  const mb::roster r2 = roster_of(2, 2);   // after on_leave
+  a = job.on_generation(r2, 1.4);
+  CHECK(sent<net::step_result>(a).empty());
+  auto opens = sent<net::step_open>(a);
+  REQUIRE(opens.size() == 2);
+  CHECK(opens[0].second.step == 1);
+  CHECK(opens[0].second.donor_rank == -1);
+  job.on_vote(r2, ok_vote(1, 2, 1), 1.5);
+  job.on_vote(r2, ok_vote(2, 2, 1), 1.6);
+  CHECK(job.aborted_steps() == 0);
+  int drained = 0;
+  for (const auto& e : job.events()) {
+    CHECK(e.kind != "departed");  // a drain is not a failure
+    if (e.kind == "drained") {
+      ++drained;
+      CHECK(e.worker == "w3");
+      CHECK(e.recover_ms == doctest::Approx(600.0));  // the first step without it
+    }
+  }
+  CHECK(drained == 1);
+}
+
+TEST_CASE("scale and partition faults: the order, the scale request and the scale event") {
+  const config c = job_config(2, 10);
+  training_job job(c, dump_config(c));
+  job.set_faults({faults::parse_fault("scale to=3 at step=1"),
+                  faults::parse_fault("partition worker=1 at step=2 for=2s")});
+  const mb::roster r = roster_of(1, 2);
+  job_actions a = all_ready(job, r);
+  CHECK(a.scale_to == 0);
+  job.on_vote(r, ok_vote(1, 1, 0), 0.1);
+  a = job.on_vote(r, ok_vote(2, 1, 0), 0.2);  // step 1 opens: the scale fault is due
+  CHECK(a.scale_to == 3);
+  CHECK(a.scale_spec == "scale to=3 at step=1");
+  job.on_scale(r, 3, a.scale_spec, 0.2);
+  job.on_vote(r, ok_vote(1, 1, 1), 0.3);
+  a = job.on_vote(r, ok_vote(2, 1, 1), 0.4);  // step 2 opens: partition of rank 1
+  auto orders = sent<net::fault_order>(a);
+  REQUIRE(orders.size() == 1);
+  CHECK(orders[0].first == 2);
+  CHECK(orders[0].second.action == net::fault_action::partition);
+  CHECK(orders[0].second.duration_ms == 2000);
+  // The scale event waits for a step on three members; two-member commits do not close it.
+  for (const auto& e : job.events())
+    if (e.kind == "scale") CHECK(e.recover_ms < 0);
+}
+
+TEST_CASE("ctl inject adds a fault for a later step and refuses one already past") {
+  const config c = job_config(2, 10);
+  training_job job(c, dump_config(c));
+  const mb::roster r = roster_of(1, 2);
+  all_ready(job, r);
+  job.on_vote(r, ok_vote(1, 1, 0), 0.1);
+  job.on_vote(r, ok_vote(2, 1, 0), 0.2);  // step 1 open
+  CHECK_THROWS_AS(job.add_fault(faults::parse_fault("kill worker=0 at step=1")), usage_error);
+  CHECK_THROWS_AS(job.add_fault(faults::parse_fault("drop control p=0.1 seed=1")), usage_error);
+  job.add_fault(faults::parse_fault("kill worker=0 at step=2"));
+  job.on_vote(r, ok_vote(1, 1, 1), 0.3);
+  job_actions a = job.on_vote(r, ok_vote(2, 1, 1), 0.4);
+  auto orders = sent<net::fault_order>(a);
+  REQUIRE(orders.size() == 1);
+  CHECK(orders[0].first == 1);
+  CHECK(orders[0].second.action == net::fault_action::kill);
+  CHECK(orders[0].second.step == 2);
+}
