@@ -1,0 +1,69 @@
+// Helpers shared by the data-parallel multi-process tests (test_dp, test_elastic): the small
+// MLP config, `cohort train`'s summary as the fault-free reference, `cohort ctl status
+// --json`, and running a `cohort` command with both output streams. Only for tests/mp;
+// process handling (children, temp dirs, polling) lives in mp_util.hpp.
+#pragma once
+#include <doctest/doctest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "tests/mp/mp_util.hpp"
+
+namespace cohort::mp {
+
+/// A config of STEPS steps of a small MLP on Fashion-MNIST: 64 samples in 4 micro-batches
+/// of 16 (so up to 4 replicas all have work), DETERMINISM "bitwise" or "fast".
+inline std::string small_yaml(const std::string& dir, const std::string& determinism,
+                              int steps = 6) {
+  return "model:\n  kind: mlp\n  hidden: [32]\n"
+         "train:\n  steps: " +
+         std::to_string(steps) +
+         "\n  global_batch: 64\n  micro_batch: 16\n  lr: 0.01\n"
+         "  warmup_steps: 0\n  determinism: " +
+         determinism +
+         "\n  eval_every: 0\n"
+         "fault_tolerance:\n  heartbeat_ms: 100\n  timeout_ms: 2000\n  checkpoint_every: 0\n"
+         "  checkpoint_dir: " +
+         dir + "/ckpt\n";
+}
+
+/// Parses the file at PATH as JSON; a discarded (null-like) value when it is not JSON.
+inline nlohmann::json read_json(const std::string& path) {
+  return nlohmann::json::parse(read_file(path), nullptr, false);
+}
+
+/// `cohort ctl --coordinator EP status --json`, parsed; null json when ctl failed.
+inline nlohmann::json ctl_status(const std::string& ep) {
+  int rc = -1;
+  const std::string out = run_capture("ctl --coordinator " + ep + " status --json", &rc);
+  if (rc != 0) return nlohmann::json();
+  return nlohmann::json::parse(out, nullptr, false);
+}
+
+/// `cohort train CFG` in one process; its summary (the fault-free reference).
+inline nlohmann::json train_summary(const temp_dir& dir, const std::string& cfg) {
+  const std::string out = dir.path() + "/train.json";
+  int rc = -1;
+  run_capture("train " + cfg + " -q --summary " + out, &rc);
+  REQUIRE(rc == 0);
+  return read_json(out);
+}
+
+/// Runs `cohort ARGS` (shell words) to completion; returns stdout and stderr together, so
+/// that an error message can be checked.
+inline std::string run_all(const std::string& args, int* exit_code) {
+  const std::string cmd = cohort_binary() + " " + args + " 2>&1";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while (p != nullptr && (n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  const int status = p != nullptr ? ::pclose(p) : -1;
+  *exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return out;
+}
+
+}  // namespace cohort::mp

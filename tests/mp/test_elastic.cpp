@@ -1,0 +1,306 @@
+// Elastic training across real processes (issue #5): workers killed together, the world
+// scaled up by a fault spec and by `cohort ctl scale`, scaled down by `ctl drain` and
+// SIGTERM, faults injected into a running job, a spare that takes a dead member's place,
+// and the ctl errors of each. In bitwise mode a DP sum does not depend on the replica
+// count, so every scenario must end on `cohort train`'s fault-free parameter hash.
+// Short runs of a small MLP on Fashion-MNIST; nothing here asserts on speed.
+#include <doctest/doctest.h>
+
+#include <csignal>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "tests/mp/dp_util.hpp"
+#include "tests/mp/mp_util.hpp"
+
+using namespace cohort::mp;
+using std::chrono::milliseconds;
+
+namespace {
+
+// Generous: two loaded cores, several processes per test.
+const milliseconds start_timeout(15000);
+const milliseconds step_timeout(90000);
+const milliseconds run_timeout(240000);
+
+// The endpoint `cohort launch` prints once its coordinator listens.
+std::string endpoint_of(const child_process& launch) {
+  const auto ep = launch.wait_line("coordinator listening on ", start_timeout);
+  REQUIRE_MESSAGE(ep.has_value(), launch.out() << launch.err());
+  return *ep;
+}
+
+// Waits until the job at EP has committed at least STEP steps; returns the status then.
+nlohmann::json wait_for_step(const std::string& ep, int64_t step) {
+  nlohmann::json status;
+  const bool reached = eventually(step_timeout, [&] {
+    status = ctl_status(ep);
+    return status.is_object() && status["step"].get<int64_t>() >= step;
+  });
+  REQUIRE_MESSAGE(reached, "the job never reached step " << step);
+  return status;
+}
+
+// The pid of the live worker NAME in STATUS (0 when it is not alive there).
+int64_t pid_of(const nlohmann::json& status, const std::string& name) {
+  for (const auto& w : status["workers"])
+    if (w["name"] == name && w["state"] == "alive") return w["pid"].get<int64_t>();
+  return 0;
+}
+
+// `cohort ctl --coordinator EP ARGS`: stdout and stderr together, exit code in *RC.
+std::string ctl(const std::string& ep, const std::string& args, int* rc) {
+  return run_all("ctl --coordinator " + ep + " " + args, rc);
+}
+
+// Waits for `cohort launch` to end (exit 0 expected); its summary at OUT.
+nlohmann::json finish(child_process& launch, const std::string& out) {
+  const auto code = launch.wait_exit(run_timeout);
+  REQUIRE_MESSAGE(code.has_value(), "launch did not finish: " << launch.out() << launch.err());
+  CHECK_MESSAGE(*code == 0, launch.out() << launch.err());
+  const nlohmann::json s = read_json(out);
+  REQUIRE_MESSAGE(s.is_object(), "no summary: " << launch.out() << launch.err());
+  return s;
+}
+
+std::vector<nlohmann::json> events_of(const nlohmann::json& summary, const std::string& kind) {
+  std::vector<nlohmann::json> out;
+  for (const auto& e : summary["events"])
+    if (e["kind"] == kind) out.push_back(e);
+  return out;
+}
+
+// The checks every scenario shares: all steps ran and ended on the fault-free parameters.
+void check_fault_free(const nlohmann::json& s, const std::string& hash, int steps) {
+  CHECK(s["steps_completed"] == steps);
+  CHECK(s["params_consistent"] == true);
+  CHECK(s["params_sha256"] == hash);
+}
+
+// The launcher's line for a child's exit ("launch: NAME (pid P) exited: ..."), or "".
+std::string exit_line(const std::string& log, const std::string& name) {
+  const std::string head = "launch: " + name + " (pid ";
+  for (auto at = log.find(head); at != std::string::npos; at = log.find(head, at + 1)) {
+    const auto eol = log.find('\n', at);
+    const std::string line = log.substr(at, eol == std::string::npos ? eol : eol - at);
+    if (line.find(" exited: ") != std::string::npos) return line;
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE(
+    "two workers killed at the same step: both restart, the run ends on the fault-free "
+    "hash") {
+  temp_dir dir;
+  const int steps = 200;
+  const std::string cfg = dir.write("cfg.yaml", small_yaml(dir.path(), "bitwise", steps));
+  const std::string hash = train_summary(dir, cfg)["params_sha256"];
+  const std::string out = dir.path() + "/two-kills.json";
+  child_process launch(
+      {"launch", cfg, "-q", "--summary", out, "--set", "cluster.workers=4", "--inject",
+       "kill worker=1 at step=30", "--inject", "kill worker=2 at step=30"},
+      dir.path(), "launch-two-kills");
+  const nlohmann::json s = finish(launch, out);
+  check_fault_free(s, hash, steps);
+  CHECK(s["dp"] == 4);  // both were restarted (respawn) and the job waits for 4 members
+  const auto kills = events_of(s, "kill");
+  REQUIRE(kills.size() == 2);
+  CHECK(kills[0]["worker"] != kills[1]["worker"]);  // ranks 1 and 2: two different workers
+  for (const auto& e : kills) {
+    CAPTURE(e.dump());
+    CHECK(e["step"] == 30);
+    REQUIRE(e["detect_ms"].is_number());
+    REQUIRE(e["recover_ms"].is_number());
+    CHECK(e["detect_ms"].get<double>() >= 0.0);
+    CHECK(e["detect_ms"].get<double>() <= e["recover_ms"].get<double>());
+  }
+}
+
+TEST_CASE("scale 2 -> 4 by a fault spec: joiners take their state from a peer, same hash") {
+  temp_dir dir;
+  const int steps = 200;
+  const std::string cfg = dir.write("cfg.yaml", small_yaml(dir.path(), "bitwise", steps));
+  const std::string hash = train_summary(dir, cfg)["params_sha256"];
+  const std::string out = dir.path() + "/scale-spec.json";
+  child_process launch({"launch", cfg, "-q", "--summary", out, "--set", "cluster.workers=2",
+                        "--set", "elastic.max_workers=4", "--inject", "scale to=4 at step=30"},
+                       dir.path(), "launch-scale-spec");
+  const nlohmann::json s = finish(launch, out);
+  check_fault_free(s, hash, steps);
+  CHECK(s["dp"] == 4);
+  CHECK(s["workers"].size() == 4);
+  // The two new workers joined when (or after) step 30 opened; at least one of them took
+  // a measurable state transfer from a live member.
+  int joined_late = 0;
+  bool transfer = false;
+  for (const auto& e : events_of(s, "joined")) {
+    if (e["step"].get<int64_t>() < 30) continue;
+    ++joined_late;
+    if (e.contains("transfer_mb_s") && e["transfer_mb_s"].is_number())
+      transfer = transfer || e["transfer_mb_s"].get<double>() > 0.0;
+  }
+  CHECK_MESSAGE(joined_late >= 2, s["events"].dump());
+  CHECK_MESSAGE(transfer, s["events"].dump());
+  const auto scales = events_of(s, "scale");
+  REQUIRE_MESSAGE(scales.size() == 1, s["events"].dump());
+  CHECK(scales[0]["spec"].get<std::string>().find("scale to=4") != std::string::npos);
+  CHECK(scales[0]["step"] == 30);
+  REQUIRE(scales[0]["recover_ms"].is_number());
+  CHECK(scales[0]["recover_ms"].get<double>() >= 0.0);
+}
+
+TEST_CASE("scale 2 -> 4 by `cohort ctl scale 4` while the job runs: same hash, 4 replicas") {
+  temp_dir dir;
+  const int steps = 400;
+  const std::string cfg = dir.write("cfg.yaml", small_yaml(dir.path(), "bitwise", steps));
+  const std::string hash = train_summary(dir, cfg)["params_sha256"];
+  const std::string out = dir.path() + "/scale-ctl.json";
+  child_process launch({"launch", cfg, "-q", "--summary", out, "--set", "cluster.workers=2",
+                        "--set", "elastic.max_workers=4"},
+                       dir.path(), "launch-scale-ctl");
+  const std::string ep = endpoint_of(launch);
+  wait_for_step(ep, 20);
+  int rc = -1;
+  const std::string said = ctl(ep, "scale 4", &rc);
+  CHECK_MESSAGE(rc == 0, said);
+  const nlohmann::json s = finish(launch, out);
+  check_fault_free(s, hash, steps);
+  CHECK(s["dp"] == 4);
+  CHECK(s["workers"].size() == 4);
+}
+
+TEST_CASE("4 -> 2 by `ctl drain` and SIGTERM: no step aborted, drained workers stay gone") {
+  temp_dir dir;
+  const int steps = 400;
+  const std::string cfg = dir.write("cfg.yaml", small_yaml(dir.path(), "bitwise", steps));
+  const std::string hash = train_summary(dir, cfg)["params_sha256"];
+  const std::string out = dir.path() + "/drain.json";
+  child_process launch({"launch", cfg, "-q", "--summary", out, "--set", "cluster.workers=4",
+                        "--set", "elastic.min_workers=2"},
+                       dir.path(), "launch-drain");
+  const std::string ep = endpoint_of(launch);
+  const nlohmann::json status = wait_for_step(ep, 20);
+  const int64_t pid2 = pid_of(status, "worker-2");
+  REQUIRE_MESSAGE(pid2 > 0, status.dump());
+  int rc = -1;
+  const std::string said = ctl(ep, "drain worker-3", &rc);
+  CHECK_MESSAGE(rc == 0, said);
+  ::kill(static_cast<pid_t>(pid2), SIGTERM);  // the same as `ctl drain worker-2`
+  const nlohmann::json s = finish(launch, out);
+  check_fault_free(s, hash, steps);
+  CHECK(s["dp"] == 2);
+  CHECK(s["workers"].size() == 2);
+  // A drain leaves at a step boundary: nobody's step was thrown away because of it.
+  CHECK(s["aborted_steps"] == 0);
+  std::set<std::string> drained;
+  for (const auto& e : events_of(s, "drained")) drained.insert(e["worker"].get<std::string>());
+  const std::set<std::string> expected{"worker-2", "worker-3"};
+  CHECK_MESSAGE(drained == expected, s["events"].dump());
+  CHECK(events_of(s, "kill").empty());
+  const std::string log = launch.out() + launch.err();
+  // Both left cleanly (exit 0) and the launcher did not start them again.
+  CHECK_MESSAGE(exit_line(log, "worker-3").find("exit code 0") != std::string::npos, log);
+  CHECK_MESSAGE(exit_line(log, "worker-2").find("exit code 0") != std::string::npos, log);
+  CHECK(log.find("restarting worker-3") == std::string::npos);
+  CHECK(log.find("restarting worker-2") == std::string::npos);
+}
+
+TEST_CASE(
+    "`cohort ctl inject` adds a kill to a running job; a bad spec is refused with its "
+    "column") {
+  temp_dir dir;
+  const int steps = 400;
+  const std::string cfg = dir.write("cfg.yaml", small_yaml(dir.path(), "bitwise", steps));
+  const std::string hash = train_summary(dir, cfg)["params_sha256"];
+  const std::string out = dir.path() + "/inject.json";
+  child_process launch({"launch", cfg, "-q", "--summary", out, "--set", "cluster.workers=3"},
+                       dir.path(), "launch-inject");
+  const std::string ep = endpoint_of(launch);
+  const nlohmann::json status = wait_for_step(ep, 20);
+
+  // 'stp' starts at column 18 of the spec (docs/faults.md lists this very case).
+  int rc = -1;
+  std::string said = ctl(ep, "inject 'kill worker=2 at stp=30'", &rc);
+  CHECK_MESSAGE(rc == 2, said);
+  CHECK_MESSAGE(said.find("column 18") != std::string::npos, said);
+
+  const int64_t at = status["step"].get<int64_t>() + 60;
+  said = ctl(ep, "inject 'kill worker=1 at step=" + std::to_string(at) + "'", &rc);
+  CHECK_MESSAGE(rc == 0, said);
+  const nlohmann::json s = finish(launch, out);
+  check_fault_free(s, hash, steps);
+  const auto kills = events_of(s, "kill");
+  REQUIRE_MESSAGE(kills.size() == 1, s["events"].dump());
+  CHECK(kills[0]["step"] == at);
+  CHECK(kills[0]["detect_ms"].is_number());
+  CHECK(kills[0]["recover_ms"].is_number());
+}
+
+TEST_CASE("a spare beyond elastic.max_workers waits and takes a dead member's place") {
+  temp_dir dir;
+  const int steps = 400;
+  const std::string cfg = dir.write("cfg.yaml", small_yaml(dir.path(), "bitwise", steps));
+  const std::string hash = train_summary(dir, cfg)["params_sha256"];
+  const std::string out = dir.path() + "/spare.json";
+  child_process launch(
+      {"launch", cfg, "-q", "--no-respawn", "--summary", out, "--set", "cluster.workers=2", "--set",
+       "elastic.max_workers=2", "--set", "elastic.min_workers=1"},
+      dir.path(), "launch-spare");
+  const std::string ep = endpoint_of(launch);
+  wait_for_step(ep, 20);
+  child_process spare({"worker", "--join", ep, "--name", "spare"}, dir.path(), "spare");
+  // Not refused: it stays up and says it waits.
+  REQUIRE_MESSAGE(eventually(step_timeout,
+                             [&] {
+                               const std::string log = spare.out() + spare.err();
+                               return log.find("waiting as a spare") != std::string::npos;
+                             }),
+                  spare.out() << spare.err());
+  CHECK_FALSE(spare.wait_exit(milliseconds(0)).has_value());
+  const int64_t victim = pid_of(ctl_status(ep), "worker-1");
+  REQUIRE(victim > 0);
+  ::kill(static_cast<pid_t>(victim), SIGKILL);
+  const nlohmann::json s = finish(launch, out);
+  check_fault_free(s, hash, steps);
+  std::set<std::string> names;
+  for (const auto& w : s["workers"]) names.insert(w["name"].get<std::string>());
+  CHECK_MESSAGE(names.count("spare") == 1, s["workers"].dump());
+  CHECK(names.count("worker-1") == 0);  // --no-respawn: the dead worker stayed gone
+  CHECK(s["dp"] == 2);                  // worker-0 and the spare
+  const auto code = spare.wait_exit(start_timeout);
+  REQUIRE_MESSAGE(code.has_value(), spare.err());
+  CHECK(*code == 0);  // stopped at the end of the job like every member
+}
+
+TEST_CASE("ctl refuses a scale outside elastic bounds and a drain of an unknown worker") {
+  temp_dir dir;
+  const int steps = 400;
+  const std::string cfg = dir.write("cfg.yaml", small_yaml(dir.path(), "bitwise", steps));
+  const std::string hash = train_summary(dir, cfg)["params_sha256"];
+  const std::string out = dir.path() + "/ctl-errors.json";
+  child_process launch({"launch", cfg, "-q", "--summary", out, "--set", "cluster.workers=3",
+                        "--set", "elastic.min_workers=2", "--set", "elastic.max_workers=3"},
+                       dir.path(), "launch-ctl-errors");
+  const std::string ep = endpoint_of(launch);
+  wait_for_step(ep, 20);
+  int rc = -1;
+  std::string said = ctl(ep, "scale 4", &rc);
+  CHECK_MESSAGE(rc == 2, said);
+  CHECK_MESSAGE(said.find("max_workers") != std::string::npos, said);
+  said = ctl(ep, "scale 1", &rc);
+  CHECK_MESSAGE(rc == 2, said);
+  CHECK_MESSAGE(said.find("min_workers") != std::string::npos, said);
+  said = ctl(ep, "drain nobody-here", &rc);
+  CHECK_MESSAGE(rc == 2, said);
+  CHECK_MESSAGE(said.find("nobody-here") != std::string::npos, said);
+  // Refused requests change nothing: the job ends as if none had been made.
+  const nlohmann::json s = finish(launch, out);
+  check_fault_free(s, hash, steps);
+  CHECK(s["dp"] == 3);
+  CHECK(events_of(s, "scale").empty());
+  CHECK(events_of(s, "drained").empty());
+}
