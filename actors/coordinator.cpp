@@ -128,8 +128,7 @@ std::string scale_to(self_ptr self, int target, const std::string& spec) {
            std::to_string(target - live) + " with `cohort worker --join <endpoint>`";
   if (st.opts.job) st.opts.job->on_scale(st.roster, target, spec, now_s(self));
   if (target > live) {
-    spdlog::info("coordinator: {}: asking the launcher for {} more worker(s)", spec,
-                 target - live);
+    spdlog::info("coordinator: {}: asking the launcher for {} more worker(s)", spec, target - live);
     send(self, st.launcher, net::scale_order{target - live, spec});
     return {};
   }
@@ -160,9 +159,10 @@ void on_admin(self_ptr self, const std::string& peer, const net::admin_request& 
       return reply(false, "a worker may only drain itself");
     const int live = live_members(st.roster);
     if (st.opts.job && live - 1 < mo.min())
-      spdlog::warn("coordinator: draining {} leaves {} worker(s), below elastic.min_workers {}: "
-                   "training pauses until workers join",
-                   m->name, live - 1, mo.min());
+      spdlog::warn(
+          "coordinator: draining {} leaves {} worker(s), below elastic.min_workers {}: "
+          "training pauses until workers join",
+          m->name, live - 1, mo.min());
     const std::string name = m->name;
     drain(self, m->id);
     return reply(true, name + " leaves at the next step boundary");
@@ -176,7 +176,8 @@ void on_admin(self_ptr self, const std::string& peer, const net::admin_request& 
       used = 0;
     }
     if (used == 0 || used != a.argument.size() || n < 1)
-      return reply(false, "scale: '" + a.argument + "' is not a worker count (a whole number >= 1)");
+      return reply(false,
+                   "scale: '" + a.argument + "' is not a worker count (a whole number >= 1)");
     if (n < mo.min() || n > mo.max())
       return reply(false, "scale " + std::to_string(n) + ": outside the elastic bounds [" +
                               std::to_string(mo.min()) + ", " + std::to_string(mo.max()) +
@@ -185,8 +186,8 @@ void on_admin(self_ptr self, const std::string& peer, const net::admin_request& 
     if (n == live) return reply(true, "already " + std::to_string(n) + " workers");
     const std::string err = scale_to(self, n, "scale to=" + std::to_string(n));
     if (!err.empty()) return reply(false, err);
-    return reply(true, "scaling from " + std::to_string(live) + " to " + std::to_string(n) +
-                           " workers");
+    return reply(true,
+                 "scaling from " + std::to_string(live) + " to " + std::to_string(n) + " workers");
   }
   if (a.command == "inject") {
     if (!st.opts.job) return reply(false, "this coordinator runs no training job");
@@ -273,15 +274,13 @@ void on_register(self_ptr self, const std::string& peer, const net::register_req
   if (auto it = st.member_at.find(peer); it != st.member_at.end() && st.roster.find(it->second)) {
     grew |= adopt(self, mb::on_leave(st.roster, t, it->second, st.opts.membership));
   }
-  const bool full =
-      static_cast<int>(st.roster.members.size()) >= st.opts.membership.max() &&
-      st.roster.find_name(r.name) == nullptr;
+  const bool full = static_cast<int>(st.roster.members.size()) >= st.opts.membership.max() &&
+                    st.roster.find_name(r.name) == nullptr;
   mb::decision d = mb::on_register(st.roster, t, r.name, r.pid, st.opts.membership);
   if (d.kind == mb::decision_kind::rejected) {
     // A full world keeps the joiner as a spare: it asks again until a seat is free.
-    const uint32_t retry = full ? static_cast<uint32_t>(std::max(
-                                      200, 5 * st.opts.membership.heartbeat_ms))
-                                : 0;
+    const uint32_t retry =
+        full ? static_cast<uint32_t>(std::max(200, 5 * st.opts.membership.heartbeat_ms)) : 0;
     if (full) {
       spdlog::info("coordinator: '{}' waits as a spare: {}", r.name, d.reason);
     } else {

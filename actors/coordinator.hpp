@@ -77,7 +77,7 @@ struct coordinator_state {
   std::unordered_map<std::string, mb::member_id> member_at;  ///< peer -> its current member
   std::unordered_set<std::string> clients;                   ///< ctl / launch / bench peers
   std::string launcher;  ///< the client registered as "launch" (starts workers on scale)
-  std::unordered_map<uint64_t, kv_waiter> kv_waiters;        ///< store request id -> requester
+  std::unordered_map<uint64_t, kv_waiter> kv_waiters;  ///< store request id -> requester
   uint64_t next_kv_id = 1;
   int64_t step = 0;  ///< next training step (the job's), 0 without a job
   bool stopping = false;

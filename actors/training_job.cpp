@@ -111,11 +111,11 @@ job_actions training_job::try_open(const mb::roster& r, double now_s) {
   }
   if (ready < expected || static_cast<int>(r.members.size()) != ready) {
     if (!waiting_noted_ && next_step_ > start_step_) {
-      out.notes.push_back(
-          ready < expected ? "waiting for workers: " + std::to_string(ready) + " ready, " +
-                                 std::to_string(expected) + " needed (elastic.min_workers)"
-                           : "waiting for " + std::to_string(r.members.size() - ready) +
-                                 " joining worker(s) to load the job");
+      out.notes.push_back(ready < expected
+                              ? "waiting for workers: " + std::to_string(ready) + " ready, " +
+                                    std::to_string(expected) + " needed (elastic.min_workers)"
+                              : "waiting for " + std::to_string(r.members.size() - ready) +
+                                    " joining worker(s) to load the job");
       waiting_noted_ = true;
     }
     if (ready < expected && first_open_s_ >= 0 && pause_since_s_ < 0) pause_since_s_ = now_s;

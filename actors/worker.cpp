@@ -116,8 +116,7 @@ void on_job(self_ptr self, const net::job_spec& spec) {
     auto shared = st.shared;
     auto until_ns = [](uint32_t ms) {
       const auto until = std::chrono::steady_clock::now() + milliseconds(ms);
-      return std::chrono::duration_cast<std::chrono::nanoseconds>(until.time_since_epoch())
-          .count();
+      return std::chrono::duration_cast<std::chrono::nanoseconds>(until.time_since_epoch()).count();
     };
     gio.mute_heartbeats = [shared, until_ns](uint32_t ms) { shared->mute_until_ns = until_ns(ms); };
     gio.cut_off = [shared, until_ns](uint32_t ms) {

@@ -142,7 +142,8 @@ class launcher {
   void scale_up(const net::scale_order& o) {
     if (stopping_ || opt_.control_only) return;
     std::printf("launch: %s: starting %d more worker(s)\n", o.reason.c_str(), o.start_workers);
-    for (int i = 0; i < o.start_workers; ++i) start_worker("worker-" + std::to_string(next_index_++));
+    for (int i = 0; i < o.start_workers; ++i)
+      start_worker("worker-" + std::to_string(next_index_++));
   }
 
   // Reads the coordinator's stdout until its endpoint line; false if it died first.

@@ -321,8 +321,8 @@ struct pong {
 /// model and data from this config (so `cohort worker --join` needs no file of its own).
 struct job_spec {
   static constexpr msg_type type = msg_type::job_spec;
-  std::string config_yaml;  ///< the coordinator's resolved config (dump_config)
-  std::string config_hash;  ///< sha256 of config_yaml, echoed in reports
+  std::string config_yaml;        ///< the coordinator's resolved config (dump_config)
+  std::string config_hash;        ///< sha256 of config_yaml, echoed in reports
   std::string resume_checkpoint;  ///< non-empty: load this checkpoint before the first step
   template <class S>
   static auto fields(S& s) {
@@ -509,8 +509,7 @@ using message =
     std::variant<register_request, register_ok, register_reject, heartbeat, heartbeat_ack,
                  roster_update, kv_set, kv_get, kv_wait, kv_reply, status_request, status_reply,
                  stop, leave, exit_notice, ping, pong, job_spec, worker_ready, step_open, step_vote,
-                 step_result, train_report, fault_order, admin_request,
-                 admin_reply, scale_order>;
+                 step_result, train_report, fault_order, admin_request, admin_reply, scale_order>;
 
 /// Type id of whichever message M holds.
 inline msg_type type_of(const message& m) {

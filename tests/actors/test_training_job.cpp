@@ -437,7 +437,8 @@ TEST_CASE("a joiner arriving while a step is open waits for the next step instea
   CHECK(joined);
 }
 
-TEST_CASE("a drained member leaves at the step boundary: no abort, the next step opens without it") {
+TEST_CASE(
+    "a drained member leaves at the step boundary: no abort, the next step opens without it") {
   const config c = load_config_text(
       "cluster:\n  workers: 3\nelastic:\n  min_workers: 2\ntrain:\n  steps: 5\n"
       "  global_batch: 64\n  micro_batch: 16\n",

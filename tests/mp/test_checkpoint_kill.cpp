@@ -116,3 +116,52 @@ TEST_CASE("cohort train --resume with only an interrupted checkpoint is a usage 
   CHECK(again.err().find("no complete checkpoint") != std::string::npos);
   CHECK(again.err().find("step_00000005: incomplete") != std::string::npos);
 }
+
+TEST_CASE("a launch killed inside a checkpoint write resumes on another worker count") {
+  temp_dir dir;
+  std::string yaml = kill_yaml(dir.path());
+  yaml.replace(yaml.find("steps: 20"), 9, "steps: 40");
+  const std::string cfg = dir.write("cfg.yaml", yaml);
+  const std::string ckdir = dir.path() + "/ckpt";
+  const std::string ref_out = dir.path() + "/ref.json";
+  int rc = -1;
+  run_capture("train " + cfg + " -q --summary " + ref_out +
+                  " --set fault_tolerance.checkpoint_dir=" + dir.path() + "/ref-ckpt",
+              &rc);
+  REQUIRE(rc == 0);
+  const std::string hash =
+      nlohmann::json::parse(read_file(ref_out), nullptr, false)["params_sha256"];
+  REQUIRE(hash.size() == 64);
+
+  std::pair<int64_t, std::string> killed_in;
+  int64_t before = -1;
+  {
+    // Rank 0 of three workers writes; the whole launch dies while a marker is missing.
+    child_process first({"launch", cfg, "-q", "--set", "cluster.workers=3"}, dir.path(),
+                        "launch-killed", {"COHORT_TEST_CHECKPOINT_DELAY_MS=3000"});
+    REQUIRE_MESSAGE(eventually(milliseconds(60000), [&] { return in_flight(ckdir).has_value(); }),
+                    first.err());
+    killed_in = *in_flight(ckdir);
+    before = newest_checkpoint(ckdir)->first;
+    first.signal(SIGKILL);  // the children follow (PDEATHSIG)
+    first.wait_exit(milliseconds(10000));
+  }
+  CHECK_FALSE(fs::exists(killed_in.second + "/" + checkpoint_marker));
+  REQUIRE(newest_checkpoint(ckdir).has_value());
+  CHECK(newest_checkpoint(ckdir)->first == before);
+
+  const std::string out = dir.path() + "/resumed.json";
+  child_process again(
+      {"launch", cfg, "-q", "--resume", "--summary", out, "--set", "cluster.workers=2"}, dir.path(),
+      "launch-resumed");
+  const auto code = again.wait_exit(milliseconds(120000));
+  REQUIRE_MESSAGE(code.has_value(), "resume did not finish: " << again.err());
+  CHECK_MESSAGE(*code == 0, again.out() << again.err());
+  CHECK(again.err().find("resuming from " + checkpoint_path(ckdir, before)) != std::string::npos);
+  const nlohmann::json s = nlohmann::json::parse(read_file(out), nullptr, false);
+  REQUIRE(s.is_object());
+  CHECK(s["steps_completed"] == 40);
+  CHECK(s["dp"] == 2);
+  CHECK(s["params_sha256"] == hash);  // three workers, a kill mid-write, two workers: same bits
+  CHECK(s["checkpoint"] == checkpoint_path(ckdir, 40));
+}
