@@ -210,7 +210,7 @@ TEST_CASE("4 -> 2 by `ctl drain` and SIGTERM: no step aborted, drained workers s
 }
 
 TEST_CASE(
-    "`cohort ctl inject` adds a kill to a running job; a bad spec is refused with its "
+    "`cohort ctl inject` adds a kill to a running job, and a bad spec is refused with its "
     "column") {
   temp_dir dir;
   const int steps = 400;
