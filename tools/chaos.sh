@@ -3,14 +3,15 @@
 # faults (`cohort train`, the reference) and then again with `cohort launch` on N workers
 # while random kills hit it, and checks that the final parameter hash is the same.
 #
-#   tools/chaos.sh [--workers N] [--steps S] [--mtbf M] [--seed X] [--rounds R]
+#   tools/chaos.sh [--workers N] [--steps S] [--mtbf M] [--seed X] [--rounds R] [--duration T]
 #
-# Each round uses seed X+round, so R rounds replay R different fault schedules. Prints the
+# Each round uses seed X+round, so R rounds replay R different fault schedules; with
+# --duration T (seconds) rounds go on until T has passed (at least one). Prints the
 # kills, their detection and recovery times, and PASS / FAIL per round; exits 1 on any
 # FAIL. Needs build/cohort (tools/setup.sh) and python3 for the summary arithmetic.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-workers=4 steps=600 mtbf=40 seed=1 rounds=1
+workers=4 steps=600 mtbf=40 seed=1 rounds=1 duration=0
 while (($#)); do
   case "$1" in
     --workers) workers=$2; shift 2 ;;
@@ -18,7 +19,8 @@ while (($#)); do
     --mtbf) mtbf=$2; shift 2 ;;
     --seed) seed=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
-    -h|--help) sed -n 2,11p "$0"; exit 0 ;;
+    --duration) duration=$2; rounds=1000000; shift 2 ;;
+    -h|--help) sed -n 2,12p "$0"; exit 0 ;;
     *) echo "chaos.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -48,10 +50,13 @@ fault_tolerance:
 YAML
 "$bin" train "$dir/cfg.yaml" -q --summary "$dir/ref.json" > /dev/null 2>&1
 fail=0
+start=$SECONDS
 for ((r = 0; r < rounds; r++)); do
+  if ((duration > 0 && r > 0 && SECONDS - start >= duration)); then break; fi
   s=$((seed + r))
   spec="random kill mtbf=${mtbf}steps seed=$s"
-  echo "chaos: round $((r + 1))/$rounds: $workers workers, $steps steps, '$spec'"
+  ((duration > 0)) && total="${duration}s" || total=$rounds
+  echo "chaos: round $((r + 1))/$total: $workers workers, $steps steps, '$spec'"
   if ! "$bin" launch "$dir/cfg.yaml" -q --set cluster.workers="$workers" \
       --inject "$spec" --summary "$dir/run.json" > "$dir/run.log" 2>&1; then
     echo "chaos: FAIL: launch exited non-zero (log: $dir/run.log)"; tail -20 "$dir/run.log"

@@ -53,15 +53,23 @@ void print_job_result(const nlohmann::json& j, bool lm) {
   }
   if (!j["events"].empty()) {
     std::printf("%-9s %-12s %6s %5s %10s %11s  %s\n", "event", "worker", "step", "gen", "detect_ms",
-                "recover_ms", "spec");
+                "recover_ms", "spec / detail");
     auto ms = [](const nlohmann::json& v) {
       return v.is_number() ? std::to_string(static_cast<long>(v.get<double>())) : std::string("-");
     };
     for (const auto& e : j["events"]) {
+      // A joiner's line tells how fast its state came from the donor.
+      std::string detail = e.value("spec", std::string());
+      if (e.contains("transfer_mb_s")) {
+        char buf[64];
+        std::snprintf(buf, sizeof buf, "state from a live peer at %.0f MB/s",
+                      e["transfer_mb_s"].get<double>());
+        detail = buf;
+      }
       std::printf("%-9s %-12s %6lld %5llu %10s %11s  %s\n", e["kind"].get<std::string>().c_str(),
                   e["worker"].get<std::string>().c_str(), e["step"].get<long long>(),
                   e["generation"].get<unsigned long long>(), ms(e["detect_ms"]).c_str(),
-                  ms(e["recover_ms"]).c_str(), e.value("spec", std::string()).c_str());
+                  ms(e["recover_ms"]).c_str(), detail.c_str());
     }
   }
   std::printf("params_sha256 %s (%s across workers)\n",

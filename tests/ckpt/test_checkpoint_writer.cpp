@@ -50,7 +50,7 @@ std::vector<float> state_of(train::trainer& tr) {
 
 }  // namespace
 
-TEST_CASE("writer: the snapshot is taken at save(); later training does not leak into it") {
+TEST_CASE("writer: the snapshot is taken at save(), later training does not leak into it") {
   temp_dir tmp;
   const std::string dir = tmp.file("ck");
   train::trainer tr(small_mlp());

@@ -253,7 +253,7 @@ TEST_CASE("good specs give their fields and canonical text") {
   }
 }
 
-TEST_CASE("a name is anything not all digits; exactly one of rank and name is set") {
+TEST_CASE("a name is anything not all digits, exactly one of rank and name is set") {
   const fault_spec r = parse_fault("kill worker=12 at step=1");
   CHECK(r.worker.by_rank());
   CHECK(r.worker.rank == 12);

@@ -12,48 +12,13 @@
 #include <string>
 #include <vector>
 
-#include "tests/mp/mp_util.hpp"
+#include "tests/mp/dp_util.hpp"
 
 using namespace cohort;
 using namespace cohort::mp;
 using std::chrono::milliseconds;
 
 namespace {
-
-// STEPS steps of 64 samples in 4 micro-batches of 16 (so up to 4 replicas all have work).
-std::string small_yaml(const std::string& dir, const std::string& determinism, int steps = 6) {
-  return "model:\n  kind: mlp\n  hidden: [32]\n"
-         "train:\n  steps: " +
-         std::to_string(steps) +
-         "\n  global_batch: 64\n  micro_batch: 16\n  lr: 0.01\n"
-         "  warmup_steps: 0\n  determinism: " +
-         determinism +
-         "\n  eval_every: 0\n"
-         "fault_tolerance:\n  heartbeat_ms: 100\n  timeout_ms: 2000\n  checkpoint_every: 0\n"
-         "  checkpoint_dir: " +
-         dir + "/ckpt\n";
-}
-
-// `cohort ctl status --json`, parsed; null json when ctl failed.
-nlohmann::json ctl_status(const std::string& ep) {
-  int rc = -1;
-  const std::string out = run_capture("ctl --coordinator " + ep + " status --json", &rc);
-  if (rc != 0) return nlohmann::json();
-  return nlohmann::json::parse(out, nullptr, false);
-}
-
-nlohmann::json read_json(const std::string& path) {
-  return nlohmann::json::parse(read_file(path), nullptr, false);
-}
-
-// `cohort train` in one process; its summary.
-nlohmann::json train_summary(const temp_dir& dir, const std::string& cfg) {
-  const std::string out = dir.path() + "/train.json";
-  int rc = -1;
-  run_capture("train " + cfg + " -q --summary " + out, &rc);
-  REQUIRE(rc == 0);
-  return read_json(out);
-}
 
 // `cohort launch` with N workers; its summary (null json if it failed).
 nlohmann::json launch_summary(const temp_dir& dir, const std::string& cfg, int workers,
