@@ -304,3 +304,56 @@ TEST_CASE("ctl refuses a scale outside elastic bounds and a drain of an unknown 
   CHECK(events_of(s, "scale").empty());
   CHECK(events_of(s, "drained").empty());
 }
+
+TEST_CASE(
+    "a worker stopped with SIGSTOP past the timeout is dropped, rejoins on SIGCONT, same hash") {
+  temp_dir dir;
+  const int steps = 1500;
+  std::string yaml = small_yaml(dir.path(), "bitwise", steps);
+  yaml.replace(yaml.find("timeout_ms: 2000"), 16, "timeout_ms: 500");
+  const std::string cfg = dir.write("cfg.yaml", yaml);
+  const std::string hash = train_summary(dir, cfg)["params_sha256"];
+  const std::string out = dir.path() + "/stopped.json";
+  child_process launch({"launch", cfg, "-q", "--summary", out, "--set", "cluster.workers=3"},
+                       dir.path(), "launch-sigstop");
+  const std::string ep = endpoint_of(launch);
+  const nlohmann::json st = wait_for_step(ep, 20);
+  const int64_t victim = pid_of(st, "worker-2");
+  REQUIRE(victim > 0);
+  ::kill(static_cast<pid_t>(victim), SIGSTOP);  // no heartbeat, no vote, no goodbye
+  // Declared dead after the 500 ms timeout: the survivors go on past it without worker-2.
+  const bool dropped = eventually(milliseconds(30000), [&] {
+    const nlohmann::json s = ctl_status(ep);
+    if (!s.is_object()) return false;
+    for (const auto& w : s["workers"])
+      if (w["name"] == "worker-2" && w["state"] == "dead") return true;
+    return false;
+  });
+  ::kill(static_cast<pid_t>(victim), SIGCONT);
+  REQUIRE(dropped);
+  const nlohmann::json s = finish(launch, out);
+  check_fault_free(s, hash, steps);
+  CHECK(s["dp"] == 3);  // it came back and finished the run with the others
+  CHECK(s["aborted_steps"].get<int>() >= 1);
+}
+
+TEST_CASE("random kills with a seed: every kill is recovered and the run ends on the same hash") {
+  temp_dir dir;
+  const int steps = 600;
+  std::string yaml = small_yaml(dir.path(), "bitwise", steps);
+  yaml.replace(yaml.find("timeout_ms: 2000"), 16, "timeout_ms: 500");
+  const std::string cfg = dir.write("cfg.yaml", yaml);
+  const std::string hash = train_summary(dir, cfg)["params_sha256"];
+  const std::string out = dir.path() + "/random.json";
+  child_process launch({"launch", cfg, "-q", "--summary", out, "--set", "cluster.workers=3",
+                        "--inject", "random kill mtbf=150steps seed=3"},
+                       dir.path(), "launch-random");
+  const nlohmann::json s = finish(launch, out);
+  check_fault_free(s, hash, steps);
+  const auto kills = events_of(s, "kill");
+  CHECK(kills.size() >= 1);
+  for (const auto& e : kills) {
+    CHECK(e["detect_ms"].is_number());
+    CHECK(e["recover_ms"].is_number());
+  }
+}
