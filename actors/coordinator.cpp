@@ -194,6 +194,12 @@ void on_admin(self_ptr self, const std::string& peer, const net::admin_request& 
     try {
       faults::fault_spec f = faults::parse_fault(a.argument);
       const std::string text = faults::to_string(f);
+      if (f.kind == faults::fault_kind::scale &&
+          (f.to_workers < mo.min() || f.to_workers > mo.max()))
+        return reply(
+            false, "fault '" + text + "': outside the elastic bounds [" + std::to_string(mo.min()) +
+                       ", " + std::to_string(mo.max()) +
+                       "]; change elastic.min_workers / elastic.max_workers in the config");
       st.opts.job->add_fault(std::move(f));
       spdlog::info("coordinator: fault '{}' added by ctl", text);
       return reply(true, "fault '" + text + "' added");

@@ -277,16 +277,55 @@ caf::behavior worker_actor(caf::stateful_actor<worker_state>* self, worker_optio
   };
 }
 
+// A frame from the coordinator: kv replies go straight to their waiting caller, the rest
+// to the actor.
+void worker_node::deliver(worker_shared& shared, kv_pending& kv, const caf::actor& target,
+                          const std::string& peer, net::message m) {
+  // Any word from the coordinator proves it alive, even while the actor is busy.
+  shared.unacked = 0;
+  if (auto* r = std::get_if<net::kv_reply>(&m)) {
+    std::lock_guard<std::mutex> lock(kv.mu);
+    auto it = kv.waiting.find(r->request_id);
+    if (it != kv.waiting.end()) {
+      it->second.set_value(std::move(*r));
+      kv.waiting.erase(it);
+    }
+    return;
+  }
+  caf::anon_send(target, co_in_atom::value, peer, std::move(m));
+}
+
+void worker_node::send_out(const net::message& m) {
+  if (shared_->cut_now()) {
+    std::lock_guard<std::mutex> lock(shared_->held_mu);
+    shared_->held_out.push_back(m);
+    return;
+  }
+  flush_held();
+  if (auto* b = out_.load()) b->send(std::string(), m);
+}
+
+void worker_node::flush_held() {
+  if (shared_->cut_now()) return;
+  std::vector<net::message> out;
+  std::vector<std::pair<std::string, net::message>> in;
+  {
+    std::lock_guard<std::mutex> lock(shared_->held_mu);
+    out.swap(shared_->held_out);
+    in.swap(shared_->held_in);
+  }
+  if (auto* b = out_.load())
+    for (const auto& m : out) b->send(std::string(), m);
+  for (auto& [peer, m] : in) deliver(*shared_, *kv_, actor_, peer, std::move(m));
+}
+
 worker_node::worker_node(const std::string& endpoint, worker_options opts, size_t max_message_bytes)
     : coordinator_timeout_ms_(opts.coordinator_timeout_ms),
       caf_cfg_(make_caf_config()),
       system_(std::make_unique<caf::actor_system>(*caf_cfg_)) {
   // Order: actor (silent until co_start), then the bridge that feeds it, then co_start.
   worker_io io;
-  io.send = [this](const net::message& m) {
-    if (shared_->cut_now()) return;  // injected partition: the frame is lost
-    if (auto* b = out_.load()) b->send(std::string(), m);
-  };
+  io.send = [this](const net::message& m) { send_out(m); };
   io.on_exit = [this](int code) { exit_code_ = code; };
   io.kv_call = [this](net::message req, std::chrono::milliseconds timeout) {
     return kv_call(std::move(req), timeout);
@@ -309,19 +348,12 @@ worker_node::worker_node(const std::string& endpoint, worker_options opts, size_
   try {
     bridge_ = std::make_unique<net::zmq_bridge>(
         bo, [shared, kv, target](const std::string& peer, net::message m) {
-          if (shared->cut_now()) return;  // injected partition: the frame is lost
-          // Any word from the coordinator proves it alive, even while the actor is busy.
-          shared->unacked = 0;
-          if (auto* r = std::get_if<net::kv_reply>(&m)) {
-            std::lock_guard<std::mutex> lock(kv->mu);
-            auto it = kv->waiting.find(r->request_id);
-            if (it != kv->waiting.end()) {
-              it->second.set_value(std::move(*r));
-              kv->waiting.erase(it);
-            }
+          if (shared->cut_now()) {  // injected partition: it arrives when the cut ends
+            std::lock_guard<std::mutex> lock(shared->held_mu);
+            shared->held_in.emplace_back(peer, std::move(m));
             return;
           }
-          caf::anon_send(target, co_in_atom::value, peer, std::move(m));
+          deliver(*shared, *kv, target, peer, std::move(m));
         });
   } catch (...) {
     caf::anon_send_exit(actor_, caf::exit_reason::user_shutdown);
@@ -376,7 +408,7 @@ net::kv_reply worker_node::kv_call(net::message req, std::chrono::milliseconds t
       },
       req);
   COHORT_CHECK(is_kv);
-  if (auto* b = out_.load(); b != nullptr && !shared_->cut_now()) b->send(std::string(), req);
+  send_out(req);
   if (answer.wait_for(timeout) == std::future_status::ready) return answer.get();
   {
     std::lock_guard<std::mutex> lock(kv_->mu);
@@ -403,6 +435,7 @@ void worker_node::heartbeat_loop() {
     if (next < clock::now()) next = clock::now() + period;
     cv_.wait_until(lock, next, [this] { return stop_heartbeats_; });
     if (stop_heartbeats_) break;
+    flush_held();  // a cut (partition) that ended: what it held goes now, in order
     const uint64_t id = shared_->member_id.load();
     if (id == 0) continue;
     // An injected hang: silent, as a stopped process would be.

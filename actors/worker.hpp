@@ -52,10 +52,15 @@ struct worker_shared {
   std::atomic<uint64_t> unacked{0};       ///< heartbeats sent since the coordinator last spoke
   /// Fault injection (hang): no heartbeats before this steady-clock time (ns since epoch).
   std::atomic<int64_t> mute_until_ns{0};
-  /// Fault injection (partition): no control frames in or out before this time.
+  /// Fault injection (partition): no control frames in or out before this time. Frames
+  /// are held, not lost, as TCP would hold them across a cut: they arrive late (stale
+  /// generations are ignored on both sides).
   std::atomic<int64_t> cut_until_ns{0};
   /// True while cut off (partition).
   bool cut_now() const;
+  std::mutex held_mu;
+  std::vector<net::message> held_out;                         ///< to the coordinator
+  std::vector<std::pair<std::string, net::message>> held_in;  ///< from it
 };
 
 /// Who the worker is and how long it waits for a silent coordinator.
@@ -128,6 +133,10 @@ class worker_node {
 
  private:
   void heartbeat_loop();
+  /// Sends M to the coordinator, or holds it while cut off (partition).
+  void send_out(const net::message& m);
+  /// Frames held during a cut that has ended, in order (heartbeat thread).
+  void flush_held();
 
   // Outstanding kv_call requests, answered from the bridge thread by request id.
   struct kv_pending {
@@ -136,6 +145,8 @@ class worker_node {
     uint64_t next_id = 1;
   };
   std::shared_ptr<kv_pending> kv_ = std::make_shared<kv_pending>();
+  static void deliver(worker_shared& shared, kv_pending& kv, const caf::actor& target,
+                      const std::string& peer, net::message m);
 
   int coordinator_timeout_ms_;
   std::unique_ptr<caf::actor_system_config> caf_cfg_;

@@ -357,3 +357,30 @@ TEST_CASE("random kills with a seed: every kill is recovered and the run ends on
     CHECK(e["recover_ms"].is_number());
   }
 }
+
+TEST_CASE("partitions shorter and longer than the timeout both end on the fault-free hash") {
+  temp_dir dir;
+  const int steps = 1200;
+  std::string yaml = small_yaml(dir.path(), "bitwise", steps);
+  yaml.replace(yaml.find("timeout_ms: 2000"), 16, "timeout_ms: 500");
+  const std::string cfg = dir.write("cfg.yaml", yaml);
+  const std::string hash = train_summary(dir, cfg)["params_sha256"];
+  const std::string out = dir.path() + "/partition.json";
+  // 200 ms: frames held across the cut arrive late, nobody is declared dead. 1.5 s: the
+  // worker is dropped after the timeout and rejoins when the cut ends.
+  child_process launch({"launch", cfg, "-q", "--summary", out, "--set", "cluster.workers=3",
+                        "--inject", "partition worker=1 at step=100 for=200ms", "--inject",
+                        "partition worker=2 at step=400 for=1500ms"},
+                       dir.path(), "launch-partition");
+  const nlohmann::json s = finish(launch, out);
+  check_fault_free(s, hash, steps);
+  const auto parts = events_of(s, "partition");
+  REQUIRE(parts.size() == 2);
+  for (const auto& e : parts) {
+    CHECK(e["recover_ms"].is_number());
+    if (e["step"] == 400) {
+      REQUIRE(e["detect_ms"].is_number());  // silent past the timeout: declared dead
+      CHECK(e["detect_ms"].get<double>() >= 400.0);
+    }
+  }
+}
