@@ -12,6 +12,7 @@
 #include "runtime/core/config.hpp"
 #include "runtime/core/error.hpp"
 #include "runtime/core/faults.hpp"
+#include "runtime/core/rng.hpp"
 
 namespace cohort::actors {
 namespace {
@@ -24,7 +25,37 @@ mb::mono_time now(self_ptr self) {
   return io.clock ? io.clock() : std::chrono::steady_clock::now();
 }
 
+// drop control (fault injection, docs/faults.md): frames of the step protocol, rosters
+// and heartbeats between the coordinator and its members are lost with probability p, a
+// pure function of (seed, frame number). Registration, the rendezvous store, stop and the
+// admin channel are never dropped.
+bool drop_frame(self_ptr self, const std::string& peer, net::msg_type t) {
+  auto& st = self->state;
+  const faults::fault_spec* d = st.opts.job ? st.opts.job->drop_control() : nullptr;
+  if (d == nullptr || st.member_at.count(peer) == 0) return false;
+  switch (t) {
+    case net::msg_type::roster_update:
+    case net::msg_type::heartbeat:
+    case net::msg_type::heartbeat_ack:
+    case net::msg_type::job_spec:
+    case net::msg_type::worker_ready:
+    case net::msg_type::step_open:
+    case net::msg_type::step_vote:
+    case net::msg_type::step_result:
+    case net::msg_type::train_report:
+    case net::msg_type::fault_order:
+      break;
+    default:
+      return false;
+  }
+  const uint64_t h = hash_coords(d->seed, 0x64726f70u, st.drop_draws++);
+  if (static_cast<double>(h >> 11) * (1.0 / 9007199254740992.0) >= d->p) return false;
+  st.opts.job->note_dropped_frame();
+  return true;
+}
+
 void send(self_ptr self, const std::string& peer, const net::message& m) {
+  if (drop_frame(self, peer, net::type_of(m))) return;
   self->state.io.send(peer, m);
 }
 
@@ -350,6 +381,8 @@ net::status_reply make_status(self_ptr self, uint64_t request_id) {
     out.workers.push_back(std::move(w));
   }
   if (st.io.drop_counts) out.dropped = st.io.drop_counts();
+  if (st.opts.job && st.opts.job->drop_control())
+    out.dropped.push_back(net::counter{"drop_control", st.opts.job->dropped_frames()});
   return out;
 }
 
@@ -397,6 +430,7 @@ void on_pong(self_ptr self, const std::string& peer, const net::pong& p) {
 
 void on_inbound(self_ptr self, const std::string& peer, const net::message& m) {
   auto& st = self->state;
+  if (drop_frame(self, peer, net::type_of(m))) return;
   std::visit(
       [&](const auto& x) {
         using T = std::decay_t<decltype(x)>;

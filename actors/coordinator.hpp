@@ -76,7 +76,8 @@ struct coordinator_state {
   std::unordered_map<mb::member_id, std::string> peer_of;    ///< every member ever, to its peer
   std::unordered_map<std::string, mb::member_id> member_at;  ///< peer -> its current member
   std::unordered_set<std::string> clients;                   ///< ctl / launch / bench peers
-  std::string launcher;  ///< the client registered as "launch" (starts workers on scale)
+  std::string launcher;     ///< the client registered as "launch" (starts workers on scale)
+  uint64_t drop_draws = 0;  ///< frames `drop control` has decided on (its counter)
   std::unordered_map<uint64_t, kv_waiter> kv_waiters;  ///< store request id -> requester
   uint64_t next_kv_id = 1;
   int64_t step = 0;  ///< next training step (the job's), 0 without a job

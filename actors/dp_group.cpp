@@ -101,6 +101,10 @@ struct group {
     uint64_t member_id = 0;
   };
   std::optional<pending_step> pending;
+  /// The last vote and the final report, sent again when the coordinator repeats the
+  /// message they answer (a frame was lost: drop control, or a socket).
+  std::optional<net::step_vote> last_vote;
+  std::optional<net::train_report> last_report;
 
   net::step_timing total;  ///< whole run
   int64_t steps_computed = 0;
@@ -197,7 +201,18 @@ struct group {
 
   void on_open(const net::step_open& o, uint64_t member_id, int rank) {
     begin_handler();
-    pending.reset();
+    if (last_vote && last_vote->generation == o.generation && last_vote->step == o.step) {
+      io.send(*last_vote);  // a repeat: the vote (or this open) was lost on the way
+      end_handler();
+      return;
+    }
+    if (pending && o.step == pending->step + 1) {
+      // Step s+1 opens only after step s committed: its step_result was lost.
+      const pending_step p = *pending;
+      pending.reset();
+      commit(p);
+    }
+    pending.reset();  // o.step == pending's step: that attempt was aborted
     net::step_vote v;
     v.member_id = member_id;
     v.generation = o.generation;
@@ -298,6 +313,7 @@ struct group {
     }
     v.timing = t;
     add(total, t);
+    last_vote = v;
     io.send(v);
     end_handler();
   }
@@ -324,6 +340,8 @@ struct group {
   void on_result(const net::step_result& r) {
     begin_handler();
     if (!pending || pending->generation != r.generation || pending->step != r.step) {
+      // The last step's commit again: the report was lost on the way.
+      if (last_report && r.commit && r.step + 1 == last_report->next_step) io.send(*last_report);
       end_handler();
       return;
     }
@@ -333,14 +351,21 @@ struct group {
       end_handler();
       return;  // gradients are dropped: begin_step clears them before the retry
     }
+    commit(p);
+    end_handler();
+  }
+
+  // Applies the step P voted for (the coordinator committed it), then checkpoints,
+  // evaluates and reports as the step number says.
+  void commit(const pending_step& p) {
     const auto t0 = clock_type::now();
     try {
-      tr->apply_step(r.step);
+      tr->apply_step(p.step);
     } catch (const std::exception& e) {
-      io.fatal(std::string("applying step ") + std::to_string(r.step) + ": " + e.what());
+      io.fatal(std::string("applying step ") + std::to_string(p.step) + ": " + e.what());
       return;
     }
-    next_step = r.step + 1;
+    next_step = p.step + 1;
     ++steps_computed;
     const int64_t every = cfg->fault_tolerance.checkpoint_every;
     std::string ckpt;
@@ -361,7 +386,6 @@ struct group {
                    static_cast<long long>(next_step), e.loss, e.accuracy);
     }
     if (next_step == cfg->train.steps) report(p, ckpt);
-    end_handler();
   }
 
   void report(const pending_step& p, const std::string& ckpt) {
@@ -383,6 +407,7 @@ struct group {
     rep.checkpoint = ckpt;
     rep.num_params = tr->model().num_params();
     rep.timing = total;
+    last_report = rep;
     io.send(rep);
   }
 };

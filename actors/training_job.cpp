@@ -149,9 +149,10 @@ job_actions training_job::try_open(const mb::roster& r, double now_s) {
   o.step = next_step_;
   for (const auto& m : r.members) o.votes[m.id] = false;
   replicas_ = static_cast<int>(r.members.size());
-  const net::step_open msg{r.generation, next_step_, replicas_, donor};
+  o.donor = donor;
+  o.sent_s = now_s;
   for (const auto& m : r.members) {
-    out.sends.push_back({m.id, msg});
+    out.sends.push_back({m.id, net::step_open{r.generation, next_step_, replicas_, donor, m.rank}});
     ready_[m.id] = next_step_;  // after the transfer every member holds this step's state
   }
   if (donor >= 0) {
@@ -209,6 +210,10 @@ job_actions training_job::on_vote(const mb::roster& r, const net::step_vote& v, 
   const net::step_result res{open_->generation, open_->step, true, loss, ""};
   for (const auto& [id, ok] : open_->votes) out.sends.push_back({id, res});
   next_step_ = open_->step + 1;
+  if (next_step_ == steps_) {
+    last_commit_ = res;
+    last_commit_sent_s_ = now_s;
+  }
   for (const auto& [id, ok] : open_->votes) {
     if (ready_.count(id) != 0) ready_[id] = next_step_;
   }
@@ -265,12 +270,12 @@ job_actions training_job::on_report(const mb::roster& r, const net::train_report
 }
 
 void require_supported(const std::vector<faults::fault_spec>& specs) {
+  int drops = 0;
   for (const auto& x : specs) {
-    const auto k = x.kind;
-    if (k == faults::fault_kind::drop_control)
-      throw usage_error("fault '" + faults::to_string(x) + "': " + faults::kind_name(k) +
-                        " is parsed but not carried out by this version (kill, hang, slow, "
-                        "partition, scale and random kill are); remove it");
+    if (x.kind == faults::fault_kind::drop_control && ++drops > 1)
+      throw usage_error("fault '" + faults::to_string(x) +
+                        "': a second drop control; one probability applies to every control "
+                        "frame, so keep one");
   }
 }
 
@@ -278,6 +283,43 @@ void training_job::set_faults(std::vector<faults::fault_spec> f) {
   require_supported(f);
   faults_ = std::move(f);
   fired_.assign(faults_.size(), false);
+  for (const auto& x : faults_)
+    if (x.kind == faults::fault_kind::drop_control) drop_ = x;
+}
+
+double training_job::resend_interval_s() const {
+  if (drop_) return std::max(0.02, 1.5e-3 * cfg_.fault_tolerance.heartbeat_ms);
+  return std::max(2.0, 4e-3 * cfg_.fault_tolerance.timeout_ms);
+}
+
+void training_job::resend(const mb::roster& r, double now_s, job_actions& out) {
+  const double every = resend_interval_s();
+  if (open_ && now_s - open_->sent_s >= every) {
+    for (const auto& [id, ok] : open_->votes) {
+      const mb::member* m = r.find(id);
+      if (ok || m == nullptr) continue;
+      out.sends.push_back(
+          {id, net::step_open{open_->generation, open_->step,
+                              static_cast<int32_t>(open_->votes.size()), open_->donor, m->rank}});
+    }
+    open_->sent_s = now_s;
+  }
+  for (const auto& m : r.members) {
+    if (ready_.count(m.id) != 0 || m.state == mb::member_state::leaving) {
+      spec_sent_s_.erase(m.id);
+      continue;
+    }
+    auto [it, fresh] = spec_sent_s_.emplace(m.id, now_s);
+    if (!fresh && now_s - it->second >= every) {
+      out.sends.push_back({m.id, spec()});
+      it->second = now_s;
+    }
+  }
+  if (last_commit_ && next_step_ >= steps_ && now_s - last_commit_sent_s_ >= every) {
+    for (const auto& m : r.members)
+      if (reports_.count(m.id) == 0) out.sends.push_back({m.id, *last_commit_});
+    last_commit_sent_s_ = now_s;
+  }
 }
 
 void training_job::add_fault(faults::fault_spec f) {
@@ -285,10 +327,16 @@ void training_job::add_fault(faults::fault_spec f) {
   const int64_t first = f.kind == faults::fault_kind::slow ? f.to_step : f.at_step;
   // The open step has already had its faults ordered: the first step left is the next.
   const int64_t earliest = next_step_ + (open_ ? 1 : 0);
-  if (f.kind != faults::fault_kind::random_kill && first < earliest)
+  const bool always = f.kind == faults::fault_kind::random_kill ||
+                      f.kind == faults::fault_kind::drop_control;  // no step of their own
+  if (!always && first < earliest)
     throw usage_error("fault '" + f.text + "': step " + std::to_string(first) +
                       " has already opened (the job is at step " + std::to_string(next_step_) +
                       "); name step " + std::to_string(earliest) + " or later");
+  if (f.kind == faults::fault_kind::drop_control && drop_)
+    throw usage_error("fault '" + f.text + "': the job already drops control frames ('" +
+                      drop_->text + "')");
+  if (f.kind == faults::fault_kind::drop_control) drop_ = f;
   faults_.push_back(std::move(f));
   fired_.push_back(false);
 }
@@ -436,6 +484,7 @@ int training_job::min_workers() const {
 
 job_actions training_job::on_tick(const mb::roster& r, double now_s) {
   job_actions out = try_open(r, now_s);
+  if (!finished_) resend(r, now_s, out);
   if (finished_ || open_ || pause_since_s_ < 0) return out;
   const double waited_ms = 1000.0 * (now_s - pause_since_s_);
   if (waited_ms > static_cast<double>(cfg_.elastic.pause_timeout_ms)) {
@@ -513,6 +562,7 @@ nlohmann::json training_job::summary(double wall_s) const {
     events.push_back(x);
   }
   j["events"] = events;
+  if (drop_) j["control_frames_dropped"] = dropped_frames_;
   return j;
 }
 

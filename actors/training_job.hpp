@@ -62,8 +62,8 @@ struct job_event {
   int target = 0;             ///< scale: the member count asked for
 };
 
-/// Throws usage_error naming the first spec of a kind this runtime does not carry out yet
-/// (everything but `drop control` is carried out; docs/faults.md).
+/// Throws usage_error for a fault list the runtime cannot carry out as written: every kind
+/// is carried out, but at most one `drop control` (docs/faults.md).
 void require_supported(const std::vector<faults::fault_spec>& specs);
 
 class training_job {
@@ -101,7 +101,10 @@ class training_job {
   /// A member may have become alive (its first heartbeat): opens a step if one can open.
   job_actions on_heartbeat(const mb::roster& r, double now_s) { return try_open(r, now_s); }
   /// Timer: opens a step if one can open; fails the job once training has waited below
-  /// elastic.min_workers for longer than elastic.pause_timeout_ms.
+  /// elastic.min_workers for longer than elastic.pause_timeout_ms. Also sends again what a
+  /// lost frame left unanswered (resend_interval_s): the open step to members that have not
+  /// voted, the job to members not ready, the last result to members that have not
+  /// reported. Workers answer duplicates from what they already did.
   job_actions on_tick(const mb::roster& r, double now_s);
   /// A worker's final report after the last step.
   job_actions on_report(const mb::roster& r, const net::train_report& rep, double now_s);
@@ -110,6 +113,14 @@ class training_job {
   int64_t steps() const { return steps_; }
   bool finished() const { return finished_; }
   int aborted_steps() const { return aborted_; }
+  /// The `drop control` fault, if the job has one (the coordinator drops frames).
+  const faults::fault_spec* drop_control() const { return drop_ ? &*drop_ : nullptr; }
+  /// The coordinator dropped a frame for `drop control` (counted in the summary).
+  void note_dropped_frame() { ++dropped_frames_; }
+  uint64_t dropped_frames() const { return dropped_frames_; }
+  /// Quiet time after which on_tick sends again: 1.5 heartbeats with drop control, otherwise
+  /// max(2 s, 4 x timeout_ms) (a safety net for frames a socket lost).
+  double resend_interval_s() const;
   /// DP replicas of the last step opened.
   int replicas() const { return replicas_; }
   /// The generation and step open now, if any.
@@ -123,6 +134,8 @@ class training_job {
   struct open_state {
     uint64_t generation = 0;
     int64_t step = 0;
+    int32_t donor = -1;
+    double sent_s = 0;                    ///< when step_open last went out
     std::map<mb::member_id, bool> votes;  ///< members expected; true once voted ok
     double loss_rows = 0;
     int64_t rows = 0;
@@ -164,7 +177,13 @@ class training_job {
   std::set<std::pair<std::size_t, int64_t>> random_fired_;  ///< (fault, step) drawn
   std::vector<job_event> events_;
   std::map<mb::member_id, std::string> last_members_;  ///< roster of the last generation seen
-  std::set<mb::member_id> drained_;  ///< members that left by drain (not "departed")
+  std::set<mb::member_id> drained_;              ///< members that left by drain (not "departed")
+  std::optional<faults::fault_spec> drop_;       ///< drop control, if any
+  std::map<mb::member_id, double> spec_sent_s_;  ///< members not ready: when the job went out
+  std::optional<net::step_result> last_commit_;  ///< of the last step, resent for reports
+  double last_commit_sent_s_ = 0;
+  uint64_t dropped_frames_ = 0;
+  void resend(const mb::roster& r, double now_s, job_actions& out);
 
   void inject_due(const mb::roster& r, double now_s, job_actions& out);
   /// Appends an event of KIND for WORKER at the current step and R's generation.

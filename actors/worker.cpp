@@ -131,9 +131,10 @@ void on_job(self_ptr self, const net::job_spec& spec) {
 void on_step_open(self_ptr self, const net::step_open& o) {
   auto& st = self->state;
   if (!st.group) return;
-  // The coordinator sends the roster of a generation before any step of it.
-  int32_t rank = -1;
-  if (o.generation == st.generation) {
+  // step_open names this member's rank; older coordinators left it to the roster, which
+  // is sent before any step of its generation.
+  int32_t rank = o.rank;
+  if (rank < 0 && o.generation == st.generation) {
     for (const auto& m : st.roster)
       if (m.member_id == st.member_id) rank = m.rank;
   }

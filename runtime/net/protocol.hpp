@@ -354,9 +354,10 @@ struct step_open {
   int64_t step = 0;
   int32_t replicas = 0;
   int32_t donor_rank = -1;
+  int32_t rank = -1;  ///< the receiving member's rank in `generation` (-1: from its roster)
   template <class S>
   static auto fields(S& s) {
-    return std::tie(s.generation, s.step, s.replicas, s.donor_rank);
+    return std::tie(s.generation, s.step, s.replicas, s.donor_rank, s.rank);
   }
 };
 

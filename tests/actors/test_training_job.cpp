@@ -359,11 +359,18 @@ TEST_CASE("slow acts on every step of its range and random kill is a pure functi
   CHECK_FALSE(k1.empty());  // with p = 1/2 over 8 steps (and this seed) some step fires
 }
 
-TEST_CASE("fault kinds this runtime does not carry out are refused up front") {
+TEST_CASE("a second drop control is refused up front and one is kept by the job") {
   const config c = job_config(2);
   training_job job(c, dump_config(c));
-  CHECK_THROWS_AS(job.set_faults({faults::parse_fault("drop control p=0.05 seed=7")}), usage_error);
-  CHECK_NOTHROW(job.set_faults({faults::parse_fault("hang worker=1 at step=3 for=2s")}));
+  CHECK_THROWS_AS(job.set_faults({faults::parse_fault("drop control p=0.05 seed=7"),
+                                  faults::parse_fault("drop control p=0.1 seed=8")}),
+                  usage_error);
+  CHECK(job.drop_control() == nullptr);
+  CHECK_NOTHROW(job.set_faults({faults::parse_fault("hang worker=1 at step=3 for=2s"),
+                                faults::parse_fault("drop control p=0.05 seed=7")}));
+  REQUIRE(job.drop_control() != nullptr);
+  CHECK(job.drop_control()->p == doctest::Approx(0.05));
+  CHECK(job.resend_interval_s() == doctest::Approx(0.15));  // 1.5 heartbeats of 100 ms
 }
 
 TEST_CASE("below elastic.min_workers the job waits then fails after the pause timeout") {
@@ -511,7 +518,8 @@ TEST_CASE("ctl inject adds a fault for a later step and refuses one already past
   job.on_vote(r, ok_vote(1, 1, 0), 0.1);
   job.on_vote(r, ok_vote(2, 1, 0), 0.2);  // step 1 open
   CHECK_THROWS_AS(job.add_fault(faults::parse_fault("kill worker=0 at step=1")), usage_error);
-  CHECK_THROWS_AS(job.add_fault(faults::parse_fault("drop control p=0.1 seed=1")), usage_error);
+  job.add_fault(faults::parse_fault("drop control p=0.1 seed=1"));
+  CHECK_THROWS_AS(job.add_fault(faults::parse_fault("drop control p=0.2 seed=1")), usage_error);
   job.add_fault(faults::parse_fault("kill worker=0 at step=2"));
   job.on_vote(r, ok_vote(1, 1, 1), 0.3);
   job_actions a = job.on_vote(r, ok_vote(2, 1, 1), 0.4);
@@ -520,4 +528,43 @@ TEST_CASE("ctl inject adds a fault for a later step and refuses one already past
   CHECK(orders[0].first == 1);
   CHECK(orders[0].second.action == net::fault_action::kill);
   CHECK(orders[0].second.step == 2);
+}
+
+TEST_CASE("the timer sends again what lost frames left unanswered") {
+  const config c = job_config(2, 2);
+  training_job job(c, dump_config(c));
+  job.set_faults({faults::parse_fault("drop control p=0.5 seed=1")});
+  const double every = job.resend_interval_s();
+  const mb::roster r = roster_of(1, 2);
+  // Member 2's worker_ready was lost: the job goes to it again after a quiet interval.
+  job.on_ready(r, net::worker_ready{1, 1, 0}, 0);
+  CHECK(sent<net::job_spec>(job.on_tick(r, 0.0)).empty());
+  auto specs = sent<net::job_spec>(job.on_tick(r, every + 0.01));
+  REQUIRE(specs.size() == 1);
+  CHECK(specs[0].first == 2);
+  job_actions a = job.on_ready(r, net::worker_ready{2, 1, 0}, 1.0);
+  REQUIRE(sent<net::step_open>(a).size() == 2);
+  // Member 1 voted, member 2's open (or vote) was lost: only member 2 hears it again,
+  // with its own rank.
+  job.on_vote(r, ok_vote(1, 1, 0), 1.0);
+  CHECK(sent<net::step_open>(job.on_tick(r, 1.0 + every / 2)).empty());
+  auto opens = sent<net::step_open>(job.on_tick(r, 1.0 + every + 0.01));
+  REQUIRE(opens.size() == 1);
+  CHECK(opens[0].first == 2);
+  CHECK(opens[0].second.step == 0);
+  CHECK(opens[0].second.rank == 1);
+  job.on_vote(r, ok_vote(2, 1, 0), 2.0);
+  job.on_vote(r, ok_vote(1, 1, 1), 2.1);
+  a = job.on_vote(r, ok_vote(2, 1, 1), 2.2);  // the last step commits
+  REQUIRE(a.committed);
+  // Member 1's report came, member 2's did not: the last commit goes to member 2 again.
+  net::train_report rep;
+  rep.member_id = 1;
+  rep.next_step = 2;
+  job.on_report(r, rep, 2.3);
+  auto results = sent<net::step_result>(job.on_tick(r, 2.2 + every + 0.01));
+  REQUIRE(results.size() == 1);
+  CHECK(results[0].first == 2);
+  CHECK(results[0].second.commit);
+  CHECK(results[0].second.step == 1);
 }

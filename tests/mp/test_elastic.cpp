@@ -384,3 +384,20 @@ TEST_CASE("partitions shorter and longer than the timeout both end on the fault-
     }
   }
 }
+
+TEST_CASE("drop control: lost control frames are sent again and the run ends on the same hash") {
+  temp_dir dir;
+  const int steps = 200;
+  const std::string cfg = dir.write("cfg.yaml", small_yaml(dir.path(), "bitwise", steps));
+  const std::string hash = train_summary(dir, cfg)["params_sha256"];
+  const std::string out = dir.path() + "/drop.json";
+  child_process launch({"launch", cfg, "-q", "--summary", out, "--set", "cluster.workers=3",
+                        "--inject", "drop control p=0.03 seed=7"},
+                       dir.path(), "launch-drop");
+  const nlohmann::json s = finish(launch, out);
+  check_fault_free(s, hash, steps);
+  CHECK(s["dp"] == 3);
+  // Frames were really lost (about 3% of ~9 step frames a step plus heartbeats).
+  REQUIRE(s["control_frames_dropped"].is_number());
+  CHECK(s["control_frames_dropped"].get<int>() > 10);
+}
