@@ -45,44 +45,93 @@ void gpt_block::backward(gpt_block_acts& a, gpt_grad_scratch& s, float* dres, co
   cpu::add_inplace(dres, s.dtmp.data(), n);
 }
 
-gpt::gpt(int vocab, int context, int n_layer, int n_head, int d_model, int max_batch, uint64_t seed,
-         pool& p)
-    : model(p), shape_{vocab, context, n_layer, n_head, d_model} {
-  if (vocab < 1 || context < 1 || n_layer < 1 || n_head < 1 || d_model < 1)
+std::vector<gpt_param_spec> gpt_param_specs(const gpt_shape& s) {
+  if (s.vocab < 1 || s.context < 1 || s.n_layer < 1 || s.n_head < 1 || s.d_model < 1)
     throw usage_error("gpt: vocab, context, n_layer, n_head and d_model must all be >= 1");
-  if (d_model % n_head != 0)
-    throw usage_error("gpt: d_model (" + std::to_string(d_model) +
-                      ") must be divisible by n_head (" + std::to_string(n_head) + ")");
-  const int C = d_model;
+  if (s.d_model % s.n_head != 0)
+    throw usage_error("gpt: d_model (" + std::to_string(s.d_model) +
+                      ") must be divisible by n_head (" + std::to_string(s.n_head) + ")");
+  const int64_t C = s.d_model;
   const init_spec w_init{init_spec::normal, 0.02f};
   const init_spec proj_init{init_spec::normal,
-                            0.02f / std::sqrt(2.0f * static_cast<float>(n_layer))};
+                            0.02f / std::sqrt(2.0f * static_cast<float>(s.n_layer))};
   const init_spec zero{init_spec::constant, 0.0f};
   const init_spec one{init_spec::constant, 1.0f};
 
-  begin_block("embedding");
-  add_param("transformer.wte.weight", {vocab, C}, w_init);
-  add_param("transformer.wpe.weight", {context, C}, w_init);
-  for (int l = 0; l < n_layer; ++l) {
+  std::vector<gpt_param_spec> out;
+  std::string block = "embedding";
+  auto add = [&](std::string name, shape_t shape, init_spec init) {
+    out.push_back({block, std::move(name), std::move(shape), init});
+  };
+  add("transformer.wte.weight", {s.vocab, C}, w_init);
+  add("transformer.wpe.weight", {s.context, C}, w_init);
+  for (int l = 0; l < s.n_layer; ++l) {
     const std::string h = "transformer.h." + std::to_string(l) + ".";
-    begin_block("h." + std::to_string(l));
-    add_param(h + "ln_1.weight", {C}, one);
-    add_param(h + "ln_1.bias", {C}, zero);
-    add_param(h + "attn.c_attn.weight", {3 * C, C}, w_init);
-    add_param(h + "attn.c_attn.bias", {3 * C}, zero);
-    add_param(h + "attn.c_proj.weight", {C, C}, proj_init);
-    add_param(h + "attn.c_proj.bias", {C}, zero);
-    add_param(h + "ln_2.weight", {C}, one);
-    add_param(h + "ln_2.bias", {C}, zero);
-    add_param(h + "mlp.c_fc.weight", {4 * C, C}, w_init);
-    add_param(h + "mlp.c_fc.bias", {4 * C}, zero);
-    add_param(h + "mlp.c_proj.weight", {C, 4 * C}, proj_init);
-    add_param(h + "mlp.c_proj.bias", {C}, zero);
+    block = "h." + std::to_string(l);
+    add(h + "ln_1.weight", {C}, one);
+    add(h + "ln_1.bias", {C}, zero);
+    add(h + "attn.c_attn.weight", {3 * C, C}, w_init);
+    add(h + "attn.c_attn.bias", {3 * C}, zero);
+    add(h + "attn.c_proj.weight", {C, C}, proj_init);
+    add(h + "attn.c_proj.bias", {C}, zero);
+    add(h + "ln_2.weight", {C}, one);
+    add(h + "ln_2.bias", {C}, zero);
+    add(h + "mlp.c_fc.weight", {4 * C, C}, w_init);
+    add(h + "mlp.c_fc.bias", {4 * C}, zero);
+    add(h + "mlp.c_proj.weight", {C, 4 * C}, proj_init);
+    add(h + "mlp.c_proj.bias", {C}, zero);
   }
-  begin_block("head");
-  add_param("transformer.ln_f.weight", {C}, one);
-  add_param("transformer.ln_f.bias", {C}, zero);
-  add_param("lm_head.weight", {vocab, C}, w_init);
+  block = "head";
+  add("transformer.ln_f.weight", {C}, one);
+  add("transformer.ln_f.bias", {C}, zero);
+  add("lm_head.weight", {s.vocab, C}, w_init);
+  return out;
+}
+
+void gpt_block_acts::allocate(int64_t sequences, const gpt_shape& s, pool& p) {
+  const int64_t B = sequences, T = s.context, C = s.d_model, NH = s.n_head, rows = B * T;
+  ln1 = tensor({rows, C}, p);
+  ln1_mean = tensor({rows}, p);
+  ln1_rstd = tensor({rows}, p);
+  qkv = tensor({rows, 3 * C}, p);
+  att = tensor({B, NH, T, T}, p);
+  atty = tensor({rows, C}, p);
+  res2 = tensor({rows, C}, p);
+  ln2 = tensor({rows, C}, p);
+  ln2_mean = tensor({rows}, p);
+  ln2_rstd = tensor({rows}, p);
+  fch = tensor({rows, 4 * C}, p);
+  fch_gelu = tensor({rows, 4 * C}, p);
+  out = tensor({rows, C}, p);
+}
+
+std::size_t gpt_block_acts::bytes() const {
+  std::size_t n = 0;
+  for (const tensor* t : {&ln1, &ln1_mean, &ln1_rstd, &qkv, &att, &atty, &res2, &ln2, &ln2_mean,
+                          &ln2_rstd, &fch, &fch_gelu, &out})
+    n += t->bytes();
+  return n;
+}
+
+void gpt_grad_scratch::allocate(int64_t sequences, const gpt_shape& s, pool& p) {
+  const int64_t B = sequences, T = s.context, C = s.d_model, NH = s.n_head, rows = B * T;
+  dtmp = tensor({rows, C}, p);
+  dln = tensor({rows, C}, p);
+  datty = tensor({rows, C}, p);
+  dqkv = tensor({rows, 3 * C}, p);
+  dfch = tensor({rows, 4 * C}, p);
+  dfch_gelu = tensor({rows, 4 * C}, p);
+  datt = tensor({B, NH, T, T}, p);
+}
+
+gpt::gpt(int vocab, int context, int n_layer, int n_head, int d_model, int max_batch, uint64_t seed,
+         pool& p)
+    : model(p), shape_{vocab, context, n_layer, n_head, d_model} {
+  const int C = d_model;
+  for (const gpt_param_spec& spec : gpt_param_specs(shape_)) {
+    if (blocks().empty() || blocks().back().name != spec.block) begin_block(spec.block);
+    add_param(spec.name, spec.shape, spec.init);
+  }
   finalize(seed);
 
   // Bind layers to the views, walking parameters in the order they were declared.
@@ -136,40 +185,20 @@ gpt::gpt(int vocab, int context, int n_layer, int n_head, int d_model, int max_b
 
 void gpt::reserve(int sequences) {
   if (sequences <= capacity_) return;
-  const int64_t B = sequences, T = shape_.context, C = shape_.d_model, NH = shape_.n_head;
+  const int64_t B = sequences, T = shape_.context, C = shape_.d_model;
   const int64_t V = shape_.vocab, rows = B * T;
   pool& p = memory();
   encoded_ = tensor({rows, C}, p);
   acts_.clear();
   acts_.resize(shape_.n_layer);
-  for (gpt_block_acts& a : acts_) {
-    a.ln1 = tensor({rows, C}, p);
-    a.ln1_mean = tensor({rows}, p);
-    a.ln1_rstd = tensor({rows}, p);
-    a.qkv = tensor({rows, 3 * C}, p);
-    a.att = tensor({B, NH, T, T}, p);
-    a.atty = tensor({rows, C}, p);
-    a.res2 = tensor({rows, C}, p);
-    a.ln2 = tensor({rows, C}, p);
-    a.ln2_mean = tensor({rows}, p);
-    a.ln2_rstd = tensor({rows}, p);
-    a.fch = tensor({rows, 4 * C}, p);
-    a.fch_gelu = tensor({rows, 4 * C}, p);
-    a.out = tensor({rows, C}, p);
-  }
+  for (gpt_block_acts& a : acts_) a.allocate(B, shape_, p);
   lnf_ = tensor({rows, C}, p);
   lnf_mean_ = tensor({rows}, p);
   lnf_rstd_ = tensor({rows}, p);
   logits_ = tensor({rows, V}, p);
   probs_ = tensor({rows, V}, p);
   losses_ = tensor({rows}, p);
-  scratch_.dtmp = tensor({rows, C}, p);
-  scratch_.dln = tensor({rows, C}, p);
-  scratch_.datty = tensor({rows, C}, p);
-  scratch_.dqkv = tensor({rows, 3 * C}, p);
-  scratch_.dfch = tensor({rows, 4 * C}, p);
-  scratch_.dfch_gelu = tensor({rows, 4 * C}, p);
-  scratch_.datt = tensor({B, NH, T, T}, p);
+  scratch_.allocate(B, shape_, p);
   dres_ = tensor({rows, C}, p);
   dlogits_ = tensor({rows, V}, p);
   capacity_ = sequences;

@@ -3,6 +3,7 @@
 // LayerNorm and lm_head. Owns its layers, pre-allocated activations and gradient scratch;
 // parameter names and shapes match nanoGPT's state_dict (plus a separate lm_head.weight).
 #pragma once
+#include <string>
 #include <vector>
 
 #include "runtime/nn/layers.hpp"
@@ -19,6 +20,20 @@ struct gpt_shape {
   int d_model = 0;  ///< C; must be divisible by n_head
 };
 
+/// One GPT parameter as the model declares it. gpt_param_specs is the single source of
+/// the names, shapes, order and init of GPT parameters, shared by gpt and gpt_stage.
+struct gpt_param_spec {
+  std::string block;  ///< "embedding", "h.{l}" or "head"
+  std::string name;   ///< e.g. "transformer.h.3.attn.c_attn.weight"
+  shape_t shape;
+  init_spec init;
+};
+
+/// Every parameter of a GPT of shape `s` in declaration (= flat memory) order; the index
+/// in this list is the parameter's index in a full gpt, which keys its init stream.
+/// Throws usage_error for an invalid shape.
+std::vector<gpt_param_spec> gpt_param_specs(const gpt_shape& s);
+
 /// Saved activations of one transformer block for up to rows = B*T positions.
 struct gpt_block_acts {
   tensor ln1, ln1_mean, ln1_rstd;  ///< LayerNorm 1 output and statistics
@@ -29,6 +44,11 @@ struct gpt_block_acts {
   tensor ln2, ln2_mean, ln2_rstd;
   tensor fch, fch_gelu;  ///< [rows, 4C] before / after GELU
   tensor out;            ///< [rows, C] block output (residual after the MLP)
+
+  /// Fresh zeroed buffers for `sequences` sequences of s.context tokens.
+  void allocate(int64_t sequences, const gpt_shape& s, pool& p);
+  /// Bytes held by the buffers.
+  std::size_t bytes() const;
 };
 
 /// Gradient buffers shared by all blocks (backward visits one block at a time).
@@ -37,6 +57,9 @@ struct gpt_grad_scratch {
   tensor dqkv;              ///< [rows, 3C]
   tensor dfch, dfch_gelu;   ///< [rows, 4C]
   tensor datt;              ///< [B, NH, T, T]
+
+  /// Fresh zeroed buffers for `sequences` sequences of s.context tokens.
+  void allocate(int64_t sequences, const gpt_shape& s, pool& p);
 };
 
 /// One transformer block: x + attn(ln_1(x)), then + mlp(ln_2(.)).
