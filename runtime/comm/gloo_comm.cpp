@@ -14,6 +14,7 @@
 #include <cstring>
 #include <mutex>
 #include <typeinfo>
+#include <unordered_set>
 
 // Gloo's TCP transport fails every pending operation of a context when one wait times
 // out: tcp::Context::signalException(msg) hands an exception to every pair, which wakes
@@ -30,6 +31,48 @@ cohort_gloo_tcp_context_signal_exception(void* tcp_context, const std::string& m
 
 namespace cohort::comm {
 
+// Why the buffers are tracked: Gloo's tcp::Pair::signalException wakes the buffers of
+// pending operations but not the one its receive loop is reading into at that moment
+// (Pair::rx_), so a collective that abort() catches mid-read waited for the whole
+// collective timeout. Every unbound buffer the algorithms create goes through this
+// registry, and abort() also calls abortWaitRecv / abortWaitSend on each: a wait in
+// progress returns at once, no wait starts after the abort, and the collective comes back
+// (an operation on the closed pair throws, or the algorithm runs out) as `aborted`.
+class buffer_registry {
+ public:
+  void add(gloo::transport::UnboundBuffer* b) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (aborted_) abort_one(b);
+    live_.insert(b);
+  }
+  void remove(gloo::transport::UnboundBuffer* b) {
+    std::lock_guard<std::mutex> lock(mu_);
+    live_.erase(b);
+  }
+  void abort_all() {
+    std::lock_guard<std::mutex> lock(mu_);
+    aborted_ = true;
+    for (auto* b : live_) abort_one(b);
+  }
+  bool aborted() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return aborted_;
+  }
+
+ private:
+  static void abort_one(gloo::transport::UnboundBuffer* b) {
+    b->abortWaitRecv();
+    b->abortWaitSend();
+  }
+  std::mutex mu_;
+  std::unordered_set<gloo::transport::UnboundBuffer*> live_;
+  bool aborted_ = false;
+};
+
+std::shared_ptr<buffer_registry> gloo_comm::make_registry() {
+  return std::make_shared<buffer_registry>();
+}
+
 namespace {
 
 // Gloo's rendezvous context with its transport context (a protected member) in reach.
@@ -37,6 +80,74 @@ class open_context : public gloo::rendezvous::Context {
  public:
   using gloo::rendezvous::Context::Context;
   gloo::transport::Context* transport_context() const { return transportContext_.get(); }
+  /// Puts TRACKER between the algorithms and the connected transport context.
+  void interpose(std::shared_ptr<gloo::transport::Context> tracker) {
+    transportContext_ = std::move(tracker);
+  }
+  std::shared_ptr<gloo::transport::Context> transport_shared() const { return transportContext_; }
+};
+
+// An unbound buffer that delegates to Gloo's and is known to the registry while it lives.
+class tracked_buffer final : public gloo::transport::UnboundBuffer {
+ public:
+  tracked_buffer(std::unique_ptr<gloo::transport::UnboundBuffer> inner,
+                 std::shared_ptr<buffer_registry> registry)
+      : UnboundBuffer(inner->ptr, inner->size),
+        inner_(std::move(inner)),
+        registry_(std::move(registry)) {
+    registry_->add(inner_.get());
+  }
+  ~tracked_buffer() override { registry_->remove(inner_.get()); }
+  // Gloo's abort flag is consumed by one wait, and its algorithms wait on the same buffer
+  // again (segment after segment): after an abort no wait may start at all.
+  bool waitRecv(int* rank, std::chrono::milliseconds timeout) override {
+    return !registry_->aborted() && inner_->waitRecv(rank, timeout);
+  }
+  bool waitSend(int* rank, std::chrono::milliseconds timeout) override {
+    return !registry_->aborted() && inner_->waitSend(rank, timeout);
+  }
+  void abortWaitRecv() override { inner_->abortWaitRecv(); }
+  void abortWaitSend() override { inner_->abortWaitSend(); }
+  void send(int dst, uint64_t slot, size_t offset, size_t nbytes) override {
+    inner_->send(dst, slot, offset, nbytes);
+  }
+  void recv(int src, uint64_t slot, size_t offset, size_t nbytes) override {
+    inner_->recv(src, slot, offset, nbytes);
+  }
+  void recv(std::vector<int> srcs, uint64_t slot, size_t offset, size_t nbytes) override {
+    inner_->recv(std::move(srcs), slot, offset, nbytes);
+  }
+
+ private:
+  std::unique_ptr<gloo::transport::UnboundBuffer> inner_;
+  std::shared_ptr<buffer_registry> registry_;
+};
+
+// The connected transport context, seen through a layer that tracks unbound buffers.
+// Pairs stay the inner context's: Gloo's pairs and buffers only ever talk to it.
+class tracking_context final : public gloo::transport::Context {
+ public:
+  tracking_context(std::shared_ptr<gloo::transport::Context> inner,
+                   std::shared_ptr<buffer_registry> registry)
+      : Context(inner->rank, inner->size),
+        inner_(std::move(inner)),
+        registry_(std::move(registry)) {
+    setTimeout(inner_->getTimeout());
+  }
+  std::unique_ptr<gloo::transport::Pair>& getPair(int rank) override {
+    return inner_->getPair(rank);
+  }
+  std::unique_ptr<gloo::transport::Pair>& createPair(int rank) override {
+    return inner_->createPair(rank);
+  }
+  std::unique_ptr<gloo::transport::UnboundBuffer> createUnboundBuffer(void* ptr,
+                                                                      size_t size) override {
+    return std::make_unique<tracked_buffer>(inner_->createUnboundBuffer(ptr, size), registry_);
+  }
+
+ private:
+  std::shared_ptr<gloo::transport::Context> inner_;
+  std::shared_ptr<buffer_registry> registry_;
 };
 
 using reduce_fn = void (*)(void*, const void*, const void*, std::size_t);
@@ -100,6 +211,8 @@ gloo_comm::gloo_comm(gloo::rendezvous::Store& store, int rank, int size, const g
     gloo::rendezvous::PrefixStore prefixed(opts.prefix, store);
     context->connectFullMesh(prefixed, device);
     context->setTimeout(opts.timeout);
+    transport_ = context->transport_shared();
+    context->interpose(std::make_shared<tracking_context>(transport_, buffers_));
     context_ = std::move(context);
   } catch (const comm_error& e) {
     throw comm_error(
@@ -126,6 +239,13 @@ void gloo_comm::run(const char* op, Fn&& fn) {
                      "new one");
   try {
     fn();
+    // A wait that abort() cut short returns false, which Gloo's algorithms do not check:
+    // the call can come back without an error, with nothing reduced.
+    if (aborted_.load())
+      throw comm_error(comm_failure::aborted, where(), "aborted while the collective ran");
+  } catch (const comm_error&) {
+    dead_ = true;
+    throw;
   } catch (const std::exception& e) {
     dead_ = true;
     const comm_failure kind = aborted_.load() ? comm_failure::aborted : classify(e.what());
@@ -139,7 +259,7 @@ void gloo_comm::abort_transport(const std::string& why) {
   std::lock_guard<std::mutex> lock(abort_mutex_);
   if (transport_signalled_ || !context_) return;
   transport_signalled_ = true;
-  auto* transport = static_cast<open_context&>(*context_).transport_context();
+  auto* transport = transport_.get();
   if (transport == nullptr) return;
   // tcp::Context derives first from transport::Context (its primary base, at offset 0).
   // Check the dynamic type by name since the TCP class cannot be named here.
@@ -150,6 +270,8 @@ void gloo_comm::abort_transport(const std::string& why) {
     // here then returns at its timeout.
     context_->closeConnections();
   }
+  // Last: waits the signal above cannot reach (a buffer mid-read) return now.
+  buffers_->abort_all();
 }
 
 void gloo_comm::abort() {

@@ -17,9 +17,14 @@ class Context;
 namespace rendezvous {
 class Store;
 }
+namespace transport {
+class Context;
+}
 }  // namespace gloo
 
 namespace cohort::comm {
+
+class buffer_registry;  // gloo_comm.cpp: the live unbound buffers, for abort()
 
 /// How a gloo_comm connects. Timeouts come from the runtime's config, never Gloo's
 /// 30 s / multi-minute defaults.
@@ -74,11 +79,15 @@ class gloo_comm : public communicator {
   void run(const char* op, Fn&& fn);
   // Fails every pending operation of the context and closes its sockets (once).
   void abort_transport(const std::string& why);
+  static std::shared_ptr<buffer_registry> make_registry();
 
   int rank_;
   int size_;
   gloo_options opts_;
   std::shared_ptr<gloo::Context> context_;
+  std::shared_ptr<gloo::transport::Context> transport_;  ///< the connected (TCP) context
+  /// Every unbound buffer the algorithms create, so abort() can end its waits.
+  std::shared_ptr<buffer_registry> buffers_ = make_registry();
   std::atomic<bool> dead_{false};
   std::atomic<bool> aborted_{false};
   std::mutex abort_mutex_;  // one signal into the transport, even if abort() races itself
