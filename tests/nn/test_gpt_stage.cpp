@@ -374,7 +374,7 @@ TEST_CASE("a whole-model stage is the gpt: forward_backward and eval bit for bit
   CHECK(a.count == 18);
 }
 
-TEST_CASE("chained stages (P = 1, 2, 3; balanced and explicit cuts) = gpt, bit for bit") {
+TEST_CASE("chained stages (P = 1, 2, 3, 4 - balanced and explicit cuts) = gpt, bit for bit") {
   const std::vector<batch> mbs = micro_batches();
   reference ref = full_gpt(mbs);
   for (const std::vector<stage_range>& cut :
