@@ -116,6 +116,25 @@ const std::vector<key_spec>& schema() {
        {},
        nullptr,
        "Tensor-parallel ranks per stage. Only 1 is implemented yet."},
+      {"parallel",
+       "schedule",
+       COHORT_FIELD(parallel.schedule),
+       unbounded(),
+       {"gpipe", "1f1b"},
+       nullptr,
+       "Micro-batch schedule of the pipeline stages (used when pp > 1; docs/pipeline.md). "
+       "gpipe: all forwards, then all backwards; every stage holds all M micro-batches' "
+       "activations. 1f1b: warm-up forwards, then one forward one backward; stage s holds at "
+       "most min(pp - s, M). Same bubble, (pp - 1) / (M + pp - 1), with M = global_batch / "
+       "micro_batch."},
+      {"parallel",
+       "activation_checkpointing",
+       COHORT_FIELD(parallel.activation_checkpointing),
+       unbounded(),
+       {},
+       nullptr,
+       "true: keep only stage-boundary activations and recompute the rest in backward. Only "
+       "false is implemented yet."},
       {"model",
        "kind",
        COHORT_FIELD(model.kind),
@@ -1289,6 +1308,11 @@ class loader {
     if (fine({"parallel.tp"}) && c.parallel.tp > 1) {
       complain({"parallel.tp"}, "tensor parallelism (tp = " + std::to_string(c.parallel.tp) +
                                     ") is not implemented yet (set parallel.tp: 1)");
+    }
+    if (fine({"parallel.activation_checkpointing"}) && c.parallel.activation_checkpointing) {
+      complain({"parallel.activation_checkpointing"},
+               "activation checkpointing is not implemented yet (set "
+               "parallel.activation_checkpointing: false)");
     }
     // grid_ok: dp is resolved and dp * pp * tp == workers, so dp can be checked against
     // the batch; otherwise that check would only repeat the grid problem.

@@ -19,6 +19,11 @@ struct parallel_config {
   int dp = 0;  ///< data-parallel replicas; 0 in YAML means "resolve to workers/(pp*tp)"
   int pp = 1;  ///< pipeline stages
   int tp = 1;  ///< tensor-parallel ranks
+  /// gpipe | 1f1b: the micro-batch schedule of pipeline stages (train/pipeline_schedule.hpp)
+  std::string schedule = "1f1b";
+  /// Keep only stage-boundary activations and recompute the rest in backward (refused
+  /// until the pipeline runtime implements it)
+  bool activation_checkpointing = false;
 };
 
 struct model_config {

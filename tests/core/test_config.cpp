@@ -54,6 +54,8 @@ void check_equal(const config& a, const config& b) {
   CHECK(a.parallel.dp == b.parallel.dp);
   CHECK(a.parallel.pp == b.parallel.pp);
   CHECK(a.parallel.tp == b.parallel.tp);
+  CHECK(a.parallel.schedule == b.parallel.schedule);
+  CHECK(a.parallel.activation_checkpointing == b.parallel.activation_checkpointing);
   CHECK(a.model.kind == b.model.kind);
   CHECK(a.model.hidden == b.model.hidden);
   CHECK(a.model.n_layer == b.model.n_layer);
@@ -1304,7 +1306,7 @@ TEST_CASE("dump_config prints every key of the schema, sections in a fixed order
     at = found;
   }
   const std::set<std::string> keys = key_paths(text);
-  CHECK(keys.size() == 46);
+  CHECK(keys.size() == 48);
   for (const char* k : {"cluster.workers", "parallel.dp", "model.hidden", "data.cache_dir",
                         "train.threads", "comm.backend", "comm.bucket_mb", "fault_tolerance.keep",
                         "elastic.min_workers", "elastic.max_workers", "elastic.respawn",
@@ -1612,7 +1614,7 @@ TEST_CASE("configs/reference.yaml is the generated reference and holds every key
     }
     previous = line;
   }
-  CHECK(keys == 45);
+  CHECK(keys == 47);
   CHECK(top_level == 1);
   // The commented examples are the language's own examples, and each of them parses.
   size_t examples = 0;
@@ -1629,4 +1631,109 @@ TEST_CASE("docs/config.md holds the generated key table") {
   const std::string doc = read_text(source_dir + "/docs/config.md");
   CHECK_MESSAGE(doc.find(cohort::config_keys_markdown()) != std::string::npos,
                 "regenerate the table: cohort validate --keys-markdown");
+}
+
+TEST_CASE("parallel.schedule and parallel.activation_checkpointing") {
+  // Defaults: 1f1b (same bubble as gpipe, less activation memory), no recomputation.
+  config c = cohort::load_config_text("train:\n  lr: 0.1\n", "t");
+  CHECK(c.parallel.schedule == "1f1b");
+  CHECK(c.parallel.activation_checkpointing == false);
+
+  // Both values are accepted, from the file and from --set (which wins).
+  c = cohort::load_config_text("parallel:\n  schedule: gpipe\n", "t");
+  CHECK(c.parallel.schedule == "gpipe");
+  c = cohort::load_config_text("parallel:\n  schedule: gpipe\n", "t", {"parallel.schedule=1f1b"});
+  CHECK(c.parallel.schedule == "1f1b");
+  c = cohort::load_config_text("parallel:\n  activation_checkpointing: false\n", "t");
+  CHECK(c.parallel.activation_checkpointing == false);
+
+  // The resolved config round-trips, the schedule written as a plain word.
+  c = cohort::load_config_text("parallel:\n  schedule: gpipe\n", "t");
+  const std::string dumped = cohort::dump_config(c);
+  CHECK(dumped.find("\n  schedule: gpipe\n") != std::string::npos);
+  CHECK(dumped.find("\n  activation_checkpointing: false\n") != std::string::npos);
+  check_equal(cohort::load_config_text(dumped, "dump"), c);
+  // The schedule is part of the run's identity.
+  CHECK(cohort::config_hash(c) !=
+        cohort::config_hash(cohort::load_config_text("parallel:\n  schedule: 1f1b\n", "t")));
+
+  struct bad {
+    std::string yaml;
+    std::vector<std::string> sets;
+    std::string file;
+    int line, col;
+    std::string key, message;
+  };
+  const std::vector<bad> cases = {
+      {"parallel:\n  schedule: gpip\n",
+       {},
+       "cfg.yaml",
+       2,
+       13,
+       "parallel.schedule",
+       "'gpip' is not allowed (use one of gpipe, 1f1b; did you mean gpipe?)"},
+      {"parallel:\n  schedule: 1fb1\n",
+       {},
+       "cfg.yaml",
+       2,
+       13,
+       "parallel.schedule",
+       "did you mean 1f1b?"},
+      {"parallel:\n  schedule: interleaved\n",
+       {},
+       "cfg.yaml",
+       2,
+       13,
+       "parallel.schedule",
+       "use one of gpipe, 1f1b"},
+      {"parallel:\n  schedule: [gpipe]\n",
+       {},
+       "cfg.yaml",
+       2,
+       13,
+       "parallel.schedule",
+       "(write a single value)"},
+      {"parallel:\n  schedule:\n", {}, "cfg.yaml", 2, 3, "parallel.schedule", "has no value"},
+      {"train:\n  lr: 0.1\n",
+       {"parallel.schedule=GPipe"},
+       "--set",
+       0,
+       0,
+       "parallel.schedule",
+       "did you mean gpipe?"},
+      {"parallel:\n  shedule: gpipe\n",
+       {},
+       "cfg.yaml",
+       2,
+       3,
+       "parallel.shedule",
+       "did you mean parallel.schedule?"},
+      {"parallel:\n  activation_checkpointing: true\n",
+       {},
+       "cfg.yaml",
+       2,
+       29,
+       "parallel.activation_checkpointing",
+       "activation checkpointing is not implemented yet (set parallel.activation_checkpointing: "
+       "false)"},
+      {"parallel:\n  activation_checkpointing: yes\n",
+       {},
+       "cfg.yaml",
+       2,
+       29,
+       "parallel.activation_checkpointing",
+       "expected true or false, got yes"},
+  };
+  for (const bad& b : cases) {
+    CAPTURE(b.yaml);
+    const std::vector<config_issue> issues = issues_of(b.yaml, b.sets);
+    CAPTURE(all_text(issues));
+    REQUIRE(issues.size() == 1);
+    const config_issue& i = issues[0];
+    CHECK(i.file == b.file);
+    if (b.line) CHECK(i.line == b.line);
+    if (b.col) CHECK(i.col == b.col);
+    CHECK(i.key == b.key);
+    CHECK_MESSAGE(i.message.find(b.message) != std::string::npos, i.message);
+  }
 }
