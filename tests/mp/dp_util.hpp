@@ -1,12 +1,10 @@
 // Helpers shared by the data-parallel multi-process tests (test_dp, test_elastic): the small
 // MLP config, `cohort train`'s summary as the fault-free reference, `cohort ctl status
-// --json`, and running a `cohort` command with both output streams. Only for tests/mp;
+// --json`. Only for tests/mp;
 // process handling (children, temp dirs, polling) lives in mp_util.hpp.
 #pragma once
 #include <doctest/doctest.h>
-#include <sys/wait.h>
 
-#include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -50,20 +48,6 @@ inline nlohmann::json train_summary(const temp_dir& dir, const std::string& cfg)
   run_capture("train " + cfg + " -q --summary " + out, &rc);
   REQUIRE(rc == 0);
   return read_json(out);
-}
-
-/// Runs `cohort ARGS` (shell words) to completion; returns stdout and stderr together, so
-/// that an error message can be checked.
-inline std::string run_all(const std::string& args, int* exit_code) {
-  const std::string cmd = cohort_binary() + " " + args + " 2>&1";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while (p != nullptr && (n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  const int status = p != nullptr ? ::pclose(p) : -1;
-  *exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return out;
 }
 
 }  // namespace cohort::mp

@@ -149,9 +149,11 @@ class child_process {
   int code_ = -1;
 };
 
-/// Runs `cohort ARGS...` to completion and returns its stdout (stderr is discarded).
-inline std::string run_capture(const std::string& args, int* exit_code = nullptr) {
-  const std::string cmd = cohort_binary() + " " + args + " 2>/dev/null";
+/// Runs `cohort ARGS...` to completion and returns its stdout; stderr is discarded, or
+/// with WITH_STDERR returned too (so that an error message can be checked).
+inline std::string run_capture(const std::string& args, int* exit_code = nullptr,
+                               bool with_stderr = false) {
+  const std::string cmd = cohort_binary() + " " + args + (with_stderr ? " 2>&1" : " 2>/dev/null");
   FILE* p = ::popen(cmd.c_str(), "r");
   std::string out;
   char buf[4096];

@@ -52,7 +52,7 @@ int64_t pid_of(const nlohmann::json& status, const std::string& name) {
 
 // `cohort ctl --coordinator EP ARGS`: stdout and stderr together, exit code in *RC.
 std::string ctl(const std::string& ep, const std::string& args, int* rc) {
-  return run_all("ctl --coordinator " + ep + " " + args, rc);
+  return run_capture("ctl --coordinator " + ep + " " + args, rc, true);
 }
 
 // Waits for `cohort launch` to end (exit 0 expected); its summary at OUT.
