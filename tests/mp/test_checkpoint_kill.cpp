@@ -39,6 +39,19 @@ std::optional<std::pair<int64_t, std::string>> in_flight(const std::string& dir)
   return std::nullopt;
 }
 
+// The uninterrupted `cohort train` run of CFG, checkpointing into its own folder; its summary.
+nlohmann::json reference(const temp_dir& dir, const std::string& cfg) {
+  const std::string out = dir.path() + "/ref.json";
+  int rc = -1;
+  run_capture("train " + cfg + " -q --summary " + out +
+                  " --set fault_tolerance.checkpoint_dir=" + dir.path() + "/ref-ckpt",
+              &rc);
+  REQUIRE(rc == 0);
+  const nlohmann::json ref = nlohmann::json::parse(read_file(out), nullptr, false);
+  REQUIRE(ref.is_object());
+  return ref;
+}
+
 }  // namespace
 
 TEST_CASE("cohort train killed inside a checkpoint write resumes from the one before it") {
@@ -46,15 +59,7 @@ TEST_CASE("cohort train killed inside a checkpoint write resumes from the one be
   const std::string cfg = dir.write("cfg.yaml", kill_yaml(dir.path()));
   const std::string ckdir = dir.path() + "/ckpt";
 
-  // The uninterrupted reference, into its own folder.
-  const std::string ref_out = dir.path() + "/ref.json";
-  int rc = -1;
-  run_capture("train " + cfg + " -q --summary " + ref_out +
-                  " --set fault_tolerance.checkpoint_dir=" + dir.path() + "/ref-ckpt",
-              &rc);
-  REQUIRE(rc == 0);
-  const nlohmann::json ref = nlohmann::json::parse(read_file(ref_out), nullptr, false);
-  REQUIRE(ref.is_object());
+  const nlohmann::json ref = reference(dir, cfg);
   const std::string hash = ref["params_sha256"];
   REQUIRE(hash.size() == 64);
   CHECK(ref["checkpoint"] == checkpoint_path(dir.path() + "/ref-ckpt", 20));
@@ -123,14 +128,7 @@ TEST_CASE("a launch killed inside a checkpoint write resumes on another worker c
   yaml.replace(yaml.find("steps: 20"), 9, "steps: 40");
   const std::string cfg = dir.write("cfg.yaml", yaml);
   const std::string ckdir = dir.path() + "/ckpt";
-  const std::string ref_out = dir.path() + "/ref.json";
-  int rc = -1;
-  run_capture("train " + cfg + " -q --summary " + ref_out +
-                  " --set fault_tolerance.checkpoint_dir=" + dir.path() + "/ref-ckpt",
-              &rc);
-  REQUIRE(rc == 0);
-  const std::string hash =
-      nlohmann::json::parse(read_file(ref_out), nullptr, false)["params_sha256"];
+  const std::string hash = reference(dir, cfg)["params_sha256"];
   REQUIRE(hash.size() == 64);
 
   std::pair<int64_t, std::string> killed_in;

@@ -1,5 +1,6 @@
-// Helpers shared by the tests/nn gradient checks: seeded random fills, central finite
-// differences and a float-noise-robust comparison of two gradient vectors.
+// Helpers shared by the tests/nn gradient checks: seeded random fills and language-model
+// batches, central finite differences and a float-noise-robust comparison of two gradient
+// vectors.
 #pragma once
 #include <doctest/doctest.h>
 
@@ -8,9 +9,23 @@
 #include <functional>
 #include <vector>
 
+#include "runtime/core/batch.hpp"
 #include "runtime/core/rng.hpp"
 
 namespace cohort::nn::testing {
+
+/// N sequences of T random token ids and targets below VOCAB, from SEED.
+inline batch lm_batch(int n, int t, int vocab, uint64_t seed) {
+  rng r(seed);
+  batch b;
+  b.n = n;
+  b.t = t;
+  for (int i = 0; i < n * t; ++i) {
+    b.ids.push_back(static_cast<int32_t>(r.below(vocab)));
+    b.targets.push_back(static_cast<int32_t>(r.below(vocab)));
+  }
+  return b;
+}
 
 inline std::vector<float> randn(std::size_t n, uint64_t seed, float std = 1.0f) {
   rng r(seed);

@@ -15,9 +15,11 @@
 #include "runtime/core/rng.hpp"
 #include "runtime/nn/gpt.hpp"
 #include "runtime/nn/gpt_stage.hpp"
+#include "tests/nn/grad_check.hpp"
 
 using namespace cohort;
 using namespace cohort::nn;
+using cohort::nn::testing::lm_batch;
 
 namespace {
 
@@ -65,18 +67,6 @@ void compositions(int layers, int parts, std::vector<int>& cur,
     compositions(layers - c, parts - 1, cur, f);
     cur.pop_back();
   }
-}
-
-batch lm_batch(int n, int t, int vocab, uint64_t seed) {
-  rng r(seed);
-  batch b;
-  b.n = n;
-  b.t = t;
-  for (int i = 0; i < n * t; ++i) {
-    b.ids.push_back(static_cast<int32_t>(r.below(vocab)));
-    b.targets.push_back(static_cast<int32_t>(r.below(vocab)));
-  }
-  return b;
 }
 
 /// Four micro-batches of 2 sequences; one is shorter than the context.

@@ -32,18 +32,6 @@ batch mlp_batch(int n, int features, int classes, uint64_t seed) {
   return b;
 }
 
-batch lm_batch(int n, int t, int vocab, uint64_t seed) {
-  rng r(seed);
-  batch b;
-  b.n = n;
-  b.t = t;
-  for (int i = 0; i < n * t; ++i) {
-    b.ids.push_back(static_cast<int32_t>(r.below(vocab)));
-    b.targets.push_back(static_cast<int32_t>(r.below(vocab)));
-  }
-  return b;
-}
-
 /// Rows [from, from + count) of a batch.
 batch slice(const batch& b, int from, int count) {
   batch s = b;
