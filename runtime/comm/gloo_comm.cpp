@@ -11,6 +11,7 @@
 #include <gloo/transport/tcp/device.h>
 #include <signal.h>
 
+#include <atomic>
 #include <cstring>
 #include <mutex>
 #include <typeinfo>
@@ -54,10 +55,8 @@ class buffer_registry {
     aborted_ = true;
     for (auto* b : live_) abort_one(b);
   }
-  bool aborted() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return aborted_;
-  }
+  /// Read on every wait: lock-free (set under mu_ so add() sees it consistently).
+  bool aborted() const { return aborted_.load(); }
 
  private:
   static void abort_one(gloo::transport::UnboundBuffer* b) {
@@ -66,7 +65,7 @@ class buffer_registry {
   }
   std::mutex mu_;
   std::unordered_set<gloo::transport::UnboundBuffer*> live_;
-  bool aborted_ = false;
+  std::atomic<bool> aborted_{false};
 };
 
 std::shared_ptr<buffer_registry> gloo_comm::make_registry() {
