@@ -1,6 +1,7 @@
 #include "runtime/nn/gpt_stage.hpp"
 
 #include <algorithm>
+#include <functional>
 #include <limits>
 #include <string>
 
@@ -65,6 +66,152 @@ class gpt_init_draws : public model {
   }
   std::string kind() const override { return "gpt_init_draws"; }
 };
+
+using tp_slice = gpt_stage::tp_slice;
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+/// Which part of the whole tensor `p` TP rank `rank` of `T` holds (Megatron's split: the
+/// rows of c_attn and c_fc, the input columns of both c_proj; everything else whole).
+tp_slice slice_of(const gpt_param_spec& p, int T, int rank) {
+  tp_slice s;
+  s.full_shape = p.shape;
+  if (T == 1 || p.block == "embedding" || p.block == "head") return s;
+  const int64_t in = p.shape.back();  // a linear weight is [out, in]
+  auto cut = [&](int dim, int64_t extent, int parts) {
+    s.dim = dim;
+    s.parts = parts;
+    s.begin = extent / T * rank;
+    s.end = extent / T * (rank + 1);
+  };
+  if (ends_with(p.name, ".attn.c_attn.weight") || ends_with(p.name, ".attn.c_attn.bias"))
+    cut(0, p.shape[0] / 3, 3);  // q | k | v: the rows of this rank's heads in each
+  else if (ends_with(p.name, ".mlp.c_fc.weight") || ends_with(p.name, ".mlp.c_fc.bias"))
+    cut(0, p.shape[0], 1);
+  else if (ends_with(p.name, ".attn.c_proj.weight") || ends_with(p.name, ".mlp.c_proj.weight"))
+    cut(1, in, 1);
+  return s;
+}
+
+/// The shape of the shard a slice describes.
+shape_t shard_shape(const tp_slice& s) {
+  shape_t out = s.full_shape;
+  if (s.dim >= 0) out[s.dim] = s.parts * (s.end - s.begin);
+  return out;
+}
+
+/// Copies the elements of `full` (of s.full_shape) that the shard holds into `shard`.
+void copy_shard(const tp_slice& s, const float* full, float* shard) {
+  const int64_t numel = shape_numel(s.full_shape);
+  if (s.dim < 0) {
+    std::copy(full, full + numel, shard);
+  } else if (s.dim == 0) {
+    const int64_t row = numel / s.full_shape[0], part = s.full_shape[0] / s.parts;
+    for (int k = 0; k < s.parts; ++k) {
+      const float* src = full + (k * part + s.begin) * row;
+      shard = std::copy(src, src + (s.end - s.begin) * row, shard);
+    }
+  } else {
+    const int64_t rows = s.full_shape[0], cols = s.full_shape[1];
+    for (int64_t r = 0; r < rows; ++r)
+      shard = std::copy(full + r * cols + s.begin, full + r * cols + s.end, shard);
+  }
+}
+
+/// Block activations of one TP rank: the stream-wide tensors (LayerNorm outputs, residuals)
+/// whole, the per-head and MLP-width tensors at 1/T (gpt_block_acts::allocate sizes for
+/// T = 1).
+void allocate_tp_acts(gpt_block_acts& a, int64_t sequences, const gpt_shape& s, int T, pool& p) {
+  const int64_t B = sequences, TT = s.context, C = s.d_model, rows = B * TT;
+  const int64_t cl = C / T, nhl = s.n_head / T;
+  a.ln1 = tensor({rows, C}, p);
+  a.ln1_mean = tensor({rows}, p);
+  a.ln1_rstd = tensor({rows}, p);
+  a.qkv = tensor({rows, 3 * cl}, p);
+  a.att = tensor({B, nhl, TT, TT}, p);
+  a.atty = tensor({rows, cl}, p);
+  a.res2 = tensor({rows, C}, p);
+  a.ln2 = tensor({rows, C}, p);
+  a.ln2_mean = tensor({rows}, p);
+  a.ln2_rstd = tensor({rows}, p);
+  a.fch = tensor({rows, 4 * C / T}, p);
+  a.fch_gelu = tensor({rows, 4 * C / T}, p);
+  a.out = tensor({rows, C}, p);
+}
+
+/// Gradient scratch of one TP rank, sized like allocate_tp_acts.
+void allocate_tp_scratch(gpt_grad_scratch& g, int64_t sequences, const gpt_shape& s, int T,
+                         pool& p) {
+  const int64_t B = sequences, TT = s.context, C = s.d_model, rows = B * TT;
+  g.dtmp = tensor({rows, C}, p);
+  g.dln = tensor({rows, C}, p);
+  g.datty = tensor({rows, C / T}, p);
+  g.dqkv = tensor({rows, 3 * C / T}, p);
+  g.dfch = tensor({rows, 4 * C / T}, p);
+  g.dfch_gelu = tensor({rows, 4 * C / T}, p);
+  g.datt = tensor({B, s.n_head / T, TT, TT}, p);
+}
+
+/// y[r, :] += b for every row: a row-parallel layer's bias, added once after the sum.
+void add_bias_rows(float* y, const float* b, int rows, int c) {
+  for (int r = 0; r < rows; ++r) cpu::add_inplace(y + static_cast<int64_t>(r) * c, b, c);
+}
+
+using allreduce_fn = std::function<void(float*, int64_t)>;
+
+/// gpt_block::forward of one TP rank: the column-parallel c_attn / c_fc need no
+/// communication (the input is whole on every rank, each computes its own output slice);
+/// each row-parallel c_proj yields a partial sum over its input slice, summed over the
+/// group before the bias (added once) and the residual.
+void tp_block_forward(const gpt_block& k, gpt_block_acts& a, const float* x, int b, int t,
+                      const allreduce_fn& allreduce) {
+  const int rows = b * t, c = k.ln_1.c, cl = k.attn_proj.in, fl = k.c_fc.out;
+  const int64_t n = static_cast<int64_t>(rows) * c;
+  k.ln_1.forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x, rows);
+  k.c_attn.forward(a.qkv.data(), a.ln1.data(), rows);
+  cpu::attention_fwd(a.atty.data(), a.att.data(), a.qkv.data(), b, t, cl, k.n_head);
+  cpu::linear_fwd(a.res2.data(), a.atty.data(), k.attn_proj.w.data(), nullptr, rows, cl, c);
+  allreduce(a.res2.data(), n);
+  add_bias_rows(a.res2.data(), k.attn_proj.b.data(), rows, c);
+  cpu::add_inplace(a.res2.data(), x, n);
+  k.ln_2.forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.res2.data(), rows);
+  k.c_fc.forward(a.fch.data(), a.ln2.data(), rows);
+  cpu::gelu_fwd(a.fch_gelu.data(), a.fch.data(), static_cast<int64_t>(rows) * fl);
+  cpu::linear_fwd(a.out.data(), a.fch_gelu.data(), k.mlp_proj.w.data(), nullptr, rows, fl, c);
+  allreduce(a.out.data(), n);
+  add_bias_rows(a.out.data(), k.mlp_proj.b.data(), rows, c);
+  cpu::add_inplace(a.out.data(), a.res2.data(), n);
+}
+
+/// gpt_block::backward of one TP rank. A row-parallel layer needs no communication: its
+/// output gradient is whole on every rank, so its bias gradient is the same everywhere and
+/// its weight and input gradients are the rank's own slices. A column-parallel layer's
+/// input gradient is this rank's share of a sum over all output rows, summed over the
+/// group before the LayerNorm backward that needs the whole of it.
+void tp_block_backward(gpt_block& k, gpt_block_acts& a, gpt_grad_scratch& s, float* dres,
+                       const float* x, int b, int t, const grad_report& report,
+                       const allreduce_fn& allreduce) {
+  const int rows = b * t, c = k.ln_1.c, cl = k.attn_proj.in, fl = k.c_fc.out;
+  const int64_t n = static_cast<int64_t>(rows) * c;
+  k.mlp_proj.backward(s.dfch_gelu.data(), dres, a.fch_gelu.data(), rows, report);
+  cpu::gelu_bwd(s.dfch.data(), s.dfch_gelu.data(), a.fch.data(), static_cast<int64_t>(rows) * fl);
+  k.c_fc.backward(s.dln.data(), s.dfch.data(), a.ln2.data(), rows, report);
+  allreduce(s.dln.data(), n);
+  k.ln_2.backward(s.dtmp.data(), s.dln.data(), a.res2.data(), a.ln2_mean.data(), a.ln2_rstd.data(),
+                  rows, report);
+  cpu::add_inplace(dres, s.dtmp.data(), n);
+  k.attn_proj.backward(s.datty.data(), dres, a.atty.data(), rows, report);
+  cpu::attention_bwd(s.dqkv.data(), s.datt.data(), s.datty.data(), a.qkv.data(), a.att.data(), b, t,
+                     cl, k.n_head);
+  k.c_attn.backward(s.dln.data(), s.dqkv.data(), a.ln1.data(), rows, report);
+  allreduce(s.dln.data(), n);
+  k.ln_1.backward(s.dtmp.data(), s.dln.data(), x, a.ln1_mean.data(), a.ln1_rstd.data(), rows,
+                  report);
+  cpu::add_inplace(dres, s.dtmp.data(), n);
+}
 
 std::string range_str(const stage_range& r) {
   return "layers [" + std::to_string(r.first_layer) + ", " + std::to_string(r.end_layer) + ")" +
@@ -159,11 +306,27 @@ gpt_stage::gpt_stage(const gpt_shape& shape, const stage_range& range,
                       "the stage with the last block");
   if (options.slots < 1 || options.max_batch < 1)
     throw usage_error("gpt_stage: slots and max_batch must be >= 1");
+  const int T = options.tp_size;
+  if (T < 1 || options.tp_rank < 0 || options.tp_rank >= T)
+    throw usage_error("gpt_stage: tp_rank " + std::to_string(options.tp_rank) + " outside [0, " +
+                      "tp_size=" + std::to_string(T) + "); parallel.tp must be >= 1");
+  if (T > 1 && !options.tp_allreduce)
+    throw usage_error("gpt_stage: tp_size " + std::to_string(T) +
+                      " needs tp_allreduce, the sum over the tensor-parallel group");
+  if (shape.n_head % T != 0 || (4 * int64_t{shape.d_model}) % T != 0)
+    throw usage_error("gpt_stage: tensor parallelism over " + std::to_string(T) +
+                      " ranks splits the heads and the MLP width evenly, but n_head = " +
+                      std::to_string(shape.n_head) +
+                      " and 4 * d_model = " + std::to_string(4 * int64_t{shape.d_model}) +
+                      "; set parallel.tp to a divisor of n_head (or change n_head)");
 
   for (const gpt_param_spec& spec : specs) {
     if (!in_range(spec, range)) continue;
     if (blocks().empty() || blocks().back().name != spec.block) begin_block(spec.block);
-    add_param(spec.name, spec.shape, spec.init);
+    const tp_slice sl = slice_of(spec, T, options.tp_rank);
+    add_param(spec.name, shard_shape(sl), spec.init);
+    tp_replicated_.push_back(sl.dim < 0);
+    tp_slices_.push_back(sl);
   }
   finalize(seed);  // draws by stage-local index; replaced just below
   init_like_gpt(seed);
@@ -204,13 +367,15 @@ gpt_stage::gpt_stage(const gpt_shape& shape, const stage_range& range,
   for (int k = 0; k < range.layers(); ++k) {
     const std::string h = "transformer.h." + std::to_string(range.first_layer + k) + ".";
     gpt_block& blk = layers_[k];
-    blk.n_head = shape.n_head;
+    // A TP rank holds n_head / T heads (3C/T rows of c_attn, C/T input columns of
+    // attn.c_proj) and 4C/T of the MLP width; T = 1 gives the whole block.
+    blk.n_head = shape.n_head / T;
     bind_ln(blk.ln_1, h + "ln_1");
-    bind_linear(blk.c_attn, h + "attn.c_attn", C, 3 * C, true);
-    bind_linear(blk.attn_proj, h + "attn.c_proj", C, C, true);
+    bind_linear(blk.c_attn, h + "attn.c_attn", C, 3 * C / T, true);
+    bind_linear(blk.attn_proj, h + "attn.c_proj", C / T, C, true);
     bind_ln(blk.ln_2, h + "ln_2");
-    bind_linear(blk.c_fc, h + "mlp.c_fc", C, 4 * C, true);
-    bind_linear(blk.mlp_proj, h + "mlp.c_proj", 4 * C, C, true);
+    bind_linear(blk.c_fc, h + "mlp.c_fc", C, 4 * C / T, true);
+    bind_linear(blk.mlp_proj, h + "mlp.c_proj", 4 * C / T, C, true);
   }
   if (range.has_head) {
     bind_ln(ln_f_, "transformer.ln_f");
@@ -229,7 +394,10 @@ gpt_stage::gpt_stage(const gpt_shape& shape, const stage_range& range,
   for (act_set& a : sets_) {
     a.blocks.resize(range.layers());
     for (gpt_block_acts& b : a.blocks) {
-      b.allocate(B, shape, mem);
+      if (T == 1)
+        b.allocate(B, shape, mem);
+      else
+        allocate_tp_acts(b, B, shape, T, mem);
       activation_bytes_ += b.bytes();
     }
     if (range.has_head) {
@@ -246,13 +414,33 @@ gpt_stage::gpt_stage(const gpt_shape& shape, const stage_range& range,
     losses_ = tensor({rows}, mem);
     dlogits_ = tensor({rows, V}, mem);
   }
-  scratch_.allocate(B, shape, mem);
+  if (T == 1)
+    scratch_.allocate(B, shape, mem);
+  else
+    allocate_tp_scratch(scratch_, B, shape, T, mem);
   dres_ = tensor({rows, C}, mem);
 }
 
 void gpt_stage::init_like_gpt(uint64_t seed) {
   gpt_init_draws draws(gpt_param_specs(shape_), range_, seed, memory());
-  for (parameter& p : parameters()) p.value.copy_from(draws.param(p.name).value);
+  std::vector<parameter>& ps = parameters();
+  for (std::size_t i = 0; i < ps.size(); ++i)
+    copy_shard(tp_slices_[i], draws.param(ps[i].name).value.data(), ps[i].value.data());
+}
+
+void gpt_stage::block_forward(std::size_t l, gpt_block_acts& a, const float* x, int n, int t) {
+  if (options_.tp_size == 1)
+    layers_[l].forward(a, x, n, t);
+  else
+    tp_block_forward(layers_[l], a, x, n, t, options_.tp_allreduce);
+}
+
+void gpt_stage::block_backward(std::size_t l, gpt_block_acts& a, float* dres, const float* x, int n,
+                               int t) {
+  if (options_.tp_size == 1)
+    layers_[l].backward(a, scratch_, dres, x, n, t, reporter());
+  else
+    tp_block_backward(layers_[l], a, scratch_, dres, x, n, t, reporter(), options_.tp_allreduce);
 }
 
 void gpt_stage::check_slot(int slot) const {
@@ -292,7 +480,7 @@ float gpt_stage::run_forward(const slot_state& s, act_set& a, int64_t* correct) 
   const int rows = s.n * s.t;
   const float* x = s.input.data();
   for (std::size_t l = 0; l < layers_.size(); ++l) {
-    layers_[l].forward(a.blocks[l], x, s.n, s.t);
+    block_forward(l, a.blocks[l], x, s.n, s.t);
     x = a.blocks[l].out.data();
   }
   if (!range_.has_head) return 0.0f;
@@ -371,7 +559,7 @@ const float* gpt_stage::backward(int slot, const float* d_out, float loss_scale)
   }
   for (std::size_t l = layers_.size(); l-- > 0;) {
     const float* x = l == 0 ? s.input.data() : a.blocks[l - 1].out.data();
-    layers_[l].backward(a.blocks[l], scratch_, dres_.data(), x, s.n, s.t, report);
+    block_backward(l, a.blocks[l], dres_.data(), x, s.n, s.t);
   }
   s.busy = false;
   if (range_.has_embedding) {

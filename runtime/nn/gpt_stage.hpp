@@ -1,10 +1,12 @@
 // Pipeline stages of the GPT: the partition of its blocks into P contiguous stages and one
 // stage as a model of its own (same parameter names and initial values as the full gpt,
-// activations saved per micro-batch slot so several micro-batches can be in flight).
-// Owns the stage arithmetic and its buffers; knows nothing of schedules, workers, sockets
-// or how activations travel between stages.
+// activations saved per micro-batch slot so several micro-batches can be in flight),
+// optionally one Megatron tensor-parallel shard of it. Owns the stage arithmetic and its
+// buffers; knows nothing of schedules, workers, sockets, or how activations travel between
+// stages and sums travel between TP ranks (the caller passes an allreduce function).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -51,6 +53,21 @@ struct gpt_stage_options {
   /// Keep only each slot's stage input and recompute the stage's activations in backward
   /// (one shared set of activations instead of one per slot); gradients are bit-identical.
   bool activation_checkpointing = false;
+
+  /// Tensor parallelism (Megatron-LM): tp_size ranks share this stage. In every block
+  /// attn.c_attn and mlp.c_fc are column parallel (rank t holds the output rows of its
+  /// heads, or its 1/T of the MLP width) and attn.c_proj and mlp.c_proj row parallel
+  /// (the matching input columns; bias whole). Two allreduces per block in forward (after
+  /// each row-parallel matmul, before its bias) and two in backward (the gradient w.r.t. the
+  /// input of each column-parallel matmul, before the LayerNorm backward). LayerNorms,
+  /// embeddings, ln_f and lm_head are replicated; their gradients come out identical on
+  /// every rank as long as tp_allreduce hands every rank the same bits.
+  int tp_size = 1;  ///< tensor-parallel ranks sharing this stage
+  int tp_rank = 0;  ///< this rank in [0, tp_size)
+  /// Sums `count` floats in place across the tp_size ranks (an allreduce over the TP group).
+  /// Required when tp_size > 1; never called when tp_size == 1. Every rank of the group
+  /// must call forward / backward for the same micro-batches in the same order.
+  std::function<void(float* data, int64_t count)> tp_allreduce;
 };
 
 /// What forward produced for one micro-batch.
@@ -70,6 +87,11 @@ struct stage_forward {
 /// so losses and gradients are bit-identical to the full model's, as long as every stage
 /// backwards its micro-batches in the order the full model would have processed them.
 ///
+/// With options.tp_size = T > 1 the stage is TP rank options.tp_rank's shard: the sharded
+/// parameters keep their full-model names with the shard's shape and start as the slice
+/// of the full gpt's initial value (tp_slices() says which); the stage's input, output,
+/// loss and input gradient are the whole tensors, the same on every rank.
+///
 /// Per micro-batch: forward(slot, ...) saves what backward needs under `slot` (a slot is
 /// busy until backward(slot, ...) or drop(slot)); backward accumulates the stage's
 /// parameter gradients (reported through the grads-ready hook in descending offsets, as
@@ -77,7 +99,9 @@ struct stage_forward {
 class gpt_stage : public model {
  public:
   /// Throws usage_error for an invalid shape, a range outside [0, n_layer) with no block,
-  /// an embedding not at layer 0, a head not after the last layer, or options < 1.
+  /// an embedding not at layer 0, a head not after the last layer, options < 1, a tp_rank
+  /// outside [0, tp_size), tp_size > 1 without tp_allreduce, or a tp_size that does not
+  /// divide n_head and 4 * d_model.
   gpt_stage(const gpt_shape& shape, const stage_range& range, const gpt_stage_options& options,
             uint64_t seed, pool& p = pool::global());
 
@@ -108,9 +132,31 @@ class gpt_stage : public model {
   eval_result eval(const batch& b) override;
   std::string kind() const override { return "gpt_stage"; }
 
-  /// Sets every parameter to its value in `gpt(shape..., seed)`. (model::init_parameters
-  /// would key the draws by the stage-local index and give other values.)
+  /// Sets every parameter to its value in `gpt(shape..., seed)` (a TP shard: to its slice
+  /// of that value). (model::init_parameters would key the draws by the stage-local index
+  /// and give other values.)
   void init_like_gpt(uint64_t seed);
+
+  /// Where a parameter of a TP rank lies in the whole-model tensor of the same name.
+  /// dim -1: replicated, the shard is the whole tensor. dim 0: rows; the full tensor's dim 0
+  /// is cut into `parts` equal consecutive parts and the shard is rows [begin, end) of each
+  /// part, the parts' pieces stacked in order (parts = 3 for attn.c_attn's weight and
+  /// bias, whose rows are q | k | v; 1 otherwise). dim 1: columns [begin, end) of every
+  /// row of a 2-D tensor. The shard has full_shape with that dimension's extent replaced by
+  /// parts * (end - begin).
+  struct tp_slice {
+    int dim = -1;  ///< -1 replicated, 0 rows, 1 columns
+    int64_t begin = 0, end = 0;
+    int parts = 1;
+    shape_t full_shape;
+  };
+  /// Per parameter (in parameters() order): true when every TP rank holds the same whole
+  /// tensor (LayerNorms, embeddings, head, row-parallel biases), false for a TP shard.
+  /// All true when tp_size == 1.
+  const std::vector<bool>& tp_replicated() const { return tp_replicated_; }
+  /// Per parameter (in parameters() order): the whole-model tensor it slices, so
+  /// checkpoints and tests can reassemble the full tensor from the T shards.
+  const std::vector<tp_slice>& tp_slices() const { return tp_slices_; }
 
   const gpt_shape& shape() const { return shape_; }
   const stage_range& range() const { return range_; }
@@ -138,6 +184,10 @@ class gpt_stage : public model {
   act_set& acts_of(int slot) { return sets_[options_.activation_checkpointing ? 0 : slot]; }
   /// Blocks (and head) forward from slot.input into `a`; returns the loss on the last stage.
   float run_forward(const slot_state& s, act_set& a, int64_t* correct);
+  /// Block l forward / backward: gpt_block's own with tp_size 1, the Megatron shard with
+  /// its collectives otherwise.
+  void block_forward(std::size_t l, gpt_block_acts& a, const float* x, int n, int t);
+  void block_backward(std::size_t l, gpt_block_acts& a, float* dres, const float* x, int n, int t);
 
   gpt_shape shape_;
   stage_range range_;
@@ -152,6 +202,8 @@ class gpt_stage : public model {
   gpt_grad_scratch scratch_;
   tensor dres_, dlogits_;
   std::size_t activation_bytes_ = 0;
+  std::vector<bool> tp_replicated_;
+  std::vector<tp_slice> tp_slices_;
 };
 
 }  // namespace cohort::nn
