@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "runtime/core/error.hpp"
+#include "runtime/core/rng.hpp"
 #include "runtime/nn/gpt.hpp"
 #include "runtime/nn/gpt_stage.hpp"
 #include "tests/nn/grad_check.hpp"
@@ -135,9 +136,32 @@ std::unique_ptr<gpt_stage> make_rank(const stage_range& r, int T, int rank, tp_g
   return std::make_unique<gpt_stage>(k_shape, r, o, k_seed);
 }
 
-/// Reassembles the whole tensor of parameter `i` from the T ranks' tensors `part(rank)`,
-/// using only what tp_slices() declares; every element of the whole must be written by
-/// exactly one rank (else the test fails), so the slices tile it.
+/// Calls f(shard element, whole-tensor element) for every element a shard with slice `s`
+/// holds, from what tp_slice documents (rows [begin, end) of each of `parts` equal row
+/// blocks, or columns [begin, end) of every row).
+void for_each_element(const gpt_stage::tp_slice& s,
+                      const std::function<void(int64_t, int64_t)>& f) {
+  const int64_t numel = shape_numel(s.full_shape);
+  if (s.dim < 0) {
+    for (int64_t i = 0; i < numel; ++i) f(i, i);
+  } else if (s.dim == 0) {
+    const int64_t row = numel / s.full_shape[0], part_rows = s.full_shape[0] / s.parts,
+                  w = s.end - s.begin;
+    for (int k = 0; k < s.parts; ++k)
+      for (int64_t r = 0; r < w; ++r)
+        for (int64_t c = 0; c < row; ++c)
+          f((k * w + r) * row + c, (k * part_rows + s.begin + r) * row + c);
+  } else {
+    REQUIRE(s.dim == 1);
+    const int64_t rows = s.full_shape[0], cols = s.full_shape[1], w = s.end - s.begin;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < w; ++c) f(r * w + c, r * cols + s.begin + c);
+  }
+}
+
+/// Reassembles the whole tensor of parameter `i` from the T ranks' tensors `part(rank)`;
+/// every element of the whole must be written by exactly one rank (else the test fails),
+/// so the slices tile it. A replicated tensor is taken from rank 0.
 std::vector<float> gather_full(const std::vector<gpt_stage*>& ranks, std::size_t i,
                                const std::function<const tensor&(const parameter&)>& part) {
   const gpt_stage::tp_slice& s0 = ranks[0]->tp_slices()[i];
@@ -149,34 +173,25 @@ std::vector<float> gather_full(const std::vector<gpt_stage*>& ranks, std::size_t
     const tensor& src = part(st->parameters()[i]);
     REQUIRE(s.full_shape == s0.full_shape);
     REQUIRE(s.dim == s0.dim);
-    if (s.dim < 0) {
-      REQUIRE(src.numel() == numel);
-      return std::vector<float>(src.data(), src.data() + numel);  // replicated: any rank's
-    }
-    if (s.dim == 0) {
-      const int64_t row = numel / s.full_shape[0], part_rows = s.full_shape[0] / s.parts,
-                    w = s.end - s.begin;
-      REQUIRE(src.numel() == s.parts * w * row);
-      for (int k = 0; k < s.parts; ++k)
-        for (int64_t r = 0; r < w; ++r)
-          for (int64_t c = 0; c < row; ++c) {
-            const int64_t at = (k * part_rows + s.begin + r) * row + c;
-            full[at] = src[(k * w + r) * row + c];
-            ++written[at];
-          }
-    } else {
-      REQUIRE(s.dim == 1);
-      const int64_t rows = s.full_shape[0], cols = s.full_shape[1], w = s.end - s.begin;
-      REQUIRE(src.numel() == rows * w);
-      for (int64_t r = 0; r < rows; ++r)
-        for (int64_t c = 0; c < w; ++c) {
-          full[r * cols + s.begin + c] = src[r * w + c];
-          ++written[r * cols + s.begin + c];
-        }
-    }
+    REQUIRE(src.numel() ==
+            (s.dim < 0 ? numel : numel / s.full_shape[s.dim] * s.parts * (s.end - s.begin)));
+    for_each_element(s, [&](int64_t a, int64_t b) {
+      full[b] = src[a];
+      ++written[b];
+    });
+    if (s.dim < 0) return full;
   }
   CHECK(std::count(written.begin(), written.end(), 1) == numel);
   return full;
+}
+
+/// Sets every parameter of `st` to its part of the same-named parameter of `full`.
+void load_from(gpt_stage& st, const gpt& full) {
+  for (std::size_t i = 0; i < st.parameters().size(); ++i) {
+    parameter& p = st.parameters()[i];
+    const tensor& w = full.param(p.name).value;
+    for_each_element(st.tp_slices()[i], [&](int64_t a, int64_t b) { p.value[a] = w[b]; });
+  }
 }
 
 /// max |a - b| / max |b| (0 when both are all zero).
@@ -221,10 +236,17 @@ struct reference {
   std::vector<float> losses;
 };
 
+/// The gpt's forward_backward over the micro-batches with scale 1/M, after giving every
+/// bias and LayerNorm parameter random values (they start at 0 and 1, which would hide a
+/// row-parallel bias added on every rank instead of once, or a LayerNorm weight ignored).
 reference full_gpt(const std::vector<batch>& mbs) {
   reference r;
   r.model = std::make_unique<gpt>(k_shape.vocab, k_shape.context, k_shape.n_layer, k_shape.n_head,
                                   k_shape.d_model, 2, k_seed);
+  rng noise(99);
+  for (parameter& p : r.model->parameters())
+    if (p.value.ndim() == 1)
+      for (int64_t i = 0; i < p.value.numel(); ++i) p.value[i] += 0.1f * noise.normal();
   r.model->zero_grad();
   for (const batch& b : mbs)
     r.losses.push_back(r.model->forward_backward(b, 1.0f / static_cast<float>(mbs.size())));
@@ -330,6 +352,7 @@ TEST_CASE("TP over T = 2 and 4 threads matches the gpt: losses, gradients, eval"
     std::vector<gpt_stage*> ranks;
     for (int r = 0; r < T; ++r) {
       own.push_back(make_rank({0, 2, true, true}, T, r, g));
+      load_from(*own.back(), *ref.model);
       ranks.push_back(own.back().get());
     }
     std::vector<std::vector<float>> losses(T);
@@ -397,6 +420,7 @@ TEST_CASE(
       groups.push_back(std::make_unique<tp_group>(T));
       for (int r = 0; r < T; ++r) {
         own[p].push_back(make_rank(cut[p], T, r, *groups[p], P - p, ckpt));
+        load_from(*own[p].back(), *ref.model);
         stages[p].push_back(own[p].back().get());
       }
     }
