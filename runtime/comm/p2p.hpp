@@ -1,0 +1,128 @@
+// Point-to-point tensor channel between pipeline stages over ZeroMQ: one PULL socket a
+// worker binds, PUSH sockets to the peers it sends to, a checked frame header, and a stash
+// for frames that arrive before they are asked for. Owns the sockets of one generation;
+// knows nothing of schedules, actors or the coordinator (who connects to whom is theirs).
+#pragma once
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "runtime/comm/comm_error.hpp"
+
+namespace zmq {
+class context_t;
+class socket_t;
+class message_t;
+}  // namespace zmq
+
+namespace cohort::comm {
+
+/// The header that opens every frame, little-endian on the wire (p2p_header_bytes bytes):
+/// magic u32, version u16, reserved u16 (0), generation u64, sender i32, reserved u32 (0),
+/// tag u64, payload bytes u64. Public so tests can craft frames that lie.
+struct p2p_header {
+  static constexpr std::uint32_t magic_value = 0x50325043;  // "CP2P" read little-endian
+  static constexpr std::uint16_t version_value = 1;
+  std::uint32_t magic = magic_value;
+  std::uint16_t version = version_value;
+  std::uint64_t generation = 0;
+  std::int32_t sender = 0;
+  std::uint64_t tag = 0;
+  std::uint64_t bytes = 0;
+};
+constexpr std::size_t p2p_header_bytes = 40;
+
+/// Encodes `h` into exactly p2p_header_bytes bytes at `out`.
+void encode_p2p_header(const p2p_header& h, unsigned char* out);
+/// Decodes p2p_header_bytes bytes at `in` (no check of the values: the channel does that).
+p2p_header decode_p2p_header(const unsigned char* in);
+
+/// One worker's point-to-point endpoint for a generation: a PULL socket it binds, and PUSH
+/// sockets to the peers it sends to. Tensors travel as [header, payload] multipart frames;
+/// the header is checked, and a frame of another generation, a wrong magic or version, a
+/// wrong shape, or a payload whose size disagrees with its header is counted and dropped,
+/// never trusted.
+///
+/// Threads: connect/send/recv from ONE thread (the stage's compute thread); abort(),
+/// dropped(), bytes_*() and dead() from any thread. After any comm_error the channel is
+/// dead (as a communicator is): later calls throw comm_error at once; build the next
+/// generation's channel instead. Sends queue the payload (one copy) and return once ZeroMQ
+/// holds it; a peer that is not connected (not up yet, or dead) makes send wait until the
+/// timeout. Frames from one sender arrive in the order it sent them.
+class p2p_channel {
+ public:
+  /// Binds tcp://bind_host:* (OS-picked port). `bind_host` must be the address peers reach
+  /// (it is advertised as is). `self` is this worker's id in the pipeline (e.g. its stage),
+  /// `generation` tags every frame, `timeout_ms` (> 0) bounds every send/recv. Throws
+  /// comm_error(invalid) when the address cannot be bound.
+  p2p_channel(const std::string& bind_host, int self, std::uint64_t generation, int timeout_ms);
+  /// Closes every socket with linger 0: never blocks on a dead or slow peer; frames not yet
+  /// delivered are lost. abort() must not run concurrently with destruction.
+  ~p2p_channel();
+  p2p_channel(const p2p_channel&) = delete;
+  p2p_channel& operator=(const p2p_channel&) = delete;
+
+  /// tcp://host:port the peers must connect to.
+  const std::string& endpoint() const { return endpoint_; }
+  int self() const { return self_; }
+  std::uint64_t generation() const { return generation_; }
+
+  /// Opens the way to peer `peer` at `endpoint` (PUSH connect; returns at once, the TCP
+  /// connection is made in the background). Throws comm_error(invalid) for a malformed
+  /// endpoint or a peer already connected, comm_error(aborted) after abort().
+  void connect(int peer, const std::string& endpoint);
+  /// Sends `bytes` bytes at `data` with `tag` to `peer`. Throws comm_error: timeout (the
+  /// peer's socket took nothing within the timeout: not connected, dead, or far behind),
+  /// aborted, invalid (peer never connected, channel dead).
+  void send(int peer, std::uint64_t tag, const void* data, std::size_t bytes);
+  /// Receives the frame with `tag` sent by `peer` into `data` (exactly `bytes`), keeping
+  /// frames of other (peer, tag) that arrive first for later recv calls; frames of one
+  /// (peer, tag) are handed out in arrival order. Throws comm_error: timeout, aborted, or
+  /// invalid (the frame holds another number of bytes; it is dropped and counted).
+  void recv(int peer, std::uint64_t tag, void* data, std::size_t bytes);
+  /// From any thread, idempotent: every blocked and later send/recv throws
+  /// comm_error(aborted) promptly (shuts the ZeroMQ context down).
+  void abort();
+
+  /// True once a call threw or abort() was called: only destruction is left.
+  bool dead() const { return dead_.load(); }
+  /// Frames dropped: malformed, of another generation, or of a size recv did not expect.
+  std::uint64_t dropped() const { return dropped_.load(); }
+  /// Payload bytes sent / received so far (headers not counted).
+  std::uint64_t bytes_sent() const { return bytes_sent_.load(); }
+  std::uint64_t bytes_received() const { return bytes_received_.load(); }
+  /// Frames waiting in the stash (received, not yet asked for). The channel's thread only.
+  std::size_t stashed() const { return stash_count_; }
+
+ private:
+  using key = std::pair<int, std::uint64_t>;  // (sender, tag)
+  // Throws for a dead/aborted channel before any socket is touched.
+  void check_usable(const char* op) const;
+  // Marks the channel dead and throws comm_error(kind) for `op`.
+  [[noreturn]] void fail(comm_failure kind, const std::string& op, const std::string& detail);
+  // Reads the frames the PULL socket holds now, stashing valid ones, until it holds no
+  // more or the frame of `want` arrived: that one is returned instead of stashed.
+  std::unique_ptr<zmq::message_t> drain(const key& want);
+
+  int self_;
+  std::uint64_t generation_;
+  int timeout_ms_;
+  std::string endpoint_;
+  std::unique_ptr<zmq::context_t> ctx_;
+  std::unique_ptr<zmq::socket_t> pull_;
+  std::map<int, std::unique_ptr<zmq::socket_t>> push_;
+  std::map<key, std::deque<std::unique_ptr<zmq::message_t>>> stash_;  ///< payloads
+  std::size_t stash_count_ = 0;
+  std::atomic<bool> dead_{false};
+  std::atomic<bool> aborted_{false};
+  std::atomic<std::uint64_t> dropped_{0};
+  std::atomic<std::uint64_t> bytes_sent_{0};
+  std::atomic<std::uint64_t> bytes_received_{0};
+};
+
+}  // namespace cohort::comm
