@@ -171,7 +171,15 @@ void p2p_channel::send(int peer, std::uint64_t tag, const void* data, std::size_
         if (e.num() != EINTR) throw;
       }
       if (aborted_.load()) fail(comm_failure::aborted, "p2p send to " + who(peer, tag), "aborted");
-      if (ready > 0 && sock.send(head, zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
+      zmq::send_result_t queued;
+      if (ready > 0) {
+        try {
+          queued = sock.send(head, zmq::send_flags::sndmore | zmq::send_flags::dontwait);
+        } catch (const zmq::error_t& e) {
+          if (e.num() != EINTR) throw;  // a signal: poll again
+        }
+      }
+      if (queued) {
         // A multipart frame is queued whole once its first part is: this cannot block.
         if (!sock.send(payload, zmq::send_flags::dontwait))
           fail(comm_failure::invalid, "p2p send to " + who(peer, tag),
@@ -194,8 +202,13 @@ std::unique_ptr<zmq::message_t> p2p_channel::drain(const key& want) {
   std::vector<zmq::message_t> parts;
   while (true) {
     parts.clear();
-    if (!zmq::recv_multipart(*pull_, std::back_inserter(parts), zmq::recv_flags::dontwait))
-      return nullptr;
+    try {
+      if (!zmq::recv_multipart(*pull_, std::back_inserter(parts), zmq::recv_flags::dontwait))
+        return nullptr;
+    } catch (const zmq::error_t& e) {
+      if (e.num() == EINTR) return nullptr;  // a signal: the caller polls and comes back
+      throw;
+    }
     // Never trusted: shape, magic, version, generation and the payload's size are checked
     // before anything of the frame is used.
     if (parts.size() != 2 || parts[0].size() != p2p_header_bytes) {

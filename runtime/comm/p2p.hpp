@@ -53,7 +53,9 @@ p2p_header decode_p2p_header(const unsigned char* in);
 /// dead (as a communicator is): later calls throw comm_error at once; build the next
 /// generation's channel instead. Sends queue the payload (one copy) and return once ZeroMQ
 /// holds it; a peer that is not connected (not up yet, or dead) makes send wait until the
-/// timeout. Frames from one sender arrive in the order it sent them.
+/// timeout. Frames from one sender arrive in the order it sent them. The stash is not
+/// bounded: peers of one generation are the runtime's own stages and send only what the
+/// schedule will ask for (frames of other generations never reach it).
 class p2p_channel {
  public:
   /// Binds tcp://bind_host:* (OS-picked port). `bind_host` must be the address peers reach
