@@ -20,11 +20,14 @@
 #include "runtime/comm/buckets.hpp"
 #include "runtime/comm/comm_error.hpp"
 #include "runtime/comm/factory.hpp"
+#include "runtime/comm/p2p.hpp"
 #include "runtime/core/config.hpp"
 #include "runtime/core/error.hpp"
 #include "runtime/core/paths.hpp"
 #include "runtime/data/dataset.hpp"
 #include "runtime/train/checkpoint_writer.hpp"
+#include "runtime/train/param_stats.hpp"
+#include "runtime/train/stage_trainer.hpp"
 #include "runtime/train/trainer.hpp"
 
 namespace cohort::actors {
@@ -32,17 +35,27 @@ namespace cohort::actors {
 void dp_group_shared::install(comm::communicator* c, uint64_t generation) {
   std::lock_guard<std::mutex> lock(mu_);
   comm_ = c;
+  extra_.clear();
   generation_ = generation;
+}
+
+void dp_group_shared::install_extra(std::function<void()> abort) {
+  std::lock_guard<std::mutex> lock(mu_);
+  extra_.push_back(std::move(abort));
 }
 
 void dp_group_shared::abort_below(uint64_t generation) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (comm_ != nullptr && generation_ < generation) comm_->abort();
+  if (comm_ != nullptr && generation_ < generation) {
+    comm_->abort();
+    for (auto& f : extra_) f();
+  }
 }
 
 void dp_group_shared::abort_all() {
   std::lock_guard<std::mutex> lock(mu_);
   if (comm_ != nullptr) comm_->abort();
+  for (auto& f : extra_) f();
 }
 
 int collective_timeout_ms(int fault_timeout_ms) { return std::max(10000, 20 * fault_timeout_ms); }
@@ -85,6 +98,15 @@ struct group {
   std::shared_ptr<dp_group_shared> shared;
   std::unique_ptr<config> cfg;
   std::unique_ptr<train::trainer> tr;
+  /// pp * tp > 1: this worker's pipeline stage / TP shard instead of the whole model,
+  /// built at the first step_open (which names the seat), with its TP communicator and
+  /// point-to-point channel of the current generation.
+  bool staged = false;
+  std::unique_ptr<train::stage_trainer> st;
+  std::unique_ptr<comm::communicator> tp_comm;
+  std::unique_ptr<comm::p2p_channel> p2p;
+  std::string resume;  ///< checkpoint the stage loads once built
+  int last_micro = 0;  ///< micro-batches of this replica in the last step
   std::unique_ptr<comm::communicator> comm;
   std::unique_ptr<comm::bucket_engine> engine;
   /// Rank 0's checkpoints, written in the background (training does not wait for disk).
@@ -134,9 +156,13 @@ struct group {
 
   void drop_comm() {
     if (comm) comm->abort();
+    if (tp_comm) tp_comm->abort();
+    if (p2p) p2p->abort();
     engine.reset();  // joins the communication thread (prompt after abort)
     shared->install(nullptr, 0);
     comm.reset();
+    tp_comm.reset();
+    p2p.reset();
     comm_generation = 0;
   }
 
@@ -147,10 +173,23 @@ struct group {
   void end_handler() { last_end = clock_type::now(); }
 
   void on_job(const net::job_spec& spec, uint64_t member_id, uint64_t generation) {
-    if (!tr) {
+    if (!cfg) {
       try {
         cfg =
             std::make_unique<config>(load_config_text(spec.config_yaml, "<job from coordinator>"));
+        staged = cfg->parallel.pp * cfg->parallel.tp > 1;
+        if (staged) {
+          // The stage is built once the coordinator seats this worker (first step_open).
+          if (!spec.resume_checkpoint.empty()) {
+            resume = spec.resume_checkpoint;
+            next_step = read_checkpoint_metadata(resume).step;
+          }
+          spdlog::info("dp group: pipeline / tensor-parallel job (pp {} x tp {}, {}), waiting "
+                       "for a seat",
+                       cfg->parallel.pp, cfg->parallel.tp, cfg->parallel.schedule);
+          io.send(net::worker_ready{member_id, generation, next_step});
+          return;
+        }
         tr = std::make_unique<train::trainer>(*cfg);
         if (!spec.resume_checkpoint.empty()) {
           next_step = tr->load_checkpoint(spec.resume_checkpoint);
@@ -199,6 +238,162 @@ struct group {
     return bytes + sizeof counters;
   }
 
+  // The communicators and channel of a pipeline stage for generation o.generation: the DP
+  // group of its seat (p, t) across replicas, the TP group of its replica and stage, and
+  // the point-to-point channel to stages p - 1 and p + 1 of its replica (endpoints through
+  // the coordinator's store, keyed by the generation). Every member sets up the groups in
+  // the same order, and none waits on another's later group, so the rendezvous cannot
+  // deadlock.
+  void rebuild_stage(const net::step_open& o, int rank) {
+    drop_comm();
+    remote_kv kv(io.kv_call, o.generation);
+    const int timeout = collective_timeout_ms(cfg->fault_tolerance.timeout_ms);
+    const std::string seat = ".s" + std::to_string(o.stage) + ".t" + std::to_string(o.tp_rank);
+    comm::transport_options t;
+    t.group = "dp" + seat;
+    comm = comm::make_communicator(cfg->comm.backend, "cpu", kv, rank, o.replicas, o.generation,
+                                   timeout, t);
+    comm_generation = o.generation;
+    comm_rank = rank;
+    comm_size = o.replicas;
+    shared->install(comm.get(), o.generation);
+    const int T = cfg->parallel.tp, P = cfg->parallel.pp;
+    if (T > 1) {
+      comm::transport_options tt;
+      tt.group = "tp.r" + std::to_string(rank) + ".s" + std::to_string(o.stage);
+      tp_comm = comm::make_communicator(cfg->comm.backend, "cpu", kv, o.tp_rank, T, o.generation,
+                                        timeout, tt);
+      shared->install_extra([c = tp_comm.get()] { c->abort(); });
+    }
+    if (P > 1) {
+      p2p = std::make_unique<comm::p2p_channel>(t.hostname, o.stage, o.generation, timeout);
+      shared->install_extra([c = p2p.get()] { c->abort(); });
+      auto key = [&](int stage) {
+        return "p2p.r" + std::to_string(rank) + ".t" + std::to_string(o.tp_rank) + ".s" +
+               std::to_string(stage);
+      };
+      const std::string& ep = p2p->endpoint();
+      kv.set(key(o.stage), std::vector<char>(ep.begin(), ep.end()));
+      for (int nb : {o.stage - 1, o.stage + 1}) {
+        if (nb < 0 || nb >= P) continue;
+        const std::vector<char> v = kv.get(key(nb), std::chrono::milliseconds(timeout));
+        p2p->connect(nb, std::string(v.begin(), v.end()));
+      }
+    }
+    train::stage_links l;
+    comm::p2p_channel* ch = p2p.get();
+    comm::communicator* tc = tp_comm.get();
+    l.send = [ch](int peer, uint64_t tag, const void* d, std::size_t n) { ch->send(peer, tag, d, n); };
+    l.recv = [ch](int peer, uint64_t tag, void* d, std::size_t n) { ch->recv(peer, tag, d, n); };
+    l.tp_allreduce = [tc](float* d, int64_t n) { tc->allreduce_sum(d, static_cast<std::size_t>(n)); };
+    l.tp_allreduce_f64 = [tc, T](double* d, int64_t n) {
+      // No double allreduce in the communicator: gather every rank's values and add them in
+      // rank order, so each rank gets the same bits.
+      std::vector<double> all(static_cast<std::size_t>(n) * T);
+      tc->allgather(d, all.data(), static_cast<std::size_t>(n) * sizeof(double));
+      for (int64_t i = 0; i < n; ++i) {
+        double x = 0;
+        for (int r = 0; r < T; ++r) x += all[static_cast<std::size_t>(r * n + i)];
+        d[i] = x;
+      }
+    };
+    st->set_links(std::move(l));
+  }
+
+  // One step of a pipeline stage: the schedule, the DP sum of the stage's gradients, the
+  // whole-model gradient norm; fills V and T for the vote.
+  void run_stage_step(const net::step_open& o, int rank, net::step_vote& v, net::step_timing& t) {
+    const auto t0 = clock_type::now();
+    if (!st) {
+      try {
+        st = std::make_unique<train::stage_trainer>(*cfg, o.stage, o.tp_rank);
+        if (!resume.empty()) next_step = st->load_checkpoint(resume);
+      } catch (const std::exception&) {
+        v.fatal = true;
+        throw;
+      }
+      spdlog::info("dp group: seated at stage {} / TP rank {}: {} parameters, {} activation "
+                   "bytes for micro-batches in flight ({})",
+                   o.stage, o.tp_rank, st->model().num_params(), st->activation_bytes(),
+                   cfg->parallel.schedule);
+    }
+    if (st->stage() != o.stage || st->tp_rank() != o.tp_rank)
+      throw comm::comm_error(comm::comm_failure::invalid, "step",
+                             "this worker holds stage " + std::to_string(st->stage()) + " / TP rank " +
+                                 std::to_string(st->tp_rank()) + ", but was seated at stage " +
+                                 std::to_string(o.stage) + " / TP rank " + std::to_string(o.tp_rank));
+    if (!comm || comm->dead() || (p2p && p2p->dead()) || (tp_comm && tp_comm->dead()) ||
+        comm_generation != o.generation || comm_rank != rank || comm_size != o.replicas)
+      rebuild_stage(o, rank);
+    if (o.donor_rank >= 0) {
+      const auto ts = clock_type::now();
+      const bool behind = next_step != o.step;
+      uint64_t bytes = 0;
+      for (auto& [ptr, n] : st->state_buffers()) {
+        comm->broadcast(ptr, n * sizeof(float), o.donor_rank);
+        bytes += n * sizeof(float);
+      }
+      int64_t counters[2] = {st->optimizer_steps(), o.step};
+      comm->broadcast(counters, sizeof counters, o.donor_rank);
+      st->set_optimizer_steps(counters[0]);
+      next_step = counters[1];
+      if (behind) {
+        t.state_bytes = bytes + sizeof counters;
+        t.state_us = std::max<uint64_t>(1, micros(clock_type::now() - ts));
+      }
+    }
+    const auto t1 = clock_type::now();
+    t.setup_us = micros(t1 - t0);
+    if (next_step != o.step)
+      throw comm::comm_error(comm::comm_failure::invalid, "step",
+                             "this worker holds the state of step " + std::to_string(next_step) +
+                                 ", not " + std::to_string(o.step));
+    st->begin_step();
+    const std::vector<int> micro = train::replica_micro_batches(st->micro_batches(), o.replicas, rank);
+    last_micro = static_cast<int>(micro.size());
+    std::optional<net::fault_order> f;
+    if (fault && fault->generation == o.generation && fault->step == o.step) f.swap(fault);
+    // Mid-step for the pipeline: the neighbours are already waiting for this stage.
+    if (f && f->action != net::fault_action::slow) carry_out(*f);
+    double loss_rows = 0;
+    try {
+      loss_rows = st->compute_gradients(o.step, micro);
+    } catch (const comm::comm_error&) {
+      throw;
+    } catch (const std::exception&) {
+      v.fatal = true;  // arithmetic or data trouble, not a peer: a retry would fail the same
+      throw;
+    }
+    if (f && f->action == net::fault_action::slow && f->factor > 1) {
+      const auto spent = clock_type::now() - t1;
+      std::this_thread::sleep_for(
+          std::chrono::duration_cast<clock_type::duration>(spent * (f->factor - 1)));
+    }
+    const auto t2 = clock_type::now();
+    const auto n = static_cast<std::size_t>(st->model().num_params());
+    if (comm_size > 1) {
+      if (st->bitwise())
+        comm->allreduce_sum(static_cast<int64_t*>(st->reduction_buffer()), n);
+      else
+        comm->allreduce_sum(static_cast<float*>(st->reduction_buffer()), n);
+    }
+    const auto t3 = clock_type::now();
+    st->finish_gradients(o.step);
+    t.compute_us = micros(t2 - t1);
+    t.allreduce_us = micros(t3 - t2);
+    t.comm_wait_us = micros(clock_type::now() - t2);
+    const double ring = comm_size > 1 ? 2.0 * (comm_size - 1) / comm_size : 0.0;
+    const std::size_t elem = st->bitwise() ? sizeof(int64_t) : sizeof(float);
+    t.bytes_sent = static_cast<uint64_t>(ring * static_cast<double>(n * elem));
+    t.bytes_recv = t.bytes_sent;
+    // The loss is the last stage's (TP rank 0 speaks for its replicas of the loss).
+    if (o.stage == cfg->parallel.pp - 1 && o.tp_rank == 0) {
+      v.loss_rows = loss_rows;
+      for (int i : micro)
+        v.rows += micro_batch_rows(i, cfg->train.micro_batch, cfg->train.global_batch);
+    }
+  }
+
   void on_open(const net::step_open& o, uint64_t member_id, int rank) {
     begin_handler();
     if (last_vote && last_vote->generation == o.generation && last_vote->step == o.step) {
@@ -219,11 +414,16 @@ struct group {
     v.step = o.step;
     net::step_timing t;
     try {
-      if (!tr) throw comm::comm_error(comm::comm_failure::invalid, "step", "no model built yet");
+      if (!cfg) throw comm::comm_error(comm::comm_failure::invalid, "step", "no job loaded yet");
       if (rank < 0 || rank >= o.replicas)
         throw comm::comm_error(
             comm::comm_failure::invalid, "step",
             "this worker has no rank in generation " + std::to_string(o.generation));
+      if (staged) {
+        run_stage_step(o, rank, v, t);
+        pending = pending_step{o.generation, o.step, rank, member_id};
+        v.ok = true;
+      } else {
       const auto t0 = clock_type::now();
       if (!comm || comm->dead() || comm_generation != o.generation || comm_rank != rank ||
           comm_size != o.replicas) {
@@ -302,6 +502,7 @@ struct group {
       for (int i : micro)
         v.rows += micro_batch_rows(i, cfg->train.micro_batch, cfg->train.global_batch);
       pending = pending_step{o.generation, o.step, rank, member_id};
+      }
     } catch (const std::exception& e) {
       v.ok = false;
       v.reason = e.what();
@@ -333,7 +534,15 @@ struct group {
     if (!writer)
       writer = std::make_unique<train::checkpoint_writer>(
           expand_user(cfg->fault_tolerance.checkpoint_dir), cfg->fault_tolerance.keep);
-    writer->save(*tr, step);
+    if (staged) {
+      // One shard per seat, written by replica 0's member; the last one in completes it.
+      std::vector<std::pair<int, int>> all;
+      for (int s = 0; s < cfg->parallel.pp; ++s)
+        for (int r = 0; r < cfg->parallel.tp; ++r) all.emplace_back(s, r);
+      writer->save_part(st->snapshot(step), all);
+    } else {
+      writer->save(*tr, step);
+    }
     return step == cfg->train.steps ? writer->wait() : std::string();
   }
 
@@ -360,7 +569,10 @@ struct group {
   void commit(const pending_step& p) {
     const auto t0 = clock_type::now();
     try {
-      tr->apply_step(p.step);
+      if (staged)
+        st->apply_step(p.step);
+      else
+        tr->apply_step(p.step);
     } catch (const std::exception& e) {
       io.fatal(std::string("applying step ") + std::to_string(p.step) + ": " + e.what());
       return;
@@ -377,8 +589,19 @@ struct group {
     }
     total.compute_us += micros(clock_type::now() - t0);
     const int64_t eval_every = cfg->train.eval_every;
-    if (p.rank == 0 && eval_every > 0 && next_step % eval_every == 0 &&
+    if (staged && p.rank == 0 && eval_every > 0 && next_step % eval_every == 0 &&
         next_step < cfg->train.steps) {
+      // Every stage of replica 0 runs the held-out split through the pipeline together.
+      try {
+        const train::evaluation e = st->evaluate(next_step);
+        if (e.count > 0 && st->tp_rank() == 0)
+          std::fprintf(stderr, "\neval at step %lld: loss %.4f, accuracy %.4f\n",
+                       static_cast<long long>(next_step), e.loss, e.accuracy);
+      } catch (const std::exception& e) {
+        spdlog::warn("dp group: evaluation at step {} failed: {}", next_step, e.what());
+      }
+    } else if (p.rank == 0 && eval_every > 0 && next_step % eval_every == 0 &&
+               next_step < cfg->train.steps) {
       // Like `cohort train`: a held-out evaluation now and then, by one replica (all hold
       // the same parameters); the others wait for it at the next step.
       const train::evaluation e = tr->evaluate();
@@ -393,8 +616,39 @@ struct group {
     rep.member_id = p.member_id;
     rep.generation = p.generation;
     rep.next_step = next_step;
-    rep.params_sha256 = tr->params_sha256();
-    if (p.rank == 0) {
+    if (staged) {
+      const auto digests = st->param_digests();
+      rep.params_sha256 = train::combine_param_digests(digests);
+      rep.param_digests = train::format_param_digests(digests);
+      if (p.rank == 0) {
+        try {
+          const train::evaluation e = st->evaluate(next_step + 1);
+          if (e.count > 0 && st->tp_rank() == 0) {
+            rep.has_eval = true;
+            rep.eval_loss = e.loss;
+            rep.eval_accuracy = e.accuracy;
+            rep.eval_count = e.count;
+          }
+        } catch (const std::exception& e) {
+          spdlog::warn("dp group: final evaluation failed: {}", e.what());
+        }
+      }
+      net::stage_stats& s = rep.stage;
+      const train::stage_timing& tm = st->timing();
+      s.stage = st->stage();
+      s.tp_rank = st->tp_rank();
+      s.schedule_us = tm.schedule_us;
+      s.compute_us = tm.compute_us;
+      s.wait_us = tm.wait_us;
+      s.p2p_bytes = tm.p2p_bytes;
+      s.tp_us = tm.tp_us;
+      s.activation_bytes = st->activation_bytes();
+      s.peak_held = st->peak_held();
+      s.micro_batches = last_micro;
+    } else {
+      rep.params_sha256 = tr->params_sha256();
+    }
+    if (!staged && p.rank == 0) {
       const train::evaluation e = tr->evaluate();
       rep.has_eval = true;
       rep.eval_loss = e.loss;
@@ -403,9 +657,9 @@ struct group {
     }
     rep.steps_computed = steps_computed;
     rep.overlap = allreduce_s > 0 ? std::clamp(1.0 - wait_s / allreduce_s, 0.0, 1.0) : 1.0;
-    rep.peak_pool_bytes = tr->peak_pool_bytes();
+    rep.peak_pool_bytes = staged ? st->peak_pool_bytes() : tr->peak_pool_bytes();
     rep.checkpoint = ckpt;
-    rep.num_params = tr->model().num_params();
+    rep.num_params = staged ? st->model_params() : tr->model().num_params();
     rep.timing = total;
     last_report = rep;
     io.send(rep);

@@ -12,6 +12,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "actors/messages.hpp"
 #include "runtime/net/protocol.hpp"
@@ -51,6 +52,9 @@ class dp_group_shared {
  public:
   /// Called by the group when it installs (or drops: nullptr) its communicator.
   void install(comm::communicator* c, uint64_t generation);
+  /// Also aborted with the communicator: the other links of a pipeline stage (its TP
+  /// communicator, its point-to-point channel). Cleared by install().
+  void install_extra(std::function<void()> abort);
   /// Aborts the installed communicator if it belongs to a generation below `generation`.
   void abort_below(uint64_t generation);
   /// Aborts whatever is installed (process exit).
@@ -59,6 +63,7 @@ class dp_group_shared {
  private:
   std::mutex mu_;
   comm::communicator* comm_ = nullptr;
+  std::vector<std::function<void()>> extra_;
   uint64_t generation_ = 0;
 };
 

@@ -5,9 +5,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <tuple>
 
 #include "runtime/core/error.hpp"
 #include "runtime/core/sha256.hpp"
+#include "runtime/train/param_stats.hpp"
 
 namespace cohort::actors {
 
@@ -41,8 +43,123 @@ training_job::training_job(const config& cfg, std::string config_yaml, int64_t s
       steps_(cfg.train.steps),
       next_step_(start_step),
       start_step_(start_step),
-      units_per_sample_(cfg.model.kind == "gpt" ? cfg.model.context : 1) {
+      units_per_sample_(cfg.model.kind == "gpt" ? cfg.model.context : 1),
+      seat_size_(cfg.parallel.pp * cfg.parallel.tp) {
   finished_ = false;
+}
+
+std::optional<std::array<int, 3>> training_job::seat_of(mb::member_id id) const {
+  auto it = seat_.find(id);
+  if (it == seat_.end()) return std::nullopt;
+  const int tp = cfg_.parallel.tp;
+  return std::array<int, 3>{it->second / seat_size_, (it->second % seat_size_) / tp,
+                            it->second % tp};
+}
+
+void training_job::assign_seats(const mb::roster& r) {
+  for (auto it = seat_.begin(); it != seat_.end();)
+    it = r.find(it->first) == nullptr ? seat_.erase(it) : std::next(it);
+  const int slots = std::max(1, cfg_.elastic.max_workers / seat_size_) * seat_size_;
+  std::vector<mb::member_id> holder(static_cast<std::size_t>(slots), 0);
+  for (const auto& [id, seat] : seat_)
+    if (seat < slots) holder[static_cast<std::size_t>(seat)] = id;
+  for (const auto& m : r.members) {
+    if (seat_.count(m.id) != 0 || m.state == mb::member_state::leaving) continue;
+    // The most nearly whole replica with a free seat (lowest first on a tie): a joiner
+    // completes a broken replica before it starts a new one.
+    int best = -1, best_filled = -1;
+    for (int d = 0; d * seat_size_ < slots; ++d) {
+      int filled = 0;
+      for (int k = 0; k < seat_size_; ++k) filled += holder[d * seat_size_ + k] != 0;
+      if (filled < seat_size_ && filled > best_filled) {
+        best = d;
+        best_filled = filled;
+      }
+    }
+    if (best < 0) continue;  // no free seat: it waits (the roster caps members anyway)
+    for (int k = 0; k < seat_size_; ++k) {
+      const int seat = best * seat_size_ + k;
+      if (holder[seat] == 0) {
+        holder[seat] = m.id;
+        seat_[m.id] = seat;
+        break;
+      }
+    }
+  }
+}
+
+bool training_job::open_hybrid(const mb::roster& r, double now_s, job_actions& out,
+                               std::map<mb::member_id, net::step_open>& opens) {
+  assign_seats(r);
+  // Whole replicas, in seat order: their members train; a broken replica's members wait
+  // (and fall behind) until a joiner fills the seat.
+  std::map<int, std::vector<const mb::member*>> replica;  // d -> members by seat
+  for (const auto& m : r.members) {
+    auto it = seat_.find(m.id);
+    if (it == seat_.end()) continue;
+    auto& v = replica[it->second / seat_size_];
+    v.resize(static_cast<std::size_t>(seat_size_), nullptr);
+    v[static_cast<std::size_t>(it->second % seat_size_)] = &m;
+  }
+  std::vector<std::vector<const mb::member*>> whole;
+  for (auto& [d, v] : replica) {
+    bool full = true;
+    for (const auto* m : v) full = full && m != nullptr;
+    if (full) whole.push_back(v);
+  }
+  const int needed = std::max(1, min_workers() / seat_size_);
+  int not_ready = 0;
+  for (const auto& v : whole)
+    for (const auto* m : v)
+      if (m->state != mb::member_state::alive || ready_.count(m->id) == 0) ++not_ready;
+  if (static_cast<int>(whole.size()) < needed || not_ready > 0) {
+    if (!waiting_noted_ && next_step_ > start_step_) {
+      out.notes.push_back(static_cast<int>(whole.size()) < needed
+                              ? "waiting for replicas: " + std::to_string(whole.size()) +
+                                    " whole, " + std::to_string(needed) +
+                                    " needed (elastic.min_workers / (pp * tp))"
+                              : "waiting for " + std::to_string(not_ready) +
+                                    " worker(s) of whole replicas to load the job");
+      waiting_noted_ = true;
+    }
+    if (static_cast<int>(whole.size()) < needed && first_open_s_ >= 0 && pause_since_s_ < 0)
+      pause_since_s_ = now_s;
+    return false;
+  }
+  // Per DP group (seat k = (p, t)): the first replica holding the step's state donates to
+  // members behind it (a joiner, or a member whose replica sat out).
+  const int n = static_cast<int>(whole.size());
+  for (int k = 0; k < seat_size_; ++k) {
+    int donor = -1;
+    bool behind = false;
+    for (int d = 0; d < n; ++d) {
+      const auto* m = whole[d][k];
+      if (ready_[m->id] == next_step_) {
+        if (donor < 0) donor = d;
+      } else {
+        behind = true;
+      }
+    }
+    if (behind && donor < 0) {
+      out.failed = "no live worker holds the training state of stage " +
+                   std::to_string(k / cfg_.parallel.tp) + " / TP rank " +
+                   std::to_string(k % cfg_.parallel.tp) + " at step " + std::to_string(next_step_) +
+                   "; restart from a checkpoint";
+      finished_ = true;
+      return false;
+    }
+    if (!behind) donor = -1;
+    if (donor >= 0)
+      out.notes.push_back("step " + std::to_string(next_step_) + ": stage " +
+                          std::to_string(k / cfg_.parallel.tp) + " state sent from replica " +
+                          std::to_string(donor) + " to the members behind it");
+    for (int d = 0; d < n; ++d) {
+      const auto* m = whole[d][k];
+      opens[m->id] = net::step_open{r.generation, next_step_, n, donor, d, k / cfg_.parallel.tp,
+                                    k % cfg_.parallel.tp};
+    }
+  }
+  return true;
 }
 
 net::job_spec training_job::spec() const { return net::job_spec{yaml_, hash_, resume_}; }
@@ -74,7 +191,8 @@ job_actions training_job::on_generation(const mb::roster& r, double now_s) {
     bool lost = false;
     for (const auto& [id, ok] : open_->votes) lost = lost || r.find(id) == nullptr;
     const bool grew = r.members.size() > open_->votes.size();
-    if (lost || !grew)
+    // With pp * tp > 1 members of broken replicas do not vote: only a lost voter matters.
+    if (lost || (!grew && seat_size_ == 1))
       abort_open(r, "the roster moved to generation " + std::to_string(r.generation), out);
   }
   last_generation_ = r.generation;
@@ -104,6 +222,28 @@ job_actions training_job::try_open(const mb::roster& r, double now_s) {
   for (const auto& m : r.members)
     if (m.state == mb::member_state::leaving) out.leave.push_back(m.id);
   if (!out.leave.empty()) return out;
+  std::map<mb::member_id, net::step_open> opens;
+  if (seat_size_ > 1) {
+    if (!open_hybrid(r, now_s, out, opens)) return out;
+    waiting_noted_ = false;
+    pause_since_s_ = -1;
+    track_membership(r, now_s, out);
+    inject_due(r, now_s, out);
+    open_state o;
+    o.generation = r.generation;
+    o.step = next_step_;
+    for (auto& [id, m] : opens) {
+      o.votes[id] = false;
+      o.sent[id] = m;
+      out.sends.push_back({id, m});
+      ready_[id] = next_step_;
+      replicas_ = m.replicas;
+    }
+    o.sent_s = now_s;
+    if (first_open_s_ < 0) first_open_s_ = now_s;
+    open_ = std::move(o);
+    return out;
+  }
   const int expected = min_workers();
   int ready = 0;
   for (const auto& m : r.members) {
@@ -152,7 +292,8 @@ job_actions training_job::try_open(const mb::roster& r, double now_s) {
   o.donor = donor;
   o.sent_s = now_s;
   for (const auto& m : r.members) {
-    out.sends.push_back({m.id, net::step_open{r.generation, next_step_, replicas_, donor, m.rank}});
+    o.sent[m.id] = net::step_open{r.generation, next_step_, replicas_, donor, m.rank};
+    out.sends.push_back({m.id, o.sent[m.id]});
     ready_[m.id] = next_step_;  // after the transfer every member holds this step's state
   }
   if (donor >= 0) {
@@ -218,6 +359,8 @@ job_actions training_job::on_vote(const mb::roster& r, const net::step_vote& v, 
     if (ready_.count(id) != 0) ready_[id] = next_step_;
   }
   const int members = static_cast<int>(open_->votes.size());
+  last_voters_.clear();
+  for (const auto& [id, ok] : open_->votes) last_voters_.insert(id);
   std::set<std::string> voters;
   for (const auto& [id, ok] : open_->votes)
     if (const mb::member* x = r.find(id)) voters.insert(x->name);
@@ -261,8 +404,9 @@ job_actions training_job::on_report(const mb::roster& r, const net::train_report
   const mb::member* m = r.find(rep.member_id);
   if (finished_ || m == nullptr || next_step_ < steps_ || rep.next_step != steps_) return out;
   reports_[rep.member_id] = report{m->name, m->rank, rep};
+  // Every member of the last step reports (a broken replica's members never ran it).
   for (const auto& mem : r.members) {
-    if (reports_.count(mem.id) == 0) return out;
+    if (reports_.count(mem.id) == 0 && last_voters_.count(mem.id) != 0) return out;
   }
   finished_ = true;
   out.finished = true;
@@ -298,9 +442,7 @@ void training_job::resend(const mb::roster& r, double now_s, job_actions& out) {
     for (const auto& [id, ok] : open_->votes) {
       const mb::member* m = r.find(id);
       if (ok || m == nullptr) continue;
-      out.sends.push_back(
-          {id, net::step_open{open_->generation, open_->step,
-                              static_cast<int32_t>(open_->votes.size()), open_->donor, m->rank}});
+      out.sends.push_back({id, open_->sent[id]});
     }
     open_->sent_s = now_s;
   }
@@ -497,6 +639,52 @@ job_actions training_job::on_tick(const mb::roster& r, double now_s) {
   return out;
 }
 
+nlohmann::json training_job::pipeline_summary() const {
+  nlohmann::json p;
+  const int P = cfg_.parallel.pp;
+  p["pp"] = P;
+  p["tp"] = cfg_.parallel.tp;
+  p["schedule"] = cfg_.parallel.schedule;
+  p["activation_checkpointing"] = cfg_.parallel.activation_checkpointing;
+  nlohmann::json stages = nlohmann::json::array();
+  int M = 0;
+  double bubble_sum = 0;
+  int counted = 0;
+  for (const auto& [id, rep] : reports_) {
+    const net::stage_stats& st = rep.r.stage;
+    if (st.stage < 0) continue;
+    M = std::max(M, static_cast<int>(st.micro_batches));
+    const double sched = seconds(st.schedule_us);
+    const double bubble = seconds(st.schedule_us > st.compute_us ? st.schedule_us - st.compute_us : 0);
+    const double frac = sched > 0 ? bubble / sched : 0.0;
+    bubble_sum += frac;
+    ++counted;
+    const double wait_s = seconds(st.wait_us);
+    stages.push_back({{"worker", rep.name},
+                      {"replica", rep.rank},
+                      {"stage", st.stage},
+                      {"tp_rank", st.tp_rank},
+                      {"schedule_s", sched},
+                      {"compute_s", seconds(st.compute_us)},
+                      {"bubble_s", bubble},
+                      {"wait_s", wait_s},
+                      {"bubble_fraction", frac},
+                      {"tp_allreduce_s", seconds(st.tp_us)},
+                      {"p2p_bytes", st.p2p_bytes},
+                      {"activation_bytes", st.activation_bytes},
+                      {"peak_held_micro_batches", st.peak_held}});
+  }
+  std::sort(stages.begin(), stages.end(), [](const nlohmann::json& a, const nlohmann::json& b) {
+    return std::make_tuple(a["replica"].get<int>(), a["stage"].get<int>(), a["tp_rank"].get<int>()) <
+           std::make_tuple(b["replica"].get<int>(), b["stage"].get<int>(), b["tp_rank"].get<int>());
+  });
+  p["micro_batches"] = M;
+  p["theoretical_bubble"] = M > 0 ? static_cast<double>(P - 1) / (M + P - 1) : 0.0;
+  p["bubble_fraction"] = counted > 0 ? bubble_sum / counted : 0.0;
+  p["stages"] = stages;
+  return p;
+}
+
 nlohmann::json training_job::summary(double wall_s) const {
   nlohmann::json j;
   const bool lm = units_per_sample_ > 1;
@@ -532,6 +720,29 @@ nlohmann::json training_job::summary(double wall_s) const {
                        {"overlap", r.overlap},
                        {"peak_pool_bytes", r.peak_pool_bytes},
                        {"params_sha256", r.params_sha256}});
+    if (r.stage.stage >= 0) {
+      workers.back()["stage"] = r.stage.stage;
+      workers.back()["tp_rank"] = r.stage.tp_rank;
+    }
+  }
+  if (seat_size_ > 1) {
+    // Each stage reported its parameters' digests: merged, they give the whole model's
+    // params_sha256 (the same value `cohort train` computes); replicas of one seat must agree.
+    std::map<std::string, std::string> merged;
+    for (const auto& [id, rep] : reports_) {
+      std::map<std::string, std::string> d;
+      try {
+        d = train::parse_param_digests(rep.r.param_digests);
+      } catch (const std::exception&) {
+        consistent = false;
+      }
+      for (const auto& [name, digest] : d) {
+        auto [it, fresh] = merged.emplace(name, digest);
+        if (!fresh && it->second != digest) consistent = false;
+      }
+    }
+    hash = train::combine_param_digests(merged);
+    j["pipeline"] = pipeline_summary();
   }
   j["params_sha256"] = hash;
   j["params_consistent"] = consistent;

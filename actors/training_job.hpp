@@ -5,6 +5,7 @@
 // the current roster and the time, and sends what it returns.
 #pragma once
 #include <cstdint>
+#include <array>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -123,12 +124,17 @@ class training_job {
   double resend_interval_s() const;
   /// DP replicas of the last step opened.
   int replicas() const { return replicas_; }
+  /// Seat of a member (pp * tp > 1): (replica slot, stage, TP rank), or nullopt.
+  std::optional<std::array<int, 3>> seat_of(mb::member_id id) const;
   /// The generation and step open now, if any.
   std::optional<std::pair<uint64_t, int64_t>> open_step() const;
 
   /// The run as JSON: cohort train's summary keys plus per-worker time split, bytes,
   /// overlap, the DP size and the number of aborted steps. Valid once finished().
   nlohmann::json summary(double wall_s) const;
+  /// pp * tp > 1: per stage compute, bubble and activation memory, with the theoretical
+  /// bubble (P-1)/(M+P-1) beside the measured one.
+  nlohmann::json pipeline_summary() const;
 
  private:
   struct open_state {
@@ -137,6 +143,7 @@ class training_job {
     int32_t donor = -1;
     double sent_s = 0;                    ///< when step_open last went out
     std::map<mb::member_id, bool> votes;  ///< members expected; true once voted ok
+    std::map<mb::member_id, net::step_open> sent;  ///< what each member was sent (resends)
     double loss_rows = 0;
     int64_t rows = 0;
   };
@@ -147,6 +154,13 @@ class training_job {
   };
 
   job_actions try_open(const mb::roster& r, double now_s);
+  /// pp * tp > 1: the opens of a step over the whole replicas (docs/pipeline.md,
+  /// "Elasticity"), or why it waits (note) / cannot run (failed).
+  bool open_hybrid(const mb::roster& r, double now_s, job_actions& out,
+                   std::map<mb::member_id, net::step_open>& opens);
+  /// Gives every member without one a seat (d, p, t): the free seat of the most nearly whole
+  /// replica, so a joiner completes a broken replica first. Seats are kept for life.
+  void assign_seats(const mb::roster& r);
   void abort_open(const mb::roster& r, const std::string& why, job_actions& out);
 
   config cfg_;
@@ -183,6 +197,9 @@ class training_job {
   std::optional<net::step_result> last_commit_;  ///< of the last step, resent for reports
   double last_commit_sent_s_ = 0;
   uint64_t dropped_frames_ = 0;
+  int seat_size_ = 1;                       ///< pp * tp: workers of one replica
+  std::map<mb::member_id, int> seat_;       ///< member -> d * seat_size_ + p * tp + t
+  std::set<mb::member_id> last_voters_;     ///< members of the last committed step
   void resend(const mb::roster& r, double now_s, job_actions& out);
 
   void inject_due(const mb::roster& r, double now_s, job_actions& out);

@@ -1,5 +1,9 @@
 #include "runtime/ckpt/checkpoint.hpp"
 
+#include <fstream>
+
+#include "runtime/core/sha256.hpp"
+
 #include <fcntl.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
@@ -209,6 +213,41 @@ void write_training_checkpoint(const std::string& step_dir,
     std::this_thread::sleep_for(std::chrono::milliseconds(delay));
   }
   write_checkpoint_marker(step_dir, m);
+}
+
+bool write_checkpoint_part(const std::string& step_dir, const shard_snapshot& s,
+                           const std::vector<std::pair<int, int>>& all_shards) {
+  std::error_code ec;
+  fs::create_directories(step_dir, ec);
+  if (ec)
+    throw checkpoint_error("checkpoint " + step_dir + ": cannot create the folder: " + ec.message());
+  // A marker left by an earlier run of the same step would vouch for a mix of old and new
+  // shards: it goes first; the last writer of this run writes the new one.
+  fs::remove(fs::path(step_dir) / checkpoint_marker, ec);
+  write_checkpoint_shard(step_dir, s);
+  checkpoint_manifest m;
+  m.step = s.meta.step;
+  for (const auto& [stage, tp] : all_shards) {
+    const std::string file = shard_file_name(stage, tp);
+    const fs::path path = fs::path(step_dir) / file;
+    if (!fs::exists(path, ec)) return false;  // another writer is still at it
+    std::ifstream in(path, std::ios::binary);
+    if (!in) return false;
+    sha256 h;
+    std::vector<char> buf(1 << 20);
+    uint64_t bytes = 0;
+    while (in) {
+      in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+      const auto got = static_cast<std::size_t>(in.gcount());
+      h.update(buf.data(), got);
+      bytes += got;
+    }
+    m.shards.push_back({file, bytes, h.hex_digest()});
+  }
+  if (const int delay = test_checkpoint_delay_ms(); delay > 0)
+    std::this_thread::sleep_for(std::chrono::milliseconds(delay));
+  write_checkpoint_marker(step_dir, m);
+  return true;
 }
 
 training_metadata load_checkpoint_shard(

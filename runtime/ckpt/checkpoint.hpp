@@ -96,6 +96,15 @@ shard_record write_checkpoint_shard(const std::string& step_dir, const shard_sna
 void write_training_checkpoint(const std::string& step_dir,
                                const std::vector<shard_snapshot>& shards);
 
+/// One writer's part of a checkpoint several processes write together (one shard per
+/// pipeline stage / TP rank, docs/checkpoints.md): writes S's shard into STEP_DIR (created
+/// when needed), then, if every shard of ALL_SHARDS ((stage, tp_rank) pairs) is in place,
+/// the COMPLETE marker with each file's size and SHA-256. The last writer to finish sees
+/// every shard and completes the checkpoint; two that finish together write the same
+/// marker. Returns true when this call wrote the marker. Throws checkpoint_error.
+bool write_checkpoint_part(const std::string& step_dir, const shard_snapshot& s,
+                           const std::vector<std::pair<int, int>>& all_shards);
+
 /// Milliseconds COHORT_TEST_CHECKPOINT_DELAY_MS asks the writer to wait between the shards
 /// and the marker (0 when unset): a test aid that opens a window to kill a writer in.
 int test_checkpoint_delay_ms();

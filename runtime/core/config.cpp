@@ -108,14 +108,24 @@ const std::vector<key_spec>& schema() {
        at_least(1),
        {},
        nullptr,
-       "Pipeline stages per replica. Only 1 is implemented yet."},
+       "Pipeline stages per replica (GPT only; each stage needs at least one block). "
+       "Stages are cut by parameter count unless stage_layers is given (docs/pipeline.md)."},
+      {"parallel",
+       "stage_layers",
+       COHORT_FIELD(parallel.stage_layers),
+       at_least(1),
+       {},
+       "balanced by parameter count",
+       "Blocks per pipeline stage, first to last: pp counts summing to model.n_layer. "
+       "Absent or []: the cut that minimises the largest stage's parameter count."},
       {"parallel",
        "tp",
        COHORT_FIELD(parallel.tp),
        at_least(1),
        {},
        nullptr,
-       "Tensor-parallel ranks per stage. Only 1 is implemented yet."},
+       "Tensor-parallel ranks per stage (GPT only; must divide model.n_head): Megatron "
+       "column / row parallel attention and MLP (docs/pipeline.md)."},
       {"parallel",
        "schedule",
        COHORT_FIELD(parallel.schedule),
@@ -133,8 +143,9 @@ const std::vector<key_spec>& schema() {
        unbounded(),
        {},
        nullptr,
-       "true: keep only stage-boundary activations and recompute the rest in backward. Only "
-       "false is implemented yet."},
+       "true: keep only each stage's input per micro-batch in flight and recompute the "
+       "stage's activations in backward (less memory, about one more forward of compute; "
+       "gradients are bit-identical)."},
       {"model",
        "kind",
        COHORT_FIELD(model.kind),
@@ -1300,19 +1311,38 @@ class loader {
 
   void resolve_and_cross_check() {
     config& c = c_;
-    // Grid: only dp is implemented; say so instead of failing later in a worker.
-    if (fine({"parallel.pp"}) && c.parallel.pp > 1) {
-      complain({"parallel.pp"}, "pipeline parallelism (pp = " + std::to_string(c.parallel.pp) +
-                                    ") is not implemented yet (set parallel.pp: 1)");
+    // Pipeline and tensor parallelism split a GPT (runtime/nn/gpt_stage.hpp); say what
+    // does not fit here instead of failing later in a worker.
+    const bool split = c.parallel.pp > 1 || c.parallel.tp > 1;
+    if (split && fine({"parallel.pp", "parallel.tp", "model.kind"}) && c.model.kind != "gpt") {
+      complain({"parallel.pp", "parallel.tp", "model.kind"},
+               "pipeline / tensor parallelism (pp = " + std::to_string(c.parallel.pp) +
+                   ", tp = " + std::to_string(c.parallel.tp) + ") splits a GPT, but model.kind is " +
+                   c.model.kind + " (set parallel.pp: 1 and parallel.tp: 1, or model.kind: gpt)");
+    } else if (split && c.model.kind == "gpt") {
+      if (fine({"parallel.pp", "model.n_layer"}) && c.parallel.pp > c.model.n_layer)
+        complain({"parallel.pp", "model.n_layer"},
+                 "pp = " + std::to_string(c.parallel.pp) + " stages need at least one block each, "
+                 "but model.n_layer = " + std::to_string(c.model.n_layer) +
+                 " (use pp <= " + std::to_string(c.model.n_layer) + ")");
+      if (fine({"parallel.tp", "model.n_head"}) && c.model.n_head % c.parallel.tp != 0)
+        complain({"parallel.tp", "model.n_head"},
+                 "tp = " + std::to_string(c.parallel.tp) + " ranks split the " +
+                     std::to_string(c.model.n_head) +
+                     " attention heads evenly, so tp must divide model.n_head");
     }
-    if (fine({"parallel.tp"}) && c.parallel.tp > 1) {
-      complain({"parallel.tp"}, "tensor parallelism (tp = " + std::to_string(c.parallel.tp) +
-                                    ") is not implemented yet (set parallel.tp: 1)");
-    }
-    if (fine({"parallel.activation_checkpointing"}) && c.parallel.activation_checkpointing) {
-      complain({"parallel.activation_checkpointing"},
-               "activation checkpointing is not implemented yet (set "
-               "parallel.activation_checkpointing: false)");
+    if (fine({"parallel.stage_layers", "parallel.pp", "model.n_layer"}) &&
+        !c.parallel.stage_layers.empty()) {
+      int sum = 0;
+      for (int x : c.parallel.stage_layers) sum += x;
+      if (static_cast<int>(c.parallel.stage_layers.size()) != c.parallel.pp ||
+          sum != c.model.n_layer)
+        complain({"parallel.stage_layers"},
+                 "stage_layers must list pp = " + std::to_string(c.parallel.pp) +
+                     " block counts summing to model.n_layer = " +
+                     std::to_string(c.model.n_layer) + " (got " +
+                     std::to_string(c.parallel.stage_layers.size()) + " counts summing to " +
+                     std::to_string(sum) + "; or remove it for a balanced cut)");
     }
     // grid_ok: dp is resolved and dp * pp * tp == workers, so dp can be checked against
     // the batch; otherwise that check would only repeat the grid problem.
@@ -1451,6 +1481,18 @@ class loader {
     if (!elastic_ok_) return;
     if (c.elastic.min_workers == 0) c.elastic.min_workers = w;
     if (c.elastic.max_workers == 0) c.elastic.max_workers = w;
+    if (fine({"parallel.pp", "parallel.tp"})) {
+      // With pp * tp > 1 a DP replica is pp * tp workers: it trains only when whole.
+      const int pt = c.parallel.pp * c.parallel.tp;
+      for (auto [key, v] : {std::pair<const char*, int>{"elastic.min_workers", c.elastic.min_workers},
+                            {"elastic.max_workers", c.elastic.max_workers}}) {
+        if (pt > 1 && v % pt != 0)
+          complain({key}, std::string(key) + " = " + std::to_string(v) +
+                              " is not a whole number of replicas of pp * tp = " +
+                              std::to_string(pt) + " workers (use a multiple of " +
+                              std::to_string(pt) + ")");
+      }
+    }
     if (grid_ok && c.elastic.max_workers > w && fine({"train.global_batch", "train.micro_batch"}) &&
         c.train.global_batch % c.train.micro_batch == 0) {
       const int64_t pt = int64_t{c.parallel.pp} * c.parallel.tp;

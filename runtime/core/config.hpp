@@ -21,9 +21,10 @@ struct parallel_config {
   int tp = 1;  ///< tensor-parallel ranks
   /// gpipe | 1f1b: the micro-batch schedule of pipeline stages (train/pipeline_schedule.hpp)
   std::string schedule = "1f1b";
-  /// Keep only stage-boundary activations and recompute the rest in backward (refused
-  /// until the pipeline runtime implements it)
+  /// Keep only stage-boundary activations and recompute the rest in backward
   bool activation_checkpointing = false;
+  /// Blocks per pipeline stage (pp counts summing to model.n_layer); empty: balanced
+  std::vector<int> stage_layers;
 };
 
 struct model_config {

@@ -354,10 +354,34 @@ struct step_open {
   int64_t step = 0;
   int32_t replicas = 0;
   int32_t donor_rank = -1;
-  int32_t rank = -1;  ///< the receiving member's rank in `generation` (-1: from its roster)
+  int32_t rank = -1;  ///< the receiving member's DP rank (its replica) in `generation`
+  /// Pipeline stage and tensor-parallel rank of the member (its seat in the replica; fixed
+  /// for the member's life). 0 and 0 when pp = tp = 1.
+  int32_t stage = 0;
+  int32_t tp_rank = 0;
   template <class S>
   static auto fields(S& s) {
-    return std::tie(s.generation, s.step, s.replicas, s.donor_rank, s.rank);
+    return std::tie(s.generation, s.step, s.replicas, s.donor_rank, s.rank, s.stage, s.tp_rank);
+  }
+};
+
+/// A pipeline stage's time and memory over a whole run (train_report; stage = -1 when the
+/// worker ran the whole model).
+struct stage_stats {
+  int32_t stage = -1;
+  int32_t tp_rank = 0;
+  uint64_t schedule_us = 0;  ///< wall time inside micro-batch schedules
+  uint64_t compute_us = 0;   ///< forward and backward passes
+  uint64_t wait_us = 0;      ///< blocked receiving from a neighbour
+  uint64_t p2p_bytes = 0;    ///< activations / gradients sent to neighbours
+  uint64_t tp_us = 0;        ///< inside the TP group's allreduce
+  uint64_t activation_bytes = 0;  ///< allocated for micro-batches in flight
+  int32_t peak_held = 0;          ///< most micro-batches held between forward and backward
+  int32_t micro_batches = 0;      ///< micro-batches per step in the last step (this replica)
+  template <class S>
+  static auto fields(S& s) {
+    return std::tie(s.stage, s.tp_rank, s.schedule_us, s.compute_us, s.wait_us, s.p2p_bytes,
+                    s.tp_us, s.activation_bytes, s.peak_held, s.micro_batches);
   }
 };
 
@@ -433,11 +457,15 @@ struct train_report {
   std::string checkpoint;  ///< final checkpoint written (rank 0), else empty
   int64_t num_params = 0;
   step_timing timing;
+  /// "name:sha256\n" per parameter this worker holds (a pipeline stage's part of the model)
+  std::string param_digests;
+  stage_stats stage;
   template <class S>
   static auto fields(S& s) {
     return std::tie(s.member_id, s.generation, s.next_step, s.params_sha256, s.has_eval,
                     s.eval_loss, s.eval_accuracy, s.eval_count, s.steps_computed, s.overlap,
-                    s.peak_pool_bytes, s.checkpoint, s.num_params, s.timing);
+                    s.peak_pool_bytes, s.checkpoint, s.num_params, s.timing, s.param_digests,
+                    s.stage);
   }
 };
 

@@ -61,4 +61,27 @@ void checkpoint_writer::save(const trainer& tr, int64_t next_step) {
       });
 }
 
+void checkpoint_writer::save_part(shard_snapshot snap,
+                                  const std::vector<std::pair<int, int>>& all_shards) {
+  wait();
+  const std::string step_dir = checkpoint_path(dir_, snap.meta.step);
+  inflight_ = std::async(
+      std::launch::async, [step_dir, dir = dir_, keep = keep_, all = all_shards,
+                           snap = std::move(snap)]() -> std::string {
+        try {
+          std::error_code ec;
+          std::filesystem::create_directories(dir, ec);
+          if (ec)
+            throw checkpoint_error("cannot create the checkpoint folder " + dir + ": " +
+                                   ec.message() + " (check fault_tolerance.checkpoint_dir)");
+          if (write_checkpoint_part(step_dir, snap, all)) prune_checkpoints(dir, keep);
+          return step_dir;
+        } catch (const std::exception& e) {
+          spdlog::error("checkpoint shard {} of {} was not written: {}",
+                        shard_file_name(snap.stage, snap.tp_rank), step_dir, e.what());
+          throw;
+        }
+      });
+}
+
 }  // namespace cohort::train

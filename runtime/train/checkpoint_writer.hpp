@@ -6,6 +6,10 @@
 #include <cstdint>
 #include <future>
 #include <string>
+#include <utility>
+#include <vector>
+
+#include "runtime/ckpt/checkpoint.hpp"
 
 namespace cohort::train {
 
@@ -28,6 +32,10 @@ class checkpoint_writer {
   /// thread and starts writing it in the background. `tr` may change as soon as this
   /// returns.
   void save(const trainer& tr, int64_t next_step);
+  /// The same for one shard of a checkpoint that several workers write (pipeline stages /
+  /// TP ranks): SNAP is written, and whichever writer finishes last writes the marker
+  /// (write_checkpoint_part). wait() then returns the folder once this writer's shard is in.
+  void save_part(shard_snapshot snap, const std::vector<std::pair<int, int>>& all_shards);
   /// Waits for the write in flight and returns the newest folder this writer completed
   /// ("" when none). Throws the write's checkpoint_error (once).
   std::string wait();

@@ -9,6 +9,7 @@
 #include "runtime/core/error.hpp"
 #include "runtime/core/sha256.hpp"
 #include "runtime/train/fixed_point.hpp"
+#include "runtime/train/param_stats.hpp"
 
 namespace cohort::train {
 
@@ -175,7 +176,10 @@ std::vector<std::pair<float*, std::size_t>> trainer::state_buffers() {
 double trainer::apply_step(int64_t step) {
   nn::tensor& grads = model_->flat_grads();
   if (bitwise_) fixed_to_float(grads.data(), fixed_.data(), grads.numel());
-  double norm = nn::clip_grad_norm(grads, cfg_.train.grad_clip);
+  // Per-parameter sums added in parameter order: pipeline stages reproduce these bits by
+  // continuing each other's running sum (runtime/train/param_stats.hpp).
+  const double norm = std::sqrt(ordered_sum(grad_sum_squares_by_param(*model_)));
+  clip_grads(*model_, norm, cfg_.train.grad_clip);
   if (!std::isfinite(norm))
     throw cohort::error("step " + std::to_string(step) +
                         ": gradient norm is not finite (the run diverged: lower train.lr or "
@@ -273,12 +277,7 @@ int64_t trainer::load_checkpoint(const std::string& step_dir) {
 }
 
 std::string trainer::params_sha256() const {
-  std::vector<const nn::parameter*> ps;
-  for (const auto& p : model_->parameters()) ps.push_back(&p);
-  std::sort(ps.begin(), ps.end(), [](auto* a, auto* b) { return a->name < b->name; });
-  sha256 h;
-  for (const auto* p : ps) h.update(p->value.data(), p->value.bytes());
-  return h.hex_digest();
+  return combine_param_digests(param_digests(*model_));
 }
 
 int64_t trainer::peak_pool_bytes() const {

@@ -110,7 +110,8 @@ class trainer {
   /// Restores the optimizer step count (together with state_buffers()).
   void set_optimizer_steps(int64_t steps) { opt_->set_steps(steps); }
 
-  /// SHA-256 over every parameter's float32 bytes, parameters taken in name order.
+  /// combine_param_digests(param_digests(model())): SHA-256 over the per-parameter SHA-256
+  /// digests in name order (so pipeline stages' digests combine to the same value).
   std::string params_sha256() const;
   /// Peak bytes in use of the memory pool so far.
   int64_t peak_pool_bytes() const;

@@ -1,0 +1,70 @@
+#include "runtime/train/param_stats.hpp"
+
+#include <sstream>
+
+#include "gpu/kernels.hpp"
+#include "runtime/core/error.hpp"
+#include "runtime/core/sha256.hpp"
+#include "runtime/nn/optim.hpp"
+
+namespace cohort::train {
+
+std::vector<double> grad_sum_squares_by_param(const nn::model& m) {
+  std::vector<double> out;
+  out.reserve(m.parameters().size());
+  for (const auto& p : m.parameters()) out.push_back(gpu::cpu::sum_squares(p.grad.data(), p.grad.numel()));
+  return out;
+}
+
+double ordered_sum(const std::vector<double>& parts, double start) {
+  double s = start;
+  for (double x : parts) s += x;
+  return s;
+}
+
+void clip_grads(nn::model& m, double norm, float max_norm) {
+  const float coef = nn::clip_coefficient(norm, max_norm);
+  nn::tensor& g = m.flat_grads();
+  if (coef < 1.0f) gpu::cpu::scale(g.data(), coef, g.numel());
+}
+
+std::map<std::string, std::string> param_digests(const nn::model& m) {
+  std::map<std::string, std::string> out;
+  for (const auto& p : m.parameters()) {
+    sha256 h;
+    h.update(p.value.data(), p.value.bytes());
+    out[p.name] = h.hex_digest();
+  }
+  return out;
+}
+
+std::string combine_param_digests(const std::map<std::string, std::string>& digests) {
+  sha256 h;
+  for (const auto& [name, d] : digests) {
+    const std::string line = name + ":" + d + "\n";
+    h.update(line.data(), line.size());
+  }
+  return h.hex_digest();
+}
+
+std::string format_param_digests(const std::map<std::string, std::string>& digests) {
+  std::string s;
+  for (const auto& [name, d] : digests) s += name + ":" + d + "\n";
+  return s;
+}
+
+std::map<std::string, std::string> parse_param_digests(const std::string& text) {
+  std::map<std::string, std::string> out;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    const auto colon = line.rfind(':');
+    if (colon == std::string::npos || colon == 0 || line.size() - colon - 1 != 64)
+      throw usage_error("parameter digest line '" + line.substr(0, 80) +
+                        "' is not 'name:<64 hex digits>'");
+    out[line.substr(0, colon)] = line.substr(colon + 1);
+  }
+  return out;
+}
+
+}  // namespace cohort::train

@@ -1,0 +1,37 @@
+// Whole-model figures that must come out the same bits whether one process holds the
+// model or pipeline stages each hold a part: the gradient norm (as per-parameter sums of
+// squares added in parameter order) and the parameter hash (over per-parameter digests).
+// Owns those definitions; knows nothing of stages, sockets or workers.
+#pragma once
+#include <map>
+#include <string>
+#include <vector>
+
+#include "runtime/nn/model.hpp"
+
+namespace cohort::train {
+
+/// Sum of squares of each parameter's gradient, in parameters() order (double sums).
+std::vector<double> grad_sum_squares_by_param(const nn::model& m);
+
+/// `start` + every element of `parts`, added one at a time in order. A pipeline continues
+/// the previous stage's running sum with its own parameters, so the total has the same
+/// bits as one process adding all of them.
+double ordered_sum(const std::vector<double>& parts, double start = 0.0);
+
+/// Scales every gradient of M by the clipping coefficient for `norm` (max_norm <= 0: none).
+void clip_grads(nn::model& m, double norm, float max_norm);
+
+/// SHA-256 (hex) of each parameter's float32 bytes, keyed by parameter name.
+std::map<std::string, std::string> param_digests(const nn::model& m);
+
+/// The run's params_sha256: SHA-256 over "name:digest\n" lines in name order. Digests from
+/// several stages merged into one map give the whole model's value.
+std::string combine_param_digests(const std::map<std::string, std::string>& digests);
+
+/// "name:digest\n" lines (what a stage reports) and back; throws protocol-safe
+/// usage_error for a malformed line.
+std::string format_param_digests(const std::map<std::string, std::string>& digests);
+std::map<std::string, std::string> parse_param_digests(const std::string& text);
+
+}  // namespace cohort::train

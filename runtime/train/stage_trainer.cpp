@@ -1,0 +1,352 @@
+#include "runtime/train/stage_trainer.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "runtime/core/error.hpp"
+#include "runtime/train/fixed_point.hpp"
+#include "runtime/train/param_stats.hpp"
+
+namespace cohort::train {
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+uint64_t micros_since(clock_type::time_point t0) {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::microseconds>(clock_type::now() - t0).count());
+}
+
+}  // namespace
+
+uint64_t stage_tag(stage_msg kind, int64_t step, int micro) {
+  // kind: 4 bits, micro-batch: 20 bits, step: the rest.
+  return (static_cast<uint64_t>(step) << 24) | (static_cast<uint64_t>(micro & 0xFFFFF) << 4) |
+         static_cast<uint64_t>(kind);
+}
+
+stage_trainer::stage_trainer(const config& c, int stage, int tp_rank)
+    : cfg_(c),
+      stage_(stage),
+      stages_(c.parallel.pp),
+      tp_rank_(tp_rank),
+      tp_size_(c.parallel.tp) {
+  if (c.model.kind != "gpt")
+    throw usage_error("pipeline and tensor parallelism split a GPT; model.kind is " +
+                      c.model.kind + " (set parallel.pp: 1 and parallel.tp: 1)");
+  if (stage < 0 || stage >= stages_ || tp_rank < 0 || tp_rank >= tp_size_)
+    throw usage_error("stage " + std::to_string(stage) + " / TP rank " + std::to_string(tp_rank) +
+                      " is outside the grid pp=" + std::to_string(stages_) +
+                      " tp=" + std::to_string(tp_size_));
+  gpu::cpu::set_num_threads(std::max(1, c.train.threads));
+  gpu::cpu::set_flush_denormals(true);
+  data_ = make_dataset(c);
+  nn::gpt_shape shape;
+  shape.vocab = data_->num_classes();
+  shape.context = c.model.context;
+  shape.n_layer = c.model.n_layer;
+  shape.n_head = c.model.n_head;
+  shape.d_model = c.model.d_model;
+  for (const auto& spec : nn::gpt_param_specs(shape)) model_params_ += nn::shape_numel(spec.shape);
+  const std::vector<nn::stage_range> parts =
+      nn::partition_gpt(shape, stages_, c.parallel.stage_layers);
+  micro_batches_ = (c.train.global_batch + c.train.micro_batch - 1) / c.train.micro_batch;
+  bitwise_ = c.train.determinism == "bitwise";
+  kind_ = parse_schedule(c.parallel.schedule);
+  nn::gpt_stage_options o;
+  // GPipe holds every micro-batch of the step (all of them when the replica is alone);
+  // 1F1B at most P - s at once.
+  o.slots = kind_ == schedule_kind::gpipe ? micro_batches_
+                                          : std::min(stages_ - stage_, micro_batches_);
+  o.max_batch = c.train.micro_batch;
+  o.activation_checkpointing = c.parallel.activation_checkpointing;
+  o.tp_size = tp_size_;
+  o.tp_rank = tp_rank_;
+  if (tp_size_ > 1) o.tp_allreduce = [this](float* d, int64_t n) { tp_sum(d, n); };
+  model_ = std::make_unique<nn::gpt_stage>(shape, parts.at(static_cast<std::size_t>(stage_)), o,
+                                           c.train.seed);
+  if (bitwise_) fixed_.assign(static_cast<std::size_t>(model_->num_params()), 0);
+  nn::optim_options oo;
+  oo.kind = c.train.optimizer;
+  oo.beta1 = c.train.beta1;
+  oo.beta2 = c.train.beta2;
+  oo.eps = c.train.eps;
+  oo.weight_decay = c.train.weight_decay;
+  oo.momentum = c.train.momentum;
+  opt_ = nn::make_optimizer(model_->flat_values(), model_->flat_grads(), oo);
+}
+
+void stage_trainer::tp_sum(float* data, int64_t count) {
+  const auto t0 = clock_type::now();
+  if (!links_.tp_allreduce)
+    throw usage_error("stage_trainer: tensor parallelism without a TP group link");
+  links_.tp_allreduce(data, count);
+  timing_.tp_us += micros_since(t0);
+}
+
+void stage_trainer::begin_step() {
+  model_->zero_grad();
+  if (bitwise_) std::fill(fixed_.begin(), fixed_.end(), 0);
+}
+
+double stage_trainer::compute_gradients(int64_t step, const std::vector<int>& micro) {
+  if (micro.empty()) return 0.0;
+  const auto& t = cfg_.train;
+  const int M = static_cast<int>(micro.size());
+  const bool first = stage_ == 0, last = stage_ == stages_ - 1;
+  const int C = cfg_.model.d_model;
+  const std::vector<pipe_op> ops = stage_ops(kind_, stages_, M, stage_);
+  const int slots = model_->options().slots;
+  std::vector<int64_t> positions(static_cast<std::size_t>(M), 0);  // n*t of each micro-batch
+  double loss_rows = 0.0;
+  int held = 0;
+  const auto t_sched = clock_type::now();
+  for (const pipe_op& op : ops) {
+    const int k = op.micro;
+    const int i = micro.at(static_cast<std::size_t>(k));
+    const int slot = k % slots;  // 1F1B holds a window of at most `slots` consecutive ones
+    const int rows = micro_batch_rows(i, t.micro_batch, t.global_batch);
+    if (op.k == pipe_op::forward) {
+      data_->train_micro_batch(t.seed, step, i, t.micro_batch, t.global_batch, batch_);
+      const int64_t pos = int64_t{batch_.n} * batch_.t;
+      positions[static_cast<std::size_t>(k)] = pos;
+      const std::size_t bytes = static_cast<std::size_t>(pos) * C * sizeof(float);
+      const float* x_in = nullptr;
+      if (!first) {
+        recv_buf_.resize(static_cast<std::size_t>(pos) * C);
+        const auto tw = clock_type::now();
+        links_.recv(stage_ - 1, stage_tag(stage_msg::activation, step, i), recv_buf_.data(), bytes);
+        timing_.wait_us += micros_since(tw);
+        x_in = recv_buf_.data();
+      }
+      const auto tc = clock_type::now();
+      const nn::stage_forward f = model_->forward(slot, batch_, x_in);
+      timing_.compute_us += micros_since(tc);
+      if (last) {
+        loss_rows += static_cast<double>(f.loss) * rows;
+      } else {
+        const auto ts = clock_type::now();
+        links_.send(stage_ + 1, stage_tag(stage_msg::activation, step, i), f.out, bytes);
+        timing_.send_us += micros_since(ts);
+        timing_.p2p_bytes += bytes;
+      }
+      peak_held_ = std::max(peak_held_, ++held);
+    } else {
+      const int64_t pos = positions[static_cast<std::size_t>(k)];
+      const std::size_t bytes = static_cast<std::size_t>(pos) * C * sizeof(float);
+      const float* d_out = nullptr;
+      if (!last) {
+        recv_buf_.resize(static_cast<std::size_t>(pos) * C);
+        const auto tw = clock_type::now();
+        links_.recv(stage_ + 1, stage_tag(stage_msg::gradient, step, i), recv_buf_.data(), bytes);
+        timing_.wait_us += micros_since(tw);
+        d_out = recv_buf_.data();
+      }
+      // Each micro-batch's loss is a mean over its rows; rows / global_batch makes the sum
+      // over the global batch the mean-loss gradient (as trainer does).
+      const float scale = static_cast<float>(rows) / static_cast<float>(t.global_batch);
+      const auto tc = clock_type::now();
+      if (bitwise_) model_->flat_grads().zero();
+      const float* d_in = model_->backward(slot, d_out, scale);
+      if (bitwise_) {
+        nn::tensor& g = model_->flat_grads();
+        const int64_t bad = fixed_accumulate(fixed_.data(), g.data(), g.numel());
+        if (bad >= 0)
+          throw cohort::error("bitwise determinism: gradient element " + std::to_string(bad) +
+                              " of stage " + std::to_string(stage_) + " in step " +
+                              std::to_string(step) +
+                              " is not finite or exceeds the fixed-point range (the run "
+                              "diverged: lower train.lr or set train.grad_clip)");
+      }
+      timing_.compute_us += micros_since(tc);
+      if (!first) {
+        const auto ts = clock_type::now();
+        links_.send(stage_ - 1, stage_tag(stage_msg::gradient, step, i), d_in, bytes);
+        timing_.send_us += micros_since(ts);
+        timing_.p2p_bytes += bytes;
+      }
+      --held;
+    }
+  }
+  timing_.schedule_us += micros_since(t_sched);
+  return loss_rows;
+}
+
+void* stage_trainer::reduction_buffer() {
+  if (bitwise_) return fixed_.data();
+  return model_->flat_grads().data();
+}
+
+double stage_trainer::finish_gradients(int64_t step) {
+  nn::tensor& grads = model_->flat_grads();
+  if (bitwise_) fixed_to_float(grads.data(), fixed_.data(), grads.numel());
+  std::vector<double> parts = grad_sum_squares_by_param(*model_);
+  if (tp_size_ > 1) {
+    // A TP shard holds part of a tensor: the tensor's sum of squares is the sum over the
+    // group. Replicated tensors are the same on every rank and count once.
+    const auto& rep = model_->tp_replicated();
+    std::vector<double> shard;
+    for (std::size_t i = 0; i < parts.size(); ++i)
+      if (!rep[i]) shard.push_back(parts[i]);
+    if (!shard.empty()) {
+      links_.tp_allreduce_f64(shard.data(), static_cast<int64_t>(shard.size()));
+      std::size_t j = 0;
+      for (std::size_t i = 0; i < parts.size(); ++i)
+        if (!rep[i]) parts[i] = shard[j++];
+    }
+  }
+  // The whole model's sum, parameter by parameter in order: stage 0 starts it, each stage
+  // continues the running sum, the last sends the total back down.
+  double running = 0.0;
+  if (stage_ > 0)
+    links_.recv(stage_ - 1, stage_tag(stage_msg::norm_up, step, 0), &running, sizeof running);
+  running = ordered_sum(parts, running);
+  double total = running;
+  if (stage_ + 1 < stages_) {
+    links_.send(stage_ + 1, stage_tag(stage_msg::norm_up, step, 0), &running, sizeof running);
+    links_.recv(stage_ + 1, stage_tag(stage_msg::norm_down, step, 0), &total, sizeof total);
+  }
+  if (stage_ > 0)
+    links_.send(stage_ - 1, stage_tag(stage_msg::norm_down, step, 0), &total, sizeof total);
+  norm_ = std::sqrt(total);
+  if (!std::isfinite(norm_))
+    throw cohort::error("step " + std::to_string(step) +
+                        ": gradient norm is not finite (the run diverged: lower train.lr or "
+                        "set train.grad_clip)");
+  return norm_;
+}
+
+void stage_trainer::apply_step(int64_t step) {
+  clip_grads(*model_, norm_, cfg_.train.grad_clip);
+  opt_->step(learning_rate(cfg_.train, step));
+}
+
+evaluation stage_trainer::evaluate(int64_t tag_step) {
+  evaluation e;
+  double loss_sum = 0.0;
+  int64_t correct = 0, count = 0;
+  const bool first = stage_ == 0, last = stage_ == stages_ - 1;
+  const int C = cfg_.model.d_model;
+  int idx = 0;
+  for_each_eval_batch(*data_, cfg_.train.micro_batch, 0, [&](const cohort::batch& b) {
+    const int64_t pos = int64_t{b.n} * b.t;
+    const std::size_t bytes = static_cast<std::size_t>(pos) * C * sizeof(float);
+    const float* x_in = nullptr;
+    if (!first) {
+      recv_buf_.resize(static_cast<std::size_t>(pos) * C);
+      links_.recv(stage_ - 1, stage_tag(stage_msg::eval, tag_step, idx), recv_buf_.data(), bytes);
+      x_in = recv_buf_.data();
+    }
+    const nn::stage_forward f = model_->forward(0, b, x_in);
+    if (last) {
+      loss_sum += static_cast<double>(f.loss) * static_cast<double>(pos);
+      correct += f.correct;
+      count += pos;
+    } else {
+      links_.send(stage_ + 1, stage_tag(stage_msg::eval, tag_step, idx), f.out, bytes);
+    }
+    model_->drop(0);
+    ++idx;
+  });
+  if (count > 0) {
+    e.count = count;
+    e.loss = loss_sum / static_cast<double>(count);
+    e.accuracy = static_cast<double>(correct) / static_cast<double>(count);
+  }
+  return e;
+}
+
+std::vector<std::pair<float*, std::size_t>> stage_trainer::state_buffers() {
+  const auto n = static_cast<std::size_t>(model_->num_params());
+  std::vector<std::pair<float*, std::size_t>> out;
+  out.emplace_back(model_->flat_values().data(), n);
+  for (auto& [slot, t] : opt_->state()) {
+    COHORT_CHECK(static_cast<std::size_t>(t.numel()) == n);
+    out.emplace_back(t.data(), n);
+  }
+  return out;
+}
+
+shard_snapshot stage_trainer::snapshot(int64_t next_step) const {
+  shard_snapshot s;
+  s.stage = stage_;
+  s.tp_rank = tp_rank_;
+  for (const auto& p : model_->parameters())
+    s.layout.push_back({p.name, p.value.shape(), static_cast<std::size_t>(p.offset)});
+  const auto& flat = model_->flat_values();
+  s.params.assign(flat.data(), flat.data() + flat.numel());
+  for (auto& [slot, t] : opt_->state()) {
+    const float* d = static_cast<const float*>(t.data());
+    s.optimizer_state.emplace_back(slot, std::vector<float>(d, d + t.numel()));
+  }
+  training_metadata& meta = s.meta;
+  meta.step = next_step;
+  meta.config_hash = config_hash(cfg_);
+  meta.optimizer = cfg_.train.optimizer;
+  meta.extra = data_->position(cfg_.train.seed, next_step, cfg_.train.global_batch).to_metadata();
+  for (auto& [k, v] : data_->preprocessing_metadata()) meta.extra[k] = v;
+  meta.extra["optimizer.steps"] = std::to_string(opt_->steps());
+  meta.extra["model.kind"] = cfg_.model.kind;
+  meta.extra["train.determinism"] = cfg_.train.determinism;
+  meta.extra["parallel.pp"] = std::to_string(stages_);
+  meta.extra["parallel.tp"] = std::to_string(tp_size_);
+  return s;
+}
+
+int64_t stage_trainer::load_checkpoint(const std::string& step_dir) {
+  training_metadata head = read_checkpoint_metadata(step_dir, stage_, tp_rank_);
+  if (head.optimizer != cfg_.train.optimizer)
+    throw checkpoint_error("checkpoint " + step_dir + ": holds " + head.optimizer +
+                           " optimizer state but the config says train.optimizer: " +
+                           cfg_.train.optimizer + " (use the config the checkpoint was written with)");
+  auto views = [&](float* base) {
+    std::vector<tensor_target> out;
+    for (const auto& p : model_->parameters()) {
+      tensor_target v;
+      v.name = p.name;
+      v.shape = p.value.shape();
+      v.data = base + p.offset;
+      out.push_back(v);
+    }
+    return out;
+  };
+  std::vector<tensor_target> params = views(model_->flat_values().data());
+  std::vector<optimizer_state_target> state;
+  for (auto& [slot, t] : opt_->state())
+    for (auto& v : views(t.data())) state.push_back({slot, v});
+  training_metadata meta = load_checkpoint_shard(step_dir, stage_, tp_rank_, params, state);
+  int64_t steps = meta.step;
+  auto it = meta.extra.find("optimizer.steps");
+  if (it != meta.extra.end()) {
+    try {
+      steps = std::stoll(it->second);
+    } catch (const std::exception&) {
+      throw checkpoint_error("checkpoint " + step_dir +
+                             ": metadata optimizer.steps is not an integer: " + it->second);
+    }
+  }
+  opt_->set_steps(steps);
+  return meta.step;
+}
+
+std::map<std::string, std::string> stage_trainer::param_digests() const {
+  std::map<std::string, std::string> d = train::param_digests(*model_);
+  if (tp_size_ == 1) return d;
+  // A shard's digest is not the whole tensor's: name it as the shard it is.
+  std::map<std::string, std::string> out;
+  const auto& rep = model_->tp_replicated();
+  const auto& ps = model_->parameters();
+  for (std::size_t i = 0; i < ps.size(); ++i) {
+    const std::string& n = ps[i].name;
+    out[rep[i] ? n : n + "#t" + std::to_string(tp_rank_)] = d.at(n);
+  }
+  return out;
+}
+
+int64_t stage_trainer::peak_pool_bytes() const {
+  return static_cast<int64_t>(model_->memory().stats().peak_bytes);
+}
+
+}  // namespace cohort::train
