@@ -637,6 +637,7 @@ struct group {
       const train::stage_timing& tm = st->timing();
       s.stage = st->stage();
       s.tp_rank = st->tp_rank();
+      s.replica = p.rank;
       s.schedule_us = tm.schedule_us;
       s.compute_us = tm.compute_us;
       s.wait_us = tm.wait_us;

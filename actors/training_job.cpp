@@ -661,7 +661,7 @@ nlohmann::json training_job::pipeline_summary() const {
     ++counted;
     const double wait_s = seconds(st.wait_us);
     stages.push_back({{"worker", rep.name},
-                      {"replica", rep.rank},
+                      {"replica", st.replica},
                       {"stage", st.stage},
                       {"tp_rank", st.tp_rank},
                       {"schedule_s", sched},
@@ -729,6 +729,7 @@ nlohmann::json training_job::summary(double wall_s) const {
     // Each stage reported its parameters' digests: merged, they give the whole model's
     // params_sha256 (the same value `cohort train` computes); replicas of one seat must agree.
     std::map<std::string, std::string> merged;
+    consistent = true;  // stages hold different parameters: compare digests by name
     for (const auto& [id, rep] : reports_) {
       std::map<std::string, std::string> d;
       try {

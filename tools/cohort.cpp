@@ -30,6 +30,7 @@ int main(int argc, char** argv) {
   cohort::cli::add_bench_control(*bench, &rc);
   cohort::cli::add_bench_train(*bench, &rc);
   cohort::cli::add_bench_allreduce(*bench, &rc);
+  cohort::cli::add_bench_p2p(*bench, &rc);
   cohort::cli::add_bench_dp(*bench, &rc);
   try {
     app.parse(argc, argv);

@@ -370,6 +370,7 @@ struct step_open {
 struct stage_stats {
   int32_t stage = -1;
   int32_t tp_rank = 0;
+  int32_t replica = 0;       ///< DP rank in the last step
   uint64_t schedule_us = 0;  ///< wall time inside micro-batch schedules
   uint64_t compute_us = 0;   ///< forward and backward passes
   uint64_t wait_us = 0;      ///< blocked receiving from a neighbour
@@ -380,7 +381,7 @@ struct stage_stats {
   int32_t micro_batches = 0;      ///< micro-batches per step in the last step (this replica)
   template <class S>
   static auto fields(S& s) {
-    return std::tie(s.stage, s.tp_rank, s.schedule_us, s.compute_us, s.wait_us, s.p2p_bytes,
+    return std::tie(s.stage, s.tp_rank, s.replica, s.schedule_us, s.compute_us, s.wait_us, s.p2p_bytes,
                     s.tp_us, s.activation_bytes, s.peak_held, s.micro_batches);
   }
 };

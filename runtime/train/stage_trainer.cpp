@@ -87,6 +87,9 @@ void stage_trainer::tp_sum(float* data, int64_t count) {
 }
 
 void stage_trainer::begin_step() {
+  // An aborted step may have left micro-batches between forward and backward.
+  for (int slot = 0; slot < model_->options().slots; ++slot)
+    if (model_->busy(slot)) model_->drop(slot);
   model_->zero_grad();
   if (bitwise_) std::fill(fixed_.begin(), fixed_.end(), 0);
 }
