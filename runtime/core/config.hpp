@@ -58,6 +58,7 @@ struct train_config {
   std::string lr_schedule = "constant";  ///< constant | cosine
   float min_lr = 0.0f;                   ///< cosine floor
   int64_t eval_every = 0;                ///< 0: evaluate only at the end
+  int64_t eval_tokens = 0;               ///< language models: held-out tokens evaluated; 0: all
   int64_t log_every = 50;
   int threads = 1;  ///< OpenBLAS / compute threads per process
 };

@@ -233,7 +233,7 @@ evaluation stage_trainer::evaluate(int64_t tag_step) {
   const bool first = stage_ == 0, last = stage_ == stages_ - 1;
   const int C = cfg_.model.d_model;
   int idx = 0;
-  for_each_eval_batch(*data_, cfg_.train.micro_batch, 0, [&](const cohort::batch& b) {
+  for_each_eval_batch(*data_, cfg_.train.micro_batch, cfg_.train.eval_tokens, [&](const cohort::batch& b) {
     const int64_t pos = int64_t{b.n} * b.t;
     const std::size_t bytes = static_cast<std::size_t>(pos) * C * sizeof(float);
     const float* x_in = nullptr;
@@ -299,7 +299,9 @@ shard_snapshot stage_trainer::snapshot(int64_t next_step) const {
 }
 
 int64_t stage_trainer::load_checkpoint(const std::string& step_dir) {
-  training_metadata head = read_checkpoint_metadata(step_dir, stage_, tp_rank_);
+  training_metadata head = read_checkpoint_metadata(step_dir, 0, 0);
+  require_layout(step_dir, head, stages_, tp_size_);
+  head = read_checkpoint_metadata(step_dir, stage_, tp_rank_);
   if (head.optimizer != cfg_.train.optimizer)
     throw checkpoint_error("checkpoint " + step_dir + ": holds " + head.optimizer +
                            " optimizer state but the config says train.optimizer: " +

@@ -192,7 +192,7 @@ evaluation trainer::evaluate() {
   evaluation e;
   double loss_sum = 0.0;
   int64_t correct = 0;
-  for_each_eval_batch(*data_, cfg_.train.micro_batch, 0, [&](const cohort::batch& b) {
+  for_each_eval_batch(*data_, cfg_.train.micro_batch, cfg_.train.eval_tokens, [&](const cohort::batch& b) {
     nn::eval_result r = model_->eval(b);
     loss_sum += static_cast<double>(r.loss) * r.count;
     correct += r.correct;
@@ -203,6 +203,20 @@ evaluation trainer::evaluate() {
     e.accuracy = static_cast<double>(correct) / e.count;
   }
   return e;
+}
+
+void require_layout(const std::string& step_dir, const training_metadata& meta, int pp, int tp) {
+  auto get = [&](const char* key) {
+    auto it = meta.extra.find(key);
+    return it == meta.extra.end() ? std::string("1") : it->second;
+  };
+  const std::string cpp = get("parallel.pp"), ctp = get("parallel.tp");
+  if (cpp != std::to_string(pp) || ctp != std::to_string(tp))
+    throw checkpoint_error("checkpoint " + step_dir + " was written by a grid of pp = " + cpp +
+                           " x tp = " + ctp + " (one shard per stage and TP rank), not pp = " +
+                           std::to_string(pp) + " x tp = " + std::to_string(tp) +
+                           "; resume it with parallel.pp: " + cpp + " and parallel.tp: " + ctp +
+                           " (dp may change)");
 }
 
 namespace {
@@ -251,6 +265,7 @@ void trainer::save_checkpoint(const std::string& step_dir, int64_t next_step) co
 
 int64_t trainer::load_checkpoint(const std::string& step_dir) {
   training_metadata head = read_checkpoint_metadata(step_dir);
+  require_layout(step_dir, head, 1, 1);
   if (head.optimizer != cfg_.train.optimizer)
     throw checkpoint_error(
         "checkpoint " + step_dir + ": holds " + head.optimizer +
