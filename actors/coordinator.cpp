@@ -164,9 +164,18 @@ std::string scale_to(self_ptr self, int target, const std::string& spec) {
     return {};
   }
   std::vector<mb::member_id> victims;
-  for (auto it = st.roster.members.rbegin(); it != st.roster.members.rend(); ++it) {
+  // Whole replicas leave with pp * tp > 1 (highest seats first); otherwise the highest ranks.
+  std::vector<mb::member_id> order;
+  if (st.opts.job && st.opts.membership.pp * st.opts.membership.tp > 1) {
+    order = st.opts.job->drain_order(st.roster);
+  } else {
+    for (auto it = st.roster.members.rbegin(); it != st.roster.members.rend(); ++it)
+      order.push_back(it->id);
+  }
+  for (const mb::member_id id : order) {
     if (static_cast<int>(victims.size()) >= live - target) break;
-    if (it->state != mb::member_state::leaving) victims.push_back(it->id);
+    const mb::member* m = st.roster.find(id);
+    if (m != nullptr && m->state != mb::member_state::leaving) victims.push_back(id);
   }
   for (const mb::member_id id : victims) drain(self, id);
   return {};
@@ -213,6 +222,11 @@ void on_admin(self_ptr self, const std::string& peer, const net::admin_request& 
       return reply(false, "scale " + std::to_string(n) + ": outside the elastic bounds [" +
                               std::to_string(mo.min()) + ", " + std::to_string(mo.max()) +
                               "]; change elastic.min_workers / elastic.max_workers in the config");
+    const int seat = mo.pp * mo.tp;
+    if (n % seat != 0)
+      return reply(false, "scale " + std::to_string(n) + ": a replica is pp * tp = " +
+                              std::to_string(seat) + " workers; scale to a multiple of " +
+                              std::to_string(seat));
     const int live = live_members(st.roster);
     if (n == live) return reply(true, "already " + std::to_string(n) + " workers");
     const std::string err = scale_to(self, n, "scale to=" + std::to_string(n));
@@ -225,6 +239,9 @@ void on_admin(self_ptr self, const std::string& peer, const net::admin_request& 
     try {
       faults::fault_spec f = faults::parse_fault(a.argument);
       const std::string text = faults::to_string(f);
+      if (f.kind == faults::fault_kind::scale && f.to_workers % (mo.pp * mo.tp) != 0)
+        return reply(false, "fault '" + text + "': a replica is pp * tp = " +
+                                std::to_string(mo.pp * mo.tp) + " workers; scale to a multiple");
       if (f.kind == faults::fault_kind::scale &&
           (f.to_workers < mo.min() || f.to_workers > mo.max()))
         return reply(

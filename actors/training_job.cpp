@@ -56,6 +56,27 @@ std::optional<std::array<int, 3>> training_job::seat_of(mb::member_id id) const 
                             it->second % tp};
 }
 
+std::vector<mb::member_id> training_job::drain_order(const mb::roster& r) const {
+  std::map<int, int> filled;  // replica slot -> members seated there
+  for (const auto& m : r.members)
+    if (auto it = seat_.find(m.id); it != seat_.end()) ++filled[it->second / seat_size_];
+  std::vector<std::pair<std::pair<int, int>, mb::member_id>> keyed;  // (broken?, -seat)
+  for (const auto& m : r.members) {
+    auto it = seat_.find(m.id);
+    if (it == seat_.end()) {
+      keyed.push_back({{0, 0}, m.id});
+      continue;
+    }
+    const bool whole = filled[it->second / seat_size_] == seat_size_;
+    keyed.push_back({{whole ? 1 : 0, -it->second}, m.id});
+  }
+  std::stable_sort(keyed.begin(), keyed.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<mb::member_id> out;
+  for (const auto& k : keyed) out.push_back(k.second);
+  return out;
+}
+
 void training_job::assign_seats(const mb::roster& r) {
   for (auto it = seat_.begin(); it != seat_.end();)
     it = r.find(it->first) == nullptr ? seat_.erase(it) : std::next(it);
@@ -67,13 +88,25 @@ void training_job::assign_seats(const mb::roster& r) {
     if (seat_.count(m.id) != 0 || m.state == mb::member_state::leaving) continue;
     // The most nearly whole replica with a free seat (lowest first on a tie): a joiner
     // completes a broken replica before it starts a new one.
+    // Among equally full ones, the replica whose members hold the newest state: the stale
+    // replica's members would need a donor the other broken replica cannot be.
     int best = -1, best_filled = -1;
+    int64_t best_step = -1;
     for (int d = 0; d * seat_size_ < slots; ++d) {
       int filled = 0;
-      for (int k = 0; k < seat_size_; ++k) filled += holder[d * seat_size_ + k] != 0;
-      if (filled < seat_size_ && filled > best_filled) {
+      int64_t newest = -1;
+      for (int k = 0; k < seat_size_; ++k) {
+        const mb::member_id id = holder[d * seat_size_ + k];
+        if (id == 0) continue;
+        ++filled;
+        auto at = ready_.find(id);
+        if (at != ready_.end()) newest = std::max(newest, at->second);
+      }
+      if (filled < seat_size_ &&
+          (filled > best_filled || (filled == best_filled && newest > best_step))) {
         best = d;
         best_filled = filled;
+        best_step = newest;
       }
     }
     if (best < 0) continue;  // no free seat: it waits (the roster caps members anyway)
@@ -141,6 +174,22 @@ bool training_job::open_hybrid(const mb::roster& r, double now_s, job_actions& o
       }
     }
     if (behind && donor < 0) {
+      // A member of a broken replica may still hold this seat's state: wait for joiners to
+      // make its replica whole rather than give up.
+      bool held = false;
+      for (const auto& [id, seat] : seat_)
+        if (seat % seat_size_ == k && r.find(id) != nullptr && ready_.count(id) != 0 &&
+            ready_.at(id) == next_step_)
+          held = true;
+      if (held) {
+        if (!waiting_noted_) {
+          out.notes.push_back("waiting for a joiner: the state of stage " +
+                              std::to_string(k / cfg_.parallel.tp) +
+                              " is held only by a replica that is not whole");
+          waiting_noted_ = true;
+        }
+        return false;
+      }
       out.failed = "no live worker holds the training state of stage " +
                    std::to_string(k / cfg_.parallel.tp) + " / TP rank " +
                    std::to_string(k % cfg_.parallel.tp) + " at step " + std::to_string(next_step_) +
@@ -646,6 +695,16 @@ nlohmann::json training_job::pipeline_summary() const {
   p["tp"] = cfg_.parallel.tp;
   p["schedule"] = cfg_.parallel.schedule;
   p["activation_checkpointing"] = cfg_.parallel.activation_checkpointing;
+  // A pipeline's makespan is its longest stage window: stage 0 starts the step and runs
+  // its last backward. Bubble = makespan - compute per stage, as the simulation and the
+  // theory (P-1)/(M+P-1) count it (a later stage's idle tail counts too).
+  std::map<std::pair<int, int>, uint64_t> makespan;  // (replica, tp rank) -> schedule us
+  for (const auto& [id, rep] : reports_) {
+    const net::stage_stats& st = rep.r.stage;
+    if (st.stage < 0) continue;
+    auto& m = makespan[{st.replica, st.tp_rank}];
+    m = std::max(m, st.schedule_us);
+  }
   nlohmann::json stages = nlohmann::json::array();
   int M = 0;
   double bubble_sum = 0;
@@ -654,20 +713,21 @@ nlohmann::json training_job::pipeline_summary() const {
     const net::stage_stats& st = rep.r.stage;
     if (st.stage < 0) continue;
     M = std::max(M, static_cast<int>(st.micro_batches));
-    const double sched = seconds(st.schedule_us);
-    const double bubble = seconds(st.schedule_us > st.compute_us ? st.schedule_us - st.compute_us : 0);
-    const double frac = sched > 0 ? bubble / sched : 0.0;
+    const double span = seconds(makespan[{st.replica, st.tp_rank}]);
+    const double compute = seconds(st.compute_us);
+    const double bubble = std::max(0.0, span - compute);
+    const double frac = span > 0 ? bubble / span : 0.0;
     bubble_sum += frac;
     ++counted;
-    const double wait_s = seconds(st.wait_us);
     stages.push_back({{"worker", rep.name},
                       {"replica", st.replica},
                       {"stage", st.stage},
                       {"tp_rank", st.tp_rank},
-                      {"schedule_s", sched},
-                      {"compute_s", seconds(st.compute_us)},
+                      {"schedule_s", seconds(st.schedule_us)},
+                      {"makespan_s", span},
+                      {"compute_s", compute},
                       {"bubble_s", bubble},
-                      {"wait_s", wait_s},
+                      {"wait_s", seconds(st.wait_us)},
                       {"bubble_fraction", frac},
                       {"tp_allreduce_s", seconds(st.tp_us)},
                       {"p2p_bytes", st.p2p_bytes},
@@ -675,8 +735,8 @@ nlohmann::json training_job::pipeline_summary() const {
                       {"peak_held_micro_batches", st.peak_held}});
   }
   std::sort(stages.begin(), stages.end(), [](const nlohmann::json& a, const nlohmann::json& b) {
-    return std::make_tuple(a["replica"].get<int>(), a["stage"].get<int>(), a["tp_rank"].get<int>()) <
-           std::make_tuple(b["replica"].get<int>(), b["stage"].get<int>(), b["tp_rank"].get<int>());
+    return std::make_tuple(a["replica"].get<int>(), a["tp_rank"].get<int>(), a["stage"].get<int>()) <
+           std::make_tuple(b["replica"].get<int>(), b["tp_rank"].get<int>(), b["stage"].get<int>());
   });
   p["micro_batches"] = M;
   p["theoretical_bubble"] = M > 0 ? static_cast<double>(P - 1) / (M + P - 1) : 0.0;

@@ -124,6 +124,10 @@ class training_job {
   double resend_interval_s() const;
   /// DP replicas of the last step opened.
   int replicas() const { return replicas_; }
+  /// Members in the order a scale-down drains them with pp * tp > 1: members without a
+  /// seat or in broken replicas first, then whole replicas from the highest seat down, so
+  /// the replicas left stay whole.
+  std::vector<mb::member_id> drain_order(const mb::roster& r) const;
   /// Seat of a member (pp * tp > 1): (replica slot, stage, TP rank), or nullopt.
   std::optional<std::array<int, 3>> seat_of(mb::member_id id) const;
   /// The generation and step open now, if any.

@@ -1494,7 +1494,7 @@ class loader {
       const int pt = c.parallel.pp * c.parallel.tp;
       for (auto [key, v] : {std::pair<const char*, int>{"elastic.min_workers", c.elastic.min_workers},
                             {"elastic.max_workers", c.elastic.max_workers}}) {
-        if (pt > 1 && v % pt != 0)
+        if (pt > 1 && c.cluster.workers % pt == 0 && v % pt != 0)
           complain({key}, std::string(key) + " = " + std::to_string(v) +
                               " is not a whole number of replicas of pp * tp = " +
                               std::to_string(pt) + " workers (use a multiple of " +

@@ -859,23 +859,23 @@ const std::vector<broken_case> broken = {
      "parallel.dp",
      "2 * 1 * 1 = 2 does not match cluster.workers = 4",
      1},
-    {"pipeline not implemented",
+    {"pipeline of an mlp",
      "cluster:\n  workers: 2\nparallel:\n  pp: 2\n",
      {},
      "cfg.yaml",
      4,
      7,
      "parallel.pp",
-     "pipeline parallelism (pp = 2) is not implemented yet",
+     "pipeline / tensor parallelism (pp = 2, tp = 1) splits a GPT, but model.kind is mlp",
      1},
-    {"tensor not implemented",
+    {"tensor parallelism of an mlp",
      "cluster:\n  workers: 2\nparallel:\n  tp: 2\n",
      {},
      "cfg.yaml",
      4,
      7,
      "parallel.tp",
-     "tensor parallelism (tp = 2) is not implemented yet",
+     "pipeline / tensor parallelism (pp = 1, tp = 2) splits a GPT, but model.kind is mlp",
      1},
     {"workers not divisible by pp*tp",
      "cluster:\n  workers: 3\nparallel:\n  tp: 2\n",
@@ -1306,7 +1306,7 @@ TEST_CASE("dump_config prints every key of the schema, sections in a fixed order
     at = found;
   }
   const std::set<std::string> keys = key_paths(text);
-  CHECK(keys.size() == 48);
+  CHECK(keys.size() == 50);
   for (const char* k : {"cluster.workers", "parallel.dp", "model.hidden", "data.cache_dir",
                         "train.threads", "comm.backend", "comm.bucket_mb", "fault_tolerance.keep",
                         "elastic.min_workers", "elastic.max_workers", "elastic.respawn",
@@ -1614,7 +1614,7 @@ TEST_CASE("configs/reference.yaml is the generated reference and holds every key
     }
     previous = line;
   }
-  CHECK(keys == 47);
+  CHECK(keys == 49);
   CHECK(top_level == 1);
   // The commented examples are the language's own examples, and each of them parses.
   size_t examples = 0;
@@ -1646,6 +1646,16 @@ TEST_CASE("parallel.schedule and parallel.activation_checkpointing") {
   CHECK(c.parallel.schedule == "1f1b");
   c = cohort::load_config_text("parallel:\n  activation_checkpointing: false\n", "t");
   CHECK(c.parallel.activation_checkpointing == false);
+  c = cohort::load_config_text("parallel:\n  activation_checkpointing: true\n", "t");
+  CHECK(c.parallel.activation_checkpointing == true);
+  // Explicit stage cuts, pp of a GPT, and pp * tp > 1 elastic bounds in whole replicas.
+  c = cohort::load_config_text(
+      "cluster:\n  workers: 4\nmodel:\n  kind: gpt\n  n_layer: 4\nparallel:\n  pp: 2\n"
+      "  stage_layers: [1, 3]\ndata:\n  dataset: kjv\ntrain:\n  global_batch: 8\n  micro_batch: 2\n",
+      "t");
+  CHECK(c.parallel.dp == 2);
+  CHECK(c.parallel.stage_layers == std::vector<int>{1, 3});
+  CHECK(c.elastic.min_workers == 4);
 
   // The resolved config round-trips, the schedule written as a plain word.
   c = cohort::load_config_text("parallel:\n  schedule: gpipe\n", "t");
@@ -1708,14 +1718,6 @@ TEST_CASE("parallel.schedule and parallel.activation_checkpointing") {
        3,
        "parallel.shedule",
        "did you mean parallel.schedule?"},
-      {"parallel:\n  activation_checkpointing: true\n",
-       {},
-       "cfg.yaml",
-       2,
-       29,
-       "parallel.activation_checkpointing",
-       "activation checkpointing is not implemented yet (set parallel.activation_checkpointing: "
-       "false)"},
       {"parallel:\n  activation_checkpointing: yes\n",
        {},
        "cfg.yaml",

@@ -156,6 +156,27 @@ TEST_CASE("a stage worker killed in a dp=2 x pp=2 run ends on the fault-free has
   }
 }
 
+TEST_CASE("scaling a pipeline job adds and removes whole replicas on the fault-free hash") {
+  temp_dir dir;
+  const std::string cfg = dir.write("gpt.yaml", gpt_yaml(dir.path(), 20));
+  const nlohmann::json ref = train_summary(dir, cfg);
+  // 1 replica of 2 stages -> 2 replicas at step 6 -> 1 again at step 14.
+  const nlohmann::json j = launch(
+      dir, cfg, grid{1, 2, 1, "1f1b"},
+      "--set elastic.min_workers=2 --set elastic.max_workers=4 --inject 'scale to=4 at step=6' "
+      "--inject 'scale to=2 at step=14'");
+  CHECK(j["params_sha256"] == ref["params_sha256"]);
+  CHECK(j["dp"] == 1);
+  CHECK(j["aborted_steps"] == 0);
+  int joined = 0, drained = 0;
+  for (const auto& e : j["events"]) {
+    joined += e["kind"] == "joined";
+    drained += e["kind"] == "drained";
+  }
+  CHECK(joined == 2);
+  CHECK(drained == 2);
+}
+
 TEST_CASE("a pipeline checkpoint has one shard per stage and resumes with another dp") {
   temp_dir dir;
   const std::string cfg = dir.write("gpt.yaml", gpt_yaml(dir.path(), 12));
