@@ -158,13 +158,14 @@ TEST_CASE("a stage worker killed in a dp=2 x pp=2 run ends on the fault-free has
 
 TEST_CASE("scaling a pipeline job adds and removes whole replicas on the fault-free hash") {
   temp_dir dir;
-  const std::string cfg = dir.write("gpt.yaml", gpt_yaml(dir.path(), 20));
+  const std::string cfg = dir.write("gpt.yaml", gpt_yaml(dir.path(), 40));
   const nlohmann::json ref = train_summary(dir, cfg);
-  // 1 replica of 2 stages -> 2 replicas at step 6 -> 1 again at step 14.
+  // 1 replica of 2 stages -> 2 replicas at step 6 -> 1 again at step 30. A straggler keeps
+  // the steps long enough (tens of ms) for the launcher's new workers to join in between.
   const nlohmann::json j = launch(
       dir, cfg, grid{1, 2, 1, "1f1b"},
-      "--set elastic.min_workers=2 --set elastic.max_workers=4 --inject 'scale to=4 at step=6' "
-      "--inject 'scale to=2 at step=14'");
+      "--set elastic.min_workers=2 --set elastic.max_workers=4 --inject 'slow worker=0 factor=40 "
+      "from step=4 to step=36' --inject 'scale to=4 at step=6' --inject 'scale to=2 at step=30'");
   CHECK(j["params_sha256"] == ref["params_sha256"]);
   CHECK(j["dp"] == 1);
   CHECK(j["aborted_steps"] == 0);
@@ -175,6 +176,9 @@ TEST_CASE("scaling a pipeline job adds and removes whole replicas on the fault-f
   }
   CHECK(joined == 2);
   CHECK(drained == 2);
+  // Both scale events reached their target: 4 workers (2 replicas) stepped, then 2 again.
+  for (const auto& e : j["events"])
+    if (e["kind"] == "scale") CHECK(e["recover_ms"].is_number());
 }
 
 TEST_CASE("a pipeline checkpoint has one shard per stage and resumes with another dp") {
