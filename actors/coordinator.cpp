@@ -224,9 +224,9 @@ void on_admin(self_ptr self, const std::string& peer, const net::admin_request& 
                               "]; change elastic.min_workers / elastic.max_workers in the config");
     const int seat = mo.pp * mo.tp;
     if (n % seat != 0)
-      return reply(false, "scale " + std::to_string(n) + ": a replica is pp * tp = " +
-                              std::to_string(seat) + " workers; scale to a multiple of " +
-                              std::to_string(seat));
+      return reply(false, "scale " + std::to_string(n) +
+                              ": a replica is pp * tp = " + std::to_string(seat) +
+                              " workers; scale to a multiple of " + std::to_string(seat));
     const int live = live_members(st.roster);
     if (n == live) return reply(true, "already " + std::to_string(n) + " workers");
     const std::string err = scale_to(self, n, "scale to=" + std::to_string(n));

@@ -184,9 +184,10 @@ struct group {
             resume = spec.resume_checkpoint;
             next_step = read_checkpoint_metadata(resume).step;
           }
-          spdlog::info("dp group: pipeline / tensor-parallel job (pp {} x tp {}, {}), waiting "
-                       "for a seat",
-                       cfg->parallel.pp, cfg->parallel.tp, cfg->parallel.schedule);
+          spdlog::info(
+              "dp group: pipeline / tensor-parallel job (pp {} x tp {}, {}), waiting "
+              "for a seat",
+              cfg->parallel.pp, cfg->parallel.tp, cfg->parallel.schedule);
           io.send(net::worker_ready{member_id, generation, next_step});
           return;
         }
@@ -283,9 +284,13 @@ struct group {
     train::stage_links l;
     comm::p2p_channel* ch = p2p.get();
     comm::communicator* tc = tp_comm.get();
-    l.send = [ch](int peer, uint64_t tag, const void* d, std::size_t n) { ch->send(peer, tag, d, n); };
+    l.send = [ch](int peer, uint64_t tag, const void* d, std::size_t n) {
+      ch->send(peer, tag, d, n);
+    };
     l.recv = [ch](int peer, uint64_t tag, void* d, std::size_t n) { ch->recv(peer, tag, d, n); };
-    l.tp_allreduce = [tc](float* d, int64_t n) { tc->allreduce_sum(d, static_cast<std::size_t>(n)); };
+    l.tp_allreduce = [tc](float* d, int64_t n) {
+      tc->allreduce_sum(d, static_cast<std::size_t>(n));
+    };
     l.tp_allreduce_f64 = [tc, T](double* d, int64_t n) {
       // No double allreduce in the communicator: gather every rank's values and add them in
       // rank order, so each rank gets the same bits.
@@ -312,16 +317,18 @@ struct group {
         v.fatal = true;
         throw;
       }
-      spdlog::info("dp group: seated at stage {} / TP rank {}: {} parameters, {} activation "
-                   "bytes for micro-batches in flight ({})",
-                   o.stage, o.tp_rank, st->model().num_params(), st->activation_bytes(),
-                   cfg->parallel.schedule);
+      spdlog::info(
+          "dp group: seated at stage {} / TP rank {}: {} parameters, {} activation "
+          "bytes for micro-batches in flight ({})",
+          o.stage, o.tp_rank, st->model().num_params(), st->activation_bytes(),
+          cfg->parallel.schedule);
     }
     if (st->stage() != o.stage || st->tp_rank() != o.tp_rank)
       throw comm::comm_error(comm::comm_failure::invalid, "step",
-                             "this worker holds stage " + std::to_string(st->stage()) + " / TP rank " +
-                                 std::to_string(st->tp_rank()) + ", but was seated at stage " +
-                                 std::to_string(o.stage) + " / TP rank " + std::to_string(o.tp_rank));
+                             "this worker holds stage " + std::to_string(st->stage()) +
+                                 " / TP rank " + std::to_string(st->tp_rank()) +
+                                 ", but was seated at stage " + std::to_string(o.stage) +
+                                 " / TP rank " + std::to_string(o.tp_rank));
     if (!comm || comm->dead() || (p2p && p2p->dead()) || (tp_comm && tp_comm->dead()) ||
         comm_generation != o.generation || comm_rank != rank || comm_size != o.replicas)
       rebuild_stage(o, rank);
@@ -349,7 +356,8 @@ struct group {
                              "this worker holds the state of step " + std::to_string(next_step) +
                                  ", not " + std::to_string(o.step));
     st->begin_step();
-    const std::vector<int> micro = train::replica_micro_batches(st->micro_batches(), o.replicas, rank);
+    const std::vector<int> micro =
+        train::replica_micro_batches(st->micro_batches(), o.replicas, rank);
     last_micro = static_cast<int>(micro.size());
     std::optional<net::fault_order> f;
     if (fault && fault->generation == o.generation && fault->step == o.step) f.swap(fault);
@@ -424,84 +432,84 @@ struct group {
         pending = pending_step{o.generation, o.step, rank, member_id};
         v.ok = true;
       } else {
-      const auto t0 = clock_type::now();
-      if (!comm || comm->dead() || comm_generation != o.generation || comm_rank != rank ||
-          comm_size != o.replicas) {
-        rebuild(o, rank);
-      }
-      if (o.donor_rank >= 0) {
-        const auto ts = clock_type::now();
-        const bool behind = next_step != o.step;  // the joiner's figure is the one reported
-        const uint64_t bytes = receive_state(o.donor_rank, o.step);
-        if (behind) {
-          t.state_bytes = bytes;
-          t.state_us = std::max<uint64_t>(1, micros(clock_type::now() - ts));
+        const auto t0 = clock_type::now();
+        if (!comm || comm->dead() || comm_generation != o.generation || comm_rank != rank ||
+            comm_size != o.replicas) {
+          rebuild(o, rank);
         }
-      }
-      const auto t1 = clock_type::now();
-      t.setup_us = micros(t1 - t0);
-      if (next_step != o.step)
-        throw comm::comm_error(comm::comm_failure::invalid, "step",
-                               "this worker holds the state of step " + std::to_string(next_step) +
-                                   ", not " + std::to_string(o.step));
-      tr->begin_step();
-      void* buf = tr->reduction_buffer();
-      if (tr->bitwise())
-        engine->begin(static_cast<int64_t*>(buf));
-      else
-        engine->begin(static_cast<float*>(buf));
-      const std::vector<int> micro =
-          train::replica_micro_batches(tr->micro_batches(), o.replicas, rank);
-      double loss_rows = 0;
-      try {
-        const bool abort_here = !inject.done && inject.step == o.step && inject.rank == rank;
-        std::optional<net::fault_order> f;
-        if (fault && fault->generation == o.generation && fault->step == o.step) f.swap(fault);
-        const bool mid_step = f && f->action != net::fault_action::slow;
-        loss_rows = tr->compute_gradients(
-            o.step, micro, [&, this, abort_here](std::size_t off, std::size_t n) {
-              engine->mark_ready(off, n);
-              if (abort_here && !inject.done) {
-                inject.done = true;
-                engine->abort();
-              }
-              if (mid_step && f) {  // once: after the first gradients went out
-                const net::fault_order now = *f;
-                f.reset();
-                carry_out(now);
-              }
-            });
-        if (f && f->action == net::fault_action::slow && f->factor > 1) {
-          // Injected slowness: this step's compute takes `factor` times as long.
-          const auto spent = clock_type::now() - t1;
-          std::this_thread::sleep_for(
-              std::chrono::duration_cast<clock_type::duration>(spent * (f->factor - 1)));
+        if (o.donor_rank >= 0) {
+          const auto ts = clock_type::now();
+          const bool behind = next_step != o.step;  // the joiner's figure is the one reported
+          const uint64_t bytes = receive_state(o.donor_rank, o.step);
+          if (behind) {
+            t.state_bytes = bytes;
+            t.state_us = std::max<uint64_t>(1, micros(clock_type::now() - ts));
+          }
         }
-      } catch (const comm::comm_error&) {
-        throw;
-      } catch (const std::exception& e) {
-        engine->abort();  // peers must not wait for buckets that will never come
-        v.fatal = true;
-        throw;
-      }
-      const auto t2 = clock_type::now();
-      const comm::bucket_timing bt = engine->wait_all();
-      t.compute_us = micros(t2 - t1);
-      t.comm_wait_us = micros(clock_type::now() - t2);
-      t.allreduce_us = static_cast<uint64_t>(bt.allreduce_s * 1e6);
-      // Gloo's ring allreduce: each rank sends and receives 2(n-1)/n of the buffer.
-      const double ring = comm_size > 1 ? 2.0 * (comm_size - 1) / comm_size : 0.0;
-      t.bytes_sent = static_cast<uint64_t>(ring * static_cast<double>(bt.bytes));
-      t.bytes_recv = t.bytes_sent;
-      if (comm_size > 1) {  // a group of one communicates nothing: no overlap to measure
-        allreduce_s += bt.allreduce_s;
-        wait_s += bt.wait_s;
-      }
-      v.ok = true;
-      v.loss_rows = loss_rows;
-      for (int i : micro)
-        v.rows += micro_batch_rows(i, cfg->train.micro_batch, cfg->train.global_batch);
-      pending = pending_step{o.generation, o.step, rank, member_id};
+        const auto t1 = clock_type::now();
+        t.setup_us = micros(t1 - t0);
+        if (next_step != o.step)
+          throw comm::comm_error(comm::comm_failure::invalid, "step",
+                                 "this worker holds the state of step " +
+                                     std::to_string(next_step) + ", not " + std::to_string(o.step));
+        tr->begin_step();
+        void* buf = tr->reduction_buffer();
+        if (tr->bitwise())
+          engine->begin(static_cast<int64_t*>(buf));
+        else
+          engine->begin(static_cast<float*>(buf));
+        const std::vector<int> micro =
+            train::replica_micro_batches(tr->micro_batches(), o.replicas, rank);
+        double loss_rows = 0;
+        try {
+          const bool abort_here = !inject.done && inject.step == o.step && inject.rank == rank;
+          std::optional<net::fault_order> f;
+          if (fault && fault->generation == o.generation && fault->step == o.step) f.swap(fault);
+          const bool mid_step = f && f->action != net::fault_action::slow;
+          loss_rows = tr->compute_gradients(
+              o.step, micro, [&, this, abort_here](std::size_t off, std::size_t n) {
+                engine->mark_ready(off, n);
+                if (abort_here && !inject.done) {
+                  inject.done = true;
+                  engine->abort();
+                }
+                if (mid_step && f) {  // once: after the first gradients went out
+                  const net::fault_order now = *f;
+                  f.reset();
+                  carry_out(now);
+                }
+              });
+          if (f && f->action == net::fault_action::slow && f->factor > 1) {
+            // Injected slowness: this step's compute takes `factor` times as long.
+            const auto spent = clock_type::now() - t1;
+            std::this_thread::sleep_for(
+                std::chrono::duration_cast<clock_type::duration>(spent * (f->factor - 1)));
+          }
+        } catch (const comm::comm_error&) {
+          throw;
+        } catch (const std::exception& e) {
+          engine->abort();  // peers must not wait for buckets that will never come
+          v.fatal = true;
+          throw;
+        }
+        const auto t2 = clock_type::now();
+        const comm::bucket_timing bt = engine->wait_all();
+        t.compute_us = micros(t2 - t1);
+        t.comm_wait_us = micros(clock_type::now() - t2);
+        t.allreduce_us = static_cast<uint64_t>(bt.allreduce_s * 1e6);
+        // Gloo's ring allreduce: each rank sends and receives 2(n-1)/n of the buffer.
+        const double ring = comm_size > 1 ? 2.0 * (comm_size - 1) / comm_size : 0.0;
+        t.bytes_sent = static_cast<uint64_t>(ring * static_cast<double>(bt.bytes));
+        t.bytes_recv = t.bytes_sent;
+        if (comm_size > 1) {  // a group of one communicates nothing: no overlap to measure
+          allreduce_s += bt.allreduce_s;
+          wait_s += bt.wait_s;
+        }
+        v.ok = true;
+        v.loss_rows = loss_rows;
+        for (int i : micro)
+          v.rows += micro_batch_rows(i, cfg->train.micro_batch, cfg->train.global_batch);
+        pending = pending_step{o.generation, o.step, rank, member_id};
       }
     } catch (const std::exception& e) {
       v.ok = false;

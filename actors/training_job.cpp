@@ -204,8 +204,8 @@ bool training_job::open_hybrid(const mb::roster& r, double now_s, job_actions& o
                           std::to_string(donor) + " to the members behind it");
     for (int d = 0; d < n; ++d) {
       const auto* m = whole[d][k];
-      opens[m->id] = net::step_open{r.generation, next_step_, n, donor, d, k / cfg_.parallel.tp,
-                                    k % cfg_.parallel.tp};
+      opens[m->id] = net::step_open{r.generation,         next_step_,          n, donor, d,
+                                    k / cfg_.parallel.tp, k % cfg_.parallel.tp};
     }
   }
   return true;
@@ -735,7 +735,8 @@ nlohmann::json training_job::pipeline_summary() const {
                       {"peak_held_micro_batches", st.peak_held}});
   }
   std::sort(stages.begin(), stages.end(), [](const nlohmann::json& a, const nlohmann::json& b) {
-    return std::make_tuple(a["replica"].get<int>(), a["tp_rank"].get<int>(), a["stage"].get<int>()) <
+    return std::make_tuple(a["replica"].get<int>(), a["tp_rank"].get<int>(),
+                           a["stage"].get<int>()) <
            std::make_tuple(b["replica"].get<int>(), b["tp_rank"].get<int>(), b["stage"].get<int>());
   });
   p["micro_batches"] = M;

@@ -4,8 +4,8 @@
 // summary. Pure: no clock, no sockets, no CAF. The coordinator actor feeds it events with
 // the current roster and the time, and sends what it returns.
 #pragma once
-#include <cstdint>
 #include <array>
+#include <cstdint>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -145,8 +145,8 @@ class training_job {
     uint64_t generation = 0;
     int64_t step = 0;
     int32_t donor = -1;
-    double sent_s = 0;                    ///< when step_open last went out
-    std::map<mb::member_id, bool> votes;  ///< members expected; true once voted ok
+    double sent_s = 0;                             ///< when step_open last went out
+    std::map<mb::member_id, bool> votes;           ///< members expected; true once voted ok
     std::map<mb::member_id, net::step_open> sent;  ///< what each member was sent (resends)
     double loss_rows = 0;
     int64_t rows = 0;
@@ -201,9 +201,9 @@ class training_job {
   std::optional<net::step_result> last_commit_;  ///< of the last step, resent for reports
   double last_commit_sent_s_ = 0;
   uint64_t dropped_frames_ = 0;
-  int seat_size_ = 1;                       ///< pp * tp: workers of one replica
-  std::map<mb::member_id, int> seat_;       ///< member -> d * seat_size_ + p * tp + t
-  std::set<mb::member_id> last_voters_;     ///< members of the last committed step
+  int seat_size_ = 1;                    ///< pp * tp: workers of one replica
+  std::map<mb::member_id, int> seat_;    ///< member -> d * seat_size_ + p * tp + t
+  std::set<mb::member_id> last_voters_;  ///< members of the last committed step
   void resend(const mb::roster& r, double now_s, job_actions& out);
 
   void inject_due(const mb::roster& r, double now_s, job_actions& out);

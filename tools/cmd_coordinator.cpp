@@ -74,11 +74,12 @@ void print_job_result(const nlohmann::json& j, bool lm) {
   }
   if (j.contains("pipeline")) {
     const auto& pl = j["pipeline"];
-    std::printf("pipeline pp %d x tp %d, %s, %d micro-batches a replica: bubble %.3f measured, "
-                "%.3f in theory (P-1)/(M+P-1)\n",
-                pl["pp"].get<int>(), pl["tp"].get<int>(),
-                pl["schedule"].get<std::string>().c_str(), pl["micro_batches"].get<int>(),
-                pl["bubble_fraction"].get<double>(), pl["theoretical_bubble"].get<double>());
+    std::printf(
+        "pipeline pp %d x tp %d, %s, %d micro-batches a replica: bubble %.3f measured, "
+        "%.3f in theory (P-1)/(M+P-1)\n",
+        pl["pp"].get<int>(), pl["tp"].get<int>(), pl["schedule"].get<std::string>().c_str(),
+        pl["micro_batches"].get<int>(), pl["bubble_fraction"].get<double>(),
+        pl["theoretical_bubble"].get<double>());
     std::printf("%-12s %7s %5s %3s %10s %9s %7s %11s %6s %10s\n", "worker", "replica", "stage",
                 "tp", "compute_s", "bubble_s", "bubble", "act_MB", "held", "p2p_MB");
     for (const auto& s : pl["stages"])
@@ -86,8 +87,8 @@ void print_job_result(const nlohmann::json& j, bool lm) {
                   s["worker"].get<std::string>().c_str(), s["replica"].get<int>(),
                   s["stage"].get<int>(), s["tp_rank"].get<int>(), s["compute_s"].get<double>(),
                   s["bubble_s"].get<double>(), s["bubble_fraction"].get<double>(),
-                  s["activation_bytes"].get<double>() / 1e6, s["peak_held_micro_batches"].get<int>(),
-                  s["p2p_bytes"].get<double>() / 1e6);
+                  s["activation_bytes"].get<double>() / 1e6,
+                  s["peak_held_micro_batches"].get<int>(), s["p2p_bytes"].get<double>() / 1e6);
   }
   std::printf("params_sha256 %s (%s across workers)\n",
               j["params_sha256"].get<std::string>().c_str(),

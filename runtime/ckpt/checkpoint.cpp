@@ -1,9 +1,5 @@
 #include "runtime/ckpt/checkpoint.hpp"
 
-#include <fstream>
-
-#include "runtime/core/sha256.hpp"
-
 #include <fcntl.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
@@ -13,10 +9,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <set>
 #include <thread>
 
 #include "runtime/core/error.hpp"
+#include "runtime/core/sha256.hpp"
 
 namespace cohort {
 
@@ -220,7 +218,8 @@ bool write_checkpoint_part(const std::string& step_dir, const shard_snapshot& s,
   std::error_code ec;
   fs::create_directories(step_dir, ec);
   if (ec)
-    throw checkpoint_error("checkpoint " + step_dir + ": cannot create the folder: " + ec.message());
+    throw checkpoint_error("checkpoint " + step_dir +
+                           ": cannot create the folder: " + ec.message());
   // A marker left by an earlier run of the same step would vouch for a mix of old and new
   // shards: it goes first; the last writer of this run writes the new one.
   fs::remove(fs::path(step_dir) / checkpoint_marker, ec);

@@ -1324,15 +1324,17 @@ class loader {
     const bool split = c.parallel.pp > 1 || c.parallel.tp > 1;
     if (split && fine({"parallel.pp", "parallel.tp", "model.kind"}) && c.model.kind != "gpt") {
       complain({"parallel.pp", "parallel.tp", "model.kind"},
-               "pipeline / tensor parallelism (pp = " + std::to_string(c.parallel.pp) +
-                   ", tp = " + std::to_string(c.parallel.tp) + ") splits a GPT, but model.kind is " +
+               "pipeline / tensor parallelism (pp = " + std::to_string(c.parallel.pp) + ", tp = " +
+                   std::to_string(c.parallel.tp) + ") splits a GPT, but model.kind is " +
                    c.model.kind + " (set parallel.pp: 1 and parallel.tp: 1, or model.kind: gpt)");
     } else if (split && c.model.kind == "gpt") {
       if (fine({"parallel.pp", "model.n_layer"}) && c.parallel.pp > c.model.n_layer)
         complain({"parallel.pp", "model.n_layer"},
-                 "pp = " + std::to_string(c.parallel.pp) + " stages need at least one block each, "
-                 "but model.n_layer = " + std::to_string(c.model.n_layer) +
-                 " (use pp <= " + std::to_string(c.model.n_layer) + ")");
+                 "pp = " + std::to_string(c.parallel.pp) +
+                     " stages need at least one block each, "
+                     "but model.n_layer = " +
+                     std::to_string(c.model.n_layer) +
+                     " (use pp <= " + std::to_string(c.model.n_layer) + ")");
       if (fine({"parallel.tp", "model.n_head"}) && c.model.n_head % c.parallel.tp != 0)
         complain({"parallel.tp", "model.n_head"},
                  "tp = " + std::to_string(c.parallel.tp) + " ranks split the " +
@@ -1347,10 +1349,10 @@ class loader {
           sum != c.model.n_layer)
         complain({"parallel.stage_layers"},
                  "stage_layers must list pp = " + std::to_string(c.parallel.pp) +
-                     " block counts summing to model.n_layer = " +
-                     std::to_string(c.model.n_layer) + " (got " +
-                     std::to_string(c.parallel.stage_layers.size()) + " counts summing to " +
-                     std::to_string(sum) + "; or remove it for a balanced cut)");
+                     " block counts summing to model.n_layer = " + std::to_string(c.model.n_layer) +
+                     " (got " + std::to_string(c.parallel.stage_layers.size()) +
+                     " counts summing to " + std::to_string(sum) +
+                     "; or remove it for a balanced cut)");
     }
     // grid_ok: dp is resolved and dp * pp * tp == workers, so dp can be checked against
     // the batch; otherwise that check would only repeat the grid problem.
@@ -1492,13 +1494,14 @@ class loader {
     if (fine({"parallel.pp", "parallel.tp"})) {
       // With pp * tp > 1 a DP replica is pp * tp workers: it trains only when whole.
       const int pt = c.parallel.pp * c.parallel.tp;
-      for (auto [key, v] : {std::pair<const char*, int>{"elastic.min_workers", c.elastic.min_workers},
-                            {"elastic.max_workers", c.elastic.max_workers}}) {
+      for (auto [key, v] :
+           {std::pair<const char*, int>{"elastic.min_workers", c.elastic.min_workers},
+            {"elastic.max_workers", c.elastic.max_workers}}) {
         if (pt > 1 && c.cluster.workers % pt == 0 && v % pt != 0)
-          complain({key}, std::string(key) + " = " + std::to_string(v) +
-                              " is not a whole number of replicas of pp * tp = " +
-                              std::to_string(pt) + " workers (use a multiple of " +
-                              std::to_string(pt) + ")");
+          complain({key},
+                   std::string(key) + " = " + std::to_string(v) +
+                       " is not a whole number of replicas of pp * tp = " + std::to_string(pt) +
+                       " workers (use a multiple of " + std::to_string(pt) + ")");
       }
     }
     if (grid_ok && c.elastic.max_workers > w && fine({"train.global_batch", "train.micro_batch"}) &&

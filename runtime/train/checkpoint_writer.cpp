@@ -66,8 +66,9 @@ void checkpoint_writer::save_part(shard_snapshot snap,
   wait();
   const std::string step_dir = checkpoint_path(dir_, snap.meta.step);
   inflight_ = std::async(
-      std::launch::async, [step_dir, dir = dir_, keep = keep_, all = all_shards,
-                           snap = std::move(snap)]() -> std::string {
+      std::launch::async,
+      [step_dir, dir = dir_, keep = keep_, all = all_shards,
+       snap = std::move(snap)]() -> std::string {
         try {
           std::error_code ec;
           std::filesystem::create_directories(dir, ec);

@@ -12,7 +12,8 @@ namespace cohort::train {
 std::vector<double> grad_sum_squares_by_param(const nn::model& m) {
   std::vector<double> out;
   out.reserve(m.parameters().size());
-  for (const auto& p : m.parameters()) out.push_back(gpu::cpu::sum_squares(p.grad.data(), p.grad.numel()));
+  for (const auto& p : m.parameters())
+    out.push_back(gpu::cpu::sum_squares(p.grad.data(), p.grad.numel()));
   return out;
 }
 

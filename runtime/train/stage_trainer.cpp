@@ -28,14 +28,10 @@ uint64_t stage_tag(stage_msg kind, int64_t step, int micro) {
 }
 
 stage_trainer::stage_trainer(const config& c, int stage, int tp_rank)
-    : cfg_(c),
-      stage_(stage),
-      stages_(c.parallel.pp),
-      tp_rank_(tp_rank),
-      tp_size_(c.parallel.tp) {
+    : cfg_(c), stage_(stage), stages_(c.parallel.pp), tp_rank_(tp_rank), tp_size_(c.parallel.tp) {
   if (c.model.kind != "gpt")
-    throw usage_error("pipeline and tensor parallelism split a GPT; model.kind is " +
-                      c.model.kind + " (set parallel.pp: 1 and parallel.tp: 1)");
+    throw usage_error("pipeline and tensor parallelism split a GPT; model.kind is " + c.model.kind +
+                      " (set parallel.pp: 1 and parallel.tp: 1)");
   if (stage < 0 || stage >= stages_ || tp_rank < 0 || tp_rank >= tp_size_)
     throw usage_error("stage " + std::to_string(stage) + " / TP rank " + std::to_string(tp_rank) +
                       " is outside the grid pp=" + std::to_string(stages_) +
@@ -58,8 +54,8 @@ stage_trainer::stage_trainer(const config& c, int stage, int tp_rank)
   nn::gpt_stage_options o;
   // GPipe holds every micro-batch of the step (all of them when the replica is alone);
   // 1F1B at most P - s at once.
-  o.slots = kind_ == schedule_kind::gpipe ? micro_batches_
-                                          : std::min(stages_ - stage_, micro_batches_);
+  o.slots =
+      kind_ == schedule_kind::gpipe ? micro_batches_ : std::min(stages_ - stage_, micro_batches_);
   o.max_batch = c.train.micro_batch;
   o.activation_checkpointing = c.parallel.activation_checkpointing;
   o.tp_size = tp_size_;
@@ -233,26 +229,28 @@ evaluation stage_trainer::evaluate(int64_t tag_step) {
   const bool first = stage_ == 0, last = stage_ == stages_ - 1;
   const int C = cfg_.model.d_model;
   int idx = 0;
-  for_each_eval_batch(*data_, cfg_.train.micro_batch, cfg_.train.eval_tokens, [&](const cohort::batch& b) {
-    const int64_t pos = int64_t{b.n} * b.t;
-    const std::size_t bytes = static_cast<std::size_t>(pos) * C * sizeof(float);
-    const float* x_in = nullptr;
-    if (!first) {
-      recv_buf_.resize(static_cast<std::size_t>(pos) * C);
-      links_.recv(stage_ - 1, stage_tag(stage_msg::eval, tag_step, idx), recv_buf_.data(), bytes);
-      x_in = recv_buf_.data();
-    }
-    const nn::stage_forward f = model_->forward(0, b, x_in);
-    if (last) {
-      loss_sum += static_cast<double>(f.loss) * static_cast<double>(pos);
-      correct += f.correct;
-      count += pos;
-    } else {
-      links_.send(stage_ + 1, stage_tag(stage_msg::eval, tag_step, idx), f.out, bytes);
-    }
-    model_->drop(0);
-    ++idx;
-  });
+  for_each_eval_batch(
+      *data_, cfg_.train.micro_batch, cfg_.train.eval_tokens, [&](const cohort::batch& b) {
+        const int64_t pos = int64_t{b.n} * b.t;
+        const std::size_t bytes = static_cast<std::size_t>(pos) * C * sizeof(float);
+        const float* x_in = nullptr;
+        if (!first) {
+          recv_buf_.resize(static_cast<std::size_t>(pos) * C);
+          links_.recv(stage_ - 1, stage_tag(stage_msg::eval, tag_step, idx), recv_buf_.data(),
+                      bytes);
+          x_in = recv_buf_.data();
+        }
+        const nn::stage_forward f = model_->forward(0, b, x_in);
+        if (last) {
+          loss_sum += static_cast<double>(f.loss) * static_cast<double>(pos);
+          correct += f.correct;
+          count += pos;
+        } else {
+          links_.send(stage_ + 1, stage_tag(stage_msg::eval, tag_step, idx), f.out, bytes);
+        }
+        model_->drop(0);
+        ++idx;
+      });
   if (count > 0) {
     e.count = count;
     e.loss = loss_sum / static_cast<double>(count);
@@ -303,9 +301,10 @@ int64_t stage_trainer::load_checkpoint(const std::string& step_dir) {
   require_layout(step_dir, head, stages_, tp_size_);
   head = read_checkpoint_metadata(step_dir, stage_, tp_rank_);
   if (head.optimizer != cfg_.train.optimizer)
-    throw checkpoint_error("checkpoint " + step_dir + ": holds " + head.optimizer +
-                           " optimizer state but the config says train.optimizer: " +
-                           cfg_.train.optimizer + " (use the config the checkpoint was written with)");
+    throw checkpoint_error(
+        "checkpoint " + step_dir + ": holds " + head.optimizer +
+        " optimizer state but the config says train.optimizer: " + cfg_.train.optimizer +
+        " (use the config the checkpoint was written with)");
   auto views = [&](float* base) {
     std::vector<tensor_target> out;
     for (const auto& p : model_->parameters()) {

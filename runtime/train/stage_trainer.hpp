@@ -37,7 +37,13 @@ struct stage_links {
 };
 
 /// Tag of a pipeline message: what it is, for which step and micro-batch.
-enum class stage_msg : uint64_t { activation = 1, gradient = 2, norm_up = 3, norm_down = 4, eval = 5 };
+enum class stage_msg : uint64_t {
+  activation = 1,
+  gradient = 2,
+  norm_up = 3,
+  norm_down = 4,
+  eval = 5
+};
 uint64_t stage_tag(stage_msg kind, int64_t step, int micro);
 
 /// Where one stage's time went during a step (or summed over a run), microseconds.

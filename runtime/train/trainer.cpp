@@ -192,12 +192,13 @@ evaluation trainer::evaluate() {
   evaluation e;
   double loss_sum = 0.0;
   int64_t correct = 0;
-  for_each_eval_batch(*data_, cfg_.train.micro_batch, cfg_.train.eval_tokens, [&](const cohort::batch& b) {
-    nn::eval_result r = model_->eval(b);
-    loss_sum += static_cast<double>(r.loss) * r.count;
-    correct += r.correct;
-    e.count += r.count;
-  });
+  for_each_eval_batch(*data_, cfg_.train.micro_batch, cfg_.train.eval_tokens,
+                      [&](const cohort::batch& b) {
+                        nn::eval_result r = model_->eval(b);
+                        loss_sum += static_cast<double>(r.loss) * r.count;
+                        correct += r.correct;
+                        e.count += r.count;
+                      });
   if (e.count > 0) {
     e.loss = loss_sum / e.count;
     e.accuracy = static_cast<double>(correct) / e.count;
@@ -212,11 +213,11 @@ void require_layout(const std::string& step_dir, const training_metadata& meta, 
   };
   const std::string cpp = get("parallel.pp"), ctp = get("parallel.tp");
   if (cpp != std::to_string(pp) || ctp != std::to_string(tp))
-    throw checkpoint_error("checkpoint " + step_dir + " was written by a grid of pp = " + cpp +
-                           " x tp = " + ctp + " (one shard per stage and TP rank), not pp = " +
-                           std::to_string(pp) + " x tp = " + std::to_string(tp) +
-                           "; resume it with parallel.pp: " + cpp + " and parallel.tp: " + ctp +
-                           " (dp may change)");
+    throw checkpoint_error(
+        "checkpoint " + step_dir + " was written by a grid of pp = " + cpp + " x tp = " + ctp +
+        " (one shard per stage and TP rank), not pp = " + std::to_string(pp) +
+        " x tp = " + std::to_string(tp) + "; resume it with parallel.pp: " + cpp +
+        " and parallel.tp: " + ctp + " (dp may change)");
 }
 
 namespace {
@@ -291,9 +292,7 @@ int64_t trainer::load_checkpoint(const std::string& step_dir) {
   return meta.step;
 }
 
-std::string trainer::params_sha256() const {
-  return combine_param_digests(param_digests(*model_));
-}
+std::string trainer::params_sha256() const { return combine_param_digests(param_digests(*model_)); }
 
 int64_t trainer::peak_pool_bytes() const {
   return static_cast<int64_t>(model_->memory().stats().peak_bytes);

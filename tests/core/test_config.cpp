@@ -1651,7 +1651,8 @@ TEST_CASE("parallel.schedule and parallel.activation_checkpointing") {
   // Explicit stage cuts, pp of a GPT, and pp * tp > 1 elastic bounds in whole replicas.
   c = cohort::load_config_text(
       "cluster:\n  workers: 4\nmodel:\n  kind: gpt\n  n_layer: 4\nparallel:\n  pp: 2\n"
-      "  stage_layers: [1, 3]\ndata:\n  dataset: kjv\ntrain:\n  global_batch: 8\n  micro_batch: 2\n",
+      "  stage_layers: [1, 3]\ndata:\n  dataset: kjv\ntrain:\n  global_batch: 8\n  micro_batch: "
+      "2\n",
       "t");
   CHECK(c.parallel.dp == 2);
   CHECK(c.parallel.stage_layers == std::vector<int>{1, 3});

@@ -51,9 +51,8 @@ nlohmann::json launch(const temp_dir& dir, const std::string& cfg, const grid& g
   const std::string log =
       run_capture("launch " + cfg + " -q --summary " + out +
                       " --set cluster.workers=" + std::to_string(g.dp * g.pp * g.tp) +
-                      " --set parallel.pp=" + std::to_string(g.pp) +
-                      " --set parallel.tp=" + std::to_string(g.tp) +
-                      " --set parallel.schedule=" + g.schedule + " " + extra,
+                      " --set parallel.pp=" + std::to_string(g.pp) + " --set parallel.tp=" +
+                      std::to_string(g.tp) + " --set parallel.schedule=" + g.schedule + " " + extra,
                   &rc, true);
   INFO(tag << " log:\n" << log);
   REQUIRE(rc == 0);
@@ -104,8 +103,8 @@ TEST_CASE("activation checkpointing keeps the pipeline bit-identical with less m
   const nlohmann::json ref = train_summary(dir, cfg);
   const nlohmann::json plain = launch(dir, cfg, grid{1, 2, 1, "gpipe"});
   temp_dir dir2;
-  const nlohmann::json ck = launch(dir2, cfg, grid{1, 2, 1, "gpipe"},
-                                   "--set parallel.activation_checkpointing=true");
+  const nlohmann::json ck =
+      launch(dir2, cfg, grid{1, 2, 1, "gpipe"}, "--set parallel.activation_checkpointing=true");
   CHECK(ck["params_sha256"] == ref["params_sha256"]);
   for (std::size_t s = 0; s < 2; ++s)
     CHECK(ck["pipeline"]["stages"][s]["activation_bytes"].get<double>() <
@@ -142,7 +141,8 @@ TEST_CASE("a stage worker killed in a dp=2 x pp=2 run ends on the fault-free has
     CHECK(j["params_sha256"] == ref["params_sha256"]);
     CHECK(j["dp"] == 2);
     bool joined = false;
-    for (const auto& e : j["events"]) joined |= e["kind"] == "joined" && e.contains("transfer_mb_s");
+    for (const auto& e : j["events"])
+      joined |= e["kind"] == "joined" && e.contains("transfer_mb_s");
     CHECK(joined);
   }
   SUBCASE("not restarted: the broken replica sits out, the other trains on alone") {
