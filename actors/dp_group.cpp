@@ -105,8 +105,9 @@ struct group {
   std::unique_ptr<train::stage_trainer> st;
   std::unique_ptr<comm::communicator> tp_comm;
   std::unique_ptr<comm::p2p_channel> p2p;
-  std::string resume;  ///< checkpoint the stage loads once built
-  int last_micro = 0;  ///< micro-batches of this replica in the last step
+  std::string resume;   ///< checkpoint the stage loads once built
+  uint64_t job_id = 0;  ///< the run's id (job_spec), written into each shard
+  int last_micro = 0;   ///< micro-batches of this replica in the last step
   std::unique_ptr<comm::communicator> comm;
   std::unique_ptr<comm::bucket_engine> engine;
   /// Rank 0's checkpoints, written in the background (training does not wait for disk).
@@ -178,6 +179,7 @@ struct group {
         cfg =
             std::make_unique<config>(load_config_text(spec.config_yaml, "<job from coordinator>"));
         staged = cfg->parallel.pp * cfg->parallel.tp > 1;
+        job_id = spec.job_id;
         if (staged) {
           // The stage is built once the coordinator seats this worker (first step_open).
           if (!spec.resume_checkpoint.empty()) {
@@ -547,7 +549,9 @@ struct group {
       std::vector<std::pair<int, int>> all;
       for (int s = 0; s < cfg->parallel.pp; ++s)
         for (int r = 0; r < cfg->parallel.tp; ++r) all.emplace_back(s, r);
-      writer->save_part(st->snapshot(step), all);
+      shard_snapshot snap = st->snapshot(step);
+      snap.meta.extra["checkpoint.job"] = std::to_string(job_id);
+      writer->save_part(std::move(snap), all);
     } else {
       writer->save(*tr, step);
     }

@@ -211,7 +211,7 @@ bool training_job::open_hybrid(const mb::roster& r, double now_s, job_actions& o
   return true;
 }
 
-net::job_spec training_job::spec() const { return net::job_spec{yaml_, hash_, resume_}; }
+net::job_spec training_job::spec() const { return net::job_spec{yaml_, hash_, resume_, job_id_}; }
 
 std::optional<std::pair<uint64_t, int64_t>> training_job::open_step() const {
   if (!open_) return std::nullopt;

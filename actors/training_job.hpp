@@ -9,6 +9,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <random>
 #include <set>
 #include <string>
 #include <vector>
@@ -201,6 +202,7 @@ class training_job {
   std::optional<net::step_result> last_commit_;  ///< of the last step, resent for reports
   double last_commit_sent_s_ = 0;
   uint64_t dropped_frames_ = 0;
+  uint64_t job_id_ = std::random_device{}() * 0x100000000ull + std::random_device{}();
   int seat_size_ = 1;                    ///< pp * tp: workers of one replica
   std::map<mb::member_id, int> seat_;    ///< member -> d * seat_size_ + p * tp + t
   std::set<mb::member_id> last_voters_;  ///< members of the last committed step

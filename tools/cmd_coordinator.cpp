@@ -22,6 +22,7 @@
 #include "runtime/core/error.hpp"
 #include "runtime/core/faults.hpp"
 #include "runtime/core/paths.hpp"
+#include "runtime/train/trainer.hpp"
 #include "tools/commands.hpp"
 #include "tools/progress.hpp"
 
@@ -161,6 +162,9 @@ void add_coordinator(CLI::App& app, int* rc) {
           throw checkpoint_error(
               newest.second + ": holds " + meta.optimizer +
               " optimizer state but the config says train.optimizer: " + c.train.optimizer);
+        // Shards are per stage and TP rank: another pp x tp cannot load them (exit 2, before
+        // any worker starts and fails on them).
+        train::require_layout(newest.second, meta, c.parallel.pp, c.parallel.tp);
         if (meta.step >= c.train.steps)
           throw usage_error("--resume: " + newest.second + " is at step " +
                             std::to_string(meta.step) + ", the end of train.steps (" +
@@ -192,7 +196,7 @@ void add_coordinator(CLI::App& app, int* rc) {
         if (a.committed)
           progress->update(
               a.step, a.loss, a.rate,
-              " | " + std::to_string(job.replicas()) + " workers" +
+              " | " + std::to_string(job.replicas() * c.parallel.pp * c.parallel.tp) + " workers" +
                   (job.aborted_steps() > 0 ? ", " + std::to_string(job.aborted_steps()) + " aborted"
                                            : std::string()));
         if (!a.failed.empty()) failure = a.failed;

@@ -230,6 +230,18 @@ bool write_checkpoint_part(const std::string& step_dir, const shard_snapshot& s,
     const std::string file = shard_file_name(stage, tp);
     const fs::path path = fs::path(step_dir) / file;
     if (!fs::exists(path, ec)) return false;  // another writer is still at it
+    // A shard of another run (an interrupted write of the same step) is not this
+    // checkpoint's: its own writer replaces it and completes the checkpoint then.
+    const auto own = s.meta.extra.find("checkpoint.job");
+    if (own != s.meta.extra.end()) {
+      try {
+        const training_metadata other = read_training_metadata(path.string());
+        const auto it = other.extra.find("checkpoint.job");
+        if (it == other.extra.end() || it->second != own->second) return false;
+      } catch (const std::exception&) {
+        return false;  // half-written or foreign: not ours yet
+      }
+    }
     std::ifstream in(path, std::ios::binary);
     if (!in) return false;
     sha256 h;

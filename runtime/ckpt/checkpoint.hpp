@@ -98,10 +98,11 @@ void write_training_checkpoint(const std::string& step_dir,
 
 /// One writer's part of a checkpoint several processes write together (one shard per
 /// pipeline stage / TP rank, docs/checkpoints.md): writes S's shard into STEP_DIR (created
-/// when needed), then, if every shard of ALL_SHARDS ((stage, tp_rank) pairs) is in place,
-/// the COMPLETE marker with each file's size and SHA-256. The last writer to finish sees
-/// every shard and completes the checkpoint; two that finish together write the same
-/// marker. Returns true when this call wrote the marker. Throws checkpoint_error.
+/// when needed), then, if every shard of ALL_SHARDS ((stage, tp_rank) pairs) is in place
+/// (and, when S's metadata has "checkpoint.job", carries the same value: a shard an earlier
+/// run left behind does not count), the COMPLETE marker with each file's size and SHA-256. The last
+/// writer to finish sees every shard and completes the checkpoint; two that finish together write
+/// the same marker. Returns true when this call wrote the marker. Throws checkpoint_error.
 bool write_checkpoint_part(const std::string& step_dir, const shard_snapshot& s,
                            const std::vector<std::pair<int, int>>& all_shards);
 

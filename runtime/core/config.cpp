@@ -1554,6 +1554,12 @@ class loader {
                    " (raise elastic.max_workers to " + std::to_string(f.to_workers) +
                    ", or scale to at most " + std::to_string(hi) + ")");
       }
+      const int seat = c.parallel.pp * c.parallel.tp;
+      if (f.kind == faults::fault_kind::scale && seat > 1 && f.to_workers % seat != 0) {
+        report(fault_at_[i], key,
+               what + ": a replica is pp * tp = " + std::to_string(seat) +
+                   " workers, so scale to a multiple of " + std::to_string(seat));
+      }
       if (f.kind == faults::fault_kind::scale && f.to_workers < lo) {
         report(fault_at_[i], key,
                what + " goes below elastic.min_workers = " + std::to_string(lo) +

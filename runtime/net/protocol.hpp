@@ -324,9 +324,12 @@ struct job_spec {
   std::string config_yaml;        ///< the coordinator's resolved config (dump_config)
   std::string config_hash;        ///< sha256 of config_yaml, echoed in reports
   std::string resume_checkpoint;  ///< non-empty: load this checkpoint before the first step
+  /// Random per run: marks the shards this run writes, so that a checkpoint several
+  /// workers complete together never vouches for a shard an earlier run left behind.
+  uint64_t job_id = 0;
   template <class S>
   static auto fields(S& s) {
-    return std::tie(s.config_yaml, s.config_hash, s.resume_checkpoint);
+    return std::tie(s.config_yaml, s.config_hash, s.resume_checkpoint, s.job_id);
   }
 };
 

@@ -79,7 +79,7 @@ void stage_trainer::tp_sum(float* data, int64_t count) {
   if (!links_.tp_allreduce)
     throw usage_error("stage_trainer: tensor parallelism without a TP group link");
   links_.tp_allreduce(data, count);
-  timing_.tp_us += micros_since(t0);
+  if (in_schedule_) timing_.tp_us += micros_since(t0);
 }
 
 void stage_trainer::begin_step() {
@@ -102,6 +102,11 @@ double stage_trainer::compute_gradients(int64_t step, const std::vector<int>& mi
   double loss_rows = 0.0;
   int held = 0;
   const auto t_sched = clock_type::now();
+  in_schedule_ = true;
+  struct leave_schedule {
+    bool& flag;
+    ~leave_schedule() { flag = false; }
+  } leave{in_schedule_};
   for (const pipe_op& op : ops) {
     const int k = op.micro;
     const int i = micro.at(static_cast<std::size_t>(k));

@@ -137,6 +137,7 @@ class stage_trainer {
   cohort::batch batch_;
   std::vector<float> recv_buf_;
   int peak_held_ = 0;
+  bool in_schedule_ = false;  ///< TP time counts toward timing() inside schedules only
   int64_t model_params_ = 0;
   stage_timing timing_;
 };

@@ -213,11 +213,11 @@ void require_layout(const std::string& step_dir, const training_metadata& meta, 
   };
   const std::string cpp = get("parallel.pp"), ctp = get("parallel.tp");
   if (cpp != std::to_string(pp) || ctp != std::to_string(tp))
-    throw checkpoint_error(
-        "checkpoint " + step_dir + " was written by a grid of pp = " + cpp + " x tp = " + ctp +
-        " (one shard per stage and TP rank), not pp = " + std::to_string(pp) +
-        " x tp = " + std::to_string(tp) + "; resume it with parallel.pp: " + cpp +
-        " and parallel.tp: " + ctp + " (dp may change)");
+    throw usage_error("checkpoint " + step_dir + " was written by a grid of pp = " + cpp +
+                      " x tp = " + ctp +
+                      " (one shard per stage and TP rank), not pp = " + std::to_string(pp) +
+                      " x tp = " + std::to_string(tp) + "; resume it with parallel.pp: " + cpp +
+                      " and parallel.tp: " + ctp + " (dp may change)");
 }
 
 namespace {

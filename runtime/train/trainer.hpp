@@ -43,7 +43,7 @@ std::vector<int> replica_micro_batches(int micro_batches, int dp, int d);
 /// step (what a bucket engine's mark_ready wants).
 using ready_fn = std::function<void(std::size_t offset, std::size_t count)>;
 
-/// Throws checkpoint_error unless the checkpoint in STEP_DIR (metadata META) was written by
+/// Throws usage_error (exit 2) unless the checkpoint in STEP_DIR (metadata META) was written by
 /// a pp x tp grid equal to PP x TP (checkpoints hold one shard per stage and TP rank).
 void require_layout(const std::string& step_dir, const training_metadata& meta, int pp, int tp);
 

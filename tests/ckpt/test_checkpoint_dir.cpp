@@ -243,3 +243,45 @@ TEST_CASE("checkpoint_to_resume: the newest complete one, else a usage error nam
   write_training_checkpoint(checkpoint_path(dir, 2), {sample(2)});
   CHECK(checkpoint_to_resume(dir) == std::make_pair(int64_t{2}, checkpoint_path(dir, 2)));
 }
+
+TEST_CASE("shards written by several workers: the last one in completes the checkpoint") {
+  temp_dir tmp;
+  const std::string dir = tmp.file("ck");
+  const std::string step_dir = checkpoint_path(dir, 8);
+  const std::vector<std::pair<int, int>> all = {{0, 0}, {1, 0}};
+  shard_snapshot a = sample(8, 1.0f), b = sample(8, 2.0f);
+  b.stage = 1;
+  a.meta.extra["checkpoint.job"] = b.meta.extra["checkpoint.job"] = "run-2";
+
+  for (const bool b_first : {false, true}) {
+    CAPTURE(b_first);
+    fs::remove_all(dir);
+    CHECK_FALSE(write_checkpoint_part(step_dir, b_first ? b : a, all));
+    CHECK(listed_steps(dir).empty());  // one shard in: not a checkpoint yet
+    CHECK(write_checkpoint_part(step_dir, b_first ? a : b, all));
+    CHECK(listed_steps(dir) == std::vector<int64_t>{8});
+    const checkpoint_manifest m = read_checkpoint_manifest(step_dir);
+    REQUIRE(m.shards.size() == 2);
+    for (const auto& s : m.shards) {
+      const std::string bytes = read_all(step_dir + "/" + s.file);
+      CHECK(s.bytes == bytes.size());
+      CHECK(s.sha256 == sha256_hex(bytes.data(), bytes.size()));
+    }
+  }
+  {
+    // A shard an earlier run left behind does not count.
+    fs::remove_all(dir);
+    shard_snapshot stale = sample(8, 9.0f);
+    stale.stage = 1;
+    stale.meta.extra["checkpoint.job"] = "run-1";
+    fs::create_directories(step_dir);
+    write_checkpoint_shard(step_dir, stale);
+    write_checkpoint_marker(step_dir, {8, {}});  // and its (stale) marker
+    // Stage 0 of this run is in; stage 1 on disk is the old run's: not complete.
+    CHECK_FALSE(write_checkpoint_part(step_dir, a, all));
+    CHECK(listed_steps(dir).empty());
+    // Stage 1 of this run replaces it and completes the checkpoint.
+    CHECK(write_checkpoint_part(step_dir, b, all));
+    CHECK(listed_steps(dir) == std::vector<int64_t>{8});
+  }
+}

@@ -198,11 +198,16 @@ TEST_CASE("a pipeline checkpoint has one shard per stage and resumes with anothe
   // dp 2 -> 1: the same two stages, one replica, the rest of the 12 steps.
   const nlohmann::json j = launch(dir, cfg, grid{1, 2, 1, "1f1b"}, "--resume");
   CHECK(j["params_sha256"] == ref["params_sha256"]);
-  // Another pipeline layout cannot load these shards: a usage error naming the layout.
+  // Another pipeline layout cannot load these shards: a usage error (exit 2) naming it.
   int rc = -1;
   const std::string err = run_capture("train " + cfg + " -q --resume", &rc, true);
-  CHECK(rc != 0);
+  CHECK(rc == 2);
   CHECK(err.find("grid of pp = 2 x tp = 1") != std::string::npos);
+  // The same through launch: refused by the coordinator before any worker starts.
+  const std::string err2 =
+      run_capture("launch " + cfg + " -q --resume --set cluster.workers=2", &rc, true);
+  CHECK(rc == 2);
+  CHECK(err2.find("grid of pp = 2 x tp = 1") != std::string::npos);
 }
 
 TEST_CASE("grids the model cannot take are refused before anything starts (exit 2)") {

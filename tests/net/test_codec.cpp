@@ -47,7 +47,7 @@ std::vector<message> samples() {
   out.push_back(exit_notice{"worker-2", 31337, 137});
   out.push_back(ping{1, 0xfedcba9876543210ull});
   out.push_back(pong{2, 1});
-  out.push_back(job_spec{"train:\n  steps: 3\n", "ab12", "/ck/step_00000040.safetensors"});
+  out.push_back(job_spec{"train:\n  steps: 3\n", "ab12", "/ck/step_00000040.safetensors", 77});
   out.push_back(worker_ready{7, 3, -5});
   out.push_back(step_open{3, 41, 4, -1, 2, 1, 3});
   const step_timing t{1, 2, 3, 4, 5, 6, 7, 8, 9};
