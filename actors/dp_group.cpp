@@ -652,6 +652,8 @@ struct group {
       s.replica = p.rank;
       s.schedule_us = tm.schedule_us;
       s.compute_us = tm.compute_us;
+      s.forward_us = tm.forward_us;
+      s.forwards = tm.forwards;
       s.wait_us = tm.wait_us;
       s.p2p_bytes = tm.p2p_bytes;
       s.tp_us = tm.tp_us;

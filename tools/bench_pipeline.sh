@@ -2,7 +2,8 @@
 # Pipeline benchmark (docs/benchmarks.md, "Pipeline"): the KJV GPT of configs/kjv_gpt.yaml
 # cut into P stages, M = 4P micro-batches a step, under gpipe and 1f1b. Prints per run the
 # measured bubble fraction (1 - compute / makespan, averaged over stages) next to the
-# theoretical (P-1)/(M+P-1), and per stage the activation memory allocated for
+# theoretical (P-1)/(M+P-1) (equal stages) and to the simulation with the stages' own
+# measured forward / backward times (train::simulate; what these unequal stages allow), and per stage the activation memory allocated for
 # micro-batches in flight and the most held at once; then `cohort bench p2p` for the
 # activation message size, whose ratio to the Gloo allreduce busbw is measured in that run.
 #
@@ -27,7 +28,7 @@ bin=build/cohort
 dir=$(mktemp -d /tmp/cohort-pipe-XXXXXX)
 trap 'rm -rf "$dir"' EXIT
 [[ -n $json ]] && mkdir -p "$json"
-printf "%-3s %-6s %3s %10s %10s %8s  %s\n" P sched M measured theory "meas/th" "per stage: activation MB allocated (held at most)"
+printf "%-3s %-6s %3s %9s %8s %8s %9s %8s  %s\n" P sched M measured theory "meas/th" simulated "meas/sim" "per stage: activation MB allocated (held at most)"
 for P in $stages; do
   M=$((4 * P))
   for sched in gpipe 1f1b; do
@@ -45,8 +46,8 @@ import json, sys
 j = json.load(open(sys.argv[1]))["pipeline"]
 per = ", ".join(f"s{s['stage']} {s['activation_bytes'] / 1e6:.1f} ({s['peak_held_micro_batches']})"
                 for s in j["stages"])
-m, t = j["bubble_fraction"], j["theoretical_bubble"]
-print(f"{sys.argv[2]:<3} {sys.argv[3]:<6} {j['micro_batches']:>3} {m:>10.3f} {t:>10.3f} {m / t:>8.2f}  {per}")
+m, t, s = j["bubble_fraction"], j["theoretical_bubble"], j.get("simulated_bubble", float("nan"))
+print(f"{sys.argv[2]:<3} {sys.argv[3]:<6} {j['micro_batches']:>3} {m:>9.3f} {t:>8.3f} {m / t:>8.2f} {s:>9.3f} {m / s:>8.2f}  {per}")
 PY
   done
 done

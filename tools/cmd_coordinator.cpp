@@ -81,6 +81,11 @@ void print_job_result(const nlohmann::json& j, bool lm) {
         pl["pp"].get<int>(), pl["tp"].get<int>(), pl["schedule"].get<std::string>().c_str(),
         pl["micro_batches"].get<int>(), pl["bubble_fraction"].get<double>(),
         pl["theoretical_bubble"].get<double>());
+    if (pl.contains("simulated_bubble"))
+      std::printf(
+          "  simulated with the measured stage times (unequal stages, free transfers): "
+          "%.3f\n",
+          pl["simulated_bubble"].get<double>());
     std::printf("%-12s %7s %5s %3s %10s %9s %7s %11s %6s %10s\n", "worker", "replica", "stage",
                 "tp", "compute_s", "bubble_s", "bubble", "act_MB", "held", "p2p_MB");
     for (const auto& s : pl["stages"])

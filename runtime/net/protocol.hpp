@@ -376,6 +376,8 @@ struct stage_stats {
   int32_t replica = 0;            ///< DP rank in the last step
   uint64_t schedule_us = 0;       ///< wall time inside micro-batch schedules
   uint64_t compute_us = 0;        ///< forward and backward passes
+  uint64_t forward_us = 0;        ///< forward passes alone
+  uint64_t forwards = 0;          ///< micro-batches forwarded
   uint64_t wait_us = 0;           ///< blocked receiving from a neighbour
   uint64_t p2p_bytes = 0;         ///< activations / gradients sent to neighbours
   uint64_t tp_us = 0;             ///< inside the TP group's allreduce
@@ -384,8 +386,9 @@ struct stage_stats {
   int32_t micro_batches = 0;      ///< micro-batches per step in the last step (this replica)
   template <class S>
   static auto fields(S& s) {
-    return std::tie(s.stage, s.tp_rank, s.replica, s.schedule_us, s.compute_us, s.wait_us,
-                    s.p2p_bytes, s.tp_us, s.activation_bytes, s.peak_held, s.micro_batches);
+    return std::tie(s.stage, s.tp_rank, s.replica, s.schedule_us, s.compute_us, s.forward_us,
+                    s.forwards, s.wait_us, s.p2p_bytes, s.tp_us, s.activation_bytes, s.peak_held,
+                    s.micro_batches);
   }
 };
 

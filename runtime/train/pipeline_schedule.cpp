@@ -102,6 +102,20 @@ pipe_timeline simulate(schedule_kind kind, int stages, int micro_batches, double
   check_grid("simulate", stages, micro_batches);
   check_cost("t_fwd", t_fwd, false);
   check_cost("t_bwd", t_bwd, false);
+  return simulate(kind, stages, micro_batches, std::vector<double>(stages, t_fwd),
+                  std::vector<double>(stages, t_bwd), t_p2p);
+}
+
+pipe_timeline simulate(schedule_kind kind, int stages, int micro_batches,
+                       const std::vector<double>& fwd, const std::vector<double>& bwd,
+                       double t_p2p) {
+  check_grid("simulate", stages, micro_batches);
+  if (static_cast<int>(fwd.size()) != stages || static_cast<int>(bwd.size()) != stages)
+    throw usage_error("simulate: one forward and one backward cost per stage (" +
+                      std::to_string(stages) + " stages, got " + std::to_string(fwd.size()) +
+                      " and " + std::to_string(bwd.size()) + ")");
+  for (double x : fwd) check_cost("t_fwd", x, false);
+  for (double x : bwd) check_cost("t_bwd", x, false);
   check_cost("t_p2p", t_p2p, true);
   const int P = stages, M = micro_batches;
 
@@ -146,7 +160,7 @@ pipe_timeline simulate(schedule_kind kind, int stages, int micro_batches, double
             ready = std::max(ready, grad + t_p2p);
           }
         }
-        const double cost = op.k == pipe_op::forward ? t_fwd : t_bwd;
+        const double cost = op.k == pipe_op::forward ? fwd[s] : bwd[s];
         const double end = ready + cost;
         (op.k == pipe_op::forward ? fwd_end : bwd_end)[at(s, op.micro)] = end;
         free_at[s] = end;

@@ -91,6 +91,12 @@ struct pipe_timeline {
 pipe_timeline simulate(schedule_kind kind, int stages, int micro_batches, double t_fwd,
                        double t_bwd, double t_p2p = 0);
 
+/// The same with each stage's own forward and backward cost (fwd[s], bwd[s]; P each, > 0):
+/// what a pipeline of unequal stages can reach at best. The uniform version above is this
+/// with equal costs. Throws usage_error for sizes or costs out of range.
+pipe_timeline simulate(schedule_kind kind, int stages, int micro_batches,
+                       const std::vector<double>& fwd, const std::vector<double>& bwd,
+                       double t_p2p = 0);
 /// (P - 1) / (M + P - 1): the idle share of a step of P stages and M micro-batches under
 /// GPipe or 1F1B with uniform costs and free transfers. Throws usage_error unless P >= 1
 /// and M >= 1.

@@ -127,7 +127,10 @@ double stage_trainer::compute_gradients(int64_t step, const std::vector<int>& mi
       }
       const auto tc = clock_type::now();
       const nn::stage_forward f = model_->forward(slot, batch_, x_in);
-      timing_.compute_us += micros_since(tc);
+      const uint64_t spent = micros_since(tc);
+      timing_.compute_us += spent;
+      timing_.forward_us += spent;
+      ++timing_.forwards;
       if (last) {
         loss_rows += static_cast<double>(f.loss) * rows;
       } else {

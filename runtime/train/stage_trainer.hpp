@@ -50,6 +50,8 @@ uint64_t stage_tag(stage_msg kind, int64_t step, int micro);
 struct stage_timing {
   uint64_t schedule_us = 0;  ///< wall time of the micro-batch schedule
   uint64_t compute_us = 0;   ///< forward and backward passes
+  uint64_t forward_us = 0;   ///< the forward passes alone (compute_us - forward_us: backward)
+  uint64_t forwards = 0;     ///< micro-batches forwarded (each also backwarded)
   uint64_t wait_us = 0;      ///< blocked receiving from a neighbour (the bubble, plus transfer)
   uint64_t send_us = 0;      ///< handing messages to the neighbours
   uint64_t p2p_bytes = 0;    ///< activation / gradient bytes sent

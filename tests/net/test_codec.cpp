@@ -55,7 +55,7 @@ std::vector<message> samples() {
   out.push_back(step_result{3, 41, true, 0.6931471805599453, "member 2 voted failed"});
   out.push_back(train_report{7, 3, 42, "deadbeef", true, 0.25, 0.875, 10000, 40, 0.83, 1 << 20,
                              "/c/step_00000042.safetensors", 118282, t, "h.0.w:00\n",
-                             stage_stats{1, 0, 1, 9, 8, 7, 6, 5, 4, 3, 2}});
+                             stage_stats{1, 0, 1, 9, 8, 7, 70, 6, 5, 4, 3, 2}});
   out.push_back(fault_order{3, 30, fault_action::partition, 3000, 2.5});
   out.push_back(admin_request{11, "inject", "kill worker=2 at step=30"});
   out.push_back(admin_reply{11, false, "no live worker named 'w9'"});
