@@ -38,36 +38,21 @@ std::string checkpoint_writer::wait() {
 }
 
 void checkpoint_writer::save(const trainer& tr, int64_t next_step) {
-  wait();
-  const std::string step_dir = checkpoint_path(dir_, next_step);
   // The copy is taken here, before training goes on; the thread owns it from now on.
-  shard_snapshot snap = tr.snapshot(next_step);
-  inflight_ = std::async(
-      std::launch::async,
-      [step_dir, dir = dir_, keep = keep_, snap = std::move(snap)]() -> std::string {
-        try {
-          std::error_code ec;
-          std::filesystem::create_directories(dir, ec);
-          if (ec)
-            throw checkpoint_error("cannot create the checkpoint folder " + dir + ": " +
-                                   ec.message() + " (check fault_tolerance.checkpoint_dir)");
-          write_training_checkpoint(step_dir, {snap});
-          prune_checkpoints(dir, keep);
-          return step_dir;
-        } catch (const std::exception& e) {
-          spdlog::error("checkpoint {} was not written: {}", step_dir, e.what());
-          throw;
-        }
-      });
+  start(tr.snapshot(next_step), {});
 }
 
 void checkpoint_writer::save_part(shard_snapshot snap,
                                   const std::vector<std::pair<int, int>>& all_shards) {
+  start(std::move(snap), all_shards);
+}
+
+void checkpoint_writer::start(shard_snapshot snap, std::vector<std::pair<int, int>> all) {
   wait();
   const std::string step_dir = checkpoint_path(dir_, snap.meta.step);
   inflight_ = std::async(
       std::launch::async,
-      [step_dir, dir = dir_, keep = keep_, all = all_shards,
+      [step_dir, dir = dir_, keep = keep_, all = std::move(all),
        snap = std::move(snap)]() -> std::string {
         try {
           std::error_code ec;
@@ -75,7 +60,10 @@ void checkpoint_writer::save_part(shard_snapshot snap,
           if (ec)
             throw checkpoint_error("cannot create the checkpoint folder " + dir + ": " +
                                    ec.message() + " (check fault_tolerance.checkpoint_dir)");
-          if (write_checkpoint_part(step_dir, snap, all)) prune_checkpoints(dir, keep);
+          // One writer holds the whole checkpoint; several complete it together.
+          const bool complete = all.empty() ? (write_training_checkpoint(step_dir, {snap}), true)
+                                            : write_checkpoint_part(step_dir, snap, all);
+          if (complete) prune_checkpoints(dir, keep);
           return step_dir;
         } catch (const std::exception& e) {
           spdlog::error("checkpoint shard {} of {} was not written: {}",

@@ -43,6 +43,10 @@ class checkpoint_writer {
   bool busy() const;
 
  private:
+  /// Waits for the write in flight, then writes SNAP in the background: the whole
+  /// checkpoint when ALL is empty, else one part of it (write_checkpoint_part).
+  void start(shard_snapshot snap, std::vector<std::pair<int, int>> all);
+
   std::string dir_;
   int keep_;
   std::future<std::string> inflight_;

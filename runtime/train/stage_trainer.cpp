@@ -279,68 +279,11 @@ std::vector<std::pair<float*, std::size_t>> stage_trainer::state_buffers() {
 }
 
 shard_snapshot stage_trainer::snapshot(int64_t next_step) const {
-  shard_snapshot s;
-  s.stage = stage_;
-  s.tp_rank = tp_rank_;
-  for (const auto& p : model_->parameters())
-    s.layout.push_back({p.name, p.value.shape(), static_cast<std::size_t>(p.offset)});
-  const auto& flat = model_->flat_values();
-  s.params.assign(flat.data(), flat.data() + flat.numel());
-  for (auto& [slot, t] : opt_->state()) {
-    const float* d = static_cast<const float*>(t.data());
-    s.optimizer_state.emplace_back(slot, std::vector<float>(d, d + t.numel()));
-  }
-  training_metadata& meta = s.meta;
-  meta.step = next_step;
-  meta.config_hash = config_hash(cfg_);
-  meta.optimizer = cfg_.train.optimizer;
-  meta.extra = data_->position(cfg_.train.seed, next_step, cfg_.train.global_batch).to_metadata();
-  for (auto& [k, v] : data_->preprocessing_metadata()) meta.extra[k] = v;
-  meta.extra["optimizer.steps"] = std::to_string(opt_->steps());
-  meta.extra["model.kind"] = cfg_.model.kind;
-  meta.extra["train.determinism"] = cfg_.train.determinism;
-  meta.extra["parallel.pp"] = std::to_string(stages_);
-  meta.extra["parallel.tp"] = std::to_string(tp_size_);
-  return s;
+  return snapshot_state(cfg_, *data_, *model_, *opt_, next_step, stage_, tp_rank_);
 }
 
 int64_t stage_trainer::load_checkpoint(const std::string& step_dir) {
-  training_metadata head = read_checkpoint_metadata(step_dir, 0, 0);
-  require_layout(step_dir, head, stages_, tp_size_);
-  head = read_checkpoint_metadata(step_dir, stage_, tp_rank_);
-  if (head.optimizer != cfg_.train.optimizer)
-    throw checkpoint_error(
-        "checkpoint " + step_dir + ": holds " + head.optimizer +
-        " optimizer state but the config says train.optimizer: " + cfg_.train.optimizer +
-        " (use the config the checkpoint was written with)");
-  auto views = [&](float* base) {
-    std::vector<tensor_target> out;
-    for (const auto& p : model_->parameters()) {
-      tensor_target v;
-      v.name = p.name;
-      v.shape = p.value.shape();
-      v.data = base + p.offset;
-      out.push_back(v);
-    }
-    return out;
-  };
-  std::vector<tensor_target> params = views(model_->flat_values().data());
-  std::vector<optimizer_state_target> state;
-  for (auto& [slot, t] : opt_->state())
-    for (auto& v : views(t.data())) state.push_back({slot, v});
-  training_metadata meta = load_checkpoint_shard(step_dir, stage_, tp_rank_, params, state);
-  int64_t steps = meta.step;
-  auto it = meta.extra.find("optimizer.steps");
-  if (it != meta.extra.end()) {
-    try {
-      steps = std::stoll(it->second);
-    } catch (const std::exception&) {
-      throw checkpoint_error("checkpoint " + step_dir +
-                             ": metadata optimizer.steps is not an integer: " + it->second);
-    }
-  }
-  opt_->set_steps(steps);
-  return meta.step;
+  return load_state(step_dir, cfg_, *model_, *opt_, stage_, tp_rank_);
 }
 
 std::map<std::string, std::string> stage_trainer::param_digests() const {

@@ -238,46 +238,46 @@ std::vector<View> per_param(const nn::model& m, Ptr base) {
 
 }  // namespace
 
-shard_snapshot trainer::snapshot(int64_t next_step) const {
+shard_snapshot snapshot_state(const config& c, const cohort::dataset& data, const nn::model& m,
+                              nn::optimizer& opt, int64_t next_step, int stage, int tp_rank) {
   shard_snapshot s;
-  for (const auto& p : model_->parameters())
+  s.stage = stage;
+  s.tp_rank = tp_rank;
+  for (const auto& p : m.parameters())
     s.layout.push_back({p.name, p.value.shape(), static_cast<std::size_t>(p.offset)});
-  const auto& flat = model_->flat_values();
+  const auto& flat = const_cast<nn::model&>(m).flat_values();
   s.params.assign(flat.data(), flat.data() + flat.numel());
-  for (auto& [slot, t] : opt_->state()) {
+  for (auto& [slot, t] : opt.state()) {
     const float* d = static_cast<const float*>(t.data());
     s.optimizer_state.emplace_back(slot, std::vector<float>(d, d + t.numel()));
   }
   training_metadata& meta = s.meta;
   meta.step = next_step;
-  meta.config_hash = config_hash(cfg_);
-  meta.optimizer = cfg_.train.optimizer;
-  meta.extra = data_->position(cfg_.train.seed, next_step, cfg_.train.global_batch).to_metadata();
-  for (auto& [k, v] : data_->preprocessing_metadata()) meta.extra[k] = v;
-  meta.extra["optimizer.steps"] = std::to_string(opt_->steps());
-  meta.extra["model.kind"] = cfg_.model.kind;
-  meta.extra["train.determinism"] = cfg_.train.determinism;
+  meta.config_hash = config_hash(c);
+  meta.optimizer = c.train.optimizer;
+  meta.extra = data.position(c.train.seed, next_step, c.train.global_batch).to_metadata();
+  for (auto& [k, v] : data.preprocessing_metadata()) meta.extra[k] = v;
+  meta.extra["optimizer.steps"] = std::to_string(opt.steps());
+  meta.extra["model.kind"] = c.model.kind;
+  meta.extra["train.determinism"] = c.train.determinism;
+  meta.extra["parallel.pp"] = std::to_string(c.parallel.pp);
+  meta.extra["parallel.tp"] = std::to_string(c.parallel.tp);
   return s;
 }
 
-void trainer::save_checkpoint(const std::string& step_dir, int64_t next_step) const {
-  write_training_checkpoint(step_dir, {snapshot(next_step)});
-}
-
-int64_t trainer::load_checkpoint(const std::string& step_dir) {
+int64_t load_state(const std::string& step_dir, const config& c, nn::model& m, nn::optimizer& opt,
+                   int stage, int tp_rank) {
   training_metadata head = read_checkpoint_metadata(step_dir);
-  require_layout(step_dir, head, 1, 1);
-  if (head.optimizer != cfg_.train.optimizer)
-    throw checkpoint_error(
-        "checkpoint " + step_dir + ": holds " + head.optimizer +
-        " optimizer state but the config says train.optimizer: " + cfg_.train.optimizer +
-        " (use the config the checkpoint was written with)");
-  std::vector<tensor_target> params =
-      per_param<tensor_target>(*model_, model_->flat_values().data());
+  require_layout(step_dir, head, c.parallel.pp, c.parallel.tp);
+  if (head.optimizer != c.train.optimizer)
+    throw checkpoint_error("checkpoint " + step_dir + ": holds " + head.optimizer +
+                           " optimizer state but the config says train.optimizer: " +
+                           c.train.optimizer + " (use the config the checkpoint was written with)");
+  std::vector<tensor_target> params = per_param<tensor_target>(m, m.flat_values().data());
   std::vector<optimizer_state_target> state;
-  for (auto& [slot, t] : opt_->state())
-    for (auto& v : per_param<tensor_target>(*model_, t.data())) state.push_back({slot, v});
-  training_metadata meta = load_checkpoint_shard(step_dir, 0, 0, params, state);
+  for (auto& [slot, t] : opt.state())
+    for (auto& v : per_param<tensor_target>(m, t.data())) state.push_back({slot, v});
+  training_metadata meta = load_checkpoint_shard(step_dir, stage, tp_rank, params, state);
   auto it = meta.extra.find("optimizer.steps");
   int64_t steps = meta.step;
   if (it != meta.extra.end()) {
@@ -288,8 +288,27 @@ int64_t trainer::load_checkpoint(const std::string& step_dir) {
                              ": metadata optimizer.steps is not an integer: " + it->second);
     }
   }
-  opt_->set_steps(steps);
+  opt.set_steps(steps);
   return meta.step;
+}
+
+shard_snapshot trainer::snapshot(int64_t next_step) const {
+  shard_snapshot s = snapshot_state(cfg_, *data_, *model_, *opt_, next_step);
+  // The whole model in one shard, whatever grid the config names.
+  s.meta.extra["parallel.pp"] = s.meta.extra["parallel.tp"] = "1";
+  return s;
+}
+
+void trainer::save_checkpoint(const std::string& step_dir, int64_t next_step) const {
+  write_training_checkpoint(step_dir, {snapshot(next_step)});
+}
+
+int64_t trainer::load_checkpoint(const std::string& step_dir) {
+  // The whole model is shard p0_t0 of a pp = tp = 1 checkpoint (whatever this config's
+  // grid: `cohort train` runs the whole model).
+  config whole = cfg_;
+  whole.parallel.pp = whole.parallel.tp = 1;
+  return load_state(step_dir, whole, *model_, *opt_, 0, 0);
 }
 
 std::string trainer::params_sha256() const { return combine_param_digests(param_digests(*model_)); }

@@ -47,6 +47,18 @@ using ready_fn = std::function<void(std::size_t offset, std::size_t count)>;
 /// a pp x tp grid equal to PP x TP (checkpoints hold one shard per stage and TP rank).
 void require_layout(const std::string& step_dir, const training_metadata& meta, int pp, int tp);
 
+/// The training state of M and OPT as shard (STAGE, TP_RANK) of the checkpoint before
+/// NEXT_STEP, with the run's metadata (config hash, data position, optimizer steps, grid).
+/// Owns its memory: training may go on while it is written.
+shard_snapshot snapshot_state(const config& c, const cohort::dataset& data, const nn::model& m,
+                              nn::optimizer& opt, int64_t next_step, int stage = 0,
+                              int tp_rank = 0);
+/// Loads shard (STAGE, TP_RANK) of the complete checkpoint folder STEP_DIR into M and OPT,
+/// after checking that it was written by C's pp x tp grid (require_layout) and optimizer;
+/// returns the next step to run. Throws checkpoint_error (usage_error for another grid).
+int64_t load_state(const std::string& step_dir, const config& c, nn::model& m, nn::optimizer& opt,
+                   int stage, int tp_rank);
+
 class trainer {
  public:
   /// Builds the data set and the model (initialised from train.seed) the config names,
