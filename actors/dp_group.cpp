@@ -208,37 +208,50 @@ struct group {
     io.send(net::worker_ready{member_id, generation, next_step});
   }
 
-  void rebuild(const net::step_open& o, int rank) {
+  // Drops the old generation's links and opens the DP communicator GROUP of generation
+  // o.generation (this worker's rank RANK of o.replicas), installed for abort.
+  void open_dp(const net::step_open& o, int rank, const std::string& group, remote_kv& kv,
+               int timeout) {
     drop_comm();
-    remote_kv kv(io.kv_call, o.generation);
-    const int timeout = collective_timeout_ms(cfg->fault_tolerance.timeout_ms);
     comm::transport_options t;
-    t.group = "dp";
+    t.group = group;
     comm = comm::make_communicator(cfg->comm.backend, "cpu", kv, rank, o.replicas, o.generation,
                                    timeout, t);
     comm_generation = o.generation;
     comm_rank = rank;
     comm_size = o.replicas;
     shared->install(comm.get(), o.generation);
+  }
+
+  void rebuild(const net::step_open& o, int rank) {
+    remote_kv kv(io.kv_call, o.generation);
+    open_dp(o, rank, "dp", kv, collective_timeout_ms(cfg->fault_tolerance.timeout_ms));
     engine = std::make_unique<comm::bucket_engine>(
         *comm, static_cast<std::size_t>(tr->model().num_params()),
         tr->bitwise() ? comm::grad_type::i64 : comm::grad_type::f32,
         static_cast<double>(cfg->comm.bucket_mb), 1.0f);
   }
 
-  // Every member takes the donor's parameters, optimizer state and step counters.
-  // Returns the bytes moved (parameters and optimizer state).
-  uint64_t receive_state(int donor, int64_t step) {
+  // Every member of the DP group takes the donor's parameters, optimizer state and step
+  // counters (the whole model's, or a stage's); a member that was behind reports how long
+  // that took in T.
+  template <class Trainer>
+  void receive_state(Trainer& x, int donor, int64_t step, net::step_timing& t) {
+    const auto ts = clock_type::now();
+    const bool behind = next_step != step;  // the joiner's figure is the one reported
     uint64_t bytes = 0;
-    for (auto& [ptr, n] : tr->state_buffers()) {
+    for (auto& [ptr, n] : x.state_buffers()) {
       comm->broadcast(ptr, n * sizeof(float), donor);
       bytes += n * sizeof(float);
     }
-    int64_t counters[2] = {tr->optimizer_steps(), step};
+    int64_t counters[2] = {x.optimizer_steps(), step};
     comm->broadcast(counters, sizeof counters, donor);
-    tr->set_optimizer_steps(counters[0]);
+    x.set_optimizer_steps(counters[0]);
     next_step = counters[1];
-    return bytes + sizeof counters;
+    if (behind) {
+      t.state_bytes = bytes + sizeof counters;
+      t.state_us = std::max<uint64_t>(1, micros(clock_type::now() - ts));
+    }
   }
 
   // The communicators and channel of a pipeline stage for generation o.generation: the DP
@@ -248,18 +261,10 @@ struct group {
   // the same order, and none waits on another's later group, so the rendezvous cannot
   // deadlock.
   void rebuild_stage(const net::step_open& o, int rank) {
-    drop_comm();
     remote_kv kv(io.kv_call, o.generation);
     const int timeout = collective_timeout_ms(cfg->fault_tolerance.timeout_ms);
-    const std::string seat = ".s" + std::to_string(o.stage) + ".t" + std::to_string(o.tp_rank);
-    comm::transport_options t;
-    t.group = "dp" + seat;
-    comm = comm::make_communicator(cfg->comm.backend, "cpu", kv, rank, o.replicas, o.generation,
-                                   timeout, t);
-    comm_generation = o.generation;
-    comm_rank = rank;
-    comm_size = o.replicas;
-    shared->install(comm.get(), o.generation);
+    open_dp(o, rank, "dp.s" + std::to_string(o.stage) + ".t" + std::to_string(o.tp_rank), kv,
+            timeout);
     const int T = cfg->parallel.tp, P = cfg->parallel.pp;
     if (T > 1) {
       comm::transport_options tt;
@@ -269,7 +274,8 @@ struct group {
       shared->install_extra([c = tp_comm.get()] { c->abort(); });
     }
     if (P > 1) {
-      p2p = std::make_unique<comm::p2p_channel>(t.hostname, o.stage, o.generation, timeout);
+      p2p = std::make_unique<comm::p2p_channel>(comm::transport_options{}.hostname, o.stage,
+                                                o.generation, timeout);
       shared->install_extra([c = p2p.get()] { c->abort(); });
       auto key = [&](int stage) {
         return "p2p.r" + std::to_string(rank) + ".t" + std::to_string(o.tp_rank) + ".s" +
@@ -334,23 +340,7 @@ struct group {
     if (!comm || comm->dead() || (p2p && p2p->dead()) || (tp_comm && tp_comm->dead()) ||
         comm_generation != o.generation || comm_rank != rank || comm_size != o.replicas)
       rebuild_stage(o, rank);
-    if (o.donor_rank >= 0) {
-      const auto ts = clock_type::now();
-      const bool behind = next_step != o.step;
-      uint64_t bytes = 0;
-      for (auto& [ptr, n] : st->state_buffers()) {
-        comm->broadcast(ptr, n * sizeof(float), o.donor_rank);
-        bytes += n * sizeof(float);
-      }
-      int64_t counters[2] = {st->optimizer_steps(), o.step};
-      comm->broadcast(counters, sizeof counters, o.donor_rank);
-      st->set_optimizer_steps(counters[0]);
-      next_step = counters[1];
-      if (behind) {
-        t.state_bytes = bytes + sizeof counters;
-        t.state_us = std::max<uint64_t>(1, micros(clock_type::now() - ts));
-      }
-    }
+    if (o.donor_rank >= 0) receive_state(*st, o.donor_rank, o.step, t);
     const auto t1 = clock_type::now();
     t.setup_us = micros(t1 - t0);
     if (next_step != o.step)
@@ -439,15 +429,7 @@ struct group {
             comm_size != o.replicas) {
           rebuild(o, rank);
         }
-        if (o.donor_rank >= 0) {
-          const auto ts = clock_type::now();
-          const bool behind = next_step != o.step;  // the joiner's figure is the one reported
-          const uint64_t bytes = receive_state(o.donor_rank, o.step);
-          if (behind) {
-            t.state_bytes = bytes;
-            t.state_us = std::max<uint64_t>(1, micros(clock_type::now() - ts));
-          }
-        }
+        if (o.donor_rank >= 0) receive_state(*tr, o.donor_rank, o.step, t);
         const auto t1 = clock_type::now();
         t.setup_us = micros(t1 - t0);
         if (next_step != o.step)

@@ -23,6 +23,7 @@
 #include "runtime/core/atomic_file.hpp"
 #include "runtime/core/error.hpp"
 #include "tools/commands.hpp"
+#include "tools/scratch_dir.hpp"
 
 namespace cohort::cli {
 
@@ -238,16 +239,8 @@ void add_bench_allreduce(CLI::App& bench, int* rc) {
       return;
     }
 
-    char tmpl[] = "/tmp/cohort-bench-allreduce-XXXXXX";
-    if (mkdtemp(tmpl) == nullptr) throw io_error("bench allreduce: cannot create a temp dir");
-    const std::string dir = tmpl;
-    struct cleanup {
-      std::string dir;
-      ~cleanup() {
-        std::error_code ec;
-        std::filesystem::remove_all(dir, ec);
-      }
-    } remove_dir{dir};
+    const scratch_dir scratch("bench-allreduce");
+    const std::string& dir = scratch.path();
     std::filesystem::create_directory(dir + "/kv");
     std::filesystem::create_directory(dir + "/raw");
 

@@ -23,6 +23,7 @@
 #include "runtime/core/config.hpp"
 #include "runtime/core/error.hpp"
 #include "tools/commands.hpp"
+#include "tools/scratch_dir.hpp"
 
 namespace cohort::cli {
 
@@ -122,17 +123,14 @@ void add_bench_dp(CLI::App& bench, int* rc) {
     if (o->workers.empty()) throw usage_error("bench dp: --workers needs at least one count");
     for (int n : o->workers)
       if (n < 1) throw usage_error("bench dp: worker counts must be >= 1");
-    char tmpl[] = "/tmp/cohort-bench-dp-XXXXXX";
-    if (::mkdtemp(tmpl) == nullptr) throw io_error("bench dp: cannot create a scratch directory");
-    const std::filesystem::path dir(tmpl);
+    const scratch_dir scratch("bench-dp");
+    const std::filesystem::path dir(scratch.path());
     std::vector<dp_point> pts;
     for (int n : o->workers) {
       if (!o->json) std::fprintf(stderr, "bench dp: %d worker(s)...\n", n);
       pts.push_back(run_point(*o, base, n, dir));
       pts.back().ratio = pts.front().step_ms > 0 ? pts.back().step_ms / pts.front().step_ms : 0;
     }
-    std::error_code ec;
-    std::filesystem::remove_all(dir, ec);
     if (o->json) {
       nlohmann::json j;
       j["config"] = o->config;

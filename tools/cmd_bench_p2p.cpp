@@ -22,6 +22,7 @@
 #include "runtime/core/atomic_file.hpp"
 #include "runtime/core/error.hpp"
 #include "tools/commands.hpp"
+#include "tools/scratch_dir.hpp"
 
 namespace cohort::cli {
 
@@ -216,16 +217,8 @@ void add_bench_p2p(CLI::App& bench, int* rc) {
       if (s < 4) throw usage_error("--sizes: each size must be at least 4 bytes");
     opts->allreduce = !*no_allreduce;
 
-    char tmpl[] = "/tmp/cohort-bench-p2p-XXXXXX";
-    if (mkdtemp(tmpl) == nullptr) throw io_error("bench p2p: cannot create a temp dir");
-    const std::string dir = tmpl;
-    struct cleanup {
-      std::string dir;
-      ~cleanup() {
-        std::error_code ec;
-        std::filesystem::remove_all(dir, ec);
-      }
-    } remove_dir{dir};
+    const scratch_dir scratch("bench-p2p");
+    const std::string& dir = scratch.path();
     std::filesystem::create_directory(dir + "/kv");
     std::filesystem::create_directory(dir + "/raw");
 

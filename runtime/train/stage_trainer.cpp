@@ -64,14 +64,8 @@ stage_trainer::stage_trainer(const config& c, int stage, int tp_rank)
   model_ = std::make_unique<nn::gpt_stage>(shape, parts.at(static_cast<std::size_t>(stage_)), o,
                                            c.train.seed);
   if (bitwise_) fixed_.assign(static_cast<std::size_t>(model_->num_params()), 0);
-  nn::optim_options oo;
-  oo.kind = c.train.optimizer;
-  oo.beta1 = c.train.beta1;
-  oo.beta2 = c.train.beta2;
-  oo.eps = c.train.eps;
-  oo.weight_decay = c.train.weight_decay;
-  oo.momentum = c.train.momentum;
-  opt_ = nn::make_optimizer(model_->flat_values(), model_->flat_grads(), oo);
+  opt_ =
+      nn::make_optimizer(model_->flat_values(), model_->flat_grads(), optim_options_from(c.train));
 }
 
 void stage_trainer::tp_sum(float* data, int64_t count) {
@@ -268,14 +262,7 @@ evaluation stage_trainer::evaluate(int64_t tag_step) {
 }
 
 std::vector<std::pair<float*, std::size_t>> stage_trainer::state_buffers() {
-  const auto n = static_cast<std::size_t>(model_->num_params());
-  std::vector<std::pair<float*, std::size_t>> out;
-  out.emplace_back(model_->flat_values().data(), n);
-  for (auto& [slot, t] : opt_->state()) {
-    COHORT_CHECK(static_cast<std::size_t>(t.numel()) == n);
-    out.emplace_back(t.data(), n);
-  }
-  return out;
+  return state_buffers_of(*model_, *opt_);
 }
 
 shard_snapshot stage_trainer::snapshot(int64_t next_step) const {

@@ -41,14 +41,8 @@ trainer::trainer(const config& c) : cfg_(c) {
   if (bitwise_) {
     fixed_.assign(static_cast<std::size_t>(model_->num_params()), 0);
   }
-  nn::optim_options o;
-  o.kind = c.train.optimizer;
-  o.beta1 = c.train.beta1;
-  o.beta2 = c.train.beta2;
-  o.eps = c.train.eps;
-  o.weight_decay = c.train.weight_decay;
-  o.momentum = c.train.momentum;
-  opt_ = nn::make_optimizer(model_->flat_values(), model_->flat_grads(), o);
+  opt_ =
+      nn::make_optimizer(model_->flat_values(), model_->flat_grads(), optim_options_from(c.train));
 }
 
 void trainer::begin_step() {
@@ -161,16 +155,31 @@ void* trainer::reduction_buffer() {
   return model_->flat_grads().data();
 }
 
-std::vector<std::pair<float*, std::size_t>> trainer::state_buffers() {
-  const auto n = static_cast<std::size_t>(model_->num_params());
+std::vector<std::pair<float*, std::size_t>> state_buffers_of(nn::model& m, nn::optimizer& opt) {
+  const auto n = static_cast<std::size_t>(m.num_params());
   std::vector<std::pair<float*, std::size_t>> out;
-  out.emplace_back(model_->flat_values().data(), n);
+  out.emplace_back(m.flat_values().data(), n);
   // state() hands out views; the optimizer keeps the storage alive.
-  for (auto& [slot, t] : opt_->state()) {
+  for (auto& [slot, t] : opt.state()) {
     COHORT_CHECK(static_cast<std::size_t>(t.numel()) == n);
     out.emplace_back(t.data(), n);
   }
   return out;
+}
+
+std::vector<std::pair<float*, std::size_t>> trainer::state_buffers() {
+  return state_buffers_of(*model_, *opt_);
+}
+
+nn::optim_options optim_options_from(const train_config& t) {
+  nn::optim_options o;
+  o.kind = t.optimizer;
+  o.beta1 = t.beta1;
+  o.beta2 = t.beta2;
+  o.eps = t.eps;
+  o.weight_decay = t.weight_decay;
+  o.momentum = t.momentum;
+  return o;
 }
 
 double trainer::apply_step(int64_t step) {

@@ -59,6 +59,13 @@ shard_snapshot snapshot_state(const config& c, const cohort::dataset& data, cons
 int64_t load_state(const std::string& step_dir, const config& c, nn::model& m, nn::optimizer& opt,
                    int stage, int tp_rank);
 
+/// Every float of the training state of M and OPT, in one fixed order: the parameters,
+/// then each optimizer slot (optimizer::state() order), each num_params() long; views into
+/// the live tensors (what a joiner receives from a donor).
+std::vector<std::pair<float*, std::size_t>> state_buffers_of(nn::model& m, nn::optimizer& opt);
+/// The optimizer settings of train.* (kind, betas, eps, weight decay, momentum).
+nn::optim_options optim_options_from(const train_config& t);
+
 class trainer {
  public:
   /// Builds the data set and the model (initialised from train.seed) the config names,
