@@ -22,8 +22,8 @@
 #include "runtime/comm/allreduce_bench.hpp"
 #include "runtime/core/atomic_file.hpp"
 #include "runtime/core/error.hpp"
+#include "tools/bench_util.hpp"
 #include "tools/commands.hpp"
-#include "tools/scratch_dir.hpp"
 
 namespace cohort::cli {
 
@@ -46,17 +46,6 @@ std::size_t parse_size(const std::string& text) {
   if (unit == "M" || unit == "m") return v << 20;
   if (unit == "G" || unit == "g") return v << 30;
   throw usage_error("--sizes: unknown unit in '" + text + "' (use K, M or G)");
-}
-
-std::string human(std::size_t bytes) {
-  char buf[32];
-  if (bytes >= (1u << 20) && bytes % (1u << 20) == 0)
-    std::snprintf(buf, sizeof buf, "%zu MiB", bytes >> 20);
-  else if (bytes >= 1024 && bytes % 1024 == 0)
-    std::snprintf(buf, sizeof buf, "%zu KiB", bytes >> 10);
-  else
-    std::snprintf(buf, sizeof buf, "%zu B", bytes);
-  return buf;
 }
 
 nlohmann::json stats_to_json(const comm::path_stats& p) {
@@ -156,7 +145,7 @@ void print_table(const comm::allreduce_bench_options& o,
     const double c = r.cohort.median, b = r.buckets.median, w = r.raw.median;
     std::printf(
         "%10s %6d | %10.1f %7.3f %7.3f | %10.1f %7.3f | %10.1f %7.3f %7.3f | %10.3f %11.3f\n",
-        human(r.bytes).c_str(), r.iters, c * 1e6, comm::algbw_gbps(r.bytes, c),
+        human_bytes(r.bytes).c_str(), r.iters, c * 1e6, comm::algbw_gbps(r.bytes, c),
         comm::busbw_gbps(r.bytes, c, o.ranks), b * 1e6, comm::busbw_gbps(r.bytes, b, o.ranks),
         w * 1e6, comm::algbw_gbps(r.bytes, w), comm::busbw_gbps(r.bytes, w, o.ranks),
         r.ratio_cohort_raw, r.ratio_buckets_raw);

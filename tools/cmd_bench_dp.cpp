@@ -22,8 +22,8 @@
 #include "actors/process.hpp"
 #include "runtime/core/config.hpp"
 #include "runtime/core/error.hpp"
+#include "tools/bench_util.hpp"
 #include "tools/commands.hpp"
-#include "tools/scratch_dir.hpp"
 
 namespace cohort::cli {
 

@@ -21,23 +21,12 @@
 #include "runtime/comm/p2p_bench.hpp"
 #include "runtime/core/atomic_file.hpp"
 #include "runtime/core/error.hpp"
+#include "tools/bench_util.hpp"
 #include "tools/commands.hpp"
-#include "tools/scratch_dir.hpp"
 
 namespace cohort::cli {
 
 namespace {
-
-std::string human(std::size_t bytes) {
-  char buf[32];
-  if (bytes >= (1u << 20) && bytes % (1u << 20) == 0)
-    std::snprintf(buf, sizeof buf, "%zu MiB", bytes >> 20);
-  else if (bytes >= 1024 && bytes % 1024 == 0)
-    std::snprintf(buf, sizeof buf, "%zu KiB", bytes >> 10);
-  else
-    std::snprintf(buf, sizeof buf, "%zu B", bytes);
-  return buf;
-}
 
 // Rank 0's rows, as a child hands them to the parent.
 nlohmann::json rows_to_json(const std::vector<comm::p2p_bench_row>& rows) {
@@ -138,7 +127,7 @@ void print_table(const comm::p2p_bench_options& o, const std::vector<comm::p2p_b
               "pp GB/s", "stream us", "GB/s", "allred us", "busbw", "pp/busbw", "strm/busbw");
   for (const auto& r : rows) {
     std::printf("%10s %6d | %9.1f %7.3f | %9.1f %7.3f | %9.1f %7.3f | %9.3f %9.3f\n",
-                human(r.bytes).c_str(), r.iters, r.pingpong_s * 1e6,
+                human_bytes(r.bytes).c_str(), r.iters, r.pingpong_s * 1e6,
                 comm::algbw_gbps(r.bytes, r.pingpong_s), r.stream_s * 1e6,
                 comm::algbw_gbps(r.bytes, r.stream_s), r.allreduce_s * 1e6,
                 comm::busbw_gbps(r.bytes, r.allreduce_s, 2),

@@ -1,8 +1,10 @@
-// A scratch folder for one benchmark command (rendezvous files, per-rank results), removed
-// with everything in it when the command ends, however it ends. Owns only that folder.
+// What the bench commands share: a scratch folder for one command (rendezvous files,
+// per-rank results), removed with everything in it when the command ends, however it
+// ends; and how a message size is printed. Owns nothing else.
 #pragma once
 #include <stdlib.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <string>
 #include <system_error>
@@ -32,5 +34,17 @@ class scratch_dir {
  private:
   std::string path_;
 };
+
+/// "4 MiB", "256 KiB", "100 B": a size in the largest binary unit that divides it.
+inline std::string human_bytes(std::size_t bytes) {
+  char buf[32];
+  if (bytes >= (1u << 20) && bytes % (1u << 20) == 0)
+    std::snprintf(buf, sizeof buf, "%zu MiB", bytes >> 20);
+  else if (bytes >= 1024 && bytes % 1024 == 0)
+    std::snprintf(buf, sizeof buf, "%zu KiB", bytes >> 10);
+  else
+    std::snprintf(buf, sizeof buf, "%zu B", bytes);
+  return buf;
+}
 
 }  // namespace cohort::cli
