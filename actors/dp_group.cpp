@@ -131,7 +131,12 @@ struct group {
 
   net::step_timing total;  ///< whole run
   int64_t steps_computed = 0;
-  double allreduce_s = 0, wait_s = 0;
+  /// Whole run, DP collectives only: seconds the DP group's collectives ran, and the part
+  /// of them that fell inside the steps' backward windows: the overlap's terms.
+  double collective_s = 0, hidden_s = 0;
+  /// A pipeline stage under an injected `slow`: each forward and backward is stretched to
+  /// this many times its duration (1: not slowed). Set per step.
+  double slow_factor = 1;
   std::optional<clock_type::time_point> last_end;  ///< end of the last handler (idle clock)
   comm_abort_injection inject = injection_from_env();
   std::optional<net::fault_order> fault;  ///< injected fault for an upcoming step
@@ -172,6 +177,22 @@ struct group {
     if (last_end) total.idle_us += micros(clock_type::now() - *last_end);
   }
   void end_handler() { last_end = clock_type::now(); }
+
+  // Adds one step's DP collectives, run while backward ran during BACKWARD, to the overlap's
+  // terms (a group of one runs none: nothing to hide).
+  void add_overlap(const std::vector<comm::time_interval>& collectives,
+                   const comm::time_interval& backward) {
+    collective_s += comm::covered_seconds(collectives);
+    hidden_s += comm::overlap_seconds(collectives, {backward});
+  }
+
+  // The DP communicator's bytes posted to the transport since BEFORE, into T.
+  void add_traffic(const comm::comm_traffic& before, net::step_timing& t) const {
+    const comm::comm_traffic now = comm->traffic();
+    if (!now.measured) return;  // a backend that cannot count: 0, never an estimate
+    t.bytes_sent = now.sent - before.sent;
+    t.bytes_recv = now.received - before.received;
+  }
 
   void on_job(const net::job_spec& spec, uint64_t member_id, uint64_t generation) {
     if (!cfg) {
@@ -296,6 +317,13 @@ struct group {
       ch->send(peer, tag, d, n);
     };
     l.recv = [ch](int peer, uint64_t tag, void* d, std::size_t n) { ch->recv(peer, tag, d, n); };
+    // An injected `slow` stretches the stage's passes where they run, inside the schedule,
+    // so the neighbours wait for it as they would for a slower device.
+    l.after_compute = [this](clock_type::duration spent) {
+      if (slow_factor > 1)
+        std::this_thread::sleep_for(
+            std::chrono::duration_cast<clock_type::duration>(spent * (slow_factor - 1)));
+    };
     l.tp_allreduce = [tc](float* d, int64_t n) {
       tc->allreduce_sum(d, static_cast<std::size_t>(n));
     };
@@ -327,8 +355,8 @@ struct group {
       }
       spdlog::info(
           "dp group: seated at stage {} / TP rank {}: {} parameters, {} activation "
-          "bytes for micro-batches in flight ({})",
-          o.stage, o.tp_rank, st->model().num_params(), st->activation_bytes(),
+          "bytes per micro-batch in flight ({})",
+          o.stage, o.tp_rank, st->model().num_params(), st->model().activation_bytes_per_slot(),
           cfg->parallel.schedule);
     }
     if (st->stage() != o.stage || st->tp_rank() != o.tp_rank)
@@ -355,22 +383,22 @@ struct group {
     if (fault && fault->generation == o.generation && fault->step == o.step) f.swap(fault);
     // Mid-step for the pipeline: the neighbours are already waiting for this stage.
     if (f && f->action != net::fault_action::slow) carry_out(*f);
+    slow_factor = f && f->action == net::fault_action::slow ? f->factor : 1.0;
     double loss_rows = 0;
     try {
       loss_rows = st->compute_gradients(o.step, micro);
+      slow_factor = 1;
     } catch (const comm::comm_error&) {
+      slow_factor = 1;
       throw;
     } catch (const std::exception&) {
+      slow_factor = 1;
       v.fatal = true;  // arithmetic or data trouble, not a peer: a retry would fail the same
       throw;
     }
-    if (f && f->action == net::fault_action::slow && f->factor > 1) {
-      const auto spent = clock_type::now() - t1;
-      std::this_thread::sleep_for(
-          std::chrono::duration_cast<clock_type::duration>(spent * (f->factor - 1)));
-    }
     const auto t2 = clock_type::now();
     const auto n = static_cast<std::size_t>(st->model().num_params());
+    const comm::comm_traffic before = comm->traffic();
     if (comm_size > 1) {
       if (st->bitwise())
         comm->allreduce_sum(static_cast<int64_t*>(st->reduction_buffer()), n);
@@ -378,14 +406,14 @@ struct group {
         comm->allreduce_sum(static_cast<float*>(st->reduction_buffer()), n);
     }
     const auto t3 = clock_type::now();
+    add_traffic(before, t);
+    // The DP sum runs after the schedule, so none of it is hidden behind backward (the
+    // measurement says so rather than assuming it).
+    if (comm_size > 1) add_overlap({{t2, t3}}, {t1, t2});
     st->finish_gradients(o.step);
     t.compute_us = micros(t2 - t1);
     t.allreduce_us = micros(t3 - t2);
     t.comm_wait_us = micros(clock_type::now() - t2);
-    const double ring = comm_size > 1 ? 2.0 * (comm_size - 1) / comm_size : 0.0;
-    const std::size_t elem = st->bitwise() ? sizeof(int64_t) : sizeof(float);
-    t.bytes_sent = static_cast<uint64_t>(ring * static_cast<double>(n * elem));
-    t.bytes_recv = t.bytes_sent;
     // The loss is the last stage's (TP rank 0 speaks for its replicas of the loss).
     if (o.stage == cfg->parallel.pp - 1 && o.tp_rank == 0) {
       v.loss_rows = loss_rows;
@@ -437,6 +465,7 @@ struct group {
                                  "this worker holds the state of step " +
                                      std::to_string(next_step) + ", not " + std::to_string(o.step));
         tr->begin_step();
+        const comm::comm_traffic before = comm->traffic();
         void* buf = tr->reduction_buffer();
         if (tr->bitwise())
           engine->begin(static_cast<int64_t*>(buf));
@@ -445,6 +474,9 @@ struct group {
         const std::vector<int> micro =
             train::replica_micro_batches(tr->micro_batches(), o.replicas, rank);
         double loss_rows = 0;
+        // Backward is over when it hands over its last gradients: after that the compute
+        // thread only returns (and may not even be scheduled while the buckets go out).
+        clock_type::time_point t_backward_end = t1;
         try {
           const bool abort_here = !inject.done && inject.step == o.step && inject.rank == rank;
           std::optional<net::fault_order> f;
@@ -452,6 +484,7 @@ struct group {
           const bool mid_step = f && f->action != net::fault_action::slow;
           loss_rows = tr->compute_gradients(
               o.step, micro, [&, this, abort_here](std::size_t off, std::size_t n) {
+                t_backward_end = clock_type::now();  // these gradients are final now
                 engine->mark_ready(off, n);
                 if (abort_here && !inject.done) {
                   inject.done = true;
@@ -478,17 +511,15 @@ struct group {
         }
         const auto t2 = clock_type::now();
         const comm::bucket_timing bt = engine->wait_all();
+        const auto t3 = clock_type::now();
         t.compute_us = micros(t2 - t1);
-        t.comm_wait_us = micros(clock_type::now() - t2);
+        t.comm_wait_us = micros(t3 - t2);
         t.allreduce_us = static_cast<uint64_t>(bt.allreduce_s * 1e6);
-        // Gloo's ring allreduce: each rank sends and receives 2(n-1)/n of the buffer.
-        const double ring = comm_size > 1 ? 2.0 * (comm_size - 1) / comm_size : 0.0;
-        t.bytes_sent = static_cast<uint64_t>(ring * static_cast<double>(bt.bytes));
-        t.bytes_recv = t.bytes_sent;
-        if (comm_size > 1) {  // a group of one communicates nothing: no overlap to measure
-          allreduce_s += bt.allreduce_s;
-          wait_s += bt.wait_s;
-        }
+        add_traffic(before, t);
+        // Backward's window: from the start of compute_gradients to the last range handed
+        // over. Its earlier forwards add nothing to the intersection: no bucket goes out
+        // before the last micro-batch's backward marks its first range ready.
+        if (comm_size > 1) add_overlap(bt.collectives, {t1, t_backward_end});
         v.ok = true;
         v.loss_rows = loss_rows;
         for (int i : micro)
@@ -653,7 +684,8 @@ struct group {
       rep.eval_count = e.count;
     }
     rep.steps_computed = steps_computed;
-    rep.overlap = allreduce_s > 0 ? std::clamp(1.0 - wait_s / allreduce_s, 0.0, 1.0) : 1.0;
+    // Measured from the collectives' and backward's timestamps; 0 when no collective ran.
+    rep.overlap = collective_s > 0 ? hidden_s / collective_s : 0.0;
     rep.peak_pool_bytes = staged ? st->peak_pool_bytes() : tr->peak_pool_bytes();
     rep.checkpoint = ckpt;
     rep.num_params = staged ? st->model_params() : tr->model().num_params();

@@ -21,7 +21,45 @@ std::size_t elements_per_bucket(std::size_t element_bytes, double bucket_mb) {
   return elems < 1 ? 1 : static_cast<std::size_t>(elems);
 }
 
+// Sorted by start and merged where they touch or overlap; empty intervals dropped.
+std::vector<time_interval> merged(std::vector<time_interval> v) {
+  v.erase(
+      std::remove_if(v.begin(), v.end(), [](const time_interval& i) { return !(i.end > i.begin); }),
+      v.end());
+  std::sort(v.begin(), v.end(),
+            [](const time_interval& x, const time_interval& y) { return x.begin < y.begin; });
+  std::vector<time_interval> out;
+  for (const time_interval& i : v) {
+    if (!out.empty() && i.begin <= out.back().end)
+      out.back().end = std::max(out.back().end, i.end);
+    else
+      out.push_back(i);
+  }
+  return out;
+}
+
 }  // namespace
+
+double covered_seconds(std::vector<time_interval> a) {
+  double s = 0;
+  for (const time_interval& i : merged(std::move(a))) s += i.seconds();
+  return s;
+}
+
+double overlap_seconds(std::vector<time_interval> a, std::vector<time_interval> b) {
+  const std::vector<time_interval> x = merged(std::move(a)), y = merged(std::move(b));
+  double s = 0;
+  // Both lists are disjoint and sorted: walk them together, advancing the one ending first.
+  for (std::size_t i = 0, j = 0; i < x.size() && j < y.size();) {
+    const time_interval both{std::max(x[i].begin, y[j].begin), std::min(x[i].end, y[j].end)};
+    s += both.seconds();
+    if (x[i].end < y[j].end)
+      ++i;
+    else
+      ++j;
+  }
+  return s;
+}
 
 std::vector<bucket_range> plan_buckets(std::size_t elements, std::size_t element_bytes,
                                        double bucket_mb) {
@@ -44,7 +82,7 @@ bucket_engine::bucket_engine(communicator& comm, std::size_t elements, grad_type
   buckets_ = plan_buckets(elements, element_bytes, bucket_mb);
   bucket_elems_ = elements_per_bucket(element_bytes, bucket_mb);
   missing_.assign(buckets_.size(), 0);
-  bucket_s_.assign(buckets_.size(), 0.0);
+  ran_.assign(buckets_.size(), time_interval{});
   thread_ = std::thread([this] { comm_loop(); });
 }
 
@@ -75,7 +113,7 @@ void bucket_engine::begin_step(void* grads, grad_type type) {
                      "communicator and engine");
   grads_ = grads;
   for (std::size_t k = 0; k < buckets_.size(); ++k) missing_[k] = buckets_[k].count;
-  std::fill(bucket_s_.begin(), bucket_s_.end(), 0.0);
+  std::fill(ran_.begin(), ran_.end(), time_interval{});
   marked_.clear();
   marked_total_ = 0;
   next_ = 0;
@@ -149,13 +187,13 @@ void bucket_engine::comm_loop() {
       failure = std::make_exception_ptr(comm_error(
           comm_failure::peer_lost, "bucket " + std::to_string(k) + " allreduce", e.what()));
     }
-    const double dt = seconds(clock_type::now() - t0);
+    const auto t1 = clock_type::now();
 
     lock.lock();
     if (failure) {
       error_ = failure;
     } else {
-      bucket_s_[k] = dt;
+      ran_[k] = time_interval{t0, t1};
       ++next_;
     }
     changed_.notify_all();
@@ -178,9 +216,11 @@ bucket_timing bucket_engine::wait_all() {
   t.wait_s = waited;
   t.buckets = buckets_.size();
   t.bytes = elements_ * (type_ == grad_type::f32 ? sizeof(float) : sizeof(std::int64_t));
-  t.bucket_s = bucket_s_;
-  for (double s : bucket_s_) t.allreduce_s += s;
-  t.overlap = t.allreduce_s > 0 ? std::clamp(1.0 - t.wait_s / t.allreduce_s, 0.0, 1.0) : 1.0;
+  t.collectives = ran_;
+  for (const time_interval& r : ran_) {
+    t.bucket_s.push_back(r.seconds());
+    t.allreduce_s += r.seconds();
+  }
   return t;
 }
 

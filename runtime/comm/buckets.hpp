@@ -1,8 +1,10 @@
 // The gradient bucket engine: splits a flat gradient buffer into buckets (last layers
 // first), allreduces each bucket on a communication thread as soon as backward marks its
-// whole range ready, and reports how much of that allreduce time backward hid. Owns the
-// thread and the accounting; it does not own the communicator or the buffer.
+// whole range ready, and records when each allreduce ran, so the caller can measure how much
+// of it backward hid (overlap_seconds). Owns the thread and the accounting; it does not own
+// the communicator or the buffer, and does not know when backward ran.
 #pragma once
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -33,7 +35,24 @@ struct bucket_range {
 std::vector<bucket_range> plan_buckets(std::size_t elements, std::size_t element_bytes,
                                        double bucket_mb);
 
-/// What one step's reduction cost and how much of it backward hid.
+/// A stretch of wall time on the steady clock (one process's clock: compare only
+/// intervals taken in the same process). Empty when end <= begin.
+struct time_interval {
+  std::chrono::steady_clock::time_point begin, end;
+  double seconds() const {
+    return end > begin ? std::chrono::duration<double>(end - begin).count() : 0.0;
+  }
+};
+
+/// Seconds of wall time covered by both some interval of `a` and some interval of `b`: the
+/// length of (union of a) intersected with (union of b). Intervals may come in any order and
+/// overlap one another; empty ones count for nothing.
+double overlap_seconds(std::vector<time_interval> a, std::vector<time_interval> b);
+
+/// Seconds covered by the union of `a`.
+double covered_seconds(std::vector<time_interval> a);
+
+/// What one step's reduction cost and when it ran.
 struct bucket_timing {
   /// Sum over buckets of the time the communication thread spent in allreduce_sum (and
   /// the post-scale) for this step: the communication work.
@@ -41,12 +60,13 @@ struct bucket_timing {
   /// Time the compute thread spent blocked in wait_all: the communication it could not
   /// hide. At least the last bucket's allreduce, which starts after backward has ended.
   double wait_s = 0;
-  /// Overlap fraction = 1 - wait_s / allreduce_s, clamped to [0, 1]: the share of the
-  /// allreduce time that ran while backward was still computing. 1 when allreduce_s is 0.
-  double overlap = 1;
   std::size_t buckets = 0;
-  std::size_t bytes = 0;         ///< bytes reduced per rank this step
+  std::size_t bytes = 0;         ///< bytes reduced per rank this step (the buffer's size)
   std::vector<double> bucket_s;  ///< per bucket, in bucket (= communication) order
+  /// Per bucket, in bucket order: when the communication thread started and finished its
+  /// allreduce (and post-scale); bucket_s[k] is collectives[k].seconds(). The share hidden
+  /// behind backward is overlap_seconds(collectives, {backward}) / allreduce_s.
+  std::vector<time_interval> collectives;
 };
 
 /// Usage, once per step, from the compute thread:
@@ -112,8 +132,8 @@ class bucket_engine {
   std::vector<std::size_t> missing_;           // per bucket: elements not yet marked this step
   std::map<std::size_t, std::size_t> marked_;  // marked ranges (offset -> end), merged
   std::size_t marked_total_ = 0;
-  std::size_t next_ = 0;  // next bucket the communication thread reduces
-  std::vector<double> bucket_s_;
+  std::size_t next_ = 0;            // next bucket the communication thread reduces
+  std::vector<time_interval> ran_;  // per bucket: when its allreduce ran this step
   std::exception_ptr error_;
   std::thread thread_;  // last: started after every member above exists
 };

@@ -24,6 +24,17 @@ namespace cohort::comm {
 /// - After any comm_error the communicator is dead (Gloo's rule: a transport error
 ///   closes its pairs): every later call throws comm_error(invalid) at once. Build a new
 ///   one, normally for the next generation, and drop this one.
+/// Bytes a communicator handed to its transport since it was built: `sent` is counted as
+/// each send is posted, `received` as each receive is posted (so a collective cut short by
+/// an error may count bytes that never arrived). `measured` is false for a backend that
+/// cannot see its own transfers (NCCL moves them inside the library): then both are 0 and
+/// mean "not known", never an estimate.
+struct comm_traffic {
+  std::uint64_t sent = 0;
+  std::uint64_t received = 0;
+  bool measured = false;
+};
+
 class communicator {
  public:
   virtual ~communicator() = default;
@@ -59,6 +70,10 @@ class communicator {
   virtual void abort() = 0;
   /// True once a call failed or abort() was called: only destruction is left.
   virtual bool dead() const = 0;
+
+  /// The transport traffic so far (thread-safe; read it between collectives for one
+  /// collective's share).
+  virtual comm_traffic traffic() const = 0;
 };
 
 }  // namespace cohort::comm

@@ -72,6 +72,25 @@ std::shared_ptr<buffer_registry> gloo_comm::make_registry() {
   return std::make_shared<buffer_registry>();
 }
 
+// Counted where the algorithms hand a transfer to the transport, so traffic() reports what
+// Gloo's algorithm actually moved (its segment sizes and padding included), not a formula.
+struct byte_counters {
+  std::atomic<std::uint64_t> sent{0};
+  std::atomic<std::uint64_t> received{0};
+};
+
+std::shared_ptr<byte_counters> gloo_comm::make_counters() {
+  return std::make_shared<byte_counters>();
+}
+
+comm_traffic gloo_comm::traffic() const {
+  comm_traffic t;
+  t.sent = bytes_->sent.load();
+  t.received = bytes_->received.load();
+  t.measured = true;
+  return t;
+}
+
 namespace {
 
 // Gloo's rendezvous context with its transport context (a protected member) in reach.
@@ -86,14 +105,16 @@ class open_context : public gloo::rendezvous::Context {
   std::shared_ptr<gloo::transport::Context> transport_shared() const { return transportContext_; }
 };
 
-// An unbound buffer that delegates to Gloo's and is known to the registry while it lives.
+// An unbound buffer that delegates to Gloo's, is known to the registry while it lives and
+// counts the bytes of every transfer posted on it.
 class tracked_buffer final : public gloo::transport::UnboundBuffer {
  public:
   tracked_buffer(std::unique_ptr<gloo::transport::UnboundBuffer> inner,
-                 std::shared_ptr<buffer_registry> registry)
+                 std::shared_ptr<buffer_registry> registry, std::shared_ptr<byte_counters> bytes)
       : UnboundBuffer(inner->ptr, inner->size),
         inner_(std::move(inner)),
-        registry_(std::move(registry)) {
+        registry_(std::move(registry)),
+        bytes_(std::move(bytes)) {
     registry_->add(inner_.get());
   }
   ~tracked_buffer() override { registry_->remove(inner_.get()); }
@@ -105,21 +126,30 @@ class tracked_buffer final : public gloo::transport::UnboundBuffer {
   bool waitSend(int* rank, std::chrono::milliseconds timeout) override {
     return !registry_->aborted() && inner_->waitSend(rank, timeout);
   }
+  // Gloo's "unspecified" count (the default argument) means the rest of the buffer.
+  std::size_t length(size_t offset, size_t nbytes) const {
+    return nbytes == kUnspecifiedByteCount ? size - offset : nbytes;
+  }
   void abortWaitRecv() override { inner_->abortWaitRecv(); }
   void abortWaitSend() override { inner_->abortWaitSend(); }
   void send(int dst, uint64_t slot, size_t offset, size_t nbytes) override {
     inner_->send(dst, slot, offset, nbytes);
+    bytes_->sent += length(offset, nbytes);
   }
   void recv(int src, uint64_t slot, size_t offset, size_t nbytes) override {
     inner_->recv(src, slot, offset, nbytes);
+    bytes_->received += length(offset, nbytes);
   }
+  // From any one of srcs: a single message arrives.
   void recv(std::vector<int> srcs, uint64_t slot, size_t offset, size_t nbytes) override {
     inner_->recv(std::move(srcs), slot, offset, nbytes);
+    bytes_->received += length(offset, nbytes);
   }
 
  private:
   std::unique_ptr<gloo::transport::UnboundBuffer> inner_;
   std::shared_ptr<buffer_registry> registry_;
+  std::shared_ptr<byte_counters> bytes_;
 };
 
 // The connected transport context, seen through a layer that tracks unbound buffers.
@@ -127,10 +157,11 @@ class tracked_buffer final : public gloo::transport::UnboundBuffer {
 class tracking_context final : public gloo::transport::Context {
  public:
   tracking_context(std::shared_ptr<gloo::transport::Context> inner,
-                   std::shared_ptr<buffer_registry> registry)
+                   std::shared_ptr<buffer_registry> registry, std::shared_ptr<byte_counters> bytes)
       : Context(inner->rank, inner->size),
         inner_(std::move(inner)),
-        registry_(std::move(registry)) {
+        registry_(std::move(registry)),
+        bytes_(std::move(bytes)) {
     setTimeout(inner_->getTimeout());
   }
   std::unique_ptr<gloo::transport::Pair>& getPair(int rank) override {
@@ -141,12 +172,14 @@ class tracking_context final : public gloo::transport::Context {
   }
   std::unique_ptr<gloo::transport::UnboundBuffer> createUnboundBuffer(void* ptr,
                                                                       size_t size) override {
-    return std::make_unique<tracked_buffer>(inner_->createUnboundBuffer(ptr, size), registry_);
+    return std::make_unique<tracked_buffer>(inner_->createUnboundBuffer(ptr, size), registry_,
+                                            bytes_);
   }
 
  private:
   std::shared_ptr<gloo::transport::Context> inner_;
   std::shared_ptr<buffer_registry> registry_;
+  std::shared_ptr<byte_counters> bytes_;
 };
 
 using reduce_fn = void (*)(void*, const void*, const void*, std::size_t);
@@ -211,7 +244,7 @@ gloo_comm::gloo_comm(gloo::rendezvous::Store& store, int rank, int size, const g
     context->connectFullMesh(prefixed, device);
     context->setTimeout(opts.timeout);
     transport_ = context->transport_shared();
-    context->interpose(std::make_shared<tracking_context>(transport_, buffers_));
+    context->interpose(std::make_shared<tracking_context>(transport_, buffers_, bytes_));
     context_ = std::move(context);
   } catch (const comm_error& e) {
     throw comm_error(

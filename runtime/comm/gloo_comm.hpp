@@ -25,6 +25,7 @@ class Context;
 namespace cohort::comm {
 
 class buffer_registry;  // gloo_comm.cpp: the live unbound buffers, for abort()
+struct byte_counters;   // gloo_comm.cpp: bytes posted to the transport, for traffic()
 
 /// How a gloo_comm connects. Timeouts come from the runtime's config, never Gloo's
 /// 30 s / multi-minute defaults.
@@ -69,6 +70,9 @@ class gloo_comm : public communicator {
   /// sockets close (peers fail promptly too). See docs/collectives.md for the limits.
   void abort() override;
   bool dead() const override { return dead_.load(); }
+  /// Measured: the bytes of every send and receive the algorithms post on an unbound
+  /// buffer (all of Gloo's collectives used here go through them).
+  comm_traffic traffic() const override;
 
   /// The connected Gloo context (tests and the bench compare against raw Gloo with it).
   const std::shared_ptr<gloo::Context>& context() const { return context_; }
@@ -80,6 +84,7 @@ class gloo_comm : public communicator {
   // Fails every pending operation of the context and closes its sockets (once).
   void abort_transport(const std::string& why);
   static std::shared_ptr<buffer_registry> make_registry();
+  static std::shared_ptr<byte_counters> make_counters();
 
   int rank_;
   int size_;
@@ -88,6 +93,8 @@ class gloo_comm : public communicator {
   std::shared_ptr<gloo::transport::Context> transport_;  ///< the connected (TCP) context
   /// Every unbound buffer the algorithms create, so abort() can end its waits.
   std::shared_ptr<buffer_registry> buffers_ = make_registry();
+  /// Bytes posted on those buffers (shared with them: a buffer may outlive a failed call).
+  std::shared_ptr<byte_counters> bytes_ = make_counters();
   std::atomic<bool> dead_{false};
   std::atomic<bool> aborted_{false};
   std::mutex abort_mutex_;  // one signal into the transport, even if abort() races itself

@@ -37,6 +37,9 @@ class nccl_communicator : public communicator {
   /// calls fail too.
   void abort() override { comm_.abort(); }
   bool dead() const override { return comm_.dead(); }
+  /// Not measured: NCCL chooses its algorithm and moves the bytes inside the library,
+  /// where cohort cannot count them (see comm_traffic).
+  comm_traffic traffic() const override { return comm_traffic{}; }
 
  private:
   void check(gpu::nccl_status s, const char* op);

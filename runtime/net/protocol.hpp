@@ -381,7 +381,7 @@ struct stage_stats {
   uint64_t wait_us = 0;           ///< blocked receiving from a neighbour
   uint64_t p2p_bytes = 0;         ///< activations / gradients sent to neighbours
   uint64_t tp_us = 0;             ///< inside the TP group's allreduce
-  uint64_t activation_bytes = 0;  ///< allocated for micro-batches in flight
+  uint64_t activation_bytes = 0;  ///< most activation bytes held at once (measured)
   int32_t peak_held = 0;          ///< most micro-batches held between forward and backward
   int32_t micro_batches = 0;      ///< micro-batches per step in the last step (this replica)
   template <class S>
@@ -399,10 +399,10 @@ struct step_timing {
   uint64_t allreduce_us = 0;  ///< time the communication thread spent in allreduce
   uint64_t setup_us = 0;      ///< communicator rendezvous and state transfer
   uint64_t idle_us = 0;       ///< waiting for the coordinator (open, commit)
-  uint64_t bytes_sent = 0;    ///< data-plane bytes sent (ring allreduce: 2(n-1)/n per byte)
-  uint64_t bytes_recv = 0;
-  uint64_t state_bytes = 0;  ///< training state received from a donor (joiner), bytes
-  uint64_t state_us = 0;     ///< time that transfer took
+  uint64_t bytes_sent = 0;    ///< DP collectives' bytes posted to the transport (measured)
+  uint64_t bytes_recv = 0;    ///< DP collectives' bytes received (measured)
+  uint64_t state_bytes = 0;   ///< training state received from a donor (joiner), bytes
+  uint64_t state_us = 0;      ///< time that transfer took
   template <class S>
   static auto fields(S& s) {
     return std::tie(s.compute_us, s.comm_wait_us, s.allreduce_us, s.setup_us, s.idle_us,
@@ -459,7 +459,7 @@ struct train_report {
   double eval_accuracy = 0;
   int64_t eval_count = 0;
   int64_t steps_computed = 0;  ///< steps this worker computed and applied
-  double overlap = 0;          ///< share of allreduce time hidden behind backward
+  double overlap = 0;          ///< share of DP collective time inside backward; 0 if none ran
   int64_t peak_pool_bytes = 0;
   std::string checkpoint;  ///< final checkpoint written (rank 0), else empty
   int64_t num_params = 0;

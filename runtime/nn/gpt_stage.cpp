@@ -294,7 +294,7 @@ std::vector<stage_range> partition_gpt(const gpt_shape& shape, int stages,
 
 gpt_stage::gpt_stage(const gpt_shape& shape, const stage_range& range,
                      const gpt_stage_options& options, uint64_t seed, pool& p)
-    : model(p), shape_(shape), range_(range), options_(options) {
+    : model(p), shape_(shape), range_(range), options_(options), acts_(pool::account, p) {
   const std::vector<gpt_param_spec> specs = gpt_param_specs(shape);  // validates the shape
   const int L = shape.n_layer;
   if (range.first_layer < 0 || range.end_layer > L || range.first_layer >= range.end_layer)
@@ -382,33 +382,22 @@ gpt_stage::gpt_stage(const gpt_shape& shape, const stage_range& range,
     bind_linear(lm_head_, "lm_head", C, shape.vocab, false);
   }
 
-  // Everything is sized once for max_batch: growing later would move saved activations.
+  // Every buffer is sized for max_batch. A slot's buffers are taken at its forward and
+  // given back at its backward, so the activation account sees what is really held; with
+  // checkpointing the one shared set is held throughout.
   const int64_t B = options.max_batch, rows = B * shape.context, V = shape.vocab;
   pool& mem = memory();
   slots_.resize(options.slots);
-  for (slot_state& s : slots_) {
-    s.input = tensor({rows, C}, mem);
-    activation_bytes_ += s.input.bytes();
-  }
   sets_.resize(options.activation_checkpointing ? 1 : options.slots);
-  for (act_set& a : sets_) {
-    a.blocks.resize(range.layers());
-    for (gpt_block_acts& b : a.blocks) {
-      if (T == 1)
-        b.allocate(B, shape, mem);
-      else
-        allocate_tp_acts(b, B, shape, T, mem);
-      activation_bytes_ += b.bytes();
-    }
-    if (range.has_head) {
-      a.lnf = tensor({rows, C}, mem);
-      a.lnf_mean = tensor({rows}, mem);
-      a.lnf_rstd = tensor({rows}, mem);
-      a.probs = tensor({rows, V}, mem);
-      activation_bytes_ +=
-          a.lnf.bytes() + a.lnf_mean.bytes() + a.lnf_rstd.bytes() + a.probs.bytes();
-    }
+  {
+    act_set probe;
+    allocate_set(probe);
+    per_slot_bytes_ = static_cast<std::size_t>(rows * C) * sizeof(float);
+    if (!options.activation_checkpointing)
+      per_slot_bytes_ += acts_.stats().bytes_in_use;  // the probe set
   }
+  if (options.activation_checkpointing) allocate_set(sets_[0]);
+  acts_.reset_peak();  // the probe was never held for a micro-batch
   if (range.has_head) {
     logits_ = tensor({rows, V}, mem);
     losses_ = tensor({rows}, mem);
@@ -419,6 +408,34 @@ gpt_stage::gpt_stage(const gpt_shape& shape, const stage_range& range,
   else
     allocate_tp_scratch(scratch_, B, shape, T, mem);
   dres_ = tensor({rows, C}, mem);
+}
+
+void gpt_stage::allocate_set(act_set& a) {
+  const int64_t B = options_.max_batch, rows = B * shape_.context, C = shape_.d_model;
+  a.blocks.resize(range_.layers());
+  for (gpt_block_acts& b : a.blocks) {
+    if (options_.tp_size == 1)
+      b.allocate(B, shape_, acts_);
+    else
+      allocate_tp_acts(b, B, shape_, options_.tp_size, acts_);
+  }
+  if (range_.has_head) {
+    a.lnf = tensor({rows, C}, acts_);
+    a.lnf_mean = tensor({rows}, acts_);
+    a.lnf_rstd = tensor({rows}, acts_);
+    a.probs = tensor({rows, shape_.vocab}, acts_);
+  }
+}
+
+void gpt_stage::hold(int slot) {
+  const int64_t rows = int64_t{options_.max_batch} * shape_.context;
+  slots_[slot].input = tensor({rows, shape_.d_model}, acts_);
+  if (!options_.activation_checkpointing) allocate_set(sets_[slot]);
+}
+
+void gpt_stage::release(int slot) {
+  slots_[slot].input = tensor();
+  if (!options_.activation_checkpointing) sets_[slot] = act_set();
 }
 
 void gpt_stage::init_like_gpt(uint64_t seed) {
@@ -513,19 +530,25 @@ stage_forward gpt_stage::forward(int slot, const batch& b, const float* x_in) {
   s.n = b.n;
   s.t = b.t;
   const int64_t rows = static_cast<int64_t>(b.n) * b.t;
-  if (range_.has_embedding) {
-    s.ids = b.ids;
-    emb_.forward(s.input.data(), s.ids.data(), b.n, b.t);
-  } else {
-    std::copy(x_in, x_in + rows * shape_.d_model, s.input.data());
+  hold(slot);
+  try {
+    if (range_.has_embedding) {
+      s.ids = b.ids;
+      emb_.forward(s.input.data(), s.ids.data(), b.n, b.t);
+    } else {
+      std::copy(x_in, x_in + rows * shape_.d_model, s.input.data());
+    }
+    if (range_.has_head) s.targets = b.targets;
+    act_set& a = acts_of(slot);
+    stage_forward r;
+    r.loss = run_forward(s, a, &r.correct);
+    if (!range_.has_head) r.out = a.blocks.back().out.data();
+    s.busy = true;
+    return r;
+  } catch (...) {
+    release(slot);  // a failed TP sum: nothing is held for this slot
+    throw;
   }
-  if (range_.has_head) s.targets = b.targets;
-  act_set& a = acts_of(slot);
-  stage_forward r;
-  r.loss = run_forward(s, a, &r.correct);
-  if (!range_.has_head) r.out = a.blocks.back().out.data();
-  s.busy = true;
-  return r;
 }
 
 const float* gpt_stage::backward(int slot, const float* d_out, float loss_scale) {
@@ -562,6 +585,7 @@ const float* gpt_stage::backward(int slot, const float* d_out, float loss_scale)
     block_backward(l, a.blocks[l], dres_.data(), x, s.n, s.t);
   }
   s.busy = false;
+  release(slot);  // dres_ (the result) is scratch, not the slot's
   if (range_.has_embedding) {
     emb_.backward(dres_.data(), s.ids.data(), s.n, s.t, report);
     return nullptr;
@@ -571,6 +595,7 @@ const float* gpt_stage::backward(int slot, const float* d_out, float loss_scale)
 
 void gpt_stage::drop(int slot) {
   check_slot(slot);
+  if (slots_[slot].busy) release(slot);
   slots_[slot].busy = false;
 }
 

@@ -161,10 +161,16 @@ class gpt_stage : public model {
   const gpt_shape& shape() const { return shape_; }
   const stage_range& range() const { return range_; }
   const gpt_stage_options& options() const { return options_; }
-  /// Bytes of the buffers that keep micro-batches between forward and backward: every
-  /// slot's input copy plus the saved activations (one set per slot, or one shared set
-  /// with checkpointing). Scratch used within one call (gradients, logits) is not counted.
-  std::size_t activation_bytes() const { return activation_bytes_; }
+  /// The stage's activation memory as its own pool account measures it: the buffers that
+  /// keep micro-batches between forward and backward, taken when a slot is forwarded and
+  /// given back when it is backwarded or dropped (its input copy plus a set of saved
+  /// activations; with checkpointing the input only, and one shared set held for the
+  /// stage's life). peak_bytes is the most held at once. Scratch used within one call
+  /// (gradients, logits) lives in the model's pool and is not counted.
+  pool_stats activation_stats() const { return acts_.stats(); }
+  /// Bytes one forwarded micro-batch holds (every buffer is sized for max_batch):
+  /// checkpointing, the input copy; otherwise the input copy and a set of activations.
+  std::size_t activation_bytes_per_slot() const { return per_slot_bytes_; }
 
  private:
   /// Saved activations of the whole stage for one micro-batch.
@@ -179,6 +185,10 @@ class gpt_stage : public model {
     std::vector<int32_t> ids, targets;
   };
 
+  /// Takes slot's buffers from the activation account; release gives them back.
+  void hold(int slot);
+  void release(int slot);
+  void allocate_set(act_set& a);
   void check_slot(int slot) const;
   void check_batch(const batch& b) const;
   act_set& acts_of(int slot) { return sets_[options_.activation_checkpointing ? 0 : slot]; }
@@ -192,6 +202,8 @@ class gpt_stage : public model {
   gpt_shape shape_;
   stage_range range_;
   gpt_stage_options options_;
+  pool acts_;  // before the buffers it lends: they go back to it when destroyed
+  std::size_t per_slot_bytes_ = 0;
   embedding emb_;
   std::vector<gpt_block> layers_;
   layernorm ln_f_;
@@ -201,7 +213,6 @@ class gpt_stage : public model {
   tensor logits_, losses_;  // last stage: per-call scratch
   gpt_grad_scratch scratch_;
   tensor dres_, dlogits_;
-  std::size_t activation_bytes_ = 0;
   std::vector<bool> tp_replicated_;
   std::vector<tp_slice> tp_slices_;
 };

@@ -20,6 +20,9 @@ pool::pool(std::size_t page_bytes, std::size_t chunk_pages)
   COHORT_CHECK(page_bytes_ >= 64 && (page_bytes_ & (page_bytes_ - 1)) == 0);
 }
 
+pool::pool(account_t, pool& parent)
+    : page_bytes_(parent.page_bytes_), chunk_pages_(parent.chunk_pages_), parent_(&parent) {}
+
 pool::~pool() {
   // Live allocations would dangle: that is a bug of the owner, not a runtime condition.
   COHORT_CHECK(allocations_ == 0);
@@ -43,6 +46,16 @@ void pool::erase_free(std::map<char*, run>::iterator it) {
 }
 
 allocation pool::allocate(std::size_t bytes) {
+  if (parent_ != nullptr) {
+    allocation a = parent_->allocate(bytes);
+    a.pool_ = this;  // released through this account, which hands the pages back
+    std::lock_guard<std::mutex> lock(mu_);
+    bytes_in_use_ += bytes;
+    if (bytes_in_use_ > peak_bytes_) peak_bytes_ = bytes_in_use_;
+    blocks_in_use_ += a.pages_;
+    ++allocations_;
+    return a;
+  }
   const std::size_t need = bytes == 0 ? 1 : (bytes + page_bytes_ - 1) / page_bytes_;
   std::lock_guard<std::mutex> lock(mu_);
   auto fit = free_by_size_.lower_bound({need, nullptr});
@@ -75,6 +88,16 @@ allocation pool::allocate(std::size_t bytes) {
 }
 
 void pool::release(void* data, std::size_t bytes, std::size_t pages) {
+  if (parent_ != nullptr) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      bytes_in_use_ -= bytes;
+      blocks_in_use_ -= pages;
+      --allocations_;
+    }
+    parent_->release(data, bytes, pages);
+    return;
+  }
   std::lock_guard<std::mutex> lock(mu_);
   char* start = static_cast<char*>(data);
   std::size_t chunk = chunks_.size();
@@ -113,8 +136,8 @@ pool_stats pool::stats() const {
   s.bytes_in_use = bytes_in_use_;
   s.peak_bytes = peak_bytes_;
   s.blocks_in_use = blocks_in_use_;
-  s.blocks_total = blocks_total_;
-  s.blocks_free = blocks_total_ - blocks_in_use_;
+  s.blocks_total = parent_ != nullptr ? blocks_in_use_ : blocks_total_;
+  s.blocks_free = s.blocks_total - blocks_in_use_;
   s.largest_free_run = free_by_size_.empty() ? 0 : free_by_size_.rbegin()->first;
   s.chunks = chunks_.size();
   s.allocations = allocations_;

@@ -88,15 +88,26 @@ class allocation {
 /// max(chunk_pages, needed) pages from the OS. Freed runs merge with free neighbours of
 /// the same chunk. Chunks are released only when the pool is destroyed, so every
 /// allocation must be gone by then. Thread-safe: one mutex guards all state (the pool is
-/// touched at set-up time, not per step, so contention does not matter).
+/// touched at set-up time and a few times per micro-batch, so contention does not matter).
+///
+/// An account (pool(pool::account, parent)) owns no pages: its allocations come from the
+/// parent, whose statistics include them, and its own statistics count only what was taken
+/// through it (bytes_in_use, peak_bytes, blocks_in_use, allocations; blocks_total equals
+/// blocks_in_use and nothing is free). That measures one kind of memory, e.g. a pipeline
+/// stage's activations, inside the process's pool.
 class pool {
  public:
   static constexpr std::size_t default_page_bytes = 64 * 1024;
   static constexpr std::size_t default_chunk_pages = 256;  // 16 MiB chunks by default
+  /// Tag of the account constructor.
+  struct account_t {};
+  static constexpr account_t account{};
 
   /// page_bytes must be a power of two >= 64.
   explicit pool(std::size_t page_bytes = default_page_bytes,
                 std::size_t chunk_pages = default_chunk_pages);
+  /// An account of `parent`, which must outlive it.
+  pool(account_t, pool& parent);
   ~pool();
   pool(const pool&) = delete;
   pool& operator=(const pool&) = delete;
@@ -126,6 +137,7 @@ class pool {
 
   const std::size_t page_bytes_;
   const std::size_t chunk_pages_;
+  pool* const parent_ = nullptr;  // an account's pool (the pages are its)
   mutable std::mutex mu_;
   std::vector<std::pair<char*, std::size_t>> chunks_;     // start, pages
   std::map<char*, run> free_by_addr_;                     // free runs by start address

@@ -121,6 +121,7 @@ double stage_trainer::compute_gradients(int64_t step, const std::vector<int>& mi
       }
       const auto tc = clock_type::now();
       const nn::stage_forward f = model_->forward(slot, batch_, x_in);
+      if (links_.after_compute) links_.after_compute(clock_type::now() - tc);
       const uint64_t spent = micros_since(tc);
       timing_.compute_us += spent;
       timing_.forward_us += spent;
@@ -161,6 +162,7 @@ double stage_trainer::compute_gradients(int64_t step, const std::vector<int>& mi
                               " is not finite or exceeds the fixed-point range (the run "
                               "diverged: lower train.lr or set train.grad_clip)");
       }
+      if (links_.after_compute) links_.after_compute(clock_type::now() - tc);
       timing_.compute_us += micros_since(tc);
       if (!first) {
         const auto ts = clock_type::now();

@@ -5,6 +5,7 @@
 // the pipeline, and the stage's checkpoint shard. Knows nothing of sockets, actors or the
 // coordinator: the links to the neighbours and the TP group are functions it is given.
 #pragma once
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -34,6 +35,9 @@ struct stage_links {
   /// Sums in place over the TP group (tp > 1 only).
   std::function<void(float* data, int64_t count)> tp_allreduce;
   std::function<void(double* data, int64_t count)> tp_allreduce_f64;
+  /// Optional: called at the end of each forward and backward pass with its duration,
+  /// inside the timed compute (a fault wrapper stretches passes with it: `slow`).
+  std::function<void(std::chrono::steady_clock::duration spent)> after_compute;
 };
 
 /// Tag of a pipeline message: what it is, for which step and micro-batch.
@@ -56,7 +60,8 @@ struct stage_timing {
   uint64_t send_us = 0;      ///< handing messages to the neighbours
   uint64_t p2p_bytes = 0;    ///< activation / gradient bytes sent
   uint64_t tp_us = 0;        ///< time inside the TP group's allreduce
-  /// Bubble: schedule time not spent computing (waiting, sending).
+  /// This stage's own bubble: schedule time not spent computing (waiting, sending). The
+  /// run summary measures it against the pipeline's makespan instead (docs/pipeline.md).
   uint64_t bubble_us() const { return schedule_us > compute_us ? schedule_us - compute_us : 0; }
 };
 
@@ -116,8 +121,10 @@ class stage_trainer {
   int64_t peak_pool_bytes() const;
   /// Parameter elements of the whole model (every stage, whole tensors).
   int64_t model_params() const { return model_params_; }
-  /// Bytes of activation memory the stage allocated for micro-batches in flight.
-  std::size_t activation_bytes() const { return model_->activation_bytes(); }
+  /// Most bytes of activation memory the stage held at once so far (measured by its
+  /// activation pool: micro-batches between forward and backward, and the shared set under
+  /// activation checkpointing).
+  std::size_t activation_bytes() const { return model_->activation_stats().peak_bytes; }
   /// Most micro-batches held between forward and backward at once so far.
   int peak_held() const { return peak_held_; }
   stage_timing& timing() { return timing_; }

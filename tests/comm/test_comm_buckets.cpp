@@ -1,6 +1,7 @@
 // The gradient bucket engine over real Gloo groups (ranks as threads): bucket planning in
 // reverse order, exact sums with several buckets whatever the chunking of mark_ready,
-// strict bucket order, the overlap accounting on a synthetic backward, failures.
+// strict bucket order, the interval arithmetic of the overlap (closed forms) and the
+// collectives' timestamps on a synthetic backward, failures.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -48,6 +49,7 @@ class recording_comm : public communicator {
   void barrier() override { inner_.barrier(); }
   void abort() override { inner_.abort(); }
   bool dead() const override { return inner_.dead(); }
+  comm_traffic traffic() const override { return inner_.traffic(); }
 
   std::vector<bucket_range> calls;
   bool unfinished_seen = false;
@@ -190,7 +192,38 @@ TEST_CASE("buckets go out in reverse order and each only once its whole range is
   CHECK_FALSE(rec.unfinished_seen);
 }
 
-TEST_CASE("overlap accounting: hidden behind a slow backward and exposed when backward is done") {
+TEST_CASE("overlap_seconds: the wall time two sets of intervals share, in closed form") {
+  using clk = std::chrono::steady_clock;
+  auto iv = [](double a_ms, double b_ms) {
+    auto at = [](double ms) {
+      return clk::time_point(
+          std::chrono::duration_cast<clk::duration>(std::chrono::duration<double, std::milli>(ms)));
+    };
+    return time_interval{at(a_ms), at(b_ms)};
+  };
+  const double ms = 1e-3;
+  // Two collectives [0,2] and [3,5] against a backward [1,4]: [1,2] and [3,4].
+  CHECK(overlap_seconds({iv(0, 2), iv(3, 5)}, {iv(1, 4)}) == doctest::Approx(2 * ms));
+  // Order does not matter, and the function is symmetric.
+  CHECK(overlap_seconds({iv(3, 5), iv(0, 2)}, {iv(1, 4)}) == doctest::Approx(2 * ms));
+  CHECK(overlap_seconds({iv(1, 4)}, {iv(0, 2), iv(3, 5)}) == doctest::Approx(2 * ms));
+  // Entirely inside, entirely after, touching at one instant.
+  CHECK(overlap_seconds({iv(2, 3)}, {iv(0, 10)}) == doctest::Approx(1 * ms));
+  CHECK(overlap_seconds({iv(11, 12)}, {iv(0, 10)}) == 0.0);
+  CHECK(overlap_seconds({iv(10, 12)}, {iv(0, 10)}) == 0.0);
+  // Overlapping intervals within one set count once: [0,3] u [2,6] = [0,6]; with [1,7]: 5.
+  CHECK(overlap_seconds({iv(0, 3), iv(2, 6)}, {iv(1, 7)}) == doctest::Approx(5 * ms));
+  CHECK(covered_seconds({iv(0, 3), iv(2, 6), iv(8, 9)}) == doctest::Approx(7 * ms));
+  // Several backward windows (micro-batches) against several collectives.
+  CHECK(overlap_seconds({iv(0, 10)}, {iv(1, 2), iv(4, 6), iv(9, 12)}) == doctest::Approx(4 * ms));
+  // Empty and reversed intervals are nothing.
+  CHECK(overlap_seconds({iv(5, 5), iv(7, 6)}, {iv(0, 10)}) == 0.0);
+  CHECK(overlap_seconds({}, {iv(0, 10)}) == 0.0);
+  CHECK(covered_seconds({}) == 0.0);
+}
+
+TEST_CASE("collective timestamps: hidden behind a slow backward, none when backward is done") {
+  using clk = std::chrono::steady_clock;
   memory_kv kv;
   auto comms = make_gloo_group(kv, 1, 1, milliseconds(10000));
   const std::size_t count = 4000;  // 4 buckets of 1000 floats
@@ -201,41 +234,54 @@ TEST_CASE("overlap accounting: hidden behind a slow backward and exposed when ba
 
   auto check_identities = [&](const bucket_timing& t, double wall_wait_s) {
     REQUIRE(t.bucket_s.size() == 4);
+    REQUIRE(t.collectives.size() == 4);
     double sum = 0;
-    for (double s : t.bucket_s) {
-      CHECK(s >= 0.040);  // the delay is a lower bound on each bucket's time
-      sum += s;
+    for (std::size_t k = 0; k < 4; ++k) {
+      CHECK(t.bucket_s[k] >= 0.040);  // the delay is a lower bound on each bucket's time
+      CHECK(t.bucket_s[k] == t.collectives[k].seconds());
+      // Strict bucket order on one thread: each starts after the previous one ended.
+      if (k > 0) CHECK(t.collectives[k].begin >= t.collectives[k - 1].end);
+      sum += t.bucket_s[k];
     }
     CHECK(t.allreduce_s == doctest::Approx(sum));
     CHECK(t.wait_s >= 0.0);
     CHECK(t.wait_s <= wall_wait_s);
-    CHECK(t.overlap >= 0.0);
-    CHECK(t.overlap <= 1.0);
-    CHECK(t.overlap == doctest::Approx(std::clamp(1.0 - t.wait_s / t.allreduce_s, 0.0, 1.0)));
   };
 
-  // Backward already finished: everything is marked at once, nothing can hide.
+  // Backward already finished: everything is marked after it, nothing can hide.
   engine.begin(grads.data());
+  const auto bw0 = clk::now();
+  std::this_thread::sleep_for(milliseconds(50));
+  const auto bw1 = clk::now();
   engine.mark_ready(0, count);
-  auto t0 = std::chrono::steady_clock::now();
+  auto t0 = clk::now();
   const bucket_timing exposed = engine.wait_all();
   check_identities(exposed, seconds_since(t0));
+  CHECK(exposed.collectives.front().begin >= bw1);
+  CHECK(overlap_seconds(exposed.collectives, {{bw0, bw1}}) == 0.0);
 
   // A synthetic backward: 100 ms of compute per bucket, last layers first.
   engine.begin(grads.data());
-  auto last_mark = std::chrono::steady_clock::now();
+  const auto start = clk::now();
+  auto last_mark = start;
   for (int k = 0; k < 4; ++k) {
     std::this_thread::sleep_for(milliseconds(100));
-    last_mark = std::chrono::steady_clock::now();
+    last_mark = clk::now();
     engine.mark_ready(count - 1000 * (k + 1), 1000);
   }
-  t0 = std::chrono::steady_clock::now();
+  t0 = clk::now();
   const bucket_timing hidden = engine.wait_all();
   check_identities(hidden, seconds_since(t0));
-  // The last bucket only starts once backward has ended: it cannot be hidden.
-  CHECK(seconds_since(last_mark) >= 0.040);
-  // Three of four buckets ran during backward; only the last one is waited for.
-  CHECK(hidden.overlap > exposed.overlap);
+  // Buckets 0-2 go out 100 ms apart and take ~40 ms: each runs inside backward. Bucket 3
+  // goes out when backward ends. Closed form: overlap = (b0 + b1 + b2) / (b0 + .. + b3),
+  // about 3/4 with equal buckets.
+  const double overlap =
+      overlap_seconds(hidden.collectives, {{start, last_mark}}) / hidden.allreduce_s;
+  const auto& b = hidden.bucket_s;
+  CHECK(overlap == doctest::Approx((b[0] + b[1] + b[2]) / hidden.allreduce_s).epsilon(0.02));
+  CHECK(overlap > 0.6);
+  CHECK(overlap < 0.8);
+  CHECK(hidden.collectives.back().begin >= last_mark);
 }
 
 TEST_CASE("a failed bucket surfaces from wait_all as comm_error and kills the engine") {

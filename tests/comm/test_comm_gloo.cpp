@@ -1,6 +1,7 @@
 // The Gloo communicator with ranks as threads: exact sums with closed-form values (rank r
 // contributes r), allgather / broadcast / barrier, and the failure paths: a rank that
-// stops participating, abort() of a blocked call, a dead communicator stays dead.
+// stops participating, abort() of a blocked call, a dead communicator stays dead; the
+// traffic counters against the ring allreduce's closed form.
 #include <doctest/doctest.h>
 
 #include <atomic>
@@ -106,6 +107,59 @@ TEST_CASE("gloo broadcast copies the root's bytes to every rank for every root")
         REQUIRE(data[r][i] == root * 100000 + int(i));
   }
   CHECK_THROWS_AS(comms[0]->broadcast(nullptr, 0, n), comm_error);
+}
+
+TEST_CASE("gloo traffic counts what the algorithms hand to the transport, per rank") {
+  memory_kv kv;
+  // A ring allreduce moves 2(n-1)/n of the buffer out of and into every rank (reduce-scatter
+  // then allgather); Gloo's segment rounding may add a little, never more than 5% here.
+  const std::size_t elems = std::size_t(1) << 18;  // 1 MiB of floats
+  for (int n = 1; n <= 4; ++n) {
+    CAPTURE(n);
+    auto comms = make_gloo_group(kv, n, 10 + n, milliseconds(10000));
+    std::vector<comm_traffic> before(n), after(n);
+    REQUIRE_NOTHROW(rethrow_first(run_ranks(n, [&](int r) {
+      std::vector<float> v(elems, 1.0f);
+      before[r] = comms[r]->traffic();
+      comms[r]->allreduce_sum(v.data(), v.size());
+      after[r] = comms[r]->traffic();
+    })));
+    const double ring = 2.0 * (n - 1) / n * double(elems * sizeof(float));
+    for (int r = 0; r < n; ++r) {
+      CAPTURE(r);
+      CHECK(after[r].measured);
+      const double sent = double(after[r].sent - before[r].sent);
+      const double received = double(after[r].received - before[r].received);
+      if (n == 1) {
+        CHECK(sent == 0.0);
+        CHECK(received == 0.0);
+      } else {
+        CHECK(sent == doctest::Approx(ring).epsilon(0.05));
+        CHECK(received == doctest::Approx(ring).epsilon(0.05));
+      }
+    }
+  }
+  // A broadcast is not symmetric: the root sends the payload to each other rank (or into
+  // a tree), the others each receive it once. Sent and received are counted apart.
+  const int n = 3;
+  auto comms = make_gloo_group(kv, n, 20, milliseconds(10000));
+  const std::size_t bytes = 40000;
+  std::vector<comm_traffic> before(n), after(n);
+  REQUIRE_NOTHROW(rethrow_first(run_ranks(n, [&](int r) {
+    std::vector<char> d(bytes, char(r));
+    before[r] = comms[r]->traffic();
+    comms[r]->broadcast(d.data(), bytes, 0);
+    after[r] = comms[r]->traffic();
+  })));
+  uint64_t sent = 0, received = 0;
+  for (int r = 0; r < n; ++r) {
+    sent += after[r].sent - before[r].sent;
+    received += after[r].received - before[r].received;
+    if (r > 0) CHECK(after[r].received - before[r].received == bytes);
+  }
+  // Every byte sent is received by someone: the group's totals agree.
+  CHECK(sent == received);
+  CHECK(received == (n - 1) * bytes);
 }
 
 TEST_CASE("gloo barrier returns on no rank before the last rank has entered") {

@@ -409,34 +409,63 @@ TEST_CASE("micro-batches in flight: GPipe and 1F1B orders accumulate the same bi
   }
 }
 
-TEST_CASE("activation checkpointing: bit-identical, and only stage inputs are kept per slot") {
+TEST_CASE("activation memory is measured: what the schedule holds, not the slots it has") {
   const std::vector<stage_range> cut = partition_gpt(k_shape, 2);
   const std::vector<batch> mbs = micro_batches();
+  const int P = 2, M = 4;
   reference ref = full_gpt(mbs);
-  stages_t st = make_stages(
-      cut, [](int) { return 4; }, true);
-  CHECK(run(st, mbs, gpipe_order(2, 4)) == ref.losses);
-  check_same_grads(st, *ref.model);
-  // Memory: with checkpointing a slot costs its input [max_batch*context, C] only; without,
-  // also a full set of saved activations.
-  const std::size_t input_bytes = 2 * 16 * 32 * sizeof(float);
-  for (const stage_range& r : cut) {
-    gpt_stage_options o;
-    o.max_batch = 2;
-    o.activation_checkpointing = true;
-    o.slots = 1;
-    const std::size_t c1 = gpt_stage(k_shape, r, o, 1).activation_bytes();
-    o.slots = 3;
-    const std::size_t c3 = gpt_stage(k_shape, r, o, 1).activation_bytes();
-    CHECK(c3 - c1 == 2 * input_bytes);
-    o.activation_checkpointing = false;
-    const std::size_t f3 = gpt_stage(k_shape, r, o, 1).activation_bytes();
-    o.slots = 1;
-    const std::size_t f1 = gpt_stage(k_shape, r, o, 1).activation_bytes();
-    CHECK(f1 == c1);  // one slot: the same buffers either way
-    CHECK(f3 - f1 == 2 * f1);
-    CHECK(c3 < f3);
+  // Closed form of one slot's buffers for max_batch = 2 sequences of the context (rows =
+  // 2 * 16): the input copy [rows, C]; per block ln1, atty, res2, ln2, out [rows, C], qkv
+  // [rows, 3C], fch and fch_gelu [rows, 4C] (16C a row), four LayerNorm statistics a row
+  // and the attention probabilities [B, NH, T, T]; on the last stage also ln_f [rows, C],
+  // its two statistics and probs [rows, V].
+  const int64_t B = 2, T = k_shape.context, C = k_shape.d_model, rows = B * T;
+  const int64_t input = rows * C * 4;
+  const int64_t block = (rows * 16 * C + 4 * rows + B * k_shape.n_head * T * T) * 4;
+  const int64_t head = (rows * C + 2 * rows + rows * k_shape.vocab) * 4;
+  auto per_slot = [&](const stage_range& r) {
+    return input + r.layers() * block + (r.has_head ? head : 0);
+  };
+  for (bool ckpt : {false, true}) {
+    INFO("checkpointing " << ckpt);
+    // Every stage gets M slots either way: the measurement must follow the schedule.
+    for (bool gpipe : {true, false}) {
+      INFO("schedule " << (gpipe ? "gpipe" : "1f1b"));
+      stages_t st = make_stages(
+          cut, [&](int) { return M; }, ckpt);
+      for (int p = 0; p < P; ++p) {
+        const pool_stats a = st[p]->activation_stats();
+        const int64_t shared = ckpt ? per_slot(cut[p]) - input : 0;
+        CHECK(int64_t(st[p]->activation_bytes_per_slot()) == (ckpt ? input : per_slot(cut[p])));
+        CHECK(int64_t(a.bytes_in_use) == shared);  // nothing forwarded yet
+      }
+      std::vector<int> held;
+      CHECK(run(st, mbs, gpipe ? gpipe_order(P, M) : one_f_one_b_order(P, M), &held) == ref.losses);
+      check_same_grads(st, *ref.model);
+      for (int p = 0; p < P; ++p) {
+        INFO("stage " << p);
+        // GPipe holds all M micro-batches; 1F1B at most min(P - p, M).
+        const int expect_held = gpipe ? M : std::min(P - p, M);
+        CHECK(held[p] == expect_held);
+        const pool_stats a = st[p]->activation_stats();
+        const int64_t one = int64_t(st[p]->activation_bytes_per_slot());
+        const int64_t shared = ckpt ? per_slot(cut[p]) - input : 0;
+        CHECK(int64_t(a.peak_bytes) == shared + expect_held * one);
+        CHECK(int64_t(a.bytes_in_use) == shared);  // every micro-batch was backwarded
+        if (!ckpt) CHECK(a.allocations == 0);
+      }
+    }
   }
+  // A dropped slot gives its memory back too (an aborted step, evaluation).
+  stages_t st = make_stages(
+      cut, [](int) { return 2; }, false);
+  st[0]->forward(0, mbs[0]);
+  st[0]->forward(1, mbs[1]);
+  CHECK(st[0]->activation_stats().bytes_in_use == 2 * st[0]->activation_bytes_per_slot());
+  st[0]->drop(0);
+  st[0]->drop(1);
+  CHECK(st[0]->activation_stats().bytes_in_use == 0);
+  CHECK(st[0]->activation_stats().peak_bytes == 2 * st[0]->activation_bytes_per_slot());
 }
 
 TEST_CASE("stage grads-ready hook: the stage's buffer from its end down, each element once") {

@@ -1,5 +1,5 @@
 // The page pool and tensors: reuse of freed runs, coalescing, closed-form statistics,
-// concurrent use from two threads.
+// accounts inside a parent pool, concurrent use from two threads.
 #include <doctest/doctest.h>
 
 #include <cstdint>
@@ -56,6 +56,42 @@ TEST_CASE("allocations take ceil(bytes/page) pages and statistics add up") {
   s = p.stats();
   CHECK(s.chunks == 2);
   CHECK(s.blocks_total == 8 + 20);
+}
+
+TEST_CASE("an account measures its own allocations inside the parent's pages") {
+  pool parent(1024, 8);
+  allocation outside = parent.allocate(1000);  // not the account's
+  {
+    pool acts(pool::account, parent);
+    allocation a = acts.allocate(3000);  // 3 pages
+    {
+      basic_tensor<float> t({500}, acts);  // 2000 bytes, 2 pages
+      auto s = acts.stats();
+      CHECK(s.bytes_in_use == 5000);
+      CHECK(s.peak_bytes == 5000);
+      CHECK(s.blocks_in_use == 5);
+      CHECK(s.blocks_total == 5);
+      CHECK(s.blocks_free == 0);
+      CHECK(s.chunks == 0);
+      CHECK(s.allocations == 2);
+      // The parent holds the pages and counts them with its own.
+      CHECK(parent.stats().bytes_in_use == 6000);
+      CHECK(parent.stats().blocks_in_use == 6);
+    }
+    a.reset();
+    auto s = acts.stats();
+    CHECK(s.bytes_in_use == 0);
+    CHECK(s.peak_bytes == 5000);  // the most held at once
+    CHECK(s.allocations == 0);
+    CHECK(parent.stats().bytes_in_use == 1000);
+    CHECK(parent.stats().peak_bytes == 6000);
+    // The pages went back to the parent: the same run serves the next request.
+    allocation b = acts.allocate(3000);
+    CHECK(parent.stats().blocks_total == 8);
+    acts.reset_peak();
+    CHECK(acts.stats().peak_bytes == 3000);
+  }
+  CHECK(parent.stats().bytes_in_use == 1000);
 }
 
 TEST_CASE("freed neighbours merge back into one run") {
