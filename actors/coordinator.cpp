@@ -88,6 +88,7 @@ void do_stop(self_ptr self, const std::string& reason);
 bool adopt(self_ptr self, mb::decision&& d);
 std::string scale_to(self_ptr self, int target, const std::string& spec);
 void on_new_generation(self_ptr self);
+void seat_spares(self_ptr self);
 
 // Sends what the job decided, tells the host, and acts on an abort (new generation) or the
 // end of the job (stop the cluster).
@@ -260,6 +261,7 @@ void on_admin(self_ptr self, const std::string& peer, const net::admin_request& 
 
 void on_new_generation(self_ptr self) {
   auto& st = self->state;
+  seat_spares(self);
   net::roster_update ru;
   ru.generation = st.roster.generation;
   for (const auto& m : st.roster.members) ru.members.push_back(info_of(m));
@@ -306,6 +308,57 @@ net::register_ok ok_for(self_ptr self, const mb::member* m) {
   return ok;
 }
 
+// How long a spare waits between registrations (it also asks again on its own, so a
+// coordinator that lost track of it still sees it).
+uint32_t spare_retry_ms(const coordinator_state& st) {
+  return static_cast<uint32_t>(std::max(200, 5 * st.opts.membership.heartbeat_ms));
+}
+
+// Spares that stopped asking (their process died) lose their place.
+void drop_stale_spares(coordinator_state& st, mb::mono_time t) {
+  const auto stale = milliseconds(3 * spare_retry_ms(st));
+  auto& q = st.spares;
+  q.erase(std::remove_if(q.begin(), q.end(), [&](const auto& s) { return t - s.asked > stale; }),
+          q.end());
+}
+
+// D accepted the registration of PEER: admit it, adopt the roster, send register_ok and the
+// job. The caller broadcasts the new generation.
+void admit_member(self_ptr self, const std::string& peer, mb::decision&& d) {
+  auto& st = self->state;
+  const mb::member_id id = d.member;
+  st.io.admit(peer);
+  st.peer_of[id] = peer;
+  st.member_at[peer] = id;
+  adopt(self, std::move(d));
+  send(self, peer, ok_for(self, st.roster.find(id)));
+  if (st.opts.job) send(self, peer, st.opts.job->spec());
+}
+
+// Fills free seats with waiting spares, oldest first. Called at every generation change
+// before the roster goes out, so a departure and its replacement reach the workers as one
+// roster and the job never opens a step in between (whatever the spare's retry timer says).
+void seat_spares(self_ptr self) {
+  auto& st = self->state;
+  if (st.stopping || st.spares.empty()) return;
+  const auto t = now(self);
+  drop_stale_spares(st, t);
+  auto& q = st.spares;
+  while (!q.empty() && static_cast<int>(st.roster.members.size()) < st.opts.membership.max()) {
+    const coordinator_state::spare s = q.front();
+    q.erase(q.begin());
+    if (st.member_at.count(s.peer) && st.roster.find(st.member_at[s.peer])) continue;
+    mb::decision d = mb::on_register(st.roster, t, s.name, s.pid, st.opts.membership);
+    if (d.kind == mb::decision_kind::rejected) {
+      // Its name is taken now (a restarted worker of that name): it must pick another.
+      send(self, s.peer, net::register_reject{d.reason, 0});
+      continue;
+    }
+    spdlog::info("coordinator: spare '{}' takes a free seat", s.name);
+    admit_member(self, s.peer, std::move(d));
+  }
+}
+
 void on_register(self_ptr self, const std::string& peer, const net::register_request& r) {
   auto& st = self->state;
   if (st.stopping) {
@@ -328,30 +381,45 @@ void on_register(self_ptr self, const std::string& peer, const net::register_req
   if (auto it = st.member_at.find(peer); it != st.member_at.end() && st.roster.find(it->second)) {
     grew |= adopt(self, mb::on_leave(st.roster, t, it->second, st.opts.membership));
   }
-  const bool full = static_cast<int>(st.roster.members.size()) >= st.opts.membership.max() &&
-                    st.roster.find_name(r.name) == nullptr;
-  mb::decision d = mb::on_register(st.roster, t, r.name, r.pid, st.opts.membership);
-  if (d.kind == mb::decision_kind::rejected) {
-    // A full world keeps the joiner as a spare: it asks again until a seat is free.
-    const uint32_t retry =
-        full ? static_cast<uint32_t>(std::max(200, 5 * st.opts.membership.heartbeat_ms)) : 0;
+  drop_stale_spares(st, t);
+  auto queued = std::find_if(st.spares.begin(), st.spares.end(),
+                             [&](const auto& s) { return s.peer == peer; });
+  // Spares queued before this one get free seats first.
+  const bool behind = queued != st.spares.begin() && !st.spares.empty();
+  const bool full =
+      (static_cast<int>(st.roster.members.size()) >= st.opts.membership.max() || behind) &&
+      st.roster.find_name(r.name) == nullptr;
+  mb::decision d =
+      full ? mb::decision{} : mb::on_register(st.roster, t, r.name, r.pid, st.opts.membership);
+  if (full || d.kind == mb::decision_kind::rejected) {
+    // A full world keeps the joiner as a spare: it is seated as soon as a member leaves, and
+    // asks again every retry_ms meanwhile (which keeps its place alive).
+    const uint32_t retry = full ? spare_retry_ms(st) : 0;
     if (full) {
-      spdlog::info("coordinator: '{}' waits as a spare: {}", r.name, d.reason);
+      const std::string why = d.reason.empty()
+                                  ? "roster full: " + std::to_string(st.roster.members.size()) +
+                                        " of " + std::to_string(st.opts.membership.max()) +
+                                        " workers registered; '" + r.name + "' was not admitted"
+                                  : d.reason;
+      if (queued == st.spares.end()) {
+        spdlog::info("coordinator: '{}' waits as a spare: {}", r.name, why);
+        st.spares.push_back(coordinator_state::spare{peer, r.name, r.pid, t});
+      } else {
+        queued->name = r.name;
+        queued->pid = r.pid;
+        queued->asked = t;
+      }
+      send(self, peer, net::register_reject{why, retry});
     } else {
       spdlog::warn("coordinator: registration of '{}' refused: {}", r.name, d.reason);
+      send(self, peer, net::register_reject{d.reason, retry});
     }
-    send(self, peer, net::register_reject{d.reason, retry});
     if (grew) on_new_generation(self);
     return;
   }
-  const mb::member_id id = d.member;
-  st.io.admit(peer);
-  st.peer_of[id] = peer;
-  st.member_at[peer] = id;
-  grew |= adopt(self, std::move(d));
-  send(self, peer, ok_for(self, st.roster.find(id)));
-  if (st.opts.job) send(self, peer, st.opts.job->spec());
-  if (grew) on_new_generation(self);
+  if (queued != st.spares.end()) st.spares.erase(queued);
+  admit_member(self, peer, std::move(d));
+  on_new_generation(self);
 }
 
 void on_heartbeat(self_ptr self, const std::string& peer, const net::heartbeat& hb) {
@@ -378,6 +446,9 @@ void do_stop(self_ptr self, const std::string& reason) {
   for (const auto& m : st.roster.members) send(self, st.peer_of[m.id], s);
   // Clients get the same stop as an acknowledgement (ctl waits for it).
   for (const auto& c : st.clients) send(self, c, s);
+  // Spares still waiting end with the job like every member (exit 0).
+  for (const auto& sp : st.spares) send(self, sp.peer, s);
+  st.spares.clear();
   if (st.bench) st.bench->promise.deliver(caf::make_error(caf::sec::request_receiver_down));
   st.bench.reset();
   self->quit();
@@ -395,6 +466,14 @@ net::status_reply make_status(self_ptr self, uint64_t request_id) {
     w.member = net::member_info{
         m.id, m.name, m.rank, to_wire(m.at), static_cast<net::member_state>(m.state), m.pid};
     w.heartbeat_age_ms = m.heartbeat_age_ms;
+    w.silent_ms = m.silent_ms;
+    // With a job, the seat is the job's (pipeline and TP jobs seat by replica, not by rank);
+    // a member the job has not seated yet (a joiner) shows (-1, -1, -1).
+    if (st.opts.job) {
+      const auto seat = st.opts.job->seat_of(m.id);
+      w.member.at =
+          seat ? net::coords{(*seat)[0], (*seat)[1], (*seat)[2]} : net::coords{-1, -1, -1};
+    }
     out.workers.push_back(std::move(w));
   }
   if (st.io.drop_counts) out.dropped = st.io.drop_counts();

@@ -61,6 +61,15 @@ struct coordinator_state {
     std::string peer;
     uint64_t request_id = 0;
   };
+  /// A worker that asked to join a full world (elastic.max_workers): it is seated, in
+  /// arrival order, the moment a member leaves, in the same generation change, so no step
+  /// opens between the departure and the spare taking the seat.
+  struct spare {
+    std::string peer;
+    std::string name;
+    int64_t pid = 0;
+    mb::mono_time asked{};  ///< its last registration; entries silent for 3 retries expire
+  };
   struct bench_run {
     caf::response_promise promise;
     std::string peer;
@@ -76,6 +85,7 @@ struct coordinator_state {
   std::unordered_map<mb::member_id, std::string> peer_of;    ///< every member ever, to its peer
   std::unordered_map<std::string, mb::member_id> member_at;  ///< peer -> its current member
   std::unordered_set<std::string> clients;                   ///< ctl / launch / bench peers
+  std::vector<spare> spares;                                 ///< waiting for a seat, oldest first
   std::string launcher;     ///< the client registered as "launch" (starts workers on scale)
   uint64_t drop_draws = 0;  ///< frames `drop control` has decided on (its counter)
   std::unordered_map<uint64_t, kv_waiter> kv_waiters;  ///< store request id -> requester

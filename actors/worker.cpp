@@ -175,6 +175,10 @@ void on_inbound(self_ptr self, const net::message& m) {
               std::fflush(stdout);
             }
             st.spare = true;
+            // The reject is an answer: the registration timeout of this incarnation no longer
+            // applies (a retry period longer than it must not end the spare). The retry
+            // re-arms it. The coordinator may also seat the spare before the retry is due.
+            ++st.incarnation;
             self->delayed_send(self, milliseconds(x.retry_ms), co_retry_atom::value,
                                st.incarnation);
             return;

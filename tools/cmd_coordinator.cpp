@@ -141,7 +141,7 @@ void add_coordinator(CLI::App& app, int* rc) {
                 "Continue from the newest checkpoint in fault_tolerance.checkpoint_dir (with any "
                 "worker count: every worker loads it)");
   cmd->add_option("--inject", opt->inject,
-                  "Inject a fault into the training job, e.g. 'kill worker=1 at step=30' "
+                  "Inject a fault into the training job, e.g. 'kill rank=1 at step=30' "
                   "(repeatable; the language is in docs/faults.md)")
       ->type_name("SPEC");
   cmd->callback([opt, rc] {

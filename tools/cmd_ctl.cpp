@@ -35,9 +35,11 @@ nlohmann::json to_json(const net::status_reply& s) {
     const auto& m = w.member;
     workers.push_back({{"name", m.name},
                        {"rank", m.rank},
-                       {"coords", {m.at.d, m.at.p, m.at.t}},
+                       {"seat", m.at.d < 0 ? nlohmann::json(nullptr)
+                                           : nlohmann::json::array({m.at.d, m.at.p, m.at.t})},
                        {"state", state_name(m.state)},
                        {"heartbeat_age_ms", w.heartbeat_age_ms},
+                       {"silent_ms", w.silent_ms},
                        {"id", m.member_id},
                        {"pid", m.pid}});
   }
@@ -54,13 +56,16 @@ void print_table(const net::status_reply& s) {
               static_cast<unsigned long long>(s.generation), static_cast<long long>(s.step),
               s.workers.size(), alive);
   if (!s.workers.empty()) {
-    std::printf("%-16s %5s %-10s %-8s %10s %8s %8s\n", "NAME", "RANK", "COORDS", "STATE",
+    std::printf("%-16s %5s %-10s %-8s %10s %8s %8s\n", "NAME", "RANK", "SEAT d,p,t", "STATE",
                 "HB AGE ms", "ID", "PID");
   }
   for (const auto& w : s.workers) {
     const auto& m = w.member;
-    const std::string coords = "(" + std::to_string(m.at.d) + "," + std::to_string(m.at.p) + "," +
-                               std::to_string(m.at.t) + ")";
+    // The seat (dp, pp, tp) the worker runs; "-" before the job has seated it.
+    const std::string coords = m.at.d < 0
+                                   ? "-"
+                                   : "(" + std::to_string(m.at.d) + "," + std::to_string(m.at.p) +
+                                         "," + std::to_string(m.at.t) + ")";
     std::printf("%-16s %5d %-10s %-8s %10lld %8llu %8lld\n", m.name.c_str(), m.rank, coords.c_str(),
                 state_name(m.state), static_cast<long long>(w.heartbeat_age_ms),
                 static_cast<unsigned long long>(m.member_id), static_cast<long long>(m.pid));
@@ -92,10 +97,10 @@ void add_ctl(CLI::App& app, int* rc) {
 
   CLI::App* status = cmd->add_subcommand(
       "status",
-      "Show generation, step and every worker (name, rank, coords, state, heartbeat age)");
+      "Show generation, step and every worker (name, rank, seat (dp,pp,tp), state, heartbeat age)");
   status->add_flag("--json", opt->json,
                    "Print one JSON object: {\"generation\", \"step\", \"workers\": [{\"name\", "
-                   "\"rank\", \"coords\": [d,p,t], \"state\", ...}], \"dropped\": {...}}");
+                   "\"rank\", \"seat\": [d,p,t] or null, \"state\", ...}], \"dropped\": {...}}");
   status->callback([opt, rc] {
     net::sync_client client(opt->coordinator);
     const net::message reply = client.request(net::status_request{1}, net::msg_type::status_reply,
@@ -139,8 +144,7 @@ void add_ctl(CLI::App& app, int* rc) {
   scale->add_option("n", *arg, "Worker count to reach")->required();
   scale->callback([admin, arg] { admin("scale", *arg); });
   CLI::App* inject = cmd->add_subcommand(
-      "inject",
-      "Add a fault to the running job, e.g. 'kill worker=1 at step=300' (docs/faults.md)");
+      "inject", "Add a fault to the running job, e.g. 'kill rank=1 at step=300' (docs/faults.md)");
   inject->add_option("spec", *arg, "Fault spec")->required();
   inject->callback([admin, arg] { admin("inject", *arg); });
 

@@ -362,7 +362,7 @@ void add_launch(CLI::App& app, int* rc) {
                 "Continue from the newest checkpoint in fault_tolerance.checkpoint_dir, with any "
                 "worker count");
   cmd->add_option("--inject", opt->inject,
-                  "Inject a fault, e.g. 'kill worker=1 at step=30' or 'hang worker=0 at step=10 "
+                  "Inject a fault, e.g. 'kill rank=1 at step=30' or 'hang rank=0 at step=10 "
                   "for=2s' (repeatable; docs/faults.md)")
       ->type_name("SPEC");
   cmd->add_option("--stop-timeout-ms", opt->stop_timeout_ms,

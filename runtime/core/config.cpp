@@ -450,7 +450,7 @@ const std::vector<key_spec>& schema() {
        unbounded(),
        {},
        nullptr,
-       "Faults to inject, one spec per entry, e.g. \"kill worker=2 at step=30\" "
+       "Faults to inject, one spec per entry, e.g. \"kill rank=2 at step=30\" "
        "(docs/faults.md). A top-level list, not a section."},
   };
   return rows;
@@ -1216,7 +1216,7 @@ class loader {
   bool read_value(const key_spec& k, const entry& e, fault_list* out) {
     const YAML::Node& n = e.value;
     const std::string key = k.path();
-    const std::string example = "e.g. [\"kill worker=2 at step=30\"]";
+    const std::string example = "e.g. [\"kill rank=2 at step=30\"]";
     if (n.IsNull()) {
       report(e.at, key,
              "has no value (write a list of fault specs, " + example + ", or [] for none)");
@@ -1241,7 +1241,7 @@ class loader {
         report(at, ikey,
                "expected a fault spec string, got " + got(item) +
                    " (write the spec on one line with no space after '=', or quote it: - "
-                   "\"kill worker=2 at step=30\")");
+                   "\"kill rank=2 at step=30\")");
         ok = false;
         continue;
       }
@@ -1710,11 +1710,11 @@ std::string reference_config_yaml() {
       out +=
           "# For example:\n"
           "# faults:\n"
-          "#   - kill worker=2 at step=30\n"
-          "#   - hang worker=1 at step=10 for=3s\n"
-          "#   - slow worker=0 factor=3 from step=5 to step=15\n"
+          "#   - kill rank=2 at step=30\n"
+          "#   - hang rank=1 at step=10 for=3s\n"
+          "#   - slow rank=0 factor=3 from step=5 to step=15\n"
           "#   - drop control p=0.05 seed=7\n"
-          "#   - partition worker=3 at step=12 for=2s\n"
+          "#   - partition rank=3 at step=12 for=2s\n"
           "#   - scale to=6 at step=20\n"
           "#   - random kill mtbf=15steps seed=1\n";
     }

@@ -79,14 +79,17 @@ struct kind_rules {
 
 const std::vector<kind_rules>& rules() {
   static const std::vector<kind_rules> r = {
-      {fault_kind::kill, "kill worker=N at step=N", {f_worker, f_at}, {}},
-      {fault_kind::hang, "hang worker=N at step=N for=3s", {f_worker, f_at, f_for}, {}},
+      {fault_kind::kill, "kill worker=NAME|rank=N at step=N", {f_worker, f_at}, {}},
+      {fault_kind::hang, "hang worker=NAME|rank=N at step=N for=3s", {f_worker, f_at, f_for}, {}},
       {fault_kind::slow,
-       "slow worker=N factor=F from step=A to step=B",
+       "slow worker=NAME|rank=N factor=F from step=A to step=B",
        {f_worker, f_factor, f_from, f_to_step},
        {}},
       {fault_kind::drop_control, "drop control p=P seed=S", {f_p}, {f_seed}},
-      {fault_kind::partition, "partition worker=N at step=N for=2s", {f_worker, f_at, f_for}, {}},
+      {fault_kind::partition,
+       "partition worker=NAME|rank=N at step=N for=2s",
+       {f_worker, f_at, f_for},
+       {}},
       {fault_kind::scale, "scale to=N at step=N", {f_to, f_at}, {}},
       {fault_kind::random_kill, "random kill mtbf=15steps seed=S", {f_mtbf, f_seed}, {}},
   };
@@ -142,15 +145,17 @@ class parser {
 
   fault_spec run() {
     if (tokens_.empty()) {
-      fail(1, "empty fault spec (write one such as kill worker=2 at step=30; see docs/faults.md)");
+      fail(1, "empty fault spec (write one such as kill rank=2 at step=30; see docs/faults.md)");
     }
     size_t i = read_kind();
     const kind_rules& r = rules_of(spec_.kind);
     while (i < tokens_.size()) i = read_field(r, i);
     for (field f : r.required) {
       if (!seen_.count(f)) {
-        fail(end_col(), std::string(kind_name(spec_.kind)) + " needs " + field_text(f) +
-                            placeholder(f) + " (write " + r.synopsis + ")");
+        const std::string what =
+            f == f_worker ? "worker=NAME or rank=N" : field_text(f) + placeholder(f);
+        fail(end_col(),
+             std::string(kind_name(spec_.kind)) + " needs " + what + " (write " + r.synopsis + ")");
       }
     }
     check_whole(r);
@@ -171,7 +176,7 @@ class parser {
   static std::string placeholder(field f) {
     switch (f) {
       case f_worker:
-        return "N";
+        return "NAME";
       case f_at:
       case f_from:
       case f_to_step:
@@ -200,7 +205,7 @@ class parser {
     const std::string list = "kill, hang, slow, drop control, partition, scale, random kill";
     if (t.text.find('=') != std::string::npos) {
       fail(t.col, "a spec starts with the fault's kind, got '" + t.text + "' (kinds: " + list +
-                      "; e.g. kill worker=2 at step=30)");
+                      "; e.g. kill rank=2 at step=30)");
     }
     if (t.text == "kill") return set_kind(fault_kind::kill, 1);
     if (t.text == "hang") return set_kind(fault_kind::hang, 1);
@@ -252,8 +257,8 @@ class parser {
     const std::string value = t.text.substr(eq + 1);
     const int vcol = t.col + static_cast<int>(eq) + 1;
     static const std::map<std::string, field> keys = {
-        {"worker", f_worker}, {"for", f_for}, {"factor", f_factor}, {"p", f_p},
-        {"seed", f_seed},     {"to", f_to},   {"mtbf", f_mtbf}};
+        {"worker", f_worker}, {"rank", f_worker}, {"for", f_for}, {"factor", f_factor},
+        {"p", f_p},           {"seed", f_seed},   {"to", f_to},   {"mtbf", f_mtbf}};
     if (key == "step") {
       const bool range = spec_.kind == fault_kind::slow;
       fail(t.col, std::string("step=N needs a word before it (write ") +
@@ -273,16 +278,20 @@ class parser {
     }
     const field f = it->second;
     if (!allows(r, f)) {
-      fail(t.col, std::string(field_text(f)) + " does not apply to " + kind_name(spec_.kind) +
-                      " (write " + r.synopsis + ")");
+      fail(t.col,
+           key + "= does not apply to " + kind_name(spec_.kind) + " (write " + r.synopsis + ")");
     }
     note(f, t.col);
     if (value.empty()) {
-      fail(vcol, std::string(field_text(f)) + " has no value (write " + r.synopsis + ")");
+      fail(vcol, key + "= has no value (write " + r.synopsis + ")");
     }
     switch (f) {
       case f_worker:
-        read_worker(value, vcol);
+        if (key == "rank") {
+          read_rank(value, vcol);
+        } else {
+          read_worker(value, vcol);
+        }
         break;
       case f_for:
         spec_.duration_ms = read_duration(value, vcol);
@@ -324,6 +333,10 @@ class parser {
 
   void note(field f, int col) {
     auto [it, fresh] = seen_.emplace(f, col);
+    if (!fresh && f == f_worker) {
+      fail(col, "a spec names one victim, with worker= or rank= (first at column " +
+                    std::to_string(it->second) + "; keep one)");
+    }
     if (!fresh) {
       fail(col, std::string("duplicate field ") + field_text(f) + " (first at column " +
                     std::to_string(it->second) + "; keep one)");
@@ -423,19 +436,31 @@ class parser {
     return d;
   }
 
+  // rank=N: the worker at rank N of the run when the fault acts.
+  void read_rank(const std::string& v, int col) {
+    if (!all_digits(v)) {
+      fail(col,
+           "a rank is a whole number >= 0, got '" + v +
+               "' (write rank=N for the worker at rank N, or worker=NAME for a worker's name)");
+    }
+    errno = 0;
+    const unsigned long long u = std::strtoull(v.c_str(), nullptr, 10);
+    if (errno == ERANGE || u > static_cast<unsigned long long>(std::numeric_limits<int>::max())) {
+      fail(col, "rank '" + v + "' is too large (rank=N names a rank from 0 to workers - 1)");
+    }
+    spec_.worker.rank = static_cast<int>(u);
+  }
+
+  // worker=NAME: the worker of that name (`cohort ctl status` lists them). Digits alone are
+  // refused: worker=1 read as a rank killed the process named worker-3 (issue #12).
   void read_worker(const std::string& v, int col) {
     if (all_digits(v)) {
-      errno = 0;
-      const unsigned long long u = std::strtoull(v.c_str(), nullptr, 10);
-      if (errno == ERANGE || u > static_cast<unsigned long long>(std::numeric_limits<int>::max())) {
-        fail(col, "rank '" + v + "' is too large (worker=N names a rank from 0 to workers - 1)");
-      }
-      spec_.worker.rank = static_cast<int>(u);
-      return;
+      fail(col, "worker=" + v + " is ambiguous: write rank=" + v + " for the worker at rank " + v +
+                    ", or worker=worker-" + v + " for the worker named worker-" + v);
     }
     if ((v[0] == '-' || v[0] == '+') && all_digits(v.substr(1))) {
       fail(col, "a rank is a whole number >= 0, got " + v +
-                    " (write worker=N for a rank or worker=NAME for a worker's name)");
+                    " (write rank=N for a rank or worker=NAME for a worker's name)");
     }
     for (size_t k = 0; k < v.size(); ++k) {
       if (!name_char(v[k])) {
@@ -547,7 +572,9 @@ const char* kind_name(fault_kind k) {
   return "?";
 }
 
-std::string worker_ref::text() const { return by_rank() ? std::to_string(rank) : name; }
+std::string worker_ref::text() const {
+  return by_rank() ? "rank=" + std::to_string(rank) : "worker=" + name;
+}
 
 bool operator==(const fault_spec& a, const fault_spec& b) {
   return a.kind == b.kind && a.worker == b.worker && a.at_step == b.at_step &&
@@ -572,16 +599,16 @@ std::string to_string(const fault_spec& s) {
   const std::string at = " at step=" + std::to_string(s.at_step);
   switch (s.kind) {
     case fault_kind::kill:
-      return "kill worker=" + s.worker.text() + at;
+      return "kill " + s.worker.text() + at;
     case fault_kind::hang:
-      return "hang worker=" + s.worker.text() + at + " for=" + duration(s.duration_ms);
+      return "hang " + s.worker.text() + at + " for=" + duration(s.duration_ms);
     case fault_kind::slow:
-      return "slow worker=" + s.worker.text() + " factor=" + number_text(s.factor) +
+      return "slow " + s.worker.text() + " factor=" + number_text(s.factor) +
              " from step=" + std::to_string(s.from_step) + " to step=" + std::to_string(s.to_step);
     case fault_kind::drop_control:
       return "drop control p=" + number_text(s.p) + " seed=" + std::to_string(s.seed);
     case fault_kind::partition:
-      return "partition worker=" + s.worker.text() + at + " for=" + duration(s.duration_ms);
+      return "partition " + s.worker.text() + at + " for=" + duration(s.duration_ms);
     case fault_kind::scale:
       return "scale to=" + std::to_string(s.to_workers) + at;
     case fault_kind::random_kill:

@@ -18,14 +18,14 @@ enum class fault_kind { kill, hang, slow, drop_control, partition, scale, random
 /// The words of a kind as written in a spec: "kill", ..., "drop control", "random kill".
 const char* kind_name(fault_kind k);
 
-/// A worker named by rank (`worker=2`) or by name (`worker=worker-2`); exactly one is
-/// set. A value of digits only is a rank; anything else is a name.
+/// A worker named by rank (`rank=2`) or by name (`worker=worker-2`); exactly one is set.
+/// `worker=` with digits only is refused as ambiguous (it names neither unmistakably).
 struct worker_ref {
   int rank = -1;     ///< >= 0 when the spec names a rank
   std::string name;  ///< non-empty when the spec names a worker by name
   bool by_rank() const { return rank >= 0; }
   bool set() const { return rank >= 0 || !name.empty(); }
-  /// The value as written after `worker=`: the rank's digits or the name.
+  /// As written in a spec: "rank=N" or "worker=NAME".
   std::string text() const;
   friend bool operator==(const worker_ref& a, const worker_ref& b) {
     return a.rank == b.rank && a.name == b.name;
@@ -71,8 +71,9 @@ class fault_parse_error : public usage_error {
   std::string reason_;
 };
 
-/// Parses one spec, e.g. "kill worker=2 at step=30". Words are separated by spaces or
-/// tabs; fields after the kind may come in any order. Throws fault_parse_error.
+/// Parses one spec, e.g. "kill rank=2 at step=30" or "kill worker=worker-2 at step=30". Words are
+/// separated by spaces or tabs; fields after the kind may come in any order. Throws
+/// fault_parse_error.
 fault_spec parse_fault(const std::string& text);
 
 /// The canonical text of a spec: fields in a fixed order, durations in s when whole

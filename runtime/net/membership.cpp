@@ -430,6 +430,7 @@ status_view status(const roster& r, mono_time now, const options& opts) {
     v.at = it->last_at;
     v.state = member_state::dead;
     v.heartbeat_age_ms = ms_between(it->last_heartbeat, now);
+    v.silent_ms = ms_between(it->last_heartbeat, it->removed_at);
     v.reason = std::string(to_string(it->cause)) + ": " + it->reason;
     s.members.push_back(std::move(v));
   }
@@ -452,6 +453,7 @@ void to_json(nlohmann::json& j, const status_view& s) {
                    {"coords", {{"d", m.at.d}, {"p", m.at.p}, {"t", m.at.t}}},
                    {"state", to_string(m.state)},
                    {"heartbeat_age_ms", m.heartbeat_age_ms},
+                   {"silent_ms", m.silent_ms},
                    {"reason", m.reason}});
   }
 }

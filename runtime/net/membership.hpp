@@ -213,6 +213,9 @@ struct member_view {
   grid_coord at;  ///< last coordinates for departed members
   member_state state = member_state::alive;
   std::int64_t heartbeat_age_ms = 0;
+  /// Departed members: how long it had been silent when it was removed (removal time minus
+  /// last heartbeat), the detection latency of a timeout; -1 for live members.
+  std::int64_t silent_ms = -1;
   std::string reason;  ///< why it departed; empty for live members
 };
 

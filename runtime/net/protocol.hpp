@@ -232,9 +232,10 @@ struct status_request {
 struct worker_status {
   member_info member;
   int64_t heartbeat_age_ms = 0;  ///< time since the last heartbeat the coordinator saw
+  int64_t silent_ms = -1;        ///< dead members: silence at removal (detection latency); else -1
   template <class S>
   static auto fields(S& s) {
-    return std::tie(s.member, s.heartbeat_age_ms);
+    return std::tie(s.member, s.heartbeat_age_ms, s.silent_ms);
   }
 };
 

@@ -214,6 +214,64 @@ TEST_CASE("coordinator: status and exit notice and a leave from the wrong peer a
   CHECK(f.rec->frames.size() == before);  // a quit actor answers nothing
 }
 
+// The losing order of the spare (issue #12): the spare asked once, was told to wait, and
+// will not ask again before the job would run on without it (its retry is far away: the
+// clock never moves here). The departure that frees the seat must seat it at once, in the
+// same roster the survivors receive, so no step can open with the seat empty.
+TEST_CASE("coordinator: a waiting spare takes a freed seat in the departure's own roster") {
+  coordinator_fixture f;
+  f.register_worker("pa", "a");
+  f.register_worker("pb", "b");
+  f.register_worker("pc", "c");
+  f.register_worker("ps", "spare");
+  const auto rej = f.rec->to<net::register_reject>("ps");
+  REQUIRE(rej.size() == 1);
+  CHECK(rej[0].retry_ms > 0);  // waits as a spare, not refused
+  CHECK(f.rec->to<net::register_ok>("ps").empty());
+  // A second, later spare queues behind the first.
+  f.register_worker("pt", "late");
+  REQUIRE(f.rec->to<net::register_reject>("pt").size() == 1);
+
+  const size_t rosters_before = f.rec->to<net::roster_update>("pa").size();
+  f.deliver("launch", net::exit_notice{"b", 100, 137});
+  const auto ok = f.rec->to<net::register_ok>("ps");
+  REQUIRE(ok.size() == 1);
+  CHECK(ok[0].name == "spare");
+  CHECK(ok[0].rank == 2);                            // ranks stay dense: a, c, spare
+  CHECK(f.rec->to<net::register_ok>("pt").empty());  // only one seat was freed
+  // The survivors hear one roster for the departure and the replacement together.
+  const auto rosters = f.rec->to<net::roster_update>("pa");
+  REQUIRE(rosters.size() == rosters_before + 1);
+  std::vector<std::string> names;
+  for (const auto& m : rosters.back().members) names.push_back(m.name);
+  CHECK(names == std::vector<std::string>{"a", "c", "spare"});
+  CHECK(rosters.back().generation == ok[0].generation);
+
+  // A spare that stopped asking (dead) loses its place: the next free seat stays free
+  // until someone asks, and the live spare that keeps asking gets it.
+  // 3 retries of max(200, 5 * 50) ms pass without a re-ask from "late"; the members
+  // heartbeat meanwhile so only the spare's silence counts.
+  const uint64_t id_a = f.rec->to<net::register_ok>("pa")[0].member_id;
+  const uint64_t id_c = f.rec->to<net::register_ok>("pc")[0].member_id;
+  const uint64_t id_s = ok[0].member_id;
+  for (uint64_t i = 0; i < 20; ++i) {
+    f.advance(milliseconds(40));
+    for (const auto& [peer, id] : {std::pair{"pa", id_a}, {"pc", id_c}, {"ps", id_s}})
+      f.deliver(peer, net::heartbeat{id, ok[0].generation, i});
+  }
+  f.deliver("launch", net::exit_notice{"c", 100, 137});
+  CHECK(f.rec->to<net::register_ok>("pt").empty());
+  f.register_worker("pt", "late");
+  REQUIRE(f.rec->to<net::register_ok>("pt").size() == 1);
+
+  // Spares still waiting when the job ends are stopped with everyone (they exit 0).
+  f.register_worker("pu", "third");
+  REQUIRE(f.rec->to<net::register_reject>("pu").size() == 1);
+  f.deliver("ctl", net::register_request{net::peer_role::client, "ctl", 1});
+  f.deliver("ctl", net::stop{"test"});
+  CHECK(f.rec->to<net::stop>("pu").size() == 1);
+}
+
 TEST_CASE("coordinator: rendezvous store waits and wakes and times out and is superseded") {
   coordinator_fixture f;
   f.register_worker("pa", "a");

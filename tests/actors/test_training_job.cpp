@@ -275,7 +275,7 @@ TEST_CASE("the job finishes when every member reported the last step") {
 TEST_CASE("an injected kill is ordered before its step opens then detected and recovered") {
   const config c = job_config(2, 5);
   training_job job(c, dump_config(c));
-  job.set_faults({faults::parse_fault("kill worker=1 at step=1")});
+  job.set_faults({faults::parse_fault("kill rank=1 at step=1")});
   const mb::roster r = roster_of(1, 2);
   all_ready(job, r);
   job.on_vote(r, ok_vote(1, 1, 0), 0);
@@ -323,7 +323,7 @@ TEST_CASE("an injected kill is ordered before its step opens then detected and r
 TEST_CASE("slow acts on every step of its range and random kill is a pure function of its seed") {
   const config c = job_config(2, 8);
   training_job job(c, dump_config(c));
-  job.set_faults({faults::parse_fault("slow worker=0 factor=3 from step=1 to step=2")});
+  job.set_faults({faults::parse_fault("slow rank=0 factor=3 from step=1 to step=2")});
   const mb::roster r = roster_of(1, 2);
   int slow_orders = 0;
   job_actions a = all_ready(job, r);
@@ -366,7 +366,7 @@ TEST_CASE("a second drop control is refused up front and one is kept by the job"
                                   faults::parse_fault("drop control p=0.1 seed=8")}),
                   usage_error);
   CHECK(job.drop_control() == nullptr);
-  CHECK_NOTHROW(job.set_faults({faults::parse_fault("hang worker=1 at step=3 for=2s"),
+  CHECK_NOTHROW(job.set_faults({faults::parse_fault("hang rank=1 at step=3 for=2s"),
                                 faults::parse_fault("drop control p=0.05 seed=7")}));
   REQUIRE(job.drop_control() != nullptr);
   CHECK(job.drop_control()->p == doctest::Approx(0.05));
@@ -489,7 +489,7 @@ TEST_CASE("scale and partition faults: the order, the scale request and the scal
   const config c = job_config(2, 10);
   training_job job(c, dump_config(c));
   job.set_faults({faults::parse_fault("scale to=3 at step=1"),
-                  faults::parse_fault("partition worker=1 at step=2 for=2s")});
+                  faults::parse_fault("partition rank=1 at step=2 for=2s")});
   const mb::roster r = roster_of(1, 2);
   job_actions a = all_ready(job, r);
   CHECK(a.scale_to == 0);
@@ -517,10 +517,10 @@ TEST_CASE("ctl inject adds a fault for a later step and refuses one already past
   all_ready(job, r);
   job.on_vote(r, ok_vote(1, 1, 0), 0.1);
   job.on_vote(r, ok_vote(2, 1, 0), 0.2);  // step 1 open
-  CHECK_THROWS_AS(job.add_fault(faults::parse_fault("kill worker=0 at step=1")), usage_error);
+  CHECK_THROWS_AS(job.add_fault(faults::parse_fault("kill rank=0 at step=1")), usage_error);
   job.add_fault(faults::parse_fault("drop control p=0.1 seed=1"));
   CHECK_THROWS_AS(job.add_fault(faults::parse_fault("drop control p=0.2 seed=1")), usage_error);
-  job.add_fault(faults::parse_fault("kill worker=0 at step=2"));
+  job.add_fault(faults::parse_fault("kill rank=0 at step=2"));
   job.on_vote(r, ok_vote(1, 1, 1), 0.3);
   job_actions a = job.on_vote(r, ok_vote(2, 1, 1), 0.4);
   auto orders = sent<net::fault_order>(a);

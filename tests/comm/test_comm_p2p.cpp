@@ -156,7 +156,7 @@ TEST_CASE("p2p: a middle stage receives activations and gradients in any interle
   CHECK(s2.bytes_received() == size_of(5));
 }
 
-TEST_CASE("p2p: an 8 MiB tensor arrives byte for byte; repeated tags come in send order") {
+TEST_CASE("p2p: an 8 MiB tensor arrives byte for byte and repeated tags come in send order") {
   p2p_channel a("127.0.0.1", 0, 1, 10000), b("127.0.0.1", 1, 1, 10000);
   a.connect(1, b.endpoint());
   const std::size_t n = 8u << 20;
@@ -313,7 +313,7 @@ TEST_CASE("p2p: abort from another thread wakes a blocked recv and a blocked sen
   }
 }
 
-TEST_CASE("p2p: after abort every call fails at once with aborted; abort is idempotent") {
+TEST_CASE("p2p: after abort every call fails at once with aborted and abort is idempotent") {
   p2p_channel a("127.0.0.1", 0, 1, 30000), b("127.0.0.1", 1, 1, 30000);
   a.connect(1, b.endpoint());
   a.abort();

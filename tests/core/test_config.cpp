@@ -658,14 +658,14 @@ const std::vector<broken_case> broken = {
      1},
     // --- the faults list
     {"faults not a list",
-     "faults: kill worker=1 at step=1\n",
+     "faults: kill rank=1 at step=1\n",
      {},
      "cfg.yaml",
      1,
      9,
      "faults",
-     "expected a list of fault specs, got kill worker=1 at step=1 (write it as a list: "
-     "[\"kill worker=1 at step=1\"])",
+     "expected a list of fault specs, got kill rank=1 at step=1 (write it as a list: "
+     "[\"kill rank=1 at step=1\"])",
      1},
     {"faults empty",
      "faults:\n",
@@ -686,34 +686,34 @@ const std::vector<broken_case> broken = {
      "expected a list of fault specs, got a mapping",
      1},
     {"bad spec: column inside the entry",
-     "faults:\n  - kill worker=2 at stp=30\n",
+     "faults:\n  - kill rank=2 at stp=30\n",
      {},
      "cfg.yaml",
      2,
-     22,
+     20,
      "faults[0]",
      "unknown word 'stp' (expected step=N)",
      1},
     {"bad quoted spec",
-     "faults:\n  - \"kill worker=2 at stp=30\"\n",
+     "faults:\n  - \"kill rank=2 at stp=30\"\n",
      {},
      "cfg.yaml",
      2,
-     23,
+     21,
      "faults[0]",
      "unknown word 'stp' (expected step=N)",
      1},
     {"bad spec in a flow list",
-     "faults: [\"kill worker=2 at step=3\", \"kil\"]\n",
+     "faults: [\"kill rank=2 at step=3\", \"kil\"]\n",
      {},
      "cfg.yaml",
      1,
-     38,
+     36,
      "faults[1]",
      "unknown fault 'kil' (did you mean kill?)",
      1},
     {"each bad spec reported",
-     "faults:\n  - kill worker=2\n  - scale to=3 at step=1\n  - drop control p=2\n",
+     "faults:\n  - kill rank=2\n  - scale to=3 at step=1\n  - drop control p=2\n",
      {},
      "cfg.yaml",
      4,
@@ -749,7 +749,7 @@ const std::vector<broken_case> broken = {
      "faults is a top-level list (write 'faults:' without indentation)",
      1},
     {"faults typo",
-     "fault:\n  - kill worker=1 at step=1\n",
+     "fault:\n  - kill rank=1 at step=1\n",
      {},
      "cfg.yaml",
      1,
@@ -799,17 +799,17 @@ const std::vector<broken_case> broken = {
      "max_workers = 8 (use micro_batch <= 16, or max_workers <= 4)",
      1},
     {"fault after the last step",
-     "train:\n  steps: 10\nfaults:\n  - kill worker=0 at step=10\n",
+     "train:\n  steps: 10\nfaults:\n  - kill rank=0 at step=10\n",
      {},
      "cfg.yaml",
      4,
      5,
      "faults[0]",
-     "'kill worker=0 at step=10' never acts: the run's steps are 0 to 9 (train.steps = 10; use "
+     "'kill rank=0 at step=10' never acts: the run's steps are 0 to 9 (train.steps = 10; use "
      "a step below 10)",
      1},
     {"slow range after the last step",
-     "train:\n  steps: 10\nfaults:\n  - slow worker=0 factor=2 from step=12 to step=20\n",
+     "train:\n  steps: 10\nfaults:\n  - slow rank=0 factor=2 from step=12 to step=20\n",
      {},
      "cfg.yaml",
      4,
@@ -818,7 +818,7 @@ const std::vector<broken_case> broken = {
      "never acts",
      1},
     {"fault rank beyond the largest roster",
-     "cluster:\n  workers: 2\ntrain:\n  micro_batch: 64\nfaults:\n  - kill worker=2 at "
+     "cluster:\n  workers: 2\ntrain:\n  micro_batch: 64\nfaults:\n  - kill rank=2 at "
      "step=1\n",
      {},
      "cfg.yaml",
@@ -1043,12 +1043,12 @@ const std::vector<broken_case> broken = {
      1},
     {"override bad fault spec",
      "train:\n  lr: 0.1\n",
-     {"faults=[\"kill worker=0 at step=1\", \"kil\"]"},
+     {"faults=[\"kill rank=0 at step=1\", \"kil\"]"},
      "--set",
      0,
      0,
      "faults[1]",
-     "in 'faults=[\"kill worker=0 at step=1\", \"kil\"]': column 1 of 'kil': unknown fault "
+     "in 'faults=[\"kill rank=0 at step=1\", \"kil\"]': column 1 of 'kil': unknown fault "
      "'kil' (did you mean kill?)",
      1},
     {"override faults key typo",
@@ -1265,11 +1265,11 @@ TEST_CASE("dump_config round-trips to an equal config") {
                                 "elastic.pause_timeout_ms=1234",
                                 "control.bind=ipc:///tmp/x",
                                 "control.max_message_bytes=1000",
-                                "faults=[\"kill worker=2 at step=30\", "
+                                "faults=[\"kill rank=2 at step=30\", "
                                 "\"hang worker=w-1 at step=10 for=1.5s\", "
-                                "\"slow worker=0 factor=3.3 from step=5 to step=15\", "
+                                "\"slow rank=0 factor=3.3 from step=5 to step=15\", "
                                 "\"drop control p=0.05 seed=7\", "
-                                "\"partition worker=3 at step=12 for=2s\", "
+                                "\"partition rank=3 at step=12 for=2s\", "
                                 "\"scale to=3 at step=20\", "
                                 "\"random kill mtbf=15.5steps seed=18446744073709551615\"]"});
   CHECK(c.elastic.respawn == false);
@@ -1414,8 +1414,8 @@ TEST_CASE("elastic keys: defaults, resolution from cluster.workers, booleans") {
 TEST_CASE("faults: parsed at load, dumped canonically, hashed, set from the command line") {
   const std::string text =
       "train:\n  steps: 100\nfaults:\n"
-      "  - kill worker=0 at step=30\n"
-      "  - \"hang  worker=0   at step=10 for=3000ms\"\n"
+      "  - kill rank=0 at step=30\n"
+      "  - \"hang  rank=0   at step=10 for=3000ms\"\n"
       "  - random kill mtbf=15steps seed=1\n";
   const config c = cohort::load_config_text(text, "t");
   REQUIRE(c.faults.size() == 3);
@@ -1423,15 +1423,15 @@ TEST_CASE("faults: parsed at load, dumped canonically, hashed, set from the comm
   CHECK(c.faults[0].at_step == 30);
   CHECK(c.faults[1].kind == cohort::faults::fault_kind::hang);
   CHECK(c.faults[1].duration_ms == 3000);
-  CHECK(c.faults[1].text == "hang  worker=0   at step=10 for=3000ms");  // as written
+  CHECK(c.faults[1].text == "hang  rank=0   at step=10 for=3000ms");  // as written
   CHECK(c.faults[2].mtbf_steps == 15.0);
   // The dump holds the canonical texts, a block list after the sections.
   const std::string dump = cohort::dump_config(c);
   CHECK(dump.size() > 0);
   const std::string tail =
       "faults:\n"
-      "  - \"kill worker=0 at step=30\"\n"
-      "  - \"hang worker=0 at step=10 for=3s\"\n"
+      "  - \"kill rank=0 at step=30\"\n"
+      "  - \"hang rank=0 at step=10 for=3s\"\n"
       "  - \"random kill mtbf=15steps seed=1\"\n";
   CHECK(dump.size() >= tail.size());
   CHECK(dump.compare(dump.size() - tail.size(), tail.size(), tail) == 0);
@@ -1446,13 +1446,13 @@ TEST_CASE("faults: parsed at load, dumped canonically, hashed, set from the comm
 
   // The hash follows the faults' meaning, not their spelling.
   const config respelled = cohort::load_config_text(
-      "train:\n  steps: 100\nfaults:\n  - kill at step=30 worker=0\n  - hang worker=0 at "
+      "train:\n  steps: 100\nfaults:\n  - kill at step=30 rank=0\n  - hang rank=0 at "
       "step=10 for=3s\n  - random kill seed=1 mtbf=15steps\n",
       "t");
   CHECK(cohort::config_hash(respelled) == cohort::config_hash(c));
   CHECK(cohort::config_hash(none) != cohort::config_hash(c));
-  const config other = cohort::load_config_text(
-      "train:\n  steps: 100\nfaults:\n  - kill worker=0 at step=31\n", "t");
+  const config other =
+      cohort::load_config_text("train:\n  steps: 100\nfaults:\n  - kill rank=0 at step=31\n", "t");
   CHECK(cohort::config_hash(other) != cohort::config_hash(c));
 
   // --set replaces the whole list, like any other key; [] clears it.
@@ -1466,16 +1466,16 @@ TEST_CASE("faults: parsed at load, dumped canonically, hashed, set from the comm
   // A bad entry is a config error (exit 2) at the entry's line and the mistake's column.
   try {
     cohort::load_config_text(
-        "faults:\n  - kill worker=0 at step=1\n  - slow worker=0 factor=0.5 "
+        "faults:\n  - kill rank=0 at step=1\n  - slow rank=0 factor=0.5 "
         "from step=1 to step=2\n",
         "run.yaml");
     FAIL("expected a config_error");
   } catch (const config_error& e) {
     CHECK(e.exit_status() == cohort::exit_usage);
     REQUIRE(e.issues().size() == 1);
-    // Entry at column 5, "0.5" at column 22 of the spec: 5 + 22 - 1.
+    // Entry at column 5, "0.5" at column 20 of the spec: 5 + 20 - 1.
     CHECK(e.issues()[0].format() ==
-          "run.yaml:3:26: faults[1]: factor must be >= 1, got 0.5 (compute takes factor times as "
+          "run.yaml:3:24: faults[1]: factor must be >= 1, got 0.5 (compute takes factor times as "
           "long: factor=3 is three times slower)");
   }
 }

@@ -83,32 +83,32 @@ fault_spec random_kill(double mtbf, uint64_t seed) {
 
 const std::vector<good_case> good = {
     // The issue's examples, which are already canonical.
-    {"kill worker=2 at step=30", kill(2, 30), "kill worker=2 at step=30"},
-    {"hang worker=1 at step=10 for=3s", timed(fault_kind::hang, 1, 10, 3000),
-     "hang worker=1 at step=10 for=3s"},
-    {"slow worker=0 factor=3 from step=5 to step=15", slow(0, 3, 5, 15),
-     "slow worker=0 factor=3 from step=5 to step=15"},
+    {"kill rank=2 at step=30", kill(2, 30), "kill rank=2 at step=30"},
+    {"hang rank=1 at step=10 for=3s", timed(fault_kind::hang, 1, 10, 3000),
+     "hang rank=1 at step=10 for=3s"},
+    {"slow rank=0 factor=3 from step=5 to step=15", slow(0, 3, 5, 15),
+     "slow rank=0 factor=3 from step=5 to step=15"},
     {"drop control p=0.05 seed=7", drop(0.05, 7), "drop control p=0.05 seed=7"},
-    {"partition worker=3 at step=12 for=2s", timed(fault_kind::partition, 3, 12, 2000),
-     "partition worker=3 at step=12 for=2s"},
+    {"partition rank=3 at step=12 for=2s", timed(fault_kind::partition, 3, 12, 2000),
+     "partition rank=3 at step=12 for=2s"},
     {"scale to=6 at step=20", scale(6, 20), "scale to=6 at step=20"},
     {"random kill mtbf=15steps seed=1", random_kill(15, 1), "random kill mtbf=15steps seed=1"},
     // Names, field order, spacing, units and number forms.
     {"kill worker=worker-2 at step=0", with_name(kill(0, 0), "worker-2"),
      "kill worker=worker-2 at step=0"},
-    {"kill at step=7 worker=3", kill(3, 7), "kill worker=3 at step=7"},
-    {"  kill\tworker=2   at  step=30 ", kill(2, 30), "kill worker=2 at step=30"},
-    {"kill worker=007 at step=1", kill(7, 1), "kill worker=7 at step=1"},
+    {"kill at step=7 rank=3", kill(3, 7), "kill rank=3 at step=7"},
+    {"  kill\trank=2   at  step=30 ", kill(2, 30), "kill rank=2 at step=30"},
+    {"kill rank=007 at step=1", kill(7, 1), "kill rank=7 at step=1"},
     {"kill worker=n1.host:2@x at step=1", with_name(kill(0, 1), "n1.host:2@x"),
      "kill worker=n1.host:2@x at step=1"},
-    {"hang worker=1 at step=1 for=1.5s", timed(fault_kind::hang, 1, 1, 1500),
-     "hang worker=1 at step=1 for=1500ms"},
+    {"hang rank=1 at step=1 for=1.5s", timed(fault_kind::hang, 1, 1, 1500),
+     "hang rank=1 at step=1 for=1500ms"},
     {"hang for=500ms at step=4 worker=w", with_name(timed(fault_kind::hang, 0, 4, 500), "w"),
      "hang worker=w at step=4 for=500ms"},
-    {"partition worker=0 at step=2 for=2000ms", timed(fault_kind::partition, 0, 2, 2000),
-     "partition worker=0 at step=2 for=2s"},
-    {"slow worker=2 factor=1.25 from step=3 to step=3", slow(2, 1.25, 3, 3),
-     "slow worker=2 factor=1.25 from step=3 to step=3"},
+    {"partition rank=0 at step=2 for=2000ms", timed(fault_kind::partition, 0, 2, 2000),
+     "partition rank=0 at step=2 for=2s"},
+    {"slow rank=2 factor=1.25 from step=3 to step=3", slow(2, 1.25, 3, 3),
+     "slow rank=2 factor=1.25 from step=3 to step=3"},
     {"slow to step=9 from step=1 factor=1 worker=a", with_name(slow(0, 1, 1, 9), "a"),
      "slow worker=a factor=1 from step=1 to step=9"},
     {"drop control p=1", drop(1, 0), "drop control p=1 seed=0"},
@@ -130,59 +130,61 @@ const std::vector<bad_case> bad = {
     // The kind
     {"", 1, "empty fault spec"},
     {"   ", 1, "empty fault spec"},
-    {"kil worker=2 at step=30", 1, "unknown fault 'kil' (did you mean kill?)"},
-    {"Kill worker=2 at step=3", 1, "did you mean kill?"},
-    {"  kil worker=2", 3, "unknown fault 'kil'"},
-    {"partiton worker=3 at step=12 for=2s", 1, "did you mean partition?"},
-    {"explode worker=1", 1,
+    {"kil rank=2 at step=30", 1, "unknown fault 'kil' (did you mean kill?)"},
+    {"Kill rank=2 at step=3", 1, "did you mean kill?"},
+    {"  kil rank=2", 3, "unknown fault 'kil'"},
+    {"partiton rank=3 at step=12 for=2s", 1, "did you mean partition?"},
+    {"explode rank=1", 1,
      "unknown fault 'explode' (kinds: kill, hang, slow, drop control, partition, scale, random "
      "kill)"},
-    {"worker=2 kill", 1, "a spec starts with the fault's kind"},
+    {"rank=2 kill", 1, "a spec starts with the fault's kind"},
     {"drop p=0.1", 6, "expected 'control' after drop, got 'p=0.1'"},
     {"drop", 5, "expected 'control' after drop"},
     {"random hang mtbf=3steps seed=1", 8, "expected 'kill' after random, got 'hang'"},
     // Missing fields: the column is one past the end
-    {"kill worker=2", 14, "kill needs at step=N (write kill worker=N at step=N)"},
-    {"kill at step=3", 15, "kill needs worker=N"},
-    {"hang worker=1 at step=10", 25, "hang needs for=DURATION"},
-    {"slow worker=0 factor=3 from step=5", 35, "slow needs to step=N"},
-    {"slow worker=0 from step=5 to step=15", 37, "slow needs factor=F"},
+    {"kill rank=2", 12, "kill needs at step=N (write kill worker=NAME|rank=N at step=N)"},
+    {"kill at step=3", 15, "kill needs worker=NAME or rank=N"},
+    {"hang rank=1 at step=10", 23, "hang needs for=DURATION"},
+    {"slow rank=0 factor=3 from step=5", 33, "slow needs to step=N"},
+    {"slow rank=0 from step=5 to step=15", 35, "slow needs factor=F"},
     {"drop control", 13, "drop control needs p=P"},
     {"drop control seed=1  ", 20, "drop control needs p=P"},
-    {"partition worker=3 at step=12", 30, "partition needs for=DURATION"},
+    {"partition rank=3 at step=12", 28, "partition needs for=DURATION"},
     {"scale at step=20", 17, "scale needs to=N"},
     {"scale to=3", 11, "scale needs at step=N"},
     {"random kill seed=1", 19, "random kill needs mtbf=Msteps"},
     {"random kill mtbf=15steps", 25, "random kill needs seed=S"},
     // Words and fields
-    {"kill worker=2 at stp=30", 18, "unknown word 'stp' (expected step=N)"},
-    {"kill worker=2 at 30", 18, "unknown word '30' (expected step=N)"},
-    {"kill worker=2 at step 30", 18, "got 'step' alone"},
-    {"kill worker=2 at", 17, "expected step=N after 'at'"},
-    {"kill worker=2 step=30", 15, "step=N needs a word before it (write at step=N)"},
-    {"slow worker=2 factor=2 step=3", 24, "write from step=A to step=B"},
+    {"kill rank=2 at stp=30", 16, "unknown word 'stp' (expected step=N)"},
+    {"kill rank=2 at 30", 16, "unknown word '30' (expected step=N)"},
+    {"kill rank=2 at step 30", 16, "got 'step' alone"},
+    {"kill rank=2 at", 15, "expected step=N after 'at'"},
+    {"kill rank=2 step=30", 13, "step=N needs a word before it (write at step=N)"},
+    {"slow rank=2 factor=2 step=3", 22, "write from step=A to step=B"},
     {"kill wroker=2 at step=30", 6, "unknown field 'wroker' (did you mean worker=?)"},
-    {"kill worker=2 at step=30 xyz=1", 26, "unknown field 'xyz' (write kill worker=N at step=N)"},
-    {"kill worker=2 ta step=3", 15, "unknown word 'ta' (did you mean at?)"},
-    {"kill worker=2 from step=3", 15, "'from' does not apply to kill"},
+    {"kill rank=2 at step=30 xyz=1", 24,
+     "unknown field 'xyz' (write kill worker=NAME|rank=N at step=N)"},
+    {"kill rank=2 ta step=3", 13, "unknown word 'ta' (did you mean at?)"},
+    {"kill rank=2 from step=3", 13, "'from' does not apply to kill"},
     {"scale to step=6 at step=20", 7, "the worker count is written to=N"},
-    {"kill worker=2 at step=30 for=2s", 26, "for= does not apply to kill"},
-    {"drop control worker=1 p=0.5", 14, "worker= does not apply to drop control"},
+    {"kill rank=2 at step=30 for=2s", 24, "for= does not apply to kill"},
+    {"drop control rank=1 p=0.5", 14, "rank= does not apply to drop control"},
     // Trailing garbage
-    {"kill worker=2 at step=30 now", 26, "unexpected 'now' after a complete spec"},
+    {"kill rank=2 at step=30 now", 24, "unexpected 'now' after a complete spec"},
     {"random kill mtbf=15steps seed=1 please", 33, "unexpected 'please' after a complete spec"},
     // Duplicates
-    {"kill worker=2 worker=3 at step=1", 15, "duplicate field worker= (first at column 6"},
-    {"kill worker=2 at step=1 at step=2", 25, "duplicate field at step= (first at column 15"},
+    {"kill rank=2 rank=3 at step=1", 13,
+     "a spec names one victim, with worker= or rank= (first at column 6"},
+    {"kill rank=2 at step=1 at step=2", 23, "duplicate field at step= (first at column 13"},
     {"drop control p=0.1 p=0.2", 20, "duplicate field p="},
     // Numbers
-    {"kill worker=2 at step=x3", 23, "bad number 'x3' for step="},
-    {"kill worker=2 at step=3.5", 23, "bad number '3.5' for step="},
-    {"kill worker=2 at step=-3", 23, "'-3' for step= is negative"},
-    {"kill worker=2 at step=99999999999999999999", 23, "too large for step="},
-    {"kill worker=2 at step=", 23, "step= has no value"},
+    {"kill rank=2 at step=x3", 21, "bad number 'x3' for step="},
+    {"kill rank=2 at step=3.5", 21, "bad number '3.5' for step="},
+    {"kill rank=2 at step=-3", 21, "'-3' for step= is negative"},
+    {"kill rank=2 at step=99999999999999999999", 21, "too large for step="},
+    {"kill rank=2 at step=", 21, "step= has no value"},
     {"kill worker=-1 at step=3", 13, "a rank is a whole number >= 0, got -1"},
-    {"kill worker=99999999999 at step=3", 13, "rank '99999999999' is too large"},
+    {"kill rank=99999999999 at step=3", 11, "rank '99999999999' is too large"},
     {"kill worker=a,b at step=3", 14, "bad character ',' in worker name 'a,b'"},
     {"kill worker= at step=3", 13, "worker= has no value"},
     {"drop control p=abc", 16, "bad number 'abc' for p="},
@@ -193,25 +195,25 @@ const std::vector<bad_case> bad = {
     {"drop control p=0.1 seed=18446744073709551616", 25, "too large for seed="},
     {"scale to=0 at step=20", 10, "to must be >= 1, got 0"},
     {"scale to=x at step=20", 10, "bad number 'x' for to="},
-    {"slow worker=0 factor=0.5 from step=1 to step=2", 22, "factor must be >= 1, got 0.5"},
-    {"slow worker=0 factor=fast from step=1 to step=2", 22, "bad number 'fast' for factor="},
-    {"slow worker=0 factor=inf from step=1 to step=2", 22, "bad number 'inf' for factor="},
+    {"slow rank=0 factor=0.5 from step=1 to step=2", 20, "factor must be >= 1, got 0.5"},
+    {"slow rank=0 factor=fast from step=1 to step=2", 20, "bad number 'fast' for factor="},
+    {"slow rank=0 factor=inf from step=1 to step=2", 20, "bad number 'inf' for factor="},
     // Durations
-    {"hang worker=1 at step=10 for=3", 31, "duration '3' has no unit (write 3s or 3ms)"},
-    {"hang worker=1 at step=10 for=3min", 31, "bad duration unit 'min' (use ms or s"},
-    {"hang worker=1 at step=10 for=2h", 31, "bad duration unit 'h'"},
-    {"hang worker=1 at step=10 for=s", 30, "bad duration 's'"},
-    {"hang worker=1 at step=10 for=-3s", 30, "bad duration '-3s'"},
-    {"hang worker=1 at step=10 for=0s", 30, "duration must be > 0"},
-    {"hang worker=1 at step=10 for=0.5ms", 30, "not a whole number of milliseconds"},
-    {"partition worker=1 at step=1 for=1.0001s", 34, "not a whole number of milliseconds"},
+    {"hang rank=1 at step=10 for=3", 29, "duration '3' has no unit (write 3s or 3ms)"},
+    {"hang rank=1 at step=10 for=3min", 29, "bad duration unit 'min' (use ms or s"},
+    {"hang rank=1 at step=10 for=2h", 29, "bad duration unit 'h'"},
+    {"hang rank=1 at step=10 for=s", 28, "bad duration 's'"},
+    {"hang rank=1 at step=10 for=-3s", 28, "bad duration '-3s'"},
+    {"hang rank=1 at step=10 for=0s", 28, "duration must be > 0"},
+    {"hang rank=1 at step=10 for=0.5ms", 28, "not a whole number of milliseconds"},
+    {"partition rank=1 at step=1 for=1.0001s", 32, "not a whole number of milliseconds"},
     // mtbf
     {"random kill mtbf=15 seed=1", 20, "mtbf needs a unit"},
     {"random kill mtbf=15s seed=1", 20, "bad mtbf unit 's'"},
     {"random kill mtbf=0.5steps seed=1", 18, "mtbf must be >= 1 step, got 0.5"},
     {"random kill mtbf=steps seed=1", 18, "bad number 'steps' for mtbf="},
     // Ranges across fields
-    {"slow worker=0 factor=3 from step=15 to step=5", 40, "to step=5 is before from step=15"},
+    {"slow rank=0 factor=3 from step=15 to step=5", 38, "to step=5 is before from step=15"},
 };
 
 fault_parse_error error_of(const std::string& text) {
@@ -253,26 +255,35 @@ TEST_CASE("good specs give their fields and canonical text") {
   }
 }
 
-TEST_CASE("a name is anything not all digits, exactly one of rank and name is set") {
-  const fault_spec r = parse_fault("kill worker=12 at step=1");
+TEST_CASE("rank= names a rank, worker= a name, and worker= with digits alone is refused") {
+  const fault_spec r = parse_fault("kill rank=12 at step=1");
   CHECK(r.worker.by_rank());
   CHECK(r.worker.rank == 12);
   CHECK(r.worker.name.empty());
-  CHECK(r.worker.text() == "12");
+  CHECK(r.worker.text() == "rank=12");
   const fault_spec n = parse_fault("kill worker=12a at step=1");
   CHECK_FALSE(n.worker.by_rank());
   CHECK(n.worker.set());
   CHECK(n.worker.name == "12a");
-  CHECK(n.worker.text() == "12a");
+  CHECK(n.worker.text() == "worker=12a");
   CHECK_FALSE(parse_fault("drop control p=0.5").worker.set());
+  // The quickstart's old `kill worker=1` killed the process named worker-3 (issue #12):
+  // digits after worker= are neither unmistakably a rank nor a name.
+  const fault_parse_error e = error_of("kill worker=1 at step=1500");
+  CHECK(e.column() == 13);
+  CHECK(e.reason() ==
+        "worker=1 is ambiguous: write rank=1 for the worker at rank 1, or worker=worker-1 for the "
+        "worker named worker-1");
+  CHECK_THROWS_AS(parse_fault("kill rank=w1 at step=1"), fault_parse_error);
+  CHECK_THROWS_AS(parse_fault("kill rank=1 worker=w1 at step=1"), fault_parse_error);
 }
 
 TEST_CASE("== compares meaning, not spelling") {
-  CHECK(parse_fault("kill worker=2 at step=30") == parse_fault("kill  at step=30 worker=2"));
-  CHECK(parse_fault("hang worker=1 at step=1 for=1s") ==
-        parse_fault("hang worker=1 at step=1 for=1000ms"));
-  CHECK(parse_fault("kill worker=2 at step=30") != parse_fault("kill worker=2 at step=31"));
-  CHECK(parse_fault("kill worker=2 at step=30") != parse_fault("kill worker=w2 at step=30"));
+  CHECK(parse_fault("kill rank=2 at step=30") == parse_fault("kill  at step=30 rank=2"));
+  CHECK(parse_fault("hang rank=1 at step=1 for=1s") ==
+        parse_fault("hang rank=1 at step=1 for=1000ms"));
+  CHECK(parse_fault("kill rank=2 at step=30") != parse_fault("kill rank=2 at step=31"));
+  CHECK(parse_fault("kill rank=2 at step=30") != parse_fault("kill worker=w2 at step=30"));
   CHECK(parse_fault("drop control p=0.5 seed=1") != parse_fault("drop control p=0.5 seed=2"));
 }
 
@@ -360,22 +371,22 @@ TEST_CASE("bad specs point at the column of the mistake and say what was expecte
 }
 
 TEST_CASE("the error message shows the spec and a caret under the column") {
-  const fault_parse_error e = error_of("kill worker=2 at stp=30");
+  const fault_parse_error e = error_of("kill rank=2 at stp=30");
   CHECK(e.exit_status() == cohort::exit_usage);
   CHECK(std::string(e.what()) ==
-        "column 18: unknown word 'stp' (expected step=N)\n"
-        "  kill worker=2 at stp=30\n"
-        "                   ^");
+        "column 16: unknown word 'stp' (expected step=N)\n"
+        "  kill rank=2 at stp=30\n"
+        "                 ^");
   // A missing field: the caret stands one past the end.
-  const fault_parse_error m = error_of("kill worker=2");
+  const fault_parse_error m = error_of("kill rank=2");
   CHECK(std::string(m.what()) ==
-        "column 14: kill needs at step=N (write kill worker=N at step=N)\n"
-        "  kill worker=2\n"
-        "               ^");
+        "column 12: kill needs at step=N (write kill worker=NAME|rank=N at step=N)\n"
+        "  kill rank=2\n"
+        "             ^");
   // Tabs are shown as spaces so the caret stays under the word.
-  const fault_parse_error t = error_of("kill\tworker=2\tat stp=3");
-  CHECK(t.column() == 18);
-  CHECK(std::string(t.what()).find("\n  kill worker=2 at stp=3\n                   ^") !=
+  const fault_parse_error t = error_of("kill\trank=2\tat stp=3");
+  CHECK(t.column() == 16);
+  CHECK(std::string(t.what()).find("\n  kill rank=2 at stp=3\n                 ^") !=
         std::string::npos);
   // It is a usage error like every command-line mistake (exit 2).
   try {
@@ -388,11 +399,10 @@ TEST_CASE("the error message shows the spec and a caret under the column") {
 
 TEST_CASE("due_at: at-step faults on their step, slow over its inclusive range") {
   std::vector<fault_spec> specs;
-  for (const char* t :
-       {"kill worker=2 at step=30", "hang worker=1 at step=10 for=3s",
-        "slow worker=0 factor=3 from step=5 to step=15", "drop control p=0.05 seed=7",
-        "partition worker=3 at step=12 for=2s", "scale to=6 at step=20",
-        "random kill mtbf=1steps seed=1", "kill worker=1 at step=10"}) {
+  for (const char* t : {"kill rank=2 at step=30", "hang rank=1 at step=10 for=3s",
+                        "slow rank=0 factor=3 from step=5 to step=15", "drop control p=0.05 seed=7",
+                        "partition rank=3 at step=12 for=2s", "scale to=6 at step=20",
+                        "random kill mtbf=1steps seed=1", "kill rank=1 at step=10"}) {
     specs.push_back(parse_fault(t));
   }
   for (int64_t step = 0; step <= 40; ++step) {

@@ -28,6 +28,22 @@ inline std::string small_yaml(const std::string& dir, const std::string& determi
          dir + "/ckpt\n";
 }
 
+// STEPS steps of a 2-block GPT on the KJV text: 8 sequences of 32 characters a step in 4
+// micro-batches of 2, so a replica of a dp = 2 run still has 2 micro-batches in flight.
+inline std::string gpt_yaml(const std::string& dir, int steps = 6, int layers = 2) {
+  return "model:\n  kind: gpt\n  n_layer: " + std::to_string(layers) +
+         "\n  n_head: 4\n  d_model: 32\n  context: 32\n"
+         "data:\n  dataset: kjv\n"
+         "train:\n  steps: " +
+         std::to_string(steps) +
+         "\n  global_batch: 8\n  micro_batch: 2\n  optimizer: adamw\n  lr: 0.001\n"
+         "  grad_clip: 1.0\n  warmup_steps: 2\n  seed: 1\n  eval_every: 0\n  eval_tokens: 2048\n"
+         "  determinism: bitwise\n"
+         "fault_tolerance:\n  heartbeat_ms: 100\n  timeout_ms: 2000\n  checkpoint_every: 0\n"
+         "  checkpoint_dir: " +
+         dir + "/ckpt\n";
+}
+
 /// Parses the file at PATH as JSON; a discarded (null-like) value when it is not JSON.
 inline nlohmann::json read_json(const std::string& path) {
   return nlohmann::json::parse(read_file(path), nullptr, false);

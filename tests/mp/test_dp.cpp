@@ -210,7 +210,7 @@ TEST_CASE(
   const std::string out = dir.path() + "/faults.json";
   child_process launch(
       {"launch", cfg, "-q", "--summary", out, "--set", "cluster.workers=3", "--inject",
-       "kill worker=1 at step=40", "--inject", "hang worker=worker-2 at step=120 for=1500ms"},
+       "kill rank=1 at step=40", "--inject", "hang worker=worker-2 at step=120 for=1500ms"},
       dir.path(), "launch-faults");
   const auto code = launch.wait_exit(milliseconds(180000));
   REQUIRE_MESSAGE(code.has_value(), "launch did not finish: " << launch.err());
@@ -224,7 +224,7 @@ TEST_CASE(
   for (const auto& e : s["events"]) {
     if (e["kind"] == "kill") {
       kill = true;
-      CHECK(e["step"] == 40);  // worker=1 names rank 1, whichever worker joined second
+      CHECK(e["step"] == 40);  // rank=1 names rank 1, whichever worker joined second
       REQUIRE(e["detect_ms"].is_number());
       REQUIRE(e["recover_ms"].is_number());
       CHECK(e["detect_ms"].get<double>() <= e["recover_ms"].get<double>());
@@ -246,7 +246,7 @@ TEST_CASE("launch rejects a bad fault spec before starting anything") {
   temp_dir dir;
   const std::string cfg = dir.write("cfg.yaml", small_yaml(dir.path(), "fast"));
   int rc = -1;
-  run_capture("launch " + cfg + " --inject 'kill worker=1 at stp=3'", &rc);
+  run_capture("launch " + cfg + " --inject 'kill rank=1 at stp=3'", &rc);
   CHECK(rc == 2);
 }
 
@@ -298,7 +298,7 @@ TEST_CASE("with elastic.min_workers below the world the survivors go on without 
   const std::string out = dir.path() + "/shrunk.json";
   child_process launch(
       {"launch", cfg, "-q", "--no-respawn", "--summary", out, "--set", "cluster.workers=3", "--set",
-       "elastic.min_workers=2", "--inject", "kill worker=2 at step=40"},
+       "elastic.min_workers=2", "--inject", "kill rank=2 at step=40"},
       dir.path(), "launch-shrink");
   const auto code = launch.wait_exit(milliseconds(120000));
   REQUIRE_MESSAGE(code.has_value(), "launch did not finish: " << launch.err());

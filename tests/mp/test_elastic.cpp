@@ -100,10 +100,9 @@ TEST_CASE(
   const std::string cfg = dir.write("cfg.yaml", small_yaml(dir.path(), "bitwise", steps));
   const std::string hash = train_summary(dir, cfg)["params_sha256"];
   const std::string out = dir.path() + "/two-kills.json";
-  child_process launch(
-      {"launch", cfg, "-q", "--summary", out, "--set", "cluster.workers=4", "--inject",
-       "kill worker=1 at step=30", "--inject", "kill worker=2 at step=30"},
-      dir.path(), "launch-two-kills");
+  child_process launch({"launch", cfg, "-q", "--summary", out, "--set", "cluster.workers=4",
+                        "--inject", "kill rank=1 at step=30", "--inject", "kill rank=2 at step=30"},
+                       dir.path(), "launch-two-kills");
   const nlohmann::json s = finish(launch, out);
   check_fault_free(s, hash, steps);
   CHECK(s["dp"] == 4);  // both were restarted (respawn) and the job waits for 4 members
@@ -222,14 +221,14 @@ TEST_CASE(
   const std::string ep = endpoint_of(launch);
   const nlohmann::json status = wait_for_step(ep, 20);
 
-  // 'stp' starts at column 18 of the spec (docs/faults.md lists this very case).
+  // 'stp' starts at column 16 of the spec (docs/faults.md lists this very case).
   int rc = -1;
-  std::string said = ctl(ep, "inject 'kill worker=2 at stp=30'", &rc);
+  std::string said = ctl(ep, "inject 'kill rank=2 at stp=30'", &rc);
   CHECK_MESSAGE(rc == 2, said);
-  CHECK_MESSAGE(said.find("column 18") != std::string::npos, said);
+  CHECK_MESSAGE(said.find("column 16") != std::string::npos, said);
 
   const int64_t at = status["step"].get<int64_t>() + 60;
-  said = ctl(ep, "inject 'kill worker=1 at step=" + std::to_string(at) + "'", &rc);
+  said = ctl(ep, "inject 'kill rank=1 at step=" + std::to_string(at) + "'", &rc);
   CHECK_MESSAGE(rc == 0, said);
   const nlohmann::json s = finish(launch, out);
   check_fault_free(s, hash, steps);
@@ -242,8 +241,15 @@ TEST_CASE(
 
 TEST_CASE("a spare beyond elastic.max_workers waits and takes a dead member's place") {
   temp_dir dir;
-  const int steps = 400;
-  const std::string cfg = dir.write("cfg.yaml", small_yaml(dir.path(), "bitwise", steps));
+  // The losing order on purpose: heartbeat 1 s makes the spare's own retry 5 s away, far
+  // beyond the end of the job after the kill (about a second of steps). The spare gets the
+  // seat only because the departure itself seats it; a spare that waited for its retry
+  // would find the job over (the bug of issue #12: the job ended on worker-0 alone).
+  const int steps = 1500;
+  std::string yaml = small_yaml(dir.path(), "bitwise", steps);
+  yaml.replace(yaml.find("heartbeat_ms: 100"), 17, "heartbeat_ms: 1000");
+  yaml.replace(yaml.find("timeout_ms: 2000"), 16, "timeout_ms: 5000");
+  const std::string cfg = dir.write("cfg.yaml", yaml);
   const std::string hash = train_summary(dir, cfg)["params_sha256"];
   const std::string out = dir.path() + "/spare.json";
   child_process launch(
@@ -271,6 +277,8 @@ TEST_CASE("a spare beyond elastic.max_workers waits and takes a dead member's pl
   CHECK_MESSAGE(names.count("spare") == 1, s["workers"].dump());
   CHECK(names.count("worker-1") == 0);  // --no-respawn: the dead worker stayed gone
   CHECK(s["dp"] == 2);                  // worker-0 and the spare
+  const std::string log = launch.out() + launch.err();
+  CHECK_MESSAGE(log.find("spare 'spare' takes a free seat") != std::string::npos, log);
   const auto code = spare.wait_exit(start_timeout);
   REQUIRE_MESSAGE(code.has_value(), spare.err());
   CHECK(*code == 0);  // stopped at the end of the job like every member
@@ -369,8 +377,8 @@ TEST_CASE("partitions shorter and longer than the timeout both end on the fault-
   // 200 ms: frames held across the cut arrive late, nobody is declared dead. 1.5 s: the
   // worker is dropped after the timeout and rejoins when the cut ends.
   child_process launch({"launch", cfg, "-q", "--summary", out, "--set", "cluster.workers=3",
-                        "--inject", "partition worker=1 at step=100 for=200ms", "--inject",
-                        "partition worker=2 at step=400 for=1500ms"},
+                        "--inject", "partition rank=1 at step=100 for=200ms", "--inject",
+                        "partition rank=2 at step=400 for=1500ms"},
                        dir.path(), "launch-partition");
   const nlohmann::json s = finish(launch, out);
   check_fault_free(s, hash, steps);
@@ -400,4 +408,55 @@ TEST_CASE("drop control: lost control frames are sent again and the run ends on 
   // Frames were really lost (about 3% of ~9 step frames a step plus heartbeats).
   REQUIRE(s["control_frames_dropped"].is_number());
   CHECK(s["control_frames_dropped"].get<int>() > 10);
+}
+
+TEST_CASE("ctl status shows the seat a pipeline worker runs, not one derived from its rank") {
+  temp_dir dir;
+  const int steps = 600;
+  const std::string cfg = dir.write("gpt.yaml", gpt_yaml(dir.path(), steps));
+  const std::string out = dir.path() + "/seats.json";
+  child_process launch({"launch", cfg, "-q", "--summary", out, "--set", "cluster.workers=4",
+                        "--set", "parallel.pp=2", "--set", "elastic.min_workers=2"},
+                       dir.path(), "launch-seats");
+  const std::string ep = endpoint_of(launch);
+  const nlohmann::json before = wait_for_step(ep, 5);
+  // The worker in seat (dp 0, pp 1): killed, it leaves a hole in replica 0 that its
+  // restarted process fills; it comes back with the highest rank (ranks stay dense), so a
+  // rank-derived seat would put it in replica 1.
+  std::string victim;
+  int64_t victim_pid = 0;
+  for (const auto& w : before["workers"]) {
+    if (w["seat"] == nlohmann::json::array({0, 1, 0})) {
+      victim = w["name"];
+      victim_pid = w["pid"];
+    }
+  }
+  REQUIRE_MESSAGE(!victim.empty(), before.dump());
+  ::kill(static_cast<pid_t>(victim_pid), SIGKILL);
+  nlohmann::json after;
+  const bool reseated = eventually(step_timeout, [&] {
+    after = ctl_status(ep);
+    if (!after.is_object()) return false;
+    for (const auto& w : after["workers"])
+      if (w["name"] == victim && w["state"] == "alive" && w["pid"] != victim_pid &&
+          !w["seat"].is_null())
+        return true;
+    return false;
+  });
+  REQUIRE_MESSAGE(reseated, after.dump());
+  std::map<std::string, nlohmann::json> seat;
+  for (const auto& w : after["workers"])
+    if (w["state"] == "alive") seat[w["name"]] = w["seat"];
+  CHECK_MESSAGE(seat[victim] == nlohmann::json::array({0, 1, 0}), after.dump());
+  for (const auto& w : after["workers"])
+    if (w["name"] == victim && w["state"] == "alive") CHECK(w["rank"] == 3);
+  const nlohmann::json s = finish(launch, out);
+  // What each worker ran, as its stage reported it, is the seat status showed.
+  const auto& stages = s["pipeline"]["stages"];
+  REQUIRE_MESSAGE(stages.size() == 4, s.dump());
+  for (const auto& st : stages) {
+    const std::string name = st["worker"];
+    CHECK_MESSAGE(seat[name] == nlohmann::json::array({st["replica"], st["stage"], st["tp_rank"]}),
+                  name << " ran " << st.dump() << ", status said " << seat[name].dump());
+  }
 }

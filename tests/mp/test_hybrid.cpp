@@ -24,22 +24,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// STEPS steps of a 2-block GPT on the KJV text: 8 sequences of 32 characters a step in 4
-// micro-batches of 2, so a replica of a dp = 2 run still has 2 micro-batches in flight.
-std::string gpt_yaml(const std::string& dir, int steps = 6, int layers = 2) {
-  return "model:\n  kind: gpt\n  n_layer: " + std::to_string(layers) +
-         "\n  n_head: 4\n  d_model: 32\n  context: 32\n"
-         "data:\n  dataset: kjv\n"
-         "train:\n  steps: " +
-         std::to_string(steps) +
-         "\n  global_batch: 8\n  micro_batch: 2\n  optimizer: adamw\n  lr: 0.001\n"
-         "  grad_clip: 1.0\n  warmup_steps: 2\n  seed: 1\n  eval_every: 0\n  eval_tokens: 2048\n"
-         "  determinism: bitwise\n"
-         "fault_tolerance:\n  heartbeat_ms: 100\n  timeout_ms: 2000\n  checkpoint_every: 0\n"
-         "  checkpoint_dir: " +
-         dir + "/ckpt\n";
-}
-
 struct grid {
   int dp, pp, tp;
   const char* schedule;
@@ -249,7 +233,7 @@ TEST_CASE("scaling a pipeline job adds and removes whole replicas on the fault-f
   // the steps long enough (tens of ms) for the launcher's new workers to join in between.
   const nlohmann::json j = launch(
       dir, cfg, grid{1, 2, 1, "1f1b"},
-      "--set elastic.min_workers=2 --set elastic.max_workers=4 --inject 'slow worker=0 factor=40 "
+      "--set elastic.min_workers=2 --set elastic.max_workers=4 --inject 'slow rank=0 factor=40 "
       "from step=4 to step=36' --inject 'scale to=4 at step=6' --inject 'scale to=2 at step=30'");
   CHECK(j["params_sha256"] == ref["params_sha256"]);
   CHECK(j["dp"] == 1);

@@ -57,7 +57,7 @@ std::vector<message> samples() {
                              "/c/step_00000042.safetensors", 118282, t, "h.0.w:00\n",
                              stage_stats{1, 0, 1, 9, 8, 7, 70, 6, 5, 4, 3, 2}});
   out.push_back(fault_order{3, 30, fault_action::partition, 3000, 2.5});
-  out.push_back(admin_request{11, "inject", "kill worker=2 at step=30"});
+  out.push_back(admin_request{11, "inject", "kill rank=2 at step=30"});
   out.push_back(admin_reply{11, false, "no live worker named 'w9'"});
   out.push_back(scale_order{2, "scale to=4"});
   return out;

@@ -33,7 +33,7 @@ std::string text(const std::vector<pipe_op>& ops) {
 
 }  // namespace
 
-TEST_CASE("schedule names parse and print; typos are refused with a suggestion") {
+TEST_CASE("schedule names parse and print, and typos are refused with a suggestion") {
   CHECK(parse_schedule("gpipe") == schedule_kind::gpipe);
   CHECK(parse_schedule("1f1b") == schedule_kind::one_f_one_b);
   CHECK(std::string(cohort::train::schedule_name(schedule_kind::gpipe)) == "gpipe");
@@ -212,7 +212,7 @@ TEST_CASE("one stage has no bubble") {
   }
 }
 
-TEST_CASE("transfers: GPipe pays 2 (P - 1) t_p2p once; 1F1B pays at least that") {
+TEST_CASE("transfers: GPipe pays 2 (P - 1) t_p2p once and 1F1B pays at least that") {
   for (int P = 1; P <= 6; ++P) {
     for (int M = 1; M <= 12; ++M) {
       CAPTURE(P);
