@@ -24,6 +24,16 @@ namespace cohort::mp {
 using std::chrono::milliseconds;
 using clock_type = std::chrono::steady_clock;
 
+/// How much slower than a plain build the processes under test run: COHORT_TEST_TIME_SCALE
+/// (a whole number >= 1, default 1). .ci/run sets it for the ThreadSanitizer build, whose
+/// processes run 5-15x slower, so that a timeout meant to catch a dead worker does not
+/// catch a merely instrumented one. Tests multiply the timings they configure by it.
+inline int time_scale() {
+  const char* e = std::getenv("COHORT_TEST_TIME_SCALE");
+  const int v = e != nullptr ? std::atoi(e) : 1;
+  return v >= 1 ? v : 1;
+}
+
 /// Path of the cohort executable under test.
 inline std::string cohort_binary() { return std::string(COHORT_BINARY_DIR) + "/cohort"; }
 

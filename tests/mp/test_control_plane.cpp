@@ -24,13 +24,14 @@ namespace {
 // Small timings so failures are seen fast; detection bounds below are derived from them.
 // The timeout leaves room for a worker starved for a few hundred ms on a loaded 2-core CI
 // machine, which would otherwise be (correctly) declared dead and spoil exact counts.
-constexpr int heartbeat_ms = 50;
-constexpr int timeout_ms = 600;
+// Scaled by time_scale() under a sanitizer (mp_util.hpp); 1 in the plain build.
+const int heartbeat_ms = 50 * time_scale();
+const int timeout_ms = 600 * time_scale();
 // The design's promise (docs/membership.md): a member silent since its last heartbeat is
 // declared dead within timeout + 2 heartbeats of it. The slack is for a loaded 2-core
 // machine, where the coordinator's own tick can run late by a few scheduler quanta.
-constexpr int promise_ms = timeout_ms + 2 * heartbeat_ms;
-constexpr int load_slack_ms = 300;
+const int promise_ms = timeout_ms + 2 * heartbeat_ms;
+const int load_slack_ms = 300 * time_scale();
 
 // A world of three data-parallel workers (micro_batch 32 gives 4 micro-batches for 3).
 const char* three_workers_yaml = "cluster:\n  workers: 3\ntrain:\n  micro_batch: 32\n";
