@@ -4,11 +4,13 @@
 # machine. Every failing test of every run is listed at the end with its run number; the
 # logs stay in the output folder. Exit 0 only when all runs passed.
 #
-#   tools/flake_hunt.sh [--runs N] [--build DIR] [--out DIR] [--no-load] [-- CTEST_ARGS...]
+#   tools/flake_hunt.sh [--runs N] [--build DIR] [--out DIR] [--no-load | --load CMD]
+#                       [-- CTEST_ARGS...]
 #
 # --build: the build folder whose tests run (default build/, made by tools/setup.sh);
 # --out: where the per-run logs go (default a new folder under /tmp);
 # --no-load: run the suite on an otherwise idle machine;
+# --load CMD: the load is CMD (a shell command) run again and again instead of the build;
 # CTEST_ARGS go to every ctest call (e.g. -L mp, or -R spare).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,6 +19,7 @@ runs=20
 build=build
 out=""
 load=1
+load_cmd=""
 ctest_args=()
 while (($#)); do
   case "$1" in
@@ -24,6 +27,7 @@ while (($#)); do
     --build) build="$2"; shift 2 ;;
     --out) out="$2"; shift 2 ;;
     --no-load) load=0; shift ;;
+    --load) load_cmd="$2"; shift 2 ;;
     --) shift; ctest_args=("$@"); break ;;
     -h|--help) sed -n 2,13p "$0"; exit 0 ;;
     *) echo "flake_hunt: unknown argument '$1' (see --help)" >&2; exit 2 ;;
@@ -46,6 +50,9 @@ if ((load)); then
   scratch="$out/load-build"
   set -m
   (
+    if [[ -n "$load_cmd" ]]; then
+      while true; do bash -c "$load_cmd" >>"$out/load.log" 2>&1 || true; done
+    fi
     cmake -S . -B "$scratch" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCOHORT_GPU=OFF >/dev/null
     while true; do
       cmake --build "$scratch" -j2 >/dev/null 2>&1 || true
