@@ -160,10 +160,10 @@ void on_inbound(self_ptr self, const net::message& m) {
           st.shared->generation = x.generation;
           st.shared->heartbeat_ms = x.heartbeat_ms;
           st.shared->member_id = x.member_id;  // last: heartbeats start with a full picture
-          std::printf(
-              "worker %s registered: member %llu, rank %d, coords (%d,%d,%d), generation %llu\n",
-              x.name.c_str(), static_cast<unsigned long long>(x.member_id), x.rank, x.at.d, x.at.p,
-              x.at.t, static_cast<unsigned long long>(x.generation));
+          // The rank only: the seat (dp, pp, tp) is the job's to give (`cohort ctl status`).
+          std::printf("worker %s registered: member %llu, rank %d, generation %llu\n",
+                      x.name.c_str(), static_cast<unsigned long long>(x.member_id), x.rank,
+                      static_cast<unsigned long long>(x.generation));
           std::fflush(stdout);
         } else if constexpr (std::is_same_v<T, net::register_reject>) {
           if (st.ph != worker_state::phase::registering) return;

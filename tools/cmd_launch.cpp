@@ -295,9 +295,9 @@ class launcher {
       live += m.state != net::member_state::dead;
       auto [it, fresh] = seen_.emplace(m.member_id, m.state);
       if (fresh && m.state != net::member_state::dead) {
-        std::printf("launch: %s registered: member %llu, rank %d, coords (%d,%d,%d)\n",
-                    m.name.c_str(), static_cast<unsigned long long>(m.member_id), m.rank, m.at.d,
-                    m.at.p, m.at.t);
+        // No seat here: the job seats a member once it has loaded (`cohort ctl status`).
+        std::printf("launch: %s registered: member %llu, rank %d\n", m.name.c_str(),
+                    static_cast<unsigned long long>(m.member_id), m.rank);
       } else if (!fresh && it->second != m.state && m.state == net::member_state::dead) {
         std::printf("launch: %s (member %llu) is dead\n", m.name.c_str(),
                     static_cast<unsigned long long>(m.member_id));
