@@ -385,35 +385,31 @@ void on_register(self_ptr self, const std::string& peer, const net::register_req
   auto queued = std::find_if(st.spares.begin(), st.spares.end(),
                              [&](const auto& s) { return s.peer == peer; });
   // Spares queued before this one get free seats first.
-  const bool behind = queued != st.spares.begin() && !st.spares.empty();
-  const bool full =
-      (static_cast<int>(st.roster.members.size()) >= st.opts.membership.max() || behind) &&
-      st.roster.find_name(r.name) == nullptr;
-  mb::decision d =
-      full ? mb::decision{} : mb::on_register(st.roster, t, r.name, r.pid, st.opts.membership);
-  if (full || d.kind == mb::decision_kind::rejected) {
+  const bool behind = !st.spares.empty() && queued != st.spares.begin();
+  mb::decision d = mb::on_register(st.roster, t, r.name, r.pid, st.opts.membership);
+  if (behind && d.kind != mb::decision_kind::rejected) {
+    d = mb::decision{};
+    d.kind = mb::decision_kind::rejected;
+    d.next = st.roster;
+    d.reason = "spares who asked before '" + r.name + "' take the free seats first";
+  }
+  // A name held by a live member is final; any other refusal means the world is full.
+  const bool full = d.kind == mb::decision_kind::rejected && st.roster.find_name(r.name) == nullptr;
+  if (d.kind == mb::decision_kind::rejected) {
     // A full world keeps the joiner as a spare: it is seated as soon as a member leaves, and
     // asks again every retry_ms meanwhile (which keeps its place alive).
     const uint32_t retry = full ? spare_retry_ms(st) : 0;
-    if (full) {
-      const std::string why = d.reason.empty()
-                                  ? "roster full: " + std::to_string(st.roster.members.size()) +
-                                        " of " + std::to_string(st.opts.membership.max()) +
-                                        " workers registered; '" + r.name + "' was not admitted"
-                                  : d.reason;
-      if (queued == st.spares.end()) {
-        spdlog::info("coordinator: '{}' waits as a spare: {}", r.name, why);
-        st.spares.push_back(coordinator_state::spare{peer, r.name, r.pid, t});
-      } else {
-        queued->name = r.name;
-        queued->pid = r.pid;
-        queued->asked = t;
-      }
-      send(self, peer, net::register_reject{why, retry});
-    } else {
+    if (!full) {
       spdlog::warn("coordinator: registration of '{}' refused: {}", r.name, d.reason);
-      send(self, peer, net::register_reject{d.reason, retry});
+    } else if (queued == st.spares.end()) {
+      spdlog::info("coordinator: '{}' waits as a spare: {}", r.name, d.reason);
+      st.spares.push_back(coordinator_state::spare{peer, r.name, r.pid, t});
+    } else {
+      queued->name = r.name;
+      queued->pid = r.pid;
+      queued->asked = t;
     }
+    send(self, peer, net::register_reject{d.reason, retry});
     if (grew) on_new_generation(self);
     return;
   }
