@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <limits>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -18,6 +19,7 @@
 
 #include "actors/remote_kv.hpp"
 #include "runtime/comm/buckets.hpp"
+#include "runtime/comm/build_abort.hpp"
 #include "runtime/comm/comm_error.hpp"
 #include "runtime/comm/factory.hpp"
 #include "runtime/comm/p2p.hpp"
@@ -32,30 +34,48 @@
 
 namespace cohort::actors {
 
+std::shared_ptr<comm::build_abort> dp_group_shared::begin_build(uint64_t generation) {
+  std::lock_guard<std::mutex> lock(mu_);
+  build_ = std::make_shared<comm::build_abort>();
+  generation_ = generation;
+  if (generation < floor_)
+    build_->abort("generation " + std::to_string(generation) + " is over (the roster is at " +
+                  std::to_string(floor_) + ")");
+  return build_;
+}
+
 void dp_group_shared::install(comm::communicator* c, uint64_t generation) {
   std::lock_guard<std::mutex> lock(mu_);
   comm_ = c;
   extra_.clear();
   generation_ = generation;
+  if (c != nullptr && generation < floor_) c->abort();
 }
 
 void dp_group_shared::install_extra(std::function<void()> abort) {
   std::lock_guard<std::mutex> lock(mu_);
+  if (generation_ < floor_) abort();
   extra_.push_back(std::move(abort));
+}
+
+void dp_group_shared::abort_locked(const std::string& why) {
+  if (build_) build_->abort(why);
+  if (comm_ != nullptr) comm_->abort();
+  for (auto& f : extra_) f();
 }
 
 void dp_group_shared::abort_below(uint64_t generation) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (comm_ != nullptr && generation_ < generation) {
-    comm_->abort();
-    for (auto& f : extra_) f();
-  }
+  floor_ = std::max(floor_, generation);
+  if (generation_ < generation)
+    abort_locked("generation " + std::to_string(generation_) + " is over (the roster is at " +
+                 std::to_string(generation) + ")");
 }
 
 void dp_group_shared::abort_all() {
   std::lock_guard<std::mutex> lock(mu_);
-  if (comm_ != nullptr) comm_->abort();
-  for (auto& f : extra_) f();
+  floor_ = std::numeric_limits<uint64_t>::max();
+  abort_locked("the worker is exiting");
 }
 
 int collective_timeout_ms(int fault_timeout_ms) { return std::max(10000, 20 * fault_timeout_ms); }
@@ -229,13 +249,13 @@ struct group {
     io.send(net::worker_ready{member_id, generation, next_step});
   }
 
-  // Drops the old generation's links and opens the DP communicator GROUP of generation
-  // o.generation (this worker's rank RANK of o.replicas), installed for abort.
+  // Opens the DP communicator GROUP of generation o.generation (this worker's rank RANK of
+  // o.replicas), installed for abort; CANCEL (from begin_build) ends the build early.
   void open_dp(const net::step_open& o, int rank, const std::string& group, remote_kv& kv,
-               int timeout) {
-    drop_comm();
+               int timeout, const std::shared_ptr<comm::build_abort>& cancel) {
     comm::transport_options t;
     t.group = group;
+    t.cancel = cancel;
     comm = comm::make_communicator(cfg->comm.backend, "cpu", kv, rank, o.replicas, o.generation,
                                    timeout, t);
     comm_generation = o.generation;
@@ -244,9 +264,13 @@ struct group {
     shared->install(comm.get(), o.generation);
   }
 
+  // Drops the old generation's links and builds this one's; a newer roster (the worker
+  // actor's abort_below) ends a build that waits for a peer that is gone.
   void rebuild(const net::step_open& o, int rank) {
+    drop_comm();
+    const auto cancel = shared->begin_build(o.generation);
     remote_kv kv(io.kv_call, o.generation);
-    open_dp(o, rank, "dp", kv, collective_timeout_ms(cfg->fault_tolerance.timeout_ms));
+    open_dp(o, rank, "dp", kv, collective_timeout_ms(cfg->fault_tolerance.timeout_ms), cancel);
     engine = std::make_unique<comm::bucket_engine>(
         *comm, static_cast<std::size_t>(tr->model().num_params()),
         tr->bitwise() ? comm::grad_type::i64 : comm::grad_type::f32,
@@ -282,14 +306,17 @@ struct group {
   // the same order, and none waits on another's later group, so the rendezvous cannot
   // deadlock.
   void rebuild_stage(const net::step_open& o, int rank) {
+    drop_comm();
+    const auto cancel = shared->begin_build(o.generation);
     remote_kv kv(io.kv_call, o.generation);
     const int timeout = collective_timeout_ms(cfg->fault_tolerance.timeout_ms);
     open_dp(o, rank, "dp.s" + std::to_string(o.stage) + ".t" + std::to_string(o.tp_rank), kv,
-            timeout);
+            timeout, cancel);
     const int T = cfg->parallel.tp, P = cfg->parallel.pp;
     if (T > 1) {
       comm::transport_options tt;
       tt.group = "tp.r" + std::to_string(rank) + ".s" + std::to_string(o.stage);
+      tt.cancel = cancel;
       tp_comm = comm::make_communicator(cfg->comm.backend, "cpu", kv, o.tp_rank, T, o.generation,
                                         timeout, tt);
       shared->install_extra([c = tp_comm.get()] { c->abort(); });

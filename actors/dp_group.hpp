@@ -19,6 +19,7 @@
 
 namespace cohort::comm {
 class communicator;
+class build_abort;
 }
 
 namespace cohort::actors {
@@ -47,24 +48,39 @@ struct dp_group_io {
 
 /// Shared between the group's thread and the worker actor, so that a newer generation
 /// announced by the coordinator aborts a collective the group is blocked in at once,
-/// instead of waiting for the collective's timeout.
+/// instead of waiting for the collective's timeout, and a build of an older generation's
+/// links (a rendezvous, a TCP connect to a peer that is gone) as well.
+///
+/// The order of the two threads does not matter: abort_below(G) raises a floor, and
+/// whatever the group begins or installs later for a generation below the floor is
+/// aborted at once (a newer roster can arrive before the group starts building).
 class dp_group_shared {
  public:
-  /// Called by the group when it installs (or drops: nullptr) its communicator.
+  /// Called by the group before it builds the links of GENERATION: the handle every
+  /// builder of that generation takes (comm::transport_options::cancel). Already aborted
+  /// when GENERATION is below the floor.
+  std::shared_ptr<comm::build_abort> begin_build(uint64_t generation);
+  /// Called by the group when it installs (or drops: nullptr) its communicator. One of a
+  /// generation below the floor is aborted at once.
   void install(comm::communicator* c, uint64_t generation);
   /// Also aborted with the communicator: the other links of a pipeline stage (its TP
-  /// communicator, its point-to-point channel). Cleared by install().
+  /// communicator, its point-to-point channel). Cleared by install(); run at once below
+  /// the floor.
   void install_extra(std::function<void()> abort);
-  /// Aborts the installed communicator if it belongs to a generation below `generation`.
+  /// Raises the floor to `generation`, and aborts the build, the communicator and the
+  /// extras if they belong to a generation below it.
   void abort_below(uint64_t generation);
-  /// Aborts whatever is installed (process exit).
+  /// Aborts whatever is installed or being built, and everything later (process exit).
   void abort_all();
 
  private:
+  void abort_locked(const std::string& why);
   std::mutex mu_;
   comm::communicator* comm_ = nullptr;
   std::vector<std::function<void()>> extra_;
-  uint64_t generation_ = 0;
+  std::shared_ptr<comm::build_abort> build_;
+  uint64_t generation_ = 0;  ///< of what is installed or being built
+  uint64_t floor_ = 0;       ///< generations below it are over
 };
 
 /// Collective timeout a group uses, from fault_tolerance.timeout_ms: a peer that stops

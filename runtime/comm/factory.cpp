@@ -42,6 +42,7 @@ std::unique_ptr<communicator> make_communicator(const std::string& backend,
   const std::chrono::milliseconds timeout(timeout_ms);
   const std::chrono::milliseconds rendezvous_timeout(
       transport.rendezvous_timeout_ms > 0 ? transport.rendezvous_timeout_ms : timeout_ms);
+  if (transport.cancel) transport.cancel->check("build of group '" + transport.group + "'");
   if (resolve_backend(backend, device) == "nccl")
     return std::make_unique<nccl_communicator>(kv, generation, rank, size, parse_device(device),
                                                timeout, rendezvous_timeout,
@@ -54,6 +55,7 @@ std::unique_ptr<communicator> make_communicator(const std::string& backend,
   o.rendezvous_timeout = rendezvous_timeout;
   o.hostname = transport.hostname;
   o.iface = transport.iface;
+  o.cancel = transport.cancel;
   return std::make_unique<gloo_comm>(store, rank, size, o);
 }
 

@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "runtime/comm/build_abort.hpp"
 #include "runtime/comm/communicator.hpp"
 #include "runtime/comm/kv_client.hpp"
 
@@ -19,6 +20,10 @@ struct transport_options {
   std::string hostname = "127.0.0.1";  ///< Gloo: address to listen on and advertise
   std::string iface;                   ///< Gloo: interface instead of hostname
   int rendezvous_timeout_ms = 0;       ///< 0: timeout_ms (peers may start later)
+  /// Optional: aborting it from another thread ends the build with comm_error(aborted).
+  /// Gloo: at once, in the rendezvous or a TCP connect. NCCL: checked before the build
+  /// (its init is bounded by the rendezvous timeout; see docs/collectives.md).
+  std::shared_ptr<build_abort> cancel;
 };
 
 /// The CUDA device index `device` names: -1 for "cpu", N for "cuda:N" (and 0 for

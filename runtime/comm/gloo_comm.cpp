@@ -8,6 +8,7 @@
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/prefix_store.h>
 #include <gloo/transport/context.h>
+#include <gloo/transport/device.h>
 #include <gloo/transport/tcp/device.h>
 #include <signal.h>
 
@@ -16,6 +17,8 @@
 #include <mutex>
 #include <typeinfo>
 #include <unordered_set>
+
+#include "runtime/comm/build_abort.hpp"
 
 // Gloo's TCP transport fails every pending operation of a context when one wait times
 // out: tcp::Context::signalException(msg) hands an exception to every pair, which wakes
@@ -182,6 +185,95 @@ class tracking_context final : public gloo::transport::Context {
   std::shared_ptr<byte_counters> bytes_;
 };
 
+// The TCP device, seen through a layer that keeps the transport context connectFullMesh
+// creates (Gloo holds it in a local until every pair is connected), so a build_abort can
+// signal its pairs while a connect waits.
+class recording_device final : public gloo::transport::Device {
+ public:
+  explicit recording_device(std::shared_ptr<gloo::transport::Device> inner)
+      : inner_(std::move(inner)) {}
+  std::string str() const override { return inner_->str(); }
+  const std::string& getPCIBusID() const override { return inner_->getPCIBusID(); }
+  int getInterfaceSpeed() const override { return inner_->getInterfaceSpeed(); }
+  bool hasGPUDirect() const override { return inner_->hasGPUDirect(); }
+  std::shared_ptr<gloo::transport::Context> createContext(int rank, int size) override {
+    auto c = inner_->createContext(rank, size);
+    std::lock_guard<std::mutex> lock(mu_);
+    created_ = c;
+    return c;
+  }
+  std::shared_ptr<gloo::transport::Context> created() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return created_;
+  }
+
+ private:
+  std::shared_ptr<gloo::transport::Device> inner_;
+  mutable std::mutex mu_;
+  std::shared_ptr<gloo::transport::Context> created_;
+};
+
+// Fails every pair of TRANSPORT (a tcp::Context, as gloo_comm::abort_transport checks).
+void signal_tcp_context(gloo::transport::Context* transport, const std::string& why) {
+  if (transport != nullptr &&
+      std::strcmp(typeid(*transport).name(), "N4gloo9transport3tcp7ContextE") == 0)
+    cohort_gloo_tcp_context_signal_exception(transport, why);
+}
+
+// The store connectFullMesh talks to, seen through CANCEL: every call checks it first, and
+// when Gloo publishes this rank's pair addresses (the key "<rank>", set right after every
+// pair exists, before any connect), CANCEL is armed to signal those pairs. Pairs are only
+// touched once all of them exist: Gloo's tcp::Context reads its pair list without a lock.
+class abortable_store final : public gloo::rendezvous::Store {
+ public:
+  abortable_store(gloo::rendezvous::Store& inner, int rank, std::shared_ptr<build_abort> cancel,
+                  std::shared_ptr<recording_device> device)
+      : inner_(inner), rank_(rank), cancel_(std::move(cancel)), device_(std::move(device)) {}
+  ~abortable_store() override { disarm(); }
+
+  void set(const std::string& key, const std::vector<char>& data) override {
+    check("rendezvous set '" + key + "'");
+    if (cancel_ && key == std::to_string(rank_) && !armed_) {
+      armed_ = true;
+      id_ = cancel_->arm([t = device_->created(), r = rank_] {
+        signal_tcp_context(t.get(), "cohort: rank " + std::to_string(r) +
+                                        " stopped connecting: its generation is over");
+      });
+      check("rendezvous set '" + key + "'");
+    }
+    inner_.set(key, data);
+  }
+  std::vector<char> get(const std::string& key) override {
+    check("rendezvous get '" + key + "'");
+    return inner_.get(key);
+  }
+  void wait(const std::vector<std::string>& keys) override {
+    check("rendezvous wait");
+    inner_.wait(keys);
+  }
+  void wait(const std::vector<std::string>& keys,
+            const std::chrono::milliseconds& timeout) override {
+    check("rendezvous wait");
+    inner_.wait(keys, timeout);
+  }
+  /// The connects are over (done or failed): the pairs are the communicator's now.
+  void disarm() {
+    if (armed_) cancel_->disarm(id_);
+    armed_ = false;
+  }
+
+ private:
+  void check(const std::string& op) const {
+    if (cancel_) cancel_->check(op);
+  }
+  gloo::rendezvous::Store& inner_;
+  int rank_;
+  std::shared_ptr<build_abort> cancel_;
+  std::shared_ptr<recording_device> device_;
+  bool armed_ = false;
+  std::size_t id_ = 0;
+};
+
 using reduce_fn = void (*)(void*, const void*, const void*, std::size_t);
 
 // Gloo tags need to be unique only among operations running at the same time; a
@@ -229,28 +321,44 @@ gloo_comm::gloo_comm(gloo::rendezvous::Store& store, int rank, int size, const g
   const auto rendezvous_timeout =
       opts.rendezvous_timeout.count() > 0 ? opts.rendezvous_timeout : opts.timeout;
   ignore_sigpipe_once();
+  const auto& cancel = opts.cancel;
   try {
+    if (cancel) cancel->check(what);
     gloo::transport::tcp::attr attr;
     if (!opts.iface.empty())
       attr.iface = opts.iface;
     else
       attr.hostname = opts.hostname;
-    auto device = gloo::transport::tcp::CreateDevice(attr);
+    auto recorder = std::make_shared<recording_device>(gloo::transport::tcp::CreateDevice(attr));
+    std::shared_ptr<gloo::transport::Device> device = recorder;
     auto context = std::make_shared<open_context>(rank, size);
-    // The context timeout bounds the store waits and the TCP connects of connectFullMesh;
-    // afterwards it is the collective timeout (each collective also passes it).
+    // The context timeout bounds the store waits and the TCP connects of connectFullMesh
+    // (Gloo waits 5x it for a connect); afterwards it is the collective timeout (each
+    // collective also passes it).
     context->setTimeout(rendezvous_timeout);
     gloo::rendezvous::PrefixStore prefixed(opts.prefix, store);
-    context->connectFullMesh(prefixed, device);
+    abortable_store guarded(prefixed, rank, cancel, recorder);
+    context->connectFullMesh(guarded, device);
+    guarded.disarm();
+    // An abort that came while the last connect completed still ends this generation.
+    if (cancel && cancel->aborted()) {
+      signal_tcp_context(context->transport_context(), "cohort: build aborted");
+      cancel->check(what);
+    }
     context->setTimeout(opts.timeout);
     transport_ = context->transport_shared();
     context->interpose(std::make_shared<tracking_context>(transport_, buffers_, bytes_));
     context_ = std::move(context);
   } catch (const comm_error& e) {
+    if (cancel && cancel->aborted()) throw comm_error(comm_failure::aborted, what, e.what());
     throw comm_error(
         e.kind() == comm_failure::timeout ? comm_failure::timeout : comm_failure::rendezvous, what,
         e.what());
   } catch (const std::exception& e) {
+    // A connect the abort woke throws Gloo's IoException carrying the reason.
+    if (cancel && cancel->aborted())
+      throw comm_error(comm_failure::aborted, what,
+                       std::string(e.what()) + " (aborted: " + cancel->why() + ")");
     throw comm_error(classify(e.what()) == comm_failure::timeout ? comm_failure::timeout
                                                                  : comm_failure::rendezvous,
                      what, e.what());

@@ -24,6 +24,7 @@ class Context;
 
 namespace cohort::comm {
 
+class build_abort;      // build_abort.hpp: ends the build from another thread
 class buffer_registry;  // gloo_comm.cpp: the live unbound buffers, for abort()
 struct byte_counters;   // gloo_comm.cpp: bytes posted to the transport, for traffic()
 
@@ -44,10 +45,15 @@ struct gloo_options {
   std::string hostname = "127.0.0.1";
   /// Network interface to use instead of hostname (e.g. "eth0"); empty: use hostname.
   std::string iface;
+  /// Optional: aborting it fails the construction at once with comm_error(aborted), also
+  /// while a TCP connect waits for a peer that died after publishing its address (the
+  /// store's own waits end when the store says so: the coordinator answers superseded).
+  std::shared_ptr<build_abort> cancel;
 };
 
 /// A communicator over one connected Gloo context. Construction is the rendezvous: it
-/// blocks until every rank has joined (or throws comm_error after the rendezvous timeout).
+/// blocks until every rank has joined (or throws comm_error after the rendezvous timeout,
+/// or comm_error(aborted) once opts.cancel is aborted).
 /// The first construction sets SIGPIPE to ignored if it is at its default (Gloo's socket
 /// writes would otherwise kill the process when a peer dies).
 class gloo_comm : public communicator {

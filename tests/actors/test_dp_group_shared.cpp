@@ -1,0 +1,78 @@
+// dp_group_shared: the hand-over between the worker actor (which learns of a newer roster)
+// and the group's thread (which builds and uses one generation's links). Both orders of the
+// two threads are played as tables: the roster first, or the build first. No sockets.
+#include <doctest/doctest.h>
+
+#include <memory>
+
+#include "actors/dp_group.hpp"
+#include "runtime/comm/build_abort.hpp"
+#include "runtime/comm/communicator.hpp"
+
+using cohort::actors::dp_group_shared;
+using namespace cohort::comm;
+
+namespace {
+
+// A communicator that only records abort().
+class fake_comm final : public communicator {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 2; }
+  const char* backend() const override { return "fake"; }
+  void allreduce_sum(float*, std::size_t) override {}
+  void allreduce_sum(std::int64_t*, std::size_t) override {}
+  void allgather(const void*, void*, std::size_t) override {}
+  void broadcast(void*, std::size_t, int) override {}
+  void barrier() override {}
+  void abort() override { ++aborts; }
+  bool dead() const override { return aborts > 0; }
+  comm_traffic traffic() const override { return {}; }
+  int aborts = 0;
+};
+
+}  // namespace
+
+TEST_CASE("a newer roster during a build aborts the build, then whatever it installs") {
+  dp_group_shared s;
+  auto cancel = s.begin_build(4);
+  CHECK_FALSE(cancel->aborted());
+  s.abort_below(5);  // the worker actor: generation 5 lost a member
+  CHECK(cancel->aborted());
+  CHECK(cancel->why().find("generation 4") != std::string::npos);
+  // The build finished anyway (its last connect had completed): the link is aborted as it
+  // is installed, and so is every extra link of the same generation.
+  fake_comm c;
+  s.install(&c, 4);
+  CHECK(c.aborts == 1);
+  int extra = 0;
+  s.install_extra([&] { ++extra; });
+  CHECK(extra == 1);
+}
+
+TEST_CASE("a roster that arrives before the group begins its build still ends that build") {
+  dp_group_shared s;
+  s.abort_below(7);  // the worker actor ran first
+  CHECK(s.begin_build(6)->aborted());
+  auto current = s.begin_build(7);  // the group's next try is for the current generation
+  CHECK_FALSE(current->aborted());
+  fake_comm c;
+  s.install(&c, 7);
+  CHECK(c.aborts == 0);
+  s.abort_below(7);  // the same generation again (a roster that grew): nothing is over
+  CHECK(c.aborts == 0);
+  CHECK_FALSE(current->aborted());
+  s.abort_below(8);
+  CHECK(c.aborts == 1);
+  CHECK(current->aborted());
+}
+
+TEST_CASE("abort_all ends what is installed and every later build (process exit)") {
+  dp_group_shared s;
+  fake_comm c;
+  s.begin_build(2);
+  s.install(&c, 2);
+  s.abort_all();
+  CHECK(c.aborts == 1);
+  CHECK(s.begin_build(3)->aborted());
+}
