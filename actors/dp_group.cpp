@@ -26,6 +26,7 @@
 #include "runtime/core/config.hpp"
 #include "runtime/core/error.hpp"
 #include "runtime/core/paths.hpp"
+#include "runtime/net/host_address.hpp"
 #include "runtime/data/dataset.hpp"
 #include "runtime/train/checkpoint_writer.hpp"
 #include "runtime/train/param_stats.hpp"
@@ -73,6 +74,12 @@ void dp_group_shared::abort_below(uint64_t generation) {
 }
 
 void dp_group_shared::abort_all() {
+  std::lock_guard<std::mutex> lock(mu_);
+  floor_ = std::max(floor_, generation_ + 1);
+  abort_locked("generation " + std::to_string(generation_) + " is over (this worker rejoins)");
+}
+
+void dp_group_shared::shut() {
   std::lock_guard<std::mutex> lock(mu_);
   floor_ = std::numeric_limits<uint64_t>::max();
   abort_locked("the worker is exiting");
@@ -133,6 +140,8 @@ struct group {
   /// Rank 0's checkpoints, written in the background (training does not wait for disk).
   std::unique_ptr<train::checkpoint_writer> writer;
   uint64_t comm_generation = 0;
+  /// Where this worker's Gloo pairs and p2p channel listen, and what they advertise.
+  std::string data_host;
   int comm_rank = -1, comm_size = 0;
   int64_t next_step = 0;  ///< first step whose update the parameters lack
 
@@ -221,6 +230,10 @@ struct group {
             std::make_unique<config>(load_config_text(spec.config_yaml, "<job from coordinator>"));
         staged = cfg->parallel.pp * cfg->parallel.tp > 1;
         job_id = spec.job_id;
+        data_host = cfg->comm.interface == "auto" ? io.data_host
+                                                  : net::resolve_interface(cfg->comm.interface);
+        spdlog::info("dp group: data plane on {} (comm.interface {})", data_host,
+                     cfg->comm.interface);
         if (staged) {
           // The stage is built once the coordinator seats this worker (first step_open).
           if (!spec.resume_checkpoint.empty()) {
@@ -255,6 +268,7 @@ struct group {
                int timeout, const std::shared_ptr<comm::build_abort>& cancel) {
     comm::transport_options t;
     t.group = group;
+    t.hostname = data_host;
     t.cancel = cancel;
     comm = comm::make_communicator(cfg->comm.backend, "cpu", kv, rank, o.replicas, o.generation,
                                    timeout, t);
@@ -316,13 +330,14 @@ struct group {
     if (T > 1) {
       comm::transport_options tt;
       tt.group = "tp.r" + std::to_string(rank) + ".s" + std::to_string(o.stage);
+      tt.hostname = data_host;
       tt.cancel = cancel;
       tp_comm = comm::make_communicator(cfg->comm.backend, "cpu", kv, o.tp_rank, T, o.generation,
                                         timeout, tt);
       shared->install_extra([c = tp_comm.get()] { c->abort(); });
     }
     if (P > 1) {
-      p2p = std::make_unique<comm::p2p_channel>(comm::transport_options{}.hostname, o.stage,
+      p2p = std::make_unique<comm::p2p_channel>(data_host, o.stage,
                                                 o.generation, timeout);
       shared->install_extra([c = p2p.get()] { c->abort(); });
       auto key = [&](int stage) {
@@ -556,6 +571,8 @@ struct group {
     } catch (const std::exception& e) {
       v.ok = false;
       v.reason = e.what();
+      const auto* ce = dynamic_cast<const comm::comm_error*>(&e);
+      v.unreachable = ce != nullptr && ce->kind() == comm::comm_failure::unreachable;
       spdlog::warn("dp group: step {} of generation {} failed here: {}", o.step, o.generation,
                    e.what());
       // The communicator is dead after any collective error; drop it now so that nothing

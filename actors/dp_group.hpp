@@ -37,6 +37,8 @@ struct dp_group_io {
   std::function<void(const net::message&)> send;
   /// Rendezvous-store call through the worker's connection (worker_node::kv_call).
   std::function<net::kv_reply(net::message, std::chrono::milliseconds)> kv_call;
+  /// The address the data plane uses when comm.interface is auto (worker_io::data_host).
+  std::string data_host = "127.0.0.1";
   /// The job cannot run in this process (bad config, missing data): the worker exits 1.
   std::function<void(const std::string& why)> fatal;
   /// Fault injection (hang): the worker sends no heartbeat for this long.
@@ -70,8 +72,11 @@ class dp_group_shared {
   /// Raises the floor to `generation`, and aborts the build, the communicator and the
   /// extras if they belong to a generation below it.
   void abort_below(uint64_t generation);
-  /// Aborts whatever is installed or being built, and everything later (process exit).
+  /// Aborts whatever is installed or being built (the worker was declared dead: the
+  /// generations it knew are over; the next one it joins is higher).
   void abort_all();
+  /// abort_all, and every build or install after it too (process exit).
+  void shut();
 
  private:
   void abort_locked(const std::string& why);

@@ -370,6 +370,16 @@ job_actions training_job::on_vote(const mb::roster& r, const net::step_vote& v, 
       finished_ = true;
       return out;
     }
+    // A peer that every rank found in the store but nobody could connect to will not
+    // become reachable by trying again: after a few tries the job fails and says why.
+    if (v.unreachable && ++consecutive_unreachable_ >= max_unreachable_attempts) {
+      out.failed = "step " + std::to_string(v.step) + ": the data plane could not connect " +
+                   std::to_string(consecutive_unreachable_) +
+                   " times in a row (check comm.interface and the firewall between the "
+                   "hosts); last: " + why;
+      finished_ = true;
+      return out;
+    }
     if (++consecutive_aborts_ > max_consecutive_aborts) {
       out.failed = "step " + std::to_string(v.step) + " aborted " +
                    std::to_string(consecutive_aborts_) + " times in a row; last: " + why;
@@ -416,6 +426,7 @@ job_actions training_job::on_vote(const mb::roster& r, const net::step_vote& v, 
     if (const mb::member* x = r.find(id)) voters.insert(x->name);
   open_.reset();
   consecutive_aborts_ = 0;
+  consecutive_unreachable_ = 0;
   last_loss_ = loss;
   last_commit_s_ = now_s;
   for (auto& e : events_) {

@@ -183,6 +183,10 @@ class training_job {
   int aborted_ = 0;
   static constexpr int max_consecutive_aborts = 50;
   int consecutive_aborts_ = 0;
+  /// Aborts whose vote said a peer's data-plane address could not be connected: the job
+  /// fails at this many in a row (a route does not appear by retrying).
+  static constexpr int max_unreachable_attempts = 3;
+  int consecutive_unreachable_ = 0;
   double first_open_s_ = -1;
   double last_commit_s_ = 0;
   double pause_since_s_ = -1;  ///< training waits below min_workers since then (-1: not)

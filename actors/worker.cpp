@@ -3,6 +3,8 @@
 // nothing learnt as the dead incarnation leaks into the new one.
 #include "actors/worker.hpp"
 
+#include "runtime/net/host_address.hpp"
+
 #include <spdlog/spdlog.h>
 
 #include <chrono>
@@ -31,8 +33,8 @@ void finish(self_ptr self, int code) {
   st.ph = worker_state::phase::done;
   st.shared->member_id = 0;
   if (st.group) {
-    // A collective the group is blocked in returns at once; then the group ends.
-    st.group_shared->abort_all();
+    // A collective or build the group is blocked in returns at once; then the group ends.
+    st.group_shared->shut();
     self->send_exit(st.group, caf::exit_reason::user_shutdown);
     st.group = nullptr;
   }
@@ -111,6 +113,7 @@ void on_job(self_ptr self, const net::job_spec& spec) {
     dp_group_io gio;
     gio.send = st.io.send;
     gio.kv_call = st.io.kv_call;
+    gio.data_host = st.io.data_host;
     caf::actor me = caf::actor_cast<caf::actor>(self);
     gio.fatal = [me](const std::string& why) { caf::anon_send(me, co_fatal_atom::value, why); };
     auto shared = st.shared;
@@ -335,6 +338,7 @@ worker_node::worker_node(const std::string& endpoint, worker_options opts, size_
   io.kv_call = [this](net::message req, std::chrono::milliseconds timeout) {
     return kv_call(std::move(req), timeout);
   };
+  io.data_host = net::local_address_toward(endpoint);
   actor_ = system_->spawn(worker_actor, opts, io, shared_);
   actor_->attach_functor([this](const caf::error&) {
     done_ = true;

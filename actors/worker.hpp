@@ -41,6 +41,9 @@ struct worker_io {
   /// Rendezvous-store call for the training group (worker_node::kv_call); empty: the worker
   /// cannot train (control-plane tests).
   std::function<net::kv_reply(net::message, std::chrono::milliseconds)> kv_call;
+  /// This host's address on the route to the coordinator: where the data plane listens
+  /// when comm.interface is auto (worker_node: net::local_address_toward its endpoint).
+  std::string data_host = "127.0.0.1";
 };
 
 /// State the actor shares with the heartbeat thread and the bridge thread. Heartbeats must

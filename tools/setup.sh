@@ -10,7 +10,7 @@ PACKAGES=(
   libopenblas-dev libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev
   zlib1g-dev libssl-dev
   dataset-fashion-mnist bible-kjv
-  clang libclang-rt-14-dev procps python3
+  clang libclang-rt-14-dev procps python3 iproute2
 )
 # The PyTorch reference of tools/bench_vs_torch.py is only needed for benchmarks:
 #   COHORT_BENCH_DEPS=1 tools/setup.sh

@@ -12,6 +12,8 @@ const char* to_string(comm_failure f) {
       return "aborted";
     case comm_failure::rendezvous:
       return "rendezvous";
+    case comm_failure::unreachable:
+      return "unreachable";
     case comm_failure::unavailable:
       return "unavailable";
     case comm_failure::invalid:

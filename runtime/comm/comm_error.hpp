@@ -14,6 +14,7 @@ enum class comm_failure {
   peer_lost,    ///< the transport saw a peer close or reset (it died or aborted)
   aborted,      ///< abort() was called on this communicator
   rendezvous,   ///< the key-value store failed (key missing past its timeout, I/O error)
+  unreachable,  ///< every rank arrived, but a peer's advertised address could not be connected
   unavailable,  ///< the backend cannot run here (no GPU, NCCL not compiled, bad device)
   invalid,      ///< the call was used wrongly (dead communicator, sizes that disagree)
 };

@@ -9,6 +9,7 @@
 #include <gloo/rendezvous/prefix_store.h>
 #include <gloo/transport/context.h>
 #include <gloo/transport/device.h>
+#include <gloo/transport/tcp/address.h>
 #include <gloo/transport/tcp/device.h>
 #include <signal.h>
 
@@ -226,9 +227,13 @@ void signal_tcp_context(gloo::transport::Context* transport, const std::string& 
 // touched once all of them exist: Gloo's tcp::Context reads its pair list without a lock.
 class abortable_store final : public gloo::rendezvous::Store {
  public:
-  abortable_store(gloo::rendezvous::Store& inner, int rank, std::shared_ptr<build_abort> cancel,
-                  std::shared_ptr<recording_device> device)
-      : inner_(inner), rank_(rank), cancel_(std::move(cancel)), device_(std::move(device)) {}
+  abortable_store(gloo::rendezvous::Store& inner, int rank, int size,
+                  std::shared_ptr<build_abort> cancel, std::shared_ptr<recording_device> device)
+      : inner_(inner),
+        rank_(rank),
+        size_(size),
+        cancel_(std::move(cancel)),
+        device_(std::move(device)) {}
   ~abortable_store() override { disarm(); }
 
   void set(const std::string& key, const std::vector<char>& data) override {
@@ -245,8 +250,13 @@ class abortable_store final : public gloo::rendezvous::Store {
   }
   std::vector<char> get(const std::string& key) override {
     check("rendezvous get '" + key + "'");
-    return inner_.get(key);
+    std::vector<char> v = inner_.get(key);
+    note_peer(key, v);
+    return v;
   }
+  /// The peer connectFullMesh fetched last, "rank 1, which advertised [10.0.0.3]:41234"
+  /// (Gloo connects to it right after the fetch), or "" before any.
+  const std::string& last_peer() const { return last_peer_; }
   void wait(const std::vector<std::string>& keys) override {
     check("rendezvous wait");
     inner_.wait(keys);
@@ -266,8 +276,25 @@ class abortable_store final : public gloo::rendezvous::Store {
   void check(const std::string& op) const {
     if (cancel_) cancel_->check(op);
   }
+  // Key "<i>" holds rank i's pair addresses, one per other rank in rank order (Gloo's
+  // connectFullMesh layout); the one for this rank says where Gloo will connect.
+  void note_peer(const std::string& key, const std::vector<char>& all) {
+    if (key.empty() || key.find_first_not_of("0123456789") != std::string::npos) return;
+    const int i = std::stoi(key);
+    if (i == rank_ || size_ < 2 || all.size() % static_cast<std::size_t>(size_ - 1) != 0) return;
+    const std::size_t each = all.size() / static_cast<std::size_t>(size_ - 1);
+    const std::size_t at = static_cast<std::size_t>(rank_ > i ? rank_ - 1 : rank_) * each;
+    try {
+      gloo::transport::tcp::Address a(std::vector<char>(all.begin() + at, all.begin() + at + each));
+      last_peer_ = "rank " + key + ", which advertised " + a.str();
+    } catch (const std::exception&) {
+      last_peer_ = "rank " + key;
+    }
+  }
   gloo::rendezvous::Store& inner_;
   int rank_;
+  int size_;
+  std::string last_peer_;
   std::shared_ptr<build_abort> cancel_;
   std::shared_ptr<recording_device> device_;
   bool armed_ = false;
@@ -322,6 +349,8 @@ gloo_comm::gloo_comm(gloo::rendezvous::Store& store, int rank, int size, const g
       opts.rendezvous_timeout.count() > 0 ? opts.rendezvous_timeout : opts.timeout;
   ignore_sigpipe_once();
   const auto& cancel = opts.cancel;
+  const std::string self_host = opts.iface.empty() ? opts.hostname : "interface " + opts.iface;
+  std::string last_peer;  // who Gloo was connecting to when it failed
   try {
     if (cancel) cancel->check(what);
     gloo::transport::tcp::attr attr;
@@ -337,8 +366,15 @@ gloo_comm::gloo_comm(gloo::rendezvous::Store& store, int rank, int size, const g
     // collective also passes it).
     context->setTimeout(rendezvous_timeout);
     gloo::rendezvous::PrefixStore prefixed(opts.prefix, store);
-    abortable_store guarded(prefixed, rank, cancel, recorder);
-    context->connectFullMesh(guarded, device);
+    abortable_store guarded(prefixed, rank, size, cancel, recorder);
+    try {
+      context->connectFullMesh(guarded, device);
+    } catch (const comm_error&) {
+      throw;  // the store's: a rank did not arrive, or the generation is over
+    } catch (const std::exception&) {
+      last_peer = guarded.last_peer();
+      throw;
+    }
     guarded.disarm();
     // An abort that came while the last connect completed still ends this generation.
     if (cancel && cancel->aborted()) {
@@ -359,6 +395,12 @@ gloo_comm::gloo_comm(gloo::rendezvous::Store& store, int rank, int size, const g
     if (cancel && cancel->aborted())
       throw comm_error(comm_failure::aborted, what,
                        std::string(e.what()) + " (aborted: " + cancel->why() + ")");
+    if (!last_peer.empty())
+      throw comm_error(comm_failure::unreachable, what,
+                       "no connection between rank " + std::to_string(rank) + " at " +
+                           self_host + " and " + last_peer + ": " + e.what() +
+                           " (is that address reachable from here? comm.interface chooses "
+                           "the address each worker advertises)");
     throw comm_error(classify(e.what()) == comm_failure::timeout ? comm_failure::timeout
                                                                  : comm_failure::rendezvous,
                      what, e.what());

@@ -81,7 +81,14 @@ p2p_channel::p2p_channel(const std::string& bind_host, int self, std::uint64_t g
   try {
     pull_->set(zmq::sockopt::linger, 0);
     pull_->set(zmq::sockopt::rcvhwm, queue_frames);
-    pull_->bind("tcp://" + bind_host + ":*");
+    // An IPv6 address (it has ':') is bracketed, and the sockets must be told to use IPv6.
+    if (bind_host.find(':') != std::string::npos) {
+      ipv6_ = true;
+      pull_->set(zmq::sockopt::ipv6, 1);
+      pull_->bind("tcp://[" + bind_host + "]:*");
+    } else {
+      pull_->bind("tcp://" + bind_host + ":*");
+    }
     endpoint_ = pull_->get(zmq::sockopt::last_endpoint);
   } catch (const zmq::error_t& e) {
     pull_.reset();
@@ -134,6 +141,7 @@ void p2p_channel::connect(int peer, const std::string& endpoint) {
     // Queue only to a live connection: with the peer gone (or not up yet) the socket is not
     // writable and send times out, instead of filling a queue nobody will ever read.
     sock->set(zmq::sockopt::immediate, 1);
+    if (ipv6_ || endpoint.find('[') != std::string::npos) sock->set(zmq::sockopt::ipv6, 1);
     sock->connect(endpoint);
   } catch (const zmq::error_t& e) {
     if (e.num() == ETERM) fail(comm_failure::aborted, op, "the channel was aborted");

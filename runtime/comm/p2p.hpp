@@ -115,6 +115,7 @@ class p2p_channel {
   std::uint64_t generation_;
   int timeout_ms_;
   std::string endpoint_;
+  bool ipv6_ = false;  ///< bound to an IPv6 address: push sockets use IPv6 too
   std::unique_ptr<zmq::context_t> ctx_;
   std::unique_ptr<zmq::socket_t> pull_;
   std::map<int, std::unique_ptr<zmq::socket_t>> push_;

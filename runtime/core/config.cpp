@@ -363,6 +363,16 @@ const std::vector<key_spec>& schema() {
        nullptr,
        "Gradient bucket size in MiB; buckets are allreduced as soon as backward completes "
        "them."},
+      {"comm",
+       "interface",
+       COHORT_FIELD(comm.interface),
+       unbounded(),
+       {},
+       nullptr,
+       "Where each worker's data plane (Gloo pairs, pipeline channels, state transfer) "
+       "listens and what it advertises to its peers: auto = the local address of the "
+       "worker's route to the coordinator; else an interface name (eth0) or an address of "
+       "the worker's host, resolved on each worker."},
       {"fault_tolerance",
        "heartbeat_ms",
        COHORT_FIELD(fault_tolerance.heartbeat_ms),
@@ -645,6 +655,7 @@ std::string describe(const bounds& b) {
 std::string allowed_text(const key_spec& k) {
   if (!k.choices.empty()) return join(k.choices, " | ");
   if (k.path() == "control.bind") return "tcp://HOST:PORT | ipc://PATH";
+  if (k.path() == "comm.interface") return "auto | NAME | ADDRESS";
   config scratch;
   const field_ref f = k.field(scratch);
   if (std::holds_alternative<std::vector<int>*>(f)) return "each " + describe(k.range);
@@ -1449,6 +1460,12 @@ class loader {
     }
     check_elastic(grid_ok);
     check_faults();
+    if (fine({"comm.interface"}) &&
+        c.comm.interface.find_first_of(" \t\r\n/") != std::string::npos)
+      complain({"comm.interface"},
+               "'" + c.comm.interface +
+                   "' is not an interface name or an address (write auto, a name such as "
+                   "eth0, or an address such as 10.0.0.2)");
     if (fine({"control.bind"})) {
       const std::string& b = c.control.bind;
       const bool tcp = b.rfind("tcp://", 0) == 0 && b.size() > 6;

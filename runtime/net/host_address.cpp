@@ -64,7 +64,12 @@ std::string local_address_toward(const std::string& endpoint) {
   if (rc != 0 || found == nullptr)
     throw io_error("cannot resolve the host of '" + endpoint + "': " + ::gai_strerror(rc));
   std::string why = "no address";
-  for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
+  // IPv4 first: a name like localhost may list ::1 before 127.0.0.1.
+  std::vector<addrinfo*> order;
+  for (int family : {AF_INET, AF_INET6})
+    for (addrinfo* a = found; a != nullptr; a = a->ai_next)
+      if (a->ai_family == family) order.push_back(a);
+  for (addrinfo* a : order) {
     fd_guard s{::socket(a->ai_family, SOCK_DGRAM, 0)};
     if (s.fd < 0 || ::connect(s.fd, a->ai_addr, a->ai_addrlen) != 0) {
       why = std::strerror(errno);

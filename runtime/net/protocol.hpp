@@ -421,13 +421,16 @@ struct step_vote {
   int64_t step = 0;
   bool ok = false;
   bool fatal = false;  ///< failed for a reason a retry cannot fix (diverged, bad data)
+  /// Failed because a peer's data-plane address could not be connected (every rank had
+  /// arrived): the coordinator fails the job when this repeats instead of looping.
+  bool unreachable = false;
   std::string reason;
   double loss_rows = 0;
   int64_t rows = 0;
   step_timing timing;
   template <class S>
   static auto fields(S& s) {
-    return std::tie(s.member_id, s.generation, s.step, s.ok, s.fatal, s.reason, s.loss_rows, s.rows,
+    return std::tie(s.member_id, s.generation, s.step, s.ok, s.fatal, s.unreachable, s.reason, s.loss_rows, s.rows,
                     s.timing);
   }
 };

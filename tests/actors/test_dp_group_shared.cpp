@@ -67,12 +67,23 @@ TEST_CASE("a roster that arrives before the group begins its build still ends th
   CHECK(current->aborted());
 }
 
-TEST_CASE("abort_all ends what is installed and every later build (process exit)") {
+TEST_CASE("abort_all (declared dead) ends the generation it knew, not the next one it joins") {
   dp_group_shared s;
   fake_comm c;
   s.begin_build(2);
   s.install(&c, 2);
   s.abort_all();
+  CHECK(c.aborts == 1);
+  CHECK(s.begin_build(2)->aborted());        // a late retry of the old generation
+  CHECK_FALSE(s.begin_build(5)->aborted());  // the generation it rejoined in
+}
+
+TEST_CASE("shut ends what is installed and every later build (process exit)") {
+  dp_group_shared s;
+  fake_comm c;
+  s.begin_build(2);
+  s.install(&c, 2);
+  s.shut();
   CHECK(c.aborts == 1);
   CHECK(s.begin_build(3)->aborted());
 }

@@ -72,10 +72,14 @@ inline std::string read_file(const std::string& path) {
 /// The destructor SIGKILLs the whole group and reaps the child: no test leaves processes.
 class child_process {
  public:
+  /// PREFIX runs before the binary (e.g. {"/usr/sbin/ip", "netns", "exec", NS}: it execs
+  /// cohort in that network namespace, so the pid is still cohort's).
   child_process(const std::vector<std::string>& args, const std::string& dir,
-                const std::string& tag, const std::vector<std::string>& env = {})
+                const std::string& tag, const std::vector<std::string>& env = {},
+                const std::vector<std::string>& prefix = {})
       : out_path_(dir + "/" + tag + ".out"), err_path_(dir + "/" + tag + ".err") {
-    std::vector<std::string> all{cohort_binary()};
+    std::vector<std::string> all(prefix);
+    all.push_back(cohort_binary());
     all.insert(all.end(), args.begin(), args.end());
     std::vector<char*> argv;
     for (auto& a : all) argv.push_back(a.data());
