@@ -266,8 +266,16 @@ void on_new_generation(self_ptr self) {
   ru.generation = st.roster.generation;
   for (const auto& m : st.roster.members) ru.members.push_back(info_of(m));
   for (const auto& m : st.roster.members) send(self, st.peer_of[m.id], ru);
-  // Rendezvous keys of older generations can never complete a group again, except the
-  // open step's when the roster only grew (that step goes on; joiners enter after it).
+  spdlog::info("coordinator: generation {} with {} member(s)", st.roster.generation,
+               st.roster.members.size());
+  // The job first: it aborts an open step that lost a voter. Then rendezvous keys of older
+  // generations can never complete a group again, except the open step's when it goes on
+  // (the roster only grew; joiners enter after it): their waiters are answered superseded
+  // now, so a member waiting for a rank that died builds the new generation at once
+  // instead of at its rendezvous timeout.
+  const bool run = st.opts.job && !st.stopping;
+  job_actions actions;
+  if (run) actions = st.opts.job->on_generation(st.roster, now_s(self));
   uint64_t keep_from = st.roster.generation;
   if (st.opts.job) {
     if (auto open = st.opts.job->open_step()) keep_from = std::min(keep_from, open->first);
@@ -275,10 +283,7 @@ void on_new_generation(self_ptr self) {
   for (const auto& r : st.store.drop_generations_below(keep_from)) {
     answer_waiter(self, r);
   }
-  spdlog::info("coordinator: generation {} with {} member(s)", st.roster.generation,
-               st.roster.members.size());
-  if (st.opts.job && !st.stopping)
-    run_job(self, st.opts.job->on_generation(st.roster, now_s(self)));
+  if (run) run_job(self, std::move(actions));
 }
 
 // Adopts a decision's roster; true when the generation grew (caller then broadcasts, after

@@ -213,6 +213,10 @@ TEST_CASE("a worker killed on another host: the survivors go on and end on the s
   REQUIRE(kills[0]["recover_ms"].is_number());
   MESSAGE("kill on another host: detect " << kills[0]["detect_ms"] << " ms, recover "
                                           << kills[0]["recover_ms"] << " ms");
+  // Survivors that were waiting in the dead member's rendezvous are answered superseded by
+  // the new roster, not left to their 10 s rendezvous timeout (about 0.5 s here; the bound
+  // is slack for a loaded machine, well below that timeout).
+  CHECK(kills[0]["recover_ms"].get<double>() < 5000.0);
   const auto code = w4->wait_exit(start_timeout);
   REQUIRE(code.has_value());
   CHECK(*code != 0);  // it was killed
@@ -273,4 +277,43 @@ TEST_CASE("a joiner on a new host takes its state from a live peer across the br
     if (e["worker"] == "c-0" && e.contains("transfer_mb_s") && e["transfer_mb_s"].is_number())
       transfer = e["transfer_mb_s"].get<double>() > 0.0;
   CHECK_MESSAGE(transfer, s["events"].dump());
+}
+
+TEST_CASE("workers that advertise an address their peers cannot reach fail the job, naming it") {
+  require_netns();
+  temp_dir dir;
+  const std::string cfg = dir.write("cfg.yaml", small_yaml(dir.path(), "bitwise", 40));
+  bed b(3);
+  // 127.0.0.1 is every host's own loopback: what the data plane advertised before it knew
+  // better. Each host reaches only itself there.
+  coordinator c(b, dir, cfg, {"--set", "cluster.workers=2", "--set", "comm.interface=127.0.0.1"});
+  auto w1 = worker(b, 2, dir, c, "b-0");
+  auto w2 = worker(b, 3, dir, c, "c-0");
+  const auto code = c.proc->wait_exit(run_timeout);
+  REQUIRE_MESSAGE(code.has_value(), c.proc->err());
+  CHECK(*code == 1);
+  const std::string err = c.proc->err();
+  CHECK_MESSAGE(err.find("could not connect 3 times in a row") != std::string::npos, err);
+  CHECK_MESSAGE(err.find("which advertised [127.0.0.1]:") != std::string::npos, err);
+  CHECK_MESSAGE(err.find("comm.interface") != std::string::npos, err);
+}
+
+TEST_CASE("a pipeline with one stage per host is bit-identical to `cohort train`") {
+  require_netns();
+  temp_dir dir;
+  const int steps = 6;
+  const std::string cfg = dir.write("cfg.yaml", gpt_yaml(dir.path(), steps));
+  const std::string hash = train_summary(dir, cfg)["params_sha256"];
+  bed b(3);
+  // pp 2: stage 0 on one host, stage 1 on the other, so every activation and gradient
+  // crosses the bridge through the p2p channel each worker advertised.
+  coordinator c(b, dir, cfg,
+                {"--set", "cluster.workers=2", "--set", "parallel.dp=1", "--set", "parallel.pp=2"});
+  auto w1 = worker(b, 2, dir, c, "b-0");
+  auto w2 = worker(b, 3, dir, c, "c-0");
+  const nlohmann::json s = c.finish();
+  CHECK(s["steps_completed"] == steps);
+  CHECK(s["params_sha256"] == hash);
+  CHECK_MESSAGE(w2->err().find("data plane on " + bed::address(3)) != std::string::npos,
+                w2->err());
 }
