@@ -269,6 +269,7 @@ struct group {
     comm::transport_options t;
     t.group = group;
     t.hostname = data_host;
+    t.transport = cfg->comm.transport;
     t.cancel = cancel;
     comm = comm::make_communicator(cfg->comm.backend, "cpu", kv, rank, o.replicas, o.generation,
                                    timeout, t);
@@ -276,6 +277,8 @@ struct group {
     comm_rank = rank;
     comm_size = o.replicas;
     shared->install(comm.get(), o.generation);
+    spdlog::info("dp group: generation {}: group '{}' of {} over {}", o.generation, group,
+                 o.replicas, comm->backend());
   }
 
   // Drops the old generation's links and builds this one's; a newer roster (the worker
@@ -331,6 +334,7 @@ struct group {
       comm::transport_options tt;
       tt.group = "tp.r" + std::to_string(rank) + ".s" + std::to_string(o.stage);
       tt.hostname = data_host;
+      tt.transport = cfg->comm.transport;
       tt.cancel = cancel;
       tp_comm = comm::make_communicator(cfg->comm.backend, "cpu", kv, o.tp_rank, T, o.generation,
                                         timeout, tt);

@@ -132,12 +132,12 @@ void run_ranks(const std::vector<std::vector<std::string>>& argvs) {
 void print_table(const comm::allreduce_bench_options& o,
                  const std::vector<comm::allreduce_bench_row>& rows) {
   std::printf(
-      "cohort bench allreduce: %d ranks (local processes), Gloo ring allreduce over TCP "
-      "127.0.0.1, float32 sum, bucket %.3g MiB; time = median over calls (cohort and raw "
-      "interleaved "
+      "cohort bench allreduce: %d ranks (local processes), cohort over %s, raw = Gloo ring "
+      "allreduce over TCP 127.0.0.1, float32 sum, bucket %.3g MiB; time = median over calls "
+      "(cohort and raw interleaved "
       "call by call) of the slowest rank's time; GB/s: algbw = bytes/time, busbw = "
       "algbw*2(n-1)/n; x/raw = median over calls of raw_i/x_i (the busbw ratio)\n",
-      o.ranks, o.bucket_mb);
+      o.ranks, o.transport.c_str(), o.bucket_mb);
   std::printf("%10s %6s | %10s %7s %7s | %10s %7s | %10s %7s %7s | %10s %11s\n", "size", "iters",
               "cohort us", "algbw", "busbw", "bucket us", "busbw", "raw us", "algbw", "busbw",
               "cohort/raw", "buckets/raw");
@@ -162,7 +162,7 @@ void print_json(const comm::allreduce_bench_options& o,
                           {"busbw_gbps", comm::busbw_gbps(bytes, p.median, o.ranks)}};
   };
   nlohmann::json j{{"bench", "allreduce"},     {"ranks", o.ranks},
-                   {"backend", "gloo"},        {"transport", "tcp 127.0.0.1"},
+                   {"backend", "gloo"},        {"transport", o.transport},
                    {"dtype", "float32"},       {"time", "median over calls of the slowest rank"},
                    {"bucket_mb", o.bucket_mb}, {"rows", nlohmann::json::array()}};
   for (const auto& r : rows)
@@ -208,6 +208,11 @@ void add_bench_allreduce(CLI::App& bench, int* rc) {
   cmd->add_option("--timeout-ms", opts->timeout_ms, "collective and rendezvous timeout")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  cmd->add_option("--transport", opts->transport,
+                  "what the cohort and bucket rows use: gloo (TCP), shm (shared memory), auto "
+                  "(shm: the ranks share this host); the raw row is always Gloo")
+      ->check(CLI::IsMember({"gloo", "shm", "auto"}))
+      ->capture_default_str();
   cmd->add_flag("--json", *json, "print one JSON object instead of a table");
   // The rank processes this command starts: hidden (empty group).
   cmd->add_option("--child-rank", *child_rank)->group("");
@@ -244,7 +249,8 @@ void add_bench_allreduce(CLI::App& bench, int* rc) {
             joined.str(), std::string("--iters"), std::to_string(opts->iters),
             std::string("--warmup"), std::to_string(opts->warmup), std::string("--bucket-mb"),
             std::to_string(opts->bucket_mb), std::string("--timeout-ms"),
-            std::to_string(opts->timeout_ms), std::string("--child-rank"), std::to_string(r),
+            std::to_string(opts->timeout_ms), std::string("--transport"), opts->transport,
+            std::string("--child-rank"), std::to_string(r),
             std::string("--child-dir"), dir})
         a.push_back(s);
       argvs.push_back(a);

@@ -19,6 +19,9 @@ struct allreduce_bench_options {
   int warmup = 2;          ///< untimed allreduces per path and size
   double bucket_mb = 2.0;  ///< bucket size of the bucket-engine path (comm.bucket_mb)
   int timeout_ms = 60000;
+  /// The cohort and bucket paths' transport (transport_options::transport): gloo | shm |
+  /// auto. Raw Gloo stays the reference.
+  std::string transport = "gloo";
 };
 
 /// Default sizes: 1 KiB to 64 MiB in powers of 4.
@@ -40,7 +43,7 @@ struct path_stats {
 struct allreduce_bench_row {
   std::size_t bytes = 0;
   int iters = 0;
-  path_stats cohort;   ///< communicator::allreduce_sum (gloo_comm via make_communicator)
+  path_stats cohort;   ///< communicator::allreduce_sum (make_communicator, opts.transport)
   path_stats buckets;  ///< bucket_engine: begin, mark_ready(all), wait_all
   path_stats raw;      ///< gloo::allreduce on a gloo::Context, no cohort code in the loop
   /// Median over i of raw_i / cohort_i (calls i of both paths ran back to back): the

@@ -4,6 +4,7 @@
 
 #include "runtime/comm/gloo_comm.hpp"
 #include "runtime/comm/nccl_communicator.hpp"
+#include "runtime/comm/shm_comm.hpp"
 
 namespace cohort::comm {
 
@@ -47,6 +48,38 @@ std::unique_ptr<communicator> make_communicator(const std::string& backend,
     return std::make_unique<nccl_communicator>(kv, generation, rank, size, parse_device(device),
                                                timeout, rendezvous_timeout,
                                                transport.group + "/nccl");
+  std::string transport_kind = transport.transport;
+  if (transport_kind == "auto") {
+    // Every rank says where it runs; rank 0 decides for the group.
+    const auto key = [&](const std::string& k) {
+      return generation_key(generation, transport.group + "/transport/" + k);
+    };
+    const std::string me = host_identity();
+    if (rank == 0) {
+      bool one_host = true;
+      for (int r = 1; r < size && one_host; ++r) {
+        const std::vector<char> v = kv.get(key("host/" + std::to_string(r)), rendezvous_timeout);
+        one_host = std::string(v.begin(), v.end()) == me;
+      }
+      transport_kind = one_host && size > 1 ? "shm" : "gloo";
+      kv.set(key("kind"), std::vector<char>(transport_kind.begin(), transport_kind.end()));
+    } else {
+      kv.set(key("host/" + std::to_string(rank)), std::vector<char>(me.begin(), me.end()));
+      if (transport.cancel) transport.cancel->check("build of group '" + transport.group + "'");
+      const std::vector<char> v = kv.get(key("kind"), rendezvous_timeout);
+      transport_kind.assign(v.begin(), v.end());
+    }
+  }
+  if (transport_kind == "shm") {
+    shm_options o;
+    o.prefix = transport.group + "/shm";
+    o.timeout = timeout;
+    o.rendezvous_timeout = rendezvous_timeout;
+    o.cancel = transport.cancel;
+    return std::make_unique<shm_comm>(kv, generation, rank, size, o);
+  }
+  if (transport_kind != "gloo")
+    throw usage_error("comm.transport '" + transport.transport + "' is not one of: auto, gloo, shm");
   // The store adapter is needed only while gloo_comm connects.
   kv_gloo_store store(kv, generation, rendezvous_timeout);
   gloo_options o;

@@ -20,6 +20,10 @@ struct transport_options {
   std::string hostname = "127.0.0.1";  ///< Gloo: address to listen on and advertise
   std::string iface;                   ///< Gloo: interface instead of hostname
   int rendezvous_timeout_ms = 0;       ///< 0: timeout_ms (peers may start later)
+  /// CPU groups: "gloo" (TCP), "shm" (shared memory: every rank on this host), or "auto"
+  /// (shm when every rank of the group has this host's identity, else gloo; decided by
+  /// rank 0 through the store, so every rank builds the same kind).
+  std::string transport = "gloo";
   /// Optional: aborting it from another thread ends the build with comm_error(aborted).
   /// Gloo: at once, in the rendezvous or a TCP connect. NCCL: checked before the build
   /// (its init is bounded by the rendezvous timeout; see docs/collectives.md).

@@ -364,6 +364,15 @@ const std::vector<key_spec>& schema() {
        "Gradient bucket size in MiB; buckets are allreduced as soon as backward completes "
        "them."},
       {"comm",
+       "transport",
+       COHORT_FIELD(comm.transport),
+       unbounded(),
+       {"auto", "gloo", "shm"},
+       nullptr,
+       "How each DP / TP group moves tensors on the CPU: shm = a shared-memory segment (every "
+       "rank of the group on one host); gloo = Gloo over TCP; auto = shm for a group whose "
+       "ranks all share a host (host name, network namespace and boot id), else gloo."},
+      {"comm",
        "interface",
        COHORT_FIELD(comm.interface),
        unbounded(),

@@ -69,6 +69,9 @@ struct comm_config {
   /// Where each worker's data plane listens and what it advertises: "auto" (the local
   /// address that reaches the coordinator), an interface name, or an address of the host.
   std::string interface = "auto";
+  /// CPU collectives of each group: auto (shared memory when every rank of the group is on
+  /// one host, else Gloo over TCP) | gloo | shm.
+  std::string transport = "auto";
 };
 
 struct fault_tolerance_config {

@@ -23,11 +23,13 @@ namespace {
 
 // `cohort launch` with N workers; its summary (null json if it failed).
 nlohmann::json launch_summary(const temp_dir& dir, const std::string& cfg, int workers,
-                              std::string* log = nullptr) {
-  const std::string out = dir.path() + "/launch" + std::to_string(workers) + ".json";
+                              std::string* log = nullptr, const std::string& transport = "auto") {
+  const std::string tag = "launch" + std::to_string(workers) + transport;
+  const std::string out = dir.path() + "/" + tag + ".json";
   child_process launch({"launch", cfg, "-q", "--summary", out, "--set",
-                        "cluster.workers=" + std::to_string(workers)},
-                       dir.path(), "launch" + std::to_string(workers));
+                        "cluster.workers=" + std::to_string(workers), "--set",
+                        "comm.transport=" + transport},
+                       dir.path(), tag);
   const auto code = launch.wait_exit(milliseconds(120000));
   if (log != nullptr) *log = launch.out() + launch.err();
   REQUIRE_MESSAGE(code.has_value(), "launch did not finish: " << launch.err());
@@ -37,15 +39,19 @@ nlohmann::json launch_summary(const temp_dir& dir, const std::string& cfg, int w
 
 }  // namespace
 
-TEST_CASE("bitwise: params_sha256 is identical for cohort train and launch with dp 1 2 and 4") {
+TEST_CASE(
+    "bitwise: params_sha256 is identical for cohort train and launch with dp 1 2 and 4, over "
+    "Gloo and over shared memory") {
   temp_dir dir;
   const std::string cfg = dir.write("cfg.yaml", small_yaml(dir.path(), "bitwise"));
   const nlohmann::json ref = train_summary(dir, cfg);
   const std::string hash = ref["params_sha256"];
   REQUIRE(hash.size() == 64);
+  for (const std::string transport : {"gloo", "shm"})
   for (int n : {1, 2, 4}) {
     CAPTURE(n);
-    const nlohmann::json s = launch_summary(dir, cfg, n);
+    CAPTURE(transport);
+    const nlohmann::json s = launch_summary(dir, cfg, n, nullptr, transport);
     REQUIRE(s.is_object());
     CHECK(s["params_sha256"] == hash);
     CHECK(s["params_consistent"] == true);
@@ -57,10 +63,12 @@ TEST_CASE("bitwise: params_sha256 is identical for cohort train and launch with 
     CHECK(s["final_loss"].get<double>() == doctest::Approx(ref["final_loss"].get<double>()));
     for (const auto& w : s["workers"]) {
       CHECK(w["steps"] == 6);
-      // Counted by the communicator where Gloo posts each transfer: the ring allreduce's
-      // closed form, 2(n-1)/n of 6 steps of int64 gradients (25,450 parameters), out and
-      // in, within Gloo's segment rounding.
-      const double expect = 6.0 * 2.0 * (n - 1) / n * 25450 * 8;
+      // Counted by the communicator where it hands each transfer to its transport. Gloo: the
+      // ring allreduce's closed form, 2(n-1)/n of 6 steps of int64 gradients (25,450
+      // parameters), out and in, within Gloo's segment rounding. Shared memory: each rank
+      // copies its gradients into the segment once and the sums out once.
+      const double expect = transport == "gloo" ? 6.0 * 2.0 * (n - 1) / n * 25450 * 8
+                                                : 6.0 * 25450 * 8;
       if (n == 1) {
         CHECK(w["bytes_sent"] == 0);
         CHECK(w["bytes_received"] == 0);

@@ -144,40 +144,40 @@ TEST_CASE("activation checkpointing keeps the pipeline bit-identical with less m
 }
 
 TEST_CASE("a slowed stage makes the other stage's measured bubble larger") {
-  // worker-1's passes are stretched to 8 times their length inside the schedule; whichever
-  // stage it holds, the other stage waits for it. The bubble comes from the stages' own
-  // timestamps, so it has to show: the other stage's compute share of the makespan (1 -
-  // its bubble fraction) must fall by far more than half.
+  // worker-1's passes are stretched to 8 times their length inside the schedule (a sleep
+  // after each pass, so the stretch holds however loaded the machine is); whichever stage
+  // it holds, the other stage waits for it. The bubble comes from the stages' own
+  // timestamps, so it has to show. Every check compares stages of one run: two runs on a
+  // loaded machine differ by more than any bound worth asserting.
   temp_dir dir;
   const std::string cfg = dir.write("gpt.yaml", gpt_yaml(dir.path(), 6, 4));
-  const nlohmann::json base = launch(dir, cfg, grid{1, 2, 1, "gpipe"});
-  temp_dir dir2;
-  const nlohmann::json slow = launch(dir2, cfg, grid{1, 2, 1, "gpipe"},
+  const nlohmann::json slow = launch(dir, cfg, grid{1, 2, 1, "gpipe"},
                                      "--inject 'slow worker=worker-1 factor=8 from step=0 to "
                                      "step=5'");
-  auto bubble_of_other = [](const nlohmann::json& j, int* slowed_stage) {
-    int slowed = -1;
-    for (const auto& w : j["workers"])
-      if (w["name"] == "worker-1") slowed = w["stage"];
-    REQUIRE(slowed >= 0);
-    *slowed_stage = slowed;
-    for (const auto& s : j["pipeline"]["stages"])
-      if (s["stage"] != slowed) return s["bubble_fraction"].get<double>();
-    FAIL("no other stage");
-    return 0.0;
-  };
-  int s_base = -1, s_slow = -1;
-  const double b_base = bubble_of_other(base, &s_base);
-  const double b_slow = bubble_of_other(slow, &s_slow);
-  MESSAGE("other stage's bubble: " << b_base << " unslowed, " << b_slow << " with worker-1 at 8x");
-  CHECK(b_slow > b_base);
-  CHECK(1.0 - b_slow < 0.5 * (1.0 - b_base));
-  // The slowed stage's compute grew with the factor: it is the one that was stretched.
-  for (const auto& s : slow["pipeline"]["stages"])
-    if (s["stage"] == s_slow)
-      for (const auto& t : base["pipeline"]["stages"])
-        if (t["stage"] == s_slow)
-          CHECK(s["compute_s"].get<double>() > 3.0 * t["compute_s"].get<double>());
+  int slowed = -1;
+  for (const auto& w : slow["workers"])
+    if (w["name"] == "worker-1") slowed = w["stage"];
+  REQUIRE(slowed >= 0);
+  double other_bubble = -1, other_compute = -1, slowed_compute = -1;
+  for (const auto& s : slow["pipeline"]["stages"]) {
+    if (s["stage"] == slowed) {
+      slowed_compute = s["compute_s"].get<double>();
+    } else {
+      other_bubble = s["bubble_fraction"].get<double>();
+      other_compute = s["compute_s"].get<double>();
+    }
+  }
+  REQUIRE(other_bubble >= 0);
+  const double theory = slow["pipeline"]["theoretical_bubble"].get<double>();
+  MESSAGE("other stage's bubble " << other_bubble << " (theory without the slow stage "
+                                  << theory << "), compute " << other_compute
+                                  << " s against the slowed stage's " << slowed_compute << " s");
+  // The slowed stage's compute grew with the factor (its stages hold comparable layers, so
+  // 8x the work shows as well over 3x the other's), and the other stage idles most of the
+  // makespan: about 1 - 1/8 of it, far above the schedule's own (P-1)/(M+P-1).
+  CHECK(slowed_compute > 3.0 * other_compute);
+  CHECK(other_bubble > 0.5);
+  CHECK(other_bubble > theory + 0.2);
 }
 
 TEST_CASE("tensor-parallel grids stay within 1e-4 of cohort train") {
