@@ -26,7 +26,7 @@ struct shm_options {
   std::string prefix = "shm";
   std::chrono::milliseconds timeout{5000};             ///< every wait inside a collective
   std::chrono::milliseconds rendezvous_timeout{5000};  ///< the store waits of construction
-  std::size_t chunk_bytes = std::size_t(1) << 20;      ///< per rank and buffer
+  std::size_t chunk_bytes = std::size_t(1) << 18;  ///< per rank and buffer (256 KiB: measured best)
   std::shared_ptr<build_abort> cancel;                 ///< optional: ends construction
 };
 
