@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "tests/mp/mp_util.hpp"
 
@@ -55,6 +56,23 @@ inline nlohmann::json ctl_status(const std::string& ep) {
   const std::string out = run_capture("ctl --coordinator " + ep + " status --json", &rc);
   if (rc != 0) return nlohmann::json();
   return nlohmann::json::parse(out, nullptr, false);
+}
+
+/// The summary's events of KIND, in order.
+inline std::vector<nlohmann::json> events_of(const nlohmann::json& summary,
+                                             const std::string& kind) {
+  std::vector<nlohmann::json> out;
+  for (const auto& e : summary["events"])
+    if (e["kind"] == kind) out.push_back(e);
+  return out;
+}
+
+/// The checks every fault scenario shares: all steps ran and ended on the fault-free
+/// parameters.
+inline void check_fault_free(const nlohmann::json& s, const std::string& hash, int steps) {
+  CHECK(s["steps_completed"] == steps);
+  CHECK(s["params_consistent"] == true);
+  CHECK(s["params_sha256"] == hash);
 }
 
 /// `cohort train CFG` in one process; its summary (the fault-free reference).

@@ -65,20 +65,6 @@ nlohmann::json finish(child_process& launch, const std::string& out) {
   return s;
 }
 
-std::vector<nlohmann::json> events_of(const nlohmann::json& summary, const std::string& kind) {
-  std::vector<nlohmann::json> out;
-  for (const auto& e : summary["events"])
-    if (e["kind"] == kind) out.push_back(e);
-  return out;
-}
-
-// The checks every scenario shares: all steps ran and ended on the fault-free parameters.
-void check_fault_free(const nlohmann::json& s, const std::string& hash, int steps) {
-  CHECK(s["steps_completed"] == steps);
-  CHECK(s["params_consistent"] == true);
-  CHECK(s["params_sha256"] == hash);
-}
-
 // The launcher's line for a child's exit ("launch: NAME (pid P) exited: ..."), or "".
 std::string exit_line(const std::string& log, const std::string& name) {
   const std::string head = "launch: " + name + " (pid ";

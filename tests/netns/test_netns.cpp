@@ -34,17 +34,21 @@ std::string ip_binary() {
   return "ip";
 }
 
-// Runs SCRIPT ARGS; its exit code (stdout and stderr into *OUT when given).
-int run_script(const std::string& args, std::string* out = nullptr) {
-  const std::string cmd = netns_script() + " " + args + " 2>&1";
+// Runs the shell command CMD; its exit code, its stdout into *OUT when given.
+int run_shell(const std::string& cmd, std::string* out = nullptr) {
   FILE* p = ::popen(cmd.c_str(), "r");
   std::string text;
-  char buf[512];
+  char buf[4096];
   size_t n;
   while (p != nullptr && (n = std::fread(buf, 1, sizeof buf, p)) > 0) text.append(buf, n);
   const int status = p != nullptr ? ::pclose(p) : -1;
   if (out != nullptr) *out = text;
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+// Runs SCRIPT ARGS; its exit code (stdout and stderr into *OUT when given).
+int run_script(const std::string& args, std::string* out = nullptr) {
+  return run_shell(netns_script() + " " + args + " 2>&1", out);
 }
 
 // Skips the case (exit 77, the reason on stdout) when this machine cannot make namespaces.
@@ -124,34 +128,16 @@ std::unique_ptr<child_process> worker(const bed& b, int host, const temp_dir& di
       std::vector<std::string>{}, b.on(host));
 }
 
-std::vector<nlohmann::json> events_of(const nlohmann::json& s, const std::string& kind) {
-  std::vector<nlohmann::json> out;
-  for (const auto& e : s["events"])
-    if (e["kind"] == kind) out.push_back(e);
-  return out;
-}
-
-void check_fault_free(const nlohmann::json& s, const std::string& hash, int steps) {
-  CHECK(s["steps_completed"] == steps);
-  CHECK(s["params_consistent"] == true);
-  CHECK(s["params_sha256"] == hash);
-}
-
 // Waits until the job at EP (reached from host 1's namespace) has committed STEP steps.
 void wait_for_step(const bed& b, const std::string& ep, int64_t step) {
   std::string prefix;
   for (const auto& a : b.on(1)) prefix += a + " ";
   const bool reached = eventually(milliseconds(120000), [&] {
-    int rc = -1;
-    const std::string cmd = prefix + cohort_binary() + " ctl --coordinator " + ep +
-                            " status --json 2>/dev/null";
-    FILE* p = ::popen(cmd.c_str(), "r");
     std::string out;
-    char buf[4096];
-    size_t n;
-    while (p != nullptr && (n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-    rc = p != nullptr ? ::pclose(p) : -1;
-    if (rc != 0) return false;
+    if (run_shell(prefix + cohort_binary() + " ctl --coordinator " + ep +
+                      " status --json 2>/dev/null",
+                  &out) != 0)
+      return false;
     const auto j = nlohmann::json::parse(out, nullptr, false);
     return j.is_object() && j["step"].is_number() && j["step"].get<int64_t>() >= step;
   });
