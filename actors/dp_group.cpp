@@ -9,11 +9,11 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <limits>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <limits>
 #include <optional>
 #include <thread>
 
@@ -26,8 +26,8 @@
 #include "runtime/core/config.hpp"
 #include "runtime/core/error.hpp"
 #include "runtime/core/paths.hpp"
-#include "runtime/net/host_address.hpp"
 #include "runtime/data/dataset.hpp"
+#include "runtime/net/host_address.hpp"
 #include "runtime/train/checkpoint_writer.hpp"
 #include "runtime/train/param_stats.hpp"
 #include "runtime/train/stage_trainer.hpp"
@@ -270,6 +270,8 @@ struct group {
     t.group = group;
     t.hostname = data_host;
     t.transport = cfg->comm.transport;
+    t.hierarchy = cfg->comm.hierarchy;
+    t.host_id = cfg->comm.host_id == "auto" ? "" : cfg->comm.host_id;
     t.cancel = cancel;
     comm = comm::make_communicator(cfg->comm.backend, "cpu", kv, rank, o.replicas, o.generation,
                                    timeout, t);
@@ -335,14 +337,15 @@ struct group {
       tt.group = "tp.r" + std::to_string(rank) + ".s" + std::to_string(o.stage);
       tt.hostname = data_host;
       tt.transport = cfg->comm.transport;
+      tt.hierarchy = cfg->comm.hierarchy;
+      tt.host_id = cfg->comm.host_id == "auto" ? "" : cfg->comm.host_id;
       tt.cancel = cancel;
       tp_comm = comm::make_communicator(cfg->comm.backend, "cpu", kv, o.tp_rank, T, o.generation,
                                         timeout, tt);
       shared->install_extra([c = tp_comm.get()] { c->abort(); });
     }
     if (P > 1) {
-      p2p = std::make_unique<comm::p2p_channel>(data_host, o.stage,
-                                                o.generation, timeout);
+      p2p = std::make_unique<comm::p2p_channel>(data_host, o.stage, o.generation, timeout);
       shared->install_extra([c = p2p.get()] { c->abort(); });
       auto key = [&](int stage) {
         return "p2p.r" + std::to_string(rank) + ".t" + std::to_string(o.tp_rank) + ".s" +

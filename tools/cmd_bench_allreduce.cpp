@@ -132,12 +132,13 @@ void run_ranks(const std::vector<std::vector<std::string>>& argvs) {
 void print_table(const comm::allreduce_bench_options& o,
                  const std::vector<comm::allreduce_bench_row>& rows) {
   std::printf(
-      "cohort bench allreduce: %d ranks (local processes), cohort over %s, raw = Gloo ring "
+      "cohort bench allreduce: %d ranks (local processes) on %d host(s), cohort over %s, raw = "
+      "Gloo ring "
       "allreduce over TCP 127.0.0.1, float32 sum, bucket %.3g MiB; time = median over calls "
       "(cohort and raw interleaved "
       "call by call) of the slowest rank's time; GB/s: algbw = bytes/time, busbw = "
       "algbw*2(n-1)/n; x/raw = median over calls of raw_i/x_i (the busbw ratio)\n",
-      o.ranks, o.transport.c_str(), o.bucket_mb);
+      o.ranks, o.hosts, o.transport.c_str(), o.bucket_mb);
   std::printf("%10s %6s | %10s %7s %7s | %10s %7s | %10s %7s %7s | %10s %11s\n", "size", "iters",
               "cohort us", "algbw", "busbw", "bucket us", "busbw", "raw us", "algbw", "busbw",
               "cohort/raw", "buckets/raw");
@@ -161,10 +162,15 @@ void print_json(const comm::allreduce_bench_options& o,
                           {"algbw_gbps", comm::algbw_gbps(bytes, p.median)},
                           {"busbw_gbps", comm::busbw_gbps(bytes, p.median, o.ranks)}};
   };
-  nlohmann::json j{{"bench", "allreduce"},     {"ranks", o.ranks},
-                   {"backend", "gloo"},        {"transport", o.transport},
-                   {"dtype", "float32"},       {"time", "median over calls of the slowest rank"},
-                   {"bucket_mb", o.bucket_mb}, {"rows", nlohmann::json::array()}};
+  nlohmann::json j{{"bench", "allreduce"},
+                   {"ranks", o.ranks},
+                   {"backend", "gloo"},
+                   {"transport", o.transport},
+                   {"hosts", o.hosts},
+                   {"dtype", "float32"},
+                   {"time", "median over calls of the slowest rank"},
+                   {"bucket_mb", o.bucket_mb},
+                   {"rows", nlohmann::json::array()}};
   for (const auto& r : rows)
     j["rows"].push_back({{"bytes", r.bytes},
                          {"iters", r.iters},
@@ -209,9 +215,16 @@ void add_bench_allreduce(CLI::App& bench, int* rc) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   cmd->add_option("--transport", opts->transport,
-                  "what the cohort and bucket rows use: gloo (TCP), shm (shared memory), auto "
-                  "(shm: the ranks share this host); the raw row is always Gloo")
-      ->check(CLI::IsMember({"gloo", "shm", "auto"}))
+                  "what the cohort and bucket rows use: gloo (TCP), shm (shared memory), "
+                  "hierarchical (shared memory inside each host, Gloo among the hosts' "
+                  "leaders), auto (as comm.transport and comm.hierarchy auto decide); the raw "
+                  "row is always flat Gloo")
+      ->check(CLI::IsMember({"gloo", "shm", "hierarchical", "auto"}))
+      ->capture_default_str();
+  cmd->add_option("--hosts", opts->hosts,
+                  "emulated hosts: ranks r*H/N.. share host r (a host id each, as "
+                  "comm.host_id sets); with hierarchical or auto")
+      ->check(CLI::Range(1, 64))
       ->capture_default_str();
   cmd->add_flag("--json", *json, "print one JSON object instead of a table");
   // The rank processes this command starts: hidden (empty group).
@@ -225,6 +238,13 @@ void add_bench_allreduce(CLI::App& bench, int* rc) {
     for (std::size_t s : opts->sizes)
       if (s < sizeof(float)) throw usage_error("--sizes: each size must be at least 4 bytes");
 
+    if (opts->hosts > opts->ranks)
+      throw usage_error("--hosts " + std::to_string(opts->hosts) + " is more than --ranks " +
+                        std::to_string(opts->ranks) + " (each host needs a rank)");
+    if (opts->hosts > 1 && opts->transport != "hierarchical" && opts->transport != "auto")
+      throw usage_error(
+          "--hosts needs --transport hierarchical or auto (gloo and shm do not "
+          "look at hosts)");
     if (*child_rank >= 0) {  // one rank of a run started below
       const auto rows = comm::run_allreduce_bench_rank(*opts, *child_rank, *child_dir);
       if (*child_rank == 0)
@@ -244,14 +264,16 @@ void add_bench_allreduce(CLI::App& bench, int* rc) {
     for (int r = 0; r < opts->ranks; ++r) {
       std::vector<std::string> a = {"cohort"};
       for (const auto& name : command_path(cmd)) a.push_back(name);
-      for (const std::string& s :
-           {std::string("--ranks"), std::to_string(opts->ranks), std::string("--sizes"),
-            joined.str(), std::string("--iters"), std::to_string(opts->iters),
-            std::string("--warmup"), std::to_string(opts->warmup), std::string("--bucket-mb"),
-            std::to_string(opts->bucket_mb), std::string("--timeout-ms"),
-            std::to_string(opts->timeout_ms), std::string("--transport"), opts->transport,
-            std::string("--child-rank"), std::to_string(r),
-            std::string("--child-dir"), dir})
+      for (const std::string& s : {std::string("--ranks"),      std::to_string(opts->ranks),
+                                   std::string("--sizes"),      joined.str(),
+                                   std::string("--iters"),      std::to_string(opts->iters),
+                                   std::string("--warmup"),     std::to_string(opts->warmup),
+                                   std::string("--bucket-mb"),  std::to_string(opts->bucket_mb),
+                                   std::string("--timeout-ms"), std::to_string(opts->timeout_ms),
+                                   std::string("--transport"),  opts->transport,
+                                   std::string("--hosts"),      std::to_string(opts->hosts),
+                                   std::string("--child-rank"), std::to_string(r),
+                                   std::string("--child-dir"),  dir})
         a.push_back(s);
       argvs.push_back(a);
     }

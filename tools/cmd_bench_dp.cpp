@@ -1,4 +1,5 @@
-// `cohort bench dp CFG [--workers 1,2] [--batch B] [--steps S] [--bucket-mb MB] [--json]`:
+// `cohort bench dp CFG [--workers 1,2] [--batch B] [--steps S] [--bucket-mb MB]
+// [--transport T] [--json]`:
 // weak scaling of data-parallel training. For each worker count N it runs `cohort launch`
 // (this binary) with N workers, each computing B samples per step (global batch N*B, one
 // micro-batch per worker), and reports the step time, its ratio to the first N's step time
@@ -34,7 +35,8 @@ struct bench_dp_options {
   std::vector<int> workers{1, 2};
   int batch = 0;  // per worker; 0: the config's micro_batch
   int64_t steps = 200;
-  double bucket_mb = 0;  // 0: the config's comm.bucket_mb
+  double bucket_mb = 0;   // 0: the config's comm.bucket_mb
+  std::string transport;  // empty: the config's comm.transport / comm.hierarchy
   std::vector<std::string> overrides;
   bool json = false;
 };
@@ -66,6 +68,11 @@ dp_point run_point(const bench_dp_options& o, const config& base, int n,
   for (const auto& s : sets) args.insert(args.end(), {"--set", s});
   if (o.bucket_mb > 0)
     args.insert(args.end(), {"--set", "comm.bucket_mb=" + std::to_string(o.bucket_mb)});
+  if (!o.transport.empty()) {
+    const bool hier = o.transport == "hierarchical";
+    args.insert(args.end(), {"--set", "comm.transport=" + (hier ? "auto" : o.transport), "--set",
+                             "comm.hierarchy=" + std::string(hier ? "hierarchical" : "auto")});
+  }
   const std::string log = (dir / ("dp" + std::to_string(n) + ".log")).string();
   const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   const pid_t pid = actors::spawn_self(args, fd, fd);
@@ -116,6 +123,12 @@ void add_bench_dp(CLI::App& bench, int* rc) {
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 40))
       ->capture_default_str();
   cmd->add_option("--bucket-mb", o->bucket_mb, "comm.bucket_mb for every run; 0: the config's");
+  cmd->add_option("--transport", o->transport,
+                  "every run's DP transport: gloo, shm, auto or hierarchical (comm.transport "
+                  "and comm.hierarchy; the workers of `launch` share one host, so "
+                  "hierarchical is shared memory here: tools/bench_hier.sh measures it across "
+                  "emulated hosts); default: the config's")
+      ->check(CLI::IsMember({"gloo", "shm", "auto", "hierarchical"}));
   add_set_option(*cmd, &o->overrides);
   cmd->add_flag("--json", o->json, "one JSON object instead of the table");
   cmd->callback([o, rc] {
@@ -134,6 +147,7 @@ void add_bench_dp(CLI::App& bench, int* rc) {
     if (o->json) {
       nlohmann::json j;
       j["config"] = o->config;
+      j["transport"] = o->transport.empty() ? base.comm.transport : o->transport;
       j["steps"] = o->steps;
       j["batch_per_worker"] = o->batch > 0 ? o->batch : base.train.micro_batch;
       for (const auto& p : pts)
@@ -147,6 +161,8 @@ void add_bench_dp(CLI::App& bench, int* rc) {
                                {"overlap", p.overlap}});
       std::printf("%s\n", j.dump(2).c_str());
     } else {
+      std::printf("bench dp: %s, transport %s\n", o->config.c_str(),
+                  (o->transport.empty() ? base.comm.transport : o->transport).c_str());
       std::printf("%8s %10s %8s %11s %13s %13s %9s %8s\n", "workers", "step_ms", "ratio",
                   "compute_ms", "comm_wait_ms", "allreduce_ms", "idle_ms", "overlap");
       for (const auto& p : pts)

@@ -65,7 +65,9 @@ std::vector<allreduce_bench_row> run_allreduce_bench_rank(const allreduce_bench_
 
   // cohort's path: the factory over the file store, as a worker builds it.
   t.group = "dp";
-  t.transport = opts.transport;
+  t.transport = opts.transport == "hierarchical" ? "auto" : opts.transport;
+  t.hierarchy = opts.transport == "hierarchical" ? "hierarchical" : "auto";
+  if (opts.hosts > 1) t.host_id = "bench-host-" + std::to_string(rank * opts.hosts / n);
   auto comm = make_communicator("gloo", "cpu", kv, rank, n, /*generation=*/1, opts.timeout_ms, t);
 
   // Raw Gloo: its own file store, device and context; nothing of cohort in its loop.

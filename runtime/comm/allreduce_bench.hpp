@@ -19,9 +19,13 @@ struct allreduce_bench_options {
   int warmup = 2;          ///< untimed allreduces per path and size
   double bucket_mb = 2.0;  ///< bucket size of the bucket-engine path (comm.bucket_mb)
   int timeout_ms = 60000;
-  /// The cohort and bucket paths' transport (transport_options::transport): gloo | shm |
-  /// auto. Raw Gloo stays the reference.
+  /// The cohort and bucket paths' transport: gloo | shm | auto (transport_options, with
+  /// hierarchy auto) | hierarchical (transport auto, hierarchy hierarchical). Raw Gloo
+  /// stays the reference.
   std::string transport = "gloo";
+  /// Emulated hosts (hierarchical / auto only): rank r sits on host r * hosts / ranks,
+  /// named by transport_options::host_id.
+  int hosts = 1;
 };
 
 /// Default sizes: 1 KiB to 64 MiB in powers of 4.

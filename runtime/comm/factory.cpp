@@ -3,6 +3,7 @@
 #include <cctype>
 
 #include "runtime/comm/gloo_comm.hpp"
+#include "runtime/comm/hier_comm.hpp"
 #include "runtime/comm/nccl_communicator.hpp"
 #include "runtime/comm/shm_comm.hpp"
 
@@ -48,27 +49,73 @@ std::unique_ptr<communicator> make_communicator(const std::string& backend,
     return std::make_unique<nccl_communicator>(kv, generation, rank, size, parse_device(device),
                                                timeout, rendezvous_timeout,
                                                transport.group + "/nccl");
+  if (transport.hierarchy != "auto" && transport.hierarchy != "flat" &&
+      transport.hierarchy != "hierarchical")
+    throw usage_error("comm.hierarchy '" + transport.hierarchy +
+                      "' is not one of: auto, flat, hierarchical");
+  if (transport.hierarchy == "hierarchical" && transport.transport != "auto")
+    throw usage_error(
+        "comm.hierarchy: hierarchical combines shared memory and Gloo, so it needs "
+        "comm.transport: auto (it is '" +
+        transport.transport + "')");
   std::string transport_kind = transport.transport;
+  host_layout layout;
   if (transport_kind == "auto") {
-    // Every rank says where it runs; rank 0 decides for the group.
+    // Every rank says where it runs; rank 0 decides for the group and publishes the plan:
+    // "shm", "gloo" or "hier:<host of each rank>".
     const auto key = [&](const std::string& k) {
       return generation_key(generation, transport.group + "/transport/" + k);
     };
-    const std::string me = host_identity();
+    const std::string me = transport.host_id.empty() ? host_identity() : transport.host_id;
+    std::string plan;
     if (rank == 0) {
-      bool one_host = true;
-      for (int r = 1; r < size && one_host; ++r) {
+      std::vector<std::string> ids{me};
+      for (int r = 1; r < size; ++r) {
         const std::vector<char> v = kv.get(key("host/" + std::to_string(r)), rendezvous_timeout);
-        one_host = std::string(v.begin(), v.end()) == me;
+        ids.emplace_back(v.begin(), v.end());
       }
-      transport_kind = one_host && size > 1 ? "shm" : "gloo";
-      kv.set(key("kind"), std::vector<char>(transport_kind.begin(), transport_kind.end()));
+      layout = host_layout::from_identities(ids);
+      if (size == 1)
+        plan = "gloo";
+      else if (layout.hosts() == 1)
+        plan = "shm";
+      else if (transport.hierarchy == "hierarchical" ||
+               (transport.hierarchy == "auto" && layout.max_per_host() >= 2))
+        plan = "hier:" + layout.to_text();
+      else
+        plan = "gloo";
+      kv.set(key("kind"), std::vector<char>(plan.begin(), plan.end()));
     } else {
       kv.set(key("host/" + std::to_string(rank)), std::vector<char>(me.begin(), me.end()));
       if (transport.cancel) transport.cancel->check("build of group '" + transport.group + "'");
       const std::vector<char> v = kv.get(key("kind"), rendezvous_timeout);
-      transport_kind.assign(v.begin(), v.end());
+      plan.assign(v.begin(), v.end());
     }
+    transport_kind = plan.rfind("hier:", 0) == 0 ? "hier" : plan;
+    if (transport_kind == "hier" && rank != 0) layout = host_layout::parse(plan.substr(5), size);
+  }
+  if (transport_kind == "hier") {
+    // This host's ranks over shared memory, then (on the host's leader) the leaders over
+    // Gloo; non-leaders never meet the other hosts.
+    const int host = layout.host_of[rank];
+    transport_options local = transport;
+    local.transport = "shm";
+    local.hierarchy = "flat";
+    local.group = transport.group + "/host" + std::to_string(host);
+    auto local_comm = make_communicator(backend, device, kv, layout.local_rank(rank),
+                                        static_cast<int>(layout.ranks_of(host).size()), generation,
+                                        timeout_ms, local);
+    std::unique_ptr<communicator> leaders;
+    if (layout.local_rank(rank) == 0) {
+      transport_options lead = transport;
+      lead.transport = "gloo";
+      lead.hierarchy = "flat";
+      lead.group = transport.group + "/leaders";
+      leaders = make_communicator(backend, device, kv, host, layout.hosts(), generation, timeout_ms,
+                                  lead);
+    }
+    return std::make_unique<hier_comm>(rank, std::move(layout), std::move(local_comm),
+                                       std::move(leaders));
   }
   if (transport_kind == "shm") {
     shm_options o;
@@ -79,7 +126,8 @@ std::unique_ptr<communicator> make_communicator(const std::string& backend,
     return std::make_unique<shm_comm>(kv, generation, rank, size, o);
   }
   if (transport_kind != "gloo")
-    throw usage_error("comm.transport '" + transport.transport + "' is not one of: auto, gloo, shm");
+    throw usage_error("comm.transport '" + transport.transport +
+                      "' is not one of: auto, gloo, shm");
   // The store adapter is needed only while gloo_comm connects.
   kv_gloo_store store(kv, generation, rendezvous_timeout);
   gloo_options o;

@@ -1,6 +1,8 @@
 // Picks and builds the communicator of a group for one generation: `comm.backend: auto |
 // gloo | nccl` and the worker's device decide between Gloo (TCP, host memory) and NCCL
-// (GPU memory). Owns that choice only; the backends are gloo_comm / nccl_communicator.
+// (GPU memory); on the CPU, `comm.transport` and `comm.hierarchy` with the ranks' hosts
+// decide between Gloo, shared memory and the two combined per host. Owns that choice
+// only; the backends are gloo_comm, shm_comm, hier_comm and nccl_communicator.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -24,6 +26,14 @@ struct transport_options {
   /// (shm when every rank of the group has this host's identity, else gloo; decided by
   /// rank 0 through the store, so every rank builds the same kind).
   std::string transport = "gloo";
+  /// Only with transport "auto", for a group whose ranks span several hosts: "flat" (one
+  /// Gloo group over every rank), "hierarchical" (shared memory inside each host, Gloo
+  /// among one leader per host: hier_comm), or "auto" (hierarchical when some host holds
+  /// two or more of the group's ranks, else flat). Decided by rank 0 with the transport.
+  std::string hierarchy = "auto";
+  /// This rank's host for "same host" decisions; empty: host_identity() (host name,
+  /// network namespace, boot id). Ranks with equal ids must really share /dev/shm.
+  std::string host_id;
   /// Optional: aborting it from another thread ends the build with comm_error(aborted).
   /// Gloo: at once, in the rendezvous or a TCP connect. NCCL: checked before the build
   /// (its init is bounded by the rendezvous timeout; see docs/collectives.md).

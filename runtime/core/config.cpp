@@ -371,7 +371,27 @@ const std::vector<key_spec>& schema() {
        nullptr,
        "How each DP / TP group moves tensors on the CPU: shm = a shared-memory segment (every "
        "rank of the group on one host); gloo = Gloo over TCP; auto = shm for a group whose "
-       "ranks all share a host (host name, network namespace and boot id), else gloo."},
+       "ranks all share a host (host name, network namespace and boot id), else gloo, or both "
+       "combined as comm.hierarchy says."},
+      {"comm",
+       "hierarchy",
+       COHORT_FIELD(comm.hierarchy),
+       unbounded(),
+       {"auto", "flat", "hierarchical"},
+       nullptr,
+       "With transport auto, for a group spread over several hosts: hierarchical = sum over "
+       "shared memory inside each host, allreduce among one leader per host over Gloo, "
+       "broadcast back inside the host; flat = one Gloo group over every rank; auto = "
+       "hierarchical when some host holds two or more of the group's ranks, else flat."},
+      {"comm",
+       "host_id",
+       COHORT_FIELD(comm.host_id),
+       unbounded(),
+       {},
+       nullptr,
+       "What makes two workers one host for shared memory and the hierarchy: auto = "
+       "detected (host name, network namespace and boot id), or any other text, the same on "
+       "the workers that share a host (they must share /dev/shm)."},
       {"comm",
        "interface",
        COHORT_FIELD(comm.interface),
@@ -665,6 +685,7 @@ std::string allowed_text(const key_spec& k) {
   if (!k.choices.empty()) return join(k.choices, " | ");
   if (k.path() == "control.bind") return "tcp://HOST:PORT | ipc://PATH";
   if (k.path() == "comm.interface") return "auto | NAME | ADDRESS";
+  if (k.path() == "comm.host_id") return "auto | TEXT";
   config scratch;
   const field_ref f = k.field(scratch);
   if (std::holds_alternative<std::vector<int>*>(f)) return "each " + describe(k.range);
@@ -1469,8 +1490,16 @@ class loader {
     }
     check_elastic(grid_ok);
     check_faults();
-    if (fine({"comm.interface"}) &&
-        c.comm.interface.find_first_of(" \t\r\n/") != std::string::npos)
+    if (fine({"comm.hierarchy", "comm.transport"}) && c.comm.hierarchy == "hierarchical" &&
+        c.comm.transport != "auto")
+      complain({"comm.hierarchy", "comm.transport"},
+               "hierarchical combines shared memory inside a host with Gloo between hosts, so "
+               "it needs comm.transport: auto (it is " +
+                   c.comm.transport + "); set transport to auto or hierarchy to flat");
+    if (fine({"comm.host_id"}) &&
+        (c.comm.host_id.size() > 200 || c.comm.host_id.find_first_of("\r\n") != std::string::npos))
+      complain({"comm.host_id"}, "must be one line of at most 200 characters (or auto: detected)");
+    if (fine({"comm.interface"}) && c.comm.interface.find_first_of(" \t\r\n/") != std::string::npos)
       complain({"comm.interface"},
                "'" + c.comm.interface +
                    "' is not an interface name or an address (write auto, a name such as "

@@ -72,6 +72,10 @@ struct comm_config {
   /// CPU collectives of each group: auto (shared memory when every rank of the group is on
   /// one host, else Gloo over TCP) | gloo | shm.
   std::string transport = "auto";
+  /// With transport auto and several hosts: auto | flat | hierarchical (comm::hier_comm).
+  std::string hierarchy = "auto";
+  /// What makes workers one host (shared memory, hierarchy); "auto": detected.
+  std::string host_id = "auto";
 };
 
 struct fault_tolerance_config {

@@ -86,6 +86,10 @@ void check_equal(const config& a, const config& b) {
   CHECK(a.train.threads == b.train.threads);
   CHECK(a.comm.backend == b.comm.backend);
   CHECK(a.comm.bucket_mb == b.comm.bucket_mb);
+  CHECK(a.comm.transport == b.comm.transport);
+  CHECK(a.comm.interface == b.comm.interface);
+  CHECK(a.comm.hierarchy == b.comm.hierarchy);
+  CHECK(a.comm.host_id == b.comm.host_id);
   CHECK(a.fault_tolerance.heartbeat_ms == b.fault_tolerance.heartbeat_ms);
   CHECK(a.fault_tolerance.timeout_ms == b.fault_tolerance.timeout_ms);
   CHECK(a.fault_tolerance.checkpoint_every == b.fault_tolerance.checkpoint_every);
@@ -482,6 +486,33 @@ const std::vector<broken_case> broken = {
      9,
      "control.bind",
      "not a ZeroMQ endpoint",
+     1},
+    {"hierarchical over a forced transport",
+     "comm:\n  transport: gloo\n  hierarchy: hierarchical\n",
+     {},
+     "cfg.yaml",
+     3,
+     14,
+     "comm.hierarchy",
+     "needs comm.transport: auto (it is gloo); set transport to auto or hierarchy to flat",
+     1},
+    {"hierarchy typo",
+     "comm:\n  hierarchy: tree\n",
+     {},
+     "cfg.yaml",
+     2,
+     14,
+     "comm.hierarchy",
+     "'tree' is not allowed (use one of auto, flat, hierarchical",
+     1},
+    {"host id over two lines",
+     "comm:\n  host_id: \"rack1\\nnode2\"\n",
+     {},
+     "cfg.yaml",
+     2,
+     12,
+     "comm.host_id",
+     "must be one line of at most 200 characters",
      1},
     {"comm backend typo",
      "comm:\n  backend: glo\n",
@@ -1254,6 +1285,10 @@ TEST_CASE("dump_config round-trips to an equal config") {
                                 "train.threads=2",
                                 "comm.backend=gloo",
                                 "comm.bucket_mb=0.25",
+                                "comm.transport=auto",
+                                "comm.hierarchy=flat",
+                                "comm.interface=eth1",
+                                "comm.host_id='rack 3: node b'",
                                 "fault_tolerance.heartbeat_ms=7",
                                 "fault_tolerance.timeout_ms=9",
                                 "fault_tolerance.checkpoint_every=5",
@@ -1306,7 +1341,7 @@ TEST_CASE("dump_config prints every key of the schema, sections in a fixed order
     at = found;
   }
   const std::set<std::string> keys = key_paths(text);
-  CHECK(keys.size() == 52);
+  CHECK(keys.size() == 54);
   for (const char* k : {"cluster.workers", "parallel.dp", "model.hidden", "data.cache_dir",
                         "train.threads", "comm.backend", "comm.bucket_mb", "fault_tolerance.keep",
                         "elastic.min_workers", "elastic.max_workers", "elastic.respawn",
@@ -1614,7 +1649,7 @@ TEST_CASE("configs/reference.yaml is the generated reference and holds every key
     }
     previous = line;
   }
-  CHECK(keys == 51);
+  CHECK(keys == 53);
   CHECK(top_level == 1);
   // The commented examples are the language's own examples, and each of them parses.
   size_t examples = 0;
