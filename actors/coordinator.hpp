@@ -92,6 +92,10 @@ struct coordinator_state {
   uint64_t next_kv_id = 1;
   int64_t step = 0;  ///< next training step (the job's), 0 without a job
   bool stopping = false;
+  /// When the next tick should arrive, and whether the tick now queued was put off once
+  /// because the coordinator itself ran late (see the tick handler).
+  mb::mono_time tick_due{};
+  bool tick_deferred = false;
   std::unique_ptr<bench_run> bench;
 };
 

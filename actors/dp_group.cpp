@@ -136,6 +136,8 @@ struct group {
   uint64_t job_id = 0;  ///< the run's id (job_spec), written into each shard
   int last_micro = 0;   ///< micro-batches of this replica in the last step
   std::unique_ptr<comm::communicator> comm;
+  /// Further communicators of the DP group (comm.lanes), so buckets overlap in flight.
+  std::vector<std::unique_ptr<comm::communicator>> lanes;
   std::unique_ptr<comm::bucket_engine> engine;
   /// Rank 0's checkpoints, written in the background (training does not wait for disk).
   std::unique_ptr<train::checkpoint_writer> writer;
@@ -191,11 +193,13 @@ struct group {
 
   void drop_comm() {
     if (comm) comm->abort();
+    for (auto& c : lanes) c->abort();
     if (tp_comm) tp_comm->abort();
     if (p2p) p2p->abort();
-    engine.reset();  // joins the communication thread (prompt after abort)
+    engine.reset();  // joins the communication threads (prompt after abort)
     shared->install(nullptr, 0);
     comm.reset();
+    lanes.clear();
     tp_comm.reset();
     p2p.reset();
     comm_generation = 0;
@@ -217,7 +221,13 @@ struct group {
 
   // The DP communicator's bytes posted to the transport since BEFORE, into T.
   void add_traffic(const comm::comm_traffic& before, net::step_timing& t) const {
-    const comm::comm_traffic now = comm->traffic();
+    comm::comm_traffic now = comm->traffic();
+    for (const auto& c : lanes) {
+      const comm::comm_traffic l = c->traffic();
+      now.sent += l.sent;
+      now.received += l.received;
+      now.measured = now.measured && l.measured;
+    }
     if (!now.measured) return;  // a backend that cannot count: 0, never an estimate
     t.bytes_sent = now.sent - before.sent;
     t.bytes_recv = now.received - before.received;
@@ -264,8 +274,9 @@ struct group {
 
   // Opens the DP communicator GROUP of generation o.generation (this worker's rank RANK of
   // o.replicas), installed for abort; CANCEL (from begin_build) ends the build early.
-  void open_dp(const net::step_open& o, int rank, const std::string& group, remote_kv& kv,
-               int timeout, const std::shared_ptr<comm::build_abort>& cancel) {
+  // How this worker's groups reach their peers (comm.*), for group GROUP.
+  comm::transport_options transport_for(const std::string& group,
+                                        const std::shared_ptr<comm::build_abort>& cancel) const {
     comm::transport_options t;
     t.group = group;
     t.hostname = data_host;
@@ -273,8 +284,13 @@ struct group {
     t.hierarchy = cfg->comm.hierarchy;
     t.host_id = cfg->comm.host_id == "auto" ? "" : cfg->comm.host_id;
     t.cancel = cancel;
+    return t;
+  }
+
+  void open_dp(const net::step_open& o, int rank, const std::string& group, remote_kv& kv,
+               int timeout, const std::shared_ptr<comm::build_abort>& cancel) {
     comm = comm::make_communicator(cfg->comm.backend, "cpu", kv, rank, o.replicas, o.generation,
-                                   timeout, t);
+                                   timeout, transport_for(group, cancel));
     comm_generation = o.generation;
     comm_rank = rank;
     comm_size = o.replicas;
@@ -289,9 +305,21 @@ struct group {
     drop_comm();
     const auto cancel = shared->begin_build(o.generation);
     remote_kv kv(io.kv_call, o.generation);
-    open_dp(o, rank, "dp", kv, collective_timeout_ms(cfg->fault_tolerance.timeout_ms), cancel);
+    const int timeout = collective_timeout_ms(cfg->fault_tolerance.timeout_ms);
+    open_dp(o, rank, "dp", kv, timeout, cancel);
+    // More lanes only where a bucket's time is round trips and wire, not memory copies;
+    // every rank sees the same backend (rank 0's plan), so all build the same lanes.
+    std::vector<comm::communicator*> all{comm.get()};
+    const int extra = std::string(comm->backend()) == "shm" ? 0 : cfg->comm.lanes - 1;
+    for (int l = 1; l <= extra && o.replicas > 1; ++l) {
+      lanes.push_back(comm::make_communicator(cfg->comm.backend, "cpu", kv, rank, o.replicas,
+                                              o.generation, timeout,
+                                              transport_for("dp.l" + std::to_string(l), cancel)));
+      shared->install_extra([c = lanes.back().get()] { c->abort(); });
+      all.push_back(lanes.back().get());
+    }
     engine = std::make_unique<comm::bucket_engine>(
-        *comm, static_cast<std::size_t>(tr->model().num_params()),
+        all, static_cast<std::size_t>(tr->model().num_params()),
         tr->bitwise() ? comm::grad_type::i64 : comm::grad_type::f32,
         static_cast<double>(cfg->comm.bucket_mb), 1.0f);
   }
@@ -333,15 +361,9 @@ struct group {
             timeout, cancel);
     const int T = cfg->parallel.tp, P = cfg->parallel.pp;
     if (T > 1) {
-      comm::transport_options tt;
-      tt.group = "tp.r" + std::to_string(rank) + ".s" + std::to_string(o.stage);
-      tt.hostname = data_host;
-      tt.transport = cfg->comm.transport;
-      tt.hierarchy = cfg->comm.hierarchy;
-      tt.host_id = cfg->comm.host_id == "auto" ? "" : cfg->comm.host_id;
-      tt.cancel = cancel;
-      tp_comm = comm::make_communicator(cfg->comm.backend, "cpu", kv, o.tp_rank, T, o.generation,
-                                        timeout, tt);
+      tp_comm = comm::make_communicator(
+          cfg->comm.backend, "cpu", kv, o.tp_rank, T, o.generation, timeout,
+          transport_for("tp.r" + std::to_string(rank) + ".s" + std::to_string(o.stage), cancel));
       shared->install_extra([c = tp_comm.get()] { c->abort(); });
     }
     if (P > 1) {

@@ -20,7 +20,7 @@
 namespace cohort::comm {
 class communicator;
 class build_abort;
-}
+}  // namespace cohort::comm
 
 namespace cohort::actors {
 
@@ -65,9 +65,9 @@ class dp_group_shared {
   /// Called by the group when it installs (or drops: nullptr) its communicator. One of a
   /// generation below the floor is aborted at once.
   void install(comm::communicator* c, uint64_t generation);
-  /// Also aborted with the communicator: the other links of a pipeline stage (its TP
-  /// communicator, its point-to-point channel). Cleared by install(); run at once below
-  /// the floor.
+  /// Also aborted with the communicator: the DP group's further lanes, the other links of
+  /// a pipeline stage (its TP communicator, its point-to-point channel). Cleared by install(); run
+  /// at once below the floor.
   void install_extra(std::function<void()> abort);
   /// Raises the floor to `generation`, and aborts the build, the communicator and the
   /// extras if they belong to a generation below it.

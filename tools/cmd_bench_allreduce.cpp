@@ -134,11 +134,12 @@ void print_table(const comm::allreduce_bench_options& o,
   std::printf(
       "cohort bench allreduce: %d ranks (local processes) on %d host(s), cohort over %s, raw = "
       "Gloo ring "
-      "allreduce over TCP 127.0.0.1, float32 sum, bucket %.3g MiB; time = median over calls "
+      "allreduce over TCP 127.0.0.1, float32 sum, bucket %.3g MiB x %d lane(s); time = median "
+      "over calls "
       "(cohort and raw interleaved "
       "call by call) of the slowest rank's time; GB/s: algbw = bytes/time, busbw = "
       "algbw*2(n-1)/n; x/raw = median over calls of raw_i/x_i (the busbw ratio)\n",
-      o.ranks, o.hosts, o.transport.c_str(), o.bucket_mb);
+      o.ranks, o.hosts, o.transport.c_str(), o.bucket_mb, o.lanes);
   std::printf("%10s %6s | %10s %7s %7s | %10s %7s | %10s %7s %7s | %10s %11s\n", "size", "iters",
               "cohort us", "algbw", "busbw", "bucket us", "busbw", "raw us", "algbw", "busbw",
               "cohort/raw", "buckets/raw");
@@ -162,15 +163,11 @@ void print_json(const comm::allreduce_bench_options& o,
                           {"algbw_gbps", comm::algbw_gbps(bytes, p.median)},
                           {"busbw_gbps", comm::busbw_gbps(bytes, p.median, o.ranks)}};
   };
-  nlohmann::json j{{"bench", "allreduce"},
-                   {"ranks", o.ranks},
-                   {"backend", "gloo"},
-                   {"transport", o.transport},
-                   {"hosts", o.hosts},
-                   {"dtype", "float32"},
-                   {"time", "median over calls of the slowest rank"},
-                   {"bucket_mb", o.bucket_mb},
-                   {"rows", nlohmann::json::array()}};
+  nlohmann::json j{{"bench", "allreduce"},     {"ranks", o.ranks},
+                   {"backend", "gloo"},        {"transport", o.transport},
+                   {"hosts", o.hosts},         {"lanes", o.lanes},
+                   {"dtype", "float32"},       {"time", "median over calls of the slowest rank"},
+                   {"bucket_mb", o.bucket_mb}, {"rows", nlohmann::json::array()}};
   for (const auto& r : rows)
     j["rows"].push_back({{"bytes", r.bytes},
                          {"iters", r.iters},
@@ -220,6 +217,11 @@ void add_bench_allreduce(CLI::App& bench, int* rc) {
                   "leaders), auto (as comm.transport and comm.hierarchy auto decide); the raw "
                   "row is always flat Gloo")
       ->check(CLI::IsMember({"gloo", "shm", "hierarchical", "auto"}))
+      ->capture_default_str();
+  cmd->add_option("--lanes", opts->lanes,
+                  "communicators the bucket row spreads its buckets over (comm.lanes; one "
+                  "over shared memory alone)")
+      ->check(CLI::Range(1, 8))
       ->capture_default_str();
   cmd->add_option("--hosts", opts->hosts,
                   "emulated hosts: ranks r*H/N.. share host r (a host id each, as "
@@ -272,6 +274,7 @@ void add_bench_allreduce(CLI::App& bench, int* rc) {
                                    std::string("--timeout-ms"), std::to_string(opts->timeout_ms),
                                    std::string("--transport"),  opts->transport,
                                    std::string("--hosts"),      std::to_string(opts->hosts),
+                                   std::string("--lanes"),      std::to_string(opts->lanes),
                                    std::string("--child-rank"), std::to_string(r),
                                    std::string("--child-dir"),  dir})
         a.push_back(s);

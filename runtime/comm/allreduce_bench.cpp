@@ -69,6 +69,15 @@ std::vector<allreduce_bench_row> run_allreduce_bench_rank(const allreduce_bench_
   t.hierarchy = opts.transport == "hierarchical" ? "hierarchical" : "auto";
   if (opts.hosts > 1) t.host_id = "bench-host-" + std::to_string(rank * opts.hosts / n);
   auto comm = make_communicator("gloo", "cpu", kv, rank, n, /*generation=*/1, opts.timeout_ms, t);
+  // The bucket path's further lanes, as a worker builds them (none over shared memory alone).
+  std::vector<std::unique_ptr<communicator>> extra;
+  std::vector<communicator*> lanes{comm.get()};
+  for (int l = 1; l < opts.lanes && std::string(comm->backend()) != "shm"; ++l) {
+    t.group = "dp.l" + std::to_string(l);
+    extra.push_back(
+        make_communicator("gloo", "cpu", kv, rank, n, /*generation=*/1, opts.timeout_ms, t));
+    lanes.push_back(extra.back().get());
+  }
 
   // Raw Gloo: its own file store, device and context; nothing of cohort in its loop.
   gloo::rendezvous::FileStore raw_store(dir + "/raw");
@@ -102,7 +111,7 @@ std::vector<allreduce_bench_row> run_allreduce_bench_rank(const allreduce_bench_
     const int iters = opts.iters > 0 ? opts.iters : default_iters(bytes);
     // Zeros stay zeros however often they are summed: no overflow to inf over iterations.
     std::vector<float> a(count, 0.0f), b(count, 0.0f), c(count, 0.0f);
-    bucket_engine engine(*comm, count, grad_type::f32, opts.bucket_mb);
+    bucket_engine engine(lanes, count, grad_type::f32, opts.bucket_mb);
 
     auto cohort_once = [&] { comm->allreduce_sum(a.data(), count); };
     auto buckets_once = [&] {

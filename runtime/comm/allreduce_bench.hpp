@@ -26,6 +26,9 @@ struct allreduce_bench_options {
   /// Emulated hosts (hierarchical / auto only): rank r sits on host r * hosts / ranks,
   /// named by transport_options::host_id.
   int hosts = 1;
+  /// Communicators the bucket path spreads its buckets over (comm.lanes); the cohort row
+  /// is one call on one communicator whatever this says.
+  int lanes = 1;
 };
 
 /// Default sizes: 1 KiB to 64 MiB in powers of 4.

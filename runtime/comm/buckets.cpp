@@ -75,15 +75,24 @@ std::vector<bucket_range> plan_buckets(std::size_t elements, std::size_t element
 
 bucket_engine::bucket_engine(communicator& comm, std::size_t elements, grad_type type,
                              double bucket_mb, float post_scale)
-    : comm_(comm), elements_(elements), type_(type), post_scale_(post_scale) {
+    : bucket_engine(std::vector<communicator*>{&comm}, elements, type, bucket_mb, post_scale) {}
+
+bucket_engine::bucket_engine(const std::vector<communicator*>& lanes, std::size_t elements,
+                             grad_type type, double bucket_mb, float post_scale)
+    : lanes_(lanes), elements_(elements), type_(type), post_scale_(post_scale) {
   const std::size_t element_bytes = type == grad_type::f32 ? sizeof(float) : sizeof(std::int64_t);
   // Fixed-point sums are converted back (and scaled) once by the caller, never here.
   COHORT_CHECK(type == grad_type::f32 || post_scale == 1.0f);
+  COHORT_CHECK(!lanes_.empty());
+  for (communicator* c : lanes_) COHORT_CHECK(c != nullptr);
   buckets_ = plan_buckets(elements, element_bytes, bucket_mb);
   bucket_elems_ = elements_per_bucket(element_bytes, bucket_mb);
   missing_.assign(buckets_.size(), 0);
   ran_.assign(buckets_.size(), time_interval{});
-  thread_ = std::thread([this] { comm_loop(); });
+  next_.resize(lanes_.size());
+  for (std::size_t l = 0; l < lanes_.size(); ++l) next_[l] = l;
+  for (std::size_t l = 0; l < lanes_.size(); ++l)
+    threads_.emplace_back([this, l] { comm_loop(l); });
 }
 
 bucket_engine::~bucket_engine() {
@@ -92,7 +101,7 @@ bucket_engine::~bucket_engine() {
     stop_ = true;
   }
   changed_.notify_all();
-  thread_.join();
+  for (std::thread& t : threads_) t.join();
 }
 
 std::size_t bucket_engine::bucket_of(std::size_t element) const {
@@ -116,7 +125,8 @@ void bucket_engine::begin_step(void* grads, grad_type type) {
   std::fill(ran_.begin(), ran_.end(), time_interval{});
   marked_.clear();
   marked_total_ = 0;
-  next_ = 0;
+  for (std::size_t l = 0; l < lanes_.size(); ++l) next_[l] = l;
+  done_ = 0;
   in_step_ = true;
 }
 
@@ -151,21 +161,24 @@ void bucket_engine::mark_ready(std::size_t offset, std::size_t count) {
       const std::size_t from = std::max(offset, b.offset);
       const std::size_t to = std::min(end, b.offset + b.count);
       missing_[k] -= to - from;
-      if (missing_[k] == 0 && k == next_) wake = true;
+      if (missing_[k] == 0 && k == next_[k % lanes_.size()]) wake = true;
       if (b.offset <= offset) break;
     }
   }
   if (wake) changed_.notify_all();
 }
 
-void bucket_engine::comm_loop() {
+void bucket_engine::comm_loop(std::size_t lane) {
+  communicator& comm = *lanes_[lane];
+  const std::size_t stride = lanes_.size();
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
     changed_.wait(lock, [&] {
-      return stop_ || (in_step_ && !error_ && next_ < buckets_.size() && missing_[next_] == 0);
+      return stop_ ||
+             (in_step_ && !error_ && next_[lane] < buckets_.size() && missing_[next_[lane]] == 0);
     });
     if (stop_) return;
-    const std::size_t k = next_;
+    const std::size_t k = next_[lane];
     const bucket_range b = buckets_[k];
     void* grads = grads_;
     lock.unlock();
@@ -175,11 +188,11 @@ void bucket_engine::comm_loop() {
     try {
       if (type_ == grad_type::f32) {
         float* p = static_cast<float*>(grads) + b.offset;
-        comm_.allreduce_sum(p, b.count);
+        comm.allreduce_sum(p, b.count);
         if (post_scale_ != 1.0f)
           for (std::size_t i = 0; i < b.count; ++i) p[i] *= post_scale_;
       } else {
-        comm_.allreduce_sum(static_cast<std::int64_t*>(grads) + b.offset, b.count);
+        comm.allreduce_sum(static_cast<std::int64_t*>(grads) + b.offset, b.count);
       }
     } catch (const comm_error&) {
       failure = std::current_exception();
@@ -191,10 +204,19 @@ void bucket_engine::comm_loop() {
 
     lock.lock();
     if (failure) {
-      error_ = failure;
+      // The first failure is the cause; the other lanes then fail of the abort below.
+      const bool first = !error_;
+      if (first) error_ = failure;
+      if (first && stride > 1) {
+        // The other lanes' collectives may wait on peers that will now never send.
+        lock.unlock();
+        for (communicator* c : lanes_) c->abort();
+        lock.lock();
+      }
     } else {
       ran_[k] = time_interval{t0, t1};
-      ++next_;
+      next_[lane] += stride;
+      ++done_;
     }
     changed_.notify_all();
   }
@@ -206,7 +228,7 @@ bucket_timing bucket_engine::wait_all() {
   COHORT_CHECK(in_step_);
   // Waiting with unmarked elements would never end: a caller bug.
   COHORT_CHECK(marked_total_ == elements_);
-  changed_.wait(lock, [&] { return error_ || next_ == buckets_.size(); });
+  changed_.wait(lock, [&] { return error_ || done_ == buckets_.size(); });
   const double waited = seconds(clock_type::now() - t0);
   in_step_ = false;
   grads_ = nullptr;
@@ -217,13 +239,13 @@ bucket_timing bucket_engine::wait_all() {
   t.buckets = buckets_.size();
   t.bytes = elements_ * (type_ == grad_type::f32 ? sizeof(float) : sizeof(std::int64_t));
   t.collectives = ran_;
-  for (const time_interval& r : ran_) {
-    t.bucket_s.push_back(r.seconds());
-    t.allreduce_s += r.seconds();
-  }
+  for (const time_interval& r : ran_) t.bucket_s.push_back(r.seconds());
+  t.allreduce_s = covered_seconds(ran_);
   return t;
 }
 
-void bucket_engine::abort() { comm_.abort(); }
+void bucket_engine::abort() {
+  for (communicator* c : lanes_) c->abort();
+}
 
 }  // namespace cohort::comm

@@ -1,8 +1,10 @@
 // The gradient bucket engine: splits a flat gradient buffer into buckets (last layers
-// first), allreduces each bucket on a communication thread as soon as backward marks its
-// whole range ready, and records when each allreduce ran, so the caller can measure how much
-// of it backward hid (overlap_seconds). Owns the thread and the accounting; it does not own
-// the communicator or the buffer, and does not know when backward ran.
+// first), allreduces each bucket as soon as backward marks its whole range ready, on one
+// communication thread per lane (a lane is one communicator of the same group; bucket k
+// goes to lane k % lanes, so with several lanes several buckets are in flight at once),
+// and records when each allreduce ran, so the caller can measure how much of it backward
+// hid (overlap_seconds). Owns the threads and the accounting; it does not own the
+// communicators or the buffer, and does not know when backward ran.
 #pragma once
 #include <chrono>
 #include <condition_variable>
@@ -54,8 +56,8 @@ double covered_seconds(std::vector<time_interval> a);
 
 /// What one step's reduction cost and when it ran.
 struct bucket_timing {
-  /// Sum over buckets of the time the communication thread spent in allreduce_sum (and
-  /// the post-scale) for this step: the communication work.
+  /// Wall time during which at least one lane was in allreduce_sum (and the post-scale)
+  /// for this step: the union of `collectives` (with one lane, their sum).
   double allreduce_s = 0;
   /// Time the compute thread spent blocked in wait_all: the communication it could not
   /// hide. At least the last bucket's allreduce, which starts after backward has ended.
@@ -75,9 +77,10 @@ struct bucket_timing {
 ///   ... backward: engine.mark_ready(off, n);   // each range once, in any order/chunking
 ///   bucket_timing t = engine.wait_all();       // grads now hold the sum over ranks
 ///
-/// Buckets are reduced strictly in bucket order 0, 1, 2, ... (each as soon as it and all
-/// before it are ready), so every rank issues the same collectives in the same order
-/// whatever its chunking of mark_ready. Scaling: each float bucket is multiplied by
+/// Each lane reduces its buckets strictly in order (lane l: l, l + L, l + 2L, ..., each as
+/// soon as it and the lane's earlier ones are ready), so every rank issues the same
+/// collectives on each communicator in the same order whatever its chunking of
+/// mark_ready. A failure on one lane aborts the others. Scaling: each float bucket is multiplied by
 /// `post_scale` right after its allreduce, on the communication thread (pass
 /// 1 / world size for the mean over ranks, or 1 to leave it to the caller); int64
 /// buckets are never scaled (post_scale must be 1): the caller converts back from fixed
@@ -87,8 +90,12 @@ class bucket_engine {
   /// `comm` must outlive the engine; one engine per communicator (per generation).
   bucket_engine(communicator& comm, std::size_t elements, grad_type type, double bucket_mb,
                 float post_scale = 1.0f);
-  /// Joins the communication thread (after its current collective, bounded by the
-  /// communicator's timeout; call abort() first to make that prompt).
+  /// One lane per communicator (at least one; all of the same group and generation, each
+  /// outliving the engine, none used by anything else while the engine lives).
+  bucket_engine(const std::vector<communicator*>& lanes, std::size_t elements, grad_type type,
+                double bucket_mb, float post_scale = 1.0f);
+  /// Joins the communication threads (after their current collectives, bounded by the
+  /// communicators' timeout; call abort() first to make that prompt).
   ~bucket_engine();
   bucket_engine(const bucket_engine&) = delete;
   bucket_engine& operator=(const bucket_engine&) = delete;
@@ -105,19 +112,21 @@ class bucket_engine {
   /// have been marked ready. Rethrows the communication thread's comm_error if a
   /// collective failed (then the engine is dead, like its communicator).
   bucket_timing wait_all();
-  /// Aborts the communicator: a collective in flight fails at once, wait_all throws.
+  /// Aborts every lane's communicator: a collective in flight fails at once, wait_all
+  /// throws.
   void abort();
 
   const std::vector<bucket_range>& buckets() const { return buckets_; }
+  std::size_t lanes() const { return lanes_.size(); }
   grad_type type() const { return type_; }
   std::size_t elements() const { return elements_; }
 
  private:
   void begin_step(void* grads, grad_type type);
-  void comm_loop();
+  void comm_loop(std::size_t lane);
   std::size_t bucket_of(std::size_t element) const;
 
-  communicator& comm_;
+  const std::vector<communicator*> lanes_;
   const std::size_t elements_;
   const grad_type type_;
   const float post_scale_;
@@ -132,10 +141,11 @@ class bucket_engine {
   std::vector<std::size_t> missing_;           // per bucket: elements not yet marked this step
   std::map<std::size_t, std::size_t> marked_;  // marked ranges (offset -> end), merged
   std::size_t marked_total_ = 0;
-  std::size_t next_ = 0;            // next bucket the communication thread reduces
+  std::vector<std::size_t> next_;   // per lane: the next bucket it reduces
+  std::size_t done_ = 0;            // buckets reduced this step
   std::vector<time_interval> ran_;  // per bucket: when its allreduce ran this step
   std::exception_ptr error_;
-  std::thread thread_;  // last: started after every member above exists
+  std::vector<std::thread> threads_;  // last: started after every member above exists
 };
 
 }  // namespace cohort::comm

@@ -364,6 +364,15 @@ const std::vector<key_spec>& schema() {
        "Gradient bucket size in MiB; buckets are allreduced as soon as backward completes "
        "them."},
       {"comm",
+       "lanes",
+       COHORT_FIELD(comm.lanes),
+       bounds{1, false, 8, false},
+       {},
+       nullptr,
+       "Communicators per DP group that reduce buckets at once (bucket k on lane k % lanes), "
+       "so several buckets are in flight; a group entirely over shared memory uses one "
+       "(its copies are bound by memory bandwidth, not by round trips)."},
+      {"comm",
        "transport",
        COHORT_FIELD(comm.transport),
        unbounded(),

@@ -66,6 +66,8 @@ struct train_config {
 struct comm_config {
   std::string backend = "auto";  ///< auto | gloo | nccl (nccl refused: training is on the CPU)
   float bucket_mb = 4.0f;        ///< gradient bucket size in MiB, in (0, 1024]
+  /// Communicators per DP group reducing buckets at once (1..8); shared memory alone: 1.
+  int lanes = 2;
   /// Where each worker's data plane listens and what it advertises: "auto" (the local
   /// address that reaches the coordinator), an interface name, or an address of the host.
   std::string interface = "auto";

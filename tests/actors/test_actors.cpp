@@ -169,6 +169,41 @@ TEST_CASE("coordinator: a silent member is declared dead by the timer and told t
   CHECK(okb[1].generation == 4);
 }
 
+TEST_CASE("coordinator: a tick that comes late reads the heartbeats queued behind it first") {
+  // The coordinator itself was stalled 400 ms (> timeout 300): its tick entered the mailbox
+  // first, the members' heartbeats of that stretch after it. Blaming the members would
+  // evict both; the tick looks again behind the heartbeats and nobody is evicted.
+  coordinator_fixture f;
+  f.register_worker("pa", "a");
+  f.register_worker("pb", "b");
+  const uint64_t id_a = f.rec->to<net::register_ok>("pa")[0].member_id;
+  const uint64_t id_b = f.rec->to<net::register_ok>("pb")[0].member_id;
+  f.advance(milliseconds(20));
+  const uint64_t generation = f.rec->to<net::roster_update>("pa").back().generation;
+  f.rec->now += milliseconds(400);
+  f.sched.trigger_timeouts();  // the tick is queued, not yet handled
+  caf::anon_send(f.coord, co_in_atom::value, std::string("pa"),
+                 net::message(net::heartbeat{id_a, generation, 1}));
+  caf::anon_send(f.coord, co_in_atom::value, std::string("pb"),
+                 net::message(net::heartbeat{id_b, generation, 1}));
+  f.sched.run();
+  CHECK(f.rec->to<net::roster_update>("pa").back().generation == generation);
+  for (const char* p : {"pa", "pb"}) {
+    const auto acks = f.rec->to<net::heartbeat_ack>(p);
+    REQUIRE(acks.size() == 1);
+    CHECK_FALSE(acks[0].rejoin_required);
+  }
+  // On time again, a member that stays silent is still declared dead: b stops beating.
+  for (int i = 0; i < 8; ++i) {
+    f.advance(milliseconds(50));
+    f.deliver("pa", net::heartbeat{id_a, generation, static_cast<uint64_t>(2 + i)});
+  }
+  const auto ra = f.rec->to<net::roster_update>("pa");
+  CHECK(ra.back().generation == generation + 1);
+  REQUIRE(ra.back().members.size() == 1);
+  CHECK(ra.back().members[0].member_id == id_a);
+}
+
 TEST_CASE("coordinator: status and exit notice and a leave from the wrong peer and client stop") {
   coordinator_fixture f;
   f.register_worker("pa", "a");

@@ -331,3 +331,81 @@ TEST_CASE("abort() ends a step blocked on a silent peer at once") {
   CHECK(kind == comm_failure::aborted);
   CHECK(seconds_since(t0) < kSlackSeconds);  // the timeout is 60 s
 }
+
+TEST_CASE("lanes: bucket k goes to lane k % L in order on each lane, and the sums are exact") {
+  // Two ranks, three lanes each (three Gloo groups); 7 buckets of 1000 floats.
+  memory_kv kv;
+  const int n = 2, lanes = 3;
+  std::vector<std::vector<std::unique_ptr<gloo_comm>>> groups;
+  for (int l = 0; l < lanes; ++l)
+    groups.push_back(make_gloo_group(kv, n, 1, milliseconds(10000), "lane" + std::to_string(l)));
+  const std::size_t count = 6500;
+  std::vector<std::vector<float>> grads(n, std::vector<float>(count));
+  std::vector<std::vector<std::unique_ptr<recording_comm>>> rec(n);
+  std::vector<bucket_timing> timing(n);
+  REQUIRE_NOTHROW(rethrow_first(run_ranks(n, [&](int r) {
+    std::vector<communicator*> mine;
+    for (int l = 0; l < lanes; ++l) {
+      rec[r].push_back(std::make_unique<recording_comm>(*groups[l][r], grads[r].data()));
+      mine.push_back(rec[r].back().get());
+    }
+    bucket_engine engine(mine, count, grad_type::f32, 1000 * sizeof(float) / kMiB, 0.5f);
+    CHECK(engine.lanes() == 3);
+    REQUIRE(engine.buckets().size() == 7);
+    engine.begin(grads[r].data());
+    // Marked from the front of the buffer (the last buckets first): every lane waits for
+    // its lower-numbered buckets, so the order on each lane is not the marking order.
+    for (const auto& c : random_chunks(count, 7 + r)) {
+      for (std::size_t i = c.offset; i < c.offset + c.count; ++i)
+        grads[r][i] = float(r + 1) * float(i % 4);
+      engine.mark_ready(c.offset, c.count);
+    }
+    timing[r] = engine.wait_all();
+  })));
+  for (int r = 0; r < n; ++r) {
+    for (std::size_t i = 0; i < count; ++i) REQUIRE(grads[r][i] == 1.5f * float(i % 4));
+    const std::vector<bucket_range> plan = plan_buckets(count, sizeof(float), 1000 * 4 / kMiB);
+    for (int l = 0; l < lanes; ++l) {
+      CAPTURE(l);
+      const auto& calls = rec[r][l]->calls;
+      std::vector<std::size_t> want;
+      for (std::size_t k = l; k < plan.size(); k += lanes) want.push_back(plan[k].offset);
+      REQUIRE(calls.size() == want.size());
+      for (std::size_t j = 0; j < want.size(); ++j) CHECK(calls[j].offset == want[j]);
+    }
+    CHECK(timing[r].buckets == 7);
+    CHECK(timing[r].collectives.size() == 7);
+    // allreduce_s is the union of the buckets' intervals: never more than their sum.
+    double sum = 0;
+    for (double s : timing[r].bucket_s) sum += s;
+    CHECK(timing[r].allreduce_s <= sum + 1e-9);
+    CHECK(timing[r].allreduce_s == doctest::Approx(covered_seconds(timing[r].collectives)));
+  }
+}
+
+TEST_CASE("lanes: a failure on one lane ends the others' waits and wait_all reports it") {
+  // Rank 0 alone with two lanes, rank 1 never reduces: lane 1's group has a short timeout,
+  // lane 0's a long one. Lane 1 fails first; its abort must end lane 0's 60 s wait.
+  memory_kv kv;
+  auto slow = make_gloo_group(kv, 2, 1, milliseconds(60000), "slow");
+  auto fast = make_gloo_group(kv, 2, 1, milliseconds(300), "fast");
+  const std::size_t count = 4000;
+  std::vector<float> grads(count, 1.0f);
+  bucket_engine engine({slow[0].get(), fast[0].get()}, count, grad_type::f32,
+                       1000 * sizeof(float) / kMiB);
+  engine.begin(grads.data());
+  engine.mark_ready(0, count);
+  const auto t0 = std::chrono::steady_clock::now();
+  comm_failure kind = comm_failure::invalid;
+  try {
+    engine.wait_all();
+    FAIL("wait_all succeeded without rank 1");
+  } catch (const comm_error& e) {
+    kind = e.kind();
+  }
+  CHECK(seconds_since(t0) < kSlackSeconds);
+  // The cause is lane 1's timeout (or its peer seen gone), not the abort it caused.
+  CHECK((kind == comm_failure::timeout || kind == comm_failure::peer_lost));
+  CHECK(slow[0]->dead());
+  CHECK(fast[0]->dead());
+}

@@ -90,6 +90,7 @@ void check_equal(const config& a, const config& b) {
   CHECK(a.comm.interface == b.comm.interface);
   CHECK(a.comm.hierarchy == b.comm.hierarchy);
   CHECK(a.comm.host_id == b.comm.host_id);
+  CHECK(a.comm.lanes == b.comm.lanes);
   CHECK(a.fault_tolerance.heartbeat_ms == b.fault_tolerance.heartbeat_ms);
   CHECK(a.fault_tolerance.timeout_ms == b.fault_tolerance.timeout_ms);
   CHECK(a.fault_tolerance.checkpoint_every == b.fault_tolerance.checkpoint_every);
@@ -1287,6 +1288,7 @@ TEST_CASE("dump_config round-trips to an equal config") {
                                 "comm.bucket_mb=0.25",
                                 "comm.transport=auto",
                                 "comm.hierarchy=flat",
+                                "comm.lanes=3",
                                 "comm.interface=eth1",
                                 "comm.host_id='rack 3: node b'",
                                 "fault_tolerance.heartbeat_ms=7",
@@ -1341,7 +1343,7 @@ TEST_CASE("dump_config prints every key of the schema, sections in a fixed order
     at = found;
   }
   const std::set<std::string> keys = key_paths(text);
-  CHECK(keys.size() == 54);
+  CHECK(keys.size() == 55);
   for (const char* k : {"cluster.workers", "parallel.dp", "model.hidden", "data.cache_dir",
                         "train.threads", "comm.backend", "comm.bucket_mb", "fault_tolerance.keep",
                         "elastic.min_workers", "elastic.max_workers", "elastic.respawn",
@@ -1649,7 +1651,7 @@ TEST_CASE("configs/reference.yaml is the generated reference and holds every key
     }
     previous = line;
   }
-  CHECK(keys == 53);
+  CHECK(keys == 54);
   CHECK(top_level == 1);
   // The commented examples are the language's own examples, and each of them parses.
   size_t examples = 0;

@@ -167,6 +167,11 @@ TEST_CASE("two workers on each of two hosts train bitwise-equal to `cohort train
                 w1->err());
   CHECK_MESSAGE(w3->err().find("data plane on " + bed::address(3)) != std::string::npos,
                 w3->err());
+  // Two workers a host: the DP group is hierarchical (comm.hierarchy: auto), and its
+  // int64 sums keep the hash of `cohort train`.
+  for (auto* w : {w1.get(), w4.get()})
+    CHECK_MESSAGE(w->err().find("group 'dp' of 4 over hierarchical") != std::string::npos,
+                  w->err());
   for (auto* w : {w1.get(), w2.get(), w3.get(), w4.get()}) {
     const auto code = w->wait_exit(start_timeout);
     REQUIRE_MESSAGE(code.has_value(), w->err());
