@@ -172,7 +172,7 @@ TEST_CASE("a failure on one host ends every rank's hierarchical call promptly") 
   memory_kv kv;
   auto comms = make_group(kv, {"h0", "h0", "h1", "h1"}, 3, "hierarchical", 60000);
   std::vector<comm_failure> kinds(4, comm_failure::invalid);
-  std::vector<bool> threw(4, false);
+  std::vector<char> threw(4, 0);  // not vector<bool>: ranks write their own element at once
   std::vector<double> took(4, 0);
   rethrow_first(run_ranks(4, [&](int r) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -185,7 +185,7 @@ TEST_CASE("a failure on one host ends every rank's hierarchical call promptly") 
     try {
       comms[r]->allreduce_sum(v.data(), v.size());
     } catch (const comm_error& e) {
-      threw[r] = true;
+      threw[r] = 1;
       kinds[r] = e.kind();
     }
     took[r] = seconds_since(t0);
