@@ -371,6 +371,10 @@ void on_register(self_ptr self, const std::string& peer, const net::register_req
     return;
   }
   if (r.role == net::peer_role::client) {
+    if (const std::string problem = mb::name_problem(r.name); !problem.empty()) {
+      send(self, peer, net::register_reject{"client refused: " + problem});
+      return;
+    }
     st.io.admit(peer);
     st.clients.insert(peer);
     if (r.name == "launch") st.launcher = peer;

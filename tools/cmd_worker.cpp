@@ -10,6 +10,8 @@
 #include "actors/process.hpp"
 #include "actors/worker.hpp"
 #include "runtime/core/config.hpp"
+#include "runtime/core/error.hpp"
+#include "runtime/net/membership.hpp"
 #include "tools/commands.hpp"
 
 namespace cohort::cli {
@@ -43,6 +45,9 @@ void add_worker(CLI::App& app, int* rc) {
       ->check(CLI::Range(int64_t{64}, int64_t{1} << 40))
       ->capture_default_str();
   cmd->callback([opt, rc] {
+    if (!opt->name.empty())
+      if (const std::string problem = net::membership::name_problem(opt->name); !problem.empty())
+        throw usage_error("--name: " + problem);
     actors::block_termination_signals();
     actors::log_to_stderr();
     actors::worker_options wo;

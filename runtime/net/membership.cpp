@@ -206,10 +206,37 @@ int roster::count(member_state state) const {
                                         [&](const member& m) { return m.state == state; }));
 }
 
+std::string name_problem(const std::string& name) {
+  std::string shown;
+  for (std::size_t i = 0; i < name.size() && i < 32; ++i) {
+    const unsigned char c = static_cast<unsigned char>(name[i]);
+    shown += (c >= 0x20 && c < 0x7f) ? static_cast<char>(c) : '?';
+  }
+  if (name.size() > 32) shown += "...";
+  if (name.empty()) return "the name is empty";
+  if (name.size() > max_name_length)
+    return "the name '" + shown + "' is " + std::to_string(name.size()) +
+           " characters long (at most " + std::to_string(max_name_length) + ")";
+  for (const char c : name) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '.' || c == '_' || c == '-';
+    if (!ok)
+      return "the name '" + shown +
+             "' has a character other than A-Z a-z 0-9 . _ - (use e.g. worker-3 or node7.gpu0)";
+  }
+  return "";
+}
+
 decision on_register(const roster& r, mono_time now, const std::string& name, std::int64_t pid,
                      const options& opts) {
   decision d;
   if (!name.empty()) {
+    if (const std::string problem = name_problem(name); !problem.empty()) {
+      d.kind = decision_kind::rejected;
+      d.next = r;
+      d.reason = problem;
+      return d;
+    }
     if (const member* m = r.find_name(name)) {
       d.kind = decision_kind::rejected;
       d.next = r;

@@ -152,9 +152,17 @@ struct decision {
   std::vector<member_id> removed;  ///< members removed by this decision, in rank order
 };
 
+/// Longest name a peer may register under.
+constexpr std::size_t max_name_length = 64;
+
+/// Empty when NAME may name a peer (1..max_name_length of A-Z a-z 0-9 . _ -), else what is
+/// wrong with it, quoting it safely (no control characters, at most 32 of its characters):
+/// names reach logs, summaries and fault specs, so a newline or a megabyte must not.
+std::string name_problem(const std::string& name);
+
 /// A worker asks to join. Accepted: new id, state joining, generation +1, ranks recomputed.
-/// Rejected (roster unchanged): NAME held by a live member, or max_workers reached.
-/// An empty NAME gets "worker-<id>".
+/// Rejected (roster unchanged): NAME not a valid name (name_problem), held by a live
+/// member, or max_workers reached. An empty NAME gets "worker-<id>".
 decision on_register(const roster& r, mono_time now, const std::string& name, std::int64_t pid,
                      const options& opts);
 

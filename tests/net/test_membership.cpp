@@ -462,3 +462,32 @@ TEST_CASE("generation rule holds over a long seeded random event sequence") {
   }
   CHECK(changes > 100);  // the sequence exercised many membership changes
 }
+
+TEST_CASE("names a peer supplies: valid ones pass, forged and oversized ones are refused") {
+  for (const std::string ok : {std::string("w"), std::string("worker-3"),
+                               std::string("node7.gpu_0"), std::string(64, 'a')}) {
+    CAPTURE(ok);
+    CHECK(mb::name_problem(ok).empty());
+  }
+  const std::string forged = "w1\n[info] coordinator: all good";
+  const std::string huge(1 << 20, 'x');
+  for (const std::string& bad : {forged, huge, std::string("a b"), std::string("w/1"),
+                                 std::string("\xc3\xa9t\xc3\xa9"), std::string(65, 'a')}) {
+    CAPTURE(bad.substr(0, 40));
+    const std::string why = mb::name_problem(bad);
+    CHECK_FALSE(why.empty());
+    // The reason quotes the name without control characters and at most 32 of its bytes.
+    CHECK(why.find('\n') == std::string::npos);
+    CHECK(why.size() < 200);
+    // Registration refuses it and leaves the roster as it was.
+    mb::roster r;
+    const mb::decision d = mb::on_register(r, at(0), bad, 1, grid(2, 1, 1));
+    CHECK(d.kind == K::rejected);
+    CHECK(d.next.members.empty());
+    CHECK(d.next.generation == r.generation);
+    CHECK(d.reason == why);
+  }
+  CHECK(mb::name_problem("").size() > 0);  // the CLI's empty default never reaches here
+  const mb::decision d = mb::on_register(mb::roster{}, at(0), "", 1, grid(2, 1, 1));
+  CHECK(d.kind == K::accepted);  // an empty name is the coordinator's to pick
+}
