@@ -22,6 +22,7 @@ using co_lost_atom = caf::atom_constant<caf::atom("co_lost")>;      ///< worker:
 using co_regto_atom = caf::atom_constant<caf::atom("co_regto")>;    ///< worker: register timeout
 using co_retry_atom = caf::atom_constant<caf::atom("co_retry")>;    ///< worker: spare asks again
 using co_dleft_atom = caf::atom_constant<caf::atom("co_dleft")>;    ///< worker: drain took too long
+using co_version_atom = caf::atom_constant<caf::atom("co_version")>;  ///< worker: other protocol
 
 /// Round-trip times of one benchmark run, nanoseconds, in send order.
 struct bench_result {

@@ -3,8 +3,6 @@
 // nothing learnt as the dead incarnation leaks into the new one.
 #include "actors/worker.hpp"
 
-#include "runtime/net/host_address.hpp"
-
 #include <spdlog/spdlog.h>
 
 #include <chrono>
@@ -12,6 +10,7 @@
 
 #include "actors/coordinator.hpp"
 #include "runtime/core/error.hpp"
+#include "runtime/net/host_address.hpp"
 
 namespace cohort::actors {
 
@@ -275,6 +274,12 @@ caf::behavior worker_actor(caf::stateful_actor<worker_state>* self, worker_optio
         spdlog::error("worker {}: {}", self->state.opts.name, why);
         finish(self, 1);
       },
+      [=](co_version_atom, const std::string& why) {
+        // Two builds that cannot understand each other: a deployment error, like a bad
+        // config (exit 2), not something a retry would mend.
+        spdlog::error("worker {}: {}", self->state.opts.name, why);
+        finish(self, 2);
+      },
       [=](co_regto_atom, uint64_t incarnation) {
         auto& st = self->state;
         if (st.ph != worker_state::phase::registering || incarnation != st.incarnation) return;
@@ -351,6 +356,16 @@ worker_node::worker_node(const std::string& endpoint, worker_options opts, size_
   bo.max_message_bytes = max_message_bytes;
   bo.identity = net::make_identity("worker");
   bo.spin_us = bridge_spin_us();
+  {
+    caf::actor to = actor_;
+    bo.on_version_mismatch = [to, endpoint](int version) {
+      caf::anon_send(to, co_version_atom::value,
+                     "the coordinator at " + endpoint + " speaks cohort protocol v" +
+                         std::to_string(version) + ", this worker v" +
+                         std::to_string(net::protocol_version) +
+                         ": run the same cohort build on both");
+    };
+  }
   auto shared = shared_;
   auto kv = kv_;
   caf::actor target = actor_;

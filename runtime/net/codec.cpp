@@ -286,4 +286,11 @@ decoded decode(std::string_view frame, size_t max_bytes) noexcept {
   }
 }
 
+int frame_version(std::string_view frame) noexcept {
+  if (frame.size() < envelope_header_bytes) return -1;
+  const auto* p = reinterpret_cast<const unsigned char*>(frame.data());
+  if (std::memcmp(p, envelope_magic, sizeof envelope_magic) != 0) return -1;
+  return load_u16(p + 4);
+}
+
 }  // namespace cohort::net

@@ -53,4 +53,9 @@ std::string encode(const message& m);
 /// read. Never throws: every malformed input ends in an error value.
 decoded decode(std::string_view frame, size_t max_bytes) noexcept;
 
+/// The protocol version a frame's envelope names, or -1 when the frame is shorter than the
+/// envelope or its magic is not "CHRT". The magic and this field keep their place in every
+/// version, so two builds that disagree can still tell each other which version they speak.
+int frame_version(std::string_view frame) noexcept;
+
 }  // namespace cohort::net

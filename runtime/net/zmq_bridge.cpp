@@ -196,7 +196,7 @@ void zmq_bridge::run(std::promise<std::string>* ready) {
         parts.clear();
         auto n = zmq::recv_multipart(net, std::back_inserter(parts), zmq::recv_flags::dontwait);
         if (!n) break;
-        on_inbound(parts);
+        on_inbound(parts, net);
       }
     }
     if (items[1].revents & ZMQ_POLLIN) {
@@ -226,17 +226,47 @@ void zmq_bridge::run(std::promise<std::string>* ready) {
   }
 }
 
-void zmq_bridge::on_inbound(std::vector<zmq::message_t>& parts) {
+void zmq_bridge::on_version_mismatch(const std::string& peer, int version, zmq::socket_t& net) {
+  const bool router = opts_.kind == bridge_options::socket_kind::router;
+  if (!router) {
+    if (!version_reported_ && opts_.on_version_mismatch) opts_.on_version_mismatch(version);
+    version_reported_ = true;
+    return;
+  }
+  if (told_version_.count(peer) != 0) return;
+  if (told_version_.size() >= 4096) told_version_.clear();  // bounded: a flood of identities
+  told_version_.insert(peer);
+  spdlog::warn(
+      "zmq bridge: a peer speaks cohort protocol v{}, this build v{}: its frames are dropped "
+      "and it is told so",
+      version, protocol_version);
+  const std::string reason = "protocol version mismatch: this side speaks cohort protocol v" +
+                             std::to_string(protocol_version) + ", the peer v" +
+                             std::to_string(version) + "; run the same cohort build everywhere";
+  const std::string frame = encode(register_reject{reason, 0});
+  try {
+    if (net.send(zmq::buffer(peer), zmq::send_flags::sndmore | zmq::send_flags::dontwait))
+      net.send(zmq::buffer(frame), zmq::send_flags::dontwait);
+  } catch (const zmq::error_t&) {
+    count(drop_reason::send_failed);  // the peer left meanwhile
+  }
+  if (opts_.on_version_mismatch) opts_.on_version_mismatch(version);
+}
+
+void zmq_bridge::on_inbound(std::vector<zmq::message_t>& parts, zmq::socket_t& net) {
   const bool router = opts_.kind == bridge_options::socket_kind::router;
   if (parts.size() != (router ? 2u : 1u)) {
     count(drop_reason::bad_parts);
     return;
   }
   const zmq::message_t& payload = parts.back();
-  decoded d =
-      decode(std::string_view(payload.data<char>(), payload.size()), opts_.max_message_bytes);
+  const std::string_view frame(payload.data<char>(), payload.size());
+  decoded d = decode(frame, opts_.max_message_bytes);
   if (!d.ok()) {
     count(static_cast<drop_reason>(d.error));
+    // Only the envelope of such a frame is read: its version field.
+    if (d.error == decode_error::bad_version)
+      on_version_mismatch(router ? parts[0].to_string() : std::string(), frame_version(frame), net);
     return;
   }
   std::string peer = router ? parts[0].to_string() : std::string();
@@ -309,8 +339,13 @@ std::optional<message> sync_client::recv(std::chrono::milliseconds timeout) {
     if (!(item.revents & ZMQ_POLLIN)) continue;
     zmq::message_t frame;
     if (!sock_.recv(frame, zmq::recv_flags::dontwait)) continue;
-    decoded d = decode(std::string_view(frame.data<char>(), frame.size()), max_bytes_);
+    const std::string_view bytes(frame.data<char>(), frame.size());
+    decoded d = decode(bytes, max_bytes_);
     if (d.ok()) return std::move(d.msg);
+    if (d.error == decode_error::bad_version)
+      throw io_error("the coordinator at " + endpoint_ + " speaks cohort protocol v" +
+                     std::to_string(frame_version(bytes)) + ", this build v" +
+                     std::to_string(protocol_version) + ": use the same cohort build for both");
   }
 }
 

@@ -56,6 +56,11 @@ struct bridge_options {
   /// After handling traffic, poll without blocking for this long before sleeping (saves a
   /// wake-up when an answer follows quickly; costs CPU only right after traffic). 0: never.
   int spin_us = 0;
+  /// A frame in another protocol version arrived (counted as bad_version either way).
+  /// ROUTER: the bridge itself answers each such peer once with a register_reject in this
+  /// build's version, so the peer learns which version this side speaks. DEALER: called
+  /// once, on the bridge thread, with the version the other side speaks (must not block).
+  std::function<void(int version)> on_version_mismatch;
 };
 
 /// Owns one ZeroMQ socket on its own thread. Thread-safe: send/admit/forget/counters may be
@@ -99,7 +104,8 @@ class zmq_bridge {
 
  private:
   void run(std::promise<std::string>* ready);
-  void on_inbound(std::vector<zmq::message_t>& parts);
+  void on_inbound(std::vector<zmq::message_t>& parts, zmq::socket_t& net);
+  void on_version_mismatch(const std::string& peer, int version, zmq::socket_t& net);
   void count(drop_reason r) { counters_[static_cast<size_t>(r)].fetch_add(1); }
 
   bridge_options opts_;
@@ -113,6 +119,9 @@ class zmq_bridge {
   bool stopped_ = false;  // guarded by push_mu_
   mutable std::mutex peers_mu_;
   std::unordered_set<std::string> admitted_;
+  /// ROUTER: peers already told of a version mismatch (bridge thread only; bounded).
+  std::unordered_set<std::string> told_version_;
+  bool version_reported_ = false;  ///< DEALER: on_version_mismatch already called
   std::array<std::atomic<uint64_t>, static_cast<size_t>(drop_reason::count_)> counters_{};
   std::atomic<uint64_t> delivered_{0};
   std::atomic<bool> thread_done_{false};
@@ -131,7 +140,8 @@ class sync_client {
   bool send(const message& m);
   /// Sends raw bytes as one frame (tests use this for malformed frames).
   bool send_frame(const std::string& frame);
-  /// Next decodable message within TIMEOUT; frames that fail to decode are skipped.
+  /// Next decodable message within TIMEOUT; frames that fail to decode are skipped, but a
+  /// frame in another protocol version throws io_error naming both versions.
   std::optional<message> recv(std::chrono::milliseconds timeout);
   /// Registers as a client (role client), sends REQ and waits for a reply of type
   /// REPLY_TYPE. Throws cohort::io_error naming the endpoint when nothing answers.

@@ -386,3 +386,32 @@ TEST_CASE("SIGTERM to a worker is a graceful leave and SIGTERM to the coordinato
   REQUIRE(w1_code.has_value());
   CHECK(*w1_code == 0);  // it was told to stop, not left to find the coordinator gone
 }
+
+TEST_CASE("a worker that meets a coordinator of another protocol version exits 2 and says so") {
+  // A stand-in coordinator of the next protocol version: a raw ROUTER that answers the
+  // worker's registration with a frame whose envelope says v+1.
+  temp_dir dir;
+  zmq::context_t ctx(1);
+  zmq::socket_t router(ctx, zmq::socket_type::router);
+  router.set(zmq::sockopt::linger, 0);
+  router.bind("tcp://127.0.0.1:0");
+  const std::string ep = router.get(zmq::sockopt::last_endpoint);
+  child_process w({"worker", "--join", ep, "--name", "w0"}, dir.path(), "w0");
+  zmq::pollitem_t item{router.handle(), 0, ZMQ_POLLIN, 0};
+  REQUIRE(zmq::poll(&item, 1, std::chrono::milliseconds(20000)) == 1);
+  zmq::message_t id, frame;
+  REQUIRE(router.recv(id));
+  REQUIRE(router.recv(frame));
+  CHECK(net::frame_version(frame.to_string_view()) == net::protocol_version);
+  std::string newer = net::encode(net::register_ok{});
+  newer[4] = static_cast<char>(net::protocol_version + 1);
+  router.send(id, zmq::send_flags::sndmore);
+  router.send(zmq::buffer(newer));
+  const auto code = w.wait_exit(milliseconds(20000));  // well before its 10 s silence limit
+  REQUIRE_MESSAGE(code.has_value(), w.err());
+  CHECK(*code == 2);
+  CHECK_MESSAGE(
+      w.err().find("speaks cohort protocol v" + std::to_string(net::protocol_version + 1) +
+                   ", this worker v" + std::to_string(net::protocol_version)) != std::string::npos,
+      w.err());
+}

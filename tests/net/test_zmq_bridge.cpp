@@ -3,12 +3,14 @@
 // and counted under its own reason while good traffic keeps flowing.
 #include <doctest/doctest.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
+#include <zmq_addon.hpp>
 
 #include "runtime/core/error.hpp"
 #include "runtime/net/codec.hpp"
@@ -173,4 +175,83 @@ TEST_CASE("bridge: sends from many threads all arrive and stop is prompt and ide
   dealer.stop();
   dealer.stop();
   dealer.send("", ping{});  // after stop: silently dropped, no crash
+}
+
+TEST_CASE("bridge: a peer of another protocol version is told which one this side speaks") {
+  // ROUTER side: a frame of version v+1 is dropped (counted), and its sender gets one
+  // register_reject in this build's version that names both versions, however often it
+  // sends.
+  std::atomic<int> seen_version{-2};
+  bridge_options ro = router_opts();
+  ro.on_version_mismatch = [&](int v) { seen_version = v; };
+  inbox in;
+  zmq_bridge router(ro, in.fn());
+  sync_client old_peer(router.endpoint());
+  std::string other = encode(register_request{peer_role::worker, "w", 1});
+  other[4] = static_cast<char>(protocol_version + 1);
+  REQUIRE(old_peer.send_frame(other));
+  REQUIRE(old_peer.send_frame(other));
+  const auto reply = old_peer.recv(milliseconds(5000));
+  REQUIRE(reply.has_value());
+  const auto* reject = std::get_if<register_reject>(&*reply);
+  REQUIRE(reject != nullptr);
+  CHECK(reject->reason.find("protocol v" + std::to_string(protocol_version)) != std::string::npos);
+  CHECK(reject->reason.find("the peer v" + std::to_string(protocol_version + 1)) !=
+        std::string::npos);
+  CHECK_FALSE(old_peer.recv(milliseconds(300)).has_value());  // told once
+  CHECK(router.dropped(drop_reason::bad_version) == 2);
+  CHECK(router.delivered() == 0);
+  CHECK(seen_version.load() == protocol_version + 1);
+  CHECK(frame_version(other) == protocol_version + 1);
+  CHECK(frame_version("CH") == -1);
+  CHECK(frame_version(std::string(12, 'x')) == -1);
+
+  // DEALER side: a frame of another version from the coordinator reaches the callback
+  // (once) with that version, and a sync_client throws naming both versions.
+  zmq::context_t ctx(1);
+  zmq::socket_t raw_router(ctx, zmq::socket_type::router);
+  raw_router.set(zmq::sockopt::linger, 0);
+  raw_router.bind("tcp://127.0.0.1:0");
+  const std::string ep = raw_router.get(zmq::sockopt::last_endpoint);
+  std::atomic<int> dealer_saw{-2};
+  std::atomic<int> calls{0};
+  bridge_options d;
+  d.kind = bridge_options::socket_kind::dealer;
+  d.endpoint = ep;
+  d.identity = make_identity("w");
+  d.on_version_mismatch = [&](int v) {
+    dealer_saw = v;
+    ++calls;
+  };
+  inbox at_dealer;
+  zmq_bridge dealer(d, at_dealer.fn());
+  dealer.send("", register_request{peer_role::worker, "w", 1});
+  std::vector<zmq::message_t> got;
+  REQUIRE(zmq::recv_multipart(raw_router, std::back_inserter(got)));
+  std::string newer = encode(register_ok{});
+  newer[4] = static_cast<char>(protocol_version + 2);
+  for (int i = 0; i < 2; ++i) {
+    raw_router.send(zmq::buffer(got[0].to_string()), zmq::send_flags::sndmore);
+    raw_router.send(zmq::buffer(newer));
+  }
+  CHECK(eventually(milliseconds(5000),
+                   [&] { return dealer.dropped(drop_reason::bad_version) == 2; }));
+  CHECK(dealer_saw.load() == protocol_version + 2);
+  CHECK(calls.load() == 1);
+  CHECK(at_dealer.items.empty());
+
+  sync_client client(ep);
+  REQUIRE(client.send(register_request{peer_role::client, "ctl", 1}));
+  got.clear();
+  REQUIRE(zmq::recv_multipart(raw_router, std::back_inserter(got)));
+  raw_router.send(zmq::buffer(got[0].to_string()), zmq::send_flags::sndmore);
+  raw_router.send(zmq::buffer(newer));
+  try {
+    client.recv(milliseconds(5000));
+    FAIL("a frame of another version was not reported");
+  } catch (const cohort::io_error& e) {
+    const std::string what = e.what();
+    CHECK(what.find("v" + std::to_string(protocol_version + 2)) != std::string::npos);
+    CHECK(what.find("this build v" + std::to_string(protocol_version)) != std::string::npos);
+  }
 }
