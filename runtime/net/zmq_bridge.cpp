@@ -261,6 +261,28 @@ void zmq_bridge::on_inbound(std::vector<zmq::message_t>& parts, zmq::socket_t& n
   }
   const zmq::message_t& payload = parts.back();
   const std::string_view frame(payload.data<char>(), payload.size());
+  std::string peer = router ? parts[0].to_string() : std::string();
+  bool admitted = !router;
+  if (router) {
+    std::lock_guard<std::mutex> lock(peers_mu_);
+    admitted = admitted_.count(peer) != 0;
+  }
+  if (!admitted) {
+    // A peer that has not registered may send one thing, a small register_request: look
+    // at no more than the envelope of anything else (no payload of a stranger is decoded).
+    if (frame.size() > max_unregistered_bytes) {
+      count(drop_reason::too_large);
+      return;
+    }
+    if (frame.size() >= envelope_header_bytes && frame_version(frame) == protocol_version) {
+      const auto* p = reinterpret_cast<const unsigned char*>(frame.data());
+      const auto type = static_cast<msg_type>(p[6] | (p[7] << 8));
+      if (type != msg_type::register_request) {
+        count(drop_reason::unknown_peer);
+        return;
+      }
+    }
+  }
   decoded d = decode(frame, opts_.max_message_bytes);
   if (!d.ok()) {
     count(static_cast<drop_reason>(d.error));
@@ -268,14 +290,6 @@ void zmq_bridge::on_inbound(std::vector<zmq::message_t>& parts, zmq::socket_t& n
     if (d.error == decode_error::bad_version)
       on_version_mismatch(router ? parts[0].to_string() : std::string(), frame_version(frame), net);
     return;
-  }
-  std::string peer = router ? parts[0].to_string() : std::string();
-  if (router && type_of(d.msg) != msg_type::register_request) {
-    std::lock_guard<std::mutex> lock(peers_mu_);
-    if (admitted_.count(peer) == 0) {
-      count(drop_reason::unknown_peer);
-      return;
-    }
   }
   delivered_.fetch_add(1);
   try {

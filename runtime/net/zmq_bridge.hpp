@@ -41,6 +41,10 @@ enum class drop_reason : uint8_t {
   count_
 };
 
+/// Largest frame a ROUTER bridge reads from a peer it has not admitted (a register_request
+/// with a name of at most a few KiB); larger ones are dropped as too_large unread.
+inline constexpr size_t max_unregistered_bytes = 4096;
+
 /// Stable name of a drop reason ("unknown_peer").
 const char* to_string(drop_reason r);
 

@@ -255,3 +255,31 @@ TEST_CASE("bridge: a peer of another protocol version is told which one this sid
     CHECK(what.find("this build v" + std::to_string(protocol_version)) != std::string::npos);
   }
 }
+
+TEST_CASE(
+    "bridge: a peer that has not registered gets no payload decoded beyond a small register") {
+  inbox in;
+  zmq_bridge router(router_opts(1 << 20), in.fn());
+  sync_client stranger(router.endpoint());
+  // A ping whose payload is garbage: refused on its envelope (unknown_peer), so the payload
+  // is never read (decoding it would have counted truncated).
+  std::string ping_frame = encode(ping{1, 2});
+  ping_frame.resize(envelope_header_bytes + 3);
+  ping_frame[8] = 3;  // the length field matches the garbage
+  ping_frame[9] = ping_frame[10] = ping_frame[11] = 0;
+  REQUIRE(stranger.send_frame(ping_frame));
+  // A register_request over max_unregistered_bytes (a 5000-byte name), well under the
+  // bridge's max_message_bytes: too_large, unread.
+  REQUIRE(stranger.send(register_request{peer_role::worker, std::string(5000, 'n'), 1}));
+  REQUIRE(stranger.send(register_request{peer_role::worker, "w", 1}));
+  REQUIRE(in.wait_for(1));
+  CHECK(router.dropped(drop_reason::unknown_peer) == 1);
+  CHECK(router.dropped(drop_reason::truncated) == 0);
+  CHECK(router.dropped(drop_reason::too_large) == 1);
+  CHECK(router.delivered() == 1);
+  // Once admitted, the same peer may send large messages up to max_message_bytes.
+  router.admit(in.items[0].first);
+  REQUIRE(stranger.send(kv_set{1, 1, "k", std::string(100000, 'v')}));
+  REQUIRE(in.wait_for(2));
+  CHECK(router.dropped(drop_reason::too_large) == 1);
+}
