@@ -159,23 +159,25 @@ void add_coordinator(CLI::App& app, int* rc) {
       std::string resume_from;
       if (opt->resume) {
         const std::string dir = expand_user(c.fault_tolerance.checkpoint_dir);
-        const auto newest = checkpoint_to_resume(dir);  // usage_error (exit 2) if none
-        // A damaged marker or a foreign shard fails here, before any worker tries it (the
-        // workers check the shard's SHA-256 when they load it).
-        const training_metadata meta = read_checkpoint_metadata(newest.second);
+        // The newest complete checkpoint whose every shard passes its checksums and range
+        // checks: a damaged one is skipped here, before any worker tries it.
+        const resume_point newest = checkpoint_to_resume(dir);  // usage_error (exit 2) if none
+        for (const auto& s : newest.skipped)
+          std::fprintf(stderr, "coordinator: resume skipped %s\n", s.c_str());
+        const training_metadata meta = read_checkpoint_metadata(newest.path);
         if (meta.optimizer != c.train.optimizer)
           throw checkpoint_error(
-              newest.second + ": holds " + meta.optimizer +
+              newest.path + ": holds " + meta.optimizer +
               " optimizer state but the config says train.optimizer: " + c.train.optimizer);
         // Shards are per stage and TP rank: another pp x tp cannot load them (exit 2, before
         // any worker starts and fails on them).
-        train::require_layout(newest.second, meta, c.parallel.pp, c.parallel.tp);
+        train::require_layout(newest.path, meta, c.parallel.pp, c.parallel.tp);
         if (meta.step >= c.train.steps)
-          throw usage_error("--resume: " + newest.second + " is at step " +
+          throw usage_error("--resume: " + newest.path + " is at step " +
                             std::to_string(meta.step) + ", the end of train.steps (" +
                             std::to_string(c.train.steps) + "): nothing left to train");
         start = meta.step;
-        resume_from = newest.second;
+        resume_from = newest.path;
         std::fprintf(stderr, "coordinator: resuming from %s at step %lld\n", resume_from.c_str(),
                      static_cast<long long>(start));
       }

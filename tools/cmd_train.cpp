@@ -12,6 +12,7 @@
 #include <regex>
 
 #include "actors/process.hpp"
+#include "runtime/ckpt/checkpoint.hpp"
 #include "runtime/ckpt/checkpoint_dir.hpp"
 #include "runtime/core/atomic_file.hpp"
 #include "runtime/core/config.hpp"
@@ -35,21 +36,26 @@ struct train_args {
   bool quiet = false;
 };
 
-// Loads the newest complete checkpoint of DIR into TR; returns the step to go on from.
+// Loads the newest complete and intact checkpoint of DIR into TR; returns the step to go on
+// from. Newer folders it passes over are named on stderr with the reason.
 int64_t resume(train::trainer& tr, const std::string& dir) {
-  const auto newest = checkpoint_to_resume(dir);  // usage_error (exit 2) if none
+  const resume_point newest = checkpoint_to_resume(dir);  // usage_error (exit 2) if none
+  for (const auto& s : newest.skipped) std::fprintf(stderr, "resume: skipped %s\n", s.c_str());
   int64_t start = 0;
   try {
-    start = tr.load_checkpoint(newest.second);
+    start = tr.load_checkpoint(newest.path);
   } catch (const checkpoint_error& e) {
-    // Name the fix: the checkpoint before it, if pruning left one.
-    const auto all = list_checkpoints(dir);
-    const std::string fix = all.size() >= 2 ? "remove " + newest.second + " to resume from " +
-                                                  all[all.size() - 2].second
-                                            : "no earlier checkpoint is left: run without --resume";
+    // An intact checkpoint that does not fit this model or config. Name the fix: the
+    // checkpoint before it, if pruning left one.
+    std::string earlier;
+    for (const auto& [step, path] : list_checkpoints(dir))
+      if (step < newest.step) earlier = path;
+    const std::string fix = !earlier.empty()
+                                ? "remove " + newest.path + " to resume from " + earlier
+                                : "no earlier checkpoint is left: run without --resume";
     throw checkpoint_error(std::string(e.what()) + "\n(" + fix + ")");
   }
-  std::fprintf(stderr, "resumed from %s at step %lld\n", newest.second.c_str(),
+  std::fprintf(stderr, "resumed from %s at step %lld\n", newest.path.c_str(),
                static_cast<long long>(start));
   return start;
 }

@@ -1,15 +1,15 @@
 #include "runtime/ckpt/checkpoint.hpp"
 
-#include <fcntl.h>
 #include <spdlog/spdlog.h>
-#include <unistd.h>
 
 #include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -22,6 +22,49 @@ namespace {
 
 constexpr const char* reserved_keys[] = {"format",      "format_version", "step",
                                          "config_hash", "optimizer",      checksum_key};
+
+// Range checks on the run facts a resume trusts. A value out of range (a negative count of
+// optimizer steps, a batch of 0) fails nothing later: it trains on wrong numbers (Adam's bias
+// correction of a negative step is NaN). Keys other writers leave out are not required.
+void check_ranges(const std::string& path, const training_metadata& meta) {
+  constexpr int64_t max_i64 = std::numeric_limits<int64_t>::max();
+  auto integer = [&](const char* key, int64_t lo, int64_t hi,
+                     const std::string& want) -> std::optional<int64_t> {
+    const auto it = meta.extra.find(key);
+    if (it == meta.extra.end()) return std::nullopt;
+    const std::string& text = it->second;
+    int64_t v = 0;
+    const auto r = std::from_chars(text.data(), text.data() + text.size(), v);
+    if (text.empty() || r.ec != std::errc() || r.ptr != text.data() + text.size() || v < lo ||
+        v > hi)
+      throw checkpoint_error("checkpoint " + path + ": metadata " + key + " is '" + text +
+                             "', not " + want + " (a damaged file, or not written by cohort)");
+    return v;
+  };
+  const int64_t step = meta.step;
+  const std::string s = std::to_string(step);
+  integer("optimizer.steps", 0, step, "a count of optimizer steps from 0 to the step, " + s);
+  integer("data.step", step, step, "the checkpoint's step, " + s);
+  const auto batch =
+      integer("data.global_batch", 1, std::numeric_limits<int>::max(), "a batch size (1 or more)");
+  const auto seen = integer("data.samples_seen", 0, max_i64, "a count (0 or more)");
+  if (batch && seen && (step > max_i64 / *batch || step * *batch != *seen))
+    throw checkpoint_error("checkpoint " + path + ": metadata data.samples_seen is " +
+                           std::to_string(*seen) + ", not step x data.global_batch = " + s + " x " +
+                           std::to_string(*batch) + " (a damaged file, or not written by cohort)");
+  integer("data.epoch", 0, max_i64, "a count (0 or more)");
+  integer("data.train_size", 1, max_i64, "a size (1 or more)");
+  integer("parallel.pp", 1, 1 << 16, "a number of pipeline stages (1 or more)");
+  integer("parallel.tp", 1, 1 << 16, "a number of tensor-parallel ranks (1 or more)");
+  if (const auto it = meta.extra.find("data.seed"); it != meta.extra.end()) {
+    uint64_t seed = 0;
+    const std::string& text = it->second;
+    const auto r = std::from_chars(text.data(), text.data() + text.size(), seed);
+    if (text.empty() || r.ec != std::errc() || r.ptr != text.data() + text.size())
+      throw checkpoint_error("checkpoint " + path + ": metadata data.seed is '" + text +
+                             "', not a seed (a damaged file, or not written by cohort)");
+  }
+}
 
 training_metadata parse_metadata(const std::string& path, const metadata_map& m) {
   auto get = [&](const char* key) -> const std::string& {
@@ -57,6 +100,7 @@ training_metadata parse_metadata(const std::string& path, const metadata_map& m)
     for (const char* r : reserved_keys) reserved |= k == r;
     if (!reserved) meta.extra[k] = v;
   }
+  check_ranges(path, meta);
   return meta;
 }
 
@@ -125,20 +169,30 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Makes a new folder entry durable: fsync of the folder that holds it.
-void fsync_dir(const std::string& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0 || ::fsync(fd) != 0) {
-    const std::string why = std::strerror(errno);
-    if (fd >= 0) ::close(fd);
-    throw checkpoint_error("fsync of folder " + dir + " failed: " + why);
+// Readies STEP_DIR for a write: creates it (mode 0700, its parent fsynced) or, when it
+// exists, removes what an earlier write of the step left (marker first, so it never looks
+// complete with a mix); a user's files in it stay. What is not a real folder (a link, a
+// file) was not made by cohort: refused rather than written through or deleted.
+void prepare_step_folder(const std::string& step_dir, bool clear) {
+  std::error_code ec;
+  const fs::file_type type = fs::symlink_status(step_dir, ec).type();
+  if (type != fs::file_type::not_found && type != fs::file_type::directory) {
+    throw checkpoint_error("checkpoint " + step_dir +
+                           ": exists but is not a folder cohort wrote (" +
+                           (ec                               ? ec.message()
+                            : type == fs::file_type::symlink ? "a symbolic link"
+                                                             : "a file") +
+                           "); move it out of the checkpoint folder");
   }
-  ::close(fd);
-}
-
-std::string parent_of(const std::string& path) {
-  const std::string p = fs::path(path).parent_path().string();
-  return p.empty() ? "." : p;
+  if (type == fs::file_type::directory) {
+    if (!clear) return;
+    remove_checkpoint(step_dir);
+    if (fs::exists(fs::path(step_dir) / checkpoint_marker, ec))
+      throw checkpoint_error("checkpoint " + step_dir +
+                             ": the marker of an older write of the same step cannot be removed "
+                             "(check the folder's permissions)");
+  }
+  make_checkpoint_folders(step_dir);
 }
 
 }  // namespace
@@ -186,19 +240,7 @@ void write_training_checkpoint(const std::string& step_dir,
   }
   // Whatever the folder held (an interrupted write, an earlier run's checkpoint of the
   // same step) goes first, marker first, so the folder never looks complete with a mix.
-  std::error_code ec;
-  if (fs::exists(step_dir, ec)) {
-    remove_checkpoint(step_dir);
-    if (fs::exists(step_dir, ec))
-      throw checkpoint_error("checkpoint " + step_dir +
-                             ": an older folder of the same step cannot be removed (check "
-                             "its permissions)");
-  }
-  fs::create_directories(step_dir, ec);
-  if (ec)
-    throw checkpoint_error("checkpoint " + step_dir +
-                           ": cannot create the folder: " + ec.message());
-  fsync_dir(parent_of(step_dir));
+  prepare_step_folder(step_dir, /*clear=*/true);
 
   checkpoint_manifest m;
   m.step = shards.front().meta.step;
@@ -215,13 +257,11 @@ void write_training_checkpoint(const std::string& step_dir,
 
 bool write_checkpoint_part(const std::string& step_dir, const shard_snapshot& s,
                            const std::vector<std::pair<int, int>>& all_shards) {
-  std::error_code ec;
-  fs::create_directories(step_dir, ec);
-  if (ec)
-    throw checkpoint_error("checkpoint " + step_dir +
-                           ": cannot create the folder: " + ec.message());
+  // Other writers share the folder: it is created if needed, never cleared.
+  prepare_step_folder(step_dir, /*clear=*/false);
   // A marker left by an earlier run of the same step would vouch for a mix of old and new
   // shards: it goes first; the last writer of this run writes the new one.
+  std::error_code ec;
   fs::remove(fs::path(step_dir) / checkpoint_marker, ec);
   write_checkpoint_shard(step_dir, s);
   checkpoint_manifest m;
@@ -290,6 +330,54 @@ training_metadata read_checkpoint_metadata(const std::string& step_dir, int stag
     throw checkpoint_error("checkpoint " + step_dir + ": has no shard " + file +
                            " (it was written with another pipeline / tensor layout)");
   return read_training_metadata((fs::path(step_dir) / file).string());
+}
+
+checkpoint_manifest verify_checkpoint(const std::string& step_dir) {
+  const checkpoint_manifest m = read_checkpoint_manifest(step_dir);
+  for (const auto& r : m.shards) {
+    const std::string path = (fs::path(step_dir) / r.file).string();
+    read_options o;
+    o.file_sha256 = r.sha256;
+    // read() checks the whole file's SHA-256, the header's layout and the data section's own
+    // checksum; parse_metadata the format and the ranges of the run facts.
+    const safetensors_file f = safetensors_file::read(path, o);
+    const training_metadata meta = parse_metadata(path, f.metadata());
+    if (meta.step != m.step)
+      throw checkpoint_error("checkpoint " + path + ": metadata step " + std::to_string(meta.step) +
+                             " differs from the marker's step " + std::to_string(m.step));
+  }
+  return m;
+}
+
+resume_point checkpoint_to_resume(const std::string& dir) {
+  const checkpoint_scan scan = scan_checkpoints(dir);
+  resume_point out;
+  // Odd step_* entries cannot be ordered against the folders (their step is unknown or
+  // out of range): all are named, so that a user who expected one to be used sees why not.
+  for (const auto& e : scan.skipped) out.skipped.push_back(e.path + ": " + e.reason);
+  for (auto it = scan.folders.rbegin(); it != scan.folders.rend(); ++it) {
+    if (!it->complete) {
+      out.skipped.push_back(it->problem);
+      continue;
+    }
+    try {
+      verify_checkpoint(it->path);
+      out.step = it->step;
+      out.path = it->path;
+      return out;
+    } catch (const checkpoint_error& e) {
+      out.skipped.push_back(e.what());
+    }
+  }
+  std::string why;
+  if (!scan.error.empty()) why += "\n  " + scan.error;
+  for (const auto& s : out.skipped) why += "\n  skipped " + s;
+  throw usage_error(
+      "--resume: no complete checkpoint with intact shards (a step_NNNNNNNN folder "
+      "with a " +
+      std::string(checkpoint_marker) + " marker whose shards pass their checks) in " + dir + why +
+      "\n(run without --resume, or point fault_tolerance.checkpoint_dir at an "
+      "earlier run)");
 }
 
 }  // namespace cohort

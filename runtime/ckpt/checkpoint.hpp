@@ -64,7 +64,10 @@ training_metadata load_training_checkpoint(
     const std::vector<optimizer_state_target>& optimizer_state, const read_options& opts = {});
 
 /// Reads only the header of a training checkpoint (no data, no checksum): its metadata, for
-/// listing checkpoints or choosing one to resume from.
+/// listing checkpoints or choosing one to resume from. Like load_training_checkpoint, it
+/// range-checks the run facts (step, optimizer.steps, data.*, parallel.*: counts not negative,
+/// data.step the step, samples_seen = step x global_batch) and throws checkpoint_error naming
+/// the key otherwise.
 training_metadata read_training_metadata(const std::string& path);
 
 // ---- checkpoint folders ----
@@ -122,5 +125,26 @@ training_metadata load_checkpoint_shard(const std::string& step_dir, int stage, 
 /// (marker checked, shard header read; no data, no checksum).
 training_metadata read_checkpoint_metadata(const std::string& step_dir, int stage = 0,
                                            int tp_rank = 0);
+
+/// Checks everything a resume from STEP_DIR relies on without loading it into a model: the
+/// marker and shard sizes (read_checkpoint_manifest), every shard's whole-file SHA-256
+/// against the marker, every shard's header and data checksum, and its metadata (format,
+/// ranges, the marker's step). Reads every shard once. Returns the manifest; throws
+/// checkpoint_error naming the folder or file and what is wrong.
+checkpoint_manifest verify_checkpoint(const std::string& step_dir);
+
+/// The checkpoint --resume goes on from, and what it passed over.
+struct resume_point {
+  int64_t step = 0;
+  std::string path;
+  /// "<what>: <why>" for every newer step folder that is incomplete or fails
+  /// verify_checkpoint, and every odd step_* entry of the folder (scan_checkpoints).
+  std::vector<std::string> skipped;
+};
+
+/// The newest checkpoint of DIR that is complete and passes verify_checkpoint, for
+/// --resume; the caller reports `skipped`. Throws usage_error (exit 2) when there is none,
+/// naming DIR, everything it skipped and why, and what to do.
+resume_point checkpoint_to_resume(const std::string& dir);
 
 }  // namespace cohort

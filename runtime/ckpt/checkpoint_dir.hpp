@@ -3,7 +3,9 @@
 // and a COMPLETE marker written last. Owns the names, the marker, listing, the newest and
 // pruning; not what a shard holds (checkpoint.hpp) nor when checkpoints are taken.
 // A checkpoint counts only when COMPLETE exists and names shards that all exist with the
-// recorded sizes, so a write killed at any moment is never listed.
+// recorded sizes, so a write killed at any moment is never listed. Whatever else a user or a
+// crash leaves in DIR is listed as skipped with a reason, never followed (symbolic links)
+// and never deleted: pruning removes only the files it writes, inside step folders it names.
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -49,7 +51,19 @@ void write_checkpoint_marker(const std::string& step_dir, const checkpoint_manif
 /// the folder and what is missing or wrong (no marker: the write was interrupted).
 checkpoint_manifest read_checkpoint_manifest(const std::string& step_dir);
 
-/// Every step_NNNNNNNN folder of DIR, complete or not.
+/// Mode of every folder a checkpoint write creates (DIR, its missing parents, step folders)
+/// and of every file it writes: the owner's only (a checkpoint holds the whole model).
+inline constexpr unsigned checkpoint_folder_mode = 0700;
+inline constexpr unsigned checkpoint_file_mode = 0600;
+
+/// Creates PATH and its missing parents as folders of checkpoint_folder_mode, fsyncing the
+/// folder that holds each new one so the entry survives a crash. An existing folder (or a
+/// symbolic link to one: DIR may live on another disk) is kept as it is. Throws
+/// checkpoint_error naming PATH.
+void make_checkpoint_folders(const std::string& path);
+
+/// A step folder of DIR: a real folder (not a symbolic link) named exactly as
+/// checkpoint_path names its step.
 struct checkpoint_entry {
   int64_t step = 0;
   std::string path;
@@ -57,26 +71,41 @@ struct checkpoint_entry {
   std::string problem;  ///< why it does not count (empty when complete)
 };
 
-/// Every checkpoint folder in DIR, oldest first; empty when DIR does not exist.
-std::vector<checkpoint_entry> scan_checkpoints(const std::string& dir);
+/// An entry of DIR whose name starts with "step_" but that is not a step folder.
+struct skipped_entry {
+  std::string path;
+  std::string reason;  ///< e.g. "a symbolic link (never followed)", "step number out of range"
+};
+
+/// What scan_checkpoints finds in DIR.
+struct checkpoint_scan {
+  std::vector<checkpoint_entry> folders;  ///< oldest first, complete or not
+  std::vector<skipped_entry> skipped;     ///< in name order
+  std::string error;                      ///< set when DIR exists but cannot be listed
+};
+
+/// Every step folder in DIR and every other step_* entry with the reason it is skipped;
+/// empty when DIR does not exist. Never throws on what DIR holds (odd names, plain files,
+/// symbolic links, special files, unreadable or partial markers); reads no shard data.
+checkpoint_scan scan_checkpoints(const std::string& dir);
 
 /// Complete checkpoints in DIR as (step, folder), oldest first; empty when DIR does not exist.
 std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string& dir);
 
-/// The newest complete checkpoint in DIR, if any.
+/// The newest complete checkpoint in DIR, if any (complete: its marker and shard sizes hold;
+/// checkpoint_to_resume, checkpoint.hpp, also checks the contents).
 std::optional<std::pair<int64_t, std::string>> newest_checkpoint(const std::string& dir);
-
-/// The newest complete checkpoint of DIR, for --resume. Throws usage_error (exit 2) when
-/// there is none, naming DIR, every incomplete folder it ignored and why, and what to do.
-std::pair<int64_t, std::string> checkpoint_to_resume(const std::string& dir);
 
 /// Keeps the newest KEEP complete checkpoints of DIR and removes the older ones, plus
 /// incomplete folders older than the newest complete one (left by a killed write; newer
-/// ones may still be being written). Best effort: a folder that cannot be removed stays.
+/// ones may still be being written). Only step folders scan_checkpoints lists are touched,
+/// and in them only what remove_checkpoint removes. Best effort: never throws.
 void prune_checkpoints(const std::string& dir, int keep);
 
-/// Removes one checkpoint folder, its marker first so that it never looks complete while
-/// half removed. Best effort.
-void remove_checkpoint(const std::string& step_dir);
+/// Removes the files a checkpoint write makes in STEP_DIR (COMPLETE first, so that it never
+/// looks complete while half removed; shard_p<P>_t<T>.safetensors; their temporaries), then
+/// the folder if nothing else is left in it. Never follows a symbolic link: when STEP_DIR is
+/// one, nothing is removed. Best effort; returns true when the folder is gone.
+bool remove_checkpoint(const std::string& step_dir);
 
 }  // namespace cohort

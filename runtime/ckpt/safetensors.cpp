@@ -214,7 +214,10 @@ written_file write_safetensors(const std::string& path, const std::vector<tensor
 
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   fd_guard f;
-  f.fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  // Owner-only (a checkpoint holds the whole model); a fresh file, so that the mode holds
+  // even over a temporary a killed writer of the same pid left.
+  ::unlink(tmp.c_str());
+  f.fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (f.fd < 0) fail(path, "cannot create " + tmp + ": " + std::strerror(errno));
   try {
     write_all_fd(f.fd, len, sizeof len, tmp);

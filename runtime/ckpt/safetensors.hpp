@@ -60,9 +60,10 @@ struct written_file {
 
 /// Writes `tensors` (in name order) and `metadata` plus metadata["sha256"] to `path`
 /// atomically: a temporary `path.tmp.<pid>` is written, fsynced and renamed over `path`,
-/// then the folder is fsynced. On any failure `path` is untouched, the temporary is removed
-/// and a checkpoint_error names the file and the cause. Names must be unique and non-empty;
-/// "sha256" is reserved in metadata. Returns the size and SHA-256 of the whole file.
+/// then the folder is fsynced. The file is its owner's only (mode 0600). On any failure `path` is
+/// untouched, the temporary is removed and a checkpoint_error names the file and the cause. Names
+/// must be unique and non-empty; "sha256" is reserved in metadata. Returns the size and SHA-256 of
+/// the whole file.
 written_file write_safetensors(const std::string& path, const std::vector<tensor_view>& tensors,
                                const metadata_map& metadata = {});
 

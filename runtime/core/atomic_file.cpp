@@ -11,7 +11,7 @@
 
 namespace cohort {
 
-void write_file_atomic(const std::string& path, const std::string& contents) {
+void write_file_atomic(const std::string& path, const std::string& contents, unsigned mode) {
   namespace fs = std::filesystem;
   const fs::path target(path);
   const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
@@ -22,7 +22,10 @@ void write_file_atomic(const std::string& path, const std::string& contents) {
     throw io_error("cannot write " + path + ": " + what + ": " + err +
                    " (check that the directory exists and is writable)");
   };
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  // A temporary a killed writer of the same pid left keeps its old mode under O_TRUNC:
+  // start from a new file so that MODE holds.
+  ::unlink(tmp.c_str());
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, static_cast<mode_t>(mode));
   if (fd < 0) fail("open " + tmp);
   const char* p = contents.data();
   std::size_t left = contents.size();

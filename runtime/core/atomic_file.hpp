@@ -6,8 +6,9 @@
 
 namespace cohort {
 
-/// Replaces `path` with `contents` atomically; throws io_error naming the path and the
-/// system error. No temporary file is left behind on failure.
-void write_file_atomic(const std::string& path, const std::string& contents);
+/// Replaces `path` with `contents` atomically; the new file has permission bits MODE (less
+/// the umask). Throws io_error naming the path and the system error. No temporary file is
+/// left behind on failure.
+void write_file_atomic(const std::string& path, const std::string& contents, unsigned mode = 0644);
 
 }  // namespace cohort

@@ -3,7 +3,6 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
-#include <filesystem>
 #include <utility>
 
 #include "runtime/ckpt/checkpoint.hpp"
@@ -55,11 +54,7 @@ void checkpoint_writer::start(shard_snapshot snap, std::vector<std::pair<int, in
       [step_dir, dir = dir_, keep = keep_, all = std::move(all),
        snap = std::move(snap)]() -> std::string {
         try {
-          std::error_code ec;
-          std::filesystem::create_directories(dir, ec);
-          if (ec)
-            throw checkpoint_error("cannot create the checkpoint folder " + dir + ": " +
-                                   ec.message() + " (check fault_tolerance.checkpoint_dir)");
+          make_checkpoint_folders(dir);  // mode 0700, parents fsynced
           // One writer holds the whole checkpoint; several complete it together.
           const bool complete = all.empty() ? (write_training_checkpoint(step_dir, {snap}), true)
                                             : write_checkpoint_part(step_dir, snap, all);

@@ -113,7 +113,7 @@ TEST_CASE("listing ignores folders without a marker, with a missing or truncated
 
   CHECK(listed_steps(dir) == std::vector<int64_t>{2});
   CHECK(newest_checkpoint(dir)->first == 2);
-  const auto all = scan_checkpoints(dir);
+  const auto all = scan_checkpoints(dir).folders;
   REQUIRE(all.size() == 6);  // steps 2..12; the plain file and "other" are not checkpoints
   CHECK(all[1].problem.find("no COMPLETE marker") != std::string::npos);
   CHECK(all[2].problem.find("shard_p0_t0.safetensors is missing") != std::string::npos);
@@ -244,7 +244,11 @@ TEST_CASE("checkpoint_to_resume: the newest complete one, else a usage error nam
     CHECK(what.find("run without --resume") != std::string::npos);
   }
   write_training_checkpoint(checkpoint_path(dir, 2), {sample(2)});
-  CHECK(checkpoint_to_resume(dir) == std::make_pair(int64_t{2}, checkpoint_path(dir, 2)));
+  const resume_point r = checkpoint_to_resume(dir);
+  CHECK(r.step == 2);
+  CHECK(r.path == checkpoint_path(dir, 2));
+  REQUIRE(r.skipped.size() == 1);  // the newer, incomplete step 4, with the reason
+  CHECK(r.skipped[0].find("step_00000004: incomplete") != std::string::npos);
 }
 
 TEST_CASE("shards written by several workers: the last one in completes the checkpoint") {

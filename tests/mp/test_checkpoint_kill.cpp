@@ -31,7 +31,7 @@ std::string kill_yaml(const std::string& dir) {
 std::optional<std::pair<int64_t, std::string>> in_flight(const std::string& dir) {
   const auto newest = newest_checkpoint(dir);
   if (!newest) return std::nullopt;
-  for (const auto& e : scan_checkpoints(dir)) {
+  for (const auto& e : scan_checkpoints(dir).folders) {
     if (!e.complete && e.step > newest->first && fs::exists(e.path + "/" + shard_file_name(0, 0)) &&
         !fs::exists(e.path + "/" + checkpoint_marker))
       return std::make_pair(e.step, e.path);
