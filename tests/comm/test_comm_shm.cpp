@@ -77,8 +77,8 @@ TEST_CASE("shm allreduce sums exactly across chunk boundaries for world sizes 1.
       for (int r = 0; r < n; ++r)
         for (std::size_t i = 0; i < count; ++i) {
           REQUIRE(f[r][i] == ranks_sum * float(i % 7));
-          REQUIRE(q[r][i] == (std::int64_t(1) << 40) * (n * (n + 1) / 2) +
-                                 std::int64_t(n) * std::int64_t(i));
+          REQUIRE(q[r][i] ==
+                  (std::int64_t(1) << 40) * (n * (n + 1) / 2) + std::int64_t(n) * std::int64_t(i));
         }
     }
   }
@@ -234,13 +234,18 @@ TEST_CASE("shm: a peer that never arrives times out, a peer whose process died i
 TEST_CASE("the factory's auto transport picks shm for ranks of one host, gloo when asked") {
   memory_kv kv;
   std::vector<std::string> kinds(2), forced(2);
+  // Kept until both ranks are done: a rank that dropped its end of a Gloo pair at once could
+  // close it while the other rank is still connecting (seen under load).
+  std::vector<std::unique_ptr<communicator>> keep(4);
   REQUIRE_NOTHROW(rethrow_first(run_ranks(2, [&](int r) {
     transport_options t;
     t.group = "dp";
     t.transport = "auto";
-    kinds[r] = make_communicator("gloo", "cpu", kv, r, 2, 1, 20000, t)->backend();
+    keep[r] = make_communicator("gloo", "cpu", kv, r, 2, 1, 20000, t);
+    kinds[r] = keep[r]->backend();
     t.transport = "gloo";
-    forced[r] = make_communicator("gloo", "cpu", kv, r, 2, 2, 20000, t)->backend();
+    keep[2 + r] = make_communicator("gloo", "cpu", kv, r, 2, 2, 20000, t);
+    forced[r] = keep[2 + r]->backend();
   })));
   CHECK(kinds == std::vector<std::string>{"shm", "shm"});
   CHECK(forced == std::vector<std::string>{"gloo", "gloo"});
