@@ -15,29 +15,17 @@
 #include "runtime/core/error.hpp"
 #include "runtime/core/sha256.hpp"
 #include "tests/ckpt/env_guard.hpp"
+#include "tests/ckpt/sample_shard.hpp"
 #include "tests/data/temp_dir.hpp"
 
 using namespace cohort;
 using cohort::test::read_all;
+using cohort::test::sample_shard;
 using cohort::test::temp_dir;
 using cohort::test::write_all;
 namespace fs = std::filesystem;
 
 namespace {
-
-// A 2x3 weight and a bias of 2 with one AdamW-like slot; values depend on `seed`.
-shard_snapshot sample(int64_t step, float seed = 1.0f) {
-  shard_snapshot s;
-  s.layout = {{"fc.weight", {2, 3}, 0}, {"fc.bias", {2}, 6}};
-  for (int i = 0; i < 8; ++i) s.params.push_back(seed + 0.5f * static_cast<float>(i));
-  std::vector<float> m;
-  for (int i = 0; i < 8; ++i) m.push_back(-seed * static_cast<float>(i));
-  s.optimizer_state.emplace_back("exp_avg", m);
-  s.meta.step = step;
-  s.meta.config_hash = "cfg";
-  s.meta.optimizer = "adamw";
-  return s;
-}
 
 std::vector<int64_t> listed_steps(const std::string& dir) {
   std::vector<int64_t> out;
@@ -62,7 +50,7 @@ TEST_CASE("a checkpoint folder holds one shard per stage/rank and a marker with 
   CHECK(shard_file_name(0, 0) == "shard_p0_t0.safetensors");
   CHECK(shard_file_name(3, 1) == "shard_p3_t1.safetensors");
 
-  shard_snapshot a = sample(12, 1.0f), b = sample(12, 2.0f);
+  shard_snapshot a = sample_shard(12, 1.0f), b = sample_shard(12, 2.0f);
   b.stage = 1;
   write_training_checkpoint(step_dir, {a, b});
 
@@ -99,7 +87,7 @@ TEST_CASE("listing ignores folders without a marker, with a missing or truncated
   temp_dir tmp;
   const std::string dir = tmp.file("ck");
   for (int64_t s : {2, 4, 6, 8, 10})
-    write_training_checkpoint(checkpoint_path(dir, s), {sample(s)});
+    write_training_checkpoint(checkpoint_path(dir, s), {sample_shard(s)});
   CHECK(listed_steps(dir) == std::vector<int64_t>{2, 4, 6, 8, 10});
 
   fs::remove(checkpoint_path(dir, 4) + "/COMPLETE");  // a write killed before its marker
@@ -122,7 +110,7 @@ TEST_CASE("listing ignores folders without a marker, with a missing or truncated
   CHECK(all[5].problem.find("no COMPLETE marker") != std::string::npos);
 
   // A marker that names another step than its folder does not count either.
-  write_training_checkpoint(checkpoint_path(dir, 16), {sample(16)});
+  write_training_checkpoint(checkpoint_path(dir, 16), {sample_shard(16)});
   fs::rename(checkpoint_path(dir, 16), checkpoint_path(dir, 18));
   CHECK(listed_steps(dir) == std::vector<int64_t>{2});
 }
@@ -135,7 +123,7 @@ TEST_CASE("the marker is written after the shard: a reader never sees one withou
   CHECK(test_checkpoint_delay_ms() == 300);
   std::atomic<bool> done{false};
   std::thread writer([&] {
-    write_training_checkpoint(step_dir, {sample(3)});
+    write_training_checkpoint(step_dir, {sample_shard(3)});
     done = true;
   });
   bool shard_without_marker = false, marker_without_shard = false, listed_early = false;
@@ -164,7 +152,7 @@ TEST_CASE("a sha256 mismatch on load throws checkpoint_error naming the file, ta
   temp_dir tmp;
   const std::string dir = tmp.file("ck");
   const std::string step_dir = checkpoint_path(dir, 5);
-  write_training_checkpoint(step_dir, {sample(5)});
+  write_training_checkpoint(step_dir, {sample_shard(5)});
   // Flip one bit of the last data byte: same size, so the folder is still listed.
   const std::string file = shard0(step_dir);
   std::string bytes = read_all(file);
@@ -194,7 +182,7 @@ TEST_CASE("prune keeps the newest complete ones and drops interrupted writes old
   temp_dir tmp;
   const std::string dir = tmp.file("ck");
   for (int64_t s : {1, 2, 3, 4, 5, 7})
-    write_training_checkpoint(checkpoint_path(dir, s), {sample(s)});
+    write_training_checkpoint(checkpoint_path(dir, s), {sample_shard(s)});
   fs::remove(checkpoint_path(dir, 3) + "/COMPLETE");  // interrupted, older than the newest
   fs::remove(checkpoint_path(dir, 7) + "/COMPLETE");  // newer than the newest: maybe in flight
   write_all(dir + "/notes.txt", "kept");
@@ -214,10 +202,10 @@ TEST_CASE("rewriting a step replaces an interrupted write's leftovers") {
   temp_dir tmp;
   const std::string dir = tmp.file("ck");
   const std::string step_dir = checkpoint_path(dir, 9);
-  write_training_checkpoint(step_dir, {sample(9, 1.0f)});
+  write_training_checkpoint(step_dir, {sample_shard(9, 1.0f)});
   fs::remove(step_dir + "/COMPLETE");
   write_all(shard0(step_dir) + ".tmp.12345", "half a file");
-  write_training_checkpoint(step_dir, {sample(9, 3.0f)});
+  write_training_checkpoint(step_dir, {sample_shard(9, 3.0f)});
   CHECK_FALSE(fs::exists(shard0(step_dir) + ".tmp.12345"));
   CHECK(listed_steps(dir) == std::vector<int64_t>{9});
   std::vector<float> w(6), bias(2), m_w(6), m_b(2);
@@ -232,7 +220,7 @@ TEST_CASE("checkpoint_to_resume: the newest complete one, else a usage error nam
   const std::string dir = tmp.file("ck");
   CHECK_THROWS_WITH_AS(checkpoint_to_resume(dir), doctest::Contains("no complete checkpoint"),
                        usage_error);
-  write_training_checkpoint(checkpoint_path(dir, 4), {sample(4)});
+  write_training_checkpoint(checkpoint_path(dir, 4), {sample_shard(4)});
   fs::remove(checkpoint_path(dir, 4) + "/COMPLETE");
   try {
     checkpoint_to_resume(dir);
@@ -243,7 +231,7 @@ TEST_CASE("checkpoint_to_resume: the newest complete one, else a usage error nam
     CHECK(what.find("step_00000004: incomplete") != std::string::npos);
     CHECK(what.find("run without --resume") != std::string::npos);
   }
-  write_training_checkpoint(checkpoint_path(dir, 2), {sample(2)});
+  write_training_checkpoint(checkpoint_path(dir, 2), {sample_shard(2)});
   const resume_point r = checkpoint_to_resume(dir);
   CHECK(r.step == 2);
   CHECK(r.path == checkpoint_path(dir, 2));
@@ -256,7 +244,7 @@ TEST_CASE("shards written by several workers: the last one in completes the chec
   const std::string dir = tmp.file("ck");
   const std::string step_dir = checkpoint_path(dir, 8);
   const std::vector<std::pair<int, int>> all = {{0, 0}, {1, 0}};
-  shard_snapshot a = sample(8, 1.0f), b = sample(8, 2.0f);
+  shard_snapshot a = sample_shard(8, 1.0f), b = sample_shard(8, 2.0f);
   b.stage = 1;
   a.meta.extra["checkpoint.job"] = b.meta.extra["checkpoint.job"] = "run-2";
 
@@ -278,7 +266,7 @@ TEST_CASE("shards written by several workers: the last one in completes the chec
   {
     // A shard an earlier run left behind does not count.
     fs::remove_all(dir);
-    shard_snapshot stale = sample(8, 9.0f);
+    shard_snapshot stale = sample_shard(8, 9.0f);
     stale.stage = 1;
     stale.meta.extra["checkpoint.job"] = "run-1";
     fs::create_directories(step_dir);

@@ -15,29 +15,17 @@
 #include "runtime/ckpt/checkpoint.hpp"
 #include "runtime/ckpt/checkpoint_dir.hpp"
 #include "runtime/core/error.hpp"
+#include "tests/ckpt/sample_shard.hpp"
 #include "tests/data/temp_dir.hpp"
 
 using namespace cohort;
 using cohort::test::read_all;
+using cohort::test::sample_shard;
 using cohort::test::temp_dir;
 using cohort::test::write_all;
 namespace fs = std::filesystem;
 
 namespace {
-
-// A 2x3 weight and a bias of 2 with one AdamW-like slot; values depend on `seed`.
-shard_snapshot sample(int64_t step, float seed = 1.0f) {
-  shard_snapshot s;
-  s.layout = {{"fc.weight", {2, 3}, 0}, {"fc.bias", {2}, 6}};
-  for (int i = 0; i < 8; ++i) s.params.push_back(seed + 0.5f * static_cast<float>(i));
-  std::vector<float> m;
-  for (int i = 0; i < 8; ++i) m.push_back(-seed * static_cast<float>(i));
-  s.optimizer_state.emplace_back("exp_avg", m);
-  s.meta.step = step;
-  s.meta.config_hash = "cfg";
-  s.meta.optimizer = "adamw";
-  return s;
-}
 
 std::string shard0(const std::string& step_dir) {
   return (fs::path(step_dir) / "shard_p0_t0.safetensors").string();
@@ -79,7 +67,7 @@ TEST_CASE("bug 15a: a step folder name that overflows is skipped, not an interna
   temp_dir tmp;
   const std::string dir = tmp.file("ck");
   const std::string huge = "step_99999999999999999999";
-  write_training_checkpoint(checkpoint_path(dir, 2), {sample(2)});
+  write_training_checkpoint(checkpoint_path(dir, 2), {sample_shard(2)});
   fs::create_directories(dir + "/" + huge);
 
   // Before the fix every one of these threw std::out_of_range ("stoll").
@@ -92,7 +80,7 @@ TEST_CASE("bug 15a: a step folder name that overflows is skipped, not an interna
   CHECK(r.step == 2);
   CHECK(mentions(r.skipped, huge, "out of range"));
   // A fresh run into the folder: its writes and pruning go on (the final checkpoint is written).
-  REQUIRE_NOTHROW(write_training_checkpoint(checkpoint_path(dir, 3), {sample(3)}));
+  REQUIRE_NOTHROW(write_training_checkpoint(checkpoint_path(dir, 3), {sample_shard(3)}));
   REQUIRE_NOTHROW(prune_checkpoints(dir, 1));
   CHECK(list_checkpoints(dir) ==
         std::vector<std::pair<int64_t, std::string>>{{3, checkpoint_path(dir, 3)}});
@@ -103,13 +91,13 @@ TEST_CASE("bug 15b: pruning never follows a symbolic link nor deletes what cohor
   temp_dir tmp;
   const std::string dir = tmp.file("ck"), outside = tmp.file("outside");
   // A complete checkpoint outside DIR, linked in under a step name, plus a user's file.
-  write_training_checkpoint(outside, {sample(1)});
+  write_training_checkpoint(outside, {sample_shard(1)});
   write_all(outside + "/precious.txt", "user data");
   fs::create_directories(dir);
   fs::create_directory_symlink(outside, checkpoint_path(dir, 1));
-  write_training_checkpoint(checkpoint_path(dir, 2), {sample(2)});
-  write_training_checkpoint(checkpoint_path(dir, 3), {sample(3)});
-  write_training_checkpoint(checkpoint_path(dir, 4), {sample(4)});
+  write_training_checkpoint(checkpoint_path(dir, 2), {sample_shard(2)});
+  write_training_checkpoint(checkpoint_path(dir, 3), {sample_shard(3)});
+  write_training_checkpoint(checkpoint_path(dir, 4), {sample_shard(4)});
   write_all(checkpoint_path(dir, 2) + "/notes.txt", "a user's file in an old step folder");
   fs::create_symlink(outside + "/precious.txt", checkpoint_path(dir, 3) + "/link.txt");
 
@@ -131,7 +119,7 @@ TEST_CASE("bug 15b: pruning never follows a symbolic link nor deletes what cohor
   CHECK(list_checkpoints(dir) ==
         std::vector<std::pair<int64_t, std::string>>{{4, checkpoint_path(dir, 4)}});
   // A step folder that is a link is not written through either.
-  CHECK_THROWS_WITH_AS(write_training_checkpoint(checkpoint_path(dir, 1), {sample(1, 5.0f)}),
+  CHECK_THROWS_WITH_AS(write_training_checkpoint(checkpoint_path(dir, 1), {sample_shard(1, 5.0f)}),
                        doctest::Contains("symbolic link"), checkpoint_error);
   CHECK(read_all(shard0(outside)) != "");
   CHECK(remove_checkpoint(checkpoint_path(dir, 1)) == false);
@@ -158,17 +146,17 @@ TEST_CASE("bug 15c: metadata out of range is refused though its checksums are co
       {"data.seed", "-1"},         {"parallel.pp", "0"}, {"parallel.tp", "-2"},
   };
   {
-    shard_snapshot s = sample(4);
+    shard_snapshot s = sample_shard(4);
     s.meta.extra = good;
     write_training_checkpoint(checkpoint_path(dir, 4), {s});
     CHECK(read_checkpoint_metadata(checkpoint_path(dir, 4)).extra.at("optimizer.steps") == "4");
     CHECK_NOTHROW(verify_checkpoint(checkpoint_path(dir, 4)));
   }
-  write_training_checkpoint(checkpoint_path(dir, 2), {sample(2)});
+  write_training_checkpoint(checkpoint_path(dir, 2), {sample_shard(2)});
   for (const auto& b : bad) {
     CAPTURE(b.key);
     CAPTURE(b.value);
-    shard_snapshot s = sample(4);
+    shard_snapshot s = sample_shard(4);
     s.meta.extra = good;
     s.meta.extra[b.key] = b.value;
     write_training_checkpoint(checkpoint_path(dir, 4), {s});
@@ -191,11 +179,11 @@ TEST_CASE("bug 15c: metadata out of range is refused though its checksums are co
 TEST_CASE("bug 15d: a truncated and a corrupt newest checkpoint are both skipped by resume") {
   temp_dir tmp;
   const std::string dir = tmp.file("ck");
-  write_training_checkpoint(checkpoint_path(dir, 2), {sample(2)});
+  write_training_checkpoint(checkpoint_path(dir, 2), {sample_shard(2)});
   const std::string newest = checkpoint_path(dir, 4), file = shard0(newest);
 
   SUBCASE("corrupt: one bit flipped, same size") {
-    write_training_checkpoint(newest, {sample(4)});
+    write_training_checkpoint(newest, {sample_shard(4)});
     std::string bytes = read_all(file);
     bytes.back() = static_cast<char>(bytes.back() ^ 1);
     write_all(file, bytes);
@@ -206,14 +194,14 @@ TEST_CASE("bug 15d: a truncated and a corrupt newest checkpoint are both skipped
     CHECK(mentions(r.skipped, file, "checksum mismatch"));
   }
   SUBCASE("truncated: one byte short") {
-    write_training_checkpoint(newest, {sample(4)});
+    write_training_checkpoint(newest, {sample_shard(4)});
     fs::resize_file(file, fs::file_size(file) - 1);
     const resume_point r = checkpoint_to_resume(dir);  // before the fix: step 2, said nothing
     CHECK(r.step == 2);
     CHECK(mentions(r.skipped, "step_00000004", "truncated"));
   }
   SUBCASE("neither is left: a usage error naming the folder and both reasons") {
-    write_training_checkpoint(newest, {sample(4)});
+    write_training_checkpoint(newest, {sample_shard(4)});
     fs::resize_file(file, fs::file_size(file) - 1);
     const std::string older = shard0(checkpoint_path(dir, 2));
     std::string bytes = read_all(older);
@@ -238,23 +226,23 @@ TEST_CASE("bug 15e: checkpoint files are 0600 and the folders a write creates 07
   temp_dir tmp;
   const std::string dir = tmp.file("runs") + "/ck";  // two missing levels
   const std::string step_dir = checkpoint_path(dir, 1);
-  write_training_checkpoint(step_dir, {sample(1)});
+  write_training_checkpoint(step_dir, {sample_shard(1)});
   CHECK(mode_of(tmp.file("runs")) == 0700);
   CHECK(mode_of(dir) == 0700);
   CHECK(mode_of(step_dir) == 0700);
   CHECK(mode_of(shard0(step_dir)) == 0600);
   CHECK(mode_of(step_dir + "/COMPLETE") == 0600);
   // The pipeline path (several writers) too, and a rewrite of the same step.
-  write_checkpoint_part(checkpoint_path(dir, 2), sample(2), {{0, 0}});
+  write_checkpoint_part(checkpoint_path(dir, 2), sample_shard(2), {{0, 0}});
   CHECK(mode_of(checkpoint_path(dir, 2)) == 0700);
   CHECK(mode_of(shard0(checkpoint_path(dir, 2))) == 0600);
   CHECK(mode_of(checkpoint_path(dir, 2) + "/COMPLETE") == 0600);
-  write_training_checkpoint(step_dir, {sample(1, 2.0f)});
+  write_training_checkpoint(step_dir, {sample_shard(1, 2.0f)});
   CHECK(mode_of(shard0(step_dir)) == 0600);
   // An existing DIR keeps its mode: it is the user's.
   fs::create_directories(tmp.file("mine"));
   fs::permissions(tmp.file("mine"), fs::perms(0755));
-  write_training_checkpoint(checkpoint_path(tmp.file("mine"), 1), {sample(1)});
+  write_training_checkpoint(checkpoint_path(tmp.file("mine"), 1), {sample_shard(1)});
   CHECK(mode_of(tmp.file("mine")) == 0755);
   CHECK(mode_of(checkpoint_path(tmp.file("mine"), 1)) == 0700);
 }
@@ -262,8 +250,8 @@ TEST_CASE("bug 15e: checkpoint files are 0600 and the folders a write creates 07
 TEST_CASE("scanning names every odd step entry it skips and why, and never hangs or throws") {
   temp_dir tmp;
   const std::string dir = tmp.file("ck"), outside = tmp.file("outside");
-  write_training_checkpoint(checkpoint_path(dir, 2), {sample(2)});
-  write_training_checkpoint(outside, {sample(9)});
+  write_training_checkpoint(checkpoint_path(dir, 2), {sample_shard(2)});
+  write_training_checkpoint(outside, {sample_shard(9)});
   fs::create_directories(dir + "/step_5");                  // short name
   fs::create_directories(dir + "/step_000000007");          // another name for step 7
   fs::create_directories(dir + "/step_00000006x");          // not digits
@@ -275,15 +263,15 @@ TEST_CASE("scanning names every odd step entry it skips and why, and never hangs
   write_all(dir + "/notes.txt", "not a step name: neither listed nor touched");
 
   // Step folders whose insides are odd: listed, with the reason they do not count.
-  write_training_checkpoint(checkpoint_path(dir, 20), {sample(20)});
+  write_training_checkpoint(checkpoint_path(dir, 20), {sample_shard(20)});
   fs::remove(checkpoint_path(dir, 20) + "/COMPLETE");
   REQUIRE(::mkfifo((checkpoint_path(dir, 20) + "/COMPLETE").c_str(), 0600) == 0);  // would block
-  write_training_checkpoint(checkpoint_path(dir, 21), {sample(21)});
+  write_training_checkpoint(checkpoint_path(dir, 21), {sample_shard(21)});
   fs::remove(checkpoint_path(dir, 21) + "/COMPLETE");
   fs::create_directories(checkpoint_path(dir, 21) + "/COMPLETE");  // a folder
-  write_training_checkpoint(checkpoint_path(dir, 22), {sample(22)});
+  write_training_checkpoint(checkpoint_path(dir, 22), {sample_shard(22)});
   write_all(checkpoint_path(dir, 22) + "/COMPLETE", "{\"step\": 22, \"sha");  // partial
-  write_training_checkpoint(checkpoint_path(dir, 23), {sample(23)});
+  write_training_checkpoint(checkpoint_path(dir, 23), {sample_shard(23)});
   fs::remove(shard0(checkpoint_path(dir, 23)));
   fs::create_symlink(shard0(outside), shard0(checkpoint_path(dir, 23)));  // a linked shard
   fs::create_directories(checkpoint_path(dir, 24));                       // empty: no marker
