@@ -293,4 +293,9 @@ int frame_version(std::string_view frame) noexcept {
   return load_u16(p + 4);
 }
 
+int frame_type(std::string_view frame) noexcept {
+  if (frame_version(frame) < 0) return -1;
+  return load_u16(reinterpret_cast<const unsigned char*>(frame.data()) + 6);
+}
+
 }  // namespace cohort::net

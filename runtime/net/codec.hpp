@@ -58,4 +58,8 @@ decoded decode(std::string_view frame, size_t max_bytes) noexcept;
 /// version, so two builds that disagree can still tell each other which version they speak.
 int frame_version(std::string_view frame) noexcept;
 
+/// The message type a frame's envelope names, or -1 as for frame_version. Reads nothing
+/// past the envelope (the payload may be anything).
+int frame_type(std::string_view frame) noexcept;
+
 }  // namespace cohort::net

@@ -274,13 +274,10 @@ void zmq_bridge::on_inbound(std::vector<zmq::message_t>& parts, zmq::socket_t& n
       count(drop_reason::too_large);
       return;
     }
-    if (frame.size() >= envelope_header_bytes && frame_version(frame) == protocol_version) {
-      const auto* p = reinterpret_cast<const unsigned char*>(frame.data());
-      const auto type = static_cast<msg_type>(p[6] | (p[7] << 8));
-      if (type != msg_type::register_request) {
-        count(drop_reason::unknown_peer);
-        return;
-      }
+    if (frame_version(frame) == protocol_version &&
+        frame_type(frame) != static_cast<int>(msg_type::register_request)) {
+      count(drop_reason::unknown_peer);
+      return;
     }
   }
   decoded d = decode(frame, opts_.max_message_bytes);
