@@ -84,13 +84,41 @@ void stage_trainer::begin_step() {
   if (bitwise_) std::fill(fixed_.begin(), fixed_.end(), 0);
 }
 
-double stage_trainer::compute_gradients(int64_t step, const std::vector<int>& micro) {
-  if (micro.empty()) return 0.0;
+void stage_trainer::accumulate_fixed(int64_t step, int64_t offset, int64_t count) {
+  nn::tensor& g = model_->flat_grads();
+  int64_t bad = fixed_accumulate(fixed_.data() + offset, g.data() + offset, count);
+  if (bad >= 0)
+    throw cohort::error("bitwise determinism: gradient element " + std::to_string(bad + offset) +
+                        " of stage " + std::to_string(stage_) + " in step " +
+                        std::to_string(step) +
+                        " is not finite or exceeds the fixed-point range (the run "
+                        "diverged: lower train.lr or set train.grad_clip)");
+}
+
+double stage_trainer::compute_gradients(int64_t step, const std::vector<int>& micro,
+                                        const ready_fn& ready) {
+  if (micro.empty()) {
+    // Nothing to compute: the buffer holds begin_step's zeros, all final now.
+    for (std::size_t b = model_->blocks().size(); ready && b-- > 0;) {
+      const auto [offset, count] = model_->block_elements(b);
+      if (count > 0) ready(static_cast<std::size_t>(offset), static_cast<std::size_t>(count));
+    }
+    return 0.0;
+  }
   const auto& t = cfg_.train;
   const int M = static_cast<int>(micro.size());
   const bool first = stage_ == 0, last = stage_ == stages_ - 1;
   const int C = cfg_.model.d_model;
   const std::vector<pipe_op> ops = stage_ops(kind_, stages_, M, stage_);
+  // The stage's gradients are final during its last backward: that one reports its ranges.
+  std::size_t last_backward = ops.size();
+  for (std::size_t j = 0; j < ops.size(); ++j)
+    if (ops[j].k != pipe_op::forward) last_backward = j;
+  std::vector<std::pair<int64_t, int64_t>> seen;  // to check they tile the buffer once
+  struct unhook {
+    nn::model& m;
+    ~unhook() { m.set_grads_ready_hook(nullptr); }
+  } guard{*model_};
   const int slots = model_->options().slots;
   std::vector<int64_t> positions(static_cast<std::size_t>(M), 0);  // n*t of each micro-batch
   double loss_rows = 0.0;
@@ -101,7 +129,8 @@ double stage_trainer::compute_gradients(int64_t step, const std::vector<int>& mi
     bool& flag;
     ~leave_schedule() { flag = false; }
   } leave{in_schedule_};
-  for (const pipe_op& op : ops) {
+  for (std::size_t j = 0; j < ops.size(); ++j) {
+    const pipe_op& op = ops[j];
     const int k = op.micro;
     const int i = micro.at(static_cast<std::size_t>(k));
     const int slot = k % slots;  // 1F1B holds a window of at most `slots` consecutive ones
@@ -150,17 +179,28 @@ double stage_trainer::compute_gradients(int64_t step, const std::vector<int>& mi
       // over the global batch the mean-loss gradient (as trainer does).
       const float scale = static_cast<float>(rows) / static_cast<float>(t.global_batch);
       const auto tc = clock_type::now();
+      const bool reports = ready && j == last_backward;
+      if (reports)
+        model_->set_grads_ready_hook([&](int64_t offset, int64_t count) {
+          seen.emplace_back(offset, count);
+          if (bitwise_) accumulate_fixed(step, offset, count);
+          ready(static_cast<std::size_t>(offset), static_cast<std::size_t>(count));
+        });
       if (bitwise_) model_->flat_grads().zero();
       const float* d_in = model_->backward(slot, d_out, scale);
-      if (bitwise_) {
-        nn::tensor& g = model_->flat_grads();
-        const int64_t bad = fixed_accumulate(fixed_.data(), g.data(), g.numel());
-        if (bad >= 0)
-          throw cohort::error("bitwise determinism: gradient element " + std::to_string(bad) +
-                              " of stage " + std::to_string(stage_) + " in step " +
-                              std::to_string(step) +
-                              " is not finite or exceeds the fixed-point range (the run "
-                              "diverged: lower train.lr or set train.grad_clip)");
+      if (reports) {
+        model_->set_grads_ready_hook(nullptr);
+        // A model that skipped or repeated a range would leave gradients unconverted and
+        // unreported, or counted twice.
+        std::sort(seen.begin(), seen.end());
+        int64_t next = 0;
+        for (const auto& [offset, count] : seen) {
+          COHORT_CHECK(offset == next && count > 0);
+          next = offset + count;
+        }
+        COHORT_CHECK(next == model_->num_params());
+      } else if (bitwise_) {
+        accumulate_fixed(step, 0, model_->num_params());
       }
       if (links_.after_compute) links_.after_compute(clock_type::now() - tc);
       timing_.compute_us += micros_since(tc);

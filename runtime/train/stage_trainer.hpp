@@ -91,7 +91,15 @@ class stage_trainer {
   /// (ascending, global indices): forwards and backwards in stage_ops order, activations
   /// from stage-1 and gradients from stage+1. Returns the sum of mean loss * rows over the
   /// micro-batches on the last stage, 0 elsewhere. Adds to timing().
-  double compute_gradients(int64_t step, const std::vector<int>& micro);
+  ///
+  /// With `ready` set, reports readiness the way trainer::compute_gradients does: during the
+  /// stage's LAST backward of the step each range the stage model reports final goes to
+  /// `ready` at once (in bitwise mode after it was added to the fixed-point sum), in
+  /// descending offsets; with no micro-batches every block range is reported at once. Every
+  /// element is reported exactly once per call, so a bucket engine can sum the stage's
+  /// gradients across replicas while the last micro-batches' backward goes on.
+  double compute_gradients(int64_t step, const std::vector<int>& micro,
+                           const ready_fn& ready = {});
   /// The buffer the DP group sums (int64 in bitwise mode, float otherwise), num_params long.
   void* reduction_buffer();
   /// After the DP sum: converts fixed point to float (bitwise) and computes the whole
@@ -131,6 +139,8 @@ class stage_trainer {
 
  private:
   void tp_sum(float* data, int64_t count);
+  /// Bitwise mode: adds flat_grads()[offset, offset + count) into fixed_ or throws.
+  void accumulate_fixed(int64_t step, int64_t offset, int64_t count);
 
   config cfg_;
   int stage_ = 0, stages_ = 1, tp_rank_ = 0, tp_size_ = 1;

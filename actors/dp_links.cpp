@@ -1,0 +1,204 @@
+#include "actors/dp_links.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <limits>
+
+#include "actors/remote_kv.hpp"
+#include "runtime/comm/buckets.hpp"
+#include "runtime/comm/build_abort.hpp"
+#include "runtime/comm/factory.hpp"
+#include "runtime/comm/p2p.hpp"
+#include "runtime/core/config.hpp"
+#include "runtime/train/seat.hpp"
+
+namespace cohort::actors {
+
+std::shared_ptr<comm::build_abort> dp_group_shared::begin_build(uint64_t generation) {
+  std::lock_guard<std::mutex> lock(mu_);
+  build_ = std::make_shared<comm::build_abort>();
+  generation_ = generation;
+  if (generation < floor_)
+    build_->abort("generation " + std::to_string(generation) + " is over (the roster is at " +
+                  std::to_string(floor_) + ")");
+  return build_;
+}
+
+void dp_group_shared::install(comm::communicator* c, uint64_t generation) {
+  std::lock_guard<std::mutex> lock(mu_);
+  comm_ = c;
+  extra_.clear();
+  generation_ = generation;
+  if (c != nullptr && generation < floor_) c->abort();
+}
+
+void dp_group_shared::install_extra(std::function<void()> abort) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (generation_ < floor_) abort();
+  extra_.push_back(std::move(abort));
+}
+
+void dp_group_shared::abort_locked(const std::string& why) {
+  if (build_) build_->abort(why);
+  if (comm_ != nullptr) comm_->abort();
+  for (auto& f : extra_) f();
+}
+
+void dp_group_shared::abort_below(uint64_t generation) {
+  std::lock_guard<std::mutex> lock(mu_);
+  floor_ = std::max(floor_, generation);
+  if (generation_ < generation)
+    abort_locked("generation " + std::to_string(generation_) + " is over (the roster is at " +
+                 std::to_string(generation) + ")");
+}
+
+void dp_group_shared::abort_all() {
+  std::lock_guard<std::mutex> lock(mu_);
+  floor_ = std::max(floor_, generation_ + 1);
+  abort_locked("generation " + std::to_string(generation_) + " is over (this worker rejoins)");
+}
+
+void dp_group_shared::shut() {
+  std::lock_guard<std::mutex> lock(mu_);
+  floor_ = std::numeric_limits<uint64_t>::max();
+  abort_locked("the worker is exiting");
+}
+
+int collective_timeout_ms(int fault_timeout_ms) { return std::max(10000, 20 * fault_timeout_ms); }
+
+dp_links::dp_links() = default;
+dp_links::~dp_links() = default;
+
+bool dp_links::current(const net::step_open& o, int r) const {
+  return comm && !comm->dead() && !(p2p && p2p->dead()) && !(tp_comm && tp_comm->dead()) &&
+         generation == o.generation && rank == r && size == o.replicas;
+}
+
+void dp_links::drop(dp_group_shared& shared) {
+  if (comm) comm->abort();
+  for (auto& c : lanes) c->abort();
+  if (tp_comm) tp_comm->abort();
+  if (p2p) p2p->abort();
+  engine.reset();  // joins the communication threads (prompt after abort)
+  shared.install(nullptr, 0);
+  comm.reset();
+  lanes.clear();
+  tp_comm.reset();
+  p2p.reset();
+  generation = 0;
+}
+
+comm::comm_traffic dp_links::traffic() const {
+  comm::comm_traffic t = comm->traffic();
+  for (const auto& c : lanes) {
+    const comm::comm_traffic l = c->traffic();
+    t.sent += l.sent;
+    t.received += l.received;
+    t.measured = t.measured && l.measured;
+  }
+  return t;
+}
+
+namespace {
+
+// How this worker's groups reach their peers (comm.*), for group GROUP.
+comm::transport_options transport_for(const link_context& ctx, const std::string& group,
+                                      const std::shared_ptr<comm::build_abort>& cancel) {
+  comm::transport_options t;
+  t.group = group;
+  t.hostname = ctx.data_host;
+  t.transport = ctx.cfg.comm.transport;
+  t.hierarchy = ctx.cfg.comm.hierarchy;
+  t.host_id = ctx.cfg.comm.host_id == "auto" ? "" : ctx.cfg.comm.host_id;
+  t.cancel = cancel;
+  return t;
+}
+
+// A stage's TP group and point-to-point channel, handed to the seat. The neighbours'
+// endpoints go through the coordinator's store, keyed by the generation.
+void build_stage_links(dp_links& l, const link_context& ctx, const net::step_open& o, int rank,
+                       train::seat& seat, int timeout,
+                       const std::shared_ptr<comm::build_abort>& cancel) {
+  const config& cfg = ctx.cfg;
+  const int T = cfg.parallel.tp, P = cfg.parallel.pp;
+  if (T > 1) {
+    l.tp_comm = comm::make_communicator(
+        cfg.comm.backend, "cpu", ctx.kv, o.tp_rank, T, o.generation, timeout,
+        transport_for(ctx, "tp.r" + std::to_string(rank) + ".s" + std::to_string(o.stage),
+                      cancel));
+    ctx.shared.install_extra([c = l.tp_comm.get()] { c->abort(); });
+  }
+  if (P > 1) {
+    l.p2p = std::make_unique<comm::p2p_channel>(ctx.data_host, o.stage, o.generation, timeout);
+    ctx.shared.install_extra([c = l.p2p.get()] { c->abort(); });
+    auto key = [&](int stage) {
+      return "p2p.r" + std::to_string(rank) + ".t" + std::to_string(o.tp_rank) + ".s" +
+             std::to_string(stage);
+    };
+    const std::string& ep = l.p2p->endpoint();
+    ctx.kv.set(key(o.stage), std::vector<char>(ep.begin(), ep.end()));
+    for (int nb : {o.stage - 1, o.stage + 1}) {
+      if (nb < 0 || nb >= P) continue;
+      const std::vector<char> v = ctx.kv.get(key(nb), std::chrono::milliseconds(timeout));
+      l.p2p->connect(nb, std::string(v.begin(), v.end()));
+    }
+  }
+  train::stage_links s;
+  comm::p2p_channel* ch = l.p2p.get();
+  comm::communicator* tc = l.tp_comm.get();
+  s.send = [ch](int peer, uint64_t tag, const void* d, std::size_t n) {
+    ch->send(peer, tag, d, n);
+  };
+  s.recv = [ch](int peer, uint64_t tag, void* d, std::size_t n) { ch->recv(peer, tag, d, n); };
+  s.tp_allreduce = [tc](float* d, int64_t n) { tc->allreduce_sum(d, static_cast<std::size_t>(n)); };
+  s.tp_allreduce_f64 = [tc, T](double* d, int64_t n) {
+    // No double allreduce in the communicator: gather every rank's values and add them in
+    // rank order, so each rank gets the same bits.
+    std::vector<double> all(static_cast<std::size_t>(n) * T);
+    tc->allgather(d, all.data(), static_cast<std::size_t>(n) * sizeof(double));
+    for (int64_t i = 0; i < n; ++i) {
+      double x = 0;
+      for (int r = 0; r < T; ++r) x += all[static_cast<std::size_t>(r * n + i)];
+      d[i] = x;
+    }
+  };
+  seat.set_links(std::move(s));
+}
+
+}  // namespace
+
+void build_links(dp_links& l, const link_context& ctx, const net::step_open& o, int rank,
+                 train::seat& seat, bool staged) {
+  l.drop(ctx.shared);
+  const auto cancel = ctx.shared.begin_build(o.generation);
+  const config& cfg = ctx.cfg;
+  const int timeout = collective_timeout_ms(cfg.fault_tolerance.timeout_ms);
+  const std::string group =
+      staged ? "dp.s" + std::to_string(o.stage) + ".t" + std::to_string(o.tp_rank) : "dp";
+  l.comm = comm::make_communicator(cfg.comm.backend, "cpu", ctx.kv, rank, o.replicas,
+                                   o.generation, timeout, transport_for(ctx, group, cancel));
+  l.generation = o.generation;
+  l.rank = rank;
+  l.size = o.replicas;
+  ctx.shared.install(l.comm.get(), o.generation);
+  spdlog::info("dp group: generation {}: group '{}' of {} over {}", o.generation, group,
+               o.replicas, l.comm->backend());
+  // More lanes only where a bucket's time is round trips and wire, not memory copies;
+  // every rank sees the same backend (rank 0's plan), so all build the same lanes.
+  std::vector<comm::communicator*> all{l.comm.get()};
+  const int extra = std::string(l.comm->backend()) == "shm" ? 0 : cfg.comm.lanes - 1;
+  for (int k = 1; k <= extra && o.replicas > 1; ++k) {
+    l.lanes.push_back(comm::make_communicator(
+        cfg.comm.backend, "cpu", ctx.kv, rank, o.replicas, o.generation, timeout,
+        transport_for(ctx, group + ".l" + std::to_string(k), cancel)));
+    ctx.shared.install_extra([c = l.lanes.back().get()] { c->abort(); });
+    all.push_back(l.lanes.back().get());
+  }
+  if (staged) build_stage_links(l, ctx, o, rank, seat, timeout, cancel);
+  l.engine = std::make_unique<comm::bucket_engine>(
+      all, seat.elements(), seat.bitwise() ? comm::grad_type::i64 : comm::grad_type::f32,
+      static_cast<double>(cfg.comm.bucket_mb), 1.0f);
+}
+
+}  // namespace cohort::actors

@@ -1,0 +1,77 @@
+#include "actors/step_faults.hpp"
+
+#include <signal.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+
+namespace cohort::actors {
+
+fault_seat::fault_seat(std::unique_ptr<train::seat> inner, fault_hooks hooks)
+    : forwarding_seat(std::move(inner)), hooks_(std::move(hooks)) {
+  if (const char* v = std::getenv("COHORT_TEST_ABORT_COMM")) {
+    long long step = -1;
+    int rank = -1;
+    if (std::sscanf(v, "%lld:%d", &step, &rank) == 2) {
+      abort_step_ = step;
+      abort_rank_ = rank;
+      spdlog::warn("dp group: COHORT_TEST_ABORT_COMM: rank {} aborts its communicator in step {}",
+                   rank, step);
+    }
+  }
+}
+
+void fault_seat::begin(uint64_t generation, int64_t step, int rank,
+                       std::function<void()> abort_comm) {
+  now_.reset();
+  if (armed_ && armed_->generation == generation && armed_->step == step) now_.swap(armed_);
+  abort_now_ = !abort_done_ && abort_step_ == step && abort_rank_ == rank;
+  abort_comm_ = std::move(abort_comm);
+}
+
+double fault_seat::compute_gradients(int64_t step, const std::vector<int>& micro,
+                                     const train::ready_fn& ready) {
+  std::optional<net::fault_order> f;
+  f.swap(now_);
+  if (f && f->action == net::fault_action::slow) {
+    if (f->factor > 1) inner().stretch_compute(f->factor);
+    f.reset();
+  }
+  if (!f && !abort_now_) return inner().compute_gradients(step, micro, ready);
+  // Once, right after the first gradients went to the data plane.
+  return inner().compute_gradients(step, micro, [&](std::size_t off, std::size_t n) {
+    ready(off, n);
+    if (abort_now_) {
+      abort_now_ = false;
+      abort_done_ = true;
+      if (abort_comm_) abort_comm_();
+    }
+    if (f) {
+      const net::fault_order x = *f;
+      f.reset();
+      carry_out(x);
+    }
+  });
+}
+
+void fault_seat::carry_out(const net::fault_order& f) {
+  if (f.action == net::fault_action::kill) {
+    spdlog::warn("dp group: injected fault: killing this worker in step {}", f.step);
+    std::fflush(nullptr);
+    ::kill(::getpid(), SIGKILL);
+  } else if (f.action == net::fault_action::hang) {
+    spdlog::warn("dp group: injected fault: hanging {} ms in step {}", f.duration_ms, f.step);
+    if (hooks_.mute_heartbeats) hooks_.mute_heartbeats(f.duration_ms);
+    std::this_thread::sleep_for(std::chrono::milliseconds(f.duration_ms));
+  } else if (f.action == net::fault_action::partition) {
+    spdlog::warn("dp group: injected fault: cut off from the coordinator for {} ms in step {}",
+                 f.duration_ms, f.step);
+    if (hooks_.cut_off) hooks_.cut_off(f.duration_ms);
+  }
+}
+
+}  // namespace cohort::actors

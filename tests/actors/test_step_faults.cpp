@@ -1,0 +1,137 @@
+// fault_seat (actors/step_faults.hpp): the wrapper that carries out injected faults around a
+// seat, against a fake seat that records what it was asked. kill is not tried here (it
+// SIGKILLs the process): the multi-process fault tests cover it.
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "actors/step_faults.hpp"
+
+using namespace cohort;
+using cohort::actors::fault_hooks;
+using cohort::actors::fault_seat;
+
+namespace {
+
+/// A seat whose compute hands over two ranges and records every call it gets.
+struct fake_seat final : train::seat {
+  std::vector<std::string>* log;
+  double stretch = 1;
+  explicit fake_seat(std::vector<std::string>* l) : log(l) {}
+  std::pair<int, int> position() const override { return {0, 0}; }
+  int micro_batches() const override { return 2; }
+  bool bitwise() const override { return false; }
+  std::size_t elements() override { return 4; }
+  void set_links(train::stage_links) override {}
+  void begin_step() override {}
+  double compute_gradients(int64_t step, const std::vector<int>&,
+                           const train::ready_fn& ready) override {
+    log->push_back("compute " + std::to_string(step) + " x" + std::to_string(stretch));
+    stretch = 1;
+    log->push_back("ready 2");
+    if (ready) ready(2, 2);
+    log->push_back("ready 0");
+    if (ready) ready(0, 2);
+    return 1.5;
+  }
+  void* reduction_buffer() override { return buf; }
+  void finish_gradients(int64_t) override {}
+  void apply_step(int64_t) override {}
+  bool speaks_for_loss() const override { return true; }
+  void stretch_compute(double f) override { stretch = f; }
+  std::vector<std::pair<float*, std::size_t>> state_buffers() override { return {}; }
+  int64_t optimizer_steps() const override { return 0; }
+  void set_optimizer_steps(int64_t) override {}
+  int64_t load_checkpoint(const std::string&) override { return 0; }
+  void save(train::checkpoint_writer&, int64_t, uint64_t) override {}
+  train::evaluation evaluate(int64_t) override { return {}; }
+  train::seat_report report() override { return {}; }
+  float buf[4] = {};
+};
+
+struct fixture {
+  std::vector<std::string> log;
+  fault_seat seat;
+  fixture(fault_hooks h = {}) : seat(std::make_unique<fake_seat>(&log), std::move(h)) {}
+  void step(uint64_t generation, int64_t step, int rank = 0) {
+    seat.begin(generation, step, rank, [this] { log.push_back("abort comm"); });
+    CHECK(seat.compute_gradients(step, {0}, [this](std::size_t off, std::size_t) {
+      log.push_back("marked " + std::to_string(off));
+    }) == 1.5);
+  }
+};
+
+net::fault_order order(net::fault_action a, uint64_t generation, int64_t step) {
+  net::fault_order f;
+  f.action = a;
+  f.generation = generation;
+  f.step = step;
+  f.duration_ms = 30;
+  f.factor = 3;
+  return f;
+}
+
+}  // namespace
+
+TEST_CASE("no fault armed: every call passes straight through") {
+  fixture x;
+  x.step(1, 0);
+  CHECK(x.log == std::vector<std::string>{"compute 0 x1.000000", "ready 2", "marked 2",
+                                          "ready 0", "marked 0"});
+}
+
+TEST_CASE("a hang mutes heartbeats and stalls right after the first range went out, once") {
+  std::vector<uint32_t> muted;
+  fixture x(fault_hooks{[&](uint32_t ms) { muted.push_back(ms); }, {}});
+  x.seat.arm(order(net::fault_action::hang, 2, 5));
+  x.step(2, 4);  // another step: nothing
+  CHECK(muted.empty());
+  const auto t0 = std::chrono::steady_clock::now();
+  x.log.clear();
+  x.step(2, 5);
+  CHECK(std::chrono::steady_clock::now() - t0 >= std::chrono::milliseconds(30));
+  CHECK(muted == std::vector<uint32_t>{30});
+  // The first range reached the data plane before the stall; the second came after it.
+  CHECK(x.log == std::vector<std::string>{"compute 5 x1.000000", "ready 2", "marked 2",
+                                          "ready 0", "marked 0"});
+  x.step(2, 5);  // carried out once: a retry of the step runs clean
+  CHECK(muted.size() == 1);
+}
+
+TEST_CASE("a fault for another generation is kept until its own step comes") {
+  std::vector<uint32_t> cut;
+  fixture x(fault_hooks{{}, [&](uint32_t ms) { cut.push_back(ms); }});
+  x.seat.arm(order(net::fault_action::partition, 3, 7));
+  x.step(2, 7);  // same step number, older generation
+  CHECK(cut.empty());
+  x.step(3, 7);
+  CHECK(cut == std::vector<uint32_t>{30});
+}
+
+TEST_CASE("slow stretches the seat's compute for that step only") {
+  fixture x;
+  x.seat.arm(order(net::fault_action::slow, 1, 2));
+  x.step(1, 2);
+  CHECK(x.log.front() == "compute 2 x3.000000");
+  x.log.clear();
+  x.step(1, 3);
+  CHECK(x.log.front() == "compute 3 x1.000000");
+}
+
+TEST_CASE("COHORT_TEST_ABORT_COMM aborts the communicator of that step and rank, once") {
+  ::setenv("COHORT_TEST_ABORT_COMM", "4:1", 1);
+  fixture x;
+  ::unsetenv("COHORT_TEST_ABORT_COMM");
+  x.step(1, 4, 0);  // another rank
+  CHECK(std::count(x.log.begin(), x.log.end(), "abort comm") == 0);
+  x.log.clear();
+  x.step(1, 4, 1);
+  CHECK(x.log == std::vector<std::string>{"compute 4 x1.000000", "ready 2", "marked 2",
+                                          "abort comm", "ready 0", "marked 0"});
+  x.log.clear();
+  x.step(2, 4, 1);  // once per process
+  CHECK(std::count(x.log.begin(), x.log.end(), "abort comm") == 0);
+}
