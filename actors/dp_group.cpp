@@ -13,6 +13,7 @@
 
 #include "actors/remote_kv.hpp"
 #include "actors/step_faults.hpp"
+#include "actors/worker_step.hpp"
 #include "runtime/comm/buckets.hpp"
 #include "runtime/comm/comm_error.hpp"
 #include "runtime/core/config.hpp"
@@ -66,14 +67,8 @@ struct group {
   std::string data_host;
   int64_t next_step = 0;  ///< first step whose update the parameters lack
 
-  /// Gradients reduced for (generation, step) and waiting for the coordinator's decision.
-  struct pending_step {
-    uint64_t generation = 0;
-    int64_t step = 0;
-    int rank = 0;
-    uint64_t member_id = 0;
-  };
-  std::optional<pending_step> pending;
+  using pending_step = worker_step::pending_step;
+  worker_step protocol;  ///< which open / result to act on, and how (pure)
   /// The last vote and the final report, sent again when the coordinator repeats the
   /// message they answer (a frame was lost: drop control, or a socket).
   std::optional<net::step_vote> last_vote;
@@ -261,18 +256,13 @@ struct group {
 
   void on_open(const net::step_open& o, uint64_t member_id, int rank) {
     begin_handler();
-    if (last_vote && last_vote->generation == o.generation && last_vote->step == o.step) {
-      io.send(*last_vote);  // a repeat: the vote (or this open) was lost on the way
+    const worker_step::open_plan plan = protocol.on_open(o.generation, o.step);
+    if (plan.resend_vote) {
+      io.send(*last_vote);
       end_handler();
       return;
     }
-    if (pending && o.step == pending->step + 1) {
-      // Step s+1 opens only after step s committed: its step_result was lost.
-      const pending_step p = *pending;
-      pending.reset();
-      commit(p);
-    }
-    pending.reset();  // o.step == pending's step: that attempt was aborted
+    if (plan.commit_first) commit(*plan.commit_first);
     net::step_vote v;
     v.member_id = member_id;
     v.generation = o.generation;
@@ -283,7 +273,6 @@ struct group {
       if (rank < 0 || rank >= o.replicas)
         refuse("this worker has no rank in generation " + std::to_string(o.generation));
       run_step(o, rank, v, t);
-      pending = pending_step{o.generation, o.step, rank, member_id};
       v.ok = true;
     } catch (const std::exception& e) {
       v.ok = false;
@@ -298,6 +287,7 @@ struct group {
     }
     v.timing = t;
     add(total, t);
+    protocol.voted(o.generation, o.step, v.ok, pending_step{o.generation, o.step, rank, member_id});
     last_vote = v;
     io.send(v);
     end_handler();
@@ -315,19 +305,20 @@ struct group {
 
   void on_result(const net::step_result& r) {
     begin_handler();
-    if (!pending || pending->generation != r.generation || pending->step != r.step) {
-      // The last step's commit again: the report was lost on the way.
-      if (last_report && r.commit && r.step + 1 == last_report->next_step) io.send(*last_report);
-      end_handler();
-      return;
+    switch (protocol.on_result(r.generation, r.step, r.commit,
+                               last_report ? last_report->next_step : -1)) {
+      case worker_step::result_action::ignore:
+        break;
+      case worker_step::result_action::resend_report:
+        io.send(*last_report);
+        break;
+      case worker_step::result_action::drop:
+        protocol.take_pending();  // begin_step clears the gradients before the retry
+        break;
+      case worker_step::result_action::commit:
+        commit(protocol.take_pending());
+        break;
     }
-    const pending_step p = *pending;
-    pending.reset();
-    if (!r.commit) {
-      end_handler();
-      return;  // gradients are dropped: begin_step clears them before the retry
-    }
-    commit(p);
     end_handler();
   }
 

@@ -4,7 +4,7 @@
 // within 1e-4; a stage worker killed in a dp=2 x pp=2 run (with and without a restart)
 // ends on the fault-free hash; a pipeline checkpoint resumes with another dp; bad grids are
 // refused with exit 2. The measured figures: DP bytes against the ring's closed form,
-// overlap ~0 for the DP sum after the schedule, activation memory GPipe / 1F1B in the
+// overlap 0 with one bucket, small buckets bit-identical, activation memory GPipe / 1F1B in the
 // closed-form ratio, a slowed stage's neighbour with a larger bubble.
 #include <doctest/doctest.h>
 
@@ -95,8 +95,9 @@ TEST_CASE("pipeline-only grids are bit-identical to cohort train under gpipe and
             doctest::Approx(w["bytes_sent"].get<double>()).epsilon(0.05));
       if (in_replica0.count(w["name"].get<std::string>()) != 0)
         replica0 += w["bytes_sent"].get<double>();
-      // The DP sum runs after the schedule: none of it is hidden behind backward.
-      CHECK(w["overlap"].get<double>() < 0.01);
+      // One 4 MiB bucket holds a stage's whole gradient: it can only go out once the last
+      // range is handed over, so none of it lies inside backward.
+      CHECK(w["overlap"].get<double>() == 0.0);
     }
     const double ring = 2.0 * (g.dp - 1) / g.dp;
     if (g.dp == 1) CHECK(replica0 == 0.0);
@@ -140,6 +141,34 @@ TEST_CASE("activation checkpointing keeps the pipeline bit-identical with less m
     CAPTURE(s);
     CHECK(with < 0.75 * without);
     CHECK(with > 0.25 * without);
+  }
+}
+
+TEST_CASE("a stage's DP sum in many small buckets keeps the pipeline bit-identical") {
+  // dp 2 x pp 2 of a 4-block GPT (d_model 64): each stage holds two blocks, about 0.4 MiB of
+  // int64 sums, cut into 0.03 MiB buckets that the engine sums during the stage's last
+  // backward (tests/train/test_seat.cpp shows the ranges are final when handed over). The
+  // sums must be the same bits as `cohort train`'s. How much of the sum backward hides is
+  // up to the scheduler on a loaded machine (tools/bench_pp_overlap.sh measures it): here
+  // only that the hidden time is part of each worker's compute.
+  temp_dir dir;
+  std::string yaml = gpt_yaml(dir.path(), 6, 4);
+  yaml.replace(yaml.find("d_model: 32"), 11, "d_model: 64");
+  const std::string cfg = dir.write("gpt.yaml", yaml);
+  const nlohmann::json ref = train_summary(dir, cfg);
+  const nlohmann::json j = launch(dir, cfg, grid{2, 2, 1, "1f1b"}, "--set comm.bucket_mb=0.03");
+  REQUIRE(j["workers"].size() == 4);
+  CHECK(j["params_sha256"] == ref["params_sha256"]);
+  CHECK(j["params_consistent"] == true);
+  for (const auto& w : j["workers"]) {
+    const double overlap = w["overlap"], allreduce = w["allreduce_s"], compute = w["compute_s"];
+    CAPTURE(overlap);
+    CAPTURE(allreduce);
+    CAPTURE(compute);
+    REQUIRE(allreduce > 0.0);
+    CHECK(overlap >= 0.0);
+    CHECK(overlap * allreduce <= compute);
+    MESSAGE(w["name"].get<std::string>() << " (stage " << w["stage"] << "): overlap " << overlap);
   }
 }
 
