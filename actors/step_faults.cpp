@@ -34,7 +34,7 @@ void fault_seat::begin(uint64_t generation, int64_t step, int rank,
 }
 
 double fault_seat::compute_gradients(int64_t step, const std::vector<int>& micro,
-                                     const train::ready_fn& ready) {
+                                     const nn::grads_ready_fn& ready) {
   std::optional<net::fault_order> f;
   f.swap(now_);
   if (f && f->action == net::fault_action::slow) {

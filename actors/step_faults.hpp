@@ -31,7 +31,7 @@ class forwarding_seat : public train::seat {
   void set_links(train::stage_links l) override { inner_->set_links(std::move(l)); }
   void begin_step() override { inner_->begin_step(); }
   double compute_gradients(int64_t step, const std::vector<int>& micro,
-                           const train::ready_fn& ready) override {
+                           const nn::grads_ready_fn& ready) override {
     return inner_->compute_gradients(step, micro, ready);
   }
   void* reduction_buffer() override { return inner_->reduction_buffer(); }
@@ -74,7 +74,7 @@ class fault_seat final : public forwarding_seat {
   void begin(uint64_t generation, int64_t step, int rank, std::function<void()> abort_comm);
 
   double compute_gradients(int64_t step, const std::vector<int>& micro,
-                           const train::ready_fn& ready) override;
+                           const nn::grads_ready_fn& ready) override;
 
  private:
   void carry_out(const net::fault_order& f);

@@ -24,7 +24,7 @@ void gpt_block::forward(gpt_block_acts& a, const float* x, int b, int t) const {
 }
 
 void gpt_block::backward(gpt_block_acts& a, gpt_grad_scratch& s, float* dres, const float* x, int b,
-                         int t, const grad_report& report) {
+                         int t, const grads_ready_span& report) {
   const int rows = b * t, c = ln_1.c;
   const int64_t n = static_cast<int64_t>(rows) * c;
   // Parameters are visited in reverse memory order (mlp.c_proj .. ln_1), so the reports
@@ -243,7 +243,7 @@ float gpt::forward_backward(const batch& b, float loss_scale) {
                         loss_scale / rows);
   // Memory order is wte, wpe, h.0 .. h.{L-1}, ln_f, lm_head and backward walks it from the
   // end, so every report lies below the previous one.
-  const grad_report& report = reporter();
+  const grads_ready_span& report = reporter();
   lm_head_.backward(scratch_.dln.data(), dlogits_.data(), lnf_.data(), rows, report);
   const float* last = layers_.empty() ? encoded_.data() : acts_.back().out.data();
   ln_f_.backward(dres_.data(), scratch_.dln.data(), last, lnf_mean_.data(), lnf_rstd_.data(), rows,

@@ -74,7 +74,7 @@ struct gpt_block {
   /// each parameter's gradient (linears: chunk by chunk) goes to `report` once final,
   /// in descending addresses.
   void backward(gpt_block_acts& a, gpt_grad_scratch& s, float* dres, const float* x, int b, int t,
-                const grad_report& report = {});
+                const grads_ready_span& report = {});
 };
 
 class gpt : public model {

@@ -192,7 +192,7 @@ void tp_block_forward(const gpt_block& k, gpt_block_acts& a, const float* x, int
 /// input gradient is this rank's share of a sum over all output rows, summed over the
 /// group before the LayerNorm backward that needs the whole of it.
 void tp_block_backward(gpt_block& k, gpt_block_acts& a, gpt_grad_scratch& s, float* dres,
-                       const float* x, int b, int t, const grad_report& report,
+                       const float* x, int b, int t, const grads_ready_span& report,
                        const allreduce_fn& allreduce) {
   const int rows = b * t, c = k.ln_1.c, cl = k.attn_proj.in, fl = k.c_fc.out;
   const int64_t n = static_cast<int64_t>(rows) * c;
@@ -569,7 +569,7 @@ const float* gpt_stage::backward(int slot, const float* d_out, float loss_scale)
 
   const int rows = s.n * s.t;
   const int64_t n = static_cast<int64_t>(rows) * shape_.d_model;
-  const grad_report& report = reporter();
+  const grads_ready_span& report = reporter();
   // Parameters are walked from the end of memory down, as in gpt::forward_backward.
   if (range_.has_head) {
     cpu::softmax_xent_bwd(dlogits_.data(), a.probs.data(), s.targets.data(), rows, shape_.vocab,

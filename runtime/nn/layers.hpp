@@ -13,14 +13,22 @@
 
 namespace cohort::nn {
 
-/// Told by a layer's backward that gradient elements [first, first + count) (inside the
-/// layer's own dW / db views) are final for this micro-batch. An empty function means
-/// nobody listens: layers then skip the calls, never the work.
-using grad_report = std::function<void(const float* first, int64_t count)>;
+/// The one "these gradients are final" signal, grads ready, on its whole way from a layer's
+/// backward to the bucket engine (docs/architecture.md, "One gradient's walk"):
+///   layer backward --grads_ready_span--> model::grads_ready --grads_ready_fn--> trainer /
+///   stage_trainer (bitwise: into the fixed-point sum) --> seat --> DP group -->
+///   bucket_engine::mark_ready.
+/// grads_ready_fn: elements [offset, offset + count) of the flat gradient buffer (the
+/// reduction buffer from the trainer on) are final for this step.
+using grads_ready_fn = std::function<void(std::size_t offset, std::size_t count)>;
+/// The same signal where a layer gives it: elements [first, first + count) inside the
+/// layer's own dW / db views (the model turns the pointer into an offset). An empty function
+/// means nobody listens: layers then skip the calls, never the work.
+using grads_ready_span = std::function<void(const float* first, int64_t count)>;
 
 /// Reports two gradients one kernel finished together: as one span when `hi` directly
 /// follows `lo` in memory (so nothing is seen half reported), else `hi` first (descending).
-inline void report_pair(const grad_report& report, const tensor& lo, const tensor& hi) {
+inline void report_pair(const grads_ready_span& report, const tensor& lo, const tensor& hi) {
   if (!report) return;
   if (lo.data() + lo.numel() == hi.data()) return report(lo.data(), lo.numel() + hi.numel());
   report(hi.data(), hi.numel());
@@ -57,7 +65,7 @@ struct linear {
   /// come out in descending addresses (bias after weight in memory); dx last, as nothing
   /// waits on it for readiness.
   void backward(float* dx, const float* dy, const float* x, int rows,
-                const grad_report& report = {});
+                const grads_ready_span& report = {});
 };
 
 inline int linear::dw_chunk_rows(int out, int in) {
@@ -68,7 +76,7 @@ inline int linear::dw_chunk_rows(int out, int in) {
 }
 
 inline void linear::backward(float* dx, const float* dy, const float* x, int rows,
-                             const grad_report& report) {
+                             const grads_ready_span& report) {
   if (!db.empty()) {
     // Column sums of dy added row by row, the order gpu::cpu::linear_bwd uses.
     float* g = db.data();
@@ -103,7 +111,7 @@ struct layernorm {
   /// dx assigned, dW and db accumulated; then reports them: one span when db follows dW
   /// in memory (one kernel writes both), else db then dW.
   void backward(float* dx, const float* dy, const float* x, const float* mean, const float* rstd,
-                int rows, const grad_report& report = {}) {
+                int rows, const grads_ready_span& report = {}) {
     gpu::cpu::layernorm_bwd(dx, dw.data(), db.data(), dy, x, w.data(), mean, rstd, rows, c);
     report_pair(report, dw, db);
   }
@@ -120,7 +128,7 @@ struct embedding {
   /// dwte and dwpe accumulated; then reports them: one span when dwpe follows dwte in
   /// memory (one kernel writes both), else dwpe then dwte.
   void backward(const float* dout, const int32_t* ids, int b, int t,
-                const grad_report& report = {}) {
+                const grads_ready_span& report = {}) {
     gpu::cpu::embedding_bwd(dwte.data(), dwpe.data(), dout, ids, b, t, c);
     report_pair(report, dwte, dwpe);
   }

@@ -103,8 +103,8 @@ class model {
   /// bucket engine reduces the end of the buffer first). A range is one parameter, a
   /// chunk of weight rows (linear::dw_chunk_rows) or two adjacent parameters one kernel
   /// writes together (a LayerNorm's weight and bias, wte and wpe); count is always > 0.
-  /// eval() never calls it.
-  using grads_ready_fn = std::function<void(int64_t offset, int64_t count)>;
+  /// eval() never calls it. (grads_ready_fn: runtime/nn/layers.hpp.)
+  ///
   /// Installs the hook; an empty function removes it (no calls, no cost). The gradient
   /// bits are the same with and without a hook.
   void set_grads_ready_hook(grads_ready_fn fn);
@@ -118,7 +118,7 @@ class model {
   /// The same for a span given by its first element inside flat_grads().
   void grads_ready(const float* first, int64_t count);
   /// What layers report through: empty when no hook is set, so layers skip the calls.
-  const grad_report& reporter() const { return reporter_; }
+  const grads_ready_span& reporter() const { return reporter_; }
   explicit model(pool& p) : pool_(&p) {}
   /// Starts a new block; following add_param calls belong to it.
   void begin_block(std::string name);
@@ -134,7 +134,7 @@ class model {
   std::vector<shape_t> shapes_pending_;  // shapes declared before finalize()
   tensor values_, grads_;
   grads_ready_fn grads_ready_;
-  grad_report reporter_;  // forwards spans to grads_ready(const float*, count)
+  grads_ready_span reporter_;  // forwards spans to grads_ready(const float*, count)
 };
 
 /// Builds the model a config names. `vocab` is used by gpt only; `max_batch` is the

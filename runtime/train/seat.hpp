@@ -68,7 +68,7 @@ class seat {
   /// to `ready` once, as soon as it is final (during the last micro-batch's backward).
   /// Returns the sum of mean loss * rows where this seat sees the loss (speaks_for_loss).
   virtual double compute_gradients(int64_t step, const std::vector<int>& micro,
-                                   const ready_fn& ready) = 0;
+                                   const nn::grads_ready_fn& ready) = 0;
   virtual void* reduction_buffer() = 0;
   /// After the DP sum, before the vote: what still needs the seat's links (a stage: the whole
   /// model's gradient norm, continued stage to stage). May throw comm_error.
@@ -98,9 +98,9 @@ class seat {
   virtual seat_report report() = 0;
 };
 
-/// The whole model on one worker.
+/// The whole model on one worker (the adapter lives with trainer, in trainer.cpp).
 std::unique_ptr<seat> make_whole_seat(const config& c);
-/// Pipeline stage `stage`, TP rank `tp_rank` of c's grid.
+/// Pipeline stage `stage`, TP rank `tp_rank` of c's grid (in stage_trainer.cpp).
 std::unique_ptr<seat> make_stage_seat(const config& c, int stage, int tp_rank);
 
 }  // namespace cohort::train

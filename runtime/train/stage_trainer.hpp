@@ -99,7 +99,7 @@ class stage_trainer {
   /// element is reported exactly once per call, so a bucket engine can sum the stage's
   /// gradients across replicas while the last micro-batches' backward goes on.
   double compute_gradients(int64_t step, const std::vector<int>& micro,
-                           const ready_fn& ready = {});
+                           const nn::grads_ready_fn& ready = {});
   /// The buffer the DP group sums (int64 in bitwise mode, float otherwise), num_params long.
   void* reduction_buffer();
   /// After the DP sum: converts fixed point to float (bitwise) and computes the whole

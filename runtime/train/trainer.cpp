@@ -1,15 +1,19 @@
 #include "runtime/train/trainer.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
+#include <thread>
 
 #include "gpu/kernels.hpp"
 #include "runtime/ckpt/checkpoint.hpp"
 #include "runtime/core/error.hpp"
 #include "runtime/core/sha256.hpp"
+#include "runtime/train/checkpoint_writer.hpp"
 #include "runtime/train/fixed_point.hpp"
 #include "runtime/train/param_stats.hpp"
+#include "runtime/train/seat.hpp"
 
 namespace cohort::train {
 
@@ -78,7 +82,7 @@ void trainer::accumulate_fixed(int64_t step, int64_t offset, int64_t count) {
   }
 }
 
-double trainer::run_micro_batch(int64_t step, int i, const ready_fn* ready) {
+double trainer::run_micro_batch(int64_t step, int i, const nn::grads_ready_fn* ready) {
   const auto& t = cfg_.train;
   data_->train_micro_batch(t.seed, step, i, t.micro_batch, t.global_batch, batch_);
   const int rows = micro_batch_rows(i, t.micro_batch, t.global_batch);
@@ -125,7 +129,7 @@ double trainer::compute_gradients(int64_t step, int first, int last) {
 }
 
 double trainer::compute_gradients(int64_t step, const std::vector<int>& micro,
-                                  const ready_fn& ready) {
+                                  const nn::grads_ready_fn& ready) {
   for (std::size_t k = 0; k < micro.size(); ++k) {
     if (micro[k] < 0 || micro[k] >= micro_batches_ || (k > 0 && micro[k] <= micro[k - 1]))
       throw usage_error(
@@ -134,7 +138,7 @@ double trainer::compute_gradients(int64_t step, const std::vector<int>& micro,
           std::to_string(micro[k]));
   }
   // An empty `ready` asks for no reports: the plain path, no hook.
-  const ready_fn* report = ready ? &ready : nullptr;
+  const nn::grads_ready_fn* report = ready ? &ready : nullptr;
   if (micro.empty()) {
     if (report == nullptr) return 0.0;
     // Nothing to compute: the buffer holds begin_step's zeros, all final now.
@@ -325,5 +329,70 @@ std::string trainer::params_sha256() const { return combine_param_digests(param_
 int64_t trainer::peak_pool_bytes() const {
   return static_cast<int64_t>(model_->memory().stats().peak_bytes);
 }
+
+namespace {
+
+// The whole model as a DP group's seat (runtime/train/seat.hpp).
+using clock_type = std::chrono::steady_clock;
+
+class whole_seat final : public seat {
+ public:
+  explicit whole_seat(const config& c) : tr_(c) {}
+
+
+  std::pair<int, int> position() const override { return {0, 0}; }
+  int micro_batches() const override { return tr_.micro_batches(); }
+  bool bitwise() const override { return tr_.bitwise(); }
+  std::size_t elements() override { return static_cast<std::size_t>(tr_.model().num_params()); }
+  void set_links(stage_links) override {}
+
+  void begin_step() override { tr_.begin_step(); }
+  double compute_gradients(int64_t step, const std::vector<int>& micro,
+                           const nn::grads_ready_fn& ready) override {
+    const auto t0 = clock_type::now();
+    const double loss_rows = tr_.compute_gradients(step, micro, ready);
+    if (stretch_ > 1) {
+      // The whole step's compute at once: the model has no per-pass callback.
+      const auto spent = clock_type::now() - t0;
+      std::this_thread::sleep_for(
+          std::chrono::duration_cast<clock_type::duration>(spent * (stretch_ - 1)));
+    }
+    stretch_ = 1;
+    return loss_rows;
+  }
+  void* reduction_buffer() override { return tr_.reduction_buffer(); }
+  void finish_gradients(int64_t) override {}  // apply_step computes the norm: no peers needed
+  void apply_step(int64_t step) override { tr_.apply_step(step); }
+  bool speaks_for_loss() const override { return true; }
+  void stretch_compute(double factor) override { stretch_ = factor; }
+
+  std::vector<std::pair<float*, std::size_t>> state_buffers() override {
+    return tr_.state_buffers();
+  }
+  int64_t optimizer_steps() const override { return tr_.optimizer_steps(); }
+  void set_optimizer_steps(int64_t s) override { tr_.set_optimizer_steps(s); }
+  int64_t load_checkpoint(const std::string& step_dir) override {
+    return tr_.load_checkpoint(step_dir);
+  }
+  void save(checkpoint_writer& w, int64_t next_step, uint64_t) override {
+    w.save(tr_, next_step);
+  }
+  evaluation evaluate(int64_t) override { return tr_.evaluate(); }
+  seat_report report() override {
+    seat_report r;
+    r.params_sha256 = tr_.params_sha256();
+    r.model_params = tr_.model().num_params();
+    r.peak_pool_bytes = tr_.peak_pool_bytes();
+    return r;
+  }
+
+ private:
+  trainer tr_;
+  double stretch_ = 1;
+};
+
+}  // namespace
+
+std::unique_ptr<seat> make_whole_seat(const config& c) { return std::make_unique<whole_seat>(c); }
 
 }  // namespace cohort::train

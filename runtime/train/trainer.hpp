@@ -39,10 +39,6 @@ float learning_rate(const train_config& t, int64_t step);
 /// unless 0 <= d < dp and micro_batches >= 0.
 std::vector<int> replica_micro_batches(int micro_batches, int dp, int d);
 
-/// Told that elements [offset, offset + count) of the reduction buffer are final for the
-/// step (what a bucket engine's mark_ready wants).
-using ready_fn = std::function<void(std::size_t offset, std::size_t count)>;
-
 /// Throws usage_error (exit 2) unless the checkpoint in STEP_DIR (metadata META) was written by
 /// a pp x tp grid equal to PP x TP (checkpoints hold one shard per stage and TP rank).
 void require_layout(const std::string& step_dir, const training_metadata& meta, int pp, int tp);
@@ -94,7 +90,7 @@ class trainer {
   /// offsets. With an empty list every block range is reported at once (the zeros
   /// begin_step left), last block first. Every element is reported exactly once per call.
   /// After a fixed-point overflow error fixed_grads() holds a partial sum: begin_step again.
-  double compute_gradients(int64_t step, const std::vector<int>& micro, const ready_fn& ready);
+  double compute_gradients(int64_t step, const std::vector<int>& micro, const nn::grads_ready_fn& ready);
   /// In bitwise mode, the step's int64 gradient sum (what peers add together); empty in
   /// fast mode, where model().flat_grads() holds the float sum.
   std::vector<int64_t>& fixed_grads() { return fixed_; }
@@ -142,7 +138,7 @@ class trainer {
  private:
   /// Forward and backward of micro-batch `i`, added into the step's sum; returns
   /// mean loss * rows. With `ready` set, reports each range the model says is final.
-  double run_micro_batch(int64_t step, int i, const ready_fn* ready);
+  double run_micro_batch(int64_t step, int i, const nn::grads_ready_fn* ready);
   /// Bitwise mode: adds flat_grads()[offset, offset + count) into fixed_ or throws.
   void accumulate_fixed(int64_t step, int64_t offset, int64_t count);
 

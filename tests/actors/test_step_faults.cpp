@@ -28,7 +28,7 @@ struct fake_seat final : train::seat {
   void set_links(train::stage_links) override {}
   void begin_step() override {}
   double compute_gradients(int64_t step, const std::vector<int>&,
-                           const train::ready_fn& ready) override {
+                           const nn::grads_ready_fn& ready) override {
     log->push_back("compute " + std::to_string(step) + " x" + std::to_string(stretch));
     stretch = 1;
     log->push_back("ready 2");

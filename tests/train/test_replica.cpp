@@ -50,7 +50,7 @@ struct recorder {
   std::vector<std::pair<std::size_t, std::size_t>> ranges;
   std::vector<std::vector<unsigned char>> at_report;
 
-  train::ready_fn fn() {
+  nn::grads_ready_fn fn() {
     return [this](std::size_t off, std::size_t n) {
       ranges.emplace_back(off, n);
       const std::size_t width = tr->bitwise() ? sizeof(int64_t) : sizeof(float);
@@ -160,7 +160,7 @@ TEST_CASE("bitwise: replicas' fixed-point sums add up to the single-process sum 
     const int dp = dps[step];
     INFO("step " << step << " dp " << dp);
     one.begin_step();
-    one.compute_gradients(step, all_micro(one.micro_batches()), train::ready_fn{});
+    one.compute_gradients(step, all_micro(one.micro_batches()), nn::grads_ready_fn{});
     std::vector<int64_t> sum(n, 0);
     // Add the replicas in reverse order: integer sums do not care.
     for (int d = dp; d-- > 0;) {
@@ -199,7 +199,7 @@ TEST_CASE("an empty micro-batch list reports every element once at once - zeros"
 
 TEST_CASE("compute_gradients rejects a micro-batch list that is not ascending or out of range") {
   train::trainer tr(small_mlp("fast"));
-  const train::ready_fn none;
+  const nn::grads_ready_fn none;
   tr.begin_step();
   CHECK_THROWS_AS(tr.compute_gradients(0, std::vector<int>{2, 1}, none), usage_error);
   CHECK_THROWS_AS(tr.compute_gradients(0, std::vector<int>{1, 1}, none), usage_error);

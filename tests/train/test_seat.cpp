@@ -97,7 +97,7 @@ std::vector<stage_result> run_pipeline(const config& c, bool reports) {
       seat.begin_step();
       const std::size_t esize = seat.bitwise() ? sizeof(int64_t) : sizeof(float);
       const char* buf = static_cast<const char*>(seat.reduction_buffer());
-      train::ready_fn ready;
+      nn::grads_ready_fn ready;
       stage_result& r = out[static_cast<std::size_t>(s)];
       if (reports)
         ready = [&](std::size_t off, std::size_t n) {
