@@ -48,7 +48,15 @@ const char* to_string(status s) {
 
 store::store(options opts) : opts_(opts) {}
 
+void store::set_ceiling(generation_t g) {
+  if (ceiling_ == ~generation_t{0} || g > ceiling_) ceiling_ = g;
+}
+
 reply store::check_generation(generation_t g) const {
+  if (g > ceiling_)
+    return fail(0, status::invalid,
+                "generation " + std::to_string(g) + " does not exist yet (the roster is at " +
+                    std::to_string(ceiling_) + ")");
   if (g < floor_)
     return fail(0, status::superseded,
                 "generation " + std::to_string(g) + " was superseded (the store serves " +
@@ -82,15 +90,19 @@ set_result store::set(generation_t g, const std::string& key, std::string value)
   auto it = entries_.find(fk);
   const std::size_t old_bytes = it == entries_.end() ? 0 : key.size() + it->second.size();
   const std::size_t new_total = total_bytes_ - old_bytes + key.size() + value.size();
-  if (new_total + waiting_bytes_ > opts_.max_total_bytes) {
+  const std::size_t new_overhead =
+      overhead_bytes_ + (it == entries_.end() ? opts_.entry_overhead_bytes : 0);
+  if (new_total + waiting_bytes_ + new_overhead > opts_.max_total_bytes) {
     out.result =
         fail(0, status::invalid,
              "store full: setting " + quoted(key) + " would hold " +
-                 std::to_string(new_total + waiting_bytes_) + " bytes; the limit is " +
-                 std::to_string(opts_.max_total_bytes) + " (old generations not dropped?)");
+                 std::to_string(new_total + waiting_bytes_ + new_overhead) +
+                 " bytes; the limit is " + std::to_string(opts_.max_total_bytes) +
+                 " (old generations not dropped?)");
     return out;
   }
   total_bytes_ = new_total;
+  overhead_bytes_ = new_overhead;
   if (it == entries_.end()) {
     entries_.emplace(std::move(fk), std::move(value));
   } else {
@@ -160,26 +172,40 @@ reply store::add_waiter(request_id id, waiter w, mono_time now) {
   if (w.deadline <= now)
     return fail(id, status::timeout,
                 "deadline already passed for keys of generation " + std::to_string(w.gen));
+  if (w.deadline - now > opts_.max_wait)
+    return fail(id, status::invalid,
+                "a wait of " + std::to_string(ms_between(now, w.deadline)) +
+                    " ms; the longest the store accepts is " +
+                    std::to_string(opts_.max_wait.count()) + " ms");
   if (waiters_.size() >= opts_.max_waiters)
     return fail(id, status::invalid,
                 "too many pending waits (" + std::to_string(waiters_.size()) + "); the limit is " +
                     std::to_string(opts_.max_waiters));
+  if (w.owner != 0 && waiters_of_[w.owner] >= opts_.max_waiters_per_owner)
+    return fail(id, status::invalid,
+                "this peer already has " + std::to_string(waiters_of_[w.owner]) +
+                    " pending waits; the limit is " +
+                    std::to_string(opts_.max_waiters_per_owner));
   // Pending keys hold memory too, so they count against the same byte budget as entries.
   for (const auto& k : w.keys) w.bytes += k.size();
-  if (total_bytes_ + waiting_bytes_ + w.bytes > opts_.max_total_bytes)
+  w.overhead = opts_.entry_overhead_bytes * (1 + w.keys.size());
+  if (charged_bytes() + w.bytes + w.overhead > opts_.max_total_bytes)
     return fail(id, status::invalid,
                 "store full: a wait on " + std::to_string(w.keys.size()) + " key(s) (" +
-                    std::to_string(w.bytes) + " bytes) would exceed the limit of " +
+                    std::to_string(w.bytes + w.overhead) + " bytes) would exceed the limit of " +
                     std::to_string(opts_.max_total_bytes) + " bytes");
   w.since = now;
   waiting_bytes_ += w.bytes;
+  overhead_bytes_ += w.overhead;
+  if (w.owner != 0) ++waiters_of_[w.owner];
   waiters_.emplace(id, std::move(w));
   return fail(id, status::pending, "");
 }
 
 reply store::wait(request_id id, generation_t g, std::vector<std::string> keys, mono_time now,
-                  mono_time deadline) {
+                  mono_time deadline, std::uint64_t owner) {
   waiter w;
+  w.owner = owner;
   w.gen = g;
   w.keys = std::move(keys);
   w.deadline = deadline;
@@ -187,8 +213,9 @@ reply store::wait(request_id id, generation_t g, std::vector<std::string> keys, 
 }
 
 reply store::get_or_wait(request_id id, generation_t g, const std::string& key, mono_time now,
-                         mono_time deadline) {
+                         mono_time deadline, std::uint64_t owner) {
   waiter w;
+  w.owner = owner;
   w.gen = g;
   w.keys = {key};
   w.want_value = true;
@@ -227,6 +254,7 @@ std::vector<reply> store::drop_generations_below(generation_t g) {
   floor_ = g;
   for (auto it = entries_.begin(); it != entries_.end() && it->first.first < g;) {
     total_bytes_ -= it->first.second.size() + it->second.size();
+    overhead_bytes_ -= opts_.entry_overhead_bytes;
     it = entries_.erase(it);
   }
   for (auto w = waiters_.begin(); w != waiters_.end();) {
@@ -250,9 +278,28 @@ bool store::cancel(request_id id) {
   return true;
 }
 
+std::vector<request_id> store::cancel_owner(std::uint64_t owner) {
+  std::vector<request_id> out;
+  if (owner == 0) return out;
+  for (auto it = waiters_.begin(); it != waiters_.end();) {
+    if (it->second.owner == owner) {
+      out.push_back(it->first);
+      it = erase_waiter(it);
+    } else {
+      ++it;
+    }
+  }
+  return out;
+}
+
 std::map<request_id, store::waiter>::iterator store::erase_waiter(
     std::map<request_id, waiter>::iterator it) {
   waiting_bytes_ -= it->second.bytes;
+  overhead_bytes_ -= it->second.overhead;
+  if (it->second.owner != 0) {
+    auto o = waiters_of_.find(it->second.owner);
+    if (--o->second == 0) waiters_of_.erase(o);
+  }
   return waiters_.erase(it);
 }
 

@@ -24,6 +24,8 @@
 ///   on a timer: for (auto& r : store_.expire(now)) reply r;        // status timeout
 ///   on a new generation g: for (auto& r : store_.drop_generations_below(g)) reply r;
 ///   when a requester is gone: store_.cancel(req_id);               // nobody to answer
+///   when a peer is gone: store_.cancel_owner(peer);                // all of its waits
+///   on every new roster: store_.set_ceiling(roster.generation);
 namespace cohort::net::kv {
 
 using mono_time = std::chrono::steady_clock::time_point;  ///< the injected clock
@@ -45,10 +47,20 @@ const char* to_string(status s);
 /// Limits, so a confused or hostile peer gets an error value instead of exhausting memory.
 struct options {
   std::size_t max_key_bytes = 512;
-  std::size_t max_value_bytes = 1 << 20;   ///< Gloo addresses and NCCL ids are ~100 bytes
-  std::size_t max_total_bytes = 64 << 20;  ///< keys + values of all generations + pending keys
+  std::size_t max_value_bytes = 1 << 20;  ///< Gloo addresses and NCCL ids are ~100 bytes
+  /// Budget of everything stored: keys + values of all generations, the keys pending waits
+  /// name, and entry_overhead_bytes for each entry, each pending wait and each key it names.
+  std::size_t max_total_bytes = 64 << 20;
+  /// What an entry or a waiter costs beyond its bytes (map node, string headers): charged so
+  /// that millions of one-byte keys cannot hold memory the budget does not see.
+  std::size_t entry_overhead_bytes = 96;
   std::size_t max_waiters = 4096;
+  /// Pending waits one owner (a connected peer) may hold at once; owner 0 is not limited.
+  std::size_t max_waiters_per_owner = 64;
   std::size_t max_keys_per_wait = 4096;
+  /// Longest wait accepted: a later deadline is refused (Gloo's rendezvous waits for at
+  /// most the collective timeout, seconds to minutes).
+  std::chrono::milliseconds max_wait = std::chrono::minutes(30);
 };
 
 /// Answer to one request.
@@ -78,13 +90,14 @@ class store {
   reply get(generation_t g, const std::string& key) const;
 
   /// Gloo's wait: ok now if every key of G is set; else a waiter ID until DEADLINE
-  /// (pending), or timeout now if DEADLINE <= NOW. No values are returned.
+  /// (pending), or timeout now if DEADLINE <= NOW. No values are returned. OWNER (the
+  /// requesting peer, 0: none) is held to max_waiters_per_owner and cancel_owner.
   reply wait(request_id id, generation_t g, std::vector<std::string> keys, mono_time now,
-             mono_time deadline);
+             mono_time deadline, std::uint64_t owner = 0);
 
   /// Gloo's blocking get: like wait on one key, but the reply carries its value.
   reply get_or_wait(request_id id, generation_t g, const std::string& key, mono_time now,
-                    mono_time deadline);
+                    mono_time deadline, std::uint64_t owner = 0);
 
   /// Removes and returns (status timeout) every waiter whose deadline is <= NOW.
   std::vector<reply> expire(mono_time now);
@@ -95,6 +108,13 @@ class store {
 
   /// Forgets waiter ID without answering it (its requester is gone). False if unknown.
   bool cancel(request_id id);
+  /// Forgets every waiter of OWNER (the peer went away); returns their ids.
+  std::vector<request_id> cancel_owner(std::uint64_t owner);
+
+  /// The newest generation announced (the roster's): requests naming a later one are
+  /// refused (invalid), so nobody can fill or pre-set a generation that does not exist yet.
+  /// Never lowered. Until the first call every generation is accepted.
+  void set_ceiling(generation_t g);
 
   /// Earliest waiter deadline, so the owner can arm one timer; nullopt with no waiters.
   std::optional<mono_time> next_deadline() const;
@@ -103,6 +123,9 @@ class store {
   std::size_t total_bytes() const { return total_bytes_; }
   /// Bytes of the keys pending waits name.
   std::size_t waiting_bytes() const { return waiting_bytes_; }
+  /// What the budget (max_total_bytes) is charged: total_bytes() + waiting_bytes() + the
+  /// per-entry overhead of every entry, pending wait and key it names.
+  std::size_t charged_bytes() const { return total_bytes_ + waiting_bytes_ + overhead_bytes_; }
   std::size_t key_count() const { return entries_.size(); }
   std::size_t waiter_count() const { return waiters_.size(); }
   /// Lowest generation still accepted.
@@ -115,7 +138,9 @@ class store {
     bool want_value = false;  // get_or_wait: reply with the (single) key's value
     mono_time since{};
     mono_time deadline{};
-    std::size_t bytes = 0;  // sum of key sizes, charged to the byte budget while pending
+    std::size_t bytes = 0;     // sum of key sizes, charged to the byte budget while pending
+    std::size_t overhead = 0;  // entry_overhead_bytes * (1 + keys), charged too
+    std::uint64_t owner = 0;
   };
   using full_key = std::pair<generation_t, std::string>;
 
@@ -131,7 +156,10 @@ class store {
   std::map<request_id, waiter> waiters_;  // ordered: replies come out in request-id order
   std::size_t total_bytes_ = 0;
   std::size_t waiting_bytes_ = 0;
+  std::size_t overhead_bytes_ = 0;  // of entries and waiters
+  std::map<std::uint64_t, std::size_t> waiters_of_;  // owner -> pending waits (owner != 0)
   generation_t floor_ = 0;
+  generation_t ceiling_ = ~generation_t{0};
 };
 
 }  // namespace cohort::net::kv

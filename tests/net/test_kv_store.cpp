@@ -160,6 +160,7 @@ TEST_CASE("limits give error values, never a crash, and leave the store unchange
   o.max_key_bytes = 8;
   o.max_value_bytes = 16;
   o.max_total_bytes = 40;
+  o.entry_overhead_bytes = 0;  // bytes of keys and values only (overhead: its own case)
   o.max_waiters = 2;
   o.max_keys_per_wait = 3;
   kv::store s(o);
@@ -206,6 +207,7 @@ TEST_CASE("limits give error values, never a crash, and leave the store unchange
 TEST_CASE("pending keys share the byte budget and give it back however the wait ends") {
   kv::options o;
   o.max_total_bytes = 20;
+  o.entry_overhead_bytes = 0;
   kv::store s(o);
   s.set(1, "key", "0123456");                                                // 10 bytes held
   CHECK(s.wait(1, 1, {"aaaa", "bbbb"}, at(0), at(100)).code == S::pending);  // +8
@@ -265,4 +267,73 @@ TEST_CASE("gloo-style rendezvous of 4 ranks: each sets its address, then waits f
   CHECK(completed_at == std::vector<int>{3, 3, 3, 3});
   for (int r = 0; r < n; ++r)
     CHECK(s.get(5, "rank" + std::to_string(r)).value == "10.0.0." + std::to_string(r));
+}
+
+TEST_CASE("the budget counts each entry's and each wait's overhead, not only its bytes") {
+  kv::options o;
+  o.max_total_bytes = 1000;
+  o.entry_overhead_bytes = 100;
+  kv::store s(o);
+  // One-byte keys with empty values: 1 + 100 each, so nine fit and the tenth does not.
+  for (int i = 0; i < 9; ++i) CHECK(s.set(1, std::string(1, char('a' + i)), "").result.ok());
+  CHECK(s.charged_bytes() == 9 * 101);
+  const auto full = s.set(1, "z", "");
+  CHECK(full.result.code == S::invalid);
+  CHECK(full.result.reason ==
+        "store full: setting 'z' would hold 1010 bytes; the limit is 1000 (old generations not "
+        "dropped?)");
+  CHECK(s.set(1, "a", "").result.ok());  // an overwrite adds no entry
+  // A wait is charged for itself and each key it names: 1 + 100 * 2 > 1000 - 909.
+  CHECK(s.wait(1, 1, {"q"}, at(0), at(10)).code == S::invalid);
+  CHECK(s.drop_generations_below(2).empty());  // frees entries and their overhead
+  CHECK(s.charged_bytes() == 0);
+  CHECK(s.wait(2, 2, {"q"}, at(0), at(10)).code == S::pending);
+  CHECK(s.charged_bytes() == 1 + 200);
+  CHECK(s.cancel(2));
+  CHECK(s.charged_bytes() == 0);
+}
+
+TEST_CASE("generations beyond the roster's are refused; the ceiling never goes down") {
+  kv::store s;
+  CHECK(s.set(99, "a", "x").result.ok());  // no roster yet: every generation accepted
+  s.set_ceiling(3);
+  const auto ahead = s.set(4, "a", "x");
+  CHECK(ahead.result.code == S::invalid);
+  CHECK(ahead.result.reason == "generation 4 does not exist yet (the roster is at 3)");
+  CHECK(s.wait(1, 4, {"a"}, at(0), at(10)).code == S::invalid);
+  CHECK(s.get_or_wait(2, (1ull << 63), "a", at(0), at(10)).code == S::invalid);
+  CHECK(s.get(4, "a").code == S::invalid);
+  CHECK(s.set(3, "a", "x").result.ok());
+  s.set_ceiling(2);  // ignored: rosters only grow
+  CHECK(s.set(3, "b", "x").result.ok());
+  s.set_ceiling(4);
+  CHECK(s.set(4, "a", "x").result.ok());
+  CHECK(s.waiter_count() == 0);
+}
+
+TEST_CASE("waits are bounded in length and per peer, and go when their peer goes") {
+  kv::options o;
+  o.max_wait = std::chrono::milliseconds(1000);
+  o.max_waiters_per_owner = 2;
+  kv::store s(o);
+  const auto long_wait = s.wait(1, 1, {"a"}, at(0), at(1001));
+  CHECK(long_wait.code == S::invalid);
+  CHECK(long_wait.reason == "a wait of 1001 ms; the longest the store accepts is 1000 ms");
+  CHECK(s.wait(2, 1, {"a"}, at(0), at(1000), 7).code == S::pending);  // exactly the limit
+  CHECK(s.get_or_wait(3, 1, "b", at(0), at(10), 7).code == S::pending);
+  const auto third = s.wait(4, 1, {"c"}, at(0), at(10), 7);
+  CHECK(third.code == S::invalid);
+  CHECK(third.reason == "this peer already has 2 pending waits; the limit is 2");
+  CHECK(s.wait(5, 1, {"c"}, at(0), at(10), 8).code == S::pending);  // another peer
+  CHECK(s.wait(6, 1, {"c"}, at(0), at(10)).code == S::pending);     // owner 0: no cap
+  // Peer 7 leaves: its waits are forgotten (nobody to answer), the others stay.
+  CHECK(s.cancel_owner(7) == std::vector<kv::request_id>{2, 3});
+  CHECK(s.waiter_count() == 2);
+  CHECK(s.cancel_owner(7).empty());
+  CHECK(s.cancel_owner(0).empty());  // 0 is nobody
+  CHECK(s.wait(7, 1, {"d"}, at(0), at(10), 7).code == S::pending);  // its quota is back
+  // A completed or expired wait gives its slot back too.
+  CHECK(s.wait(8, 1, {"e"}, at(0), at(10), 7).code == S::pending);
+  CHECK(s.set(1, "d", "").woken.size() == 1);
+  CHECK(s.wait(9, 1, {"f"}, at(0), at(10), 7).code == S::pending);
 }
