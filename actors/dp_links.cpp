@@ -130,7 +130,19 @@ void build_stage_links(dp_links& l, const link_context& ctx, const net::step_ope
     ctx.shared.install_extra([c = l.tp_comm.get()] { c->abort(); });
   }
   if (P > 1) {
-    l.p2p = std::make_unique<comm::p2p_channel>(ctx.data_host, o.stage, o.generation, timeout);
+    // The largest tensor a neighbour sends is one micro-batch's activation or its gradient,
+    // [micro_batch * context, d_model] floats; at most every micro-batch of a step (both
+    // kinds) can arrive before the schedule asks for it.
+    comm::p2p_limits lim;
+    lim.max_message_bytes = static_cast<std::size_t>(cfg.train.micro_batch) *
+                            static_cast<std::size_t>(cfg.model.context) *
+                            static_cast<std::size_t>(cfg.model.d_model) * sizeof(float);
+    const std::size_t micro = static_cast<std::size_t>(
+        (cfg.train.global_batch + cfg.train.micro_batch - 1) / cfg.train.micro_batch);
+    lim.max_stash_frames = 4 * micro + 64;
+    lim.max_stash_bytes = lim.max_stash_frames * lim.max_message_bytes;
+    l.p2p = std::make_unique<comm::p2p_channel>(ctx.data_host, o.stage, o.generation, timeout,
+                                                lim);
     ctx.shared.install_extra([c = l.p2p.get()] { c->abort(); });
     auto key = [&](int stage) {
       return "p2p.r" + std::to_string(rank) + ".t" + std::to_string(o.tp_rank) + ".s" +

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <vector>
 #include <zmq.hpp>
@@ -70,17 +71,25 @@ p2p_header decode_p2p_header(const unsigned char* in) {
 }
 
 p2p_channel::p2p_channel(const std::string& bind_host, int self, std::uint64_t generation,
-                         int timeout_ms)
-    : self_(self), generation_(generation), timeout_ms_(timeout_ms) {
+                         int timeout_ms, const p2p_limits& limits)
+    : self_(self), generation_(generation), timeout_ms_(timeout_ms), limits_(limits) {
   const std::string op = "p2p bind " + bind_host;
   if (timeout_ms <= 0)
     throw comm_error(comm_failure::invalid, op,
                      "timeout_ms must be positive, got " + std::to_string(timeout_ms));
+  if (limits.max_message_bytes == 0 || limits.max_stash_frames == 0 ||
+      limits.max_stash_bytes == 0)
+    throw comm_error(comm_failure::invalid, op, "p2p limits must be positive");
   ctx_ = std::make_unique<zmq::context_t>(1);
   pull_ = std::make_unique<zmq::socket_t>(*ctx_, zmq::socket_type::pull);
   try {
     pull_->set(zmq::sockopt::linger, 0);
     pull_->set(zmq::sockopt::rcvhwm, queue_frames);
+    // Each part of a frame is one ZeroMQ message: the header and the payload. A larger one
+    // makes ZeroMQ drop that peer's connection before holding it.
+    const std::size_t max_part = std::max(limits.max_message_bytes, p2p_header_bytes);
+    pull_->set(zmq::sockopt::maxmsgsize,
+               static_cast<int64_t>(std::min<std::size_t>(max_part, INT64_MAX)));
     // An IPv6 address (it has ':') is bracketed, and the sockets must be told to use IPv6.
     if (bind_host.find(':') != std::string::npos) {
       ipv6_ = true;
@@ -232,6 +241,16 @@ std::unique_ptr<zmq::message_t> p2p_channel::drain(const key& want) {
     auto payload = std::make_unique<zmq::message_t>(std::move(parts[1]));
     const key k{h.sender, h.tag};
     if (k == want) return payload;
+    if (stash_count_ + 1 > limits_.max_stash_frames ||
+        stash_bytes_ + payload->size() > limits_.max_stash_bytes)
+      fail(comm_failure::invalid, "p2p recv from " + who(want.first, want.second),
+           std::to_string(stash_count_ + 1) + " frames (" +
+               std::to_string(stash_bytes_ + payload->size()) +
+               " bytes) arrived that nobody asked for; the limit is " +
+               std::to_string(limits_.max_stash_frames) + " frames and " +
+               std::to_string(limits_.max_stash_bytes) +
+               " bytes (a peer sends what the schedule does not ask for)");
+    stash_bytes_ += payload->size();
     stash_[k].push_back(std::move(payload));
     ++stash_count_;
   }
@@ -247,6 +266,7 @@ void p2p_channel::recv(int peer, std::uint64_t tag, void* data, std::size_t byte
     it->second.pop_front();
     if (it->second.empty()) stash_.erase(it);
     --stash_count_;
+    stash_bytes_ -= got->size();
   }
   const auto deadline = clock_type::now() + std::chrono::milliseconds(timeout_ms_);
   try {

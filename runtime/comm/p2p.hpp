@@ -42,6 +42,18 @@ void encode_p2p_header(const p2p_header& h, unsigned char* out);
 /// Decodes p2p_header_bytes bytes at `in` (no check of the values: the channel does that).
 p2p_header decode_p2p_header(const unsigned char* in);
 
+/// What a channel accepts, so a buggy or hostile sender cannot make it hold unbounded memory.
+struct p2p_limits {
+  /// Largest payload a frame may carry: ZeroMQ drops the connection of a peer that sends a
+  /// larger one (ZMQ_MAXMSGSIZE), before any of it is held. A pipeline stage passes its
+  /// largest tensor: micro_batch x context x d_model floats.
+  std::size_t max_message_bytes = 256u << 20;
+  /// Frames that arrived before anyone asked for them: at most this many, and this many
+  /// payload bytes, at once. Beyond either, recv fails (invalid) and the channel is dead.
+  std::size_t max_stash_frames = 4096;
+  std::size_t max_stash_bytes = 1u << 30;
+};
+
 /// One worker's point-to-point endpoint for a generation: a PULL socket it binds, and PUSH
 /// sockets to the peers it sends to. Tensors travel as [header, payload] multipart frames;
 /// the header is checked, and a frame of another generation, a wrong magic or version, a
@@ -53,16 +65,17 @@ p2p_header decode_p2p_header(const unsigned char* in);
 /// dead (as a communicator is): later calls throw comm_error at once; build the next
 /// generation's channel instead. Sends queue the payload (one copy) and return once ZeroMQ
 /// holds it; a peer that is not connected (not up yet, or dead) makes send wait until the
-/// timeout. Frames from one sender arrive in the order it sent them. The stash is not
-/// bounded: peers of one generation are the runtime's own stages and send only what the
-/// schedule will ask for (frames of other generations never reach it).
+/// timeout. Frames from one sender arrive in the order it sent them. The stash is bounded
+/// (p2p_limits): the runtime's own stages send only what the schedule will ask for, so
+/// going past the bound means a peer that is not one of them.
 class p2p_channel {
  public:
   /// Binds tcp://bind_host:* (OS-picked port). `bind_host` must be the address peers reach
   /// (it is advertised as is). `self` is this worker's id in the pipeline (e.g. its stage),
   /// `generation` tags every frame, `timeout_ms` (> 0) bounds every send/recv. Throws
-  /// comm_error(invalid) when the address cannot be bound.
-  p2p_channel(const std::string& bind_host, int self, std::uint64_t generation, int timeout_ms);
+  /// comm_error(invalid) when the address cannot be bound or a limit is 0.
+  p2p_channel(const std::string& bind_host, int self, std::uint64_t generation, int timeout_ms,
+              const p2p_limits& limits = {});
   /// Closes every socket with linger 0: never blocks on a dead or slow peer; frames not yet
   /// delivered are lost. abort() must not run concurrently with destruction.
   ~p2p_channel();
@@ -100,6 +113,8 @@ class p2p_channel {
   std::uint64_t bytes_received() const { return bytes_received_.load(); }
   /// Frames waiting in the stash (received, not yet asked for). The channel's thread only.
   std::size_t stashed() const { return stash_count_; }
+  /// Their payload bytes. The channel's thread only.
+  std::size_t stashed_bytes() const { return stash_bytes_; }
 
  private:
   using key = std::pair<int, std::uint64_t>;  // (sender, tag)
@@ -121,6 +136,8 @@ class p2p_channel {
   std::map<int, std::unique_ptr<zmq::socket_t>> push_;
   std::map<key, std::deque<std::unique_ptr<zmq::message_t>>> stash_;  ///< payloads
   std::size_t stash_count_ = 0;
+  std::size_t stash_bytes_ = 0;
+  p2p_limits limits_;
   std::atomic<bool> dead_{false};
   std::atomic<bool> aborted_{false};
   std::atomic<std::uint64_t> dropped_{0};

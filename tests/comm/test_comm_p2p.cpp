@@ -433,3 +433,68 @@ TEST_CASE("bench p2p refuses sizes it cannot run") {
   CHECK_THROWS_AS(parse("bench p2p --sizes 1X"), CLI::ParseError);
   CHECK_THROWS_AS(parse("bench p2p --iters -1"), CLI::ParseError);
 }
+
+TEST_CASE("p2p: a frame over the size limit never arrives; the channel goes on for others") {
+  p2p_limits lim;
+  lim.max_message_bytes = 64;
+  p2p_channel b("127.0.0.1", 1, 5, 1000, lim);
+  p2p_header h;
+  h.generation = 5;
+  h.sender = 0;
+  h.tag = 3;
+  h.bytes = 65;
+  {
+    raw_pusher big(b.endpoint());
+    big.send({header_bytes(h), std::string(65, 'x')});  // ZeroMQ drops this connection
+    std::string got(65, '\0');
+    CHECK_THROWS_AS(b.recv(0, 3, got.data(), got.size()), comm_error);  // timeout: never came
+  }
+  // A fresh channel with the same limit takes a frame of exactly the limit.
+  p2p_channel c("127.0.0.1", 1, 5, 3000, lim);
+  raw_pusher ok(c.endpoint());
+  h.bytes = 64;
+  ok.send({header_bytes(h), std::string(64, 'y')});
+  std::string got(64, '\0');
+  c.recv(0, 3, got.data(), got.size());
+  CHECK(got == std::string(64, 'y'));
+}
+
+TEST_CASE("p2p: frames nobody asks for fill a bounded stash, then recv fails and says why") {
+  p2p_limits lim;
+  lim.max_stash_frames = 3;
+  p2p_channel b("127.0.0.1", 1, 5, 3000, lim);
+  raw_pusher raw(b.endpoint());
+  p2p_header h;
+  h.generation = 5;
+  h.sender = 0;
+  h.bytes = 4;
+  for (uint64_t tag = 100; tag < 110; ++tag) {  // ten frames of tags nobody will ask for
+    h.tag = tag;
+    raw.send({header_bytes(h), "abcd"});
+  }
+  h.tag = 7;
+  raw.send({header_bytes(h), "wxyz"});  // the one asked for comes last
+  std::string got(4, '\0');
+  try {
+    b.recv(0, 7, got.data(), got.size());
+    FAIL("recv should have failed on the fourth unasked frame");
+  } catch (const comm_error& e) {
+    CHECK(e.kind() == comm_failure::invalid);
+    CHECK(std::string(e.what()).find("4 frames (16 bytes) arrived that nobody asked for; the "
+                                     "limit is 3 frames") != std::string::npos);
+  }
+  CHECK(b.dead());
+  CHECK(b.stashed() == 3);  // held no more than the limit
+  CHECK(b.stashed_bytes() == 12);
+  // The byte bound works the same way.
+  p2p_limits by_bytes;
+  by_bytes.max_stash_bytes = 10;
+  p2p_channel c("127.0.0.1", 1, 5, 3000, by_bytes);
+  raw_pusher r2(c.endpoint());
+  for (uint64_t tag = 100; tag < 103; ++tag) {
+    h.tag = tag;
+    r2.send({header_bytes(h), "abcd"});
+  }
+  CHECK_THROWS_AS(c.recv(0, 7, got.data(), got.size()), comm_error);
+  CHECK(c.stashed_bytes() == 8);
+}
