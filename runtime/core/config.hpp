@@ -1,6 +1,8 @@
 // The run configuration: one YAML file plus --set overrides, checked against a schema.
 // Owns parsing, validation (every error with FILE:LINE:COL, key path, fix), defaults and
-// printing the resolved config. Knows nothing of what the keys drive.
+// printing the resolved config. The schema is config.cpp, the loader config_loader.cpp and
+// config_values.cpp; the rules across keys, which the layers that use the keys own, all
+// live in config_rules.cpp. Drives nothing itself.
 #pragma once
 #include <cstdint>
 #include <string>
