@@ -6,6 +6,8 @@
 // checkpoint folder is moved into a temporary one.
 #include <doctest/doctest.h>
 
+#include <map>
+
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -39,11 +41,18 @@ TEST_CASE("the README's quickstart keeps its promises") {
   CHECK_MESSAGE(s["params_sha256"] == ref["params_sha256"], s.dump());
   CHECK(s["dp"] == 4);  // back to 4 after the scale
 
+  // On a heavily loaded machine a worker starved for longer than timeout_ms (0.5 s here) is
+  // declared dead and comes back: a "departed" then a "joined" of the same worker, recovered
+  // like any failure (the hash checks above still hold). Such pairs are allowed, in any
+  // number; every other event is one the config asked for. (Seen once in the flake hunt at
+  // load 12-15 on 2 cores: worker-3 departed and rejoined at step 1819.)
   int kills = 0, scales = 0, joins = 0;
+  std::map<std::string, int> departed;
   for (const auto& e : s["events"]) {
+    const std::string worker = e["worker"].get<std::string>();
     if (e["kind"] == "kill") {
       ++kills;
-      CHECK(e["worker"] == "worker-1");  // `kill worker=worker-1` names a worker, not a rank
+      CHECK(worker == "worker-1");  // `kill worker=worker-1` names a worker, not a rank
       CHECK(e["step"] == 1500);
       REQUIRE(e["detect_ms"].is_number());
       REQUIRE(e["recover_ms"].is_number());
@@ -53,12 +62,21 @@ TEST_CASE("the README's quickstart keeps its promises") {
       CHECK(e["step"] == 3000);
       CHECK(e["target"] == 4);
       CHECK(e["recover_ms"].is_number());
+    } else if (e["kind"] == "departed") {
+      MESSAGE("not injected: " << e.dump());
+      ++departed[worker];
+    } else if (e["kind"] == "joined" && departed[worker] > 0) {
+      --departed[worker];  // the worker that departed is back
+      CHECK(e["recover_ms"].is_number());
     } else if (e["kind"] == "joined") {
-      ++joins;
+      ++joins;  // the scale's joiner
       CHECK(e["step"].get<int64_t>() >= 3000);
       CHECK_MESSAGE(e.contains("transfer_mb_s"), e.dump());  // state from a live peer
+    } else {
+      FAIL_CHECK("an event the quickstart does not cause: " << e.dump());
     }
   }
+  for (const auto& [worker, n] : departed) CHECK_MESSAGE(n == 0, worker << " never came back");
   CHECK_MESSAGE(kills == 1, s["events"].dump());
   CHECK_MESSAGE(scales == 1, s["events"].dump());
   CHECK_MESSAGE(joins == 1, s["events"].dump());
