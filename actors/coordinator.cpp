@@ -483,7 +483,7 @@ net::status_reply make_status(self_ptr self, uint64_t request_id) {
   }
   if (st.io.drop_counts) out.dropped = st.io.drop_counts();
   if (st.opts.job && st.opts.job->drop_control())
-    out.dropped.push_back(net::counter{"drop_control", st.opts.job->dropped_frames()});
+    out.dropped.push_back(net::counter{"drop_control", st.opts.job->report().dropped_frames()});
   return out;
 }
 

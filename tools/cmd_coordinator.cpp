@@ -10,6 +10,7 @@
 #include <csignal>
 #include <cstdio>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -181,7 +182,11 @@ void add_coordinator(CLI::App& app, int* rc) {
         std::fprintf(stderr, "coordinator: resuming from %s at step %lld\n", resume_from.c_str(),
                      static_cast<long long>(start));
       }
-      co.job = std::make_shared<actors::training_job>(c, dump_config(c), start, resume_from);
+      // The run's id tells its checkpoint shards from an earlier run's (job_spec.job_id).
+      std::random_device rd;
+      const uint64_t job_id = rd() * 0x100000000ull + rd();
+      co.job =
+          std::make_shared<actors::training_job>(c, dump_config(c), start, resume_from, job_id);
       co.job->set_faults(job_faults(c, opt->inject));
       const bool lm = c.model.kind == "gpt";
       progress = std::make_unique<progress_line>(c.train.steps, lm ? "tok/s" : "samples/s",
@@ -204,14 +209,15 @@ void add_coordinator(CLI::App& app, int* rc) {
           progress->update(
               a.step, a.loss, a.rate,
               " | " + std::to_string(job.replicas() * c.parallel.pp * c.parallel.tp) + " workers" +
-                  (job.aborted_steps() > 0 ? ", " + std::to_string(job.aborted_steps()) + " aborted"
-                                           : std::string()));
+                  (job.report().aborted_steps() > 0
+                       ? ", " + std::to_string(job.report().aborted_steps()) + " aborted"
+                       : std::string()));
         if (!a.failed.empty()) failure = a.failed;
         if (!a.finished) return;
         progress->finish();
         const double wall =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        const nlohmann::json j = job.summary(wall);
+        const nlohmann::json j = job.report().summary(wall);
         print_job_result(j, lm);
         if (!opt->summary.empty()) {
           try {
