@@ -1,29 +1,26 @@
 // Coordinator actor: translates wire messages into membership / store decisions and sends
 // what they decide. Every membership change ends in the same place (on_new_generation):
-// broadcast the roster, drop the store's older generations.
+// broadcast the roster, drop the store's older generations. Admin commands are in
+// coordinator_admin.cpp, the process around the actor in coordinator_node.cpp.
 #include "actors/coordinator.hpp"
 
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
 
+#include "actors/coordinator_internal.hpp"
 #include "runtime/core/config.hpp"
-#include "runtime/core/error.hpp"
 #include "runtime/core/faults.hpp"
 #include "runtime/core/rng.hpp"
 
 namespace cohort::actors {
+
+using namespace coord;  // the moves this file shares with coordinator_admin.cpp
+
 namespace {
 
-using self_ptr = caf::stateful_actor<coordinator_state>*;
 using std::chrono::milliseconds;
-
-mb::mono_time now(self_ptr self) {
-  auto& io = self->state.io;
-  return io.clock ? io.clock() : std::chrono::steady_clock::now();
-}
 
 // drop control (fault injection, docs/faults.md): frames of the step protocol, rosters
 // and heartbeats between the coordinator and its members are lost with probability p, a
@@ -54,10 +51,23 @@ bool drop_frame(self_ptr self, const std::string& peer, net::msg_type t) {
   return true;
 }
 
-void send(self_ptr self, const std::string& peer, const net::message& m) {
+}  // namespace
+
+mb::mono_time coord::now(self_ptr self) {
+  auto& io = self->state.io;
+  return io.clock ? io.clock() : std::chrono::steady_clock::now();
+}
+
+double coord::now_s(self_ptr self) {
+  return std::chrono::duration<double>(now(self).time_since_epoch()).count();
+}
+
+void coord::send(self_ptr self, const std::string& peer, const net::message& m) {
   if (drop_frame(self, peer, net::type_of(m))) return;
   self->state.io.send(peer, m);
 }
+
+namespace {
 
 net::coords to_wire(const mb::grid_coord& c) { return net::coords{c.d, c.p, c.t}; }
 
@@ -80,19 +90,14 @@ void answer_waiter(self_ptr self, const net::kv::reply& r) {
   st.kv_waiters.erase(it);
 }
 
-double now_s(self_ptr self) {
-  return std::chrono::duration<double>(now(self).time_since_epoch()).count();
-}
-
 void do_stop(self_ptr self, const std::string& reason);
-bool adopt(self_ptr self, mb::decision&& d);
-std::string scale_to(self_ptr self, int target, const std::string& spec);
-void on_new_generation(self_ptr self);
 void seat_spares(self_ptr self);
+
+}  // namespace
 
 // Sends what the job decided, tells the host, and acts on an abort (new generation) or the
 // end of the job (stop the cluster).
-void run_job(self_ptr self, job_actions a) {
+void coord::run_job(self_ptr self, job_actions a) {
   auto& st = self->state;
   if (!st.opts.job) return;
   for (auto& s : a.sends) {
@@ -130,136 +135,7 @@ void run_job(self_ptr self, job_actions a) {
   }
 }
 
-// Member ID leaves at the next step boundary (ctl drain, SIGTERM to the worker, scale
-// down). Without a job there are no steps: it leaves now.
-void drain(self_ptr self, mb::member_id id) {
-  auto& st = self->state;
-  adopt(self, mb::on_leave_intent(st.roster, now(self), id, st.opts.membership));
-  if (st.opts.job) {
-    run_job(self, st.opts.job->on_drain(st.roster, id, now_s(self)));
-    return;
-  }
-  send(self, st.peer_of[id], net::stop{"drained"});
-  if (adopt(self, mb::on_leave(st.roster, now(self), id, st.opts.membership)))
-    on_new_generation(self);
-}
-
-int live_members(const mb::roster& r) {
-  int n = 0;
-  for (const auto& m : r.members) n += m.state != mb::member_state::leaving;
-  return n;
-}
-
-// Moves the member count toward TARGET: asks the launcher for more workers, or drains
-// the highest ranks. Returns why it cannot (empty: under way).
-std::string scale_to(self_ptr self, int target, const std::string& spec) {
-  auto& st = self->state;
-  const int live = live_members(st.roster);
-  if (target > live && st.launcher.empty())
-    return "no launcher is attached to this coordinator to start workers; start " +
-           std::to_string(target - live) + " with `cohort worker --join <endpoint>`";
-  if (st.opts.job) st.opts.job->on_scale(st.roster, target, spec, now_s(self));
-  if (target > live) {
-    spdlog::info("coordinator: {}: asking the launcher for {} more worker(s)", spec, target - live);
-    send(self, st.launcher, net::scale_order{target - live, spec});
-    return {};
-  }
-  std::vector<mb::member_id> victims;
-  // Whole replicas leave with pp * tp > 1 (highest seats first); otherwise the highest ranks.
-  std::vector<mb::member_id> order;
-  if (st.opts.job && st.opts.membership.pp * st.opts.membership.tp > 1) {
-    order = st.opts.job->drain_order(st.roster);
-  } else {
-    for (auto it = st.roster.members.rbegin(); it != st.roster.members.rend(); ++it)
-      order.push_back(it->id);
-  }
-  for (const mb::member_id id : order) {
-    if (static_cast<int>(victims.size()) >= live - target) break;
-    const mb::member* m = st.roster.find(id);
-    if (m != nullptr && m->state != mb::member_state::leaving) victims.push_back(id);
-  }
-  for (const mb::member_id id : victims) drain(self, id);
-  return {};
-}
-
-// ctl drain / scale / inject, and a worker's own drain on SIGTERM.
-void on_admin(self_ptr self, const std::string& peer, const net::admin_request& a) {
-  auto& st = self->state;
-  auto reply = [&](bool ok, const std::string& text) {
-    send(self, peer, net::admin_reply{a.request_id, ok, text});
-  };
-  if (st.stopping) return reply(false, "the coordinator is stopping");
-  const mb::options& mo = st.opts.membership;
-  if (a.command == "drain") {
-    const mb::member* m = st.roster.find_name(a.argument);
-    if (m == nullptr)
-      return reply(false, "no live worker named '" + a.argument +
-                              "' (`cohort ctl ... status` lists the workers)");
-    auto self_member = st.member_at.find(peer);
-    if (self_member != st.member_at.end() && self_member->second != m->id)
-      return reply(false, "a worker may only drain itself");
-    const int live = live_members(st.roster);
-    if (st.opts.job && live - 1 < mo.min())
-      spdlog::warn(
-          "coordinator: draining {} leaves {} worker(s), below elastic.min_workers {}: "
-          "training pauses until workers join",
-          m->name, live - 1, mo.min());
-    const std::string name = m->name;
-    drain(self, m->id);
-    return reply(true, name + " leaves at the next step boundary");
-  }
-  if (a.command == "scale") {
-    int n = 0;
-    std::size_t used = 0;
-    try {
-      n = std::stoi(a.argument, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used == 0 || used != a.argument.size() || n < 1)
-      return reply(false,
-                   "scale: '" + a.argument + "' is not a worker count (a whole number >= 1)");
-    if (n < mo.min() || n > mo.max())
-      return reply(false, "scale " + std::to_string(n) + ": outside the elastic bounds [" +
-                              std::to_string(mo.min()) + ", " + std::to_string(mo.max()) +
-                              "]; change elastic.min_workers / elastic.max_workers in the config");
-    const int seat = mo.pp * mo.tp;
-    if (n % seat != 0)
-      return reply(false, "scale " + std::to_string(n) +
-                              ": a replica is pp * tp = " + std::to_string(seat) +
-                              " workers; scale to a multiple of " + std::to_string(seat));
-    const int live = live_members(st.roster);
-    if (n == live) return reply(true, "already " + std::to_string(n) + " workers");
-    const std::string err = scale_to(self, n, "scale to=" + std::to_string(n));
-    if (!err.empty()) return reply(false, err);
-    return reply(true,
-                 "scaling from " + std::to_string(live) + " to " + std::to_string(n) + " workers");
-  }
-  if (a.command == "inject") {
-    if (!st.opts.job) return reply(false, "this coordinator runs no training job");
-    try {
-      faults::fault_spec f = faults::parse_fault(a.argument);
-      const std::string text = faults::to_string(f);
-      if (f.kind == faults::fault_kind::scale && f.to_workers % (mo.pp * mo.tp) != 0)
-        return reply(false, "fault '" + text + "': a replica is pp * tp = " +
-                                std::to_string(mo.pp * mo.tp) + " workers; scale to a multiple");
-      if (f.kind == faults::fault_kind::scale &&
-          (f.to_workers < mo.min() || f.to_workers > mo.max()))
-        return reply(
-            false, "fault '" + text + "': outside the elastic bounds [" + std::to_string(mo.min()) +
-                       ", " + std::to_string(mo.max()) +
-                       "]; change elastic.min_workers / elastic.max_workers in the config");
-      st.opts.job->add_fault(std::move(f));
-      spdlog::info("coordinator: fault '{}' added by ctl", text);
-      return reply(true, "fault '" + text + "' added");
-    } catch (const usage_error& e) {
-      return reply(false, e.what());
-    }
-  }
-  reply(false, "unknown command '" + a.command + "' (drain, scale, inject)");
-}
-
-void on_new_generation(self_ptr self) {
+void coord::on_new_generation(self_ptr self) {
   auto& st = self->state;
   seat_spares(self);
   net::roster_update ru;
@@ -286,9 +162,9 @@ void on_new_generation(self_ptr self) {
   if (run) run_job(self, std::move(actions));
 }
 
-// Adopts a decision's roster; true when the generation grew (caller then broadcasts, after
-// any direct reply, so a joiner hears register_ok before the roster that contains it).
-bool adopt(self_ptr self, mb::decision&& d) {
+// The caller broadcasts after any direct reply, so a joiner hears register_ok before the
+// roster that contains it.
+bool coord::adopt(self_ptr self, mb::decision&& d) {
   auto& st = self->state;
   if (d.kind != mb::decision_kind::refreshed && d.kind != mb::decision_kind::unchanged &&
       !d.reason.empty()) {
@@ -297,6 +173,8 @@ bool adopt(self_ptr self, mb::decision&& d) {
   st.roster = std::move(d.next);
   return d.new_generation;
 }
+
+namespace {
 
 net::register_ok ok_for(self_ptr self, const mb::member* m) {
   const auto& st = self->state;
@@ -483,7 +361,7 @@ net::status_reply make_status(self_ptr self, uint64_t request_id) {
   }
   if (st.io.drop_counts) out.dropped = st.io.drop_counts();
   if (st.opts.job && st.opts.job->drop_control())
-    out.dropped.push_back(net::counter{"drop_control", st.opts.job->dropped_frames()});
+    out.dropped.push_back(net::counter{"drop_control", st.opts.job->report().dropped_frames()});
   return out;
 }
 
@@ -651,79 +529,6 @@ caf::behavior coordinator_actor(caf::stateful_actor<coordinator_state>* self,
         return caf::delegated<bench_result>();
       },
   };
-}
-
-std::unique_ptr<caf::actor_system_config> make_caf_config() {
-  auto cfg = std::make_unique<caf::actor_system_config>();
-  // Tuning knobs for measurements (docs/architecture.md), not configuration proper.
-  const char* policy = std::getenv("COHORT_CAF_POLICY");
-  const char* threads = std::getenv("COHORT_CAF_THREADS");
-  const bool stealing = policy != nullptr && std::string(policy) == "stealing";
-  cfg->set("scheduler.policy", stealing ? caf::atom("stealing") : caf::atom("sharing"));
-  cfg->set("scheduler.max-threads", threads != nullptr ? std::max(1, std::atoi(threads)) : 2);
-  return cfg;
-}
-
-int bridge_spin_us() {
-  const char* env = std::getenv("COHORT_BRIDGE_SPIN_US");
-  return env != nullptr ? std::max(0, std::atoi(env)) : 0;
-}
-
-coordinator_node::coordinator_node(coordinator_options opts, const std::string& bind,
-                                   size_t max_message_bytes)
-    : caf_cfg_(make_caf_config()), system_(std::make_unique<caf::actor_system>(*caf_cfg_)) {
-  coordinator_io io;
-  io.send = [this](const std::string& peer, const net::message& m) {
-    if (auto* b = out_.load()) b->send(peer, m);
-  };
-  io.admit = [this](const std::string& peer) {
-    if (auto* b = out_.load()) b->admit(peer);
-  };
-  io.drop_counts = [this] {
-    std::vector<net::counter> out;
-    if (auto* b = out_.load()) {
-      for (auto& [name, n] : b->drop_counts()) out.push_back(net::counter{name, n});
-    }
-    return out;
-  };
-  actor_ = system_->spawn(coordinator_actor, opts, io);
-  actor_->attach_functor([this](const caf::error&) { done_ = true; });
-  net::bridge_options bo;
-  bo.kind = net::bridge_options::socket_kind::router;
-  bo.endpoint = bind;
-  bo.max_message_bytes = max_message_bytes;
-  bo.spin_us = bridge_spin_us();
-  caf::actor target = actor_;
-  try {
-    bridge_ =
-        std::make_unique<net::zmq_bridge>(bo, [target](const std::string& peer, net::message m) {
-          caf::anon_send(target, co_in_atom::value, peer, std::move(m));
-        });
-  } catch (...) {
-    caf::anon_send_exit(actor_, caf::exit_reason::user_shutdown);
-    throw;
-  }
-  out_ = bridge_.get();
-}
-
-coordinator_node::~coordinator_node() {
-  if (!done_) caf::anon_send_exit(actor_, caf::exit_reason::user_shutdown);
-  wait();
-  // The bridge goes last among the parts that send: frames the actor queued before quitting
-  // (stop to every worker) are still flushed by the socket's linger.
-  out_ = nullptr;
-  bridge_.reset();
-  actor_ = nullptr;
-  system_.reset();
-}
-
-void coordinator_node::request_stop(const std::string& reason) {
-  caf::anon_send(actor_, co_stop_atom::value, reason);
-}
-
-void coordinator_node::wait() {
-  caf::scoped_actor self{*system_};
-  self->wait_for(actor_);
 }
 
 }  // namespace cohort::actors

@@ -1,8 +1,9 @@
 // The coordinator actor (roster, heartbeat monitor, rendezvous store, status, stop, ping
-// benchmark, training steps) and coordinator_node, which wires it to a ROUTER zmq_bridge in
-// one process. Membership, store and step decisions are pure functions (runtime/net,
-// actors/training_job.hpp); this file only keeps their state, reads the clock and sends
-// what they decide.
+// benchmark, training steps, admin commands) and coordinator_node, which wires it to a ROUTER
+// zmq_bridge in one process. Membership, store and step decisions are pure functions
+// (runtime/net, actors/training_job.hpp); the actor only keeps their state, reads the clock
+// and sends what they decide (coordinator.cpp; ctl drain / scale / inject in
+// coordinator_admin.cpp; the process in coordinator_node.cpp).
 #pragma once
 #include <atomic>
 #include <caf/all.hpp>

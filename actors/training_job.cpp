@@ -4,21 +4,14 @@
 #include "actors/training_job.hpp"
 
 #include <algorithm>
-#include <cmath>
-#include <tuple>
 
-#include "runtime/core/error.hpp"
 #include "runtime/core/sha256.hpp"
-#include "runtime/train/param_stats.hpp"
-#include "runtime/train/pipeline_schedule.hpp"
 
 namespace cohort::actors {
 
 namespace {
 
 std::string who(const mb::member& m) { return m.name + " (member " + std::to_string(m.id) + ")"; }
-
-double seconds(uint64_t us) { return static_cast<double>(us) * 1e-6; }
 
 // Appends what a nested decision (try_open) concluded to OUT.
 void merge(job_actions& out, job_actions&& more) {
@@ -36,18 +29,18 @@ void merge(job_actions& out, job_actions&& more) {
 }  // namespace
 
 training_job::training_job(const config& cfg, std::string config_yaml, int64_t start_step,
-                           std::string resume_checkpoint)
+                           std::string resume_checkpoint, uint64_t job_id)
     : cfg_(cfg),
       yaml_(std::move(config_yaml)),
       hash_(sha256_hex(yaml_)),
       resume_(std::move(resume_checkpoint)),
+      job_id_(job_id),
       steps_(cfg.train.steps),
       next_step_(start_step),
       start_step_(start_step),
       units_per_sample_(cfg.model.kind == "gpt" ? cfg.model.context : 1),
-      seat_size_(cfg.parallel.pp * cfg.parallel.tp) {
-  finished_ = false;
-}
+      seat_size_(cfg.parallel.pp * cfg.parallel.tp),
+      report_(cfg, start_step) {}
 
 std::optional<std::array<int, 3>> training_job::seat_of(mb::member_id id) const {
   auto it = seat_.find(id);
@@ -221,7 +214,7 @@ std::optional<std::pair<uint64_t, int64_t>> training_job::open_step() const {
 
 void training_job::abort_open(const mb::roster& r, const std::string& why, job_actions& out) {
   if (!open_) return;
-  ++aborted_;
+  report_.step_aborted();
   const net::step_result res{open_->generation, open_->step, false, 0.0, why};
   for (const auto& [id, ok] : open_->votes) {
     if (r.find(id) != nullptr) out.sends.push_back({id, res});
@@ -245,7 +238,7 @@ job_actions training_job::on_generation(const mb::roster& r, double now_s) {
     if (lost || (!grew && seat_size_ == 1))
       abort_open(r, "the roster moved to generation " + std::to_string(r.generation), out);
   }
-  last_generation_ = r.generation;
+  report_.generation_seen(r.generation);
   track_membership(r, now_s, out);
   for (auto it = ready_.begin(); it != ready_.end();) {
     it = r.find(it->first) == nullptr ? ready_.erase(it) : std::next(it);
@@ -278,7 +271,7 @@ job_actions training_job::try_open(const mb::roster& r, double now_s) {
     waiting_noted_ = false;
     pause_since_s_ = -1;
     track_membership(r, now_s, out);
-    inject_due(r, now_s, out);
+    faults_.inject_due(r, next_step_, now_s, out, report_);
     open_state o;
     o.generation = r.generation;
     o.step = next_step_;
@@ -291,6 +284,7 @@ job_actions training_job::try_open(const mb::roster& r, double now_s) {
     }
     o.sent_s = now_s;
     if (first_open_s_ < 0) first_open_s_ = now_s;
+    report_.step_opened(replicas_, now_s);
     open_ = std::move(o);
     return out;
   }
@@ -333,7 +327,7 @@ job_actions training_job::try_open(const mb::roster& r, double now_s) {
   }
   if (!behind) donor = -1;
   track_membership(r, now_s, out);  // the roster a step runs on is the one faults refer to
-  inject_due(r, now_s, out);
+  faults_.inject_due(r, next_step_, now_s, out, report_);
   open_state o;
   o.generation = r.generation;
   o.step = next_step_;
@@ -351,6 +345,7 @@ job_actions training_job::try_open(const mb::roster& r, double now_s) {
                         std::to_string(donor) + " to the members behind it");
   }
   if (first_open_s_ < 0) first_open_s_ = now_s;
+  report_.step_opened(replicas_, now_s);
   open_ = std::move(o);
   return out;
 }
@@ -376,7 +371,8 @@ job_actions training_job::on_vote(const mb::roster& r, const net::step_vote& v, 
       out.failed = "step " + std::to_string(v.step) + ": the data plane could not connect " +
                    std::to_string(consecutive_unreachable_) +
                    " times in a row (check comm.interface and the firewall between the "
-                   "hosts); last: " + why;
+                   "hosts); last: " +
+                   why;
       finished_ = true;
       return out;
     }
@@ -390,17 +386,7 @@ job_actions training_job::on_vote(const mb::roster& r, const net::step_vote& v, 
     return out;
   }
   it->second = true;
-  if (v.timing.state_bytes > 0 && v.timing.state_us > 0 && m != nullptr) {
-    // The joiner's view of the state it received from the donor.
-    for (auto e = events_.rbegin(); e != events_.rend(); ++e) {
-      if (e->kind == "joined" && e->worker == m->name) {
-        if (e->transfer_mb_s < 0)
-          e->transfer_mb_s = static_cast<double>(v.timing.state_bytes) /
-                             static_cast<double>(v.timing.state_us);  // bytes/us == MB/s
-        break;
-      }
-    }
-  }
+  if (m != nullptr) report_.vote_counted(m->name, v.timing);
   open_->loss_rows += v.loss_rows;
   open_->rows += v.rows;
   for (const auto& [id, ok] : open_->votes) {
@@ -418,35 +404,12 @@ job_actions training_job::on_vote(const mb::roster& r, const net::step_vote& v, 
   for (const auto& [id, ok] : open_->votes) {
     if (ready_.count(id) != 0) ready_[id] = next_step_;
   }
-  const int members = static_cast<int>(open_->votes.size());
   last_voters_.clear();
   for (const auto& [id, ok] : open_->votes) last_voters_.insert(id);
-  std::set<std::string> voters;
-  for (const auto& [id, ok] : open_->votes)
-    if (const mb::member* x = r.find(id)) voters.insert(x->name);
   open_.reset();
   consecutive_aborts_ = 0;
   consecutive_unreachable_ = 0;
-  last_loss_ = loss;
-  last_commit_s_ = now_s;
-  for (auto& e : events_) {
-    if (e.recover_ms >= 0 || e.kind == "slow") continue;
-    if (e.kind == "scale" && e.target != members) continue;
-    // A joiner counts from joining to the first committed step it took part in.
-    if (e.kind == "joined" && voters.count(e.worker) == 0) continue;
-    // A drained worker counts until the first committed step without it.
-    if (e.kind == "drained" && voters.count(e.worker) != 0) continue;
-    e.recover_ms = 1000.0 * (now_s - e.at_s);
-    if (e.kind == "scale") {
-      out.notes.push_back("'" + e.detail + "': the first step on " + std::to_string(members) +
-                          " workers committed " + std::to_string(static_cast<long>(e.recover_ms)) +
-                          " ms after the request");
-    } else if (e.kind != "joined") {
-      out.notes.push_back(e.kind + " of " + e.worker + ": training recovered " +
-                          std::to_string(static_cast<long>(e.recover_ms)) + " ms after it (step " +
-                          std::to_string(next_step_) + " committed)");
-    }
-  }
+  report_.step_committed(next_step_, loss, r, last_voters_, now_s, out.notes);
   out.committed = true;
   out.step = next_step_;
   out.loss = loss;
@@ -464,36 +427,25 @@ job_actions training_job::on_report(const mb::roster& r, const net::train_report
   job_actions out;
   const mb::member* m = r.find(rep.member_id);
   if (finished_ || m == nullptr || next_step_ < steps_ || rep.next_step != steps_) return out;
-  reports_[rep.member_id] = report{m->name, m->rank, rep};
+  reported_.insert(rep.member_id);
+  report_.report_received(*m, rep);
   // Every member of the last step reports (a broken replica's members never ran it).
   for (const auto& mem : r.members) {
-    if (reports_.count(mem.id) == 0 && last_voters_.count(mem.id) != 0) return out;
+    if (reported_.count(mem.id) == 0 && last_voters_.count(mem.id) != 0) return out;
   }
   finished_ = true;
   out.finished = true;
   return out;
 }
 
-void require_supported(const std::vector<faults::fault_spec>& specs) {
-  int drops = 0;
-  for (const auto& x : specs) {
-    if (x.kind == faults::fault_kind::drop_control && ++drops > 1)
-      throw usage_error("fault '" + faults::to_string(x) +
-                        "': a second drop control; one probability applies to every control "
-                        "frame, so keep one");
-  }
-}
-
 void training_job::set_faults(std::vector<faults::fault_spec> f) {
-  require_supported(f);
-  faults_ = std::move(f);
-  fired_.assign(faults_.size(), false);
-  for (const auto& x : faults_)
-    if (x.kind == faults::fault_kind::drop_control) drop_ = x;
+  faults_.set(std::move(f));
+  if (faults_.drop_control() != nullptr) report_.drops_control();
 }
 
 double training_job::resend_interval_s() const {
-  if (drop_) return std::max(0.02, 1.5e-3 * cfg_.fault_tolerance.heartbeat_ms);
+  if (faults_.drop_control() != nullptr)
+    return std::max(0.02, 1.5e-3 * cfg_.fault_tolerance.heartbeat_ms);
   return std::max(2.0, 4e-3 * cfg_.fault_tolerance.timeout_ms);
 }
 
@@ -520,35 +472,21 @@ void training_job::resend(const mb::roster& r, double now_s, job_actions& out) {
   }
   if (last_commit_ && next_step_ >= steps_ && now_s - last_commit_sent_s_ >= every) {
     for (const auto& m : r.members)
-      if (reports_.count(m.id) == 0) out.sends.push_back({m.id, *last_commit_});
+      if (reported_.count(m.id) == 0) out.sends.push_back({m.id, *last_commit_});
     last_commit_sent_s_ = now_s;
   }
 }
 
 void training_job::add_fault(faults::fault_spec f) {
-  require_supported({f});
-  const int64_t first = f.kind == faults::fault_kind::slow ? f.to_step : f.at_step;
-  // The open step has already had its faults ordered: the first step left is the next.
-  const int64_t earliest = next_step_ + (open_ ? 1 : 0);
-  const bool always = f.kind == faults::fault_kind::random_kill ||
-                      f.kind == faults::fault_kind::drop_control;  // no step of their own
-  if (!always && first < earliest)
-    throw usage_error("fault '" + f.text + "': step " + std::to_string(first) +
-                      " has already opened (the job is at step " + std::to_string(next_step_) +
-                      "); name step " + std::to_string(earliest) + " or later");
-  if (f.kind == faults::fault_kind::drop_control && drop_)
-    throw usage_error("fault '" + f.text + "': the job already drops control frames ('" +
-                      drop_->text + "')");
-  if (f.kind == faults::fault_kind::drop_control) drop_ = f;
-  faults_.push_back(std::move(f));
-  fired_.push_back(false);
+  faults_.add(std::move(f), next_step_, open_.has_value());
+  if (faults_.drop_control() != nullptr) report_.drops_control();
 }
 
 job_actions training_job::on_drain(const mb::roster& r, mb::member_id id, double now_s) {
   const mb::member* m = r.find(id);
   if (finished_ || m == nullptr || drained_.count(id) != 0) return {};
   drained_.insert(id);
-  add_event("drained", m->name, r, now_s).detect_ms = 0;
+  report_.drain_asked(m->name, moment(r, now_s));
   job_actions out = try_open(r, now_s);
   out.notes.insert(out.notes.begin(), m->name + " is draining: it leaves after step " +
                                           std::to_string(open_ ? open_->step : next_step_ - 1));
@@ -557,128 +495,11 @@ job_actions training_job::on_drain(const mb::roster& r, mb::member_id id, double
 
 void training_job::on_scale(const mb::roster& r, int target, const std::string& spec,
                             double now_s) {
-  job_event& e = add_event("scale", "", r, now_s);
-  e.target = target;
-  e.detect_ms = 0;
-  e.detail = spec;
-}
-
-void training_job::inject_due(const mb::roster& r, double now_s, job_actions& out) {
-  const int64_t s = next_step_;
-  for (std::size_t i = 0; i < faults_.size(); ++i) {
-    const faults::fault_spec& f = faults_[i];
-    net::fault_order order{r.generation, s, net::fault_action::kill, 0, 1.0};
-    int rank = f.worker.rank;
-    std::string name = f.worker.name;
-    bool first = true;  // the first step a (ranged) fault acts: it makes an event
-    switch (f.kind) {
-      case faults::fault_kind::kill:
-      case faults::fault_kind::hang:
-        if (fired_[i] || f.at_step != s) continue;
-        fired_[i] = true;
-        if (f.kind == faults::fault_kind::hang) {
-          order.action = net::fault_action::hang;
-          order.duration_ms = static_cast<uint32_t>(f.duration_ms);
-        }
-        break;
-      case faults::fault_kind::partition:
-        if (fired_[i] || f.at_step != s) continue;
-        fired_[i] = true;
-        order.action = net::fault_action::partition;
-        order.duration_ms = static_cast<uint32_t>(f.duration_ms);
-        break;
-      case faults::fault_kind::scale:
-        if (fired_[i] || f.at_step != s) continue;
-        fired_[i] = true;
-        out.scale_to = f.to_workers;
-        out.scale_spec = f.text;
-        out.notes.push_back("injecting '" + f.text + "' at step " + std::to_string(s));
-        continue;
-      case faults::fault_kind::slow:
-        if (s < f.from_step || s > f.to_step) continue;
-        order.action = net::fault_action::slow;
-        order.factor = f.factor;
-        first = s == f.from_step || !fired_[i];
-        fired_[i] = true;
-        break;
-      case faults::fault_kind::random_kill:
-        // Retries of an aborted step must not draw again: once per step.
-        if (!faults::random_kill_fires(f, s) || random_fired_.count({i, s}) != 0) continue;
-        random_fired_.insert({i, s});
-        rank = faults::random_kill_victim(f, s, static_cast<int>(r.members.size()));
-        name.clear();
-        break;
-      default:
-        continue;
-    }
-    const mb::member* target = nullptr;
-    for (const auto& m : r.members)
-      if ((rank >= 0 && m.rank == rank) || (rank < 0 && m.name == name)) target = &m;
-    if (target == nullptr) {
-      out.notes.push_back("fault '" + f.text + "': no such worker in generation " +
-                          std::to_string(r.generation) + "; skipped");
-      continue;
-    }
-    out.sends.push_back({target->id, order});
-    if (!first) continue;
-    const char* kind = order.action == net::fault_action::slow        ? "slow"
-                       : order.action == net::fault_action::kill      ? "kill"
-                       : order.action == net::fault_action::partition ? "partition"
-                                                                      : "hang";
-    add_event(kind, target->name, r, now_s).detail = f.text;
-    out.notes.push_back("injecting '" + f.text + "' into " + target->name + " at step " +
-                        std::to_string(s));
-  }
-}
-
-job_event& training_job::add_event(const std::string& kind, const std::string& worker,
-                                   const mb::roster& r, double now_s) {
-  job_event e;
-  e.kind = kind;
-  e.worker = worker;
-  e.step = next_step_;
-  e.generation = r.generation;
-  e.at_s = now_s;
-  events_.push_back(std::move(e));
-  return events_.back();
+  report_.scale_asked(target, spec, moment(r, now_s));
 }
 
 void training_job::track_membership(const mb::roster& r, double now_s, job_actions& out) {
-  std::map<mb::member_id, std::string> now;
-  for (const auto& m : r.members) now[m.id] = m.name;
-  const bool running = first_open_s_ >= 0;
-  for (const auto& [id, name] : last_members_) {
-    if (now.count(id) != 0 || drained_.count(id) != 0) continue;
-    // An injected fault of this worker not yet detected: this is its detection.
-    bool injected = false;
-    for (auto& e : events_) {
-      if (e.worker == name && e.detect_ms < 0 &&
-          (e.kind == "kill" || e.kind == "hang" || e.kind == "partition")) {
-        e.detect_ms = 1000.0 * (now_s - e.at_s);
-        injected = true;
-        out.notes.push_back(e.kind + " of " + name + " detected after " +
-                            std::to_string(static_cast<long>(e.detect_ms)) + " ms");
-        break;
-      }
-    }
-    if (!injected && running) {
-      // The departure is what the coordinator saw; the fault time is unknown.
-      add_event("departed", name, r, now_s).detect_ms = 0;
-      out.notes.push_back(name + " left the roster at step " + std::to_string(next_step_) +
-                          " (generation " + std::to_string(r.generation) + ", " +
-                          std::to_string(r.members.size()) + " workers)");
-    }
-  }
-  if (running) {
-    for (const auto& [id, name] : now) {
-      if (last_members_.count(id) != 0) continue;
-      add_event("joined", name, r, now_s);
-      out.notes.push_back(name + " joined at step " + std::to_string(next_step_) + " (generation " +
-                          std::to_string(r.generation) + ", " + std::to_string(r.members.size()) +
-                          " workers)");
-    }
-  }
-  last_members_ = std::move(now);
+  report_.roster_seen(r, moment(r, now_s), first_open_s_ >= 0, drained_, out.notes);
 }
 
 int training_job::min_workers() const {
@@ -698,179 +519,6 @@ job_actions training_job::on_tick(const mb::roster& r, double now_s) {
     finished_ = true;
   }
   return out;
-}
-
-nlohmann::json training_job::pipeline_summary() const {
-  nlohmann::json p;
-  const int P = cfg_.parallel.pp;
-  p["pp"] = P;
-  p["tp"] = cfg_.parallel.tp;
-  p["schedule"] = cfg_.parallel.schedule;
-  p["activation_checkpointing"] = cfg_.parallel.activation_checkpointing;
-  // A pipeline's makespan is its longest stage window: stage 0 starts the step and runs
-  // its last backward. Bubble = makespan - compute per stage, as the simulation and the
-  // theory (P-1)/(M+P-1) count it (a later stage's idle tail counts too).
-  std::map<std::pair<int, int>, uint64_t> makespan;  // (replica, tp rank) -> schedule us
-  for (const auto& [id, rep] : reports_) {
-    const net::stage_stats& st = rep.r.stage;
-    if (st.stage < 0) continue;
-    auto& m = makespan[{st.replica, st.tp_rank}];
-    m = std::max(m, st.schedule_us);
-  }
-  nlohmann::json stages = nlohmann::json::array();
-  int M = 0;
-  double bubble_sum = 0;
-  int counted = 0;
-  for (const auto& [id, rep] : reports_) {
-    const net::stage_stats& st = rep.r.stage;
-    if (st.stage < 0) continue;
-    M = std::max(M, static_cast<int>(st.micro_batches));
-    const double span = seconds(makespan[{st.replica, st.tp_rank}]);
-    const double compute = seconds(st.compute_us);
-    const double bubble = std::max(0.0, span - compute);
-    const double frac = span > 0 ? bubble / span : 0.0;
-    bubble_sum += frac;
-    ++counted;
-    stages.push_back({{"worker", rep.name},
-                      {"replica", st.replica},
-                      {"stage", st.stage},
-                      {"tp_rank", st.tp_rank},
-                      {"schedule_s", seconds(st.schedule_us)},
-                      {"makespan_s", span},
-                      {"compute_s", compute},
-                      {"bubble_s", bubble},
-                      {"wait_s", seconds(st.wait_us)},
-                      {"bubble_fraction", frac},
-                      {"tp_allreduce_s", seconds(st.tp_us)},
-                      {"p2p_bytes", st.p2p_bytes},
-                      {"activation_bytes", st.activation_bytes},
-                      {"peak_held_micro_batches", st.peak_held}});
-  }
-  std::sort(stages.begin(), stages.end(), [](const nlohmann::json& a, const nlohmann::json& b) {
-    return std::make_tuple(a["replica"].get<int>(), a["tp_rank"].get<int>(),
-                           a["stage"].get<int>()) <
-           std::make_tuple(b["replica"].get<int>(), b["tp_rank"].get<int>(), b["stage"].get<int>());
-  });
-  p["micro_batches"] = M;
-  p["theoretical_bubble"] = M > 0 ? static_cast<double>(P - 1) / (M + P - 1) : 0.0;
-  // The best a pipeline of these unequal stages can do: the simulation with each stage's
-  // measured mean forward and backward time per micro-batch (replica 0, TP rank 0) and
-  // free transfers. Measured above it = the runtime's own overhead.
-  std::vector<double> fwd(static_cast<std::size_t>(P), 0.0), bwd(fwd);
-  int have = 0;
-  for (const auto& [id, rep] : reports_) {
-    const net::stage_stats& st = rep.r.stage;
-    if (st.stage < 0 || st.stage >= P || st.replica != 0 || st.tp_rank != 0 || st.forwards == 0)
-      continue;
-    fwd[static_cast<std::size_t>(st.stage)] =
-        1e-6 * static_cast<double>(st.forward_us) / st.forwards;
-    bwd[static_cast<std::size_t>(st.stage)] =
-        1e-6 * static_cast<double>(st.compute_us - st.forward_us) / st.forwards;
-    ++have;
-  }
-  bool positive = have == P && M > 0;
-  for (int s = 0; s < P && positive; ++s) positive = fwd[s] > 0 && bwd[s] > 0;
-  if (positive) {
-    const train::pipe_timeline tl =
-        train::simulate(train::parse_schedule(cfg_.parallel.schedule), P, M, fwd, bwd, 0.0);
-    p["simulated_bubble"] = tl.bubble_fraction;
-  }
-  p["bubble_fraction"] = counted > 0 ? bubble_sum / counted : 0.0;
-  p["stages"] = stages;
-  return p;
-}
-
-nlohmann::json training_job::summary(double wall_s) const {
-  nlohmann::json j;
-  const bool lm = units_per_sample_ > 1;
-  j["steps_completed"] = next_step_;
-  j["final_loss"] = last_loss_;
-  std::string hash;
-  bool consistent = true;
-  nlohmann::json workers = nlohmann::json::array();
-  double compute_s = 0;
-  for (const auto& [id, rep] : reports_) {
-    const auto& r = rep.r;
-    if (r.has_eval) {
-      j["eval"] = {{"loss", r.eval_loss}, {"count", r.eval_count}};
-      if (!lm) j["eval"]["accuracy"] = r.eval_accuracy;
-    }
-    if (!r.checkpoint.empty()) j["checkpoint"] = r.checkpoint;
-    if (hash.empty()) hash = r.params_sha256;
-    consistent = consistent && hash == r.params_sha256;
-    j["num_params"] = r.num_params;
-    const auto& t = r.timing;
-    compute_s = std::max(compute_s, seconds(t.compute_us));
-    workers.push_back({{"name", rep.name},
-                       {"member_id", id},
-                       {"rank", rep.rank},
-                       {"steps", r.steps_computed},
-                       {"compute_s", seconds(t.compute_us)},
-                       {"comm_wait_s", seconds(t.comm_wait_us)},
-                       {"allreduce_s", seconds(t.allreduce_us)},
-                       {"setup_s", seconds(t.setup_us)},
-                       {"idle_s", seconds(t.idle_us)},
-                       {"bytes_sent", t.bytes_sent},
-                       {"bytes_received", t.bytes_recv},
-                       {"overlap", r.overlap},
-                       {"peak_pool_bytes", r.peak_pool_bytes},
-                       {"params_sha256", r.params_sha256}});
-    if (r.stage.stage >= 0) {
-      workers.back()["stage"] = r.stage.stage;
-      workers.back()["tp_rank"] = r.stage.tp_rank;
-    }
-  }
-  if (seat_size_ > 1) {
-    // Each stage reported its parameters' digests: merged, they give the whole model's
-    // params_sha256 (the same value `cohort train` computes); replicas of one seat must agree.
-    std::map<std::string, std::string> merged;
-    consistent = true;  // stages hold different parameters: compare digests by name
-    for (const auto& [id, rep] : reports_) {
-      std::map<std::string, std::string> d;
-      try {
-        d = train::parse_param_digests(rep.r.param_digests);
-      } catch (const std::exception&) {
-        consistent = false;
-      }
-      for (const auto& [name, digest] : d) {
-        auto [it, fresh] = merged.emplace(name, digest);
-        if (!fresh && it->second != digest) consistent = false;
-      }
-    }
-    hash = train::combine_param_digests(merged);
-    j["pipeline"] = pipeline_summary();
-  }
-  j["params_sha256"] = hash;
-  j["params_consistent"] = consistent;
-  const double units =
-      static_cast<double>(next_step_ - start_step_) * cfg_.train.global_batch * units_per_sample_;
-  const double train_s = last_commit_s_ - first_open_s_;
-  j["throughput"] = {{lm ? "tokens_per_s" : "samples_per_s", train_s > 0 ? units / train_s : 0.0}};
-  int64_t peak = 0;
-  for (const auto& [id, rep] : reports_) peak = std::max(peak, rep.r.peak_pool_bytes);
-  j["memory"] = {{"peak_pool_bytes", peak}};
-  j["wall_s"] = wall_s;
-  j["model"] = cfg_.model.kind;
-  j["config_hash"] = config_hash(cfg_);
-  j["dp"] = replicas_;
-  j["determinism"] = cfg_.train.determinism;
-  j["aborted_steps"] = aborted_;
-  j["generation"] = last_generation_;
-  j["workers"] = workers;
-  nlohmann::json events = nlohmann::json::array();
-  for (const auto& e : events_) {
-    nlohmann::json x = {
-        {"kind", e.kind}, {"worker", e.worker}, {"step", e.step}, {"generation", e.generation}};
-    x["detect_ms"] = e.detect_ms >= 0 ? nlohmann::json(e.detect_ms) : nlohmann::json();
-    x["recover_ms"] = e.recover_ms >= 0 ? nlohmann::json(e.recover_ms) : nlohmann::json();
-    if (!e.detail.empty()) x["spec"] = e.detail;
-    if (e.transfer_mb_s >= 0) x["transfer_mb_s"] = e.transfer_mb_s;
-    if (e.kind == "scale") x["target"] = e.target;
-    events.push_back(x);
-  }
-  j["events"] = events;
-  if (drop_) j["control_frames_dropped"] = dropped_frames_;
-  return j;
 }
 
 }  // namespace cohort::actors

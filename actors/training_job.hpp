@@ -1,19 +1,22 @@
 // The coordinator's side of data-parallel training: when a step opens, what the votes
 // decide (commit only when every member of the generation voted ok, otherwise abort and
-// a new generation), which member donates state to one that is behind, and the run's
-// summary. Pure: no clock, no sockets, no CAF. The coordinator actor feeds it events with
-// the current roster and the time, and sends what it returns.
+// a new generation), which member donates state to one that is behind, and where each
+// member sits (pp * tp > 1). The run's events and summary are its run_report's
+// (actors/run_report.hpp), its faults' timing its fault_schedule's. Pure: no clock, no
+// sockets, no CAF, no randomness. The coordinator actor feeds it events with the current
+// roster and the time, and sends what it returns.
 #pragma once
 #include <array>
 #include <cstdint>
 #include <map>
-#include <nlohmann/json.hpp>
 #include <optional>
-#include <random>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "actors/fault_schedule.hpp"
+#include "actors/job_actions.hpp"
+#include "actors/run_report.hpp"
 #include "runtime/core/config.hpp"
 #include "runtime/core/faults.hpp"
 #include "runtime/net/membership.hpp"
@@ -21,65 +24,19 @@
 
 namespace cohort::actors {
 
-namespace mb = net::membership;
-
-/// One message for one member.
-struct job_send {
-  mb::member_id to = 0;
-  net::message m;
-};
-
-/// What the coordinator must do after an event.
-struct job_actions {
-  std::vector<job_send> sends;
-  /// Non-empty: a step was aborted; bump the generation with this reason (survivors
-  /// rebuild their communicators and run the step again).
-  std::string bump;
-  std::vector<std::string> notes;  ///< lines for the operator (aborts, waits, donors)
-  bool committed = false;          ///< a step committed: step / loss / rate below are set
-  int64_t step = 0;                ///< the committed step + 1 (steps done)
-  double loss = 0;                 ///< its mean loss over the global batch
-  double rate = 0;                 ///< samples (or tokens) per second since the first step
-  bool finished = false;           ///< every report is in: write the summary and stop
-  std::string failed;              ///< non-empty: the job cannot go on (why); stop, exit 1
-  /// Drained members at a step boundary: send each `stop` and take it out of the roster
-  /// (one new generation); the next step opens without them, nothing aborted.
-  std::vector<mb::member_id> leave;
-  /// > 0: a `scale` fault is due: reach this many members (docs/faults.md).
-  int scale_to = 0;
-  std::string scale_spec;  ///< the fault's text, for the scale request
-};
-
-/// One line of the run's event table: an injected fault or a membership change.
-struct job_event {
-  std::string kind;    ///< kill, hang, slow, partition, departed, joined, drained, scale
-  std::string worker;  ///< name
-  int64_t step = 0;
-  uint64_t generation = 0;
-  double at_s = 0;         ///< when it happened (coordinator clock)
-  double detect_ms = -1;   ///< fault -> coordinator removed the member (-1: n/a)
-  double recover_ms = -1;  ///< fault -> next committed step (-1: not yet / n/a)
-  std::string detail;
-  double transfer_mb_s = -1;  ///< joined: state received from the donor, MB/s (-1: none)
-  int target = 0;             ///< scale: the member count asked for
-};
-
-/// Throws usage_error for a fault list the runtime cannot carry out as written: every kind
-/// is carried out, but at most one `drop control` (docs/faults.md).
-void require_supported(const std::vector<faults::fault_spec>& specs);
-
 class training_job {
  public:
   /// `config_yaml` is what workers receive (dump_config of `cfg`). Training starts at
   /// `start_step`: 0, or the step of `resume_checkpoint`, which every worker then loads.
+  /// `job_id` tells this run's checkpoint shards from an earlier run's (job_spec.job_id):
+  /// the caller draws it at random once per run.
   training_job(const config& cfg, std::string config_yaml, int64_t start_step = 0,
-               std::string resume_checkpoint = {});
+               std::string resume_checkpoint = {}, uint64_t job_id = 0);
 
   /// Faults to inject (docs/faults.md): kill / hang once when their step opens, slow on
   /// every step of its range, random kill on the steps its seed picks. Throws usage_error
   /// for a kind this runtime does not carry out yet.
   void set_faults(std::vector<faults::fault_spec> f);
-  const std::vector<job_event>& events() const { return events_; }
   /// One more fault for the running job (`cohort ctl inject`). Throws usage_error for an
   /// unsupported kind or a step that has already opened.
   void add_fault(faults::fault_spec f);
@@ -114,12 +71,12 @@ class training_job {
   int64_t next_step() const { return next_step_; }
   int64_t steps() const { return steps_; }
   bool finished() const { return finished_; }
-  int aborted_steps() const { return aborted_; }
+  /// The run's events and summary, as far as it has gone.
+  const run_report& report() const { return report_; }
   /// The `drop control` fault, if the job has one (the coordinator drops frames).
-  const faults::fault_spec* drop_control() const { return drop_ ? &*drop_ : nullptr; }
+  const faults::fault_spec* drop_control() const { return faults_.drop_control(); }
   /// The coordinator dropped a frame for `drop control` (counted in the summary).
-  void note_dropped_frame() { ++dropped_frames_; }
-  uint64_t dropped_frames() const { return dropped_frames_; }
+  void note_dropped_frame() { report_.frame_dropped(); }
   /// Quiet time after which on_tick sends again: 1.5 heartbeats with drop control, otherwise
   /// max(2 s, 4 x timeout_ms) (a safety net for frames a socket lost).
   double resend_interval_s() const;
@@ -134,13 +91,6 @@ class training_job {
   /// The generation and step open now, if any.
   std::optional<std::pair<uint64_t, int64_t>> open_step() const;
 
-  /// The run as JSON: cohort train's summary keys plus per-worker time split, bytes,
-  /// overlap, the DP size and the number of aborted steps. Valid once finished().
-  nlohmann::json summary(double wall_s) const;
-  /// pp * tp > 1: per stage compute, bubble and activation memory, with the theoretical
-  /// bubble (P-1)/(M+P-1) beside the measured one.
-  nlohmann::json pipeline_summary() const;
-
  private:
   struct open_state {
     uint64_t generation = 0;
@@ -151,11 +101,6 @@ class training_job {
     std::map<mb::member_id, net::step_open> sent;  ///< what each member was sent (resends)
     double loss_rows = 0;
     int64_t rows = 0;
-  };
-  struct report {
-    std::string name;
-    int rank = -1;
-    net::train_report r;
   };
 
   job_actions try_open(const mb::roster& r, double now_s);
@@ -172,15 +117,14 @@ class training_job {
   std::string yaml_;
   std::string hash_;
   std::string resume_;  ///< checkpoint every worker loads first (empty: fresh start)
+  uint64_t job_id_ = 0;
   int64_t steps_ = 0;
   int64_t next_step_ = 0;
   int64_t start_step_ = 0;
   int64_t units_per_sample_ = 1;            ///< tokens per sample for a language model, else 1
   std::map<mb::member_id, int64_t> ready_;  ///< member -> first step its state lacks
   std::optional<open_state> open_;
-  uint64_t last_generation_ = 0;
   int replicas_ = 0;
-  int aborted_ = 0;
   static constexpr int max_consecutive_aborts = 50;
   int consecutive_aborts_ = 0;
   /// Aborts whose vote said a peer's data-plane address could not be connected: the job
@@ -188,34 +132,26 @@ class training_job {
   static constexpr int max_unreachable_attempts = 3;
   int consecutive_unreachable_ = 0;
   double first_open_s_ = -1;
-  double last_commit_s_ = 0;
   double pause_since_s_ = -1;  ///< training waits below min_workers since then (-1: not)
   int min_workers() const;
-  double last_loss_ = 0;
   bool waiting_noted_ = false;
-  std::map<mb::member_id, report> reports_;
+  std::set<mb::member_id> reported_;  ///< members whose final report is in
   bool finished_ = false;
-  std::vector<faults::fault_spec> faults_;
-  std::vector<bool> fired_;
-  std::set<std::pair<std::size_t, int64_t>> random_fired_;  ///< (fault, step) drawn
-  std::vector<job_event> events_;
-  std::map<mb::member_id, std::string> last_members_;  ///< roster of the last generation seen
+  fault_schedule faults_;
   std::set<mb::member_id> drained_;              ///< members that left by drain (not "departed")
-  std::optional<faults::fault_spec> drop_;       ///< drop control, if any
   std::map<mb::member_id, double> spec_sent_s_;  ///< members not ready: when the job went out
   std::optional<net::step_result> last_commit_;  ///< of the last step, resent for reports
   double last_commit_sent_s_ = 0;
-  uint64_t dropped_frames_ = 0;
-  uint64_t job_id_ = std::random_device{}() * 0x100000000ull + std::random_device{}();
   int seat_size_ = 1;                    ///< pp * tp: workers of one replica
   std::map<mb::member_id, int> seat_;    ///< member -> d * seat_size_ + p * tp + t
   std::set<mb::member_id> last_voters_;  ///< members of the last committed step
+  run_report report_;
   void resend(const mb::roster& r, double now_s, job_actions& out);
-
-  void inject_due(const mb::roster& r, double now_s, job_actions& out);
-  /// Appends an event of KIND for WORKER at the current step and R's generation.
-  job_event& add_event(const std::string& kind, const std::string& worker, const mb::roster& r,
-                       double now_s);
+  /// The job's next step and R's generation at NOW_S, for the report.
+  job_moment moment(const mb::roster& r, double now_s) const {
+    return job_moment{next_step_, r.generation, now_s};
+  }
+  /// The roster a step runs on (or a new generation) to the report, its lines into OUT.
   void track_membership(const mb::roster& r, double now_s, job_actions& out);
 };
 

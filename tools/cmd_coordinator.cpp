@@ -10,19 +10,17 @@
 #include <csignal>
 #include <cstdio>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "actors/coordinator.hpp"
 #include "actors/process.hpp"
-#include "runtime/ckpt/checkpoint.hpp"
-#include "runtime/ckpt/checkpoint_dir.hpp"
 #include "runtime/core/atomic_file.hpp"
 #include "runtime/core/config.hpp"
 #include "runtime/core/error.hpp"
 #include "runtime/core/faults.hpp"
-#include "runtime/core/paths.hpp"
-#include "runtime/train/trainer.hpp"
+#include "runtime/train/resume_plan.hpp"
 #include "tools/commands.hpp"
 #include "tools/progress.hpp"
 
@@ -155,33 +153,19 @@ void add_coordinator(CLI::App& app, int* rc) {
     std::unique_ptr<progress_line> progress;
     const auto t0 = std::chrono::steady_clock::now();
     if (!opt->control_only) {
-      int64_t start = 0;
-      std::string resume_from;
-      if (opt->resume) {
-        const std::string dir = expand_user(c.fault_tolerance.checkpoint_dir);
-        // The newest complete checkpoint whose every shard passes its checksums and range
-        // checks: a damaged one is skipped here, before any worker tries it.
-        const resume_point newest = checkpoint_to_resume(dir);  // usage_error (exit 2) if none
-        for (const auto& s : newest.skipped)
-          std::fprintf(stderr, "coordinator: resume skipped %s\n", s.c_str());
-        const training_metadata meta = read_checkpoint_metadata(newest.path);
-        if (meta.optimizer != c.train.optimizer)
-          throw checkpoint_error(
-              newest.path + ": holds " + meta.optimizer +
-              " optimizer state but the config says train.optimizer: " + c.train.optimizer);
-        // Shards are per stage and TP rank: another pp x tp cannot load them (exit 2, before
-        // any worker starts and fails on them).
-        train::require_layout(newest.path, meta, c.parallel.pp, c.parallel.tp);
-        if (meta.step >= c.train.steps)
-          throw usage_error("--resume: " + newest.path + " is at step " +
-                            std::to_string(meta.step) + ", the end of train.steps (" +
-                            std::to_string(c.train.steps) + "): nothing left to train");
-        start = meta.step;
-        resume_from = newest.path;
-        std::fprintf(stderr, "coordinator: resuming from %s at step %lld\n", resume_from.c_str(),
-                     static_cast<long long>(start));
-      }
-      co.job = std::make_shared<actors::training_job>(c, dump_config(c), start, resume_from);
+      const train::resume_plan plan = train::plan_resume(c, opt->resume, train::resume_by::job);
+      for (const auto& s : plan.skipped)
+        std::fprintf(stderr, "coordinator: resume skipped %s\n", s.c_str());
+      // A checkpoint that does not fit is refused here, before any worker starts and fails on it.
+      plan.enforce();
+      if (plan.resume)
+        std::fprintf(stderr, "coordinator: resuming from %s at step %lld\n", plan.path.c_str(),
+                     static_cast<long long>(plan.step));
+      // The run's id tells its checkpoint shards from an earlier run's (job_spec.job_id).
+      std::random_device rd;
+      const uint64_t job_id = rd() * 0x100000000ull + rd();
+      co.job =
+          std::make_shared<actors::training_job>(c, dump_config(c), plan.step, plan.path, job_id);
       co.job->set_faults(job_faults(c, opt->inject));
       const bool lm = c.model.kind == "gpt";
       progress = std::make_unique<progress_line>(c.train.steps, lm ? "tok/s" : "samples/s",
@@ -204,14 +188,15 @@ void add_coordinator(CLI::App& app, int* rc) {
           progress->update(
               a.step, a.loss, a.rate,
               " | " + std::to_string(job.replicas() * c.parallel.pp * c.parallel.tp) + " workers" +
-                  (job.aborted_steps() > 0 ? ", " + std::to_string(job.aborted_steps()) + " aborted"
-                                           : std::string()));
+                  (job.report().aborted_steps() > 0
+                       ? ", " + std::to_string(job.report().aborted_steps()) + " aborted"
+                       : std::string()));
         if (!a.failed.empty()) failure = a.failed;
         if (!a.finished) return;
         progress->finish();
         const double wall =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        const nlohmann::json j = job.summary(wall);
+        const nlohmann::json j = job.report().summary(wall);
         print_job_result(j, lm);
         if (!opt->summary.empty()) {
           try {

@@ -19,8 +19,8 @@
 #include <string>
 #include <vector>
 
+#include "actors/fault_schedule.hpp"
 #include "actors/process.hpp"
-#include "actors/training_job.hpp"
 #include "runtime/core/config.hpp"
 #include "runtime/core/error.hpp"
 #include "runtime/core/faults.hpp"

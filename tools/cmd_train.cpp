@@ -18,6 +18,7 @@
 #include "runtime/core/config.hpp"
 #include "runtime/core/paths.hpp"
 #include "runtime/train/checkpoint_writer.hpp"
+#include "runtime/train/resume_plan.hpp"
 #include "runtime/train/trainer.hpp"
 #include "tools/commands.hpp"
 #include "tools/progress.hpp"
@@ -36,26 +37,19 @@ struct train_args {
   bool quiet = false;
 };
 
-// Loads the newest complete and intact checkpoint of DIR into TR; returns the step to go on
-// from. Newer folders it passes over are named on stderr with the reason.
-int64_t resume(train::trainer& tr, const std::string& dir) {
-  const resume_point newest = checkpoint_to_resume(dir);  // usage_error (exit 2) if none
-  for (const auto& s : newest.skipped) std::fprintf(stderr, "resume: skipped %s\n", s.c_str());
+// Loads the checkpoint PLAN resumes from into TR; returns the step to go on from. Newer
+// folders it passes over are named on stderr with the reason.
+int64_t resume(train::trainer& tr, const train::resume_plan& plan) {
+  for (const auto& s : plan.skipped) std::fprintf(stderr, "resume: skipped %s\n", s.c_str());
   int64_t start = 0;
   try {
-    start = tr.load_checkpoint(newest.path);
+    start = tr.load_checkpoint(plan.path);
   } catch (const checkpoint_error& e) {
     // An intact checkpoint that does not fit this model or config. Name the fix: the
     // checkpoint before it, if pruning left one.
-    std::string earlier;
-    for (const auto& [step, path] : list_checkpoints(dir))
-      if (step < newest.step) earlier = path;
-    const std::string fix = !earlier.empty()
-                                ? "remove " + newest.path + " to resume from " + earlier
-                                : "no earlier checkpoint is left: run without --resume";
-    throw checkpoint_error(std::string(e.what()) + "\n(" + fix + ")");
+    throw checkpoint_error(std::string(e.what()) + "\n(" + plan.fallback() + ")");
   }
-  std::fprintf(stderr, "resumed from %s at step %lld\n", newest.path.c_str(),
+  std::fprintf(stderr, "resumed from %s at step %lld\n", plan.path.c_str(),
                static_cast<long long>(start));
   return start;
 }
@@ -70,12 +64,10 @@ int run_train(const train_args& a) {
       static_cast<int64_t>(t.global_batch) * (lm ? tr.data().context() : 1);
   const std::string ckdir = expand_user(c.fault_tolerance.checkpoint_dir);
 
+  const train::resume_plan plan = train::plan_resume(c, a.resume, train::resume_by::trainer);
   int64_t start = 0;
-  if (a.resume) start = resume(tr, ckdir);
-  if (start > t.steps)
-    throw usage_error("--resume: the newest checkpoint in " + ckdir + " is at step " +
-                      std::to_string(start) + ", past train.steps (" + std::to_string(t.steps) +
-                      "): raise train.steps to train on");
+  if (plan.resume) start = resume(tr, plan);
+  plan.enforce();  // after the load, which names a checkpoint that does not fit first
 
   std::fprintf(
       stderr, "train: %s, %lld parameters, %lld steps of %d samples (%d micro-batches), %s\n",

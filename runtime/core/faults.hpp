@@ -1,8 +1,8 @@
 // The fault-injection spec language shared by the YAML `faults:` list, `cohort launch
-// --inject SPEC` and `cohort ctl ... inject SPEC`: parsing (errors point at a column),
-// the canonical text, and pure scheduling (which faults act when a step opens, seeded
-// random kills). Executing a fault (signals, dropped frames, scaling) belongs to the
-// coordinator and the launcher, not here. Reference: docs/faults.md.
+// --inject SPEC` and `cohort ctl ... inject SPEC`: parsing (errors point at a column;
+// fault_parser.cpp), the canonical text, and pure scheduling (which faults act when a step
+// opens, seeded random kills; faults.cpp). Executing a fault (signals, dropped frames,
+// scaling) belongs to the coordinator and the launcher, not here. Reference: docs/faults.md.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -79,6 +79,8 @@ fault_spec parse_fault(const std::string& text);
 /// The canonical text of a spec: fields in a fixed order, durations in s when whole
 /// seconds else ms, numbers in their shortest exact form. parse_fault of it is == spec.
 std::string to_string(const fault_spec& spec);
+/// A number as the canonical text writes it: the shortest %g form that reads back to V.
+std::string number_text(double v);
 
 /// The faults that act when step `step` opens: kill, hang, partition and scale whose
 /// at_step is `step`, and slow faults whose [from_step, to_step] holds it. drop control

@@ -144,7 +144,7 @@ TEST_CASE("a failed vote aborts the step for every member and asks for a new gen
   }
   CHECK_FALSE(a.bump.empty());
   CHECK(a.failed.empty());
-  CHECK(job.aborted_steps() == 1);
+  CHECK(job.report().aborted_steps() == 1);
   CHECK(job.next_step() == 0);
   // A late ok vote of the aborted attempt changes nothing.
   CHECK(job.on_vote(r, ok_vote(3, 1, 0), 0).sends.empty());
@@ -235,7 +235,7 @@ TEST_CASE("the job gives up after 50 aborts of the same step in a row") {
     a = job.on_vote(r, v, 0);
   }
   CHECK_FALSE(a.failed.empty());
-  CHECK(job.aborted_steps() == 51);
+  CHECK(job.report().aborted_steps() == 51);
 }
 
 TEST_CASE("the job finishes when every member reported the last step") {
@@ -260,7 +260,7 @@ TEST_CASE("the job finishes when every member reported the last step") {
   rep.has_eval = false;
   rep.params_sha256 = "ab";
   CHECK(job.on_report(r, rep, 4.0).finished);
-  const nlohmann::json j = job.summary(5.0);
+  const nlohmann::json j = job.report().summary(5.0);
   CHECK(j["steps_completed"] == 1);
   CHECK(j["final_loss"].get<double>() == doctest::Approx(1.0));
   CHECK(j["eval"]["accuracy"].get<double>() == doctest::Approx(0.5));
@@ -293,13 +293,13 @@ TEST_CASE("an injected kill is ordered before its step opens then detected and r
     if (std::holds_alternative<net::step_open>(a.sends[i].m)) open_at = i;
   }
   CHECK(order_at < open_at);
-  REQUIRE(job.events().size() == 1);
-  CHECK(job.events()[0].kind == "kill");
-  CHECK(job.events()[0].worker == "w2");
+  REQUIRE(job.report().events().size() == 1);
+  CHECK(job.report().events()[0].kind == "kill");
+  CHECK(job.report().events()[0].worker == "w2");
   // 0.25 s later the member is gone: detection; a replacement joins with step 0 state.
   mb::roster r2 = roster_of(2, 1);
   job.on_generation(r2, 10.25);
-  CHECK(job.events()[0].detect_ms == doctest::Approx(250.0));
+  CHECK(job.report().events()[0].detect_ms == doctest::Approx(250.0));
   mb::roster r3 = roster_of(3, 1);
   mb::member m = r3.members[0];
   m.id = 7;
@@ -314,8 +314,8 @@ TEST_CASE("an injected kill is ordered before its step opens then detected and r
   CHECK(sent<net::fault_order>(a).empty());  // a kill fires once, not on the retry
   job.on_vote(r3, ok_vote(1, 3, 1), 10.8);
   job.on_vote(r3, ok_vote(7, 3, 1), 11.0);
-  CHECK(job.events()[0].recover_ms == doctest::Approx(1000.0));
-  const nlohmann::json j = job.summary(12.0);
+  CHECK(job.report().events()[0].recover_ms == doctest::Approx(1000.0));
+  const nlohmann::json j = job.report().summary(12.0);
   CHECK(j["events"].size() >= 2);  // the kill and the replacement's join
   CHECK(j["events"][0]["kind"] == "kill");
 }
@@ -339,7 +339,7 @@ TEST_CASE("slow acts on every step of its range and random kill is a pure functi
     a = job.on_vote(r, ok_vote(2, 1, s), 0);
   }
   CHECK(slow_orders == 2);
-  CHECK(job.events().size() == 1);  // one event for the range
+  CHECK(job.report().events().size() == 1);  // one event for the range
 
   // Random kills: the same seed picks the same steps and victims in two jobs.
   auto kills = [&](const std::string& spec) {
@@ -434,7 +434,7 @@ TEST_CASE("a joiner arriving while a step is open waits for the next step instea
   }
   CHECK(a.committed);
   bool joined = false;
-  for (const auto& e : job.events()) {
+  for (const auto& e : job.report().events()) {
     if (e.kind != "joined") continue;
     joined = true;
     CHECK(e.worker == "w3");
@@ -472,9 +472,9 @@ TEST_CASE(
   CHECK(opens[0].second.donor_rank == -1);
   job.on_vote(r2, ok_vote(1, 2, 1), 1.5);
   job.on_vote(r2, ok_vote(2, 2, 1), 1.6);
-  CHECK(job.aborted_steps() == 0);
+  CHECK(job.report().aborted_steps() == 0);
   int drained = 0;
-  for (const auto& e : job.events()) {
+  for (const auto& e : job.report().events()) {
     CHECK(e.kind != "departed");  // a drain is not a failure
     if (e.kind == "drained") {
       ++drained;
@@ -506,7 +506,7 @@ TEST_CASE("scale and partition faults: the order, the scale request and the scal
   CHECK(orders[0].second.action == net::fault_action::partition);
   CHECK(orders[0].second.duration_ms == 2000);
   // The scale event waits for a step on three members; two-member commits do not close it.
-  for (const auto& e : job.events())
+  for (const auto& e : job.report().events())
     if (e.kind == "scale") CHECK(e.recover_ms < 0);
 }
 

@@ -215,7 +215,7 @@ TEST_CASE(
     CHECK_FALSE(aborted.at(id).commit);
     CHECK(aborted.at(id).generation == 1);
   }
-  CHECK(job.aborted_steps() == 1);
+  CHECK(job.report().aborted_steps() == 1);
   auto opens = sent_to<net::step_open>(a);
   CHECK(keys(opens) == std::set<mb::member_id>{3, 4});  // the orphan (member 1) gets nothing
   for (const auto& [id, o] : opens) {
@@ -287,7 +287,7 @@ TEST_CASE("an idle member of a broken replica leaving does not abort the open st
   a = job.on_generation(r3, 1.5);
   CHECK(count_sent<net::step_result>(a) == 0);
   CHECK(count_sent<net::step_open>(a) == 0);
-  CHECK(job.aborted_steps() == 1);
+  CHECK(job.report().aborted_steps() == 1);
   CHECK(job.open_step() == std::make_pair(uint64_t{2}, int64_t{0}));
   a = vote_all(job, r3, {3, 4}, 2, 0, 2.0);
   CHECK(a.committed);
@@ -315,7 +315,7 @@ TEST_CASE("a DP group with members behind and no live holder of the step fails t
   const mb::roster r3 = roster_of(3, {1});
   job_actions a = job.on_generation(r3, 2.0);
   CHECK(count_sent<net::step_result>(a) == 0);  // both voters are gone; the orphan never voted
-  CHECK(job.aborted_steps() == 2);
+  CHECK(job.report().aborted_steps() == 2);
   CHECK(a.failed.empty());  // no whole replica: it waits
   // A joiner completes replica 0; both its members hold step 0 only, step 1 is next.
   const mb::roster r4 = roster_of(4, {1, 8});
@@ -357,7 +357,7 @@ TEST_CASE(
   CHECK(a.finished);  // member 1 never reported: it was not a voter of step 1
   CHECK(job.finished());
 
-  const nlohmann::json j = job.summary(3.0);
+  const nlohmann::json j = job.report().summary(3.0);
   std::map<std::string, std::string> all = stage0;
   all.insert(stage1.begin(), stage1.end());
   CHECK(j["params_sha256"] == train::combine_param_digests(all));
@@ -399,7 +399,7 @@ TEST_CASE("params_consistent: replicas of one stage must agree on every paramete
     job.on_report(r, stage_report(3, 1, 1, 0, s0_r1, 1000, 900, 4), 2.0);
     CHECK_FALSE(job.finished());
     CHECK(job.on_report(r, stage_report(4, 1, 1, 1, s1, 1000, 900, 4), 2.0).finished);
-    const nlohmann::json j = job.summary(3.0);
+    const nlohmann::json j = job.report().summary(3.0);
     CHECK(j["params_consistent"] == agree);
     CHECK(j["dp"] == 2);
     if (agree) {

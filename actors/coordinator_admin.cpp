@@ -1,0 +1,139 @@
+// The coordinator's admin commands (docs/architecture.md, "Elasticity"): `cohort ctl drain
+// NAME | scale N | inject SPEC` and a worker's own drain on SIGTERM, each answered with an
+// admin_reply; and the drains and launcher requests they start.
+#include <spdlog/spdlog.h>
+
+#include "actors/coordinator_internal.hpp"
+#include "runtime/core/error.hpp"
+#include "runtime/core/faults.hpp"
+
+namespace cohort::actors::coord {
+namespace {
+
+int live_members(const mb::roster& r) {
+  int n = 0;
+  for (const auto& m : r.members) n += m.state != mb::member_state::leaving;
+  return n;
+}
+
+}  // namespace
+
+void drain(self_ptr self, mb::member_id id) {
+  auto& st = self->state;
+  adopt(self, mb::on_leave_intent(st.roster, now(self), id, st.opts.membership));
+  if (st.opts.job) {
+    run_job(self, st.opts.job->on_drain(st.roster, id, now_s(self)));
+    return;
+  }
+  send(self, st.peer_of[id], net::stop{"drained"});
+  if (adopt(self, mb::on_leave(st.roster, now(self), id, st.opts.membership)))
+    on_new_generation(self);
+}
+
+std::string scale_to(self_ptr self, int target, const std::string& spec) {
+  auto& st = self->state;
+  const int live = live_members(st.roster);
+  if (target > live && st.launcher.empty())
+    return "no launcher is attached to this coordinator to start workers; start " +
+           std::to_string(target - live) + " with `cohort worker --join <endpoint>`";
+  if (st.opts.job) st.opts.job->on_scale(st.roster, target, spec, now_s(self));
+  if (target > live) {
+    spdlog::info("coordinator: {}: asking the launcher for {} more worker(s)", spec, target - live);
+    send(self, st.launcher, net::scale_order{target - live, spec});
+    return {};
+  }
+  std::vector<mb::member_id> victims;
+  // Whole replicas leave with pp * tp > 1 (highest seats first); otherwise the highest ranks.
+  std::vector<mb::member_id> order;
+  if (st.opts.job && st.opts.membership.pp * st.opts.membership.tp > 1) {
+    order = st.opts.job->drain_order(st.roster);
+  } else {
+    for (auto it = st.roster.members.rbegin(); it != st.roster.members.rend(); ++it)
+      order.push_back(it->id);
+  }
+  for (const mb::member_id id : order) {
+    if (static_cast<int>(victims.size()) >= live - target) break;
+    const mb::member* m = st.roster.find(id);
+    if (m != nullptr && m->state != mb::member_state::leaving) victims.push_back(id);
+  }
+  for (const mb::member_id id : victims) drain(self, id);
+  return {};
+}
+
+void on_admin(self_ptr self, const std::string& peer, const net::admin_request& a) {
+  auto& st = self->state;
+  auto reply = [&](bool ok, const std::string& text) {
+    send(self, peer, net::admin_reply{a.request_id, ok, text});
+  };
+  if (st.stopping) return reply(false, "the coordinator is stopping");
+  const mb::options& mo = st.opts.membership;
+  if (a.command == "drain") {
+    const mb::member* m = st.roster.find_name(a.argument);
+    if (m == nullptr)
+      return reply(false, "no live worker named '" + a.argument +
+                              "' (`cohort ctl ... status` lists the workers)");
+    auto self_member = st.member_at.find(peer);
+    if (self_member != st.member_at.end() && self_member->second != m->id)
+      return reply(false, "a worker may only drain itself");
+    const int live = live_members(st.roster);
+    if (st.opts.job && live - 1 < mo.min())
+      spdlog::warn(
+          "coordinator: draining {} leaves {} worker(s), below elastic.min_workers {}: "
+          "training pauses until workers join",
+          m->name, live - 1, mo.min());
+    const std::string name = m->name;
+    drain(self, m->id);
+    return reply(true, name + " leaves at the next step boundary");
+  }
+  if (a.command == "scale") {
+    int n = 0;
+    std::size_t used = 0;
+    try {
+      n = std::stoi(a.argument, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != a.argument.size() || n < 1)
+      return reply(false,
+                   "scale: '" + a.argument + "' is not a worker count (a whole number >= 1)");
+    if (n < mo.min() || n > mo.max())
+      return reply(false, "scale " + std::to_string(n) + ": outside the elastic bounds [" +
+                              std::to_string(mo.min()) + ", " + std::to_string(mo.max()) +
+                              "]; change elastic.min_workers / elastic.max_workers in the config");
+    const int seat = mo.pp * mo.tp;
+    if (n % seat != 0)
+      return reply(false, "scale " + std::to_string(n) +
+                              ": a replica is pp * tp = " + std::to_string(seat) +
+                              " workers; scale to a multiple of " + std::to_string(seat));
+    const int live = live_members(st.roster);
+    if (n == live) return reply(true, "already " + std::to_string(n) + " workers");
+    const std::string err = scale_to(self, n, "scale to=" + std::to_string(n));
+    if (!err.empty()) return reply(false, err);
+    return reply(true,
+                 "scaling from " + std::to_string(live) + " to " + std::to_string(n) + " workers");
+  }
+  if (a.command == "inject") {
+    if (!st.opts.job) return reply(false, "this coordinator runs no training job");
+    try {
+      faults::fault_spec f = faults::parse_fault(a.argument);
+      const std::string text = faults::to_string(f);
+      if (f.kind == faults::fault_kind::scale && f.to_workers % (mo.pp * mo.tp) != 0)
+        return reply(false, "fault '" + text + "': a replica is pp * tp = " +
+                                std::to_string(mo.pp * mo.tp) + " workers; scale to a multiple");
+      if (f.kind == faults::fault_kind::scale &&
+          (f.to_workers < mo.min() || f.to_workers > mo.max()))
+        return reply(
+            false, "fault '" + text + "': outside the elastic bounds [" + std::to_string(mo.min()) +
+                       ", " + std::to_string(mo.max()) +
+                       "]; change elastic.min_workers / elastic.max_workers in the config");
+      st.opts.job->add_fault(std::move(f));
+      spdlog::info("coordinator: fault '{}' added by ctl", text);
+      return reply(true, "fault '" + text + "' added");
+    } catch (const usage_error& e) {
+      return reply(false, e.what());
+    }
+  }
+  reply(false, "unknown command '" + a.command + "' (drain, scale, inject)");
+}
+
+}  // namespace cohort::actors::coord

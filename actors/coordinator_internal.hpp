@@ -1,0 +1,36 @@
+// What the coordinator actor's source files share: coordinator.cpp (the wire, membership,
+// the store, the job) and coordinator_admin.cpp (ctl drain / scale / inject). Not for use
+// outside the coordinator actor; its interface is coordinator.hpp.
+#pragma once
+#include <string>
+
+#include "actors/coordinator.hpp"
+
+namespace cohort::actors::coord {
+
+using self_ptr = caf::stateful_actor<coordinator_state>*;
+
+/// The coordinator's clock (io.clock, or steady_clock), and the same in seconds for the job.
+mb::mono_time now(self_ptr self);
+double now_s(self_ptr self);
+/// Sends M to PEER unless `drop control` drops it.
+void send(self_ptr self, const std::string& peer, const net::message& m);
+/// Adopts a decision's roster; true when the generation grew (the caller then broadcasts).
+bool adopt(self_ptr self, mb::decision&& d);
+/// Broadcasts the new roster, tells the job, and answers store waiters of older generations.
+void on_new_generation(self_ptr self);
+/// Sends what the job decided and acts on it (new generation, leave, scale, stop).
+void run_job(self_ptr self, job_actions a);
+
+// coordinator_admin.cpp
+
+/// Member ID leaves at the next step boundary (ctl drain, SIGTERM to the worker, scale
+/// down). Without a job there are no steps: it leaves now.
+void drain(self_ptr self, mb::member_id id);
+/// Moves the member count toward TARGET: asks the launcher for more workers, or drains
+/// the highest ranks. Returns why it cannot (empty: under way).
+std::string scale_to(self_ptr self, int target, const std::string& spec);
+/// ctl drain / scale / inject, and a worker's own drain on SIGTERM: answers PEER.
+void on_admin(self_ptr self, const std::string& peer, const net::admin_request& a);
+
+}  // namespace cohort::actors::coord

@@ -1,0 +1,83 @@
+// coordinator_node: one coordinator process, the CAF actor system, the coordinator actor and
+// the ROUTER bridge it is wired to; and the CAF settings every cohort process shares.
+#include <algorithm>
+#include <cstdlib>
+
+#include "actors/coordinator.hpp"
+
+namespace cohort::actors {
+
+std::unique_ptr<caf::actor_system_config> make_caf_config() {
+  auto cfg = std::make_unique<caf::actor_system_config>();
+  // Tuning knobs for measurements (docs/architecture.md), not configuration proper.
+  const char* policy = std::getenv("COHORT_CAF_POLICY");
+  const char* threads = std::getenv("COHORT_CAF_THREADS");
+  const bool stealing = policy != nullptr && std::string(policy) == "stealing";
+  cfg->set("scheduler.policy", stealing ? caf::atom("stealing") : caf::atom("sharing"));
+  cfg->set("scheduler.max-threads", threads != nullptr ? std::max(1, std::atoi(threads)) : 2);
+  return cfg;
+}
+
+int bridge_spin_us() {
+  const char* env = std::getenv("COHORT_BRIDGE_SPIN_US");
+  return env != nullptr ? std::max(0, std::atoi(env)) : 0;
+}
+
+coordinator_node::coordinator_node(coordinator_options opts, const std::string& bind,
+                                   size_t max_message_bytes)
+    : caf_cfg_(make_caf_config()), system_(std::make_unique<caf::actor_system>(*caf_cfg_)) {
+  coordinator_io io;
+  io.send = [this](const std::string& peer, const net::message& m) {
+    if (auto* b = out_.load()) b->send(peer, m);
+  };
+  io.admit = [this](const std::string& peer) {
+    if (auto* b = out_.load()) b->admit(peer);
+  };
+  io.drop_counts = [this] {
+    std::vector<net::counter> out;
+    if (auto* b = out_.load()) {
+      for (auto& [name, n] : b->drop_counts()) out.push_back(net::counter{name, n});
+    }
+    return out;
+  };
+  actor_ = system_->spawn(coordinator_actor, opts, io);
+  actor_->attach_functor([this](const caf::error&) { done_ = true; });
+  net::bridge_options bo;
+  bo.kind = net::bridge_options::socket_kind::router;
+  bo.endpoint = bind;
+  bo.max_message_bytes = max_message_bytes;
+  bo.spin_us = bridge_spin_us();
+  caf::actor target = actor_;
+  try {
+    bridge_ =
+        std::make_unique<net::zmq_bridge>(bo, [target](const std::string& peer, net::message m) {
+          caf::anon_send(target, co_in_atom::value, peer, std::move(m));
+        });
+  } catch (...) {
+    caf::anon_send_exit(actor_, caf::exit_reason::user_shutdown);
+    throw;
+  }
+  out_ = bridge_.get();
+}
+
+coordinator_node::~coordinator_node() {
+  if (!done_) caf::anon_send_exit(actor_, caf::exit_reason::user_shutdown);
+  wait();
+  // The bridge goes last among the parts that send: frames the actor queued before quitting
+  // (stop to every worker) are still flushed by the socket's linger.
+  out_ = nullptr;
+  bridge_.reset();
+  actor_ = nullptr;
+  system_.reset();
+}
+
+void coordinator_node::request_stop(const std::string& reason) {
+  caf::anon_send(actor_, co_stop_atom::value, reason);
+}
+
+void coordinator_node::wait() {
+  caf::scoped_actor self{*system_};
+  self->wait_for(actor_);
+}
+
+}  // namespace cohort::actors

@@ -1,0 +1,46 @@
+// The training job's faults (docs/faults.md) as the coordinator carries them out: which act
+// when a step opens (kill, hang and partition once; slow on every step of its range; random
+// kill on the steps its seed picks; scale), whom each is ordered to, and faults added while
+// the job runs. Pure. The language and its arithmetic are runtime/core/faults.hpp; carrying
+// an order out is the worker's, dropping frames the coordinator actor's.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <set>
+#include <utility>
+#include <vector>
+
+#include "actors/job_actions.hpp"
+#include "actors/run_report.hpp"
+#include "runtime/core/faults.hpp"
+
+namespace cohort::actors {
+
+/// Throws usage_error for a fault list the runtime cannot carry out as written: every kind
+/// is carried out, but at most one `drop control` (docs/faults.md).
+void require_supported(const std::vector<faults::fault_spec>& specs);
+
+class fault_schedule {
+ public:
+  /// The job's faults. Throws usage_error (require_supported).
+  void set(std::vector<faults::fault_spec> f);
+  /// One more fault while the job runs at NEXT_STEP (OPEN: that step is open, its faults
+  /// already ordered). Throws usage_error for an unsupported kind or a step already opened.
+  void add(faults::fault_spec f, int64_t next_step, bool open);
+  /// The `drop control` fault, if the job has one.
+  const faults::fault_spec* drop_control() const { return drop_ ? &*drop_ : nullptr; }
+  /// Step STEP opens on roster R: the orders due go into OUT.sends (before the step's
+  /// opens), a line each into OUT.notes, a due scale into OUT.scale_to; the first step a
+  /// fault acts on is an event of REPORT.
+  void inject_due(const mb::roster& r, int64_t step, double now_s, job_actions& out,
+                  run_report& report);
+
+ private:
+  std::vector<faults::fault_spec> faults_;
+  std::vector<bool> fired_;
+  std::set<std::pair<std::size_t, int64_t>> random_fired_;  ///< (fault, step) drawn
+  std::optional<faults::fault_spec> drop_;                  ///< drop control, if any
+};
+
+}  // namespace cohort::actors

@@ -1,0 +1,318 @@
+// The run report (docs/data_parallel.md, "The summary"): events as the job reports its
+// actions, and the summary JSON from the events, the commits and the workers' reports.
+#include "actors/run_report.hpp"
+
+#include <algorithm>
+#include <tuple>
+
+#include "runtime/train/param_stats.hpp"
+#include "runtime/train/pipeline_schedule.hpp"
+
+namespace cohort::actors {
+
+namespace {
+
+double seconds(uint64_t us) { return static_cast<double>(us) * 1e-6; }
+
+}  // namespace
+
+run_report::run_report(const config& cfg, int64_t start_step)
+    : cfg_(cfg),
+      start_step_(start_step),
+      steps_done_(start_step),
+      units_per_sample_(cfg.model.kind == "gpt" ? cfg.model.context : 1),
+      seat_size_(cfg.parallel.pp * cfg.parallel.tp) {}
+
+job_event& run_report::add_event(const std::string& kind, const std::string& worker,
+                                 const job_moment& at) {
+  job_event e;
+  e.kind = kind;
+  e.worker = worker;
+  e.step = at.step;
+  e.generation = at.generation;
+  e.at_s = at.now_s;
+  events_.push_back(std::move(e));
+  return events_.back();
+}
+
+void run_report::roster_seen(const mb::roster& r, const job_moment& at, bool running,
+                             const std::set<mb::member_id>& drained,
+                             std::vector<std::string>& notes) {
+  std::map<mb::member_id, std::string> now;
+  for (const auto& m : r.members) now[m.id] = m.name;
+  for (const auto& [id, name] : last_members_) {
+    if (now.count(id) != 0 || drained.count(id) != 0) continue;
+    // An injected fault of this worker not yet detected: this is its detection.
+    bool injected = false;
+    for (auto& e : events_) {
+      if (e.worker == name && e.detect_ms < 0 &&
+          (e.kind == "kill" || e.kind == "hang" || e.kind == "partition")) {
+        e.detect_ms = 1000.0 * (at.now_s - e.at_s);
+        injected = true;
+        notes.push_back(e.kind + " of " + name + " detected after " +
+                        std::to_string(static_cast<long>(e.detect_ms)) + " ms");
+        break;
+      }
+    }
+    if (!injected && running) {
+      // The departure is what the coordinator saw; the fault time is unknown.
+      add_event("departed", name, at).detect_ms = 0;
+      notes.push_back(name + " left the roster at step " + std::to_string(at.step) +
+                      " (generation " + std::to_string(r.generation) + ", " +
+                      std::to_string(r.members.size()) + " workers)");
+    }
+  }
+  if (running) {
+    for (const auto& [id, name] : now) {
+      if (last_members_.count(id) != 0) continue;
+      add_event("joined", name, at);
+      notes.push_back(name + " joined at step " + std::to_string(at.step) + " (generation " +
+                      std::to_string(r.generation) + ", " + std::to_string(r.members.size()) +
+                      " workers)");
+    }
+  }
+  last_members_ = std::move(now);
+}
+
+void run_report::step_opened(int replicas, double now_s) {
+  replicas_ = replicas;
+  if (first_open_s_ < 0) first_open_s_ = now_s;
+}
+
+void run_report::fault_ordered(const std::string& kind, const std::string& worker,
+                               const std::string& spec, const job_moment& at) {
+  add_event(kind, worker, at).detail = spec;
+}
+
+void run_report::drain_asked(const std::string& worker, const job_moment& at) {
+  add_event("drained", worker, at).detect_ms = 0;
+}
+
+void run_report::scale_asked(int target, const std::string& spec, const job_moment& at) {
+  job_event& e = add_event("scale", "", at);
+  e.target = target;
+  e.detect_ms = 0;
+  e.detail = spec;
+}
+
+void run_report::vote_counted(const std::string& worker, const net::step_timing& t) {
+  if (t.state_bytes == 0 || t.state_us == 0) return;
+  // The joiner's view of the state it received from the donor.
+  for (auto e = events_.rbegin(); e != events_.rend(); ++e) {
+    if (e->kind == "joined" && e->worker == worker) {
+      if (e->transfer_mb_s < 0)
+        e->transfer_mb_s = static_cast<double>(t.state_bytes) /
+                           static_cast<double>(t.state_us);  // bytes/us == MB/s
+      break;
+    }
+  }
+}
+
+void run_report::step_committed(int64_t steps_done, double loss, const mb::roster& r,
+                                const std::set<mb::member_id>& voters, double now_s,
+                                std::vector<std::string>& notes) {
+  steps_done_ = steps_done;
+  last_loss_ = loss;
+  last_commit_s_ = now_s;
+  const int members = static_cast<int>(voters.size());
+  std::set<std::string> names;
+  for (const mb::member_id id : voters)
+    if (const mb::member* x = r.find(id)) names.insert(x->name);
+  for (auto& e : events_) {
+    if (e.recover_ms >= 0 || e.kind == "slow") continue;
+    if (e.kind == "scale" && e.target != members) continue;
+    // A joiner counts from joining to the first committed step it took part in.
+    if (e.kind == "joined" && names.count(e.worker) == 0) continue;
+    // A drained worker counts until the first committed step without it.
+    if (e.kind == "drained" && names.count(e.worker) != 0) continue;
+    e.recover_ms = 1000.0 * (now_s - e.at_s);
+    if (e.kind == "scale") {
+      notes.push_back("'" + e.detail + "': the first step on " + std::to_string(members) +
+                      " workers committed " + std::to_string(static_cast<long>(e.recover_ms)) +
+                      " ms after the request");
+    } else if (e.kind != "joined") {
+      notes.push_back(e.kind + " of " + e.worker + ": training recovered " +
+                      std::to_string(static_cast<long>(e.recover_ms)) + " ms after it (step " +
+                      std::to_string(steps_done) + " committed)");
+    }
+  }
+}
+
+void run_report::report_received(const mb::member& m, const net::train_report& rep) {
+  reports_[m.id] = report{m.name, m.rank, rep};
+}
+
+nlohmann::json run_report::pipeline_summary() const {
+  nlohmann::json p;
+  const int P = cfg_.parallel.pp;
+  p["pp"] = P;
+  p["tp"] = cfg_.parallel.tp;
+  p["schedule"] = cfg_.parallel.schedule;
+  p["activation_checkpointing"] = cfg_.parallel.activation_checkpointing;
+  // A pipeline's makespan is its longest stage window: stage 0 starts the step and runs
+  // its last backward. Bubble = makespan - compute per stage, as the simulation and the
+  // theory (P-1)/(M+P-1) count it (a later stage's idle tail counts too).
+  std::map<std::pair<int, int>, uint64_t> makespan;  // (replica, tp rank) -> schedule us
+  for (const auto& [id, rep] : reports_) {
+    const net::stage_stats& st = rep.r.stage;
+    if (st.stage < 0) continue;
+    auto& m = makespan[{st.replica, st.tp_rank}];
+    m = std::max(m, st.schedule_us);
+  }
+  nlohmann::json stages = nlohmann::json::array();
+  int M = 0;
+  double bubble_sum = 0;
+  int counted = 0;
+  for (const auto& [id, rep] : reports_) {
+    const net::stage_stats& st = rep.r.stage;
+    if (st.stage < 0) continue;
+    M = std::max(M, static_cast<int>(st.micro_batches));
+    const double span = seconds(makespan[{st.replica, st.tp_rank}]);
+    const double compute = seconds(st.compute_us);
+    const double bubble = std::max(0.0, span - compute);
+    const double frac = span > 0 ? bubble / span : 0.0;
+    bubble_sum += frac;
+    ++counted;
+    stages.push_back({{"worker", rep.name},
+                      {"replica", st.replica},
+                      {"stage", st.stage},
+                      {"tp_rank", st.tp_rank},
+                      {"schedule_s", seconds(st.schedule_us)},
+                      {"makespan_s", span},
+                      {"compute_s", compute},
+                      {"bubble_s", bubble},
+                      {"wait_s", seconds(st.wait_us)},
+                      {"bubble_fraction", frac},
+                      {"tp_allreduce_s", seconds(st.tp_us)},
+                      {"p2p_bytes", st.p2p_bytes},
+                      {"activation_bytes", st.activation_bytes},
+                      {"peak_held_micro_batches", st.peak_held}});
+  }
+  std::sort(stages.begin(), stages.end(), [](const nlohmann::json& a, const nlohmann::json& b) {
+    return std::make_tuple(a["replica"].get<int>(), a["tp_rank"].get<int>(),
+                           a["stage"].get<int>()) <
+           std::make_tuple(b["replica"].get<int>(), b["tp_rank"].get<int>(), b["stage"].get<int>());
+  });
+  p["micro_batches"] = M;
+  p["theoretical_bubble"] = M > 0 ? static_cast<double>(P - 1) / (M + P - 1) : 0.0;
+  // The best a pipeline of these unequal stages can do: the simulation with each stage's
+  // measured mean forward and backward time per micro-batch (replica 0, TP rank 0) and
+  // free transfers. Measured above it = the runtime's own overhead.
+  std::vector<double> fwd(static_cast<std::size_t>(P), 0.0), bwd(fwd);
+  int have = 0;
+  for (const auto& [id, rep] : reports_) {
+    const net::stage_stats& st = rep.r.stage;
+    if (st.stage < 0 || st.stage >= P || st.replica != 0 || st.tp_rank != 0 || st.forwards == 0)
+      continue;
+    fwd[static_cast<std::size_t>(st.stage)] =
+        1e-6 * static_cast<double>(st.forward_us) / st.forwards;
+    bwd[static_cast<std::size_t>(st.stage)] =
+        1e-6 * static_cast<double>(st.compute_us - st.forward_us) / st.forwards;
+    ++have;
+  }
+  bool positive = have == P && M > 0;
+  for (int s = 0; s < P && positive; ++s) positive = fwd[s] > 0 && bwd[s] > 0;
+  if (positive) {
+    const train::pipe_timeline tl =
+        train::simulate(train::parse_schedule(cfg_.parallel.schedule), P, M, fwd, bwd, 0.0);
+    p["simulated_bubble"] = tl.bubble_fraction;
+  }
+  p["bubble_fraction"] = counted > 0 ? bubble_sum / counted : 0.0;
+  p["stages"] = stages;
+  return p;
+}
+
+nlohmann::json run_report::summary(double wall_s) const {
+  nlohmann::json j;
+  const bool lm = units_per_sample_ > 1;
+  j["steps_completed"] = steps_done_;
+  j["final_loss"] = last_loss_;
+  std::string hash;
+  bool consistent = true;
+  nlohmann::json workers = nlohmann::json::array();
+  double compute_s = 0;
+  for (const auto& [id, rep] : reports_) {
+    const auto& r = rep.r;
+    if (r.has_eval) {
+      j["eval"] = {{"loss", r.eval_loss}, {"count", r.eval_count}};
+      if (!lm) j["eval"]["accuracy"] = r.eval_accuracy;
+    }
+    if (!r.checkpoint.empty()) j["checkpoint"] = r.checkpoint;
+    if (hash.empty()) hash = r.params_sha256;
+    consistent = consistent && hash == r.params_sha256;
+    j["num_params"] = r.num_params;
+    const auto& t = r.timing;
+    compute_s = std::max(compute_s, seconds(t.compute_us));
+    workers.push_back({{"name", rep.name},
+                       {"member_id", id},
+                       {"rank", rep.rank},
+                       {"steps", r.steps_computed},
+                       {"compute_s", seconds(t.compute_us)},
+                       {"comm_wait_s", seconds(t.comm_wait_us)},
+                       {"allreduce_s", seconds(t.allreduce_us)},
+                       {"setup_s", seconds(t.setup_us)},
+                       {"idle_s", seconds(t.idle_us)},
+                       {"bytes_sent", t.bytes_sent},
+                       {"bytes_received", t.bytes_recv},
+                       {"overlap", r.overlap},
+                       {"peak_pool_bytes", r.peak_pool_bytes},
+                       {"params_sha256", r.params_sha256}});
+    if (r.stage.stage >= 0) {
+      workers.back()["stage"] = r.stage.stage;
+      workers.back()["tp_rank"] = r.stage.tp_rank;
+    }
+  }
+  if (seat_size_ > 1) {
+    // Each stage reported its parameters' digests: merged, they give the whole model's
+    // params_sha256 (the same value `cohort train` computes); replicas of one seat must agree.
+    std::map<std::string, std::string> merged;
+    consistent = true;  // stages hold different parameters: compare digests by name
+    for (const auto& [id, rep] : reports_) {
+      std::map<std::string, std::string> d;
+      try {
+        d = train::parse_param_digests(rep.r.param_digests);
+      } catch (const std::exception&) {
+        consistent = false;
+      }
+      for (const auto& [name, digest] : d) {
+        auto [it, fresh] = merged.emplace(name, digest);
+        if (!fresh && it->second != digest) consistent = false;
+      }
+    }
+    hash = train::combine_param_digests(merged);
+    j["pipeline"] = pipeline_summary();
+  }
+  j["params_sha256"] = hash;
+  j["params_consistent"] = consistent;
+  const double units =
+      static_cast<double>(steps_done_ - start_step_) * cfg_.train.global_batch * units_per_sample_;
+  const double train_s = last_commit_s_ - first_open_s_;
+  j["throughput"] = {{lm ? "tokens_per_s" : "samples_per_s", train_s > 0 ? units / train_s : 0.0}};
+  int64_t peak = 0;
+  for (const auto& [id, rep] : reports_) peak = std::max(peak, rep.r.peak_pool_bytes);
+  j["memory"] = {{"peak_pool_bytes", peak}};
+  j["wall_s"] = wall_s;
+  j["model"] = cfg_.model.kind;
+  j["config_hash"] = config_hash(cfg_);
+  j["dp"] = replicas_;
+  j["determinism"] = cfg_.train.determinism;
+  j["aborted_steps"] = aborted_;
+  j["generation"] = generation_;
+  j["workers"] = workers;
+  nlohmann::json events = nlohmann::json::array();
+  for (const auto& e : events_) {
+    nlohmann::json x = {
+        {"kind", e.kind}, {"worker", e.worker}, {"step", e.step}, {"generation", e.generation}};
+    x["detect_ms"] = e.detect_ms >= 0 ? nlohmann::json(e.detect_ms) : nlohmann::json();
+    x["recover_ms"] = e.recover_ms >= 0 ? nlohmann::json(e.recover_ms) : nlohmann::json();
+    if (!e.detail.empty()) x["spec"] = e.detail;
+    if (e.transfer_mb_s >= 0) x["transfer_mb_s"] = e.transfer_mb_s;
+    if (e.kind == "scale") x["target"] = e.target;
+    events.push_back(x);
+  }
+  j["events"] = events;
+  if (drops_control_) j["control_frames_dropped"] = dropped_frames_;
+  return j;
+}
+
+}  // namespace cohort::actors

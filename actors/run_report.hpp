@@ -1,0 +1,124 @@
+// The run's report: the event table (injected faults and membership changes, with when each
+// was detected and recovered from) and the summary JSON (cohort train's keys plus the time
+// split per worker, the events and, with pp * tp > 1, the pipeline's stages). It observes
+// the training job: actors/training_job.cpp calls one method per thing it did, and reads
+// nothing back to decide. Pure: no clock, no sockets; times are the job's coordinator clock.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "runtime/core/config.hpp"
+#include "runtime/net/membership.hpp"
+#include "runtime/net/protocol.hpp"
+
+namespace cohort::actors {
+
+namespace mb = net::membership;
+
+/// One line of the run's event table: an injected fault or a membership change.
+struct job_event {
+  std::string kind;    ///< kill, hang, slow, partition, departed, joined, drained, scale
+  std::string worker;  ///< name
+  int64_t step = 0;
+  uint64_t generation = 0;
+  double at_s = 0;         ///< when it happened (coordinator clock)
+  double detect_ms = -1;   ///< fault -> coordinator removed the member (-1: n/a)
+  double recover_ms = -1;  ///< fault -> next committed step (-1: not yet / n/a)
+  std::string detail;
+  double transfer_mb_s = -1;  ///< joined: state received from the donor, MB/s (-1: none)
+  int target = 0;             ///< scale: the member count asked for
+};
+
+/// Where in the run something happened: the job's next step and the roster's generation.
+struct job_moment {
+  int64_t step = 0;
+  uint64_t generation = 0;
+  double now_s = 0;
+};
+
+class run_report {
+ public:
+  /// The report of a run of CFG that starts at START_STEP (0, or its checkpoint's step).
+  run_report(const config& cfg, int64_t start_step);
+
+  // ---- what the job did, in the order it did it ----
+
+  /// The roster moved to GENERATION.
+  void generation_seen(uint64_t generation) { generation_ = generation; }
+  /// A step runs on roster R: members gone since the last roster are departures (or the
+  /// detection of an injected kill / hang / partition), new ones joins, each with a line in
+  /// NOTES. Before the first step (RUNNING false) only detections count; DRAINED members
+  /// left by drain and are no departure.
+  void roster_seen(const mb::roster& r, const job_moment& at, bool running,
+                   const std::set<mb::member_id>& drained, std::vector<std::string>& notes);
+  /// A step opened with REPLICAS data-parallel replicas.
+  void step_opened(int replicas, double now_s);
+  /// The open step aborted.
+  void step_aborted() { ++aborted_; }
+  /// Fault KIND (kill, hang, slow, partition) ordered to WORKER on its first step, as SPEC.
+  void fault_ordered(const std::string& kind, const std::string& worker, const std::string& spec,
+                     const job_moment& at);
+  /// WORKER was drained: it leaves at the next step boundary.
+  void drain_asked(const std::string& worker, const job_moment& at);
+  /// A scale to TARGET members was asked for (ctl scale or a scale fault, SPEC): recovered
+  /// at the first committed step with TARGET members.
+  void scale_asked(int target, const std::string& spec, const job_moment& at);
+  /// WORKER voted ok; T: its step's timing (a joiner's state transfer from the donor).
+  void vote_counted(const std::string& worker, const net::step_timing& t);
+  /// A step committed: STEPS_DONE steps done, LOSS its mean loss, VOTERS its members (in
+  /// R). The events it recovers from get recover_ms, each with a line in NOTES.
+  void step_committed(int64_t steps_done, double loss, const mb::roster& r,
+                      const std::set<mb::member_id>& voters, double now_s,
+                      std::vector<std::string>& notes);
+  /// Member M's final report.
+  void report_received(const mb::member& m, const net::train_report& rep);
+  /// The job drops control frames (drop control): the summary counts them.
+  void drops_control() { drops_control_ = true; }
+  /// The coordinator dropped a frame for drop control.
+  void frame_dropped() { ++dropped_frames_; }
+
+  // ---- what the report holds ----
+
+  const std::vector<job_event>& events() const { return events_; }
+  int aborted_steps() const { return aborted_; }
+  uint64_t dropped_frames() const { return dropped_frames_; }
+  /// The run as JSON: cohort train's summary keys plus per-worker time split, bytes,
+  /// overlap, the DP size and the number of aborted steps. Valid once every report is in.
+  nlohmann::json summary(double wall_s) const;
+  /// pp * tp > 1: per stage compute, bubble and activation memory, with the theoretical
+  /// bubble (P-1)/(M+P-1) beside the measured one.
+  nlohmann::json pipeline_summary() const;
+
+ private:
+  struct report {
+    std::string name;
+    int rank = -1;
+    net::train_report r;
+  };
+
+  job_event& add_event(const std::string& kind, const std::string& worker, const job_moment& at);
+
+  config cfg_;
+  int64_t start_step_ = 0;
+  int64_t steps_done_ = 0;
+  int64_t units_per_sample_ = 1;  ///< tokens per sample for a language model, else 1
+  int seat_size_ = 1;             ///< pp * tp
+  uint64_t generation_ = 0;
+  int replicas_ = 0;
+  int aborted_ = 0;
+  double first_open_s_ = -1;
+  double last_commit_s_ = 0;
+  double last_loss_ = 0;
+  bool drops_control_ = false;
+  uint64_t dropped_frames_ = 0;
+  std::vector<job_event> events_;
+  std::map<mb::member_id, std::string> last_members_;  ///< roster of the last step seen
+  std::map<mb::member_id, report> reports_;
+};
+
+}  // namespace cohort::actors

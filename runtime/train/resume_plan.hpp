@@ -1,0 +1,52 @@
+// Where a run starts: fresh, or from the newest checkpoint of fault_tolerance.checkpoint_dir
+// that is complete, intact and fits the config. One policy for every command that resumes
+// (`cohort train`, `cohort coordinator` and so `cohort launch`); printing what it found and
+// loading the checkpoint stay with the commands. Not where checkpoints are written or
+// verified (runtime/ckpt/).
+#pragma once
+#include <cstdint>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "runtime/ckpt/checkpoint.hpp"
+#include "runtime/core/config.hpp"
+
+namespace cohort::train {
+
+/// Who loads the checkpoint: one process that loads it itself and reports what does not fit
+/// as it loads (`cohort train`), or the workers of a job, so that the coordinator must refuse
+/// a checkpoint that does not fit before any worker starts (`cohort coordinator`).
+enum class resume_by { trainer, job };
+
+/// The plan: a fresh start, or the checkpoint to go on from and what was passed over.
+struct resume_plan {
+  bool resume = false;               ///< false: a fresh start at step 0
+  int64_t step = 0;                  ///< the step training goes on from
+  std::string path;                  ///< the checkpoint folder to load (empty: fresh start)
+  training_metadata meta;            ///< its metadata (shard p0_t0)
+  std::vector<std::string> skipped;  ///< newer step folders passed over: "<what>: <why>"
+  std::string earlier;               ///< the newest complete checkpoint before `path`, if any
+  /// Why `path` cannot go on with this config (null: it can): a usage_error (exit 2) or a
+  /// checkpoint_error. A command names `skipped` first, then calls enforce().
+  std::exception_ptr refusal;
+
+  /// Throws the refusal, if any.
+  void enforce() const;
+  /// What to do when `path` turns out not to fit as it is loaded: remove it to resume from
+  /// `earlier`, or run without --resume when pruning left no earlier checkpoint.
+  std::string fallback() const;
+};
+
+/// The plan of a run of C: a fresh start unless RESUME (--resume). With RESUME, the newest
+/// checkpoint of C's fault_tolerance.checkpoint_dir whose every shard passes its checks
+/// (checkpoint_to_resume), refused when it cannot go on:
+///   job:     its optimizer is not train.optimizer (checkpoint_error), its pp x tp grid is not
+///            the config's (usage_error, train::require_layout), or it is at or past
+///            train.steps (usage_error: nothing left to train);
+///   trainer: it is past train.steps (usage_error); the load checks optimizer and grid.
+/// Throws usage_error (exit 2) when the folder holds no such checkpoint, naming what it
+/// skipped and why.
+resume_plan plan_resume(const config& c, bool resume, resume_by by);
+
+}  // namespace cohort::train
