@@ -7,6 +7,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <functional>
 #include <chrono>
 
 #include "actors/coordinator_internal.hpp"
@@ -50,6 +51,10 @@ bool drop_frame(self_ptr self, const std::string& peer, net::msg_type t) {
   st.opts.job->note_dropped_frame();
   return true;
 }
+
+// The store's owner id of a connection: its pending waits are capped per owner and go when
+// the member it registered leaves the roster.
+uint64_t store_owner(const std::string& peer) { return std::hash<std::string>{}(peer) | 1; }
 
 }  // namespace
 
@@ -158,6 +163,15 @@ void coord::on_new_generation(self_ptr self) {
   }
   for (const auto& r : st.store.drop_generations_below(keep_from)) {
     answer_waiter(self, r);
+  }
+  // Nobody may fill or pre-set the store of a generation that is not announced yet, and a
+  // peer that left the roster has nobody waiting on its pending waits.
+  st.store.set_ceiling(st.roster.generation);
+  for (const auto& [member, peer] : st.peer_of) {
+    const bool in = std::any_of(st.roster.members.begin(), st.roster.members.end(),
+                                [&, m = member](const auto& x) { return x.id == m; });
+    if (in) continue;
+    for (const auto id : st.store.cancel_owner(store_owner(peer))) st.kv_waiters.erase(id);
   }
   if (run) run_job(self, std::move(actions));
 }
@@ -381,10 +395,12 @@ void on_kv(self_ptr self, const std::string& peer, const net::message& m) {
     request_id = g->request_id;
     r = g->timeout_ms == 0
             ? st.store.get(g->generation, g->key)
-            : st.store.get_or_wait(id, g->generation, g->key, t, t + milliseconds(g->timeout_ms));
+            : st.store.get_or_wait(id, g->generation, g->key, t, t + milliseconds(g->timeout_ms),
+                                   store_owner(peer));
   } else if (const auto* w = std::get_if<net::kv_wait>(&m)) {
     request_id = w->request_id;
-    r = st.store.wait(id, w->generation, w->keys, t, t + milliseconds(w->timeout_ms));
+    r = st.store.wait(id, w->generation, w->keys, t, t + milliseconds(w->timeout_ms),
+                      store_owner(peer));
   } else {
     return;
   }
