@@ -1,11 +1,16 @@
-// Device-side helpers shared by the CUDA kernels: warp and block reductions and the launch
-// geometry of grid-stride loops. Included only by .cu files (needs nvcc); the host-facing
-// declarations are in gpu/cuda_kernels.hpp.
+// What the .cu files of gpu/ share: device-side warp and block reductions, the launch
+// geometry of grid-stride loops, and the host-side helpers every op's launch uses (the
+// thread's stream, status recording, cuBLAS handle, deterministic reduction; defined in
+// gpu/cuda_context.cu). Included only by .cu files (needs nvcc); the public declarations of
+// the CUDA twins are in gpu/cuda_kernels.hpp.
 #pragma once
+#include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <cmath>
 #include <cstdint>
+
+#include "gpu/device.hpp"
 
 namespace cohort::gpu::cuda::detail {
 
@@ -60,5 +65,30 @@ __device__ inline float block_max(float v) {
   const int nwarps = blockDim.x >> 5;
   return warp_max(lane < nwarps ? partial[lane] : -INFINITY);
 }
+
+// ---- host side (gpu/cuda_context.cu) ----------------------------------------------------
+
+/// Grid-stride loop over [0, n): any n works with a capped grid (blocks_for).
+#define COHORT_GRID_STRIDE(i, n)                                                         \
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < (n); \
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+
+/// The calling thread's current stream (set_stream): every launch goes there.
+cudaStream_t stream();
+/// Records `s` as the outcome of this thread's last op (last_status()) and returns it.
+status record(status s);
+/// ok, or the CUDA error `e` as a status whose message starts with `what`; clears the
+/// non-sticky error slot so the next op is not blamed.
+status from_cuda(cudaError_t e, const char* what);
+/// Status of the kernel launch just issued (configuration errors show up here at once).
+status launched(const char* what);
+/// invalid_argument with `what` as the message.
+status bad(const char* what);
+/// This thread's cuBLAS handle for the current device (created on first use, plain FP32),
+/// bound to the current stream.
+status blas_handle(cublasHandle_t* out);
+/// Sum (or sum of squares) of x[0..n) into *out on the host, in double and in a fixed order
+/// (same bits on every run); synchronises the stream.
+status reduce_to_host(double* out, const float* x, int64_t n, bool square);
 
 }  // namespace cohort::gpu::cuda::detail

@@ -1,8 +1,10 @@
-// The CUDA twins of the kernels in gpu/kernels.hpp (namespace cohort::gpu::cuda): the same
-// parameter lists, every pointer a DEVICE pointer, the same conventions (row-major float32,
-// activation gradients assigned, parameter gradients accumulated). Includable from plain C++
-// (no CUDA header needed); implemented in gpu/cuda_kernels.cu, built only when nvcc is found.
-// Not here: the CPU twins (gpu/cpu_kernels.cpp), device memory (gpu/device.hpp, device_pool).
+// The CUDA twins of the CPU kernels in runtime/cpu/kernels.hpp (namespace cohort::gpu::cuda):
+// the same parameter lists, every pointer a DEVICE pointer, the same conventions (row-major
+// float32, activation gradients assigned, parameter gradients accumulated). Includable from
+// plain C++ (no CUDA header needed); built only when nvcc is found, in gpu/cuda_layers.cu
+// (gemm .. softmax_xent), gpu/cuda_elementwise.cu (activations, add, optimizers, sum_squares)
+// and gpu/cuda_context.cu (streams, status, per-thread resources).
+// Not here: the CPU twins (runtime/cpu), device memory (gpu/device.hpp, device_pool).
 #pragma once
 #include <cstdint>
 
@@ -79,7 +81,7 @@ status sgd_step(float* p, const float* g, float* buf, int64_t n, float lr, float
 /// synchronises; NaN on failure.
 double sum_squares(const float* x, int64_t n);
 status scale(float* x, float s, int64_t n);
-/// y += x elementwise (the residual add; the CPU twin is a CPU-only helper in kernels.hpp).
+/// y += x elementwise (the residual add).
 status add_inplace(float* y, const float* x, int64_t n);
 
 }  // namespace cohort::gpu::cuda

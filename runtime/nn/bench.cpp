@@ -5,10 +5,10 @@
 #include <ctime>
 #include <memory>
 
-#include "gpu/kernels.hpp"
 #include "runtime/core/batch.hpp"
 #include "runtime/core/error.hpp"
 #include "runtime/core/rng.hpp"
+#include "runtime/cpu/kernels.hpp"
 #include "runtime/nn/gpt.hpp"
 #include "runtime/nn/mlp.hpp"
 #include "runtime/nn/optim.hpp"
@@ -84,13 +84,13 @@ std::vector<batch> synth_gpt(int n, int t, int vocab, uint64_t seed) {
 
 bench_result bench_train(const bench_options& o) {
   if (o.steps < 1 || o.warmup < 0) throw usage_error("bench train: --steps must be >= 1");
-  gpu::cpu::set_num_threads(o.threads);
+  cpu::set_num_threads(o.threads);
   // The caller's thread gets its floating-point mode back whatever happens.
   struct restore_ftz {
-    bool was = gpu::cpu::flush_denormals();
-    ~restore_ftz() { gpu::cpu::set_flush_denormals(was); }
+    bool was = cpu::flush_denormals();
+    ~restore_ftz() { cpu::set_flush_denormals(was); }
   } restore;
-  gpu::cpu::set_flush_denormals(o.flush_denormals);
+  cpu::set_flush_denormals(o.flush_denormals);
   // A pool of its own: its peak is the benchmark's whole tensor footprint. Declared before
   // the model and optimizer so it outlives them.
   pool mem;

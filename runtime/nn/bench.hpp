@@ -17,7 +17,7 @@ struct bench_options {
   int batch = 0;              ///< rows per step; 0: 128 (mlp) or 16 sequences (gpt)
   int threads = 1;            ///< OpenBLAS threads
   uint64_t seed = 1;
-  bool flush_denormals = true;  ///< FTZ/DAZ on the benchmark thread (see gpu::cpu)
+  bool flush_denormals = true;  ///< FTZ/DAZ on the benchmark thread (see cpu::set_flush_denormals)
   float lr = 1e-3f;
   std::vector<int> hidden{256, 128};                                      ///< mlp
   int vocab = 80, context = 128, n_layer = 4, n_head = 4, d_model = 128;  ///< gpt

@@ -7,8 +7,6 @@
 
 namespace cohort::nn {
 
-namespace cpu = gpu::cpu;
-
 void gpt_block::forward(gpt_block_acts& a, const float* x, int b, int t) const {
   const int rows = b * t, c = ln_1.c;
   ln_1.forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x, rows);

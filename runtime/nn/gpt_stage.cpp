@@ -9,8 +9,6 @@
 
 namespace cohort::nn {
 
-namespace cpu = gpu::cpu;
-
 namespace {
 
 /// Parameter elements of the embedding, of each block and of the head, summed from

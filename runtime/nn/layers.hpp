@@ -1,4 +1,4 @@
-// Layers of the CPU path as thin, stateless wrappers over gpu/kernels.hpp: each binds
+// Layers of the CPU path as thin, stateless wrappers over runtime/cpu/kernels.hpp: each binds
 // views of its parameters and gradients and runs forward / backward on caller-owned
 // activation buffers (models pre-allocate those once). Activation gradients are assigned,
 // parameter gradients accumulated; backward tells a reporter which parameter-gradient spans
@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <functional>
 
-#include "gpu/kernels.hpp"
+#include "runtime/cpu/kernels.hpp"
 #include "runtime/nn/tensor.hpp"
 
 namespace cohort::nn {
@@ -58,7 +58,7 @@ struct linear {
   static constexpr int k_chunk_row_multiple = 16;
 
   void forward(float* y, const float* x, int rows) const {
-    gpu::cpu::linear_fwd(y, x, w.data(), b.empty() ? nullptr : b.data(), rows, in, out);
+    cpu::linear_fwd(y, x, w.data(), b.empty() ? nullptr : b.data(), rows, in, out);
   }
   /// db and dW accumulated, dx assigned (skipped when null): db first, then dW in row
   /// chunks from the LAST rows to the first, each reported right after its sgemm, so spans
@@ -78,7 +78,7 @@ inline int linear::dw_chunk_rows(int out, int in) {
 inline void linear::backward(float* dx, const float* dy, const float* x, int rows,
                              const grads_ready_span& report) {
   if (!db.empty()) {
-    // Column sums of dy added row by row, the order gpu::cpu::linear_bwd uses.
+    // Column sums of dy added row by row, the order cpu::linear_bwd uses.
     float* g = db.data();
     for (int r = 0; r < rows; ++r) {
       const float* d = dy + static_cast<int64_t>(r) * out;
@@ -91,11 +91,11 @@ inline void linear::backward(float* dx, const float* dy, const float* x, int row
   for (int r1 = out; r1 > 0;) {
     const int r0 = std::max(0, r1 - step);
     float* g = dw.data() + static_cast<int64_t>(r0) * in;
-    gpu::cpu::gemm(true, false, r1 - r0, in, rows, 1.0f, dy + r0, out, x, in, 1.0f, g, in);
+    cpu::gemm(true, false, r1 - r0, in, rows, 1.0f, dy + r0, out, x, in, 1.0f, g, in);
     if (report) report(g, static_cast<int64_t>(r1 - r0) * in);
     r1 = r0;
   }
-  if (dx) gpu::cpu::gemm(false, false, rows, in, out, 1.0f, dy, out, w.data(), in, 0.0f, dx, in);
+  if (dx) cpu::gemm(false, false, rows, in, out, 1.0f, dy, out, w.data(), in, 0.0f, dx, in);
 }
 
 /// LayerNorm over the last dimension with affine weight and bias (nn.LayerNorm).
@@ -106,13 +106,13 @@ struct layernorm {
 
   /// mean and rstd [rows] are saved for backward.
   void forward(float* y, float* mean, float* rstd, const float* x, int rows) const {
-    gpu::cpu::layernorm_fwd(y, mean, rstd, x, w.data(), b.data(), rows, c, eps);
+    cpu::layernorm_fwd(y, mean, rstd, x, w.data(), b.data(), rows, c, eps);
   }
   /// dx assigned, dW and db accumulated; then reports them: one span when db follows dW
   /// in memory (one kernel writes both), else db then dW.
   void backward(float* dx, const float* dy, const float* x, const float* mean, const float* rstd,
                 int rows, const grads_ready_span& report = {}) {
-    gpu::cpu::layernorm_bwd(dx, dw.data(), db.data(), dy, x, w.data(), mean, rstd, rows, c);
+    cpu::layernorm_bwd(dx, dw.data(), db.data(), dy, x, w.data(), mean, rstd, rows, c);
     report_pair(report, dw, db);
   }
 };
@@ -123,13 +123,13 @@ struct embedding {
   int c = 0;
 
   void forward(float* out, const int32_t* ids, int b, int t) const {
-    gpu::cpu::embedding_fwd(out, ids, wte.data(), wpe.data(), b, t, c);
+    cpu::embedding_fwd(out, ids, wte.data(), wpe.data(), b, t, c);
   }
   /// dwte and dwpe accumulated; then reports them: one span when dwpe follows dwte in
   /// memory (one kernel writes both), else dwpe then dwte.
   void backward(const float* dout, const int32_t* ids, int b, int t,
                 const grads_ready_span& report = {}) {
-    gpu::cpu::embedding_bwd(dwte.data(), dwpe.data(), dout, ids, b, t, c);
+    cpu::embedding_bwd(dwte.data(), dwpe.data(), dout, ids, b, t, c);
     report_pair(report, dwte, dwpe);
   }
 };

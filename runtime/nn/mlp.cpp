@@ -79,12 +79,11 @@ float mlp::forward(const batch& b) {
   for (std::size_t i = 0; i < layers_.size(); ++i) {
     float* y = acts_[i].data();
     layers_[i].forward(y, x, b.n);
-    if (i + 1 < layers_.size())
-      gpu::cpu::relu_fwd(y, y, static_cast<int64_t>(b.n) * layers_[i].out);
+    if (i + 1 < layers_.size()) cpu::relu_fwd(y, y, static_cast<int64_t>(b.n) * layers_[i].out);
     x = y;
   }
-  return gpu::cpu::softmax_xent_fwd(probs_.data(), losses_.data(), acts_.back().data(),
-                                    b.targets.data(), b.n, classes_);
+  return cpu::softmax_xent_fwd(probs_.data(), losses_.data(), acts_.back().data(), b.targets.data(),
+                               b.n, classes_);
 }
 
 float mlp::forward_backward(const batch& b, float loss_scale) {
@@ -92,7 +91,7 @@ float mlp::forward_backward(const batch& b, float loss_scale) {
   const int n = b.n;
   float* dcur = dcur_.data();
   float* dnext = dnext_.data();
-  gpu::cpu::softmax_xent_bwd(dcur, probs_.data(), b.targets.data(), n, classes_, loss_scale / n);
+  cpu::softmax_xent_bwd(dcur, probs_.data(), b.targets.data(), n, classes_, loss_scale / n);
   for (std::size_t i = layers_.size(); i-- > 0;) {
     const float* input = i == 0 ? b.x.data() : acts_[i - 1].data();
     float* dx = i == 0 ? nullptr : dnext;
@@ -102,7 +101,7 @@ float mlp::forward_backward(const batch& b, float loss_scale) {
     if (i > 0) {
       // ReLU's output is positive exactly where its input was, so the saved output
       // serves as the mask.
-      gpu::cpu::relu_bwd(dx, dx, acts_[i - 1].data(), static_cast<int64_t>(n) * layers_[i].in);
+      cpu::relu_bwd(dx, dx, acts_[i - 1].data(), static_cast<int64_t>(n) * layers_[i].in);
       std::swap(dcur, dnext);
     }
   }

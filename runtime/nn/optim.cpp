@@ -2,8 +2,8 @@
 
 #include <cmath>
 
-#include "gpu/kernels.hpp"
 #include "runtime/core/error.hpp"
+#include "runtime/cpu/kernels.hpp"
 
 namespace cohort::nn {
 
@@ -16,8 +16,8 @@ adamw::adamw(tensor params, tensor grads, const optim_options& o, pool& p)
 
 void adamw::step(float lr) {
   ++steps_;
-  gpu::cpu::adamw_step(params_.data(), grads_.data(), m_.data(), v_.data(), params_.numel(), lr,
-                       o_.beta1, o_.beta2, o_.eps, o_.weight_decay, static_cast<int>(steps_));
+  cpu::adamw_step(params_.data(), grads_.data(), m_.data(), v_.data(), params_.numel(), lr,
+                  o_.beta1, o_.beta2, o_.eps, o_.weight_decay, static_cast<int>(steps_));
 }
 
 std::vector<std::pair<std::string, tensor>> adamw::state() {
@@ -32,8 +32,8 @@ sgd::sgd(tensor params, tensor grads, const optim_options& o, pool& p)
 
 void sgd::step(float lr) {
   ++steps_;
-  gpu::cpu::sgd_step(params_.data(), grads_.data(), buf_.data(), params_.numel(), lr, o_.momentum,
-                     o_.weight_decay);
+  cpu::sgd_step(params_.data(), grads_.data(), buf_.data(), params_.numel(), lr, o_.momentum,
+                o_.weight_decay);
 }
 
 std::vector<std::pair<std::string, tensor>> sgd::state() { return {{"momentum_buffer", buf_}}; }
@@ -46,7 +46,7 @@ std::unique_ptr<optimizer> make_optimizer(tensor params, tensor grads, const opt
 }
 
 double grad_sum_squares(const tensor& grads) {
-  return gpu::cpu::sum_squares(grads.data(), grads.numel());
+  return cpu::sum_squares(grads.data(), grads.numel());
 }
 
 float clip_coefficient(double total_norm, float max_norm) {
@@ -58,7 +58,7 @@ float clip_coefficient(double total_norm, float max_norm) {
 double clip_grad_norm(tensor& grads, float max_norm) {
   const double norm = std::sqrt(grad_sum_squares(grads));
   const float coef = clip_coefficient(norm, max_norm);
-  if (coef < 1.0f) gpu::cpu::scale(grads.data(), coef, grads.numel());
+  if (coef < 1.0f) cpu::scale(grads.data(), coef, grads.numel());
   return norm;
 }
 

@@ -1,6 +1,6 @@
 // Host tensors of the CPU path: a shape plus a view into pool-backed storage (float32 for
 // values, int32 for token ids and labels). Owns shape bookkeeping and storage lifetime;
-// does not do arithmetic (layers call gpu/kernels.hpp on data()) and never reallocates.
+// does not do arithmetic (layers call runtime/cpu/kernels.hpp on data()) and never reallocates.
 #pragma once
 #include <cstdint>
 #include <cstring>

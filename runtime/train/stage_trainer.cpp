@@ -39,8 +39,8 @@ stage_trainer::stage_trainer(const config& c, int stage, int tp_rank)
     throw usage_error("stage " + std::to_string(stage) + " / TP rank " + std::to_string(tp_rank) +
                       " is outside the grid pp=" + std::to_string(stages_) +
                       " tp=" + std::to_string(tp_size_));
-  gpu::cpu::set_num_threads(std::max(1, c.train.threads));
-  gpu::cpu::set_flush_denormals(true);
+  cpu::set_num_threads(std::max(1, c.train.threads));
+  cpu::set_flush_denormals(true);
   data_ = make_dataset(c);
   nn::gpt_shape shape;
   shape.vocab = data_->num_classes();

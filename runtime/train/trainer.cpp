@@ -6,10 +6,10 @@
 #include <cstring>
 #include <thread>
 
-#include "gpu/kernels.hpp"
 #include "runtime/ckpt/checkpoint.hpp"
 #include "runtime/core/error.hpp"
 #include "runtime/core/sha256.hpp"
+#include "runtime/cpu/kernels.hpp"
 #include "runtime/train/checkpoint_writer.hpp"
 #include "runtime/train/fixed_point.hpp"
 #include "runtime/train/param_stats.hpp"
@@ -35,8 +35,8 @@ trainer::trainer(const config& c) : cfg_(c) {
   // One BLAS thread by default: results must not depend on the machine's core count.
   // Denormals flushed to zero: tiny late-training gradients otherwise slow every step
   // several-fold; the setting is the same in every process, so results stay reproducible.
-  gpu::cpu::set_num_threads(std::max(1, c.train.threads));
-  gpu::cpu::set_flush_denormals(true);
+  cpu::set_num_threads(std::max(1, c.train.threads));
+  cpu::set_flush_denormals(true);
   data_ = make_dataset(c);
   const int vocab = data_->is_language_model() ? data_->num_classes() : 0;
   model_ = nn::make_model(c.model, vocab, c.train.micro_batch, c.train.seed);

@@ -1,6 +1,6 @@
-// Every CUDA kernel (gpu/cuda_kernels.hpp) against its CPU twin (gpu/kernels.hpp) on random
-// inputs with the same arguments, plus the device pool over real device memory. Runs only
-// where a CUDA device exists; gpu_test_main.cpp skips the whole binary (exit 77) otherwise.
+// Every CUDA kernel (gpu/cuda_kernels.hpp) against its CPU twin (runtime/cpu/kernels.hpp) on
+// random inputs with the same arguments, plus the device pool over real device memory. Runs
+// only where a CUDA device exists; gpu_test_main.cpp skips the whole binary (exit 77) otherwise.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -14,11 +14,11 @@
 #include "gpu/cuda_kernels.hpp"
 #include "gpu/device.hpp"
 #include "gpu/device_pool.hpp"
-#include "gpu/kernels.hpp"
 #include "runtime/core/rng.hpp"
+#include "runtime/cpu/kernels.hpp"
 
 namespace g = cohort::gpu;
-namespace cpu = cohort::gpu::cpu;
+namespace cpu = cohort::cpu;
 namespace cu = cohort::gpu::cuda;
 
 namespace {

@@ -4,8 +4,8 @@
 
 #include <cmath>
 
-#include "gpu/kernels.hpp"
 #include "runtime/core/error.hpp"
+#include "runtime/cpu/kernels.hpp"
 #include "runtime/nn/bench.hpp"
 
 using namespace cohort::nn;
@@ -42,7 +42,7 @@ TEST_CASE("bench_train reports consistent figures for both models") {
   CHECK(std::isfinite(r.last_loss));
   CHECK(r.first_loss == doctest::Approx(std::log(11.0)).epsilon(0.1));  // near-uniform at init
 
-  CHECK_FALSE(cohort::gpu::cpu::flush_denormals());  // the caller's mode is restored
+  CHECK_FALSE(cohort::cpu::flush_denormals());  // the caller's mode is restored
 
   o.model = "cnn";
   CHECK_THROWS_AS(bench_train(o), cohort::usage_error);

@@ -1,14 +1,14 @@
-// The CPU twins of gpu/kernels.hpp: forward results against independent double-precision
+// The CPU kernels (runtime/cpu/kernels.hpp): forward results against independent double-precision
 // formulas, backward results against central finite differences of the forward kernels.
 #include <doctest/doctest.h>
 
 #include <cmath>
 #include <vector>
 
-#include "gpu/kernels.hpp"
+#include "runtime/cpu/kernels.hpp"
 #include "tests/nn/grad_check.hpp"
 
-namespace k = cohort::gpu::cpu;
+namespace k = cohort::cpu;
 using namespace cohort::nn::testing;
 
 namespace {

@@ -3,7 +3,7 @@
 
 #include <cmath>
 
-#include "gpu/kernels.hpp"
+#include "runtime/cpu/kernels.hpp"
 #include "runtime/nn/optim.hpp"
 
 using namespace cohort::nn;

@@ -1,7 +1,8 @@
-// The compute kernels of cohort, one signature per op, with two implementations:
-// the CPU twins (gpu/cpu_kernels.cpp, OpenBLAS + plain loops, the reference and the
-// CPU training path) and the CUDA ones (gpu/cuda_kernels.cu, namespace cohort::gpu::cuda,
-// same signatures, pointers to device memory). Knows nothing of CAF, ZeroMQ or YAML.
+// The CPU compute kernels of cohort (namespace cohort::cpu): one signature per op, the
+// reference every CUDA twin (gpu/cuda_kernels.hpp, namespace cohort::gpu::cuda, same
+// parameter lists over device pointers) is checked against, and the CPU training path.
+// OpenBLAS for matrix products, plain loops with an AVX2/FMA build for the rest (simd.hpp).
+// Knows nothing of CAF, ZeroMQ, YAML or devices; the files here are split by op family.
 //
 // Conventions (as in llm.c): row-major float32; activation gradients are ASSIGNED
 // (dx = ...), parameter gradients are ACCUMULATED (dw += ...), so gradient accumulation
@@ -10,38 +11,50 @@
 #pragma once
 #include <cstdint>
 
-namespace cohort::gpu {
+namespace cohort::cpu {
 
-namespace cpu {
+// ---- matrix products, linear, embedding (linear.cpp) ----
 /// C = alpha * op(A) * op(B) + beta * C, row-major; op(X) = X^T when tX.
 void gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, int lda,
           const float* b, int ldb, float beta, float* c, int ldc);
 /// y[rows, out] = x[rows, in] * W^T + b (b may be null). W is [out, in].
-void linear_fwd(float* y, const float* x, const float* w, const float* b, int rows, int in, int out);
-/// dx = dy * W (assigned, skipped when dx is null); dW += dy^T x; db += colsum(dy) (db may be null).
+void linear_fwd(float* y, const float* x, const float* w, const float* b, int rows, int in,
+                int out);
+/// dx = dy * W (assigned, skipped when dx is null); dW += dy^T x; db += colsum(dy) (db may be
+/// null).
 void linear_bwd(float* dx, float* dw, float* db, const float* dy, const float* x, const float* w,
                 int rows, int in, int out);
-void relu_fwd(float* y, const float* x, int64_t n);
-void relu_bwd(float* dx, const float* dy, const float* x, int64_t n);
-/// GELU, tanh approximation (GPT-2; torch.nn.GELU(approximate="tanh")).
-void gelu_fwd(float* y, const float* x, int64_t n);
-void gelu_bwd(float* dx, const float* dy, const float* x, int64_t n);
-/// LayerNorm over the last dim C; saves mean and rstd [rows] for backward.
-void layernorm_fwd(float* y, float* mean, float* rstd, const float* x, const float* w,
-                   const float* b, int rows, int c, float eps);
-void layernorm_bwd(float* dx, float* dw, float* db, const float* dy, const float* x,
-                   const float* w, const float* mean, const float* rstd, int rows, int c);
 /// out[b,t,:] = wte[ids[b,t],:] + wpe[t,:] (wpe may be null).
 void embedding_fwd(float* out, const int32_t* ids, const float* wte, const float* wpe, int b, int t,
                    int c);
 void embedding_bwd(float* dwte, float* dwpe, const float* dout, const int32_t* ids, int b, int t,
                    int c);
+
+// ---- activations and the residual add (elementwise.cpp) ----
+void relu_fwd(float* y, const float* x, int64_t n);
+void relu_bwd(float* dx, const float* dy, const float* x, int64_t n);
+/// GELU, tanh approximation (GPT-2; torch.nn.GELU(approximate="tanh")).
+void gelu_fwd(float* y, const float* x, int64_t n);
+void gelu_bwd(float* dx, const float* dy, const float* x, int64_t n);
+/// y += x elementwise (the residual stream between blocks).
+void add_inplace(float* y, const float* x, int64_t n);
+
+// ---- normalization (layernorm.cpp) ----
+/// LayerNorm over the last dim C; saves mean and rstd [rows] for backward.
+void layernorm_fwd(float* y, float* mean, float* rstd, const float* x, const float* w,
+                   const float* b, int rows, int c, float eps);
+void layernorm_bwd(float* dx, float* dw, float* db, const float* dy, const float* x, const float* w,
+                   const float* mean, const float* rstd, int rows, int c);
+
+// ---- attention (attention.cpp) ----
 /// Causal multi-head self-attention core. qkv [B,T,3C] (q | k | v, heads contiguous in C);
 /// att [B,NH,T,T] saves the softmax probabilities; out [B,T,C].
 void attention_fwd(float* out, float* att, const float* qkv, int b, int t, int c, int nh);
 /// dqkv assigned; scratch needs b*nh*t*t floats.
-void attention_bwd(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* att,
-                   int b, int t, int c, int nh);
+void attention_bwd(float* dqkv, float* scratch, const float* dout, const float* qkv,
+                   const float* att, int b, int t, int c, int nh);
+
+// ---- loss (loss.cpp) ----
 /// Softmax cross-entropy over V classes per row. Writes probs [N,V] and losses [N];
 /// returns the mean loss. Targets outside [0,V) are a caller bug.
 float softmax_xent_fwd(float* probs, float* losses, const float* logits, const int32_t* targets,
@@ -49,6 +62,8 @@ float softmax_xent_fwd(float* probs, float* losses, const float* logits, const i
 /// dlogits = (probs - onehot(target)) * scale (assigned); scale is usually 1/N_total.
 void softmax_xent_bwd(float* dlogits, const float* probs, const int32_t* targets, int n, int v,
                       float scale);
+
+// ---- optimizers and gradient clipping (optim.cpp) ----
 /// One AdamW update (decoupled weight decay), t is the 1-based step count.
 void adamw_step(float* p, const float* g, float* m, float* v, int64_t n, float lr, float beta1,
                 float beta2, float eps, float weight_decay, int t);
@@ -59,8 +74,8 @@ void sgd_step(float* p, const float* g, float* buf, int64_t n, float lr, float m
 double sum_squares(const float* x, int64_t n);
 void scale(float* x, float s, int64_t n);
 
-// CPU-only helpers (no CUDA twin needed): the thread count of the CPU path and the
-// residual-stream add the CPU models use between blocks.
+// ---- CPU-only helpers (no CUDA twin needed) ----
+// The thread count of the CPU path (linear.cpp), the SIMD choice and flush-to-zero (simd.cpp).
 /// Sets the threads OpenBLAS uses (>= 1); results must not depend on the machine's cores.
 void set_num_threads(int n);
 /// Threads OpenBLAS currently uses.
@@ -77,8 +92,5 @@ bool simd_kernels();
 void set_flush_denormals(bool on);
 /// Whether flush-to-zero is on for the calling thread.
 bool flush_denormals();
-/// y += x elementwise.
-void add_inplace(float* y, const float* x, int64_t n);
-}  // namespace cpu
 
-}  // namespace cohort::gpu
+}  // namespace cohort::cpu

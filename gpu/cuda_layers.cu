@@ -1,8 +1,9 @@
-// CUDA twins of gpu/kernels.hpp (declared in gpu/cuda_kernels.hpp). One small kernel per op,
-// written for correctness and readability first: every kernel mirrors the arithmetic of its
-// CPU twin in gpu/cpu_kernels.cpp so the comparison tests can use tight tolerances. Matrix
-// products go to cuBLAS. Reductions run in a fixed order (no float atomics) except the
-// embedding backward, where repeated token ids make atomics the simple correct choice.
+// CUDA twins of the layer ops of runtime/cpu/kernels.hpp (declared in gpu/cuda_kernels.hpp):
+// gemm and linear (cuBLAS plus a bias pass and a column sum), layernorm, embedding,
+// attention and the softmax cross-entropy. Written for correctness and readability first:
+// each kernel mirrors the arithmetic of its CPU twin so the comparison tests can use tight
+// tolerances. Reductions run in a fixed order (no float atomics) except the embedding
+// backward, where repeated token ids make atomics the simple correct choice.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -15,94 +16,10 @@
 
 namespace cohort::gpu::cuda {
 
-using detail::block_max;
-using detail::block_sum;
-using detail::blocks_for;
-using detail::k_threads;
+// The launch geometry, block reductions and host helpers of gpu/cuda_common.cuh.
+using namespace detail;
 
 namespace {
-
-// ---- per-thread state: current stream, last status, lazily created handles ---------------
-
-constexpr int k_max_devices = 16;
-// Stage-1 partial sums of the deterministic reduction: at most this many blocks.
-constexpr int k_reduce_blocks = 256;
-
-struct thread_state {
-  cudaStream_t stream = nullptr;
-  status last = status::ok;
-  cublasHandle_t blas[k_max_devices] = {};
-  double* scratch[k_max_devices] = {};  // k_reduce_blocks + 1 doubles per device
-};
-// Per thread because workers drive devices from several threads; nothing is freed at thread
-// exit because the CUDA context may already be gone then (release_thread_resources frees).
-thread_local thread_state ts_;
-
-status record(status s) {
-  ts_.last = s;
-  return s;
-}
-
-status from_cuda(cudaError_t e, const char* what) {
-  if (e == cudaSuccess) return status::ok;
-  (void)cudaGetLastError();  // clear the non-sticky slot so the next op is not blamed
-  return set_error(
-      e == cudaErrorMemoryAllocation ? status::out_of_memory : status::cuda_error,
-      std::string(what) + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
-}
-
-/// Status of the kernel launch just issued (configuration errors show up here at once).
-status launched(const char* what) { return from_cuda(cudaGetLastError(), what); }
-
-status bad(const char* what) { return set_error(status::invalid_argument, what); }
-
-status current_device(int* dev) {
-  if (status s = from_cuda(cudaGetDevice(dev), "cudaGetDevice"); s != status::ok) return s;
-  if (*dev < 0 || *dev >= k_max_devices) return bad("device index beyond k_max_devices");
-  return status::ok;
-}
-
-status blas_handle(cublasHandle_t* out) {
-  int dev = 0;
-  if (status s = current_device(&dev); s != status::ok) return s;
-  if (ts_.blas[dev] == nullptr) {
-    cublasHandle_t h = nullptr;
-    if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS)
-      return set_error(status::cublas_error, "cublasCreate failed");
-    // Plain FP32 (no TF32 tensor-core rounding): results stay within ~1e-5 of the CPU twin.
-    cublasSetMathMode(h, CUBLAS_DEFAULT_MATH);
-    ts_.blas[dev] = h;
-  }
-  if (cublasSetStream(ts_.blas[dev], ts_.stream) != CUBLAS_STATUS_SUCCESS)
-    return set_error(status::cublas_error, "cublasSetStream failed");
-  *out = ts_.blas[dev];
-  return status::ok;
-}
-
-status scratch_buffer(double** out) {
-  int dev = 0;
-  if (status s = current_device(&dev); s != status::ok) return s;
-  if (ts_.scratch[dev] == nullptr) {
-    void* p = nullptr;
-    if (status s = from_cuda(cudaMalloc(&p, sizeof(double) * (k_reduce_blocks + 1)),
-                             "cudaMalloc(reduction scratch)");
-        s != status::ok)
-      return s;
-    ts_.scratch[dev] = static_cast<double*>(p);
-  }
-  *out = ts_.scratch[dev];
-  return status::ok;
-}
-
-// ---- kernels --------------------------------------------------------------------------------
-// Grid-stride loops everywhere an op is elementwise, so any n works with a capped grid.
-
-#define COHORT_GRID_STRIDE(i, n)                                                         \
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < (n); \
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-
-constexpr float k_gelu_c = 0.7978845608028654f;  // sqrt(2/pi)
-constexpr float k_gelu_a = 0.044715f;
 
 // y[r, j] += b[j]: cuBLAS has no bias epilogue for plain sgemm, so the bias is its own pass.
 __global__ void add_bias_rows_kernel(float* y, const float* b, int64_t rows, int out) {
@@ -117,33 +34,6 @@ __global__ void colsum_add_kernel(float* db, const float* dy, int rows, int out)
   float s = 0.0f;
   for (int r = 0; r < rows; ++r) s += dy[static_cast<int64_t>(r) * out + j];
   db[j] += s;
-}
-
-__global__ void relu_fwd_kernel(float* y, const float* x, int64_t n) {
-  COHORT_GRID_STRIDE(i, n) { y[i] = x[i] > 0.0f ? x[i] : 0.0f; }
-}
-
-__global__ void relu_bwd_kernel(float* dx, const float* dy, const float* x, int64_t n) {
-  COHORT_GRID_STRIDE(i, n) { dx[i] = x[i] > 0.0f ? dy[i] : 0.0f; }
-}
-
-// 0.5 x (1 + tanh(u)) written as x * sigmoid(2u), as the CPU twin does (same rounding path).
-__global__ void gelu_fwd_kernel(float* y, const float* x, int64_t n) {
-  COHORT_GRID_STRIDE(i, n) {
-    const float xi = x[i];
-    const float u = k_gelu_c * (xi + k_gelu_a * xi * xi * xi);
-    y[i] = xi / (1.0f + expf(-2.0f * u));
-  }
-}
-
-__global__ void gelu_bwd_kernel(float* dx, const float* dy, const float* x, int64_t n) {
-  COHORT_GRID_STRIDE(i, n) {
-    const float xi = x[i];
-    const float u = k_gelu_c * (xi + k_gelu_a * xi * xi * xi);
-    const float s = 1.0f / (1.0f + expf(-2.0f * u));
-    const float du = k_gelu_c * (1.0f + 3.0f * k_gelu_a * xi * xi);
-    dx[i] = dy[i] * (s + 2.0f * xi * s * (1.0f - s) * du);
-  }
 }
 
 // One block per row. Two passes (mean, then centred variance) like the CPU twin and PyTorch:
@@ -358,77 +248,6 @@ __global__ void softmax_xent_bwd_kernel(float* dlogits, const float* probs, cons
   }
 }
 
-// Same scalar order as the CPU twin (torch.optim.AdamW, non-fused); the bias corrections are
-// computed once on the host in double, exactly as the CPU does.
-__global__ void adamw_kernel(float* p, const float* g, float* m, float* v, int64_t n, float beta1,
-                             float beta2, float eps, float decay, float step_size, float sqrt_bc2) {
-  COHORT_GRID_STRIDE(i, n) {
-    const float gi = g[i];
-    const float mi = m[i] * beta1 + (1.0f - beta1) * gi;
-    const float vi = v[i] * beta2 + (1.0f - beta2) * gi * gi;
-    m[i] = mi;
-    v[i] = vi;
-    const float denom = sqrtf(vi) / sqrt_bc2 + eps;
-    p[i] = p[i] * decay - step_size * (mi / denom);
-  }
-}
-
-__global__ void sgd_kernel(float* p, const float* g, float* buf, int64_t n, float lr,
-                           float momentum, float weight_decay) {
-  COHORT_GRID_STRIDE(i, n) {
-    const float gi = g[i] + weight_decay * p[i];
-    const float bi = momentum * buf[i] + gi;
-    buf[i] = bi;
-    p[i] -= lr * bi;
-  }
-}
-
-__global__ void scale_kernel(float* x, float s, int64_t n) {
-  COHORT_GRID_STRIDE(i, n) { x[i] *= s; }
-}
-
-__global__ void add_inplace_kernel(float* y, const float* x, int64_t n) {
-  COHORT_GRID_STRIDE(i, n) { y[i] += x[i]; }
-}
-
-// Deterministic two-stage reduction in double: stage 1 has a grid that depends only on n,
-// each block writes one partial; stage 2 (one block) sums the partials. No atomics, so the
-// same input gives the same bits on every run (gradient-norm clipping must not jitter).
-__global__ void reduce_stage1_kernel(double* partial, const float* x, int64_t n, bool square) {
-  double s = 0.0;
-  COHORT_GRID_STRIDE(i, n) {
-    const double xi = x[i];
-    s += square ? xi * xi : xi;
-  }
-  s = block_sum(s);
-  if (threadIdx.x == 0) partial[blockIdx.x] = s;
-}
-
-__global__ void reduce_stage2_kernel(double* result, const double* partial, int count) {
-  double s = 0.0;
-  for (int i = threadIdx.x; i < count; i += blockDim.x) s += partial[i];
-  s = block_sum(s);
-  if (threadIdx.x == 0) *result = s;
-}
-
-/// Sum (or sum of squares) of x[0..n) into *out on the host; synchronises the stream.
-status reduce_to_host(double* out, const float* x, int64_t n, bool square) {
-  double* scratch = nullptr;
-  if (status s = scratch_buffer(&scratch); s != status::ok) return s;
-  int blocks = blocks_for(n);
-  if (blocks > k_reduce_blocks) blocks = k_reduce_blocks;
-  reduce_stage1_kernel<<<blocks, k_threads, 0, ts_.stream>>>(scratch, x, n, square);
-  if (status s = launched("reduce_stage1_kernel"); s != status::ok) return s;
-  reduce_stage2_kernel<<<1, k_threads, 0, ts_.stream>>>(scratch + k_reduce_blocks, scratch, blocks);
-  if (status s = launched("reduce_stage2_kernel"); s != status::ok) return s;
-  if (status s = from_cuda(cudaMemcpyAsync(out, scratch + k_reduce_blocks, sizeof(double),
-                                           cudaMemcpyDeviceToHost, ts_.stream),
-                           "cudaMemcpyAsync(reduction result)");
-      s != status::ok)
-    return s;
-  return from_cuda(cudaStreamSynchronize(ts_.stream), "cudaStreamSynchronize");
-}
-
 status check_attention(int b, int t, int c, int nh) {
   if (b < 0 || t < 0 || c < 0 || nh <= 0 || c % nh != 0)
     return bad("attention: need b, t, c >= 0, nh > 0 and c divisible by nh");
@@ -436,21 +255,6 @@ status check_attention(int b, int t, int c, int nh) {
 }
 
 }  // namespace
-
-// ---- public API --------------------------------------------------------------------------------
-
-status last_status() { return ts_.last; }
-void set_stream(void* stream) { ts_.stream = static_cast<cudaStream_t>(stream); }
-void* current_stream() { return ts_.stream; }
-
-void release_thread_resources() {
-  for (int d = 0; d < k_max_devices; ++d) {
-    if (ts_.blas[d]) cublasDestroy(ts_.blas[d]);
-    if (ts_.scratch[d]) cudaFree(ts_.scratch[d]);
-    ts_.blas[d] = nullptr;
-    ts_.scratch[d] = nullptr;
-  }
-}
 
 status gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, int lda,
             const float* b, int ldb, float beta, float* c, int ldc) {
@@ -476,7 +280,7 @@ status linear_fwd(float* y, const float* x, const float* w, const float* b, int 
     return s;
   if (b == nullptr || rows == 0 || out == 0) return record(status::ok);
   const int64_t n = static_cast<int64_t>(rows) * out;
-  add_bias_rows_kernel<<<blocks_for(n), k_threads, 0, ts_.stream>>>(y, b, rows, out);
+  add_bias_rows_kernel<<<blocks_for(n), k_threads, 0, stream()>>>(y, b, rows, out);
   return record(launched("add_bias_rows_kernel"));
 }
 
@@ -491,40 +295,16 @@ status linear_bwd(float* dx, float* dw, float* db, const float* dy, const float*
       s != status::ok)
     return s;
   if (db == nullptr || out == 0) return record(status::ok);
-  colsum_add_kernel<<<(out + k_threads - 1) / k_threads, k_threads, 0, ts_.stream>>>(db, dy, rows,
-                                                                                     out);
+  colsum_add_kernel<<<(out + k_threads - 1) / k_threads, k_threads, 0, stream()>>>(db, dy, rows,
+                                                                                   out);
   return record(launched("colsum_add_kernel"));
-}
-
-status relu_fwd(float* y, const float* x, int64_t n) {
-  if (n <= 0) return record(n < 0 ? bad("relu_fwd: negative n") : status::ok);
-  relu_fwd_kernel<<<blocks_for(n), k_threads, 0, ts_.stream>>>(y, x, n);
-  return record(launched("relu_fwd_kernel"));
-}
-
-status relu_bwd(float* dx, const float* dy, const float* x, int64_t n) {
-  if (n <= 0) return record(n < 0 ? bad("relu_bwd: negative n") : status::ok);
-  relu_bwd_kernel<<<blocks_for(n), k_threads, 0, ts_.stream>>>(dx, dy, x, n);
-  return record(launched("relu_bwd_kernel"));
-}
-
-status gelu_fwd(float* y, const float* x, int64_t n) {
-  if (n <= 0) return record(n < 0 ? bad("gelu_fwd: negative n") : status::ok);
-  gelu_fwd_kernel<<<blocks_for(n), k_threads, 0, ts_.stream>>>(y, x, n);
-  return record(launched("gelu_fwd_kernel"));
-}
-
-status gelu_bwd(float* dx, const float* dy, const float* x, int64_t n) {
-  if (n <= 0) return record(n < 0 ? bad("gelu_bwd: negative n") : status::ok);
-  gelu_bwd_kernel<<<blocks_for(n), k_threads, 0, ts_.stream>>>(dx, dy, x, n);
-  return record(launched("gelu_bwd_kernel"));
 }
 
 status layernorm_fwd(float* y, float* mean, float* rstd, const float* x, const float* w,
                      const float* b, int rows, int c, float eps) {
   if (rows < 0 || c <= 0 || !w || !b) return record(bad("layernorm_fwd: need c > 0, w and b"));
   if (rows == 0) return record(status::ok);
-  layernorm_fwd_kernel<<<rows, k_threads, 0, ts_.stream>>>(y, mean, rstd, x, w, b, c, eps);
+  layernorm_fwd_kernel<<<rows, k_threads, 0, stream()>>>(y, mean, rstd, x, w, b, c, eps);
   return record(launched("layernorm_fwd_kernel"));
 }
 
@@ -532,9 +312,9 @@ status layernorm_bwd(float* dx, float* dw, float* db, const float* dy, const flo
                      const float* w, const float* mean, const float* rstd, int rows, int c) {
   if (rows < 0 || c <= 0 || !dw || !db) return record(bad("layernorm_bwd: need c > 0, dw and db"));
   if (rows == 0) return record(status::ok);
-  layernorm_bwd_dx_kernel<<<rows, k_threads, 0, ts_.stream>>>(dx, dy, x, w, mean, rstd, c);
+  layernorm_bwd_dx_kernel<<<rows, k_threads, 0, stream()>>>(dx, dy, x, w, mean, rstd, c);
   if (status s = launched("layernorm_bwd_dx_kernel"); s != status::ok) return record(s);
-  layernorm_bwd_params_kernel<<<(c + k_threads - 1) / k_threads, k_threads, 0, ts_.stream>>>(
+  layernorm_bwd_params_kernel<<<(c + k_threads - 1) / k_threads, k_threads, 0, stream()>>>(
       dw, db, dy, x, mean, rstd, rows, c);
   return record(launched("layernorm_bwd_params_kernel"));
 }
@@ -544,7 +324,7 @@ status embedding_fwd(float* out, const int32_t* ids, const float* wte, const flo
   if (b < 0 || t < 0 || c < 0) return record(bad("embedding_fwd: negative size"));
   const int64_t n = static_cast<int64_t>(b) * t * c;
   if (n == 0) return record(status::ok);
-  embedding_fwd_kernel<<<blocks_for(n), k_threads, 0, ts_.stream>>>(out, ids, wte, wpe, t, c, n);
+  embedding_fwd_kernel<<<blocks_for(n), k_threads, 0, stream()>>>(out, ids, wte, wpe, t, c, n);
   return record(launched("embedding_fwd_kernel"));
 }
 
@@ -553,10 +333,10 @@ status embedding_bwd(float* dwte, float* dwpe, const float* dout, const int32_t*
   if (b < 0 || t < 0 || c < 0) return record(bad("embedding_bwd: negative size"));
   const int64_t n = static_cast<int64_t>(b) * t * c;
   if (n == 0) return record(status::ok);
-  embedding_bwd_wte_kernel<<<blocks_for(n), k_threads, 0, ts_.stream>>>(dwte, dout, ids, c, n);
+  embedding_bwd_wte_kernel<<<blocks_for(n), k_threads, 0, stream()>>>(dwte, dout, ids, c, n);
   if (status s = launched("embedding_bwd_wte_kernel"); s != status::ok) return record(s);
   if (dwpe == nullptr) return record(status::ok);
-  embedding_bwd_wpe_kernel<<<blocks_for(static_cast<int64_t>(t) * c), k_threads, 0, ts_.stream>>>(
+  embedding_bwd_wpe_kernel<<<blocks_for(static_cast<int64_t>(t) * c), k_threads, 0, stream()>>>(
       dwpe, dout, b, t, c);
   return record(launched("embedding_bwd_wpe_kernel"));
 }
@@ -567,8 +347,8 @@ status attention_fwd(float* out, float* att, const float* qkv, int b, int t, int
   if (rows == 0) return record(status::ok);
   if (rows > std::numeric_limits<int>::max()) return record(bad("attention_fwd: b*nh*t too large"));
   const float sc = 1.0f / sqrtf(static_cast<float>(c / nh));
-  attention_fwd_kernel<<<static_cast<int>(rows), k_threads / 2, 0, ts_.stream>>>(out, att, qkv, t,
-                                                                                 c, nh, sc);
+  attention_fwd_kernel<<<static_cast<int>(rows), k_threads / 2, 0, stream()>>>(out, att, qkv, t, c,
+                                                                               nh, sc);
   return record(launched("attention_fwd_kernel"));
 }
 
@@ -579,11 +359,11 @@ status attention_bwd(float* dqkv, float* scratch, const float* dout, const float
   if (rows == 0) return record(status::ok);
   if (rows > std::numeric_limits<int>::max()) return record(bad("attention_bwd: b*nh*t too large"));
   const float sc = 1.0f / sqrtf(static_cast<float>(c / nh));
-  attention_bwd_ds_kernel<<<static_cast<int>(rows), k_threads / 2, 0, ts_.stream>>>(
+  attention_bwd_ds_kernel<<<static_cast<int>(rows), k_threads / 2, 0, stream()>>>(
       scratch, dout, qkv, att, t, c, nh, sc);
   if (status s = launched("attention_bwd_ds_kernel"); s != status::ok) return record(s);
-  attention_bwd_dqkv_kernel<<<static_cast<int>(rows), 64, 0, ts_.stream>>>(dqkv, scratch, dout, qkv,
-                                                                           att, t, c, nh);
+  attention_bwd_dqkv_kernel<<<static_cast<int>(rows), 64, 0, stream()>>>(dqkv, scratch, dout, qkv,
+                                                                         att, t, c, nh);
   return record(launched("attention_bwd_dqkv_kernel"));
 }
 
@@ -598,7 +378,7 @@ float softmax_xent_fwd(float* probs, float* losses, const float* logits, const i
     record(status::ok);
     return 0.0f;  // as the CPU twin: the mean over no rows is 0
   }
-  softmax_xent_fwd_kernel<<<n, k_threads, 0, ts_.stream>>>(probs, losses, logits, targets, v);
+  softmax_xent_fwd_kernel<<<n, k_threads, 0, stream()>>>(probs, losses, logits, targets, v);
   double total = 0.0;
   status s = launched("softmax_xent_fwd_kernel");
   if (s == status::ok) s = reduce_to_host(&total, losses, n, false);
@@ -611,51 +391,9 @@ status softmax_xent_bwd(float* dlogits, const float* probs, const int32_t* targe
   if (n < 0 || v <= 0) return record(bad("softmax_xent_bwd: need n >= 0, v > 0"));
   const int64_t total = static_cast<int64_t>(n) * v;
   if (total == 0) return record(status::ok);
-  softmax_xent_bwd_kernel<<<blocks_for(total), k_threads, 0, ts_.stream>>>(dlogits, probs, targets,
-                                                                           v, scale, total);
+  softmax_xent_bwd_kernel<<<blocks_for(total), k_threads, 0, stream()>>>(dlogits, probs, targets, v,
+                                                                         scale, total);
   return record(launched("softmax_xent_bwd_kernel"));
-}
-
-status adamw_step(float* p, const float* g, float* m, float* v, int64_t n, float lr, float beta1,
-                  float beta2, float eps, float weight_decay, int t) {
-  if (n < 0 || t < 1) return record(bad("adamw_step: need n >= 0 and step t >= 1"));
-  if (n == 0) return record(status::ok);
-  const double bc1 = 1.0 - std::pow(static_cast<double>(beta1), t);
-  const double bc2 = 1.0 - std::pow(static_cast<double>(beta2), t);
-  const float decay = 1.0f - lr * weight_decay;
-  const float step_size = static_cast<float>(lr / bc1);
-  const float sqrt_bc2 = static_cast<float>(std::sqrt(bc2));
-  adamw_kernel<<<blocks_for(n), k_threads, 0, ts_.stream>>>(p, g, m, v, n, beta1, beta2, eps, decay,
-                                                            step_size, sqrt_bc2);
-  return record(launched("adamw_kernel"));
-}
-
-status sgd_step(float* p, const float* g, float* buf, int64_t n, float lr, float momentum,
-                float weight_decay) {
-  if (n <= 0) return record(n < 0 ? bad("sgd_step: negative n") : status::ok);
-  sgd_kernel<<<blocks_for(n), k_threads, 0, ts_.stream>>>(p, g, buf, n, lr, momentum, weight_decay);
-  return record(launched("sgd_kernel"));
-}
-
-double sum_squares(const float* x, int64_t n) {
-  double total = 0.0;
-  status s = status::ok;
-  if (n < 0) s = bad("sum_squares: negative n");
-  if (n > 0) s = reduce_to_host(&total, x, n, true);
-  record(s);
-  return s == status::ok ? total : std::numeric_limits<double>::quiet_NaN();
-}
-
-status scale(float* x, float s, int64_t n) {
-  if (n <= 0) return record(n < 0 ? bad("scale: negative n") : status::ok);
-  scale_kernel<<<blocks_for(n), k_threads, 0, ts_.stream>>>(x, s, n);
-  return record(launched("scale_kernel"));
-}
-
-status add_inplace(float* y, const float* x, int64_t n) {
-  if (n <= 0) return record(n < 0 ? bad("add_inplace: negative n") : status::ok);
-  add_inplace_kernel<<<blocks_for(n), k_threads, 0, ts_.stream>>>(y, x, n);
-  return record(launched("add_inplace_kernel"));
 }
 
 }  // namespace cohort::gpu::cuda
