@@ -434,7 +434,7 @@ TEST_CASE("bench p2p refuses sizes it cannot run") {
   CHECK_THROWS_AS(parse("bench p2p --iters -1"), CLI::ParseError);
 }
 
-TEST_CASE("p2p: a frame over the size limit never arrives; the channel goes on for others") {
+TEST_CASE("p2p: a frame over the size limit never arrives, the channel goes on for others") {
   p2p_limits lim;
   lim.max_message_bytes = 64;
   p2p_channel b("127.0.0.1", 1, 5, 1000, lim);

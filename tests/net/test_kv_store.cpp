@@ -293,7 +293,7 @@ TEST_CASE("the budget counts each entry's and each wait's overhead, not only its
   CHECK(s.charged_bytes() == 0);
 }
 
-TEST_CASE("generations beyond the roster's are refused; the ceiling never goes down") {
+TEST_CASE("generations beyond the roster's are refused, the ceiling never goes down") {
   kv::store s;
   CHECK(s.set(99, "a", "x").result.ok());  // no roster yet: every generation accepted
   s.set_ceiling(3);
