@@ -464,7 +464,7 @@ TEST_CASE("generation rule holds over a long seeded random event sequence") {
 }
 
 TEST_CASE("names a peer supplies: valid ones pass, forged and oversized ones are refused") {
-  for (const std::string ok : {std::string("w"), std::string("worker-3"),
+  for (const std::string& ok : {std::string("w"), std::string("worker-3"),
                                std::string("node7.gpu_0"), std::string(64, 'a')}) {
     CAPTURE(ok);
     CHECK(mb::name_problem(ok).empty());
