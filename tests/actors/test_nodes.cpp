@@ -44,9 +44,10 @@ TEST_CASE("nodes: two workers register and rendezvous through the store and stop
   const net::kv_reply got = b.kv_call(net::kv_get{0, 2, "rank0/addr", 0}, milliseconds(5000));
   CHECK(got.status == net::kv_status::ok);
   CHECK(got.value == "127.0.0.1:7777");
-  // A generation that is not current yet: the store has nothing there.
+  // A generation the roster has not reached: refused, so nobody can pre-set it.
   const net::kv_reply other = b.kv_call(net::kv_get{0, 3, "rank0/addr", 0}, milliseconds(5000));
-  CHECK(other.status == net::kv_status::not_found);
+  CHECK(other.status == net::kv_status::invalid);
+  CHECK(other.reason.find("does not exist yet") != std::string::npos);
 
   // The coordinator's status sees both alive: a member is "joining" until its first
   // heartbeat arrives, which on a loaded machine can come after the calls above.
