@@ -228,7 +228,6 @@ struct group {
     }
     const auto t2 = clock_type::now();
     const comm::bucket_timing bt = engine.wait_all();
-    const auto t3 = clock_type::now();
     seat->finish_gradients(o.step);
     t.compute_us = micros(t2 - t1);
     t.comm_wait_us = micros(clock_type::now() - t2);
@@ -246,7 +245,6 @@ struct group {
       collective_s += comm::covered_seconds(bt.collectives);
       hidden_s += comm::overlap_seconds(bt.collectives, {{t1, t_backward_end}});
     }
-    (void)t3;
     if (seat->speaks_for_loss()) {
       v.loss_rows = loss_rows;
       for (int i : micro)

@@ -19,6 +19,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -97,6 +98,14 @@ class seat {
   /// What the final report says about the seat.
   virtual seat_report report() = 0;
 };
+
+/// What an injected `slow` adds after a pass that took SPENT: (FACTOR - 1) x SPENT of sleep
+/// (nothing for FACTOR <= 1). Both seats stretch their compute with it.
+inline void stretch_sleep(std::chrono::steady_clock::duration spent, double factor) {
+  if (factor > 1)
+    std::this_thread::sleep_for(
+        std::chrono::duration_cast<std::chrono::steady_clock::duration>(spent * (factor - 1)));
+}
 
 /// The whole model on one worker (the adapter lives with trainer, in trainer.cpp).
 std::unique_ptr<seat> make_whole_seat(const config& c);

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <thread>
 
 #include "runtime/core/error.hpp"
 #include "runtime/train/checkpoint_writer.hpp"
@@ -350,11 +349,7 @@ class stage_seat final : public seat {
   void set_links(stage_links l) override {
     // An injected `slow` stretches the stage's passes where they run, inside the schedule,
     // so the neighbours wait for it as they would for a slower device.
-    l.after_compute = [this](clock_type::duration spent) {
-      if (stretch_ > 1)
-        std::this_thread::sleep_for(
-            std::chrono::duration_cast<clock_type::duration>(spent * (stretch_ - 1)));
-    };
+    l.after_compute = [this](clock_type::duration spent) { stretch_sleep(spent, stretch_); };
     st_.set_links(std::move(l));
   }
 

@@ -4,7 +4,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
-#include <thread>
 
 #include "runtime/ckpt/checkpoint.hpp"
 #include "runtime/core/error.hpp"
@@ -351,12 +350,8 @@ class whole_seat final : public seat {
                            const nn::grads_ready_fn& ready) override {
     const auto t0 = clock_type::now();
     const double loss_rows = tr_.compute_gradients(step, micro, ready);
-    if (stretch_ > 1) {
-      // The whole step's compute at once: the model has no per-pass callback.
-      const auto spent = clock_type::now() - t0;
-      std::this_thread::sleep_for(
-          std::chrono::duration_cast<clock_type::duration>(spent * (stretch_ - 1)));
-    }
+    // The whole step's compute at once: the model has no per-pass callback.
+    stretch_sleep(clock_type::now() - t0, stretch_);
     stretch_ = 1;
     return loss_rows;
   }
