@@ -6,6 +6,7 @@
 #include "runtime/comm/hier_comm.hpp"
 #include "runtime/comm/nccl_communicator.hpp"
 #include "runtime/comm/shm_comm.hpp"
+#include "runtime/core/rules.hpp"
 
 namespace cohort::comm {
 
@@ -53,7 +54,7 @@ std::unique_ptr<communicator> make_communicator(const std::string& backend,
       transport.hierarchy != "hierarchical")
     throw usage_error("comm.hierarchy '" + transport.hierarchy +
                       "' is not one of: auto, flat, hierarchical");
-  if (transport.hierarchy == "hierarchical" && transport.transport != "auto")
+  if (!rules::hierarchy_fits_transport(transport.hierarchy, transport.transport))
     throw usage_error(
         "comm.hierarchy: hierarchical combines shared memory and Gloo, so it needs "
         "comm.transport: auto (it is '" +

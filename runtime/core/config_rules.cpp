@@ -1,8 +1,9 @@
-// The rules across config keys: the one place they live. Each group below belongs to the
+// The rules across config keys, checked for a config file. Each group below belongs to the
 // layer that needs the rule, named in its heading; checking it here, with the position of
-// the key, beats failing minutes into a launch. Those layers still guard their own entry
-// points (a config built in code never passes through here), but a config file's rule is
-// stated here. The schema's one-key checks (type, range, choices) are config.cpp's.
+// the key, beats failing minutes into a launch. A rule that the owning layer also guards at
+// its own entry point (a config built in code never passes through here) is one predicate
+// in runtime/core/rules.hpp that both call. The schema's one-key checks (type, range,
+// choices) are config.cpp's.
 #include "runtime/core/config_rules.hpp"
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include <utility>
 
 #include "runtime/core/config_schema.hpp"
+#include "runtime/core/rules.hpp"
 
 namespace cohort::config_rules {
 namespace {
@@ -70,20 +72,23 @@ class rules {
     // Pipeline and tensor parallelism split a GPT (runtime/nn/gpt_stage.hpp); say what
     // does not fit here instead of failing later in a worker.
     const bool split = c.parallel.pp > 1 || c.parallel.tp > 1;
-    if (split && fine({"parallel.pp", "parallel.tp", "model.kind"}) && c.model.kind != "gpt") {
+    if (split && fine({"parallel.pp", "parallel.tp", "model.kind"}) &&
+        !rules::model_splits(c.model.kind)) {
       complain({"parallel.pp", "parallel.tp", "model.kind"},
                "pipeline / tensor parallelism (pp = " + std::to_string(c.parallel.pp) + ", tp = " +
                    std::to_string(c.parallel.tp) + ") splits a GPT, but model.kind is " +
                    c.model.kind + " (set parallel.pp: 1 and parallel.tp: 1, or model.kind: gpt)");
-    } else if (split && c.model.kind == "gpt") {
-      if (fine({"parallel.pp", "model.n_layer"}) && c.parallel.pp > c.model.n_layer)
+    } else if (split && rules::model_splits(c.model.kind)) {
+      if (fine({"parallel.pp", "model.n_layer"}) &&
+          !rules::stages_fit_blocks(c.parallel.pp, c.model.n_layer))
         complain({"parallel.pp", "model.n_layer"},
                  "pp = " + std::to_string(c.parallel.pp) +
                      " stages need at least one block each, "
                      "but model.n_layer = " +
                      std::to_string(c.model.n_layer) +
                      " (use pp <= " + std::to_string(c.model.n_layer) + ")");
-      if (fine({"parallel.tp", "model.n_head"}) && c.model.n_head % c.parallel.tp != 0)
+      if (fine({"parallel.tp", "model.n_head"}) &&
+          !rules::tp_divides_heads(c.model.n_head, c.parallel.tp))
         complain({"parallel.tp", "model.n_head"},
                  "tp = " + std::to_string(c.parallel.tp) + " ranks split the " +
                      std::to_string(c.model.n_head) +
@@ -164,7 +169,7 @@ class rules {
   void check_heads() {
     const config& c = c_;
     if (c.model.kind == "gpt" && fine({"model.kind", "model.d_model", "model.n_head"}) &&
-        c.model.d_model % c.model.n_head != 0) {
+        !rules::heads_divide_width(c.model.d_model, c.model.n_head)) {
       complain({"model.n_head", "model.d_model"},
                "d_model = " + std::to_string(c.model.d_model) +
                    " is not divisible by n_head = " + std::to_string(c.model.n_head) +
@@ -225,8 +230,8 @@ class rules {
 
   void check_transport() {
     const config& c = c_;
-    if (fine({"comm.hierarchy", "comm.transport"}) && c.comm.hierarchy == "hierarchical" &&
-        c.comm.transport != "auto")
+    if (fine({"comm.hierarchy", "comm.transport"}) &&
+        !rules::hierarchy_fits_transport(c.comm.hierarchy, c.comm.transport))
       complain({"comm.hierarchy", "comm.transport"},
                "hierarchical combines shared memory inside a host with Gloo between hosts, so "
                "it needs comm.transport: auto (it is " +
@@ -246,7 +251,8 @@ class rules {
   void check_liveness() {
     const config& c = c_;
     if (fine({"fault_tolerance.heartbeat_ms", "fault_tolerance.timeout_ms"}) &&
-        c.fault_tolerance.timeout_ms <= c.fault_tolerance.heartbeat_ms) {
+        !rules::timeout_outlasts_heartbeat(c.fault_tolerance.heartbeat_ms,
+                                           c.fault_tolerance.timeout_ms)) {
       complain({"fault_tolerance.timeout_ms", "fault_tolerance.heartbeat_ms"},
                "timeout_ms = " + std::to_string(c.fault_tolerance.timeout_ms) +
                    " must exceed heartbeat_ms = " + std::to_string(c.fault_tolerance.heartbeat_ms) +

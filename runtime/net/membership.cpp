@@ -6,6 +6,7 @@
 
 #include "runtime/core/config.hpp"
 #include "runtime/core/error.hpp"
+#include "runtime/core/rules.hpp"
 
 namespace cohort::net::membership {
 
@@ -147,7 +148,7 @@ void validate(const options& o) {
   auto fail = [](const std::string& what) { throw usage_error("membership options: " + what); };
   if (o.heartbeat_ms <= 0)
     fail("heartbeat_ms must be > 0 (got " + std::to_string(o.heartbeat_ms) + ")");
-  if (o.timeout_ms <= o.heartbeat_ms)
+  if (!rules::timeout_outlasts_heartbeat(o.heartbeat_ms, o.timeout_ms))
     fail("timeout_ms (" + std::to_string(o.timeout_ms) + ") must exceed heartbeat_ms (" +
          std::to_string(o.heartbeat_ms) + "), or every worker looks dead between two beats");
   if (o.dp < 1 || o.pp < 1 || o.tp < 1)

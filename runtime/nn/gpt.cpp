@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "runtime/core/error.hpp"
+#include "runtime/core/rules.hpp"
 
 namespace cohort::nn {
 
@@ -46,7 +47,7 @@ void gpt_block::backward(gpt_block_acts& a, gpt_grad_scratch& s, float* dres, co
 std::vector<gpt_param_spec> gpt_param_specs(const gpt_shape& s) {
   if (s.vocab < 1 || s.context < 1 || s.n_layer < 1 || s.n_head < 1 || s.d_model < 1)
     throw usage_error("gpt: vocab, context, n_layer, n_head and d_model must all be >= 1");
-  if (s.d_model % s.n_head != 0)
+  if (!rules::heads_divide_width(s.d_model, s.n_head))
     throw usage_error("gpt: d_model (" + std::to_string(s.d_model) +
                       ") must be divisible by n_head (" + std::to_string(s.n_head) + ")");
   const int64_t C = s.d_model;

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "runtime/core/error.hpp"
+#include "runtime/core/rules.hpp"
 #include "runtime/nn/gpt_stage.hpp"
 
 namespace cohort::nn {
@@ -42,7 +43,7 @@ std::vector<stage_range> partition_gpt(const gpt_shape& shape, int stages,
   const int L = shape.n_layer, P = stages;
   if (P < 1)
     throw usage_error("pipeline: parallel.pp must be >= 1 (got " + std::to_string(P) + ")");
-  if (P > L)
+  if (!rules::stages_fit_blocks(P, L))
     throw usage_error(
         "pipeline: " + std::to_string(P) + " stages for " + std::to_string(L) +
         " transformer blocks; every stage needs at least one block, so pp <= n_layer");

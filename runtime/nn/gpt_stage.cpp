@@ -6,6 +6,7 @@
 #include <string>
 
 #include "runtime/core/error.hpp"
+#include "runtime/core/rules.hpp"
 
 namespace cohort::nn {
 
@@ -224,7 +225,7 @@ gpt_stage::gpt_stage(const gpt_shape& shape, const stage_range& range,
   if (T > 1 && !options.tp_allreduce)
     throw usage_error("gpt_stage: tp_size " + std::to_string(T) +
                       " needs tp_allreduce, the sum over the tensor-parallel group");
-  if (shape.n_head % T != 0 || (4 * int64_t{shape.d_model}) % T != 0)
+  if (!rules::tp_divides_heads(shape.n_head, T))  // then T divides d_model: specs checked heads
     throw usage_error("gpt_stage: tensor parallelism over " + std::to_string(T) +
                       " ranks splits the heads and the MLP width evenly, but n_head = " +
                       std::to_string(shape.n_head) +

@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "runtime/core/error.hpp"
+
 namespace cohort::train {
 
 namespace {
@@ -20,6 +22,17 @@ int64_t fixed_accumulate(int64_t* acc, const float* x, int64_t n) {
   // llrint rounds to nearest-even in the default rounding mode: the same on every worker.
   for (int64_t i = 0; i < n; ++i) acc[i] += std::llrint(static_cast<double>(x[i]) * scale);
   return -1;
+}
+
+void accumulate_gradients(int64_t* acc, const float* grads, int64_t offset, int64_t count,
+                          const std::string& where) {
+  const int64_t bad = fixed_accumulate(acc + offset, grads + offset, count);
+  if (bad < 0) return;
+  throw cohort::error("bitwise determinism: gradient element " + std::to_string(bad + offset) +
+                      " of " + where + " (value " + std::to_string(grads[bad + offset]) +
+                      ") is not finite or exceeds the fixed-point range +-" +
+                      std::to_string(fixed_point_max_value) +
+                      " (the run diverged: lower train.lr or set train.grad_clip)");
 }
 
 void fixed_to_float(float* out, const int64_t* acc, int64_t n) {

@@ -22,6 +22,12 @@ inline constexpr double fixed_point_max_value = 4194304.0;
 /// (on failure acc is left unchanged).
 int64_t fixed_accumulate(int64_t* acc, const float* x, int64_t n);
 
+/// acc[offset + i] += the fixed point of grads[offset + i] for i < count, where grads is a
+/// step's whole gradient buffer; throws cohort::error naming the element, its value and
+/// `where` (e.g. "step 12") when one does not fit (the run diverged; acc is left unchanged).
+void accumulate_gradients(int64_t* acc, const float* grads, int64_t offset, int64_t count,
+                          const std::string& where);
+
 /// out[i] = float(acc[i] * 2^-40), rounded once.
 void fixed_to_float(float* out, const int64_t* acc, int64_t n);
 

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "runtime/core/error.hpp"
+#include "runtime/core/rules.hpp"
 #include "runtime/train/checkpoint_writer.hpp"
 #include "runtime/train/fixed_point.hpp"
 #include "runtime/train/param_stats.hpp"
@@ -31,7 +32,7 @@ uint64_t stage_tag(stage_msg kind, int64_t step, int micro) {
 
 stage_trainer::stage_trainer(const config& c, int stage, int tp_rank)
     : cfg_(c), stage_(stage), stages_(c.parallel.pp), tp_rank_(tp_rank), tp_size_(c.parallel.tp) {
-  if (c.model.kind != "gpt")
+  if (!rules::model_splits(c.model.kind))
     throw usage_error("pipeline and tensor parallelism split a GPT; model.kind is " + c.model.kind +
                       " (set parallel.pp: 1 and parallel.tp: 1)");
   if (stage < 0 || stage >= stages_ || tp_rank < 0 || tp_rank >= tp_size_)
@@ -87,14 +88,8 @@ void stage_trainer::begin_step() {
 }
 
 void stage_trainer::accumulate_fixed(int64_t step, int64_t offset, int64_t count) {
-  nn::tensor& g = model_->flat_grads();
-  int64_t bad = fixed_accumulate(fixed_.data() + offset, g.data() + offset, count);
-  if (bad >= 0)
-    throw cohort::error("bitwise determinism: gradient element " + std::to_string(bad + offset) +
-                        " of stage " + std::to_string(stage_) + " in step " +
-                        std::to_string(step) +
-                        " is not finite or exceeds the fixed-point range (the run "
-                        "diverged: lower train.lr or set train.grad_clip)");
+  accumulate_gradients(fixed_.data(), model_->flat_grads().data(), offset, count,
+                       "stage " + std::to_string(stage_) + " in step " + std::to_string(step));
 }
 
 double stage_trainer::compute_gradients(int64_t step, const std::vector<int>& micro,

@@ -68,17 +68,8 @@ std::vector<int> replica_micro_batches(int micro_batches, int dp, int d) {
 }
 
 void trainer::accumulate_fixed(int64_t step, int64_t offset, int64_t count) {
-  nn::tensor& grads = model_->flat_grads();
-  int64_t bad = fixed_accumulate(fixed_.data() + offset, grads.data() + offset, count);
-  if (bad >= 0) {
-    bad += offset;
-    throw cohort::error("bitwise determinism: gradient element " + std::to_string(bad) +
-                        " of step " + std::to_string(step) + " (value " +
-                        std::to_string(grads[bad]) +
-                        ") is not finite or exceeds the fixed-point range +-" +
-                        std::to_string(fixed_point_max_value) +
-                        " (the run diverged: lower train.lr or set train.grad_clip)");
-  }
+  accumulate_gradients(fixed_.data(), model_->flat_grads().data(), offset, count,
+                       "step " + std::to_string(step));
 }
 
 double trainer::run_micro_batch(int64_t step, int i, const nn::grads_ready_fn* ready) {
@@ -338,7 +329,6 @@ class whole_seat final : public seat {
  public:
   explicit whole_seat(const config& c) : tr_(c) {}
 
-
   std::pair<int, int> position() const override { return {0, 0}; }
   int micro_batches() const override { return tr_.micro_batches(); }
   bool bitwise() const override { return tr_.bitwise(); }
@@ -369,9 +359,7 @@ class whole_seat final : public seat {
   int64_t load_checkpoint(const std::string& step_dir) override {
     return tr_.load_checkpoint(step_dir);
   }
-  void save(checkpoint_writer& w, int64_t next_step, uint64_t) override {
-    w.save(tr_, next_step);
-  }
+  void save(checkpoint_writer& w, int64_t next_step, uint64_t) override { w.save(tr_, next_step); }
   evaluation evaluate(int64_t) override { return tr_.evaluate(); }
   seat_report report() override {
     seat_report r;
