@@ -73,14 +73,14 @@ class rules {
     // does not fit here instead of failing later in a worker.
     const bool split = c.parallel.pp > 1 || c.parallel.tp > 1;
     if (split && fine({"parallel.pp", "parallel.tp", "model.kind"}) &&
-        !rules::model_splits(c.model.kind)) {
+        !cohort::rules::model_splits(c.model.kind)) {
       complain({"parallel.pp", "parallel.tp", "model.kind"},
                "pipeline / tensor parallelism (pp = " + std::to_string(c.parallel.pp) + ", tp = " +
                    std::to_string(c.parallel.tp) + ") splits a GPT, but model.kind is " +
                    c.model.kind + " (set parallel.pp: 1 and parallel.tp: 1, or model.kind: gpt)");
-    } else if (split && rules::model_splits(c.model.kind)) {
+    } else if (split && cohort::rules::model_splits(c.model.kind)) {
       if (fine({"parallel.pp", "model.n_layer"}) &&
-          !rules::stages_fit_blocks(c.parallel.pp, c.model.n_layer))
+          !cohort::rules::stages_fit_blocks(c.parallel.pp, c.model.n_layer))
         complain({"parallel.pp", "model.n_layer"},
                  "pp = " + std::to_string(c.parallel.pp) +
                      " stages need at least one block each, "
@@ -88,7 +88,7 @@ class rules {
                      std::to_string(c.model.n_layer) +
                      " (use pp <= " + std::to_string(c.model.n_layer) + ")");
       if (fine({"parallel.tp", "model.n_head"}) &&
-          !rules::tp_divides_heads(c.model.n_head, c.parallel.tp))
+          !cohort::rules::tp_divides_heads(c.model.n_head, c.parallel.tp))
         complain({"parallel.tp", "model.n_head"},
                  "tp = " + std::to_string(c.parallel.tp) + " ranks split the " +
                      std::to_string(c.model.n_head) +
@@ -169,7 +169,7 @@ class rules {
   void check_heads() {
     const config& c = c_;
     if (c.model.kind == "gpt" && fine({"model.kind", "model.d_model", "model.n_head"}) &&
-        !rules::heads_divide_width(c.model.d_model, c.model.n_head)) {
+        !cohort::rules::heads_divide_width(c.model.d_model, c.model.n_head)) {
       complain({"model.n_head", "model.d_model"},
                "d_model = " + std::to_string(c.model.d_model) +
                    " is not divisible by n_head = " + std::to_string(c.model.n_head) +
@@ -231,7 +231,7 @@ class rules {
   void check_transport() {
     const config& c = c_;
     if (fine({"comm.hierarchy", "comm.transport"}) &&
-        !rules::hierarchy_fits_transport(c.comm.hierarchy, c.comm.transport))
+        !cohort::rules::hierarchy_fits_transport(c.comm.hierarchy, c.comm.transport))
       complain({"comm.hierarchy", "comm.transport"},
                "hierarchical combines shared memory inside a host with Gloo between hosts, so "
                "it needs comm.transport: auto (it is " +
@@ -251,8 +251,8 @@ class rules {
   void check_liveness() {
     const config& c = c_;
     if (fine({"fault_tolerance.heartbeat_ms", "fault_tolerance.timeout_ms"}) &&
-        !rules::timeout_outlasts_heartbeat(c.fault_tolerance.heartbeat_ms,
-                                           c.fault_tolerance.timeout_ms)) {
+        !cohort::rules::timeout_outlasts_heartbeat(c.fault_tolerance.heartbeat_ms,
+                                                   c.fault_tolerance.timeout_ms)) {
       complain({"fault_tolerance.timeout_ms", "fault_tolerance.heartbeat_ms"},
                "timeout_ms = " + std::to_string(c.fault_tolerance.timeout_ms) +
                    " must exceed heartbeat_ms = " + std::to_string(c.fault_tolerance.heartbeat_ms) +
