@@ -2,7 +2,8 @@
 // "Training"). The same step for the whole model and for a pipeline stage (train::seat):
 // gradients of the step's last micro-batch are handed to the bucket engine range by range
 // while backward goes on below them; the vote goes out only once every bucket is reduced,
-// and the optimizer runs only when the coordinator commits.
+// and the optimizer runs only when the step is committed: by the coordinator's result, or
+// in a commit window once every member's gradients and loss arrived here.
 #include "actors/dp_group.hpp"
 
 #include <spdlog/spdlog.h>
@@ -51,13 +52,16 @@ void add(net::step_timing& a, const net::step_timing& b) {
 struct group {
   dp_group_io io;
   std::shared_ptr<dp_group_shared> shared;
+  /// Queues the window's next step behind whatever the mailbox holds (an abort first).
+  std::function<void(const net::step_open&, uint64_t member_id, int rank)> continue_window;
+  uint64_t member_id = 0;
   std::unique_ptr<config> cfg;
   /// pp * tp > 1: the seat is a pipeline stage / TP shard, built at the first step_open
   /// (which names it); otherwise the whole model, built with the job.
   bool staged = false;
   std::unique_ptr<fault_seat> seat;
   std::optional<net::fault_order> early_fault;  ///< armed before the seat exists
-  std::string resume;   ///< checkpoint a stage loads once built
+  std::string resume;                           ///< checkpoint a stage loads once built
   uint64_t job_id = 0;  ///< the run's id (job_spec), written into each shard
   int last_micro = 0;   ///< micro-batches of this replica in the last step
   dp_links links;       ///< of the current generation
@@ -103,7 +107,8 @@ struct group {
       early_fault = f;
   }
 
-  void on_job(const net::job_spec& spec, uint64_t member_id, uint64_t generation) {
+  void on_job(const net::job_spec& spec, uint64_t member, uint64_t generation) {
+    member_id = member;
     if (!cfg) {
       try {
         cfg =
@@ -128,8 +133,7 @@ struct group {
           make_seat(train::make_whole_seat(*cfg));
           if (!spec.resume_checkpoint.empty()) {
             next_step = seat->load_checkpoint(spec.resume_checkpoint);
-            spdlog::info("dp group: resumed from {} at step {}", spec.resume_checkpoint,
-                         next_step);
+            spdlog::info("dp group: resumed from {} at step {}", spec.resume_checkpoint, next_step);
           }
           spdlog::info("dp group: model {} with {} parameters, {} micro-batches per step",
                        cfg->model.kind, seat->elements(), seat->micro_batches());
@@ -139,6 +143,7 @@ struct group {
         return;
       }
     }
+    protocol.forget_window();
     io.send(net::worker_ready{member_id, generation, next_step});
   }
 
@@ -192,6 +197,11 @@ struct group {
       remote_kv kv(io.kv_call, o.generation);
       build_links(links, link_context{*cfg, data_host, kv, *shared}, o, rank, *seat, staged);
     }
+    // The donor's state is everyone's after the transfer, counters included: a donor that
+    // does not hold this step must not hand out an older one as if it did.
+    if (o.donor_rank == rank && next_step != o.step)
+      refuse("named the donor of step " + std::to_string(o.step) + ", but this worker holds " +
+             "the state of step " + std::to_string(next_step));
     if (o.donor_rank >= 0) receive_state(o.donor_rank, o.step, t);
     const auto t1 = clock_type::now();
     t.setup_us = micros(t1 - t0);
@@ -252,9 +262,35 @@ struct group {
     }
   }
 
-  void on_open(const net::step_open& o, uint64_t member_id, int rank) {
+  // In a commit window: every member's loss (and, by arriving at all, its reduced
+  // gradients) reaches every other member; then this step is committed and V carries the
+  // whole batch's loss. The sum runs in rank order, so every member computes the same.
+  void exchange_votes(net::step_vote& v, net::step_timing& t) {
+    const auto t0 = clock_type::now();
+    const double mine[2] = {v.loss_rows, static_cast<double>(v.rows)};
+    std::vector<double> all(2 * static_cast<std::size_t>(links.size));
+    if (links.size > 1)
+      links.comm->allgather(mine, all.data(), sizeof mine);
+    else
+      std::copy(mine, mine + 2, all.begin());
+    v.loss_rows = 0;
+    v.rows = 0;
+    for (int r = 0; r < links.size; ++r) {
+      v.loss_rows += all[2 * r];
+      v.rows += static_cast<int64_t>(all[2 * r + 1]);
+    }
+    t.comm_wait_us += micros(clock_type::now() - t0);
+  }
+
+  // The window's next step, queued by the last one: run unless an abort came between.
+  void on_next(const net::step_open& o, uint64_t member, int rank) {
+    if (protocol.continues(o.generation, o.step)) on_open(o, member, rank);
+  }
+
+  void on_open(const net::step_open& o, uint64_t member, int rank) {
     begin_handler();
-    const worker_step::open_plan plan = protocol.on_open(o.generation, o.step);
+    member_id = member;
+    const worker_step::open_plan plan = protocol.on_open(o.generation, o.step, o.through);
     if (plan.resend_vote) {
       io.send(*last_vote);
       end_handler();
@@ -271,6 +307,7 @@ struct group {
       if (rank < 0 || rank >= o.replicas)
         refuse("this worker has no rank in generation " + std::to_string(o.generation));
       run_step(o, rank, v, t);
+      if (o.through >= o.step) exchange_votes(v, t);
       v.ok = true;
     } catch (const std::exception& e) {
       v.ok = false;
@@ -285,9 +322,22 @@ struct group {
     }
     v.timing = t;
     add(total, t);
-    protocol.voted(o.generation, o.step, v.ok, pending_step{o.generation, o.step, rank, member_id});
+    const pending_step p{o.generation, o.step, rank, member_id};
+    if (v.ok && o.through >= o.step) {
+      commit(p);
+      v.applied = true;
+      protocol.applied(o.generation, o.step);
+    } else {
+      protocol.voted(o.generation, o.step, v.ok, p);
+    }
     last_vote = v;
     io.send(v);
+    if (const auto next = protocol.next_in_window()) {
+      net::step_open n = o;
+      n.step = *next;
+      n.donor_rank = -1;
+      continue_window(n, member_id, rank);
+    }
     end_handler();
   }
 
@@ -310,11 +360,11 @@ struct group {
       case worker_step::result_action::resend_report:
         io.send(*last_report);
         break;
-      case worker_step::result_action::drop:
-        protocol.take_pending();  // begin_step clears the gradients before the retry
-        break;
       case worker_step::result_action::commit:
         commit(protocol.take_pending());
+        break;
+      case worker_step::result_action::aborted:
+        io.send(net::worker_ready{member_id, r.generation, next_step});
         break;
     }
     end_handler();
@@ -415,14 +465,19 @@ caf::behavior dp_group_actor(caf::event_based_actor* self, dp_group_io io,
   auto g = std::make_shared<group>();
   g->io = std::move(io);
   g->shared = std::move(shared);
+  g->continue_window = [self](const net::step_open& o, uint64_t member, int rank) {
+    self->send(self, co_next_atom::value, o, member, static_cast<int32_t>(rank));
+  };
   // The state dies with the behavior (the actor's end), aborting any communicator first.
-  (void)self;
   return {
       [g](co_job_atom, const net::job_spec& spec, uint64_t member_id, uint64_t generation) {
         g->on_job(spec, member_id, generation);
       },
       [g](co_open_atom, const net::step_open& o, uint64_t member_id, int32_t rank) {
         g->on_open(o, member_id, rank);
+      },
+      [g](co_next_atom, const net::step_open& o, uint64_t member_id, int32_t rank) {
+        g->on_next(o, member_id, rank);
       },
       [g](co_res_atom, const net::step_result& r) { g->on_result(r); },
       [g](co_fault_atom, const net::fault_order& f) { g->on_fault(f); },

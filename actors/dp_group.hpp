@@ -23,9 +23,11 @@
 namespace cohort::actors {
 
 /// Atoms of the worker -> group protocol.
-using co_job_atom = caf::atom_constant<caf::atom("co_job")>;      ///< (job_spec, member, gen)
-using co_open_atom = caf::atom_constant<caf::atom("co_open")>;    ///< (step_open, member, rank)
-using co_res_atom = caf::atom_constant<caf::atom("co_res")>;      ///< (step_result)
+using co_job_atom = caf::atom_constant<caf::atom("co_job")>;    ///< (job_spec, member, gen)
+using co_open_atom = caf::atom_constant<caf::atom("co_open")>;  ///< (step_open, member, rank)
+using co_res_atom = caf::atom_constant<caf::atom("co_res")>;    ///< (step_result)
+using co_next_atom =
+    caf::atom_constant<caf::atom("co_next")>;  ///< group -> itself: (step_open, member, rank)
 using co_fatal_atom = caf::atom_constant<caf::atom("co_fatal")>;  ///< group -> worker: (why)
 using co_fault_atom = caf::atom_constant<caf::atom("co_fault")>;  ///< (fault_order)
 
@@ -50,8 +52,11 @@ struct dp_group_io {
 ///   (co_job, job_spec, member_id, generation)  build the seat once (a stage: at its first
 ///                                              step_open), answer worker_ready
 ///   (co_open, step_open, member_id, rank)      run the step, answer step_vote
+///   (co_next, step_open, member_id, rank)      the group to itself: a commit window's next
+///                                              step, run unless an abort came first
 ///   (co_res, step_result)                      commit (apply) or abort (drop); after the
-///                                              last step: evaluate (rank 0), report
+///                                              last step: evaluate (rank 0), report; in a
+///                                              window an abort answers worker_ready
 ///   (co_fault, fault_order)                    carry out an injected fault in that step
 caf::behavior dp_group_actor(caf::event_based_actor* self, dp_group_io io,
                              std::shared_ptr<dp_group_shared> shared);

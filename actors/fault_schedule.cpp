@@ -1,6 +1,7 @@
 // Which of the job's faults act when a step opens, and on whom.
 #include "actors/fault_schedule.hpp"
 
+#include <algorithm>
 #include <string>
 
 #include "runtime/core/error.hpp"
@@ -25,11 +26,11 @@ void fault_schedule::set(std::vector<faults::fault_spec> f) {
     if (x.kind == faults::fault_kind::drop_control) drop_ = x;
 }
 
-void fault_schedule::add(faults::fault_spec f, int64_t next_step, bool open) {
+void fault_schedule::add(faults::fault_spec f, int64_t next_step, int64_t first_unopened) {
   require_supported({f});
   const int64_t first = f.kind == faults::fault_kind::slow ? f.to_step : f.at_step;
-  // The open step has already had its faults ordered: the first step left is the next.
-  const int64_t earliest = next_step + (open ? 1 : 0);
+  // Open steps have already had their faults ordered: the first step left is the next.
+  const int64_t earliest = first_unopened;
   const bool always = f.kind == faults::fault_kind::random_kill ||
                       f.kind == faults::fault_kind::drop_control;  // no step of their own
   if (!always && first < earliest)
@@ -42,6 +43,34 @@ void fault_schedule::add(faults::fault_spec f, int64_t next_step, bool open) {
   if (f.kind == faults::fault_kind::drop_control) drop_ = f;
   faults_.push_back(std::move(f));
   fired_.push_back(false);
+}
+
+int64_t fault_schedule::next_acting_step(int64_t from, int64_t limit) const {
+  int64_t first = limit + 1;
+  for (std::size_t i = 0; i < faults_.size(); ++i) {
+    const faults::fault_spec& f = faults_[i];
+    switch (f.kind) {
+      case faults::fault_kind::kill:
+      case faults::fault_kind::hang:
+      case faults::fault_kind::partition:
+      case faults::fault_kind::scale:
+        if (!fired_[i] && f.at_step >= from) first = std::min(first, f.at_step);
+        break;
+      case faults::fault_kind::slow:
+        if (f.to_step >= from) first = std::min(first, std::max(from, f.from_step));
+        break;
+      case faults::fault_kind::random_kill:
+        for (int64_t s = from; s < first; ++s)
+          if (faults::random_kill_fires(f, s) && random_fired_.count({i, s}) == 0) {
+            first = s;
+            break;
+          }
+        break;
+      default:
+        break;
+    }
+  }
+  return first;
 }
 
 void fault_schedule::inject_due(const mb::roster& r, int64_t s, double now_s, job_actions& out,

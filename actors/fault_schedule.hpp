@@ -25,9 +25,14 @@ class fault_schedule {
  public:
   /// The job's faults. Throws usage_error (require_supported).
   void set(std::vector<faults::fault_spec> f);
-  /// One more fault while the job runs at NEXT_STEP (OPEN: that step is open, its faults
-  /// already ordered). Throws usage_error for an unsupported kind or a step already opened.
-  void add(faults::fault_spec f, int64_t next_step, bool open);
+  /// One more fault while the job runs at NEXT_STEP; steps before FIRST_UNOPENED are open
+  /// (their faults already ordered: the open step, or the rest of a commit window). Throws
+  /// usage_error for an unsupported kind or a step already opened.
+  void add(faults::fault_spec f, int64_t next_step, int64_t first_unopened);
+  /// The first step in [FROM, LIMIT] on which a fault acts (orders something or scales),
+  /// LIMIT + 1 when none does: a commit window ends before it, so that the step's opening
+  /// carries the fault.
+  int64_t next_acting_step(int64_t from, int64_t limit) const;
   /// The `drop control` fault, if the job has one.
   const faults::fault_spec* drop_control() const { return drop_ ? &*drop_ : nullptr; }
   /// Step STEP opens on roster R: the orders due go into OUT.sends (before the step's

@@ -1,6 +1,7 @@
 // Step protocol decisions (docs/protocol.md, "Training"). Every rule that keeps survivors
-// consistent lives here: a step commits only when every member of its generation voted ok,
-// and any failure aborts it for everyone and moves to a new generation.
+// consistent lives here: a step commits only when every member of its generation voted ok
+// (by result, or in the data within a commit window: a vote marked applied), and any
+// failure aborts it for everyone and moves to a new generation.
 #include "actors/training_job.hpp"
 
 #include <algorithm>
@@ -221,7 +222,26 @@ void training_job::abort_open(const mb::roster& r, const std::string& why, job_a
   }
   out.notes.push_back("step " + std::to_string(open_->step) + " of generation " +
                       std::to_string(open_->generation) + " aborted: " + why);
+  if (windows()) {
+    // Members of a window may have applied different steps of it (also the window before
+    // this step: a member whose last collective there broke is behind): each says where it
+    // stands (worker_ready, its answer to an abort) before anything opens again.
+    for (const auto& [id, ok] : open_->votes) ready_.erase(id);
+    resync_ = true;
+  }
   open_.reset();
+}
+
+int64_t training_job::window_end() const {
+  const int w = cfg_.fault_tolerance.commit_window;
+  if (!windows()) return -1;
+  // The job's last step commits by result, so every member has applied it before the
+  // reports are awaited (a member whose last collective broke would otherwise be left
+  // behind with no step to catch up on).
+  const int64_t last = std::min(steps_ - 2, next_step_ + w - 1);
+  if (last < next_step_) return -1;
+  // A step a fault acts on opens by itself: its opening carries the fault's order.
+  return faults_.next_acting_step(next_step_ + 1, last) - 1;
 }
 
 job_actions training_job::on_generation(const mb::roster& r, double now_s) {
@@ -294,7 +314,7 @@ job_actions training_job::try_open(const mb::roster& r, double now_s) {
     if (m.state == mb::member_state::alive && ready_.count(m.id) != 0) ++ready;
   }
   if (ready < expected || static_cast<int>(r.members.size()) != ready) {
-    if (!waiting_noted_ && next_step_ > start_step_) {
+    if (!waiting_noted_ && next_step_ > start_step_ && !resync_) {
       out.notes.push_back(ready < expected
                               ? "waiting for workers: " + std::to_string(ready) + " ready, " +
                                     std::to_string(expected) + " needed (elastic.min_workers)"
@@ -307,6 +327,19 @@ job_actions training_job::try_open(const mb::roster& r, double now_s) {
   }
   waiting_noted_ = false;
   pause_since_s_ = -1;
+  if (resync_) {
+    // After an aborted window the job goes on from the newest state a live member holds.
+    // It is older than a step already counted as committed only when the members that
+    // applied that step are all gone: the step runs again.
+    int64_t newest = -1;
+    for (const auto& m : r.members) newest = std::max(newest, ready_[m.id]);
+    if (newest < next_step_)
+      out.notes.push_back("step " + std::to_string(newest) +
+                          " runs again: the members that applied it are gone");
+    next_step_ = newest;
+    resync_ = false;
+    if (next_step_ >= steps_) return out;
+  }
   // Members behind the job (a worker that rejoined after being declared dead) get the
   // state of the step from a member that has it, over the new generation's communicator.
   int donor = -1;
@@ -335,8 +368,10 @@ job_actions training_job::try_open(const mb::roster& r, double now_s) {
   replicas_ = static_cast<int>(r.members.size());
   o.donor = donor;
   o.sent_s = now_s;
+  o.through = window_end();
   for (const auto& m : r.members) {
     o.sent[m.id] = net::step_open{r.generation, next_step_, replicas_, donor, m.rank};
+    o.sent[m.id].through = o.through;
     out.sends.push_back({m.id, o.sent[m.id]});
     ready_[m.id] = next_step_;  // after the transfer every member holds this step's state
   }
@@ -351,8 +386,12 @@ job_actions training_job::try_open(const mb::roster& r, double now_s) {
 }
 
 job_actions training_job::on_vote(const mb::roster& r, const net::step_vote& v, double now_s) {
+  if (v.ok && v.applied) return on_applied(r, v, now_s);
   job_actions out;
-  if (!open_ || v.generation != open_->generation || v.step != open_->step) return out;
+  if (!open_ || v.generation != open_->generation) return out;
+  // In a window only failures are voted by result, for any of its steps (a member may fail
+  // a step another member already applied: it is behind, and the abort finds that out).
+  if (open_->through >= 0 ? v.ok || v.step > open_->through : v.step != open_->step) return out;
   auto it = open_->votes.find(v.member_id);
   if (it == open_->votes.end() || it->second) return out;
   const mb::member* m = r.find(v.member_id);
@@ -396,17 +435,60 @@ job_actions training_job::on_vote(const mb::roster& r, const net::step_vote& v, 
   const double loss = open_->loss_rows / static_cast<double>(cfg_.train.global_batch);
   const net::step_result res{open_->generation, open_->step, true, loss, ""};
   for (const auto& [id, ok] : open_->votes) out.sends.push_back({id, res});
-  next_step_ = open_->step + 1;
-  if (next_step_ == steps_) {
+  if (open_->step + 1 == steps_) {
     last_commit_ = res;
     last_commit_sent_s_ = now_s;
   }
-  for (const auto& [id, ok] : open_->votes) {
-    if (ready_.count(id) != 0) ready_[id] = next_step_;
-  }
-  last_voters_.clear();
-  for (const auto& [id, ok] : open_->votes) last_voters_.insert(id);
+  commit(r, open_->step, loss, true, now_s, out);
   open_.reset();
+  job_actions more = try_open(r, now_s);
+  merge(out, std::move(more));
+  return out;
+}
+
+job_actions training_job::on_applied(const mb::roster& r, const net::step_vote& v, double now_s) {
+  job_actions out;
+  const mb::member* m = r.find(v.member_id);
+  if (finished_ || m == nullptr) return out;
+  report_.vote_counted(m->name, v.timing);
+  const bool ours = open_ && open_->through >= 0 && open_->generation == v.generation;
+  if (ours && v.step >= open_->through) {
+    auto it = open_->votes.find(v.member_id);
+    if (it != open_->votes.end()) it->second = true;  // done with the window's collectives
+  }
+  // Applied means every member's gradients reached this one: the step and, for a vote a
+  // lost frame overtook, the window's steps before it are committed.
+  if (v.step >= next_step_ && v.step < steps_)
+    commit(r, v.step, v.loss_rows / static_cast<double>(cfg_.train.global_batch), ours, now_s, out);
+  if (!ours) return out;  // a window an abort ended; its members' readiness decides
+  if (next_step_ <= open_->through) {
+    open_->step = next_step_;
+    open_->sent_s = now_s;
+    return out;
+  }
+  // The window is committed. Nothing else happens on its generation (the next window, a
+  // leave, a joiner's new generation, whose roster makes workers abort the old collectives)
+  // until every member is through with it: one that applied the last step first must not
+  // cut off a peer still receiving it.
+  for (const auto& [id, done] : open_->votes)
+    if (!done) return out;
+  open_.reset();
+  merge(out, try_open(r, now_s));
+  return out;
+}
+
+void training_job::commit(const mb::roster& r, int64_t step, double loss, bool of_open,
+                          double now_s, job_actions& out) {
+  next_step_ = step + 1;
+  if (of_open) {
+    // The open step's members (a late vote of an aborted window has none: the members'
+    // worker_ready says where each stands).
+    last_voters_.clear();
+    for (const auto& [id, ok] : open_->votes) {
+      last_voters_.insert(id);
+      if (ready_.count(id) != 0) ready_[id] = next_step_;
+    }
+  }
   consecutive_aborts_ = 0;
   consecutive_unreachable_ = 0;
   report_.step_committed(next_step_, loss, r, last_voters_, now_s, out.notes);
@@ -417,9 +499,6 @@ job_actions training_job::on_vote(const mb::roster& r, const net::step_vote& v, 
   out.rate = span > 0 ? static_cast<double>(next_step_ - start_step_) * cfg_.train.global_batch *
                             units_per_sample_ / span
                       : 0;
-  job_actions more = try_open(r, now_s);
-  merge(out, std::move(more));
-  return out;
 }
 
 job_actions training_job::on_report(const mb::roster& r, const net::train_report& rep,
@@ -452,6 +531,9 @@ double training_job::resend_interval_s() const {
 void training_job::resend(const mb::roster& r, double now_s, job_actions& out) {
   const double every = resend_interval_s();
   if (open_ && now_s - open_->sent_s >= every) {
+    // In a window (where ok means through with it) a quiet member may have voted for a
+    // later step than the open one (that vote was lost) or never heard the open: it answers
+    // either way.
     for (const auto& [id, ok] : open_->votes) {
       const mb::member* m = r.find(id);
       if (ok || m == nullptr) continue;
@@ -478,7 +560,8 @@ void training_job::resend(const mb::roster& r, double now_s, job_actions& out) {
 }
 
 void training_job::add_fault(faults::fault_spec f) {
-  faults_.add(std::move(f), next_step_, open_.has_value());
+  faults_.add(std::move(f), next_step_,
+              open_ ? std::max(open_->step, open_->through) + 1 : next_step_);
   if (faults_.drop_control() != nullptr) report_.drops_control();
 }
 

@@ -1,8 +1,11 @@
 // The coordinator's side of data-parallel training: when a step opens, what the votes
 // decide (commit only when every member of the generation voted ok, otherwise abort and
 // a new generation), which member donates state to one that is behind, and where each
-// member sits (pp * tp > 1). The run's events and summary are its run_report's
-// (actors/run_report.hpp), its faults' timing its fault_schedule's. Pure: no clock, no
+// member sits (pp * tp > 1). With pp = tp = 1 a step opens a commit window of up to
+// fault_tolerance.commit_window steps that the members commit in the data (a vote marked
+// applied commits its step and every one before it); an abort of a window asks every
+// member where it stands (worker_ready) before the next opens. The run's events and summary are its
+// run_report's (actors/run_report.hpp), its faults' timing its fault_schedule's. Pure: no clock, no
 // sockets, no CAF, no randomness. The coordinator actor feeds it events with the current
 // roster and the time, and sends what it returns.
 #pragma once
@@ -94,7 +97,8 @@ class training_job {
  private:
   struct open_state {
     uint64_t generation = 0;
-    int64_t step = 0;
+    int64_t step = 0;      ///< the open step (in a window: the first not yet committed)
+    int64_t through = -1;  ///< last step of the commit window; -1: none (commit by result)
     int32_t donor = -1;
     double sent_s = 0;                             ///< when step_open last went out
     std::map<mb::member_id, bool> votes;           ///< members expected; true once voted ok
@@ -112,6 +116,16 @@ class training_job {
   /// replica, so a joiner completes a broken replica first. Seats are kept for life.
   void assign_seats(const mb::roster& r);
   void abort_open(const mb::roster& r, const std::string& why, job_actions& out);
+  /// Steps up to STEP committed with mean LOSS: the report, the counters, OUT's progress.
+  /// OF_OPEN: STEP belongs to the open step or window, whose members hold it now.
+  void commit(const mb::roster& r, int64_t step, double loss, bool of_open, double now_s,
+              job_actions& out);
+  /// A vote marked applied (a commit window): commits up to its step.
+  job_actions on_applied(const mb::roster& r, const net::step_vote& v, double now_s);
+  /// The last step a window opened at next_step_ may run to, or -1 for no window.
+  int64_t window_end() const;
+  /// Steps open in commit windows: pp = tp = 1 and fault_tolerance.commit_window > 0.
+  bool windows() const { return cfg_.fault_tolerance.commit_window > 0 && seat_size_ == 1; }
 
   config cfg_;
   std::string yaml_;
@@ -123,6 +137,9 @@ class training_job {
   int64_t start_step_ = 0;
   int64_t units_per_sample_ = 1;            ///< tokens per sample for a language model, else 1
   std::map<mb::member_id, int64_t> ready_;  ///< member -> first step its state lacks
+  /// A commit window was aborted: its members stand at different steps. The next step
+  /// opens once each has said where (worker_ready), at the newest of them.
+  bool resync_ = false;
   std::optional<open_state> open_;
   int replicas_ = 0;
   static constexpr int max_consecutive_aborts = 50;

@@ -376,6 +376,17 @@ const std::vector<key_spec>& schema() {
        nullptr,
        "A worker silent this long is declared dead; must exceed heartbeat_ms."},
       {"fault_tolerance",
+       "commit_window",
+       COHORT_FIELD(fault_tolerance.commit_window),
+       at_least(0),
+       {},
+       nullptr,
+       "Steps the workers of a data-parallel job (pp = tp = 1) run and commit among "
+       "themselves, the vote travelling with the gradients, before the coordinator opens the "
+       "next: no round trip per step. A failure still aborts at once; a joiner, a drain or a "
+       "fault waits for the window's end (the coordinator ends windows before a fault's "
+       "step). 0: the coordinator commits every step."},
+      {"fault_tolerance",
        "checkpoint_every",
        COHORT_FIELD(fault_tolerance.checkpoint_every),
        at_least(0),

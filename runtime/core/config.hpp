@@ -85,6 +85,9 @@ struct comm_config {
 struct fault_tolerance_config {
   int heartbeat_ms = 100;
   int timeout_ms = 500;
+  /// Steps a data-parallel job runs and commits among its workers (the vote travels with
+  /// the gradients) before the coordinator opens the next; 0: it commits every step.
+  int commit_window = 16;
   int64_t checkpoint_every = 0;  ///< 0: only the final checkpoint
   std::string checkpoint_dir = "checkpoints";
   int keep = 3;

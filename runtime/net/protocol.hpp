@@ -351,7 +351,10 @@ struct worker_ready {
 /// Coordinator to every member of GENERATION: run STEP. The DP replica of rank r among
 /// `replicas` computes micro-batches i with i % replicas == r. donor_rank >= 0: before
 /// computing, every member receives the donor's parameters and optimizer state over the
-/// generation's communicator (some member is behind).
+/// generation's communicator (some member is behind). through >= step: a commit window
+/// (docs/protocol.md, "Commit windows"): steps step..through commit in the data, each
+/// applied by a member once every member's gradients and loss reached it, the next one run
+/// without a step_open; -1: the member waits for step_result after its vote.
 struct step_open {
   static constexpr msg_type type = msg_type::step_open;
   uint64_t generation = 0;
@@ -363,9 +366,11 @@ struct step_open {
   /// for the member's life). 0 and 0 when pp = tp = 1.
   int32_t stage = 0;
   int32_t tp_rank = 0;
+  int64_t through = -1;
   template <class S>
   static auto fields(S& s) {
-    return std::tie(s.generation, s.step, s.replicas, s.donor_rank, s.rank, s.stage, s.tp_rank);
+    return std::tie(s.generation, s.step, s.replicas, s.donor_rank, s.rank, s.stage, s.tp_rank,
+                    s.through);
   }
 };
 
@@ -424,14 +429,17 @@ struct step_vote {
   /// Failed because a peer's data-plane address could not be connected (every rank had
   /// arrived): the coordinator fails the job when this repeats instead of looping.
   bool unreachable = false;
+  /// The member applied the step in a commit window: every member's gradients and loss
+  /// reached it, so the step is committed. loss_rows and rows are then the whole batch's.
+  bool applied = false;
   std::string reason;
   double loss_rows = 0;
   int64_t rows = 0;
   step_timing timing;
   template <class S>
   static auto fields(S& s) {
-    return std::tie(s.member_id, s.generation, s.step, s.ok, s.fatal, s.unreachable, s.reason, s.loss_rows, s.rows,
-                    s.timing);
+    return std::tie(s.member_id, s.generation, s.step, s.ok, s.fatal, s.unreachable, s.applied,
+                    s.reason, s.loss_rows, s.rows, s.timing);
   }
 };
 

@@ -10,10 +10,14 @@ using namespace cohort::actors;
 
 namespace {
 
-config job_config(int workers, int steps = 3) {
+// WINDOW: fault_tolerance.commit_window (0: the coordinator commits every step, the
+// protocol most tables here spell out; the windows have their own tables below).
+config job_config(int workers, int steps = 3, int window = 0) {
   return load_config_text("cluster:\n  workers: " + std::to_string(workers) +
                               "\ntrain:\n  steps: " + std::to_string(steps) +
-                              "\n  global_batch: 64\n  micro_batch: 16\n",
+                              "\n  global_batch: 64\n  micro_batch: 16\n"
+                              "fault_tolerance:\n  commit_window: " +
+                              std::to_string(window) + "\n",
                           "<test>");
 }
 
@@ -448,7 +452,7 @@ TEST_CASE(
     "a drained member leaves at the step boundary: no abort, the next step opens without it") {
   const config c = load_config_text(
       "cluster:\n  workers: 3\nelastic:\n  min_workers: 2\ntrain:\n  steps: 5\n"
-      "  global_batch: 64\n  micro_batch: 16\n",
+      "  global_batch: 64\n  micro_batch: 16\nfault_tolerance:\n  commit_window: 0\n",
       "<test>");
   training_job job(c, dump_config(c));
   mb::roster r = roster_of(1, 3);
@@ -567,4 +571,183 @@ TEST_CASE("the timer sends again what lost frames left unanswered") {
   CHECK(results[0].first == 2);
   CHECK(results[0].second.commit);
   CHECK(results[0].second.step == 1);
+}
+
+// ---- commit windows (fault_tolerance.commit_window; docs/protocol.md, "Commit windows") ----
+
+namespace {
+
+net::step_vote applied_vote(mb::member_id id, uint64_t g, int64_t s, double loss_rows = 64.0) {
+  net::step_vote v = ok_vote(id, g, s, loss_rows);
+  v.applied = true;  // loss_rows: the whole batch's, summed in the data
+  v.rows = 64;
+  return v;
+}
+
+net::step_vote failed_vote(mb::member_id id, uint64_t g, int64_t s) {
+  net::step_vote v = ok_vote(id, g, s);
+  v.ok = false;
+  v.reason = "allreduce_sum: peer lost";
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("a commit window: one open for several steps, each committed by its first applied vote") {
+  const config c = job_config(2, 10, 4);
+  training_job job(c, dump_config(c));
+  const mb::roster r = roster_of(1, 2);
+  job_actions a = all_ready(job, r);
+  auto opens = sent<net::step_open>(a);
+  REQUIRE(opens.size() == 2);
+  CHECK(opens[0].second.step == 0);
+  CHECK(opens[0].second.through == 3);  // steps 0..3: window of 4
+  // The first applied vote commits, with the whole batch's loss; nothing is sent.
+  a = job.on_vote(r, applied_vote(1, 1, 0, 96.0), 1.0);
+  CHECK(a.committed);
+  CHECK(a.step == 1);
+  CHECK(a.loss == doctest::Approx(1.5));  // 96 / global_batch 64
+  CHECK(a.sends.empty());
+  // The other member's vote for the same step is counted already.
+  a = job.on_vote(r, applied_vote(2, 1, 0), 1.1);
+  CHECK_FALSE(a.committed);
+  CHECK(a.sends.empty());
+  // A vote for a later step commits the steps before it too (a lost frame overtaken).
+  a = job.on_vote(r, applied_vote(2, 1, 2), 1.2);
+  CHECK(a.committed);
+  CHECK(job.next_step() == 3);
+  CHECK(job.open_step() == std::make_pair(uint64_t{1}, int64_t{3}));
+  // The window's last step commits with the first vote, but the next window opens only
+  // once every member is through with this one (a roster change could cut off a member
+  // still in the last collective otherwise).
+  a = job.on_vote(r, applied_vote(1, 1, 3), 1.3);
+  CHECK(a.committed);
+  CHECK(job.next_step() == 4);
+  CHECK(sent<net::step_open>(a).empty());
+  a = job.on_vote(r, applied_vote(2, 1, 3), 1.35);
+  CHECK_FALSE(a.committed);
+  opens = sent<net::step_open>(a);
+  REQUIRE(opens.size() == 2);
+  CHECK(opens[0].second.step == 4);
+  CHECK(opens[0].second.through == 7);
+  job.on_vote(r, applied_vote(1, 1, 7), 1.4);
+  // Step 8 ends its window at 8: the job's last step (9) commits by result.
+  opens = sent<net::step_open>(job.on_vote(r, applied_vote(2, 1, 7), 1.5));
+  REQUIRE(opens.size() == 2);
+  CHECK(opens[0].second.through == 8);
+  job.on_vote(r, applied_vote(1, 1, 8), 1.6);
+  a = job.on_vote(r, applied_vote(2, 1, 8), 1.65);
+  opens = sent<net::step_open>(a);
+  REQUIRE(opens.size() == 2);
+  CHECK(opens[0].second.step == 9);
+  CHECK(opens[0].second.through == -1);
+  job.on_vote(r, ok_vote(1, 1, 9), 1.7);
+  a = job.on_vote(r, ok_vote(2, 1, 9), 1.8);
+  auto results = sent<net::step_result>(a);
+  REQUIRE(results.size() == 2);
+  CHECK(results[0].second.commit);
+  CHECK(job.next_step() == 10);
+}
+
+TEST_CASE("an aborted window asks every member where it stands and goes on from the newest") {
+  const config c = job_config(2, 10, 4);
+  training_job job(c, dump_config(c));
+  const mb::roster r = roster_of(1, 2);
+  all_ready(job, r);
+  job.on_vote(r, applied_vote(1, 1, 0), 1.0);
+  job.on_vote(r, applied_vote(1, 1, 1), 1.1);  // member 1 applied step 1 ...
+  // ... member 2's last collective of step 1 broke: it stands at step 1, one behind.
+  job_actions a = job.on_vote(r, failed_vote(2, 1, 1), 1.2);
+  auto results = sent<net::step_result>(a);
+  REQUIRE(results.size() == 2);
+  CHECK_FALSE(results[0].second.commit);
+  CHECK_FALSE(a.bump.empty());
+  CHECK(job.next_step() == 2);
+  // The new generation opens nothing until both said where they stand.
+  const mb::roster r2 = roster_of(2, 2);
+  CHECK(sent<net::step_open>(job.on_generation(r2, 1.3)).empty());
+  CHECK(sent<net::step_open>(job.on_ready(r2, net::worker_ready{2, 2, 1}, 1.4)).empty());
+  a = job.on_ready(r2, net::worker_ready{1, 2, 2}, 1.5);
+  auto opens = sent<net::step_open>(a);
+  REQUIRE(opens.size() == 2);
+  for (const auto& [to, o] : opens) {
+    CHECK(o.generation == 2);
+    CHECK(o.step == 2);
+    CHECK(o.donor_rank == 0);  // member 1 (rank 0) holds step 2's state; member 2 takes it
+    CHECK(o.through == 5);
+  }
+}
+
+TEST_CASE(
+    "a window failure vote for any of its steps aborts, one of an older generation does not") {
+  const config c = job_config(2, 10, 4);
+  training_job job(c, dump_config(c));
+  const mb::roster r = roster_of(3, 2);
+  all_ready(job, r);
+  CHECK(job.on_vote(r, failed_vote(1, 2, 0), 1.0).bump.empty());  // older generation
+  CHECK(job.on_vote(r, failed_vote(1, 3, 4), 1.0).bump.empty());  // beyond the window
+  CHECK(job.on_vote(r, ok_vote(1, 3, 0), 1.0).sends.empty());     // ok, not applied: nothing
+  CHECK_FALSE(job.on_vote(r, failed_vote(2, 3, 2), 1.0).bump.empty());
+}
+
+TEST_CASE("a step applied only by members that are gone runs again") {
+  const config c = load_config_text(
+      "cluster:\n  workers: 3\nelastic:\n  min_workers: 2\ntrain:\n  steps: 10\n"
+      "  global_batch: 64\n  micro_batch: 16\nfault_tolerance:\n  commit_window: 4\n",
+      "<test>");
+  training_job job(c, dump_config(c));
+  const mb::roster r = roster_of(1, 3);
+  all_ready(job, r);
+  job.on_vote(r, applied_vote(3, 1, 0), 1.0);  // member 3 applied step 0, then died
+  CHECK(job.next_step() == 1);
+  const mb::roster r2 = roster_of(2, 2);
+  job_actions a = job.on_generation(r2, 1.1);
+  CHECK(sent<net::step_result>(a).size() == 2);  // the window is aborted for the survivors
+  job.on_ready(r2, net::worker_ready{1, 2, 0}, 1.2);
+  a = job.on_ready(r2, net::worker_ready{2, 2, 0}, 1.3);
+  auto opens = sent<net::step_open>(a);
+  REQUIRE(opens.size() == 2);
+  CHECK(opens[0].second.step == 0);
+  CHECK(opens[0].second.donor_rank == -1);
+  bool noted = false;
+  for (const auto& n : a.notes) noted = noted || n.find("step 0 runs again") != std::string::npos;
+  CHECK(noted);
+}
+
+TEST_CASE("a window ends before a step a fault acts on, and ctl inject cannot name its steps") {
+  const config c = job_config(2, 40, 16);
+  training_job job(c, dump_config(c));
+  job.set_faults({faults::parse_fault("kill rank=1 at step=5"),
+                  faults::parse_fault("slow rank=0 factor=2 from step=8 to step=9")});
+  const mb::roster r = roster_of(1, 2);
+  auto opens = sent<net::step_open>(all_ready(job, r));
+  REQUIRE(!opens.empty());
+  CHECK(opens[0].second.through == 4);
+  // Steps 0..4 are open (the window): a fault can only name step 5 or later.
+  CHECK_THROWS_AS(job.add_fault(faults::parse_fault("hang rank=0 at step=3 for=1s")), usage_error);
+  job.add_fault(faults::parse_fault("hang rank=0 at step=7 for=1s"));
+  // Step 5 opens by itself with the kill's order; its window ends before the hang at 7.
+  // Both members vote the window's last step: the next one opens after the second.
+  const auto through = [&](int64_t s, double t) {
+    job.on_vote(r, applied_vote(1, 1, s), t);
+    return job.on_vote(r, applied_vote(2, 1, s), t);
+  };
+  job_actions a = through(4, 1.0);
+  const auto orders = sent<net::fault_order>(a);
+  REQUIRE(orders.size() == 1);
+  CHECK(orders[0].second.step == 5);
+  opens = sent<net::step_open>(a);
+  REQUIRE(opens.size() == 2);
+  CHECK(opens[0].second.step == 5);
+  CHECK(opens[0].second.through == 6);
+  through(6, 1.1);
+  CHECK(job.open_step() == std::make_pair(uint64_t{1}, int64_t{7}));
+  // The slow range acts on steps 8 and 9: windows of one step each.
+  through(7, 1.2);
+  CHECK(job.open_step() == std::make_pair(uint64_t{1}, int64_t{8}));
+  a = through(8, 1.3);
+  opens = sent<net::step_open>(a);
+  REQUIRE(opens.size() == 2);
+  CHECK(opens[0].second.step == 9);
+  CHECK(opens[0].second.through == 24);  // the range's last step, no fault after: 16 steps
 }

@@ -84,10 +84,10 @@ TEST_CASE("worker_step: results as a table") {
   };
   // Pending: (generation 5, step 20).
   const row rows[] = {
-      {5, 20, true, -1, action::commit},
-      {5, 20, false, -1, action::drop},
-      {4, 20, true, -1, action::ignore},  // another generation's decision
-      {5, 19, true, -1, action::ignore},  // an older step's, repeated
+      {5, 20, true, -1, action::commit},   {5, 20, false, -1, action::aborted},
+      {4, 20, false, -1, action::aborted},  // says where it stands, keeps what is pending
+      {4, 20, true, -1, action::ignore},    // another generation's decision
+      {5, 19, true, -1, action::ignore},    // an older step's, repeated
       {5, 21, true, -1, action::ignore},
   };
   for (const row& r : rows) {
@@ -98,11 +98,12 @@ TEST_CASE("worker_step: results as a table") {
     CAPTURE(r.step);
     CAPTURE(r.commit);
     CHECK(w.on_result(r.generation, r.step, r.commit, r.report_next) == r.want);
+    CHECK(w.pending().has_value() == (r.want != action::aborted || r.generation != 5));
   }
   // Nothing pending: only the last step's commit again gets the report again.
   const row done[] = {
       {5, 99, true, 100, action::resend_report},
-      {5, 99, false, 100, action::ignore},
+      {5, 99, false, 100, action::aborted},
       {5, 98, true, 100, action::ignore},
       {5, 99, true, -1, action::ignore},  // no report sent yet
   };
@@ -113,4 +114,60 @@ TEST_CASE("worker_step: results as a table") {
     CAPTURE(r.report_next);
     CHECK(w.on_result(r.generation, r.step, r.commit, r.report_next) == r.want);
   }
+}
+
+TEST_CASE("worker_step: a commit window runs its steps back to back and stops at its end") {
+  worker_step w;
+  auto plan = w.on_open(4, 10, 12);
+  CHECK(plan.run);
+  CHECK(!w.next_in_window());  // nothing applied yet
+  w.applied(4, 10);
+  CHECK(!w.pending());  // applied at once: nothing waits for a result
+  CHECK(w.next_in_window() == 11);
+  CHECK(w.continues(4, 11));
+  CHECK(!w.continues(4, 12));
+  CHECK(!w.continues(5, 11));
+  CHECK(w.on_open(4, 11, 12).run);  // the queued next step runs as an open of its own
+  w.applied(4, 11);
+  w.on_open(4, 12, 12);
+  w.applied(4, 12);
+  CHECK(!w.next_in_window());  // the window's end: wait for the coordinator
+  // The next window of the same generation.
+  CHECK(w.on_open(4, 13, 20).run);
+}
+
+TEST_CASE("worker_step: in a window a repeated open of a passed step gets the last vote again") {
+  worker_step w;
+  w.on_open(4, 10, 15);
+  w.applied(4, 10);
+  w.on_open(4, 11, 15);
+  w.applied(4, 11);
+  CHECK(w.on_open(4, 10, 15).resend_vote);  // the coordinator missed the votes: say how far
+  CHECK(w.on_open(4, 11, 15).resend_vote);
+  CHECK(w.next_in_window() == 12);  // a repeat does not end the window
+}
+
+TEST_CASE("worker_step: an abort of the window stops it (the worker then says where it stands)") {
+  worker_step w;
+  w.on_open(4, 10, 15);
+  w.applied(4, 10);
+  CHECK(w.on_result(3, 10, false, -1) == action::aborted);  // another generation's abort:
+  CHECK(w.continues(4, 11));                                // the window goes on
+  CHECK(w.on_result(4, 10, false, -1) == action::aborted);
+  CHECK(!w.continues(4, 11));  // the queued next step is dropped
+  // A failed vote in a window waits for the abort, holding nothing.
+  worker_step f;
+  f.on_open(4, 10, 15);
+  f.voted(4, 10, false, p(4, 10));
+  CHECK(!f.pending());
+  CHECK(!f.next_in_window());
+  CHECK(f.on_result(4, 10, false, -1) == action::aborted);
+  // The reopened step of a new generation runs (the abort named where the window began).
+  CHECK(f.on_open(5, 10, 15).run);
+  // A repeated job forgets a window too.
+  worker_step j;
+  j.on_open(4, 10, 15);
+  j.applied(4, 10);
+  j.forget_window();
+  CHECK(!j.continues(4, 11));
 }

@@ -72,7 +72,7 @@ inline std::vector<nlohmann::json> events_of(const nlohmann::json& summary,
 inline void check_fault_free(const nlohmann::json& s, const std::string& hash, int steps) {
   CHECK(s["steps_completed"] == steps);
   CHECK(s["params_consistent"] == true);
-  CHECK(s["params_sha256"] == hash);
+  CHECK_MESSAGE(s["params_sha256"] == hash, s.dump());
 }
 
 /// `cohort train CFG` in one process; its summary (the fault-free reference).

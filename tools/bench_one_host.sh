@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Data parallelism on one host against one process (docs/benchmarks.md, "One host"): the
+# Fashion-MNIST MLP of configs/fashion_mlp_dp4.yaml in fast mode, `cohort train` (the
+# reference) and `cohort launch` with each worker count in --workers, each with commit
+# windows of each size in --windows (fault_tolerance.commit_window; 0 = the coordinator
+# commits every step). The runs alternate, ROUNDS times; `cohort train` runs at the start
+# of each round. Prints each run's samples/s from its summary, its ratio to the round's
+# `cohort train`, and per (workers, window) the median ratio and the workers' mean idle and
+# communication-wait seconds.
+#
+#   tools/bench_one_host.sh [--rounds R] [--steps S] [--workers "2 4"] [--windows "0 16"]
+#                           [--set KEY=VALUE]...
+#
+# Needs build/cohort (tools/setup.sh) and python3.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rounds=2 steps=1000 workers="2 4" windows="0 16"
+extra=()
+while (($#)); do
+  case "$1" in
+    --rounds) rounds=$2; shift 2 ;;
+    --steps) steps=$2; shift 2 ;;
+    --workers) workers=$2; shift 2 ;;
+    --windows) windows=$2; shift 2 ;;
+    --set) extra+=(--set "$2"); shift 2 ;;
+    -h|--help) sed -n 2,14p "$0"; exit 0 ;;
+    *) echo "bench_one_host.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+  esac
+done
+bin=$PWD/build/cohort
+[[ -x $bin ]] || { echo "bench_one_host.sh: $bin not found: run tools/setup.sh first" >&2; exit 2; }
+dir=$(mktemp -d /tmp/cohort-onehost-XXXXXX)
+trap 'rm -rf "$dir"' EXIT
+common=(--set train.steps="$steps" --set train.determinism=fast --set train.eval_every=0
+        --set fault_tolerance.checkpoint_every=0 --set fault_tolerance.checkpoint_dir="$dir/ckpt"
+        "${extra[@]}")
+
+# Prints "samples/s idle_s comm_wait_s" of the summary $1 (worker means; 0 0 for train).
+figures() {
+  python3 - "$1" <<'EOF'
+import json, sys
+s = json.load(open(sys.argv[1]))
+w = s.get("workers", [])
+mean = lambda k: sum(x[k] for x in w) / len(w) if w else 0.0
+print(s["throughput"]["samples_per_s"], mean("idle_s"), mean("comm_wait_s"))
+EOF
+}
+
+echo "bench_one_host: MLP fast, $steps steps, workers: $workers, windows: $windows, $rounds rounds"
+results="$dir/results"
+: >"$results"
+for ((r = 1; r <= rounds; r++)); do
+  "$bin" train configs/fashion_mlp_dp4.yaml -q "${common[@]}" --summary "$dir/train.json" \
+    >/dev/null 2>"$dir/train.err" || { tail -5 "$dir/train.err" >&2; exit 1; }
+  read -r ref _ _ < <(figures "$dir/train.json")
+  printf 'round %d: cohort train %8.0f samples/s\n' "$r" "$ref"
+  for n in $workers; do
+    for w in $windows; do
+      "$bin" launch configs/fashion_mlp_dp4.yaml -q "${common[@]}" --set cluster.workers="$n" \
+        --set fault_tolerance.commit_window="$w" --summary "$dir/launch.json" \
+        >"$dir/launch.out" 2>&1 || { tail -5 "$dir/launch.out" >&2; exit 1; }
+      read -r sps idle wait < <(figures "$dir/launch.json")
+      ratio=$(python3 -c "print($sps / $ref)")
+      printf 'round %d: launch %d workers, window %2d: %8.0f samples/s  %.2fx train  idle %.2f s  comm wait %.2f s\n' \
+        "$r" "$n" "$w" "$sps" "$ratio" "$idle" "$wait"
+      echo "$n $w $ratio $idle $wait" >>"$results"
+    done
+  done
+done
+python3 - "$results" <<'EOF'
+import statistics, sys
+rows = {}
+for line in open(sys.argv[1]):
+    n, w, ratio, idle, wait = line.split()
+    rows.setdefault((int(n), int(w)), []).append((float(ratio), float(idle), float(wait)))
+for (n, w), v in sorted(rows.items()):
+    print(f"median: {n} workers, window {w:2d}: {statistics.median(x[0] for x in v):.2f}x train, "
+          f"idle {statistics.median(x[1] for x in v):.2f} s, comm wait {statistics.median(x[2] for x in v):.2f} s")
+EOF
