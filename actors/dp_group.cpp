@@ -3,7 +3,8 @@
 // gradients of the step's last micro-batch are handed to the bucket engine range by range
 // while backward goes on below them; the vote goes out only once every bucket is reduced,
 // and the optimizer runs only when the step is committed: by the coordinator's result, or
-// in a commit window once every member's gradients and loss arrived here.
+// in a commit window as soon as the DP sum is complete here (it completes only once every
+// member's gradients are in: every member computed the step, which is the vote).
 #include "actors/dp_group.hpp"
 
 #include <spdlog/spdlog.h>
@@ -262,26 +263,6 @@ struct group {
     }
   }
 
-  // In a commit window: every member's loss (and, by arriving at all, its reduced
-  // gradients) reaches every other member; then this step is committed and V carries the
-  // whole batch's loss. The sum runs in rank order, so every member computes the same.
-  void exchange_votes(net::step_vote& v, net::step_timing& t) {
-    const auto t0 = clock_type::now();
-    const double mine[2] = {v.loss_rows, static_cast<double>(v.rows)};
-    std::vector<double> all(2 * static_cast<std::size_t>(links.size));
-    if (links.size > 1)
-      links.comm->allgather(mine, all.data(), sizeof mine);
-    else
-      std::copy(mine, mine + 2, all.begin());
-    v.loss_rows = 0;
-    v.rows = 0;
-    for (int r = 0; r < links.size; ++r) {
-      v.loss_rows += all[2 * r];
-      v.rows += static_cast<int64_t>(all[2 * r + 1]);
-    }
-    t.comm_wait_us += micros(clock_type::now() - t0);
-  }
-
   // The window's next step, queued by the last one: run unless an abort came between.
   void on_next(const net::step_open& o, uint64_t member, int rank) {
     if (protocol.continues(o.generation, o.step)) on_open(o, member, rank);
@@ -307,7 +288,6 @@ struct group {
       if (rank < 0 || rank >= o.replicas)
         refuse("this worker has no rank in generation " + std::to_string(o.generation));
       run_step(o, rank, v, t);
-      if (o.through >= o.step) exchange_votes(v, t);
       v.ok = true;
     } catch (const std::exception& e) {
       v.ok = false;

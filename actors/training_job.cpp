@@ -328,15 +328,10 @@ job_actions training_job::try_open(const mb::roster& r, double now_s) {
   waiting_noted_ = false;
   pause_since_s_ = -1;
   if (resync_) {
-    // After an aborted window the job goes on from the newest state a live member holds.
-    // It is older than a step already counted as committed only when the members that
-    // applied that step are all gone: the step runs again.
-    int64_t newest = -1;
-    for (const auto& m : r.members) newest = std::max(newest, ready_[m.id]);
-    if (newest < next_step_)
-      out.notes.push_back("step " + std::to_string(newest) +
-                          " runs again: the members that applied it are gone");
-    next_step_ = newest;
+    // After an aborted window the job goes on from the newest state a live member holds
+    // (a step some applied but whose votes did not all come in counts as done: those who
+    // applied it were given every member's gradients for it).
+    for (const auto& m : r.members) next_step_ = std::max(next_step_, ready_[m.id]);
     resync_ = false;
     if (next_step_ >= steps_) return out;
   }
@@ -451,27 +446,42 @@ job_actions training_job::on_applied(const mb::roster& r, const net::step_vote& 
   const mb::member* m = r.find(v.member_id);
   if (finished_ || m == nullptr) return out;
   report_.vote_counted(m->name, v.timing);
-  const bool ours = open_ && open_->through >= 0 && open_->generation == v.generation;
-  if (ours && v.step >= open_->through) {
-    auto it = open_->votes.find(v.member_id);
-    if (it != open_->votes.end()) it->second = true;  // done with the window's collectives
+  // A vote of a window an abort ended: the members' worker_ready says where each stands.
+  if (!open_ || open_->through < 0 || open_->generation != v.generation) return out;
+  auto voted = open_->votes.find(v.member_id);
+  if (voted == open_->votes.end()) return out;
+  // A member that applied step s applied every step of the window before it (a vote that
+  // a lost frame overtook is counted by the later one, without its loss).
+  auto [at, fresh] = open_->reached.emplace(v.member_id, v.step);
+  if (!fresh) {
+    if (v.step <= at->second) return out;  // a repeat
+    at->second = v.step;
   }
-  // Applied means every member's gradients reached this one: the step and, for a vote a
-  // lost frame overtook, the window's steps before it are committed.
-  if (v.step >= next_step_ && v.step < steps_)
-    commit(r, v.step, v.loss_rows / static_cast<double>(cfg_.train.global_batch), ours, now_s, out);
-  if (!ours) return out;  // a window an abort ended; its members' readiness decides
+  open_->loss_rows_at[v.step] += v.loss_rows;
+  if (v.step >= open_->through) voted->second = true;  // through with the window
+  // Steps every member has applied are committed, in order. (Each member applied a step
+  // the moment its DP sum completed, which it does only once every member's gradients
+  // are in; the coordinator learns it from the votes and needs them all only for the
+  // loss and for knowing that nobody is left inside the window's collectives.)
+  int64_t all = open_->through;
+  for (const auto& [id, done] : open_->votes) {
+    auto it = open_->reached.find(id);
+    all = std::min(all, it == open_->reached.end() ? next_step_ - 1 : it->second);
+  }
+  while (next_step_ <= all) {
+    const int64_t s = next_step_;
+    commit(r, s, open_->loss_rows_at[s] / static_cast<double>(cfg_.train.global_batch), true, now_s,
+           out);
+    open_->loss_rows_at.erase(s);
+  }
   if (next_step_ <= open_->through) {
     open_->step = next_step_;
     open_->sent_s = now_s;
     return out;
   }
-  // The window is committed. Nothing else happens on its generation (the next window, a
-  // leave, a joiner's new generation, whose roster makes workers abort the old collectives)
-  // until every member is through with it: one that applied the last step first must not
-  // cut off a peer still receiving it.
-  for (const auto& [id, done] : open_->votes)
-    if (!done) return out;
+  // Every member is through with the window: the next one (or a leave, or a joiner's
+  // generation, whose roster makes workers abort the old collectives) can come now
+  // without cutting off a member still inside the last collective.
   open_.reset();
   merge(out, try_open(r, now_s));
   return out;

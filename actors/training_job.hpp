@@ -2,12 +2,13 @@
 // decide (commit only when every member of the generation voted ok, otherwise abort and
 // a new generation), which member donates state to one that is behind, and where each
 // member sits (pp * tp > 1). With pp = tp = 1 a step opens a commit window of up to
-// fault_tolerance.commit_window steps that the members commit in the data (a vote marked
-// applied commits its step and every one before it); an abort of a window asks every
-// member where it stands (worker_ready) before the next opens. The run's events and summary are its
-// run_report's (actors/run_report.hpp), its faults' timing its fault_schedule's. Pure: no clock, no
-// sockets, no CAF, no randomness. The coordinator actor feeds it events with the current
-// roster and the time, and sends what it returns.
+// fault_tolerance.commit_window steps that the members commit in the data (each applies a
+// step once its DP sum completes, and its vote marked applied says so); an abort of a
+// window asks every member where it stands (worker_ready) before the next opens. The
+// run's events and summary are its run_report's (actors/run_report.hpp), its faults'
+// timing its fault_schedule's. Pure: no clock, no sockets, no CAF, no randomness. The
+// coordinator actor feeds it events with the current roster and the time, and sends what
+// it returns.
 #pragma once
 #include <array>
 #include <cstdint>
@@ -99,6 +100,9 @@ class training_job {
     uint64_t generation = 0;
     int64_t step = 0;      ///< the open step (in a window: the first not yet committed)
     int64_t through = -1;  ///< last step of the commit window; -1: none (commit by result)
+    /// In a window: the last step each member voted applied, and the loss of each step.
+    std::map<mb::member_id, int64_t> reached;
+    std::map<int64_t, double> loss_rows_at;
     int32_t donor = -1;
     double sent_s = 0;                             ///< when step_open last went out
     std::map<mb::member_id, bool> votes;           ///< members expected; true once voted ok
@@ -120,7 +124,7 @@ class training_job {
   /// OF_OPEN: STEP belongs to the open step or window, whose members hold it now.
   void commit(const mb::roster& r, int64_t step, double loss, bool of_open, double now_s,
               job_actions& out);
-  /// A vote marked applied (a commit window): commits up to its step.
+  /// A vote marked applied (a commit window): the steps every member applied commit.
   job_actions on_applied(const mb::roster& r, const net::step_vote& v, double now_s);
   /// The last step a window opened at next_step_ may run to, or -1 for no window.
   int64_t window_end() const;

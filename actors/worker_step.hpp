@@ -18,7 +18,7 @@
 //   any other stray result                             → ignore
 //
 // In a commit window (open(g, s, through) with through >= s) the vote travels with the
-// data: a step whose gradients and loss every member's reached is applied at once
+// data: a step whose DP sum completed (every member's gradients are in) is applied at once
 // (applied(g, s)) and the next step of the window runs without an open:
 //
 //            open(g, s, t)         applied(g, s), s < t: continue(g, s + 1)
@@ -58,7 +58,7 @@ class worker_step {
   /// The vote for (generation, step) went out; `ok`: the gradients are reduced and wait for
   /// the decision as P.
   void voted(uint64_t generation, int64_t step, bool ok, const pending_step& p);
-  /// In a window: every member's part of (generation, step) arrived, it is applied and its
+  /// In a window: the DP sum of (generation, step) completed, the step is applied and its
   /// vote (marked applied) went out.
   void applied(uint64_t generation, int64_t step);
   /// The window's next step after an applied one, if the window goes on.

@@ -353,8 +353,8 @@ struct worker_ready {
 /// computing, every member receives the donor's parameters and optimizer state over the
 /// generation's communicator (some member is behind). through >= step: a commit window
 /// (docs/protocol.md, "Commit windows"): steps step..through commit in the data, each
-/// applied by a member once every member's gradients and loss reached it, the next one run
-/// without a step_open; -1: the member waits for step_result after its vote.
+/// applied by a member once its DP sum completes (every member's gradients are in), the
+/// next one run without a step_open; -1: the member waits for step_result after its vote.
 struct step_open {
   static constexpr msg_type type = msg_type::step_open;
   uint64_t generation = 0;
@@ -429,8 +429,8 @@ struct step_vote {
   /// Failed because a peer's data-plane address could not be connected (every rank had
   /// arrived): the coordinator fails the job when this repeats instead of looping.
   bool unreachable = false;
-  /// The member applied the step in a commit window: every member's gradients and loss
-  /// reached it, so the step is committed. loss_rows and rows are then the whole batch's.
+  /// The member applied the step in a commit window (its DP sum completed, so every member
+  /// computed the step), and every step of the window before it.
   bool applied = false;
   std::string reason;
   double loss_rows = 0;

@@ -168,7 +168,12 @@ TEST_CASE("a communicator failing mid-step aborts the step on every worker") {
   CHECK(s["params_consistent"] == true);
   CHECK(s["params_sha256"] == hash);
   CHECK(log.find("aborted") != std::string::npos);
-  for (const auto& w : s["workers"]) CHECK(w["steps"] == 6);
+  // Each worker computed every step, or one fewer when the abort caught it still in the
+  // last collective of the step before (a commit window: its peers had applied that step)
+  // and it took that step's state from a peer instead.
+  const bool donor = log.find("state sent from rank") != std::string::npos;
+  for (const auto& w : s["workers"])
+    CHECK_MESSAGE((w["steps"] == 6 || (donor && w["steps"] == 5)), log);
 }
 
 TEST_CASE("a worker killed mid-run is restarted and the run ends on the fault-free hash") {
