@@ -13,9 +13,13 @@
 //      └──── open(g', s + 1): the commit of s was lost: apply s first, then run s + 1
 //
 //   open(g, s) equal to the last vote's (g, s)        → send that vote again (it was lost)
-//   result for no pending step: the commit of the last
+//   any abort                                          → drop the pending step it names;
+//                                                        say where this member stands
+//                                                        (worker_ready: after a window,
+//                                                        members may stand apart)
+//   commit for no pending step: the commit of the last
 //   step (s + 1 == the report's next step)            → send the final report again
-//   any other stray result                             → ignore
+//   any other stray commit                             → ignore
 //
 // In a commit window (open(g, s, through) with through >= s) the vote travels with the
 // data: a step whose DP sum completed (every member's gradients are in) is applied at once
