@@ -271,7 +271,7 @@ job_actions training_job::on_vote(const mb::roster& r, const net::step_vote& v, 
     last_commit_ = res;
     last_commit_sent_s_ = now_s;
   }
-  commit(r, open_->step, loss, true, now_s, out);
+  commit(r, open_->step, loss, now_s, out);
   open_.reset();
   job_actions more = try_open(r, now_s);
   merge(out, std::move(more));
@@ -307,8 +307,7 @@ job_actions training_job::on_applied(const mb::roster& r, const net::step_vote& 
   }
   while (next_step_ <= all) {
     const int64_t s = next_step_;
-    commit(r, s, open_->loss_rows_at[s] / static_cast<double>(cfg_.train.global_batch), true, now_s,
-           out);
+    commit(r, s, open_->loss_rows_at[s] / static_cast<double>(cfg_.train.global_batch), now_s, out);
     open_->loss_rows_at.erase(s);
   }
   if (next_step_ <= open_->through) {
@@ -324,17 +323,13 @@ job_actions training_job::on_applied(const mb::roster& r, const net::step_vote& 
   return out;
 }
 
-void training_job::commit(const mb::roster& r, int64_t step, double loss, bool of_open,
-                          double now_s, job_actions& out) {
+void training_job::commit(const mb::roster& r, int64_t step, double loss, double now_s,
+                          job_actions& out) {
   next_step_ = step + 1;
-  if (of_open) {
-    // The open step's members (a late vote of an aborted window has none: the members'
-    // worker_ready says where each stands).
-    last_voters_.clear();
-    for (const auto& [id, ok] : open_->votes) {
-      last_voters_.insert(id);
-      if (ready_.count(id) != 0) ready_[id] = next_step_;
-    }
+  last_voters_.clear();
+  for (const auto& [id, ok] : open_->votes) {
+    last_voters_.insert(id);
+    if (ready_.count(id) != 0) ready_[id] = next_step_;
   }
   consecutive_aborts_ = 0;
   consecutive_unreachable_ = 0;

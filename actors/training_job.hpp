@@ -120,10 +120,9 @@ class training_job {
   /// replica, so a joiner completes a broken replica first. Seats are kept for life.
   void assign_seats(const mb::roster& r);
   void abort_open(const mb::roster& r, const std::string& why, job_actions& out);
-  /// Steps up to STEP committed with mean LOSS: the report, the counters, OUT's progress.
-  /// OF_OPEN: STEP belongs to the open step or window, whose members hold it now.
-  void commit(const mb::roster& r, int64_t step, double loss, bool of_open, double now_s,
-              job_actions& out);
+  /// Step STEP of the open step or window committed with mean LOSS: its members hold the
+  /// next step now; the report, the counters, OUT's progress.
+  void commit(const mb::roster& r, int64_t step, double loss, double now_s, job_actions& out);
   /// A vote marked applied (a commit window): the steps every member applied commit.
   job_actions on_applied(const mb::roster& r, const net::step_vote& v, double now_s);
   /// The last step a window opened at next_step_ may run to, or -1 for no window.
