@@ -4,11 +4,14 @@
 # machine. Every failing test of every run is listed at the end with its run number; the
 # logs stay in the output folder. Exit 0 only when all runs passed.
 #
-#   tools/flake_hunt.sh [--runs N] [--build DIR] [--out DIR] [--no-load | --load CMD]
+#   tools/flake_hunt.sh [--runs N] [--build DIR] [--out DIR] [--resume] [--no-load | --load CMD]
 #                       [-- CTEST_ARGS...]
 #
 # --build: the build folder whose tests run (default build/, made by tools/setup.sh);
 # --out: where the per-run logs go (default a new folder under /tmp);
+# --resume: go on with the hunt recorded in --out (its runs count), which must have run on the
+#   same commit with a clean tree: a hunt that outlives one sitting (a reboot, a session's end)
+#   is finished later on the very code it started on;
 # --no-load: run the suite on an otherwise idle machine;
 # --load CMD: the load is CMD (a shell command) run again and again instead of the build;
 # CTEST_ARGS go to every ctest call (e.g. -L mp, or -R spare).
@@ -20,16 +23,18 @@ build=build
 out=""
 load=1
 load_cmd=""
+resume=0
 ctest_args=()
 while (($#)); do
   case "$1" in
     --runs) runs="$2"; shift 2 ;;
     --build) build="$2"; shift 2 ;;
     --out) out="$2"; shift 2 ;;
+    --resume) resume=1; shift ;;
     --no-load) load=0; shift ;;
     --load) load_cmd="$2"; shift 2 ;;
     --) shift; ctest_args=("$@"); break ;;
-    -h|--help) sed -n 2,13p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,16p "$0"; exit 0 ;;
     *) echo "flake_hunt: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -38,6 +43,26 @@ done
   echo "flake_hunt: no test build in '$build' (run tools/setup.sh first)" >&2; exit 2; }
 out="${out:-$(mktemp -d /tmp/cohort-flake.XXXXXX)}"
 mkdir -p "$out"
+
+# The code under test: the commit, and whether the tree differs from it. A resumed hunt must
+# find the same commit and a clean tree, or its earlier runs tested other code.
+commit=$(git rev-parse HEAD 2>/dev/null || echo unknown)
+dirty=$(git status --porcelain --untracked-files=no 2>/dev/null | head -1)
+first=1
+if ((resume)); then
+  [[ -f "$out/commit" && -f "$out/runs.txt" ]] || {
+    echo "flake_hunt: --resume: no hunt recorded in '$out' (no commit or runs.txt)" >&2; exit 2; }
+  [[ "$(cat "$out/commit")" == "$commit" && -z "$dirty" ]] || {
+    echo "flake_hunt: --resume: '$out' hunted commit $(cat "$out/commit"), this tree is $commit${dirty:+ with local changes}; start a new hunt" >&2
+    exit 2; }
+  first=$(($(wc -l <"$out/runs.txt") + 1))
+  echo "flake_hunt: resuming at run $first/$runs (commit $commit)"
+else
+  [[ -z "$dirty" ]] || echo "flake_hunt: warning: the tree has local changes; this hunt cannot be resumed" >&2
+  echo "$commit" >"$out/commit"
+  : >"$out/runs.txt"
+  : >"$out/failures.txt"
+fi
 
 loader=""
 stop_load() {
@@ -64,22 +89,23 @@ if ((load)); then
   echo "flake_hunt: load build in $scratch (pid $loader)"
 fi
 
-failed_runs=0
-: >"$out/failures.txt"
-for ((i = 1; i <= runs; i++)); do
+for ((i = first; i <= runs; i++)); do
   start=$(date +%s)
   if ctest --test-dir "$build" -j2 --output-on-failure "${ctest_args[@]}" >"$out/run-$i.log" 2>&1; then
     status=passed
   else
     status=FAILED
-    failed_runs=$((failed_runs + 1))
     grep -E '^\s*[0-9]+ - .*\((Failed|Timeout|SEGFAULT|Subprocess aborted|Exception|Not Run)' \
       "$out/run-$i.log" | sed "s/^/run $i: /" >>"$out/failures.txt" || true
   fi
   summary=$(grep -E 'tests passed, [0-9]+ tests failed out of' "$out/run-$i.log" || echo "no summary")
-  echo "run $i/$runs: $status in $(($(date +%s) - start)) s ($summary; load $(cut -d' ' -f1 /proc/loadavg))"
+  line="run $i/$runs: $status in $(($(date +%s) - start)) s ($summary; load $(cut -d' ' -f1 /proc/loadavg); $(date -u +%FT%TZ))"
+  echo "$line" | tee -a "$out/runs.txt"
 done
-echo "flake_hunt: $((runs - failed_runs)) of $runs runs passed; logs in $out"
+done_runs=$(wc -l <"$out/runs.txt")
+failed_runs=$(grep -c ': FAILED in' "$out/runs.txt" || true)
+echo "flake_hunt: $((done_runs - failed_runs)) of $done_runs runs passed on commit $commit; logs in $out"
+
 if ((failed_runs)); then
   echo "failing tests:"
   sort "$out/failures.txt" | sed 's/^/  /'
