@@ -321,6 +321,15 @@ void on_register(self_ptr self, const std::string& peer, const net::register_req
 
 void on_heartbeat(self_ptr self, const std::string& peer, const net::heartbeat& hb) {
   auto& st = self->state;
+  // Only the socket that registered a member beats for it: another peer naming its id (a
+  // spoof, or a confused process) would otherwise keep a dead member alive or, claiming a
+  // generation to come, evict a live one.
+  if (auto it = st.peer_of.find(hb.member_id); it != st.peer_of.end() && it->second != peer) {
+    spdlog::warn("coordinator: a heartbeat for member {} from a peer that did not register it "
+                 "is ignored",
+                 hb.member_id);
+    return;
+  }
   mb::decision d =
       mb::on_heartbeat(st.roster, now(self), hb.member_id, hb.generation, st.opts.membership);
   const bool rejoin = d.kind == mb::decision_kind::rejoin_required;
@@ -382,6 +391,31 @@ net::status_reply make_status(self_ptr self, uint64_t request_id) {
 void on_kv(self_ptr self, const std::string& peer, const net::message& m) {
   auto& st = self->state;
   const auto t = now(self);
+  // The store holds the data plane's addresses: only a live member reads or writes it (the
+  // store itself refuses generations the roster has not reached).
+  const auto at = st.member_at.find(peer);
+  if (at == st.member_at.end() || st.roster.find(at->second) == nullptr) {
+    // A member declared dead may still be building its last generation's links: to it the
+    // answer is the one a dropped generation gets (it learns of its death from the next
+    // heartbeat ack). A stranger is refused.
+    const bool was_member = at != st.member_at.end();
+    if (!was_member)
+      spdlog::warn("coordinator: a store request from a peer that is not a member is refused");
+    uint64_t rid = 0;
+    std::visit([&](const auto& x) {
+      if constexpr (std::is_same_v<std::decay_t<decltype(x)>, net::kv_set> ||
+                    std::is_same_v<std::decay_t<decltype(x)>, net::kv_get> ||
+                    std::is_same_v<std::decay_t<decltype(x)>, net::kv_wait>)
+        rid = x.request_id;
+    }, m);
+    net::kv_reply no;
+    no.request_id = rid;
+    no.status = was_member ? net::kv_status::superseded : net::kv_status::invalid;
+    no.reason = was_member ? "this member is no longer in the roster"
+                           : "the rendezvous store answers live members only";
+    send(self, peer, no);
+    return;
+  }
   if (const auto* s = std::get_if<net::kv_set>(&m)) {
     net::kv::set_result r = st.store.set(s->generation, s->key, s->value);
     send(self, peer, to_wire(s->request_id, r.result));
@@ -441,6 +475,13 @@ void on_inbound(self_ptr self, const std::string& peer, const net::message& m) {
             on_new_generation(self);
           }
         } else if constexpr (std::is_same_v<T, net::exit_notice>) {
+          // Only the launcher sees its children exit, and it always names the pid it reaped.
+          if (st.launcher.empty() || peer != st.launcher || x.pid <= 0) {
+            spdlog::warn("coordinator: exit notice for '{}' ignored: not from the launcher, or "
+                         "without a pid",
+                         x.name);
+            return;
+          }
           const std::string detail = x.exit_code > 128
                                          ? "killed by signal " + std::to_string(x.exit_code - 128)
                                          : "exit code " + std::to_string(x.exit_code);

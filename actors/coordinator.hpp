@@ -113,8 +113,10 @@ caf::behavior coordinator_actor(caf::stateful_actor<coordinator_state>* self,
 /// bound to `bind` (tcp://127.0.0.1:0 picks a free port).
 class coordinator_node {
  public:
-  /// Starts everything. Throws io_error when `bind` cannot be bound.
-  coordinator_node(coordinator_options opts, const std::string& bind, size_t max_message_bytes);
+  /// Starts everything. Throws io_error when `bind` cannot be bound. With KEYS the bridge
+  /// speaks CURVE and admits only the authorized keys, each with its role.
+  coordinator_node(coordinator_options opts, const std::string& bind, size_t max_message_bytes,
+                   std::shared_ptr<const net::server_keys> keys = nullptr);
   /// Stops the actor (if still running) and the bridge.
   ~coordinator_node();
 

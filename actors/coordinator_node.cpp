@@ -24,7 +24,8 @@ int bridge_spin_us() {
 }
 
 coordinator_node::coordinator_node(coordinator_options opts, const std::string& bind,
-                                   size_t max_message_bytes)
+                                   size_t max_message_bytes,
+                                   std::shared_ptr<const net::server_keys> keys)
     : caf_cfg_(make_caf_config()), system_(std::make_unique<caf::actor_system>(*caf_cfg_)) {
   coordinator_io io;
   io.send = [this](const std::string& peer, const net::message& m) {
@@ -47,6 +48,7 @@ coordinator_node::coordinator_node(coordinator_options opts, const std::string& 
   bo.endpoint = bind;
   bo.max_message_bytes = max_message_bytes;
   bo.spin_us = bridge_spin_us();
+  bo.curve_server = std::move(keys);
   caf::actor target = actor_;
   try {
     bridge_ =

@@ -283,8 +283,14 @@ caf::behavior worker_actor(caf::stateful_actor<worker_state>* self, worker_optio
       [=](co_regto_atom, uint64_t incarnation) {
         auto& st = self->state;
         if (st.ph != worker_state::phase::registering || incarnation != st.incarnation) return;
-        spdlog::error("worker {}: no answer to registration within {} ms", st.opts.name,
-                      st.opts.coordinator_timeout_ms);
+        // A coordinator with keys never completes the handshake of a worker without the
+        // job's worker key (or with another job's): from here that looks like silence.
+        spdlog::error("worker {}: no answer to registration within {} ms ({})", st.opts.name,
+                      st.opts.coordinator_timeout_ms,
+                      st.opts.keys ? "is it running, and does it authorize this --keys DIR's "
+                                     "worker.key?"
+                                   : "is it running? If it was started with keys, pass the "
+                                     "same --keys DIR");
         finish(self, 1);
       },
   };
@@ -356,6 +362,7 @@ worker_node::worker_node(const std::string& endpoint, worker_options opts, size_
   bo.max_message_bytes = max_message_bytes;
   bo.identity = net::make_identity("worker");
   bo.spin_us = bridge_spin_us();
+  bo.curve_client = opts.keys;
   {
     caf::actor to = actor_;
     bo.on_version_mismatch = [to, endpoint](int version) {

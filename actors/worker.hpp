@@ -71,6 +71,9 @@ struct worker_options {
   std::string name;  ///< empty: the coordinator picks one (kept across rejoins)
   int64_t pid = 0;   ///< reported so a launcher's exit notice can name this worker
   int coordinator_timeout_ms = 10000;  ///< no register answer / no ack this long: exit 1
+  /// CURVE keys (role worker) for the control plane and the pipeline's p2p channels; null:
+  /// no CURVE (a coordinator started without keys).
+  std::shared_ptr<const net::client_keys> keys;
 };
 
 struct worker_state {

@@ -48,8 +48,10 @@ on() { local h=$1; shift; ip netns exec "$bed-h$h" "$@"; }
 run_once() {
   local hierarchy=$1 order=$2 run="$dir/$1-$2-$RANDOM"
   mkdir -p "$run"
+  # An address the other hosts reach: the control plane speaks CURVE with the run's keys.
+  "$bin" keygen "$run/keys" >/dev/null
   (cd "$run" && on 1 "$bin" coordinator --config "$OLDPWD/configs/fashion_mlp_dp4.yaml" -q \
-     --bind tcp://10.77.0.1:0 --summary "$run/summary.json" \
+     --bind tcp://10.77.0.1:0 --keys "$run/keys" --summary "$run/summary.json" \
      --set cluster.workers=4 --set train.steps="$steps" --set train.determinism=fast \
      --set train.eval_every=0 --set fault_tolerance.checkpoint_every=0 \
      --set fault_tolerance.checkpoint_dir="$run/ckpt" --set comm.hierarchy="$hierarchy" \
@@ -68,7 +70,7 @@ run_once() {
   local pids=()
   for i in 0 1 2 3; do
     # One after the other, so the ranks follow this order.
-    on "${hosts[$i]}" "$bin" worker --join "$ep" --name "w$i-h${hosts[$i]}" \
+    on "${hosts[$i]}" "$bin" worker --join "$ep" --keys "$run/keys" --name "w$i-h${hosts[$i]}" \
       >"$run/w$i.out" 2>"$run/w$i.err" &
     pids+=($!)
     for _ in $(seq 100); do

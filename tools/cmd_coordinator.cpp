@@ -112,6 +112,8 @@ void add_coordinator(CLI::App& app, int* rc) {
     bool quiet = false;
     std::vector<std::string> inject;
     bool resume = false;
+    std::string keys;
+    bool insecure = false;
   };
   auto opt = std::make_shared<options>();
   CLI::App* cmd = app.add_subcommand(
@@ -142,12 +144,34 @@ void add_coordinator(CLI::App& app, int* rc) {
                   "Inject a fault into the training job, e.g. 'kill rank=1 at step=30' "
                   "(repeatable; the language is in docs/faults.md)")
       ->type_name("SPEC");
+  add_keys_option(*cmd, &opt->keys,
+                  "the coordinator speaks CURVE with coordinator.key and admits only the keys "
+                  "in DIR/authorized, each with its role (worker, launcher, admin)");
+  cmd->add_flag("--insecure", opt->insecure,
+                "Allow binding an address other hosts can reach without --keys: anyone who "
+                "reaches it can then join, steer or read the run (docs/security.md)");
   cmd->callback([opt, rc] {
     const config c = opt->config_path.empty() ? load_config_text("{}", "<defaults>", opt->overrides)
                                               : load_config(opt->config_path, opt->overrides);
     // Before any thread exists, so only the watcher below ever sees SIGINT / SIGTERM.
     actors::block_termination_signals();
     actors::log_to_stderr();
+    const std::string bind = opt->bind.empty() ? c.control.bind : opt->bind;
+    std::shared_ptr<const net::server_keys> keys;
+    if (!opt->keys.empty()) {
+      keys = std::make_shared<const net::server_keys>(net::load_server_keys(opt->keys));
+    } else if (!net::loopback_endpoint(bind)) {
+      if (!opt->insecure)
+        throw usage_error(
+            "refusing to bind " + bind +
+            " without keys: anyone who reaches that address could join the job, receive its "
+            "parameters or stop it. Write keys with `cohort keygen DIR` and pass --keys DIR "
+            "here and to every worker and ctl, or pass --insecure on a network you trust");
+      std::fprintf(stderr,
+                   "coordinator: warning: %s is bound without keys (--insecure): anyone who "
+                   "reaches it can join, steer or read this run\n",
+                   bind.c_str());
+    }
     actors::coordinator_options co = actors::coordinator_options_from(c);
     std::string failure;
     std::unique_ptr<progress_line> progress;
@@ -208,8 +232,8 @@ void add_coordinator(CLI::App& app, int* rc) {
         }
       };
     }
-    actors::coordinator_node node(co, opt->bind.empty() ? c.control.bind : opt->bind,
-                                  static_cast<size_t>(c.control.max_message_bytes));
+    actors::coordinator_node node(co, bind, static_cast<size_t>(c.control.max_message_bytes),
+                                  keys);
     std::printf("coordinator listening on %s\n", node.endpoint().c_str());
     std::fflush(stdout);
     actors::signal_watcher signals(

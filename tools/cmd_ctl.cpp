@@ -83,6 +83,15 @@ void add_ctl(CLI::App& app, int* rc) {
     std::string coordinator;
     int timeout_ms = 5000;
     bool json = false;
+    std::string keys;
+    // The client, with the admin key when --keys names one.
+    std::unique_ptr<net::sync_client> client() const {
+      std::unique_ptr<net::client_keys> k;
+      if (!keys.empty())
+        k = std::make_unique<net::client_keys>(net::load_client_keys(keys, net::key_role::admin));
+      return std::make_unique<net::sync_client>(coordinator, size_t{64} << 20,
+                                                net::make_identity("client"), k.get());
+    }
   };
   auto opt = std::make_shared<options>();
   CLI::App* cmd = app.add_subcommand("ctl", "Administer a running coordinator");
@@ -93,6 +102,9 @@ void add_ctl(CLI::App& app, int* rc) {
   cmd->add_option("--timeout-ms", opt->timeout_ms, "How long to wait for an answer")
       ->check(CLI::Range(1, 3600 * 1000))
       ->capture_default_str();
+  add_keys_option(*cmd, &opt->keys,
+                  "ctl speaks CURVE with admin.key (needed when the coordinator was started "
+                  "with keys; `cohort launch` prints the folder of the keys it made)");
   cmd->require_subcommand(1);
 
   CLI::App* status = cmd->add_subcommand(
@@ -102,8 +114,8 @@ void add_ctl(CLI::App& app, int* rc) {
                    "Print one JSON object: {\"generation\", \"step\", \"workers\": [{\"name\", "
                    "\"rank\", \"seat\": [d,p,t] or null, \"state\", ...}], \"dropped\": {...}}");
   status->callback([opt, rc] {
-    net::sync_client client(opt->coordinator);
-    const net::message reply = client.request(net::status_request{1}, net::msg_type::status_reply,
+    const auto client = opt->client();
+    const net::message reply = client->request(net::status_request{1}, net::msg_type::status_reply,
                                               std::chrono::milliseconds(opt->timeout_ms));
     const auto& s = std::get<net::status_reply>(reply);
     if (opt->json) {
@@ -116,9 +128,9 @@ void add_ctl(CLI::App& app, int* rc) {
 
   // drain / scale / inject: one admin_request each; a refusal is the user's to fix (exit 2).
   auto admin = [opt, rc](const std::string& command, const std::string& argument) {
-    net::sync_client client(opt->coordinator);
+    const auto client = opt->client();
     const net::message reply =
-        client.request(net::admin_request{1, command, argument}, net::msg_type::admin_reply,
+        client->request(net::admin_request{1, command, argument}, net::msg_type::admin_reply,
                        std::chrono::milliseconds(opt->timeout_ms));
     const auto& r = std::get<net::admin_reply>(reply);
     if (!r.ok) {
@@ -153,8 +165,7 @@ void add_ctl(CLI::App& app, int* rc) {
                           "Stop the coordinator and every worker (workers exit 0); waits for the "
                           "coordinator's acknowledgement");
   stop->callback([opt, rc] {
-    net::sync_client client(opt->coordinator);
-    client.request(net::stop{"cohort ctl stop"}, net::msg_type::stop,
+    opt->client()->request(net::stop{"cohort ctl stop"}, net::msg_type::stop,
                    std::chrono::milliseconds(opt->timeout_ms));
     std::printf("coordinator at %s is stopping the cluster\n", opt->coordinator.c_str());
     *rc = exit_ok;

@@ -11,8 +11,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <optional>
@@ -44,6 +48,8 @@ struct launch_options {
   std::vector<std::string> inject;
   bool resume = false;
   int stop_timeout_ms = 5000;
+  std::string keys;  // --keys: use (or write) the job's keys there
+  bool insecure = false;
 };
 
 struct child {
@@ -61,7 +67,38 @@ class launcher {
  public:
   launcher(const launch_options& opt, const config& cfg) : opt_(opt), cfg_(cfg) {}
 
+  // The job's keys: --keys DIR (written there when DIR holds none), else a fresh set in a
+  // private folder removed at exit. --insecure: none.
+  void prepare_keys() {
+    const std::string bind = opt_.bind.empty() ? cfg_.control.bind : opt_.bind;
+    if (opt_.insecure) {
+      // Children inherit the environment: none of them may pick up keys from it.
+      ::unsetenv("COHORT_KEYS");
+      std::printf("launch: warning: --insecure: no keys; anyone who reaches %s can join, steer "
+                  "or read this run\n",
+                  bind.c_str());
+      return;
+    }
+    keys_dir_ = opt_.keys;
+    if (keys_dir_.empty()) {
+      const char* tmp = std::getenv("TMPDIR");
+      std::string templ = std::string(tmp && *tmp ? tmp : "/tmp") + "/cohort-keys-XXXXXX";
+      if (::mkdtemp(templ.data()) == nullptr)
+        throw io_error("launch: cannot make a private key folder under " + templ + ": " +
+                       std::strerror(errno));
+      keys_dir_ = templ;
+      temp_keys_ = true;
+    }
+    if (!net::has_job_keys(keys_dir_)) net::write_job_keys(keys_dir_);
+    client_keys_ = std::make_unique<net::client_keys>(
+        net::load_client_keys(keys_dir_, net::key_role::launcher));
+    std::printf("launch: keys in %s (ctl: cohort ctl --keys %s ...%s)\n", keys_dir_.c_str(),
+                keys_dir_.c_str(), temp_keys_ ? "; removed when launch exits" : "");
+    std::fflush(stdout);
+  }
+
   int run() {
+    prepare_keys();
     // A handler-fed pipe, not signalfd: signalfd needs the signals blocked in every thread,
     // and a library may own threads that predate any mask we set.
     signals_ = std::make_unique<actors::signal_pipe>(std::vector<int>{SIGINT, SIGTERM, SIGCHLD});
@@ -77,6 +114,8 @@ class launcher {
     if (opt_.quiet) args.push_back("--quiet");
     for (const auto& f : opt_.inject) args.insert(args.end(), {"--inject", f});
     if (opt_.resume) args.push_back("--resume");
+    if (!keys_dir_.empty()) args.insert(args.end(), {"--keys", keys_dir_});
+    if (opt_.insecure) args.push_back("--insecure");
     const pid_t cpid = actors::spawn_self(args, fds[1]);
     close(fds[1]);
     children_[cpid] = child{"coordinator", true};
@@ -85,7 +124,8 @@ class launcher {
     std::printf("coordinator listening on %s\n", endpoint_.c_str());
     std::fflush(stdout);
     client_ = std::make_unique<net::sync_client>(
-        endpoint_, static_cast<size_t>(cfg_.control.max_message_bytes));
+        endpoint_, static_cast<size_t>(cfg_.control.max_message_bytes),
+        net::make_identity("launch"), client_keys_.get());
     net::register_request me{net::peer_role::client, "launch", static_cast<int64_t>(getpid())};
     if (!client_->register_as(me, milliseconds(5000))) {
       spdlog::error("launch: coordinator at {} does not answer", endpoint_);
@@ -111,11 +151,17 @@ class launcher {
 
   ~launcher() {
     if (out_fd_ >= 0) close(out_fd_);
+    if (temp_keys_) {
+      std::error_code ec;
+      std::filesystem::remove_all(keys_dir_, ec);
+    }
   }
 
  private:
   void start_worker(const std::string& name) {
-    const pid_t pid = actors::spawn_self({"worker", "--join", endpoint_, "--name", name});
+    std::vector<std::string> args{"worker", "--join", endpoint_, "--name", name};
+    if (!keys_dir_.empty()) args.insert(args.end(), {"--keys", keys_dir_});
+    const pid_t pid = actors::spawn_self(args);
     children_[pid] = child{name, false, clock_type::now()};
     std::printf("launch: started %s (pid %d)\n", name.c_str(), static_cast<int>(pid));
     std::fflush(stdout);
@@ -314,6 +360,9 @@ class launcher {
 
   launch_options opt_;
   config cfg_;
+  std::string keys_dir_;  // empty: no keys (--insecure)
+  bool temp_keys_ = false;
+  std::unique_ptr<net::client_keys> client_keys_;
   std::unique_ptr<actors::signal_pipe> signals_;
   int out_fd_ = -1;
   std::string pipe_buf_;
@@ -369,6 +418,13 @@ void add_launch(CLI::App& app, int* rc) {
                   "After a stop, children still running this long later are killed")
       ->check(CLI::Range(100, 600 * 1000))
       ->capture_default_str();
+  add_keys_option(*cmd, &opt->keys,
+                  "the job's keys (written there when DIR holds none), so that workers started "
+                  "elsewhere can join with the same DIR. Without it, launch writes fresh keys "
+                  "into a private folder it removes at exit");
+  cmd->add_flag("--insecure", opt->insecure,
+                "No keys: the control plane and p2p channels speak plain ZeroMQ; anyone who "
+                "reaches the coordinator can join, steer or read the run (docs/security.md)");
   cmd->callback([opt, rc] {
     const config c = load_config(opt->config_path, opt->overrides);
     // Bad or unsupported specs stop here, before any process starts (exit 2).

@@ -22,6 +22,7 @@ void add_worker(CLI::App& app, int* rc) {
     std::string name;
     int coordinator_timeout_ms = 10000;
     int64_t max_message_bytes = control_config{}.max_message_bytes;
+    std::string keys;
   };
   auto opt = std::make_shared<options>();
   CLI::App* cmd = app.add_subcommand(
@@ -44,6 +45,9 @@ void add_worker(CLI::App& app, int* rc) {
                   "Larger inbound frames are dropped and counted (control.max_message_bytes)")
       ->check(CLI::Range(int64_t{64}, int64_t{1} << 40))
       ->capture_default_str();
+  add_keys_option(*cmd, &opt->keys,
+                  "the worker speaks CURVE with worker.key to a coordinator known by "
+                  "coordinator.pub (needed when the coordinator was started with keys)");
   cmd->callback([opt, rc] {
     if (!opt->name.empty())
       if (const std::string problem = net::membership::name_problem(opt->name); !problem.empty())
@@ -54,6 +58,9 @@ void add_worker(CLI::App& app, int* rc) {
     wo.name = opt->name;
     wo.pid = static_cast<int64_t>(::getpid());
     wo.coordinator_timeout_ms = opt->coordinator_timeout_ms;
+    if (!opt->keys.empty())
+      wo.keys = std::make_shared<const net::client_keys>(
+          net::load_client_keys(opt->keys, net::key_role::worker));
     actors::worker_node node(opt->join, wo, static_cast<size_t>(opt->max_message_bytes));
     actors::signal_watcher signals([&node](int) { node.request_leave(); });
     *rc = node.wait();

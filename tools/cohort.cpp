@@ -25,6 +25,7 @@ int main(int argc, char** argv) {
   cohort::cli::add_worker(app, &rc);
   cohort::cli::add_ctl(app, &rc);
   cohort::cli::add_launch(app, &rc);
+  cohort::cli::add_keygen(app, &rc);
   auto* bench = app.add_subcommand("bench", "Benchmarks, each against a reference measured in the same run");
   bench->require_subcommand(1);
   cohort::cli::add_bench_control(*bench, &rc);

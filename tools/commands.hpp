@@ -17,6 +17,8 @@ void add_coordinator(CLI::App& app, int* rc);
 void add_worker(CLI::App& app, int* rc);
 void add_ctl(CLI::App& app, int* rc);
 void add_launch(CLI::App& app, int* rc);
+/// `cohort keygen DIR`: a job's CurveZMQ keys.
+void add_keygen(CLI::App& app, int* rc);
 /// `cohort bench ...`: `bench` is the parent subcommand; each adds a child.
 void add_bench_control(CLI::App& bench, int* rc);
 void add_bench_train(CLI::App& bench, int* rc);
@@ -26,6 +28,9 @@ void add_bench_allreduce(CLI::App& bench, int* rc);
 /// the Gloo allreduce busbw of the same sizes, two local processes.
 void add_bench_p2p(CLI::App& bench, int* rc);
 void add_bench_dp(CLI::App& bench, int* rc);
+
+/// Adds the shared `--keys DIR` option (default $COHORT_KEYS); WHAT says what it is for.
+void add_keys_option(CLI::App& cmd, std::string* dir, const std::string& what);
 
 /// Adds the shared `--set dotted.key=value` option (repeatable) to a subcommand.
 void add_set_option(CLI::App& cmd, std::vector<std::string>* overrides);

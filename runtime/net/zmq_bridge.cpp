@@ -54,6 +54,8 @@ const char* to_string(drop_reason r) {
       return "bad_parts";
     case drop_reason::send_failed:
       return "send_failed";
+    case drop_reason::wrong_role:
+      return "wrong_role";
     case drop_reason::count_:
       return "unknown";
     default:
@@ -64,6 +66,8 @@ const char* to_string(drop_reason r) {
 zmq_bridge::zmq_bridge(bridge_options opts, inbound_fn on_message)
     : opts_(std::move(opts)), on_message_(std::move(on_message)), ctx_(1) {
   pipe_name_ = "inproc://cohort-bridge-" + std::to_string(pipe_counter.fetch_add(1));
+  if (opts_.curve_server && opts_.kind == bridge_options::socket_kind::router)
+    zap_ = std::make_unique<zap_handler>(ctx_, opts_.curve_server->authorized);
   std::promise<std::string> ready;
   auto fut = ready.get_future();
   thread_ = std::thread([this, &ready] { run(&ready); });
@@ -96,6 +100,7 @@ void zmq_bridge::stop() {
   if (thread_.joinable()) thread_.join();
   std::lock_guard<std::mutex> lock(push_mu_);
   push_->close();
+  zap_.reset();
 }
 
 void zmq_bridge::send(const std::string& peer, const message& m) { send_frame(peer, encode(m)); }
@@ -151,9 +156,19 @@ void zmq_bridge::run(std::promise<std::string>* ready) {
     net.set(zmq::sockopt::rcvhwm, send_hwm);
     if (router) {
       net.set(zmq::sockopt::router_mandatory, 1);
+      if (zap_) {
+        net.set(zmq::sockopt::curve_server, 1);
+        net.set(zmq::sockopt::curve_secretkey, opts_.curve_server->self.secret_key);
+        net.set(zmq::sockopt::zap_domain, "cohort");
+      }
       net.bind(opts_.endpoint);
     } else {
       if (!opts_.identity.empty()) net.set(zmq::sockopt::routing_id, opts_.identity);
+      if (const auto& k = opts_.curve_client) {
+        net.set(zmq::sockopt::curve_serverkey, k->server_public);
+        net.set(zmq::sockopt::curve_publickey, k->self.public_key);
+        net.set(zmq::sockopt::curve_secretkey, k->self.secret_key);
+      }
       net.connect(opts_.endpoint);
     }
     pull.set(zmq::sockopt::rcvhwm, send_hwm);
@@ -259,9 +274,21 @@ void zmq_bridge::on_inbound(std::vector<zmq::message_t>& parts, zmq::socket_t& n
     count(drop_reason::bad_parts);
     return;
   }
-  const zmq::message_t& payload = parts.back();
+  zmq::message_t& payload = parts.back();
   const std::string_view frame(payload.data<char>(), payload.size());
   std::string peer = router ? parts[0].to_string() : std::string();
+  // CURVE: the connection's key decides what it may send, from the envelope alone. The
+  // role is read from the frame itself, so a routing id taken over by another connection
+  // carries that connection's role, not the first one's.
+  std::optional<key_role> role;
+  if (zap_) {
+    role = message_role(payload.handle());
+    if (!role || (frame_version(frame) == protocol_version &&
+                  !role_may_send(*role, frame_type(frame)))) {
+      count(drop_reason::wrong_role);
+      return;
+    }
+  }
   bool admitted = !router;
   if (router) {
     std::lock_guard<std::mutex> lock(peers_mu_);
@@ -288,6 +315,21 @@ void zmq_bridge::on_inbound(std::vector<zmq::message_t>& parts, zmq::socket_t& n
       on_version_mismatch(router ? parts[0].to_string() : std::string(), frame_version(frame), net);
     return;
   }
+  if (role) {
+    if (const auto* r = std::get_if<register_request>(&d.msg)) {
+      if (std::string why = registration_problem(*role, *r); !why.empty()) {
+        count(drop_reason::wrong_role);
+        const std::string reject = encode(register_reject{"refused: " + why, 0});
+        try {
+          if (net.send(zmq::buffer(peer), zmq::send_flags::sndmore | zmq::send_flags::dontwait))
+            net.send(zmq::buffer(reject), zmq::send_flags::dontwait);
+        } catch (const zmq::error_t&) {
+          count(drop_reason::send_failed);
+        }
+        return;
+      }
+    }
+  }
   delivered_.fetch_add(1);
   try {
     on_message_(peer, std::move(d.msg));
@@ -310,13 +352,19 @@ sync_client::sync_client(const std::string& endpoint, size_t max_message_bytes)
     : sync_client(endpoint, max_message_bytes, make_identity("client")) {}
 
 sync_client::sync_client(const std::string& endpoint, size_t max_message_bytes,
-                         const std::string& identity)
+                         const std::string& identity, const client_keys* keys)
     : endpoint_(endpoint),
       max_bytes_(max_message_bytes),
+      curve_(keys != nullptr),
       ctx_(1),
       sock_(ctx_, zmq::socket_type::dealer) {
   sock_.set(zmq::sockopt::linger, linger_ms);
   sock_.set(zmq::sockopt::routing_id, identity);
+  if (keys) {
+    sock_.set(zmq::sockopt::curve_serverkey, keys->server_public);
+    sock_.set(zmq::sockopt::curve_publickey, keys->self.public_key);
+    sock_.set(zmq::sockopt::curve_secretkey, keys->self.secret_key);
+  }
   try {
     sock_.connect(endpoint);
   } catch (const zmq::error_t& e) {
@@ -385,9 +433,11 @@ message sync_client::request(const message& req, msg_type reply_type,
                     std::chrono::duration_cast<std::chrono::milliseconds>(
                         deadline - std::chrono::steady_clock::now()));
   };
-  const std::string no_answer = "no answer from coordinator at " + endpoint_ + " within " +
-                                std::to_string(timeout.count()) +
-                                " ms (is `cohort coordinator` running there?)";
+  const std::string no_answer =
+      "no answer from coordinator at " + endpoint_ + " within " + std::to_string(timeout.count()) +
+      " ms (is `cohort coordinator` running there? " +
+      (curve_ ? "Are these keys the ones it authorizes?)"
+              : "If it was started with keys, pass the same --keys DIR)");
   if (!registered_) {
     register_request r;
     r.role = peer_role::client;

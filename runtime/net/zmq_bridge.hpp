@@ -20,6 +20,7 @@
 #include <zmq.hpp>
 
 #include "runtime/net/codec.hpp"
+#include "runtime/net/curve.hpp"
 #include "runtime/net/protocol.hpp"
 
 namespace cohort::net {
@@ -38,6 +39,7 @@ enum class drop_reason : uint8_t {
   unknown_peer = static_cast<uint8_t>(decode_error::count_),  ///< ROUTER identity not admitted
   bad_parts,    ///< multipart shape is wrong (e.g. ROUTER frame without identity + payload)
   send_failed,  ///< outbound frame could not be queued (peer gone / high-water mark)
+  wrong_role,   ///< CURVE: the connection's key holds no role that may send this frame
   count_
 };
 
@@ -65,6 +67,12 @@ struct bridge_options {
   /// build's version, so the peer learns which version this side speaks. DEALER: called
   /// once, on the bridge thread, with the version the other side speaks (must not block).
   std::function<void(int version)> on_version_mismatch;
+  /// ROUTER: speak CURVE as the server with these keys. Only the authorized keys connect
+  /// (a ZAP handler in the bridge's context decides), and every frame is checked against
+  /// the role of its connection's key before anything but its envelope is read.
+  std::shared_ptr<const server_keys> curve_server;
+  /// DEALER: speak CURVE as a client with these keys.
+  std::shared_ptr<const client_keys> curve_client;
 };
 
 /// Owns one ZeroMQ socket on its own thread. Thread-safe: send/admit/forget/counters may be
@@ -102,6 +110,8 @@ class zmq_bridge {
   std::vector<std::pair<std::string, uint64_t>> drop_counts() const;
   /// Frames that decoded and were handed to the callback.
   uint64_t delivered() const { return delivered_.load(); }
+  /// ROUTER with CURVE: connections whose key the ZAP handler refused (0 without CURVE).
+  uint64_t refused_keys() const { return zap_ ? zap_->refused() : 0; }
 
   /// Stops the bridge thread now; further sends are dropped. Idempotent.
   void stop();
@@ -115,6 +125,7 @@ class zmq_bridge {
   bridge_options opts_;
   inbound_fn on_message_;
   zmq::context_t ctx_;
+  std::unique_ptr<zap_handler> zap_;  // ROUTER with curve_server; before the socket binds
   std::string endpoint_;
   std::string pipe_name_;
   std::thread thread_;
@@ -136,8 +147,10 @@ class sync_client {
  public:
   /// Connects to ENDPOINT (ZeroMQ connects lazily: nothing fails until a timeout).
   explicit sync_client(const std::string& endpoint, size_t max_message_bytes = 64u << 20);
-  /// Same, with a fixed routing id (see bridge_options::identity).
-  sync_client(const std::string& endpoint, size_t max_message_bytes, const std::string& identity);
+  /// Same, with a fixed routing id (see bridge_options::identity) and, when KEYS is not
+  /// null, CURVE with those keys.
+  sync_client(const std::string& endpoint, size_t max_message_bytes, const std::string& identity,
+              const client_keys* keys = nullptr);
   ~sync_client();
 
   /// Sends M; false if it could not be queued within a second.
@@ -158,6 +171,7 @@ class sync_client {
  private:
   std::string endpoint_;
   size_t max_bytes_;
+  bool curve_ = false;
   zmq::context_t ctx_;
   zmq::socket_t sock_;
   bool registered_ = false;

@@ -230,6 +230,24 @@ TEST_CASE("coordinator: status and exit notice and a leave from the wrong peer a
   st = f.rec->to<net::status_reply>("ctl");
   CHECK(st.back().generation == 2);
 
+  // Bound to the connection that registered: a's heartbeat from b's socket, claiming a
+  // generation to come, would evict a; an exit notice from a client that is not the
+  // launcher, or one without a pid, would remove b. All ignored.
+  f.deliver("pb", net::heartbeat{id_a, 99, 1});
+  CHECK(f.rec->to<net::heartbeat_ack>("pb").empty());
+  f.deliver("ctl", net::exit_notice{"b", 100, 137});
+  f.deliver("launch", net::register_request{net::peer_role::client, "launch", 1});
+  f.deliver("launch", net::exit_notice{"b", 0, 137});
+  // The store answers live members only: a client gets `invalid`, and nothing is stored.
+  f.deliver("ctl", net::kv_set{21, 2, "addr/0", "attacker:1"});
+  REQUIRE(f.rec->to<net::kv_reply>("ctl").size() == 1);
+  CHECK(f.rec->to<net::kv_reply>("ctl")[0].status == net::kv_status::invalid);
+  f.deliver("pa", net::kv_get{22, 2, "addr/0", 0});
+  CHECK(f.rec->to<net::kv_reply>("pa").back().status == net::kv_status::not_found);
+  f.deliver("ctl", net::status_request{8});
+  st = f.rec->to<net::status_reply>("ctl");
+  CHECK(st.back().generation == 2);
+
   // The launcher's exit notice removes b at once (pid 100 matches its registration).
   f.deliver("launch", net::exit_notice{"b", 100, 137});
   f.deliver("ctl", net::status_request{7});
@@ -267,6 +285,7 @@ TEST_CASE("coordinator: a waiting spare takes a freed seat in the departure's ow
   f.register_worker("pt", "late");
   REQUIRE(f.rec->to<net::register_reject>("pt").size() == 1);
 
+  f.deliver("launch", net::register_request{net::peer_role::client, "launch", 1});
   const size_t rosters_before = f.rec->to<net::roster_update>("pa").size();
   f.deliver("launch", net::exit_notice{"b", 100, 137});
   const auto ok = f.rec->to<net::register_ok>("ps");

@@ -50,10 +50,27 @@ inline nlohmann::json read_json(const std::string& path) {
   return nlohmann::json::parse(read_file(path), nullptr, false);
 }
 
-/// `cohort ctl --coordinator EP status --json`, parsed; null json when ctl failed.
-inline nlohmann::json ctl_status(const std::string& ep) {
+/// Where `cohort launch` can be reached: its coordinator's endpoint and the folder of the
+/// keys launch wrote for the job (ctl and extra workers need both).
+struct job_address {
+  std::string ep;
+  std::string keys;
+  /// ctl's arguments that reach the job.
+  std::string ctl_args() const { return "--coordinator " + ep + " --keys " + keys; }
+};
+
+/// The address launch prints ("launch: keys in DIR (...)", then "coordinator listening on").
+inline job_address address_of(const child_process& launch) {
+  const auto keys = launch.wait_line("launch: keys in ", std::chrono::milliseconds(15000));
+  const auto ep = launch.wait_line("coordinator listening on ", std::chrono::milliseconds(15000));
+  REQUIRE_MESSAGE((keys.has_value() && ep.has_value()), launch.out() << launch.err());
+  return job_address{*ep, keys->substr(0, keys->find(" ("))};
+}
+
+/// `cohort ctl ... status --json` against the job at A, parsed; null json when ctl failed.
+inline nlohmann::json ctl_status(const job_address& a) {
   int rc = -1;
-  const std::string out = run_capture("ctl --coordinator " + ep + " status --json", &rc);
+  const std::string out = run_capture("ctl " + a.ctl_args() + " status --json", &rc);
   if (rc != 0) return nlohmann::json();
   return nlohmann::json::parse(out, nullptr, false);
 }

@@ -312,11 +312,13 @@ TEST_CASE("launch: a child's exit reaches the coordinator before any heartbeat t
   temp_dir dir;
   const std::string cfg = dir.write("cfg.yaml", three_workers_yaml);
   // A heartbeat timeout far longer than the bound below: only the exit notice can be fast.
-  std::vector<std::string> args{"launch", "--control-only", cfg};
+  // launch writes the job's keys into the folder --keys names; ctl uses the same folder.
+  std::vector<std::string> args{"launch", "--control-only", cfg, "--keys", dir.path() + "/keys"};
   for (const auto& s : timing_sets(50, 20000)) args.push_back(s);
   child_process launch(args, dir.path(), "launch");
   auto ep = launch.wait_line("coordinator listening on ", milliseconds(15000));
   REQUIRE_MESSAGE(ep.has_value(), launch.err());
+  *ep += " --keys " + dir.path() + "/keys";
   nlohmann::json s;
   REQUIRE(eventually(milliseconds(15000), [&] {
     s = ctl_status(*ep);
@@ -339,11 +341,12 @@ TEST_CASE("launch: a child's exit reaches the coordinator before any heartbeat t
 TEST_CASE("launch + SIGTERM stops everything and leaves no process in its group") {
   temp_dir dir;
   const std::string cfg = dir.write("cfg.yaml", three_workers_yaml);
-  std::vector<std::string> args{"launch", "--control-only", cfg};
+  std::vector<std::string> args{"launch", "--control-only", cfg, "--keys", dir.path() + "/keys"};
   for (const auto& s : timing_sets()) args.push_back(s);
   child_process launch(args, dir.path(), "launch");
   auto ep = launch.wait_line("coordinator listening on ", milliseconds(15000));
   REQUIRE_MESSAGE(ep.has_value(), launch.err());
+  *ep += " --keys " + dir.path() + "/keys";  // ctl's arguments: the endpoint and the keys
   REQUIRE(
       eventually(milliseconds(15000), [&] { return count_state(ctl_status(*ep), "alive") == 3; }));
   // Coordinator + 3 workers + launch itself share launch's process group.

@@ -184,12 +184,11 @@ TEST_CASE("a worker killed mid-run is restarted and the run ends on the fault-fr
   const std::string out = dir.path() + "/killed.json";
   child_process launch({"launch", cfg, "-q", "--summary", out, "--set", "cluster.workers=3"},
                        dir.path(), "launch-kill");
-  auto ep = launch.wait_line("coordinator listening on ", milliseconds(15000));
-  REQUIRE_MESSAGE(ep.has_value(), launch.err());
+  const job_address ep = address_of(launch);
   // Once training is under way, SIGKILL worker-1 (no goodbye, mid-step most likely).
   int64_t victim = 0;
   REQUIRE(eventually(milliseconds(60000), [&] {
-    const nlohmann::json s = ctl_status(*ep);
+    const nlohmann::json s = ctl_status(ep);
     if (!s.is_object() || s["step"].get<int64_t>() < 20) return false;
     for (const auto& w : s["workers"])
       if (w["name"] == "worker-1" && w["state"] == "alive") victim = w["pid"];
@@ -274,10 +273,9 @@ TEST_CASE("a launch killed outright resumes from its checkpoint with another wor
   {
     child_process launch({"launch", cfg, "-q", "--set", "cluster.workers=3"}, dir.path(),
                          "launch-first");
-    auto ep = launch.wait_line("coordinator listening on ", milliseconds(15000));
-    REQUIRE_MESSAGE(ep.has_value(), launch.err());
+    const job_address ep = address_of(launch);
     REQUIRE(eventually(milliseconds(60000), [&] {
-      const nlohmann::json s = ctl_status(*ep);
+      const nlohmann::json s = ctl_status(ep);
       return s.is_object() && s["step"].get<int64_t>() >= 250;
     }));
     launch.signal(SIGKILL);  // the whole run dies at once (children follow via PDEATHSIG)

@@ -25,15 +25,8 @@ const milliseconds start_timeout(15000);
 const milliseconds step_timeout(90000);
 const milliseconds run_timeout(240000);
 
-// The endpoint `cohort launch` prints once its coordinator listens.
-std::string endpoint_of(const child_process& launch) {
-  const auto ep = launch.wait_line("coordinator listening on ", start_timeout);
-  REQUIRE_MESSAGE(ep.has_value(), launch.out() << launch.err());
-  return *ep;
-}
-
 // Waits until the job at EP has committed at least STEP steps; returns the status then.
-nlohmann::json wait_for_step(const std::string& ep, int64_t step) {
+nlohmann::json wait_for_step(const job_address& ep, int64_t step) {
   nlohmann::json status;
   const bool reached = eventually(step_timeout, [&] {
     status = ctl_status(ep);
@@ -51,8 +44,8 @@ int64_t pid_of(const nlohmann::json& status, const std::string& name) {
 }
 
 // `cohort ctl --coordinator EP ARGS`: stdout and stderr together, exit code in *RC.
-std::string ctl(const std::string& ep, const std::string& args, int* rc) {
-  return run_capture("ctl --coordinator " + ep + " " + args, rc, true);
+std::string ctl(const job_address& ep, const std::string& args, int* rc) {
+  return run_capture("ctl " + ep.ctl_args() + " " + args, rc, true);
 }
 
 // Waits for `cohort launch` to end (exit 0 expected); its summary at OUT.
@@ -147,7 +140,7 @@ TEST_CASE("scale 2 -> 4 by `cohort ctl scale 4` while the job runs: same hash, 4
   child_process launch({"launch", cfg, "-q", "--summary", out, "--set", "cluster.workers=2",
                         "--set", "elastic.max_workers=4"},
                        dir.path(), "launch-scale-ctl");
-  const std::string ep = endpoint_of(launch);
+  const job_address ep = address_of(launch);
   wait_for_step(ep, 20);
   int rc = -1;
   const std::string said = ctl(ep, "scale 4", &rc);
@@ -167,7 +160,7 @@ TEST_CASE("4 -> 2 by `ctl drain` and SIGTERM: no step aborted, drained workers s
   child_process launch({"launch", cfg, "-q", "--summary", out, "--set", "cluster.workers=4",
                         "--set", "elastic.min_workers=2"},
                        dir.path(), "launch-drain");
-  const std::string ep = endpoint_of(launch);
+  const job_address ep = address_of(launch);
   const nlohmann::json status = wait_for_step(ep, 20);
   const int64_t pid2 = pid_of(status, "worker-2");
   REQUIRE_MESSAGE(pid2 > 0, status.dump());
@@ -204,7 +197,7 @@ TEST_CASE(
   const std::string out = dir.path() + "/inject.json";
   child_process launch({"launch", cfg, "-q", "--summary", out, "--set", "cluster.workers=3"},
                        dir.path(), "launch-inject");
-  const std::string ep = endpoint_of(launch);
+  const job_address ep = address_of(launch);
   const nlohmann::json status = wait_for_step(ep, 20);
 
   // 'stp' starts at column 16 of the spec (docs/faults.md lists this very case).
@@ -251,9 +244,10 @@ TEST_CASE("a spare beyond elastic.max_workers waits and takes a dead member's pl
       {"launch", cfg, "-q", "--no-respawn", "--summary", out, "--set", "cluster.workers=2", "--set",
        "elastic.max_workers=2", "--set", "elastic.min_workers=1"},
       dir.path(), "launch-spare");
-  const std::string ep = endpoint_of(launch);
+  const job_address ep = address_of(launch);
   wait_for_step(ep, 20);
-  child_process spare({"worker", "--join", ep, "--name", "spare"}, dir.path(), "spare");
+  child_process spare({"worker", "--join", ep.ep, "--name", "spare", "--keys", ep.keys}, dir.path(),
+                      "spare");
   // Not refused: it stays up and says it waits.
   REQUIRE_MESSAGE(eventually(step_timeout,
                              [&] {
@@ -288,7 +282,7 @@ TEST_CASE("ctl refuses a scale outside elastic bounds and a drain of an unknown 
   child_process launch({"launch", cfg, "-q", "--summary", out, "--set", "cluster.workers=3",
                         "--set", "elastic.min_workers=2", "--set", "elastic.max_workers=3"},
                        dir.path(), "launch-ctl-errors");
-  const std::string ep = endpoint_of(launch);
+  const job_address ep = address_of(launch);
   wait_for_step(ep, 20);
   int rc = -1;
   std::string said = ctl(ep, "scale 4", &rc);
@@ -319,7 +313,7 @@ TEST_CASE(
   const std::string out = dir.path() + "/stopped.json";
   child_process launch({"launch", cfg, "-q", "--summary", out, "--set", "cluster.workers=3"},
                        dir.path(), "launch-sigstop");
-  const std::string ep = endpoint_of(launch);
+  const job_address ep = address_of(launch);
   const nlohmann::json st = wait_for_step(ep, 20);
   const int64_t victim = pid_of(st, "worker-2");
   REQUIRE(victim > 0);
@@ -413,7 +407,7 @@ TEST_CASE("ctl status shows the seat a pipeline worker runs, not one derived fro
   child_process launch({"launch", cfg, "-q", "--summary", out, "--set", "cluster.workers=4",
                         "--set", "parallel.pp=2", "--set", "elastic.min_workers=2"},
                        dir.path(), "launch-seats");
-  const std::string ep = endpoint_of(launch);
+  const job_address ep = address_of(launch);
   const nlohmann::json before = wait_for_step(ep, 5);
   // The worker in seat (dp 0, pp 1): killed, it leaves a hole in replica 0 that its
   // restarted process fills; it comes back with the highest rank (ranks stay dense), so a

@@ -93,17 +93,24 @@ class bed {
   std::string name_;
 };
 
-// The coordinator on host 1, bound to its bed address (port picked by the OS).
+// The coordinator on host 1, bound to its bed address (port picked by the OS). An address
+// other hosts reach needs keys: the job's are written into the test's folder, and every
+// worker and ctl of the test uses them (CURVE across the emulated hosts).
 struct coordinator {
   std::unique_ptr<child_process> proc;
   std::string endpoint;
   std::string summary;
+  std::string keys;
 
   coordinator(const bed& b, const temp_dir& dir, const std::string& cfg,
               const std::vector<std::string>& extra) {
     summary = dir.path() + "/summary.json";
+    keys = dir.path() + "/keys";
+    std::string said;
+    REQUIRE_MESSAGE(run_shell(cohort_binary() + " keygen " + keys, &said) == 0, said);
     std::vector<std::string> args{"coordinator", "--config", cfg,     "-q", "--summary",
-                                  summary,       "--bind",   "tcp://" + bed::address(1) + ":0"};
+                                  summary,       "--bind",   "tcp://" + bed::address(1) + ":0",
+                                  "--keys",      keys};
     args.insert(args.end(), extra.begin(), extra.end());
     proc = std::make_unique<child_process>(args, dir.path(), "coordinator",
                                            std::vector<std::string>{}, b.on(1));
@@ -126,19 +133,22 @@ struct coordinator {
 std::unique_ptr<child_process> worker(const bed& b, int host, const temp_dir& dir,
                                       const coordinator& c, const std::string& name) {
   return std::make_unique<child_process>(
-      std::vector<std::string>{"worker", "--join", c.endpoint, "--name", name}, dir.path(), name,
+      std::vector<std::string>{"worker", "--join", c.endpoint, "--name", name, "--keys", c.keys},
+      dir.path(), name,
       std::vector<std::string>{}, b.on(host));
 }
 
 // `cohort ctl --coordinator EP ARGS` from host 1's namespace: its output parsed as JSON (a
 // discarded value when it is not), its exit code into *RC when given.
-nlohmann::json ctl(const bed& b, const std::string& ep, const std::string& args = "status --json",
+nlohmann::json ctl(const bed& b, const coordinator& c, const std::string& args = "status --json",
                    int* rc = nullptr) {
   std::string prefix;
   for (const auto& a : b.on(1)) prefix += a + " ";
   std::string out;
   const int code =
-      run_shell(prefix + cohort_binary() + " ctl --coordinator " + ep + " " + args, &out);
+      run_shell(prefix + cohort_binary() + " ctl --keys " + c.keys + " --coordinator " +
+                    c.endpoint + " " + args,
+                &out);
   if (rc != nullptr) *rc = code;
   return nlohmann::json::parse(code == 0 ? out : "", nullptr, false);
 }
@@ -150,10 +160,10 @@ bool is_member(const nlohmann::json& status, const std::string& name) {
   return false;
 }
 
-// Waits until the job at EP (reached from host 1's namespace) has committed STEP steps.
-void wait_for_step(const bed& b, const std::string& ep, int64_t step) {
+// Waits until the job of C (reached from host 1's namespace) has committed STEP steps.
+void wait_for_step(const bed& b, const coordinator& c, int64_t step) {
   const bool reached = eventually(milliseconds(120000), [&] {
-    const auto j = ctl(b, ep, "status --json 2>/dev/null");
+    const auto j = ctl(b, c, "status --json 2>/dev/null");
     return j.is_object() && j["step"].is_number() && j["step"].get<int64_t>() >= step;
   });
   REQUIRE_MESSAGE(reached, "the job never reached step " << step);
@@ -252,20 +262,20 @@ TEST_CASE("a host's link down for 2 s: the others go on, its worker rejoins once
   auto w1 = worker(b, 2, dir, c, "b-0");
   auto w2 = worker(b, 2, dir, c, "b-1");
   auto w3 = worker(b, 3, dir, c, "c-0");
-  wait_for_step(b, c.endpoint, 20);
+  wait_for_step(b, c, 20);
   const auto cut = std::chrono::steady_clock::now();
   b.link(3, false);
   // The others go on: a step commits after c-0 has left the roster, its cable still out.
   int64_t left_at = -1;
   const bool went_on = eventually(milliseconds(60000), [&] {
-    const auto j = ctl(b, c.endpoint, "status --json 2>/dev/null");
+    const auto j = ctl(b, c, "status --json 2>/dev/null");
     if (!j.is_object() || !j["step"].is_number() || is_member(j, "c-0")) return false;
     if (left_at < 0) left_at = j["step"].get<int64_t>();
     return j["step"].get<int64_t>() > left_at;
   });
   REQUIRE_MESSAGE(went_on, "no step committed without c-0 while its cable was out");
   int rc = -1;
-  ctl(b, c.endpoint, "drain b-1 2>&1", &rc);
+  ctl(b, c, "drain b-1 2>&1", &rc);
   REQUIRE_MESSAGE(rc == 0, "the job ended before b-1 was drained: raise `steps`");
   std::this_thread::sleep_until(cut + milliseconds(2000));  // the cut lasts 2 s
   b.link(3, true);
@@ -305,7 +315,7 @@ TEST_CASE("a joiner on a new host takes its state from a live peer across the br
   coordinator c(b, dir, cfg, {"--set", "cluster.workers=2", "--set", "elastic.max_workers=3"});
   auto w1 = worker(b, 2, dir, c, "b-0");
   auto w2 = worker(b, 2, dir, c, "b-1");
-  wait_for_step(b, c.endpoint, 20);
+  wait_for_step(b, c, 20);
   auto w3 = worker(b, 3, dir, c, "c-0");
   const nlohmann::json s = c.finish();
   check_fault_free(s, hash, steps);

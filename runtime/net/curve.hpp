@@ -1,0 +1,117 @@
+// CurveZMQ for cohort's sockets: a job's keys on disk (`cohort keygen DIR`), the roles a key
+// may hold (worker, launcher, admin), which messages each role may send, and a ZAP handler
+// that admits only authorized public keys and stamps each connection with its role (the
+// message property "User-Id"). Owns no socket of the control plane: the bridge and the p2p
+// channel set these keys on theirs.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+
+namespace zmq {
+class context_t;
+}
+
+namespace cohort::net {
+
+struct register_request;
+
+/// What a key may do. A worker joins the roster and trains; the launcher reports its
+/// children's exits and stops the job; an admin runs `cohort ctl` (status, stop, drain,
+/// scale, inject).
+enum class key_role : uint8_t { worker = 0, launcher = 1, admin = 2 };
+
+/// "worker", "launcher", "admin".
+const char* to_string(key_role r);
+/// The role named TEXT, or nullopt.
+std::optional<key_role> parse_key_role(const std::string& text);
+
+/// A CURVE key pair as Z85 text (40 characters each).
+struct keypair {
+  std::string public_key;
+  std::string secret_key;
+};
+
+/// A fresh key pair from libzmq (throws io_error if libzmq was built without CURVE).
+keypair make_keypair();
+/// True when TEXT is a 40-character Z85 key.
+bool valid_z85_key(const std::string& text);
+
+/// What a connecting side needs: the coordinator's public key and its own pair.
+struct client_keys {
+  std::string server_public;
+  keypair self;
+  key_role role = key_role::worker;
+};
+
+/// What the coordinator needs: its pair and every authorized public key (Z85) with its role.
+struct server_keys {
+  keypair self;
+  std::map<std::string, key_role> authorized;
+};
+
+/// Writes a job's keys into DIR (created 0700 if absent; an existing key file is never
+/// overwritten: usage_error naming it). Files, all 0600:
+///   coordinator.key, worker.key, launcher.key, admin.key  ("public Z85" and "secret Z85")
+///   coordinator.pub                                       ("public Z85")
+///   authorized                                            ("ROLE Z85" per line, # comments)
+void write_job_keys(const std::string& dir);
+/// True when DIR holds a job's keys (its coordinator.pub exists).
+bool has_job_keys(const std::string& dir);
+
+/// Loads the keys of ROLE from DIR: DIR/ROLE.key and DIR/coordinator.pub. Throws usage_error
+/// naming the file and the fix (a missing file, a malformed line, a secret file readable by
+/// group or others).
+client_keys load_client_keys(const std::string& dir, key_role role);
+/// Loads DIR/coordinator.key and DIR/authorized (same errors, with file:line).
+server_keys load_server_keys(const std::string& dir);
+
+/// May a connection holding ROLE send a frame of wire type TYPE (msg_type's value) to the
+/// coordinator? Decided from the envelope alone, before anything else of the frame is read.
+bool role_may_send(key_role role, int type);
+/// Why REQUEST may not register over a connection holding ROLE ("" when it may): a worker
+/// key registers workers, a launcher key the client "launch", an admin key other clients.
+std::string registration_problem(key_role role, const register_request& request);
+
+/// True for endpoints only this host can reach: tcp://127.x.y.z, tcp://localhost,
+/// tcp://[::1], ipc:// and inproc://. Anything else (tcp://0.0.0.0, tcp://*, a host's
+/// address or name) may be reachable from the network.
+bool loopback_endpoint(const std::string& endpoint);
+
+/// The ZAP handler of one ZeroMQ context (RFC 27): answers every CURVE handshake on a CURVE
+/// server socket of that context, admitting the authorized public keys with their role as
+/// the connection's User-Id, and refusing every other key. Must be constructed before any
+/// such socket binds: without a handler libzmq admits every key. One thread, stopped and
+/// joined by the destructor.
+class zap_handler {
+ public:
+  /// Binds inproc://zeromq.zap.01 in CTX (throws io_error if that context has one already).
+  zap_handler(zmq::context_t& ctx, std::map<std::string, key_role> authorized);
+  ~zap_handler();
+  zap_handler(const zap_handler&) = delete;
+  zap_handler& operator=(const zap_handler&) = delete;
+
+  uint64_t admitted() const { return admitted_.load(); }
+  uint64_t refused() const { return refused_.load(); }
+
+ private:
+  void run();
+
+  zmq::context_t& ctx_;
+  std::map<std::string, key_role> authorized_;  // by the key's 32 raw bytes
+  std::string stop_name_;
+  std::unique_ptr<class zap_sockets> sockets_;
+  std::thread thread_;
+  std::atomic<uint64_t> admitted_{0};
+  std::atomic<uint64_t> refused_{0};
+};
+
+/// The role stamped on a received message by a zap_handler (its "User-Id" property), or
+/// nullopt on a connection without CURVE. MSG is a zmq_msg_t*.
+std::optional<key_role> message_role(void* msg);
+
+}  // namespace cohort::net
