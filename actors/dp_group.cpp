@@ -196,7 +196,7 @@ struct group {
     if (staged) seat_stage(o, v);
     if (!links.current(o, rank)) {
       remote_kv kv(io.kv_call, o.generation);
-      build_links(links, link_context{*cfg, data_host, kv, *shared}, o, rank, *seat, staged);
+      build_links(links, link_context{*cfg, data_host, kv, *shared, io.keys}, o, rank, *seat, staged);
     }
     // The donor's state is everyone's after the transfer, counters included: a donor that
     // does not hold this step must not hand out an older one as if it did.

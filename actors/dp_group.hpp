@@ -39,6 +39,9 @@ struct dp_group_io {
   std::function<net::kv_reply(net::message, std::chrono::milliseconds)> kv_call;
   /// The address the data plane uses when comm.interface is auto (worker_io::data_host).
   std::string data_host = "127.0.0.1";
+  /// The worker's CURVE keys: a pipeline's p2p channels admit only the job's worker key.
+  /// Null: plain ZeroMQ (a coordinator without keys).
+  std::shared_ptr<const net::client_keys> keys;
   /// The job cannot run in this process (bad config, missing data): the worker exits 1.
   std::function<void(const std::string& why)> fatal;
   /// Fault injection (hang): the worker sends no heartbeat for this long.

@@ -113,6 +113,7 @@ void on_job(self_ptr self, const net::job_spec& spec) {
     gio.send = st.io.send;
     gio.kv_call = st.io.kv_call;
     gio.data_host = st.io.data_host;
+    gio.keys = st.opts.keys;
     caf::actor me = caf::actor_cast<caf::actor>(self);
     gio.fatal = [me](const std::string& why) { caf::anon_send(me, co_fatal_atom::value, why); };
     auto shared = st.shared;

@@ -1,7 +1,8 @@
 // `cohort bench control [--iters N] [--json]`: control-plane round-trip latency. Measures, in
 // one run and with the same frame, (1) a raw ZeroMQ REQ/REP pair over tcp loopback between
-// two processes and (2) ping/pong between the coordinator actor (in this process) and a
-// `cohort worker` process, through both bridges and both actor mailboxes.
+// two processes, (2) ping/pong between the coordinator actor (in this process) and a
+// `cohort worker` process, through both bridges and both actor mailboxes, and (3) the same
+// with CURVE on both bridges (the job's keys, as `cohort launch` runs by default).
 #include <fcntl.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
@@ -11,6 +12,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -25,6 +27,7 @@
 #include "runtime/core/config.hpp"
 #include "runtime/core/error.hpp"
 #include "runtime/net/codec.hpp"
+#include "runtime/net/curve.hpp"
 #include "tools/commands.hpp"
 
 namespace cohort::cli {
@@ -92,20 +95,98 @@ pid_t start_echo_server(std::string* endpoint) {
   return pid;
 }
 
-// Both paths, measured in alternating blocks so that load from elsewhere on the machine
-// (other builds, other tests) hits both alike instead of whichever ran second.
-struct both_paths {
-  std::vector<uint64_t> raw, actors;
+// One coordinator actor in this process and one `cohort worker` process it ping/pongs; with
+// KEYS_DIR both speak CURVE with the job's keys there.
+class actor_path {
+ public:
+  actor_path(const std::string& name, const std::string& keys_dir) : name_(name) {
+    const config c = load_config_text("{}", "<bench control>", {});
+    std::shared_ptr<const net::server_keys> keys;
+    if (!keys_dir.empty())
+      keys = std::make_shared<const net::server_keys>(net::load_server_keys(keys_dir));
+    node_ = std::make_unique<actors::coordinator_node>(
+        actors::coordinator_options_from(c), "tcp://127.0.0.1:0",
+        static_cast<size_t>(c.control.max_message_bytes), keys);
+    std::vector<std::string> args{"worker", "--join", node_->endpoint(), "--name", name};
+    if (!keys_dir.empty()) args.insert(args.end(), {"--keys", keys_dir});
+    // The worker's own chatter (registration line, logs) must not mix into our output.
+    const int devnull = open("/dev/null", O_WRONLY | O_CLOEXEC);
+    pid_ = actors::spawn_self(args, devnull, devnull);
+    if (devnull >= 0) close(devnull);
+    self_ = std::make_unique<caf::scoped_actor>(node_->system());
+    bool registered = false;
+    for (int i = 0; i < 500 && !registered; ++i) {
+      (*self_)
+          ->request(node_->actor(), caf::infinite, actors::co_status_atom::value)
+          .receive(
+              [&](const net::status_reply& st) {
+                for (const auto& w : st.workers) registered |= w.member.name == name;
+              },
+              [&](const caf::error&) {});
+      if (!registered) std::this_thread::sleep_for(milliseconds(20));
+    }
+    if (!registered) {
+      finish();
+      throw error("bench control: the worker process '" + name + "' did not register within 10 s");
+    }
+  }
+  ~actor_path() { finish(); }
+
+  /// N ping/pong round trips; false if the coordinator could not run them.
+  bool round_trips(int n, std::vector<uint64_t>* out) {
+    if (n <= 0) return true;
+    bool ok = true;
+    (*self_)
+        ->request(node_->actor(), caf::infinite, actors::co_bench_atom::value, name_,
+                  static_cast<uint32_t>(n))
+        .receive(
+            [&](const actors::bench_result& r) {
+              if (out != nullptr) out->insert(out->end(), r.rtt_ns.begin(), r.rtt_ns.end());
+            },
+            [&](const caf::error&) { ok = false; });
+    return ok;
+  }
+
+ private:
+  void finish() {
+    if (!node_) return;
+    self_.reset();
+    node_->request_stop("bench done");
+    node_->wait();
+    for (int i = 0; i < 50; ++i) {
+      if (waitpid(pid_, nullptr, WNOHANG) == pid_) break;
+      if (i == 49) {
+        kill(pid_, SIGKILL);
+        waitpid(pid_, nullptr, 0);
+      }
+      std::this_thread::sleep_for(milliseconds(100));
+    }
+    node_.reset();
+  }
+
+  std::string name_;
+  std::unique_ptr<actors::coordinator_node> node_;
+  std::unique_ptr<caf::scoped_actor> self_;
+  pid_t pid_ = -1;
 };
 
-both_paths run_both(int warmup, int iters, int blocks, const std::string& frame) {
+// The three paths, measured in alternating blocks so that load from elsewhere on the machine
+// (other builds, other tests) hits all alike instead of whichever ran last.
+struct paths {
+  std::vector<uint64_t> raw, actors, curve;
+};
+
+paths run_paths(int warmup, int iters, int blocks, const std::string& frame) {
   // The echo process first: it is forked without exec, safe only while we have no threads.
   std::string echo_ep;
   const pid_t echo_pid = start_echo_server(&echo_ep);
-  auto stop_echo = [echo_pid] {
-    kill(echo_pid, SIGKILL);
-    waitpid(echo_pid, nullptr, 0);
-  };
+  struct echo_guard {
+    pid_t pid;
+    ~echo_guard() {
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+    }
+  } echo{echo_pid};
 
   zmq::context_t ctx(1);
   zmq::socket_t req(ctx, zmq::socket_type::req);
@@ -125,67 +206,34 @@ both_paths run_both(int warmup, int iters, int blocks, const std::string& frame)
 
   actors::log_to_stderr();
   spdlog::set_level(spdlog::level::warn);
-  const config c = load_config_text("{}", "<bench control>", {});
-  actors::coordinator_node node(actors::coordinator_options_from(c), "tcp://127.0.0.1:0",
-                                static_cast<size_t>(c.control.max_message_bytes));
-  const std::string name = "bench-worker";
-  // The worker's own chatter (registration line, logs) must not mix into our output.
-  const int devnull = open("/dev/null", O_WRONLY | O_CLOEXEC);
-  const pid_t pid =
-      actors::spawn_self({"worker", "--join", node.endpoint(), "--name", name}, devnull, devnull);
-  if (devnull >= 0) close(devnull);
-  auto reap = [pid] {
-    for (int i = 0; i < 50; ++i) {
-      if (waitpid(pid, nullptr, WNOHANG) == pid) return;
-      std::this_thread::sleep_for(milliseconds(100));
+  // The job's keys for the CURVE path, in a private folder removed at the end.
+  char templ[] = "/tmp/cohort-bench-keys-XXXXXX";
+  if (::mkdtemp(templ) == nullptr) throw error("bench control: cannot make a key folder");
+  struct dir_guard {
+    std::string path;
+    ~dir_guard() {
+      std::error_code ec;
+      std::filesystem::remove_all(path, ec);
     }
-    kill(pid, SIGKILL);
-    waitpid(pid, nullptr, 0);
-  };
+  } keys{templ};
+  net::write_job_keys(keys.path);
+  actor_path plain("bench-worker", "");
+  actor_path curve("bench-curve", keys.path);
 
-  caf::scoped_actor self{node.system()};
-  bool registered = false;
-  for (int i = 0; i < 500 && !registered; ++i) {
-    self->request(node.actor(), caf::infinite, actors::co_status_atom::value)
-        .receive(
-            [&](const net::status_reply& s) {
-              for (const auto& w : s.workers) registered |= w.member.name == name;
-            },
-            [&](const caf::error&) {});
-    if (!registered) std::this_thread::sleep_for(milliseconds(20));
-  }
-  if (!registered) {
-    node.request_stop("bench failed");
-    reap();
-    stop_echo();
-    throw error("bench control: the worker process did not register within 10 s");
-  }
-  bool failed = false;
-  auto actor_round_trips = [&](int n, std::vector<uint64_t>* out) {
-    if (n <= 0 || failed) return;
-    self->request(node.actor(), caf::infinite, actors::co_bench_atom::value, name,
-                  static_cast<uint32_t>(n))
-        .receive(
-            [&](const actors::bench_result& r) {
-              if (out != nullptr) out->insert(out->end(), r.rtt_ns.begin(), r.rtt_ns.end());
-            },
-            [&](const caf::error&) { failed = true; });
-  };
-
-  both_paths out;
+  paths out;
+  bool ok = true;
   raw_round_trips(warmup, nullptr);
-  actor_round_trips(warmup, nullptr);
-  for (int b = 0; b < blocks; ++b) {
+  ok &= plain.round_trips(warmup, nullptr);
+  ok &= curve.round_trips(warmup, nullptr);
+  for (int b = 0; b < blocks && ok; ++b) {
     const int n = iters / blocks + (b < iters % blocks ? 1 : 0);
     raw_round_trips(n, &out.raw);
-    actor_round_trips(n, &out.actors);
+    ok &= plain.round_trips(n, &out.actors);
+    ok &= curve.round_trips(n, &out.curve);
   }
-  node.request_stop("bench done");
-  node.wait();
-  reap();
-  stop_echo();
-  if (failed || out.actors.size() != static_cast<size_t>(iters)) {
-    throw error("bench control: ping/pong with the worker failed");
+  if (!ok || out.actors.size() != static_cast<size_t>(iters) ||
+      out.curve.size() != static_cast<size_t>(iters)) {
+    throw error("bench control: ping/pong with a worker failed");
   }
   return out;
 }
@@ -203,8 +251,9 @@ void add_bench_control(CLI::App& bench, int* rc) {
   CLI::App* cmd = bench.add_subcommand(
       "control",
       "Control-plane round trips: coordinator actor <-> worker process (ping/pong through both "
-      "ZeroMQ bridges and actor mailboxes) against a raw ZeroMQ REQ/REP pair over tcp "
-      "loopback, same frame size, same run. Prints p50/p99 of both and their ratio.");
+      "ZeroMQ bridges and actor mailboxes), plain and with CURVE (the job's keys), against a "
+      "raw ZeroMQ REQ/REP pair over tcp loopback, same frame size, same run. Prints p50/p99 "
+      "of each and the ratios.");
   cmd->add_option("--iters", opt->iters, "Measured round trips per path")
       ->check(CLI::Range(1, 10000000))
       ->capture_default_str();
@@ -218,10 +267,12 @@ void add_bench_control(CLI::App& bench, int* rc) {
   cmd->add_flag("--json", opt->json, "Print one JSON object instead of the table");
   cmd->callback([opt, rc] {
     const std::string frame = net::encode(net::ping{1, 1});
-    const both_paths m = run_both(opt->warmup, opt->iters, opt->blocks, frame);
+    const paths m = run_paths(opt->warmup, opt->iters, opt->blocks, frame);
     const summary raw = summarize(m.raw);
     const summary act = summarize(m.actors);
+    const summary cur = summarize(m.curve);
     const double ratio = raw.p50_us > 0 ? act.p50_us / raw.p50_us : 0;
+    const double curve_ratio = act.p50_us > 0 ? cur.p50_us / act.p50_us : 0;
     if (opt->json) {
       auto js = [](const summary& s) {
         return nlohmann::json{{"p50_us", s.p50_us},
@@ -232,7 +283,8 @@ void add_bench_control(CLI::App& bench, int* rc) {
       const nlohmann::json out{{"iters", opt->iters},   {"warmup", opt->warmup},
                                {"blocks", opt->blocks}, {"frame_bytes", frame.size()},
                                {"raw_zmq", js(raw)},    {"actors", js(act)},
-                               {"ratio_p50", ratio}};
+                               {"actors_curve", js(cur)}, {"ratio_p50", ratio},
+                               {"curve_ratio_p50", curve_ratio}};
       std::cout << out.dump() << std::endl;
     } else {
       std::printf(
@@ -243,7 +295,11 @@ void add_bench_control(CLI::App& bench, int* rc) {
                   raw.p50_us, raw.p99_us, raw.mean_us);
       std::printf("  %-34s p50 %8.1f us   p99 %8.1f us   mean %8.1f us\n",
                   "actors + bridges (ping/pong)", act.p50_us, act.p99_us, act.mean_us);
+      std::printf("  %-34s p50 %8.1f us   p99 %8.1f us   mean %8.1f us\n",
+                  "actors + bridges, CURVE", cur.p50_us, cur.p99_us, cur.mean_us);
       std::printf("  ratio actors / raw at p50: %.2fx (goal: within 2x)\n", ratio);
+      std::printf("  ratio CURVE / plain actors at p50: %.2fx (goal: at most 1.3x)\n",
+                  curve_ratio);
     }
     *rc = exit_ok;
   });

@@ -11,6 +11,8 @@
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
+#include "runtime/net/curve.hpp"
+
 namespace cohort::comm {
 
 namespace {
@@ -71,7 +73,7 @@ p2p_header decode_p2p_header(const unsigned char* in) {
 }
 
 p2p_channel::p2p_channel(const std::string& bind_host, int self, std::uint64_t generation,
-                         int timeout_ms, const p2p_limits& limits)
+                         int timeout_ms, const p2p_limits& limits, const net::client_keys* keys)
     : self_(self), generation_(generation), timeout_ms_(timeout_ms), limits_(limits) {
   const std::string op = "p2p bind " + bind_host;
   if (timeout_ms <= 0)
@@ -81,8 +83,20 @@ p2p_channel::p2p_channel(const std::string& bind_host, int self, std::uint64_t g
       limits.max_stash_bytes == 0)
     throw comm_error(comm_failure::invalid, op, "p2p limits must be positive");
   ctx_ = std::make_unique<zmq::context_t>(1);
+  if (keys) {
+    // Every worker of the job holds the same worker key: it is the server key of each
+    // channel and the only client key a channel admits. The handler exists before the bind.
+    keys_ = std::make_shared<const net::client_keys>(*keys);
+    zap_ = std::make_unique<net::zap_handler>(
+        *ctx_, std::map<std::string, net::key_role>{{keys->self.public_key, net::key_role::worker}});
+  }
   pull_ = std::make_unique<zmq::socket_t>(*ctx_, zmq::socket_type::pull);
   try {
+    if (keys_) {
+      pull_->set(zmq::sockopt::curve_server, 1);
+      pull_->set(zmq::sockopt::curve_secretkey, keys_->self.secret_key);
+      pull_->set(zmq::sockopt::zap_domain, "cohort-p2p");
+    }
     pull_->set(zmq::sockopt::linger, 0);
     pull_->set(zmq::sockopt::rcvhwm, queue_frames);
     // Each part of a frame is one ZeroMQ message: the header and the payload. A larger one
@@ -101,6 +115,7 @@ p2p_channel::p2p_channel(const std::string& bind_host, int self, std::uint64_t g
     endpoint_ = pull_->get(zmq::sockopt::last_endpoint);
   } catch (const zmq::error_t& e) {
     pull_.reset();
+    zap_.reset();
     ctx_.reset();
     const bool malformed = e.num() == EINVAL || e.num() == EPROTONOSUPPORT;
     throw comm_error(malformed ? comm_failure::invalid : comm_failure::unavailable, op,
@@ -115,6 +130,7 @@ p2p_channel::~p2p_channel() {
   // peer: unsent frames are dropped.
   push_.clear();
   pull_.reset();
+  zap_.reset();
   ctx_.reset();
 }
 
@@ -150,6 +166,11 @@ void p2p_channel::connect(int peer, const std::string& endpoint) {
     // Queue only to a live connection: with the peer gone (or not up yet) the socket is not
     // writable and send times out, instead of filling a queue nobody will ever read.
     sock->set(zmq::sockopt::immediate, 1);
+    if (keys_) {
+      sock->set(zmq::sockopt::curve_serverkey, keys_->self.public_key);
+      sock->set(zmq::sockopt::curve_publickey, keys_->self.public_key);
+      sock->set(zmq::sockopt::curve_secretkey, keys_->self.secret_key);
+    }
     if (ipv6_ || endpoint.find('[') != std::string::npos) sock->set(zmq::sockopt::ipv6, 1);
     sock->connect(endpoint);
   } catch (const zmq::error_t& e) {

@@ -20,6 +20,11 @@ class socket_t;
 class message_t;
 }  // namespace zmq
 
+namespace cohort::net {
+struct client_keys;
+class zap_handler;
+}  // namespace cohort::net
+
 namespace cohort::comm {
 
 /// The header that opens every frame, little-endian on the wire (p2p_header_bytes bytes):
@@ -73,9 +78,11 @@ class p2p_channel {
   /// Binds tcp://bind_host:* (OS-picked port). `bind_host` must be the address peers reach
   /// (it is advertised as is). `self` is this worker's id in the pipeline (e.g. its stage),
   /// `generation` tags every frame, `timeout_ms` (> 0) bounds every send/recv. Throws
-  /// comm_error(invalid) when the address cannot be bound or a limit is 0.
+  /// comm_error(invalid) when the address cannot be bound or a limit is 0. With KEYS (the
+  /// job's worker key) every socket speaks CURVE: the PULL socket admits only that key, the
+  /// PUSH sockets present it, so only the job's workers can send to a channel.
   p2p_channel(const std::string& bind_host, int self, std::uint64_t generation, int timeout_ms,
-              const p2p_limits& limits = {});
+              const p2p_limits& limits = {}, const net::client_keys* keys = nullptr);
   /// Closes every socket with linger 0: never blocks on a dead or slow peer; frames not yet
   /// delivered are lost. abort() must not run concurrently with destruction.
   ~p2p_channel();
@@ -132,6 +139,8 @@ class p2p_channel {
   std::string endpoint_;
   bool ipv6_ = false;  ///< bound to an IPv6 address: push sockets use IPv6 too
   std::unique_ptr<zmq::context_t> ctx_;
+  std::unique_ptr<net::zap_handler> zap_;      ///< with keys: admits the worker key only
+  std::shared_ptr<const net::client_keys> keys_;  ///< a copy, for the PUSH sockets
   std::unique_ptr<zmq::socket_t> pull_;
   std::map<int, std::unique_ptr<zmq::socket_t>> push_;
   std::map<key, std::deque<std::unique_ptr<zmq::message_t>>> stash_;  ///< payloads

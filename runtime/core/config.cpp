@@ -445,7 +445,8 @@ const std::vector<key_spec>& schema() {
        {},
        nullptr,
        "Coordinator endpoint (ZeroMQ): tcp://HOST:PORT (port 0: any free port) or "
-       "ipc://PATH."},
+       "ipc://PATH. An address other hosts reach needs the job's keys (--keys DIR from "
+       "`cohort keygen`) or --insecure (docs/security.md)."},
       {"control",
        "max_message_bytes",
        COHORT_FIELD(control.max_message_bytes),

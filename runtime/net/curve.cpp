@@ -274,13 +274,18 @@ void zap_handler::run() {
       zmq::poll(items, 2, std::chrono::milliseconds(-1));
     } catch (const zmq::error_t& e) {
       if (e.num() == EINTR) continue;
-      spdlog::error("CURVE authenticator: poll failed: {}", e.what());
+      // ETERM: the context was shut down (a p2p channel aborted): nothing left to answer.
+      if (e.num() != ETERM) spdlog::error("CURVE authenticator: poll failed: {}", e.what());
       return;
     }
     if (items[1].revents & ZMQ_POLLIN) return;
     if (!(items[0].revents & ZMQ_POLLIN)) continue;
     std::vector<zmq::message_t> req;
-    if (!zmq::recv_multipart(rep, std::back_inserter(req), zmq::recv_flags::dontwait)) continue;
+    try {
+      if (!zmq::recv_multipart(rep, std::back_inserter(req), zmq::recv_flags::dontwait)) continue;
+    } catch (const zmq::error_t&) {
+      return;  // ETERM
+    }
     // RFC 27: version, request id, domain, address, identity, mechanism, credentials...
     std::string status = "400", text = "refused", user;
     if (req.size() >= 7 && req[0].to_string() == "1.0" && req[5].to_string() == "CURVE") {
