@@ -7,8 +7,8 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <functional>
 #include <chrono>
+#include <functional>
 
 #include "actors/coordinator_internal.hpp"
 #include "runtime/core/config.hpp"
@@ -325,9 +325,10 @@ void on_heartbeat(self_ptr self, const std::string& peer, const net::heartbeat& 
   // spoof, or a confused process) would otherwise keep a dead member alive or, claiming a
   // generation to come, evict a live one.
   if (auto it = st.peer_of.find(hb.member_id); it != st.peer_of.end() && it->second != peer) {
-    spdlog::warn("coordinator: a heartbeat for member {} from a peer that did not register it "
-                 "is ignored",
-                 hb.member_id);
+    spdlog::warn(
+        "coordinator: a heartbeat for member {} from a peer that did not register it "
+        "is ignored",
+        hb.member_id);
     return;
   }
   mb::decision d =
@@ -402,12 +403,14 @@ void on_kv(self_ptr self, const std::string& peer, const net::message& m) {
     if (!was_member)
       spdlog::warn("coordinator: a store request from a peer that is not a member is refused");
     uint64_t rid = 0;
-    std::visit([&](const auto& x) {
-      if constexpr (std::is_same_v<std::decay_t<decltype(x)>, net::kv_set> ||
-                    std::is_same_v<std::decay_t<decltype(x)>, net::kv_get> ||
-                    std::is_same_v<std::decay_t<decltype(x)>, net::kv_wait>)
-        rid = x.request_id;
-    }, m);
+    std::visit(
+        [&](const auto& x) {
+          if constexpr (std::is_same_v<std::decay_t<decltype(x)>, net::kv_set> ||
+                        std::is_same_v<std::decay_t<decltype(x)>, net::kv_get> ||
+                        std::is_same_v<std::decay_t<decltype(x)>, net::kv_wait>)
+            rid = x.request_id;
+        },
+        m);
     net::kv_reply no;
     no.request_id = rid;
     no.status = was_member ? net::kv_status::superseded : net::kv_status::invalid;
@@ -477,9 +480,10 @@ void on_inbound(self_ptr self, const std::string& peer, const net::message& m) {
         } else if constexpr (std::is_same_v<T, net::exit_notice>) {
           // Only the launcher sees its children exit, and it always names the pid it reaped.
           if (st.launcher.empty() || peer != st.launcher || x.pid <= 0) {
-            spdlog::warn("coordinator: exit notice for '{}' ignored: not from the launcher, or "
-                         "without a pid",
-                         x.name);
+            spdlog::warn(
+                "coordinator: exit notice for '{}' ignored: not from the launcher, or "
+                "without a pid",
+                x.name);
             return;
           }
           const std::string detail = x.exit_code > 128

@@ -66,6 +66,10 @@ void on_admin(self_ptr self, const std::string& peer, const net::admin_request& 
     send(self, peer, net::admin_reply{a.request_id, ok, text});
   };
   if (st.stopping) return reply(false, "the coordinator is stopping");
+  // A worker's connection (SIGTERM to a training worker) may drain that worker and nothing
+  // else; scale and inject are the admin's.
+  if (st.member_at.count(peer) != 0 && a.command != "drain")
+    return reply(false, "a worker may only drain itself");
   const mb::options& mo = st.opts.membership;
   if (a.command == "drain") {
     const mb::member* m = st.roster.find_name(a.argument);

@@ -12,8 +12,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <filesystem>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -280,11 +280,10 @@ void add_bench_control(CLI::App& bench, int* rc) {
                               {"mean_us", s.mean_us},
                               {"min_us", s.min_us}};
       };
-      const nlohmann::json out{{"iters", opt->iters},   {"warmup", opt->warmup},
-                               {"blocks", opt->blocks}, {"frame_bytes", frame.size()},
-                               {"raw_zmq", js(raw)},    {"actors", js(act)},
-                               {"actors_curve", js(cur)}, {"ratio_p50", ratio},
-                               {"curve_ratio_p50", curve_ratio}};
+      const nlohmann::json out{
+          {"iters", opt->iters},         {"warmup", opt->warmup}, {"blocks", opt->blocks},
+          {"frame_bytes", frame.size()}, {"raw_zmq", js(raw)},    {"actors", js(act)},
+          {"actors_curve", js(cur)},     {"ratio_p50", ratio},    {"curve_ratio_p50", curve_ratio}};
       std::cout << out.dump() << std::endl;
     } else {
       std::printf(
@@ -298,8 +297,7 @@ void add_bench_control(CLI::App& bench, int* rc) {
       std::printf("  %-34s p50 %8.1f us   p99 %8.1f us   mean %8.1f us\n",
                   "actors + bridges, CURVE", cur.p50_us, cur.p99_us, cur.mean_us);
       std::printf("  ratio actors / raw at p50: %.2fx (goal: within 2x)\n", ratio);
-      std::printf("  ratio CURVE / plain actors at p50: %.2fx (goal: at most 1.3x)\n",
-                  curve_ratio);
+      std::printf("  ratio CURVE / plain actors at p50: %.2fx (goal: at most 1.3x)\n", curve_ratio);
     }
     *rc = exit_ok;
   });

@@ -232,8 +232,7 @@ void add_coordinator(CLI::App& app, int* rc) {
         }
       };
     }
-    actors::coordinator_node node(co, bind, static_cast<size_t>(c.control.max_message_bytes),
-                                  keys);
+    actors::coordinator_node node(co, bind, static_cast<size_t>(c.control.max_message_bytes), keys);
     std::printf("coordinator listening on %s\n", node.endpoint().c_str());
     std::fflush(stdout);
     actors::signal_watcher signals(

@@ -116,7 +116,7 @@ void add_ctl(CLI::App& app, int* rc) {
   status->callback([opt, rc] {
     const auto client = opt->client();
     const net::message reply = client->request(net::status_request{1}, net::msg_type::status_reply,
-                                              std::chrono::milliseconds(opt->timeout_ms));
+                                               std::chrono::milliseconds(opt->timeout_ms));
     const auto& s = std::get<net::status_reply>(reply);
     if (opt->json) {
       std::cout << to_json(s).dump() << std::endl;
@@ -131,7 +131,7 @@ void add_ctl(CLI::App& app, int* rc) {
     const auto client = opt->client();
     const net::message reply =
         client->request(net::admin_request{1, command, argument}, net::msg_type::admin_reply,
-                       std::chrono::milliseconds(opt->timeout_ms));
+                        std::chrono::milliseconds(opt->timeout_ms));
     const auto& r = std::get<net::admin_reply>(reply);
     if (!r.ok) {
       std::fprintf(stderr, "error: %s\n", r.text.c_str());
@@ -166,7 +166,7 @@ void add_ctl(CLI::App& app, int* rc) {
                           "coordinator's acknowledgement");
   stop->callback([opt, rc] {
     opt->client()->request(net::stop{"cohort ctl stop"}, net::msg_type::stop,
-                   std::chrono::milliseconds(opt->timeout_ms));
+                           std::chrono::milliseconds(opt->timeout_ms));
     std::printf("coordinator at %s is stopping the cluster\n", opt->coordinator.c_str());
     *rc = exit_ok;
   });

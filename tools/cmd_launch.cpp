@@ -74,9 +74,10 @@ class launcher {
     if (opt_.insecure) {
       // Children inherit the environment: none of them may pick up keys from it.
       ::unsetenv("COHORT_KEYS");
-      std::printf("launch: warning: --insecure: no keys; anyone who reaches %s can join, steer "
-                  "or read this run\n",
-                  bind.c_str());
+      std::printf(
+          "launch: warning: --insecure: no keys; anyone who reaches %s can join, steer "
+          "or read this run\n",
+          bind.c_str());
       return;
     }
     keys_dir_ = opt_.keys;

@@ -17,6 +17,9 @@ namespace cohort::comm {
 
 namespace {
 
+// Room for CurveZMQ's framing of one message (33 bytes), rounded up.
+constexpr std::size_t curve_overhead = 64;
+
 using clock_type = std::chrono::steady_clock;
 
 // Frames queued per socket before a sender waits. A pipeline keeps only a few tensors in
@@ -79,8 +82,7 @@ p2p_channel::p2p_channel(const std::string& bind_host, int self, std::uint64_t g
   if (timeout_ms <= 0)
     throw comm_error(comm_failure::invalid, op,
                      "timeout_ms must be positive, got " + std::to_string(timeout_ms));
-  if (limits.max_message_bytes == 0 || limits.max_stash_frames == 0 ||
-      limits.max_stash_bytes == 0)
+  if (limits.max_message_bytes == 0 || limits.max_stash_frames == 0 || limits.max_stash_bytes == 0)
     throw comm_error(comm_failure::invalid, op, "p2p limits must be positive");
   ctx_ = std::make_unique<zmq::context_t>(1);
   if (keys) {
@@ -88,7 +90,8 @@ p2p_channel::p2p_channel(const std::string& bind_host, int self, std::uint64_t g
     // channel and the only client key a channel admits. The handler exists before the bind.
     keys_ = std::make_shared<const net::client_keys>(*keys);
     zap_ = std::make_unique<net::zap_handler>(
-        *ctx_, std::map<std::string, net::key_role>{{keys->self.public_key, net::key_role::worker}});
+        *ctx_,
+        std::map<std::string, net::key_role>{{keys->self.public_key, net::key_role::worker}});
   }
   pull_ = std::make_unique<zmq::socket_t>(*ctx_, zmq::socket_type::pull);
   try {
@@ -101,7 +104,11 @@ p2p_channel::p2p_channel(const std::string& bind_host, int self, std::uint64_t g
     pull_->set(zmq::sockopt::rcvhwm, queue_frames);
     // Each part of a frame is one ZeroMQ message: the header and the payload. A larger one
     // makes ZeroMQ drop that peer's connection before holding it.
-    const std::size_t max_part = std::max(limits.max_message_bytes, p2p_header_bytes);
+    // With CURVE libzmq applies the limit to the encrypted message, which carries the
+    // MESSAGE command's name, nonce, flags and MAC (33 bytes) on top of the part: without
+    // that room the largest tensor itself would drop the connection.
+    const std::size_t max_part =
+        std::max(limits.max_message_bytes, p2p_header_bytes) + (keys_ ? curve_overhead : 0);
     pull_->set(zmq::sockopt::maxmsgsize,
                static_cast<int64_t>(std::min<std::size_t>(max_part, INT64_MAX)));
     // An IPv6 address (it has ':') is bracketed, and the sockets must be told to use IPv6.

@@ -139,7 +139,7 @@ class p2p_channel {
   std::string endpoint_;
   bool ipv6_ = false;  ///< bound to an IPv6 address: push sockets use IPv6 too
   std::unique_ptr<zmq::context_t> ctx_;
-  std::unique_ptr<net::zap_handler> zap_;      ///< with keys: admits the worker key only
+  std::unique_ptr<net::zap_handler> zap_;         ///< with keys: admits the worker key only
   std::shared_ptr<const net::client_keys> keys_;  ///< a copy, for the PUSH sockets
   std::unique_ptr<zmq::socket_t> pull_;
   std::map<int, std::unique_ptr<zmq::socket_t>> push_;

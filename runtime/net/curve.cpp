@@ -208,7 +208,8 @@ bool role_may_send(key_role role, int type) {
     case msg_type::stop:
       return role == key_role::launcher || role == key_role::admin;
     case msg_type::admin_request:
-      return role == key_role::admin;
+      // A worker asks to drain itself on SIGTERM (the coordinator refuses it anything else).
+      return role == key_role::admin || role == key_role::worker;
     default:  // what only the coordinator sends
       return false;
   }

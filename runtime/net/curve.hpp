@@ -20,9 +20,9 @@ namespace cohort::net {
 
 struct register_request;
 
-/// What a key may do. A worker joins the roster and trains; the launcher reports its
-/// children's exits and stops the job; an admin runs `cohort ctl` (status, stop, drain,
-/// scale, inject).
+/// What a key may do. A worker joins the roster and trains (and asks to drain itself on
+/// SIGTERM); the launcher reports its children's exits and stops the job; an admin runs
+/// `cohort ctl` (status, stop, drain, scale, inject).
 enum class key_role : uint8_t { worker = 0, launcher = 1, admin = 2 };
 
 /// "worker", "launcher", "admin".

@@ -283,8 +283,8 @@ void zmq_bridge::on_inbound(std::vector<zmq::message_t>& parts, zmq::socket_t& n
   std::optional<key_role> role;
   if (zap_) {
     role = message_role(payload.handle());
-    if (!role || (frame_version(frame) == protocol_version &&
-                  !role_may_send(*role, frame_type(frame)))) {
+    if (!role ||
+        (frame_version(frame) == protocol_version && !role_may_send(*role, frame_type(frame)))) {
       count(drop_reason::wrong_role);
       return;
     }
@@ -433,11 +433,11 @@ message sync_client::request(const message& req, msg_type reply_type,
                     std::chrono::duration_cast<std::chrono::milliseconds>(
                         deadline - std::chrono::steady_clock::now()));
   };
-  const std::string no_answer =
-      "no answer from coordinator at " + endpoint_ + " within " + std::to_string(timeout.count()) +
-      " ms (is `cohort coordinator` running there? " +
-      (curve_ ? "Are these keys the ones it authorizes?)"
-              : "If it was started with keys, pass the same --keys DIR)");
+  const std::string no_answer = "no answer from coordinator at " + endpoint_ + " within " +
+                                std::to_string(timeout.count()) +
+                                " ms (is `cohort coordinator` running there? " +
+                                (curve_ ? "Are these keys the ones it authorizes?)"
+                                        : "If it was started with keys, pass the same --keys DIR)");
   if (!registered_) {
     register_request r;
     r.role = peer_role::client;

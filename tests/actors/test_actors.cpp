@@ -244,6 +244,14 @@ TEST_CASE("coordinator: status and exit notice and a leave from the wrong peer a
   CHECK(f.rec->to<net::kv_reply>("ctl")[0].status == net::kv_status::invalid);
   f.deliver("pa", net::kv_get{22, 2, "addr/0", 0});
   CHECK(f.rec->to<net::kv_reply>("pa").back().status == net::kv_status::not_found);
+  // A worker's connection may drain itself, nothing else: no scale, no inject.
+  f.deliver("pa", net::admin_request{9, "scale", "1"});
+  f.deliver("pa", net::admin_request{10, "inject", "kill rank=1 at step=9"});
+  for (const auto& r : f.rec->to<net::admin_reply>("pa")) {
+    CHECK_FALSE(r.ok);
+    CHECK(r.text == "a worker may only drain itself");
+  }
+  CHECK(f.rec->to<net::admin_reply>("pa").size() == 2);
   f.deliver("ctl", net::status_request{8});
   st = f.rec->to<net::status_reply>("ctl");
   CHECK(st.back().generation == 2);

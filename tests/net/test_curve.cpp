@@ -168,7 +168,7 @@ TEST_CASE("roles: which messages each key may send, and what it may register as"
       {msg_type::exit_notice, false, true, false},
       {msg_type::stop, false, true, true},
       {msg_type::status_request, false, true, true},
-      {msg_type::admin_request, false, false, true},
+      {msg_type::admin_request, true, false, true},
       {msg_type::step_open, false, false, false},
       {msg_type::roster_update, false, false, false},
       {msg_type::pong, true, true, true},
@@ -225,14 +225,14 @@ TEST_CASE("bridge with keys: strangers never get a frame through, each key only 
   sync_client plain(router.endpoint(), 1 << 16, "plain");
   REQUIRE(plain.send(register_request{peer_role::worker, "plain", 1}));
 
-  // The worker key registers a worker; its admin request is dropped unread, its heartbeat
+  // The worker key registers a worker; its stop is dropped unread, its heartbeat
   // (once admitted) goes through.
   sync_client w(router.endpoint(), 1 << 16, "w", &worker);
   REQUIRE(w.send(register_request{peer_role::worker, "w", 1}));
   REQUIRE(in.wait_for(1));
   CHECK(in.at(0).first == "w");
   router.admit("w");
-  REQUIRE(w.send(admin_request{1, "stop", ""}));
+  REQUIRE(w.send(stop{"not a worker's to send"}));
   REQUIRE(eventually(milliseconds(10000),
                      [&] { return router.dropped(drop_reason::wrong_role) == 1; }));
   REQUIRE(w.send(heartbeat{1, 1, 1}));

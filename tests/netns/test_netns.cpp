@@ -108,9 +108,10 @@ struct coordinator {
     keys = dir.path() + "/keys";
     std::string said;
     REQUIRE_MESSAGE(run_shell(cohort_binary() + " keygen " + keys, &said) == 0, said);
-    std::vector<std::string> args{"coordinator", "--config", cfg,     "-q", "--summary",
-                                  summary,       "--bind",   "tcp://" + bed::address(1) + ":0",
-                                  "--keys",      keys};
+    std::vector<std::string> args{
+        "coordinator", "--config", cfg,      "-q",
+        "--summary",   summary,    "--bind", "tcp://" + bed::address(1) + ":0",
+        "--keys",      keys};
     args.insert(args.end(), extra.begin(), extra.end());
     proc = std::make_unique<child_process>(args, dir.path(), "coordinator",
                                            std::vector<std::string>{}, b.on(1));
@@ -134,8 +135,7 @@ std::unique_ptr<child_process> worker(const bed& b, int host, const temp_dir& di
                                       const coordinator& c, const std::string& name) {
   return std::make_unique<child_process>(
       std::vector<std::string>{"worker", "--join", c.endpoint, "--name", name, "--keys", c.keys},
-      dir.path(), name,
-      std::vector<std::string>{}, b.on(host));
+      dir.path(), name, std::vector<std::string>{}, b.on(host));
 }
 
 // `cohort ctl --coordinator EP ARGS` from host 1's namespace: its output parsed as JSON (a
@@ -145,10 +145,9 @@ nlohmann::json ctl(const bed& b, const coordinator& c, const std::string& args =
   std::string prefix;
   for (const auto& a : b.on(1)) prefix += a + " ";
   std::string out;
-  const int code =
-      run_shell(prefix + cohort_binary() + " ctl --keys " + c.keys + " --coordinator " +
-                    c.endpoint + " " + args,
-                &out);
+  const int code = run_shell(prefix + cohort_binary() + " ctl --keys " + c.keys +
+                                 " --coordinator " + c.endpoint + " " + args,
+                             &out);
   if (rc != nullptr) *rc = code;
   return nlohmann::json::parse(code == 0 ? out : "", nullptr, false);
 }
@@ -188,10 +187,8 @@ TEST_CASE("two workers on each of two hosts train bitwise-equal to `cohort train
   CHECK(s["dp"] == 4);
   // Each worker's data plane is on its own host's address, found from its route to the
   // coordinator (comm.interface: auto).
-  CHECK_MESSAGE(w1->err().find("data plane on " + bed::address(2)) != std::string::npos,
-                w1->err());
-  CHECK_MESSAGE(w3->err().find("data plane on " + bed::address(3)) != std::string::npos,
-                w3->err());
+  CHECK_MESSAGE(w1->err().find("data plane on " + bed::address(2)) != std::string::npos, w1->err());
+  CHECK_MESSAGE(w3->err().find("data plane on " + bed::address(3)) != std::string::npos, w3->err());
   // Two workers a host: the DP group is hierarchical (comm.hierarchy: auto), and its
   // int64 sums keep the hash of `cohort train`.
   for (auto* w : {w1.get(), w4.get()})
@@ -362,6 +359,5 @@ TEST_CASE("a pipeline with one stage per host is bit-identical to `cohort train`
   const nlohmann::json s = c.finish();
   CHECK(s["steps_completed"] == steps);
   CHECK(s["params_sha256"] == hash);
-  CHECK_MESSAGE(w2->err().find("data plane on " + bed::address(3)) != std::string::npos,
-                w2->err());
+  CHECK_MESSAGE(w2->err().find("data plane on " + bed::address(3)) != std::string::npos, w2->err());
 }
