@@ -268,8 +268,20 @@ void on_register(self_ptr self, const std::string& peer, const net::register_req
       return;
     }
     st.io.admit(peer);
-    st.clients.insert(peer);
+    if (st.clients.insert(peer).second) st.client_order.push_back(peer);
     if (r.name == "launch") st.launcher = peer;
+    // Each `cohort ctl` call is a new client: keep the newest, so that a stream of them (or
+    // of hostile registrations) cannot grow the coordinator without bound.
+    while (st.clients.size() > max_clients) {
+      const std::string old = st.client_order.front();
+      st.client_order.pop_front();
+      if (old == st.launcher) {
+        st.client_order.push_back(old);
+        continue;
+      }
+      st.clients.erase(old);
+      if (st.io.forget) st.io.forget(old);
+    }
     net::register_ok ok = ok_for(self, nullptr);
     ok.name = r.name;
     send(self, peer, ok);

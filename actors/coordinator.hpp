@@ -8,6 +8,7 @@
 #include <atomic>
 #include <caf/all.hpp>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <string>
@@ -35,9 +36,14 @@ namespace mb = net::membership;
 struct coordinator_io {
   std::function<void(const std::string& peer, const net::message& m)> send;
   std::function<void(const std::string& peer)> admit;      ///< peer may send more than register
+  std::function<void(const std::string& peer)> forget;     ///< optional: back to register only
   std::function<std::vector<net::counter>()> drop_counts;  ///< optional
   std::function<mb::mono_time()> clock;                    ///< optional: steady_clock::now
 };
+
+/// Clients (ctl calls, benchmark drivers) the coordinator remembers at once: ZeroMQ never says
+/// when one is gone, so the oldest registration is forgotten beyond this (never the launcher).
+inline constexpr size_t max_clients = 256;
 
 /// Timing and limits of the coordinator.
 struct coordinator_options {
@@ -86,7 +92,8 @@ struct coordinator_state {
   std::unordered_map<mb::member_id, std::string> peer_of;    ///< every member ever, to its peer
   std::unordered_map<std::string, mb::member_id> member_at;  ///< peer -> its current member
   std::unordered_set<std::string> clients;                   ///< ctl / launch / bench peers
-  std::vector<spare> spares;                                 ///< waiting for a seat, oldest first
+  std::deque<std::string> client_order;  ///< the same, oldest registration first
+  std::vector<spare> spares;             ///< waiting for a seat, oldest first
   std::string launcher;     ///< the client registered as "launch" (starts workers on scale)
   uint64_t drop_draws = 0;  ///< frames `drop control` has decided on (its counter)
   std::unordered_map<uint64_t, kv_waiter> kv_waiters;  ///< store request id -> requester

@@ -34,6 +34,9 @@ coordinator_node::coordinator_node(coordinator_options opts, const std::string& 
   io.admit = [this](const std::string& peer) {
     if (auto* b = out_.load()) b->admit(peer);
   };
+  io.forget = [this](const std::string& peer) {
+    if (auto* b = out_.load()) b->forget(peer);
+  };
   io.drop_counts = [this] {
     std::vector<net::counter> out;
     if (auto* b = out_.load()) {

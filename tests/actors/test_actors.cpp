@@ -28,6 +28,7 @@ struct sent_frame {
 struct recorder {
   std::vector<sent_frame> frames;
   std::vector<std::string> admitted;
+  std::vector<std::string> forgotten;
   mb::mono_time now{};  // starts at the epoch; only differences matter
 
   // Frames of type T sent to PEER (all peers when empty), oldest first.
@@ -77,6 +78,7 @@ struct coordinator_fixture : testing_system {
       r->frames.push_back({peer, m});
     };
     io.admit = [r](const std::string& peer) { r->admitted.push_back(peer); };
+    io.forget = [r](const std::string& peer) { r->forgotten.push_back(peer); };
     io.drop_counts = [] { return std::vector<net::counter>{{"bad_magic", 4}}; };
     io.clock = [r] { return r->now; };
     coord = sys.spawn(coordinator_actor, opts, io);
@@ -469,4 +471,21 @@ TEST_CASE("worker: a refused registration exits 1 and a leave request says goodb
     CHECK(leaves[0].generation == 1);
     CHECK(*f.exit_code == 0);
   }
+}
+
+TEST_CASE("coordinator: a stream of clients keeps the newest, never the launcher") {
+  coordinator_fixture f;
+  f.deliver("launch", net::register_request{net::peer_role::client, "launch", 1});
+  const size_t n = max_clients + 40;
+  for (size_t i = 0; i < n; ++i)
+    f.deliver("c" + std::to_string(i), net::register_request{net::peer_role::client, "ctl", 1});
+  // The 41 oldest ctl clients are forgotten (back to register-only at the bridge), in order.
+  REQUIRE(f.rec->forgotten.size() == 41);
+  for (size_t i = 0; i < f.rec->forgotten.size(); ++i)
+    CHECK(f.rec->forgotten[i] == "c" + std::to_string(i));
+  // A stop reaches the launcher and the clients still remembered, not the forgotten.
+  f.deliver("c" + std::to_string(n - 1), net::stop{"test"});
+  CHECK(f.rec->to<net::stop>("launch").size() == 1);
+  CHECK(f.rec->to<net::stop>("c" + std::to_string(n - 1)).size() == 1);
+  CHECK(f.rec->to<net::stop>("c0").empty());
 }
