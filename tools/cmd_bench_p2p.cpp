@@ -21,6 +21,7 @@
 #include "runtime/comm/p2p_bench.hpp"
 #include "runtime/core/atomic_file.hpp"
 #include "runtime/core/error.hpp"
+#include "runtime/net/curve.hpp"
 #include "tools/bench_util.hpp"
 #include "tools/commands.hpp"
 
@@ -117,11 +118,12 @@ void run_two_ranks(Body body) {
 
 void print_table(const comm::p2p_bench_options& o, const std::vector<comm::p2p_bench_row>& rows) {
   std::printf(
-      "cohort bench p2p: 2 local processes, p2p_channel (ZeroMQ PUSH/PULL) over TCP 127.0.0.1; "
+      "cohort bench p2p: 2 local processes, p2p_channel (ZeroMQ PUSH/PULL%s) over TCP 127.0.0.1; "
       "ping-pong: median of round trip/2; stream: time per message of %s back-to-back "
       "messages, median of %d rounds; GB/s = bytes/time one way; allreduce: Gloo ring, 2 "
       "ranks, same bytes, busbw = algbw*2(n-1)/n (nccl-tests); ratio = p2p GB/s / allreduce "
       "busbw\n",
+      o.keys_dir.empty() ? "" : ", CurveZMQ",
       o.iters > 0 ? std::to_string(o.iters).c_str() : "iters", o.rounds);
   std::printf("%10s %6s | %9s %7s | %9s %7s | %9s %7s | %9s %9s\n", "size", "iters", "pp us",
               "pp GB/s", "stream us", "GB/s", "allred us", "busbw", "pp/busbw", "strm/busbw");
@@ -141,7 +143,8 @@ nlohmann::json to_report(const comm::p2p_bench_options& o,
   nlohmann::json j{
       {"bench", "p2p"},
       {"ranks", 2},
-      {"transport", "zmq push/pull tcp 127.0.0.1"},
+      {"transport",
+       o.keys_dir.empty() ? "zmq push/pull tcp 127.0.0.1" : "zmq push/pull tcp 127.0.0.1, curve"},
       {"rounds", o.rounds},
       {"throughput", "bytes / time, one way (algbw)"},
       {"allreduce", o.allreduce ? "gloo ring, 2 ranks, busbw = algbw*2(n-1)/n" : "not measured"},
@@ -198,8 +201,12 @@ void add_bench_p2p(CLI::App& bench, int* rc) {
       ->capture_default_str();
   cmd->add_option("--json", *json_path, "also write the results as one JSON object to FILE");
   cmd->add_flag("--no-allreduce", *no_allreduce, "skip the Gloo allreduce comparison");
+  auto curve = std::make_shared<bool>(false);
+  cmd->add_flag("--curve", *curve,
+                "the channels speak CurveZMQ with a job's worker key, as under `cohort launch` "
+                "(compare its stream/busbw ratio with a run without)");
 
-  cmd->callback([opts, sizes, json_path, no_allreduce, rc] {
+  cmd->callback([opts, sizes, json_path, no_allreduce, curve, rc] {
     opts->sizes = *sizes;
     if (opts->sizes.empty()) opts->sizes = comm::default_p2p_bench_sizes();
     for (std::size_t s : opts->sizes)
@@ -210,6 +217,10 @@ void add_bench_p2p(CLI::App& bench, int* rc) {
     const std::string& dir = scratch.path();
     std::filesystem::create_directory(dir + "/kv");
     std::filesystem::create_directory(dir + "/raw");
+    if (*curve) {
+      net::write_job_keys(dir + "/keys");
+      opts->keys_dir = dir + "/keys";
+    }
 
     run_two_ranks([&](int rank) {
       const auto rows = comm::run_p2p_bench_rank(*opts, rank, dir);

@@ -4,10 +4,12 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 
 #include "runtime/comm/allreduce_bench.hpp"
 #include "runtime/comm/local_kv.hpp"
 #include "runtime/comm/p2p.hpp"
+#include "runtime/net/curve.hpp"
 
 namespace cohort::comm {
 
@@ -51,7 +53,11 @@ std::vector<p2p_bench_row> run_p2p_bench_rank(const p2p_bench_options& opts, int
     // The channels meet as pipeline stages do: each binds, publishes its endpoint, connects
     // to the other's.
     file_kv kv(dir + "/kv");
-    p2p_channel ch("127.0.0.1", rank, /*generation=*/1, opts.timeout_ms);
+    std::unique_ptr<net::client_keys> keys;
+    if (!opts.keys_dir.empty())
+      keys = std::make_unique<net::client_keys>(
+          net::load_client_keys(opts.keys_dir, net::key_role::worker));
+    p2p_channel ch("127.0.0.1", rank, /*generation=*/1, opts.timeout_ms, p2p_limits{}, keys.get());
     kv.set("p2p/endpoint/" + std::to_string(rank), to_bytes(ch.endpoint()));
     const std::vector<char> theirs = kv.get("p2p/endpoint/" + std::to_string(other), timeout);
     ch.connect(other, std::string(theirs.begin(), theirs.end()));
