@@ -144,12 +144,14 @@ void add_coordinator(CLI::App& app, int* rc) {
                   "Inject a fault into the training job, e.g. 'kill rank=1 at step=30' "
                   "(repeatable; the language is in docs/faults.md)")
       ->type_name("SPEC");
-  add_keys_option(*cmd, &opt->keys,
-                  "the coordinator speaks CURVE with coordinator.key and admits only the keys "
-                  "in DIR/authorized, each with its role (worker, launcher, admin)");
+  CLI::Option* keys =
+      add_keys_option(*cmd, &opt->keys,
+                      "the coordinator speaks CURVE with coordinator.key and admits only the keys "
+                      "in DIR/authorized, each with its role (worker, launcher, admin)");
   cmd->add_flag("--insecure", opt->insecure,
                 "Allow binding an address other hosts can reach without --keys: anyone who "
-                "reaches it can then join, steer or read the run (docs/security.md)");
+                "reaches it can then join, steer or read the run (docs/security.md)")
+      ->excludes(keys);
   cmd->callback([opt, rc] {
     const config c = opt->config_path.empty() ? load_config_text("{}", "<defaults>", opt->overrides)
                                               : load_config(opt->config_path, opt->overrides);

@@ -7,10 +7,11 @@
 
 namespace cohort::cli {
 
-void add_keys_option(CLI::App& cmd, std::string* dir, const std::string& what) {
-  cmd.add_option("--keys", *dir,
-                 "Folder of the job's CurveZMQ keys (written by `cohort keygen DIR`); " + what +
-                     ". Default: $COHORT_KEYS")
+CLI::Option* add_keys_option(CLI::App& cmd, std::string* dir, const std::string& what) {
+  return cmd
+      .add_option("--keys", *dir,
+                  "Folder of the job's CurveZMQ keys (written by `cohort keygen DIR`); " + what +
+                      ". Default: $COHORT_KEYS")
       ->type_name("DIR")
       ->envname("COHORT_KEYS");
 }

@@ -419,13 +419,15 @@ void add_launch(CLI::App& app, int* rc) {
                   "After a stop, children still running this long later are killed")
       ->check(CLI::Range(100, 600 * 1000))
       ->capture_default_str();
-  add_keys_option(*cmd, &opt->keys,
-                  "the job's keys (written there when DIR holds none), so that workers started "
-                  "elsewhere can join with the same DIR. Without it, launch writes fresh keys "
-                  "into a private folder it removes at exit");
+  CLI::Option* keys =
+      add_keys_option(*cmd, &opt->keys,
+                      "the job's keys (written there when DIR holds none), so that workers started "
+                      "elsewhere can join with the same DIR. Without it, launch writes fresh keys "
+                      "into a private folder it removes at exit");
   cmd->add_flag("--insecure", opt->insecure,
                 "No keys: the control plane and p2p channels speak plain ZeroMQ; anyone who "
-                "reaches the coordinator can join, steer or read the run (docs/security.md)");
+                "reaches the coordinator can join, steer or read the run (docs/security.md)")
+      ->excludes(keys);
   cmd->callback([opt, rc] {
     const config c = load_config(opt->config_path, opt->overrides);
     // Bad or unsupported specs stop here, before any process starts (exit 2).

@@ -30,7 +30,7 @@ void add_bench_p2p(CLI::App& bench, int* rc);
 void add_bench_dp(CLI::App& bench, int* rc);
 
 /// Adds the shared `--keys DIR` option (default $COHORT_KEYS); WHAT says what it is for.
-void add_keys_option(CLI::App& cmd, std::string* dir, const std::string& what);
+CLI::Option* add_keys_option(CLI::App& cmd, std::string* dir, const std::string& what);
 
 /// Adds the shared `--set dotted.key=value` option (repeatable) to a subcommand.
 void add_set_option(CLI::App& cmd, std::vector<std::string>* overrides);
