@@ -19,47 +19,16 @@
 #include "runtime/net/protocol.hpp"
 #include "runtime/net/zmq_bridge.hpp"
 #include "tests/data/temp_dir.hpp"
+#include "tests/net/bridge_util.hpp"
 
 using namespace cohort;
 using namespace cohort::net;
+using cohort::test::eventually;
+using cohort::test::inbox;
 using cohort::test::temp_dir;
 using std::chrono::milliseconds;
 
 namespace {
-
-struct inbox {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::vector<std::pair<std::string, message>> items;
-  zmq_bridge::inbound_fn fn() {
-    return [this](const std::string& peer, message m) {
-      std::lock_guard<std::mutex> lock(mu);
-      items.emplace_back(peer, std::move(m));
-      cv.notify_all();
-    };
-  }
-  bool wait_for(size_t n, milliseconds timeout = milliseconds(10000)) {
-    std::unique_lock<std::mutex> lock(mu);
-    return cv.wait_for(lock, timeout, [&] { return items.size() >= n; });
-  }
-  size_t size() {
-    std::lock_guard<std::mutex> lock(mu);
-    return items.size();
-  }
-  std::pair<std::string, message> at(size_t i) {
-    std::lock_guard<std::mutex> lock(mu);
-    return items.at(i);
-  }
-};
-
-bool eventually(milliseconds timeout, const std::function<bool()>& pred) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(milliseconds(2));
-  }
-  return pred();
-}
 
 unsigned mode_of(const std::string& path) {
   struct stat st {};

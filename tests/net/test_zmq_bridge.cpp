@@ -15,40 +15,15 @@
 #include "runtime/core/error.hpp"
 #include "runtime/net/codec.hpp"
 #include "runtime/net/zmq_bridge.hpp"
+#include "tests/net/bridge_util.hpp"
 
 using namespace cohort;
 using namespace cohort::net;
+using cohort::test::eventually;
+using cohort::test::inbox;
 using std::chrono::milliseconds;
 
 namespace {
-
-// Thread-safe inbox filled by a bridge callback.
-struct inbox {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::vector<std::pair<std::string, message>> items;
-
-  zmq_bridge::inbound_fn fn() {
-    return [this](const std::string& peer, message m) {
-      std::lock_guard<std::mutex> lock(mu);
-      items.emplace_back(peer, std::move(m));
-      cv.notify_all();
-    };
-  }
-  bool wait_for(size_t n, milliseconds timeout = milliseconds(5000)) {
-    std::unique_lock<std::mutex> lock(mu);
-    return cv.wait_for(lock, timeout, [&] { return items.size() >= n; });
-  }
-};
-
-bool eventually(milliseconds timeout, const std::function<bool()>& pred) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(milliseconds(2));
-  }
-  return pred();
-}
 
 bridge_options router_opts(size_t max_bytes = 1 << 16) {
   bridge_options o;

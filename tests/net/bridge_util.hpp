@@ -1,0 +1,55 @@
+// Helpers of the bridge tests over real sockets (test_zmq_bridge, test_curve): an inbox a
+// bridge callback fills, and polling for a condition with a deadline.
+#pragma once
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "runtime/net/zmq_bridge.hpp"
+
+namespace cohort::test {
+
+/// Thread-safe inbox filled by a bridge callback.
+struct inbox {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::pair<std::string, net::message>> items;
+
+  net::zmq_bridge::inbound_fn fn() {
+    return [this](const std::string& peer, net::message m) {
+      std::lock_guard<std::mutex> lock(mu);
+      items.emplace_back(peer, std::move(m));
+      cv.notify_all();
+    };
+  }
+  /// True once N messages arrived within TIMEOUT.
+  bool wait_for(size_t n, std::chrono::milliseconds timeout = std::chrono::milliseconds(10000)) {
+    std::unique_lock<std::mutex> lock(mu);
+    return cv.wait_for(lock, timeout, [&] { return items.size() >= n; });
+  }
+  size_t size() {
+    std::lock_guard<std::mutex> lock(mu);
+    return items.size();
+  }
+  std::pair<std::string, net::message> at(size_t i) {
+    std::lock_guard<std::mutex> lock(mu);
+    return items.at(i);
+  }
+};
+
+/// Polls PRED every 2 ms until it holds or TIMEOUT passes; its last value.
+inline bool eventually(std::chrono::milliseconds timeout, const std::function<bool()>& pred) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return pred();
+}
+
+}  // namespace cohort::test
