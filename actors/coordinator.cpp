@@ -1,7 +1,8 @@
 // Coordinator actor: translates wire messages into membership / store decisions and sends
 // what they decide. Every membership change ends in the same place (on_new_generation):
 // broadcast the roster, drop the store's older generations. Admin commands are in
-// coordinator_admin.cpp, the process around the actor in coordinator_node.cpp.
+// coordinator_admin.cpp, store requests in coordinator_store.cpp, the process around the
+// actor in coordinator_node.cpp.
 #include "actors/coordinator.hpp"
 
 #include <spdlog/spdlog.h>
@@ -52,10 +53,6 @@ bool drop_frame(self_ptr self, const std::string& peer, net::msg_type t) {
   return true;
 }
 
-// The store's owner id of a connection: its pending waits are capped per owner and go when
-// the member it registered leaves the roster.
-uint64_t store_owner(const std::string& peer) { return std::hash<std::string>{}(peer) | 1; }
-
 }  // namespace
 
 mb::mono_time coord::now(self_ptr self) {
@@ -79,20 +76,6 @@ net::coords to_wire(const mb::grid_coord& c) { return net::coords{c.d, c.p, c.t}
 net::member_info info_of(const mb::member& m) {
   return net::member_info{
       m.id, m.name, m.rank, to_wire(m.at), static_cast<net::member_state>(m.state), m.pid};
-}
-
-// kv::status and net::kv_status share values; `pending` never reaches the wire.
-net::kv_reply to_wire(uint64_t request_id, const net::kv::reply& r) {
-  return net::kv_reply{request_id, static_cast<net::kv_status>(r.code), r.value, r.reason};
-}
-
-// Answers a store waiter that set/expire/drop completed.
-void answer_waiter(self_ptr self, const net::kv::reply& r) {
-  auto& st = self->state;
-  auto it = st.kv_waiters.find(r.id);
-  if (it == st.kv_waiters.end()) return;
-  send(self, it->second.peer, to_wire(it->second.request_id, r));
-  st.kv_waiters.erase(it);
 }
 
 void do_stop(self_ptr self, const std::string& reason);
@@ -399,65 +382,6 @@ net::status_reply make_status(self_ptr self, uint64_t request_id) {
   if (st.opts.job && st.opts.job->drop_control())
     out.dropped.push_back(net::counter{"drop_control", st.opts.job->report().dropped_frames()});
   return out;
-}
-
-void on_kv(self_ptr self, const std::string& peer, const net::message& m) {
-  auto& st = self->state;
-  const auto t = now(self);
-  // The store holds the data plane's addresses: only a live member reads or writes it (the
-  // store itself refuses generations the roster has not reached).
-  const auto at = st.member_at.find(peer);
-  if (at == st.member_at.end() || st.roster.find(at->second) == nullptr) {
-    // A member declared dead may still be building its last generation's links: to it the
-    // answer is the one a dropped generation gets (it learns of its death from the next
-    // heartbeat ack). A stranger is refused.
-    const bool was_member = at != st.member_at.end();
-    if (!was_member)
-      spdlog::warn("coordinator: a store request from a peer that is not a member is refused");
-    uint64_t rid = 0;
-    std::visit(
-        [&](const auto& x) {
-          if constexpr (std::is_same_v<std::decay_t<decltype(x)>, net::kv_set> ||
-                        std::is_same_v<std::decay_t<decltype(x)>, net::kv_get> ||
-                        std::is_same_v<std::decay_t<decltype(x)>, net::kv_wait>)
-            rid = x.request_id;
-        },
-        m);
-    net::kv_reply no;
-    no.request_id = rid;
-    no.status = was_member ? net::kv_status::superseded : net::kv_status::invalid;
-    no.reason = was_member ? "this member is no longer in the roster"
-                           : "the rendezvous store answers live members only";
-    send(self, peer, no);
-    return;
-  }
-  if (const auto* s = std::get_if<net::kv_set>(&m)) {
-    net::kv::set_result r = st.store.set(s->generation, s->key, s->value);
-    send(self, peer, to_wire(s->request_id, r.result));
-    for (const auto& w : r.woken) answer_waiter(self, w);
-    return;
-  }
-  uint64_t request_id = 0;
-  net::kv::reply r;
-  const uint64_t id = st.next_kv_id++;
-  if (const auto* g = std::get_if<net::kv_get>(&m)) {
-    request_id = g->request_id;
-    r = g->timeout_ms == 0
-            ? st.store.get(g->generation, g->key)
-            : st.store.get_or_wait(id, g->generation, g->key, t, t + milliseconds(g->timeout_ms),
-                                   store_owner(peer));
-  } else if (const auto* w = std::get_if<net::kv_wait>(&m)) {
-    request_id = w->request_id;
-    r = st.store.wait(id, w->generation, w->keys, t, t + milliseconds(w->timeout_ms),
-                      store_owner(peer));
-  } else {
-    return;
-  }
-  if (r.code == net::kv::status::pending) {
-    st.kv_waiters[id] = coordinator_state::kv_waiter{peer, request_id};
-  } else {
-    send(self, peer, to_wire(request_id, r));
-  }
 }
 
 void on_pong(self_ptr self, const std::string& peer, const net::pong& p) {

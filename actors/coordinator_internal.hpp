@@ -1,7 +1,9 @@
 // What the coordinator actor's source files share: coordinator.cpp (the wire, membership,
-// the store, the job) and coordinator_admin.cpp (ctl drain / scale / inject). Not for use
+// the job), coordinator_store.cpp (the rendezvous store's requests) and coordinator_admin.cpp
+// (ctl drain / scale / inject). Not for use
 // outside the coordinator actor; its interface is coordinator.hpp.
 #pragma once
+#include <cstdint>
 #include <string>
 
 #include "actors/coordinator.hpp"
@@ -21,6 +23,16 @@ bool adopt(self_ptr self, mb::decision&& d);
 void on_new_generation(self_ptr self);
 /// Sends what the job decided and acts on it (new generation, leave, scale, stop).
 void run_job(self_ptr self, job_actions a);
+
+// coordinator_store.cpp
+
+/// The store's owner id of a connection: its pending waits are capped per owner and go when
+/// the member it registered leaves the roster.
+uint64_t store_owner(const std::string& peer);
+/// Answers a store waiter that a set, an expiry or a dropped generation completed.
+void answer_waiter(self_ptr self, const net::kv::reply& r);
+/// A kv_set, kv_get or kv_wait from PEER: answered now, or parked as a waiter.
+void on_kv(self_ptr self, const std::string& peer, const net::message& m);
 
 // coordinator_admin.cpp
 

@@ -95,6 +95,16 @@ pid_t start_echo_server(std::string* endpoint) {
   return pid;
 }
 
+// Waits up to 5 s for PID to exit on its own (it was told to stop), then kills it.
+void reap(pid_t pid) {
+  for (int i = 0; i < 50; ++i) {
+    if (waitpid(pid, nullptr, WNOHANG) == pid) return;
+    std::this_thread::sleep_for(milliseconds(100));
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+}
+
 // One coordinator actor in this process and one `cohort worker` process it ping/pongs; with
 // KEYS_DIR both speak CURVE with the job's keys there.
 class actor_path {
@@ -153,14 +163,7 @@ class actor_path {
     self_.reset();
     node_->request_stop("bench done");
     node_->wait();
-    for (int i = 0; i < 50; ++i) {
-      if (waitpid(pid_, nullptr, WNOHANG) == pid_) break;
-      if (i == 49) {
-        kill(pid_, SIGKILL);
-        waitpid(pid_, nullptr, 0);
-      }
-      std::this_thread::sleep_for(milliseconds(100));
-    }
+    reap(pid_);
     node_.reset();
   }
 

@@ -241,15 +241,14 @@ bool loopback_endpoint(const std::string& ep) {
   return false;
 }
 
-zap_handler::zap_handler(zmq::context_t& ctx, std::map<std::string, key_role> authorized)
-    : ctx_(ctx) {
+zap_handler::zap_handler(zmq::context_t& ctx, std::map<std::string, key_role> authorized) {
   for (const auto& [z85, role] : authorized) {
     const std::string raw = z85_to_raw(z85);
     if (raw.empty()) throw usage_error("not a Z85 public key: '" + z85 + "'");
     authorized_[raw] = role;
   }
   stop_name_ = "inproc://cohort-zap-stop-" + std::to_string(zap_counter.fetch_add(1));
-  sockets_ = std::make_unique<zap_sockets>(ctx_, stop_name_);
+  sockets_ = std::make_unique<zap_sockets>(ctx, stop_name_);
   try {
     sockets_->rep.bind(zap_endpoint);
   } catch (const zmq::error_t& e) {

@@ -101,7 +101,6 @@ class zap_handler {
  private:
   void run();
 
-  zmq::context_t& ctx_;
   std::map<std::string, key_role> authorized_;  // by the key's 32 raw bytes
   std::string stop_name_;
   std::unique_ptr<class zap_sockets> sockets_;

@@ -10,18 +10,11 @@
 
 #include "actors/coordinator.hpp"
 #include "actors/worker.hpp"
+#include "tests/eventually.hpp"
 
 namespace cohort::actors::testing {
 
-/// Polls PRED every 5 ms until it holds or TIMEOUT passes; true if it held.
-inline bool eventually(std::chrono::milliseconds timeout, const std::function<bool()>& pred) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return pred();
-}
+using cohort::test::eventually;
 
 /// A coordinator for two data-parallel workers, fast heartbeats, a generous timeout.
 inline coordinator_options two_workers() {

@@ -19,6 +19,8 @@
 #include <thread>
 #include <vector>
 
+#include "tests/eventually.hpp"
+
 namespace cohort::mp {
 
 using std::chrono::milliseconds;
@@ -178,15 +180,7 @@ inline std::string run_capture(const std::string& args, int* exit_code = nullptr
   return out;
 }
 
-/// Polls PRED every few ms until it holds or TIMEOUT passes; true if it held.
-inline bool eventually(milliseconds timeout, const std::function<bool()>& pred) {
-  const auto deadline = clock_type::now() + timeout;
-  while (clock_type::now() < deadline) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(milliseconds(5));
-  }
-  return pred();
-}
+using cohort::test::eventually;
 
 /// Pids of every process whose process group is PGID (from /proc/<pid>/stat).
 inline std::vector<pid_t> processes_in_group(pid_t pgid) {

@@ -1,5 +1,5 @@
 // Helpers of the bridge tests over real sockets (test_zmq_bridge, test_curve): an inbox a
-// bridge callback fills, and polling for a condition with a deadline.
+// bridge callback fills (and tests/eventually.hpp for polling with a deadline).
 #pragma once
 #include <chrono>
 #include <condition_variable>
@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "runtime/net/zmq_bridge.hpp"
+#include "tests/eventually.hpp"
 
 namespace cohort::test {
 
@@ -41,15 +42,5 @@ struct inbox {
     return items.at(i);
   }
 };
-
-/// Polls PRED every 2 ms until it holds or TIMEOUT passes; its last value.
-inline bool eventually(std::chrono::milliseconds timeout, const std::function<bool()>& pred) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
-  return pred();
-}
 
 }  // namespace cohort::test
