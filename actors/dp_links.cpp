@@ -142,7 +142,8 @@ void build_stage_links(dp_links& l, const link_context& ctx, const net::step_ope
     lim.max_stash_frames = 4 * micro + 64;
     lim.max_stash_bytes = lim.max_stash_frames * lim.max_message_bytes;
     l.p2p = std::make_unique<comm::p2p_channel>(ctx.data_host, o.stage, o.generation, timeout,
-                                                lim, ctx.keys.get());
+                                                lim, ctx.keys.get(),
+                                                comm::parse_p2p_security(cfg.comm.p2p_security));
     ctx.shared.install_extra([c = l.p2p.get()] { c->abort(); });
     auto key = [&](int stage) {
       return "p2p.r" + std::to_string(rank) + ".t" + std::to_string(o.tp_rank) + ".s" +

@@ -102,7 +102,7 @@ struct link_context {
   std::string data_host;  ///< where this worker's pairs and channel listen
   remote_kv& kv;          ///< the coordinator's store, keyed by the generation
   dp_group_shared& shared;
-  std::shared_ptr<const net::client_keys> keys;  ///< p2p channels speak CURVE with them
+  std::shared_ptr<const net::client_keys> keys;  ///< p2p channels admit only their holders
 };
 
 /// Drops L's old links and builds generation o.generation's for SEAT at DP rank RANK: the DP

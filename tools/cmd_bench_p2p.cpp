@@ -116,6 +116,12 @@ void run_two_ranks(Body body) {
   if (!failure.empty()) throw error("bench p2p: " + failure + " (see its message above)");
 }
 
+// ", PLAIN (HMAC)" or ", CurveZMQ" with keys, else "".
+std::string security_label(const comm::p2p_bench_options& o) {
+  if (o.keys_dir.empty()) return "";
+  return o.security == comm::p2p_security::encrypt ? ", CurveZMQ" : ", PLAIN (HMAC)";
+}
+
 void print_table(const comm::p2p_bench_options& o, const std::vector<comm::p2p_bench_row>& rows) {
   std::printf(
       "cohort bench p2p: 2 local processes, p2p_channel (ZeroMQ PUSH/PULL%s) over TCP 127.0.0.1; "
@@ -123,8 +129,7 @@ void print_table(const comm::p2p_bench_options& o, const std::vector<comm::p2p_b
       "messages, median of %d rounds; GB/s = bytes/time one way; allreduce: Gloo ring, 2 "
       "ranks, same bytes, busbw = algbw*2(n-1)/n (nccl-tests); ratio = p2p GB/s / allreduce "
       "busbw\n",
-      o.keys_dir.empty() ? "" : ", CurveZMQ",
-      o.iters > 0 ? std::to_string(o.iters).c_str() : "iters", o.rounds);
+      security_label(o).c_str(), o.iters > 0 ? std::to_string(o.iters).c_str() : "iters", o.rounds);
   std::printf("%10s %6s | %9s %7s | %9s %7s | %9s %7s | %9s %9s\n", "size", "iters", "pp us",
               "pp GB/s", "stream us", "GB/s", "allred us", "busbw", "pp/busbw", "strm/busbw");
   for (const auto& r : rows) {
@@ -143,8 +148,8 @@ nlohmann::json to_report(const comm::p2p_bench_options& o,
   nlohmann::json j{
       {"bench", "p2p"},
       {"ranks", 2},
-      {"transport",
-       o.keys_dir.empty() ? "zmq push/pull tcp 127.0.0.1" : "zmq push/pull tcp 127.0.0.1, curve"},
+      {"transport", "zmq push/pull tcp 127.0.0.1" + security_label(o)},
+      {"security", o.keys_dir.empty() ? "none" : comm::to_string(o.security)},
       {"rounds", o.rounds},
       {"throughput", "bytes / time, one way (algbw)"},
       {"allreduce", o.allreduce ? "gloo ring, 2 ranks, busbw = algbw*2(n-1)/n" : "not measured"},
@@ -201,12 +206,15 @@ void add_bench_p2p(CLI::App& bench, int* rc) {
       ->capture_default_str();
   cmd->add_option("--json", *json_path, "also write the results as one JSON object to FILE");
   cmd->add_flag("--no-allreduce", *no_allreduce, "skip the Gloo allreduce comparison");
-  auto curve = std::make_shared<bool>(false);
-  cmd->add_flag("--curve", *curve,
-                "the channels speak CurveZMQ with a job's worker key, as under `cohort launch` "
-                "(compare its stream/busbw ratio with a run without)");
+  auto security = std::make_shared<std::string>("none");
+  cmd->add_option("--security", *security,
+                  "none: plain ZeroMQ (cohort launch --insecure); authenticate: each "
+                  "connection proves the job's worker key once (comm.p2p_security's default); "
+                  "encrypt: CurveZMQ on every frame (compare each stream/busbw ratio with none's)")
+      ->check(CLI::IsMember({"none", "authenticate", "encrypt"}))
+      ->capture_default_str();
 
-  cmd->callback([opts, sizes, json_path, no_allreduce, curve, rc] {
+  cmd->callback([opts, sizes, json_path, no_allreduce, security, rc] {
     opts->sizes = *sizes;
     if (opts->sizes.empty()) opts->sizes = comm::default_p2p_bench_sizes();
     for (std::size_t s : opts->sizes)
@@ -217,9 +225,10 @@ void add_bench_p2p(CLI::App& bench, int* rc) {
     const std::string& dir = scratch.path();
     std::filesystem::create_directory(dir + "/kv");
     std::filesystem::create_directory(dir + "/raw");
-    if (*curve) {
+    if (*security != "none") {
       net::write_job_keys(dir + "/keys");
       opts->keys_dir = dir + "/keys";
+      opts->security = comm::parse_p2p_security(*security);
     }
 
     run_two_ranks([&](int rank) {

@@ -11,6 +11,7 @@
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
+#include "runtime/core/sha256.hpp"
 #include "runtime/net/curve.hpp"
 
 namespace cohort::comm {
@@ -75,9 +76,32 @@ p2p_header decode_p2p_header(const unsigned char* in) {
   return h;
 }
 
+const char* to_string(p2p_security s) {
+  return s == p2p_security::encrypt ? "encrypt" : "authenticate";
+}
+
+p2p_security parse_p2p_security(const std::string& text) {
+  if (text == "authenticate") return p2p_security::authenticate;
+  if (text == "encrypt") return p2p_security::encrypt;
+  throw comm_error(comm_failure::invalid, "p2p security",
+                   "'" + text + "' is not one of authenticate, encrypt");
+}
+
+std::string p2p_password(const std::string& worker_secret_key, std::uint64_t generation,
+                         const std::string& endpoint) {
+  return hmac_sha256_hex(
+      worker_secret_key,
+      "cohort-p2p/1 generation " + std::to_string(generation) + " endpoint " + endpoint);
+}
+
 p2p_channel::p2p_channel(const std::string& bind_host, int self, std::uint64_t generation,
-                         int timeout_ms, const p2p_limits& limits, const net::client_keys* keys)
-    : self_(self), generation_(generation), timeout_ms_(timeout_ms), limits_(limits) {
+                         int timeout_ms, const p2p_limits& limits, const net::client_keys* keys,
+                         p2p_security security)
+    : self_(self),
+      generation_(generation),
+      timeout_ms_(timeout_ms),
+      security_(security),
+      limits_(limits) {
   const std::string op = "p2p bind " + bind_host;
   if (timeout_ms <= 0)
     throw comm_error(comm_failure::invalid, op,
@@ -85,21 +109,26 @@ p2p_channel::p2p_channel(const std::string& bind_host, int self, std::uint64_t g
   if (limits.max_message_bytes == 0 || limits.max_stash_frames == 0 || limits.max_stash_bytes == 0)
     throw comm_error(comm_failure::invalid, op, "p2p limits must be positive");
   ctx_ = std::make_unique<zmq::context_t>(1);
+  const bool curve = keys && security == p2p_security::encrypt;
   if (keys) {
-    // Every worker of the job holds the same worker key: it is the server key of each
-    // channel and the only client key a channel admits. The handler exists before the bind.
+    // Every worker of the job holds the same worker key: with CURVE it is the server key of
+    // each channel and the only client key a channel admits; with PLAIN its secret keys the
+    // password, which the handler learns once the endpoint is known (it refuses every
+    // connection until then). The handler exists before the bind.
     keys_ = std::make_shared<const net::client_keys>(*keys);
-    zap_ = std::make_unique<net::zap_handler>(
-        *ctx_,
-        std::map<std::string, net::key_role>{{keys->self.public_key, net::key_role::worker}});
+    std::map<std::string, net::key_role> authorized;
+    if (curve) authorized.emplace(keys->self.public_key, net::key_role::worker);
+    zap_ = std::make_unique<net::zap_handler>(*ctx_, std::move(authorized));
   }
   pull_ = std::make_unique<zmq::socket_t>(*ctx_, zmq::socket_type::pull);
   try {
-    if (keys_) {
+    if (curve) {
       pull_->set(zmq::sockopt::curve_server, 1);
       pull_->set(zmq::sockopt::curve_secretkey, keys_->self.secret_key);
-      pull_->set(zmq::sockopt::zap_domain, "cohort-p2p");
+    } else if (keys_) {
+      pull_->set(zmq::sockopt::plain_server, 1);
     }
+    if (keys_) pull_->set(zmq::sockopt::zap_domain, "cohort-p2p");
     pull_->set(zmq::sockopt::linger, 0);
     pull_->set(zmq::sockopt::rcvhwm, queue_frames);
     // Each part of a frame is one ZeroMQ message: the header and the payload. A larger one
@@ -108,7 +137,7 @@ p2p_channel::p2p_channel(const std::string& bind_host, int self, std::uint64_t g
     // MESSAGE command's name, nonce, flags and MAC (33 bytes) on top of the part: without
     // that room the largest tensor itself would drop the connection.
     const std::size_t max_part =
-        std::max(limits.max_message_bytes, p2p_header_bytes) + (keys_ ? curve_overhead : 0);
+        std::max(limits.max_message_bytes, p2p_header_bytes) + (curve ? curve_overhead : 0);
     pull_->set(zmq::sockopt::maxmsgsize,
                static_cast<int64_t>(std::min<std::size_t>(max_part, INT64_MAX)));
     // An IPv6 address (it has ':') is bracketed, and the sockets must be told to use IPv6.
@@ -120,6 +149,9 @@ p2p_channel::p2p_channel(const std::string& bind_host, int self, std::uint64_t g
       pull_->bind("tcp://" + bind_host + ":*");
     }
     endpoint_ = pull_->get(zmq::sockopt::last_endpoint);
+    if (keys_ && !curve)
+      zap_->admit_plain("worker", p2p_password(keys_->self.secret_key, generation_, endpoint_),
+                        net::key_role::worker);
   } catch (const zmq::error_t& e) {
     pull_.reset();
     zap_.reset();
@@ -173,10 +205,14 @@ void p2p_channel::connect(int peer, const std::string& endpoint) {
     // Queue only to a live connection: with the peer gone (or not up yet) the socket is not
     // writable and send times out, instead of filling a queue nobody will ever read.
     sock->set(zmq::sockopt::immediate, 1);
-    if (keys_) {
+    if (keys_ && security_ == p2p_security::encrypt) {
       sock->set(zmq::sockopt::curve_serverkey, keys_->self.public_key);
       sock->set(zmq::sockopt::curve_publickey, keys_->self.public_key);
       sock->set(zmq::sockopt::curve_secretkey, keys_->self.secret_key);
+    } else if (keys_) {
+      sock->set(zmq::sockopt::plain_username, "worker");
+      sock->set(zmq::sockopt::plain_password,
+                p2p_password(keys_->self.secret_key, generation_, endpoint));
     }
     if (ipv6_ || endpoint.find('[') != std::string::npos) sock->set(zmq::sockopt::ipv6, 1);
     sock->connect(endpoint);

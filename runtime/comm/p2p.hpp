@@ -59,6 +59,30 @@ struct p2p_limits {
   std::size_t max_stash_bytes = 1u << 30;
 };
 
+/// How a channel with keys makes sure its frames come from the job's workers.
+enum class p2p_security : std::uint8_t {
+  /// Each connection is authenticated once, when it is made (ZeroMQ PLAIN, checked by a ZAP
+  /// handler): the password is p2p_password(), an HMAC under the worker's secret key of the
+  /// receiving channel's endpoint and generation, so it proves the key without revealing it
+  /// and opens no other channel and no later generation. Frames then travel in clear, as
+  /// the Gloo data plane's do: no cost per byte.
+  authenticate,
+  /// CurveZMQ: each connection authenticated by the worker key, and every frame encrypted
+  /// and authenticated (XSalsa20-Poly1305 on libzmq's I/O thread: one more pass over every
+  /// byte).
+  encrypt,
+};
+
+/// "authenticate", "encrypt".
+const char* to_string(p2p_security s);
+/// The security named TEXT (as above), or throws comm_error(invalid).
+p2p_security parse_p2p_security(const std::string& text);
+
+/// The PLAIN password a sender presents to the channel bound at ENDPOINT for GENERATION
+/// under p2p_security::authenticate: hex HMAC-SHA256 keyed by the worker's secret key.
+std::string p2p_password(const std::string& worker_secret_key, std::uint64_t generation,
+                         const std::string& endpoint);
+
 /// One worker's point-to-point endpoint for a generation: a PULL socket it binds, and PUSH
 /// sockets to the peers it sends to. Tensors travel as [header, payload] multipart frames;
 /// the header is checked, and a frame of another generation, a wrong magic or version, a
@@ -79,10 +103,11 @@ class p2p_channel {
   /// (it is advertised as is). `self` is this worker's id in the pipeline (e.g. its stage),
   /// `generation` tags every frame, `timeout_ms` (> 0) bounds every send/recv. Throws
   /// comm_error(invalid) when the address cannot be bound or a limit is 0. With KEYS (the
-  /// job's worker key) every socket speaks CURVE: the PULL socket admits only that key, the
-  /// PUSH sockets present it, so only the job's workers can send to a channel.
+  /// job's worker key) the PULL socket admits only senders that hold that key, and the PUSH
+  /// sockets prove it, as SECURITY says; without, any local or remote process may send.
   p2p_channel(const std::string& bind_host, int self, std::uint64_t generation, int timeout_ms,
-              const p2p_limits& limits = {}, const net::client_keys* keys = nullptr);
+              const p2p_limits& limits = {}, const net::client_keys* keys = nullptr,
+              p2p_security security = p2p_security::authenticate);
   /// Closes every socket with linger 0: never blocks on a dead or slow peer; frames not yet
   /// delivered are lost. abort() must not run concurrently with destruction.
   ~p2p_channel();
@@ -139,8 +164,9 @@ class p2p_channel {
   std::string endpoint_;
   bool ipv6_ = false;  ///< bound to an IPv6 address: push sockets use IPv6 too
   std::unique_ptr<zmq::context_t> ctx_;
-  std::unique_ptr<net::zap_handler> zap_;         ///< with keys: admits the worker key only
-  std::shared_ptr<const net::client_keys> keys_;  ///< a copy, for the PUSH sockets
+  std::unique_ptr<net::zap_handler> zap_;               ///< with keys: admits the worker key only
+  std::shared_ptr<const net::client_keys> keys_;        ///< a copy, for the PUSH sockets
+  p2p_security security_ = p2p_security::authenticate;  ///< with keys
   std::unique_ptr<zmq::socket_t> pull_;
   std::map<int, std::unique_ptr<zmq::socket_t>> push_;
   std::map<key, std::deque<std::unique_ptr<zmq::message_t>>> stash_;  ///< payloads

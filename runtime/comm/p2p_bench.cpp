@@ -57,7 +57,8 @@ std::vector<p2p_bench_row> run_p2p_bench_rank(const p2p_bench_options& opts, int
     if (!opts.keys_dir.empty())
       keys = std::make_unique<net::client_keys>(
           net::load_client_keys(opts.keys_dir, net::key_role::worker));
-    p2p_channel ch("127.0.0.1", rank, /*generation=*/1, opts.timeout_ms, p2p_limits{}, keys.get());
+    p2p_channel ch("127.0.0.1", rank, /*generation=*/1, opts.timeout_ms, p2p_limits{}, keys.get(),
+                   opts.security);
     kv.set("p2p/endpoint/" + std::to_string(rank), to_bytes(ch.endpoint()));
     const std::vector<char> theirs = kv.get("p2p/endpoint/" + std::to_string(other), timeout);
     ch.connect(other, std::string(theirs.begin(), theirs.end()));

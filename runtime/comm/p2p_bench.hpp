@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "runtime/comm/p2p.hpp"
+
 namespace cohort::comm {
 
 struct p2p_bench_options {
@@ -19,9 +21,10 @@ struct p2p_bench_options {
   int warmup = 2;  ///< untimed round trips per size
   int timeout_ms = 60000;
   bool allreduce = true;  ///< also time Gloo allreduce (2 ranks) of every size
-  /// Non-empty: a folder of job keys (`cohort keygen`); the channels speak CURVE with its
-  /// worker key, as a pipeline's do under `cohort launch`.
+  /// Non-empty: a folder of job keys (`cohort keygen`); the channels use its worker key as
+  /// `security` says, as a pipeline's do under `cohort launch`.
   std::string keys_dir;
+  p2p_security security = p2p_security::authenticate;
 };
 
 /// Default sizes: 256 KiB, 1 MiB, 4 MiB, 16 MiB.

@@ -352,6 +352,17 @@ const std::vector<key_spec>& schema() {
        "detected (host name, network namespace and boot id), or any other text, the same on "
        "the workers that share a host (they must share /dev/shm)."},
       {"comm",
+       "p2p_security",
+       COHORT_FIELD(comm.p2p_security),
+       unbounded(),
+       {"authenticate", "encrypt"},
+       nullptr,
+       "With the job's keys (cohort launch's default, --keys), how a pipeline's p2p channels "
+       "admit frames: authenticate = each connection proves the worker key once (an HMAC "
+       "under it, valid for that channel and generation), then frames travel in clear like "
+       "the Gloo data plane's; encrypt = CurveZMQ encrypts and authenticates every frame, "
+       "at a cost per byte (docs/benchmarks.md). Without keys (--insecure) neither applies."},
+      {"comm",
        "interface",
        COHORT_FIELD(comm.interface),
        unbounded(),

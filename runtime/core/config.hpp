@@ -80,6 +80,9 @@ struct comm_config {
   std::string hierarchy = "auto";
   /// What makes workers one host (shared memory, hierarchy); "auto": detected.
   std::string host_id = "auto";
+  /// With job keys, how a pipeline's p2p channels admit senders: authenticate (once per
+  /// connection, frames in clear) | encrypt (CurveZMQ on every frame). comm::p2p_security.
+  std::string p2p_security = "authenticate";
 };
 
 struct fault_tolerance_config {

@@ -1,10 +1,26 @@
 #include "runtime/core/sha256.hpp"
 
+#include <openssl/crypto.h>
 #include <openssl/evp.h>
+#include <openssl/hmac.h>
 
 #include "runtime/core/error.hpp"
 
 namespace cohort {
+
+namespace {
+
+std::string to_hex(const unsigned char* d, size_t n) {
+  static const char* const hex = "0123456789abcdef";
+  std::string s(2 * n, '0');
+  for (size_t i = 0; i < n; ++i) {
+    s[2 * i] = hex[d[i] >> 4];
+    s[2 * i + 1] = hex[d[i] & 15];
+  }
+  return s;
+}
+
+}  // namespace
 
 sha256::sha256() : ctx_(EVP_MD_CTX_new()) {
   // Allocation or init failure in libcrypto means the process is out of memory or
@@ -47,14 +63,8 @@ std::array<uint8_t, 32> sha256::digest() const {
 }
 
 std::string sha256::hex_digest() const {
-  static const char* const hex = "0123456789abcdef";
   const auto d = digest();
-  std::string s(64, '0');
-  for (size_t i = 0; i < d.size(); ++i) {
-    s[2 * i] = hex[d[i] >> 4];
-    s[2 * i + 1] = hex[d[i] & 15];
-  }
-  return s;
+  return to_hex(d.data(), d.size());
 }
 
 std::string sha256_hex(const void* data, size_t size) {
@@ -64,5 +74,19 @@ std::string sha256_hex(const void* data, size_t size) {
 }
 
 std::string sha256_hex(std::string_view text) { return sha256_hex(text.data(), text.size()); }
+
+std::string hmac_sha256_hex(std::string_view key, std::string_view message) {
+  unsigned char out[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  COHORT_CHECK(HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
+                    reinterpret_cast<const unsigned char*>(message.data()), message.size(), out,
+                    &len) != nullptr);
+  COHORT_CHECK(len == 32);
+  return to_hex(out, len);
+}
+
+bool equal_secret(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
+}
 
 }  // namespace cohort

@@ -1,4 +1,5 @@
-// SHA-256 over OpenSSL's EVP interface: an incremental hasher and one-shot helpers.
+// SHA-256 over OpenSSL's EVP interface: an incremental hasher, one-shot helpers, HMAC-SHA256
+// and a constant-time comparison.
 // Owns hashing only; what is hashed (config text, checkpoint data) is the caller's concern.
 #pragma once
 #include <array>
@@ -39,5 +40,10 @@ class sha256 {
 std::string sha256_hex(const void* data, size_t size);
 /// SHA-256 of `text` as 64 lowercase hex characters.
 std::string sha256_hex(std::string_view text);
+/// HMAC-SHA256 (RFC 2104) of `message` under `key`, as 64 lowercase hex characters.
+std::string hmac_sha256_hex(std::string_view key, std::string_view message);
+/// Whether `a` and `b` are equal, in a time that depends on their lengths only (for
+/// comparing secrets such as an HMAC a peer presents).
+bool equal_secret(std::string_view a, std::string_view b);
 
 }  // namespace cohort

@@ -19,6 +19,7 @@
 
 #include "runtime/core/atomic_file.hpp"
 #include "runtime/core/error.hpp"
+#include "runtime/core/sha256.hpp"
 #include "runtime/net/protocol.hpp"
 
 namespace cohort::net {
@@ -265,6 +266,27 @@ zap_handler::~zap_handler() {
   if (thread_.joinable()) thread_.join();
 }
 
+void zap_handler::admit_plain(std::string user, std::string password, key_role role) {
+  std::lock_guard<std::mutex> lock(plain_mutex_);
+  plain_ = plain_credential{std::move(user), std::move(password), role};
+}
+
+std::optional<key_role> zap_handler::admits(const std::vector<zmq::message_t>& req) const {
+  // RFC 27: version, request id, domain, address, identity, mechanism, credentials...
+  if (req.size() < 7 || req[0].to_string() != "1.0") return std::nullopt;
+  const std::string mechanism = req[5].to_string();
+  if (mechanism == "CURVE") {
+    const auto it = authorized_.find(req[6].to_string());
+    if (it != authorized_.end()) return it->second;
+  } else if (mechanism == "PLAIN" && req.size() >= 8) {
+    std::lock_guard<std::mutex> lock(plain_mutex_);
+    if (plain_ && req[6].to_string_view() == plain_->user &&
+        equal_secret(req[7].to_string_view(), plain_->password))
+      return plain_->role;
+  }
+  return std::nullopt;
+}
+
 void zap_handler::run() {
   auto& rep = sockets_->rep;
   while (true) {
@@ -286,19 +308,13 @@ void zap_handler::run() {
     } catch (const zmq::error_t&) {
       return;  // ETERM
     }
-    // RFC 27: version, request id, domain, address, identity, mechanism, credentials...
-    std::string status = "400", text = "refused", user;
-    if (req.size() >= 7 && req[0].to_string() == "1.0" && req[5].to_string() == "CURVE") {
-      const auto it = authorized_.find(req[6].to_string());
-      if (it != authorized_.end()) {
-        status = "200";
-        text = "OK";
-        user = to_string(it->second);
-      }
-    }
-    (status == "200" ? admitted_ : refused_).fetch_add(1);
-    if (status != "200")
-      spdlog::warn("CURVE authenticator: refused a connection from {} (key not authorized)",
+    const std::optional<key_role> role = admits(req);
+    const std::string status = role ? "200" : "400", text = role ? "OK" : "refused",
+                      user = role ? to_string(*role) : "";
+    (role ? admitted_ : refused_).fetch_add(1);
+    if (!role)
+      spdlog::warn("authenticator: refused a {} connection from {} (credentials not authorized)",
+                   req.size() > 5 ? req[5].to_string() : std::string("?"),
                    req.size() > 3 ? req[3].to_string() : std::string("?"));
     std::array<zmq::message_t, 6> reply{
         zmq::message_t(std::string("1.0")),

@@ -8,13 +8,16 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace zmq {
 class context_t;
-}
+class message_t;
+}  // namespace zmq
 
 namespace cohort::net {
 
@@ -84,9 +87,10 @@ bool loopback_endpoint(const std::string& endpoint);
 
 /// The ZAP handler of one ZeroMQ context (RFC 27): answers every CURVE handshake on a CURVE
 /// server socket of that context, admitting the authorized public keys with their role as
-/// the connection's User-Id, and refusing every other key. Must be constructed before any
-/// such socket binds: without a handler libzmq admits every key. One thread, stopped and
-/// joined by the destructor.
+/// the connection's User-Id, and refusing every other key. A PLAIN handshake is admitted
+/// only with the one credential admit_plain() named (none by default). Must be constructed
+/// before any such socket binds: without a handler libzmq admits every key. One thread,
+/// stopped and joined by the destructor.
 class zap_handler {
  public:
   /// Binds inproc://zeromq.zap.01 in CTX (throws io_error if that context has one already).
@@ -95,13 +99,27 @@ class zap_handler {
   zap_handler(const zap_handler&) = delete;
   zap_handler& operator=(const zap_handler&) = delete;
 
+  /// From now on, also admits a PLAIN handshake presenting exactly USER and PASSWORD
+  /// (compared in constant time), with ROLE as its User-Id; replaces an earlier credential.
+  /// Any thread.
+  void admit_plain(std::string user, std::string password, key_role role);
+
   uint64_t admitted() const { return admitted_.load(); }
   uint64_t refused() const { return refused_.load(); }
 
  private:
   void run();
 
+  // The role a request's credentials earn, or nullopt.
+  std::optional<key_role> admits(const std::vector<zmq::message_t>& request) const;
+
   std::map<std::string, key_role> authorized_;  // by the key's 32 raw bytes
+  struct plain_credential {
+    std::string user, password;
+    key_role role = key_role::worker;
+  };
+  mutable std::mutex plain_mutex_;
+  std::optional<plain_credential> plain_;  // guarded by plain_mutex_
   std::string stop_name_;
   std::unique_ptr<class zap_sockets> sockets_;
   std::thread thread_;

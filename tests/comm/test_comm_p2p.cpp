@@ -20,8 +20,6 @@
 
 #include "runtime/comm/p2p.hpp"
 #include "runtime/core/error.hpp"
-#include "runtime/net/curve.hpp"
-#include "tests/data/temp_dir.hpp"
 
 namespace cohort::cli {
 void add_bench_p2p(CLI::App& bench, int* rc);  // tools/cmd_bench_p2p.cpp
@@ -499,64 +497,4 @@ TEST_CASE("p2p: frames nobody asks for fill a bounded stash, then recv fails and
   }
   CHECK_THROWS_AS(c.recv(0, 7, got.data(), got.size()), comm_error);
   CHECK(c.stashed_bytes() == 8);
-}
-
-TEST_CASE("p2p with keys: only the job's worker key gets a frame through") {
-  cohort::test::temp_dir tmp;
-  cohort::net::write_job_keys(tmp.file("keys"));
-  const auto worker =
-      cohort::net::load_client_keys(tmp.file("keys"), cohort::net::key_role::worker);
-  // The largest tensor is 4 KiB: a frame of exactly that size must still pass the socket's
-  // size limit once CURVE has wrapped it.
-  p2p_limits lim;
-  lim.max_message_bytes = 4096;
-  p2p_channel a("127.0.0.1", 0, 1, 10000, lim, &worker);
-  p2p_channel b("127.0.0.1", 1, 1, 1500, lim, &worker);
-  p2p_header forged;
-  forged.generation = 1;
-  forged.sender = 0;  // claims to be stage 0
-  forged.tag = 3;
-  forged.bytes = 4;
-  // A local process without keys, and one with a key of its own: a frame with a header that
-  // would pass every check, which must never reach the stash.
-  raw_pusher plain(b.endpoint());
-  plain.send({header_bytes(forged), "evil"});
-  raw_pusher stranger_sock(b.endpoint());
-  {
-    const auto other = cohort::net::make_keypair();
-    stranger_sock.sock.set(zmq::sockopt::curve_serverkey, worker.self.public_key);
-    stranger_sock.sock.set(zmq::sockopt::curve_publickey, other.public_key);
-    stranger_sock.sock.set(zmq::sockopt::curve_secretkey, other.secret_key);
-    stranger_sock.sock.disconnect(b.endpoint());
-    stranger_sock.sock.connect(b.endpoint());
-  }
-  stranger_sock.send({header_bytes(forged), "evil"});
-  // The job's own channel, with the worker key: its frame arrives.
-  a.connect(1, b.endpoint());
-  const std::uint32_t v = 7;
-  a.send(1, 4, &v, sizeof v);
-  std::uint32_t got = 0;
-  b.recv(0, 4, &got, sizeof got);
-  CHECK(got == 7);
-  CHECK(b.stashed() == 0);
-  // Both ways, as neighbouring stages run: activations one way, gradients back.
-  b.connect(0, a.endpoint());
-  for (std::uint32_t i = 0; i < 3; ++i) {
-    b.send(0, 100 + i, &i, sizeof i);
-    std::uint32_t back = 99;
-    a.recv(1, 100 + i, &back, sizeof back);
-    CHECK(back == i);
-    a.send(1, 200 + i, &i, sizeof i);
-    b.recv(0, 200 + i, &back, sizeof back);
-    CHECK(back == i);
-  }
-  const auto big = pattern(4096, 0, 5);
-  a.send(1, 5, big.data(), big.size());
-  std::vector<unsigned char> big_in(4096, 0);
-  b.recv(0, 5, big_in.data(), big_in.size());
-  CHECK(big_in == big);
-  // Nothing with tag 3 ever came in: the recv times out (and that ends the channel).
-  char buf[4];
-  CHECK_THROWS_AS(b.recv(0, 3, buf, sizeof buf), comm_error);
-  CHECK(b.bytes_received() == sizeof v + 3 * sizeof(std::uint32_t) + 4096);
 }

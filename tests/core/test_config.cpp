@@ -1343,12 +1343,12 @@ TEST_CASE("dump_config prints every key of the schema, sections in a fixed order
     at = found;
   }
   const std::set<std::string> keys = key_paths(text);
-  CHECK(keys.size() == 56);
+  CHECK(keys.size() == 57);
   for (const char* k :
        {"cluster.workers", "parallel.dp", "model.hidden", "data.cache_dir", "train.threads",
-        "comm.backend", "comm.bucket_mb", "fault_tolerance.keep", "fault_tolerance.commit_window",
-        "elastic.min_workers", "elastic.max_workers", "elastic.respawn", "elastic.pause_timeout_ms",
-        "control.max_message_bytes", "faults"}) {
+        "comm.backend", "comm.bucket_mb", "comm.p2p_security", "fault_tolerance.keep",
+        "fault_tolerance.commit_window", "elastic.min_workers", "elastic.max_workers",
+        "elastic.respawn", "elastic.pause_timeout_ms", "control.max_message_bytes", "faults"}) {
     CHECK(keys.count(k) == 1);
   }
 }
@@ -1652,7 +1652,7 @@ TEST_CASE("configs/reference.yaml is the generated reference and holds every key
     }
     previous = line;
   }
-  CHECK(keys == 55);
+  CHECK(keys == 56);
   CHECK(top_level == 1);
   // The commented examples are the language's own examples, and each of them parses.
   size_t examples = 0;

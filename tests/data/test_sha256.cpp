@@ -1,10 +1,13 @@
-// SHA-256 against the FIPS 180-2 test vectors, incremental vs one-shot.
+// SHA-256 against the FIPS 180-2 test vectors, incremental vs one-shot; HMAC-SHA256 against
+// RFC 4231's.
 #include <doctest/doctest.h>
 
 #include <string>
 
 #include "runtime/core/sha256.hpp"
 
+using cohort::equal_secret;
+using cohort::hmac_sha256_hex;
 using cohort::sha256;
 using cohort::sha256_hex;
 
@@ -44,4 +47,25 @@ TEST_CASE("sha256: move keeps the state") {
   const auto raw = c.digest();
   CHECK(raw[0] == 0xba);
   CHECK(raw[31] == 0xad);
+}
+
+TEST_CASE("hmac-sha256: RFC 4231 vectors") {
+  // Test case 1: a 20-byte key of 0x0b.
+  CHECK(hmac_sha256_hex(std::string(20, '\x0b'), "Hi There") ==
+        "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7");
+  // Test case 2: a key shorter than the output.
+  CHECK(hmac_sha256_hex("Jefe", "what do ya want for nothing?") ==
+        "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+  // Test case 6: a key longer than the block, hashed first.
+  CHECK(hmac_sha256_hex(std::string(131, '\xaa'),
+                        "Test Using Larger Than Block-Size Key - Hash Key First") ==
+        "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54");
+}
+
+TEST_CASE("equal_secret: equal bytes only, any length") {
+  CHECK(equal_secret("", ""));
+  CHECK(equal_secret("abc", "abc"));
+  CHECK_FALSE(equal_secret("abc", "abd"));
+  CHECK_FALSE(equal_secret("abc", "ab"));
+  CHECK_FALSE(equal_secret("", "a"));
 }
