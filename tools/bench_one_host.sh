@@ -6,15 +6,18 @@
 # commits every step). The runs alternate, ROUNDS times; `cohort train` runs at the start
 # of each round. Prints each run's samples/s from its summary, its ratio to the round's
 # `cohort train`, and per (workers, window) the median ratio and the workers' mean idle and
-# communication-wait seconds.
+# communication-wait seconds. With --torch, each round also runs PyTorch DDP over Gloo
+# (tools/bench_ddp.py under torchrun) with each worker count, and the summary gives each
+# launch's median ratio to DDP at the same world size.
 #
 #   tools/bench_one_host.sh [--rounds R] [--steps S] [--workers "2 4"] [--windows "0 16"]
-#                           [--set KEY=VALUE]...
+#                           [--torch] [--set KEY=VALUE]...
 #
-# Needs build/cohort (tools/setup.sh) and python3.
+# Needs build/cohort (tools/setup.sh) and python3; --torch needs python3-torch
+# (COHORT_BENCH_DEPS=1 tools/setup.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-rounds=2 steps=1000 workers="2 4" windows="0 16"
+rounds=2 steps=1000 workers="2 4" windows="0 16" torch=0
 extra=()
 while (($#)); do
   case "$1" in
@@ -22,13 +25,18 @@ while (($#)); do
     --steps) steps=$2; shift 2 ;;
     --workers) workers=$2; shift 2 ;;
     --windows) windows=$2; shift 2 ;;
+    --torch) torch=1; shift ;;
     --set) extra+=(--set "$2"); shift 2 ;;
-    -h|--help) sed -n 2,14p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,18p "$0"; exit 0 ;;
     *) echo "bench_one_host.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
 bin=$PWD/build/cohort
 [[ -x $bin ]] || { echo "bench_one_host.sh: $bin not found: run tools/setup.sh first" >&2; exit 2; }
+if ((torch)) && ! /usr/bin/python3 -c 'import torch' 2>/dev/null; then
+  echo "bench_one_host.sh: --torch needs python3-torch: COHORT_BENCH_DEPS=1 tools/setup.sh" >&2
+  exit 2
+fi
 dir=$(mktemp -d /tmp/cohort-onehost-XXXXXX)
 trap 'rm -rf "$dir"' EXIT
 common=(--set train.steps="$steps" --set train.determinism=fast --set train.eval_every=0
@@ -63,17 +71,34 @@ for ((r = 1; r <= rounds; r++)); do
       ratio=$(python3 -c "print($sps / $ref)")
       printf 'round %d: launch %d workers, window %2d: %8.0f samples/s  %.2fx train  idle %.2f s  comm wait %.2f s\n' \
         "$r" "$n" "$w" "$sps" "$ratio" "$idle" "$wait"
-      echo "$n $w $ratio $idle $wait" >>"$results"
+      echo "$r $n $w $ratio $idle $wait $sps" >>"$results"
     done
+    if ((torch)); then
+      OMP_NUM_THREADS=1 /usr/bin/python3 -m torch.distributed.run --standalone \
+        --nproc_per_node "$n" tools/bench_ddp.py --steps "$steps" --json >"$dir/ddp.out" \
+        2>"$dir/ddp.err" || { tail -5 "$dir/ddp.err" >&2; exit 1; }
+      ddp=$(python3 -c 'import json,sys; print([json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")][0]["samples_per_s"])' "$dir/ddp.out")
+      printf 'round %d: torch DDP  %d workers:           %8.0f samples/s  %.2fx train\n' \
+        "$r" "$n" "$ddp" "$(python3 -c "print($ddp / $ref)")"
+      echo "$n ddp $r $ddp" >>"$dir/ddp"
+    fi
   done
 done
-python3 - "$results" <<'EOF'
+touch "$dir/ddp"
+python3 - "$results" "$dir/ddp" <<'EOF'
 import statistics, sys
-rows = {}
+rows, ddp = {}, {}
+for line in open(sys.argv[2]):
+    n, _, r, sps = line.split()
+    ddp[(int(n), int(r))] = float(sps)
 for line in open(sys.argv[1]):
-    n, w, ratio, idle, wait = line.split()
-    rows.setdefault((int(n), int(w)), []).append((float(ratio), float(idle), float(wait)))
+    r, n, w, ratio, idle, wait, sps = line.split()
+    vs_ddp = float(sps) / ddp[(int(n), int(r))] if (int(n), int(r)) in ddp else None
+    rows.setdefault((int(n), int(w)), []).append((float(ratio), float(idle), float(wait), vs_ddp))
 for (n, w), v in sorted(rows.items()):
-    print(f"median: {n} workers, window {w:2d}: {statistics.median(x[0] for x in v):.2f}x train, "
-          f"idle {statistics.median(x[1] for x in v):.2f} s, comm wait {statistics.median(x[2] for x in v):.2f} s")
+    line = (f"median: {n} workers, window {w:2d}: {statistics.median(x[0] for x in v):.2f}x train, "
+            f"idle {statistics.median(x[1] for x in v):.2f} s, comm wait {statistics.median(x[2] for x in v):.2f} s")
+    if all(x[3] is not None for x in v):
+        line += f", {statistics.median(x[3] for x in v):.2f}x torch DDP"
+    print(line)
 EOF

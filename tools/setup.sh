@@ -12,9 +12,10 @@ PACKAGES=(
   dataset-fashion-mnist bible-kjv
   clang libclang-rt-14-dev procps python3 iproute2
 )
-# The PyTorch reference of tools/bench_vs_torch.py is only needed for benchmarks:
+# The references of the benchmarks (PyTorch for tools/bench_vs_torch.py and tools/bench_ddp.py,
+# Open MPI for tools/bench_shm_vs_mpi.sh) are only needed for benchmarks:
 #   COHORT_BENCH_DEPS=1 tools/setup.sh
-if [[ "${COHORT_BENCH_DEPS:-0}" == 1 ]]; then PACKAGES+=(python3-torch); fi
+if [[ "${COHORT_BENCH_DEPS:-0}" == 1 ]]; then PACKAGES+=(python3-torch openmpi-bin python3-mpi4py); fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do
