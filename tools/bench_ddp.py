@@ -3,8 +3,10 @@
 configs/fashion_mlp_dp4.yaml (784-256-128-10, AdamW lr 1e-3, weight decay 1e-4, global batch
 128 split evenly over the ranks), data-parallel over Gloo, one compute thread per process.
 
-Run under torchrun with the system python (python3-torch):
-  /usr/bin/python3 -m torch.distributed.run --standalone --nproc_per_node N \
+Run under torchrun with the system python (python3-torch; --redirects 1 --tee 1 because
+Debian's torch 1.13 on Python 3.11 cannot parse the default 0):
+  /usr/bin/python3 -m torch.distributed.run --standalone --redirects 1 --tee 1 \
+      --nproc_per_node N \
       tools/bench_ddp.py [--steps S] [--global-batch B] [--data DIR] [--json]
 Rank 0 prints samples/s over the training loop (from a barrier before the first step to one
 after the last), the same span cohort's summary measures (first step opened to last commit).

@@ -74,10 +74,14 @@ for ((r = 1; r <= rounds; r++)); do
       echo "$r $n $w $ratio $idle $wait $sps" >>"$results"
     done
     if ((torch)); then
-      OMP_NUM_THREADS=1 /usr/bin/python3 -m torch.distributed.run --standalone \
-        --nproc_per_node "$n" tools/bench_ddp.py --steps "$steps" --json >"$dir/ddp.out" \
-        2>"$dir/ddp.err" || { tail -5 "$dir/ddp.err" >&2; exit 1; }
-      ddp=$(python3 -c 'import json,sys; print([json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")][0]["samples_per_s"])' "$dir/ddp.out")
+      # --redirects 1 --tee 1: Debian's torch 1.13 on Python 3.11 cannot parse the default
+      # (0, "none": its Std flag enum no longer lists 0); stdout then comes back prefixed
+      # with "[default0]:".
+      OMP_NUM_THREADS=1 /usr/bin/python3 -m torch.distributed.run --standalone --redirects 1 \
+        --tee 1 --log_dir "$dir/torchrun" --nproc_per_node "$n" tools/bench_ddp.py \
+        --steps "$steps" --json >"$dir/ddp.out" 2>"$dir/ddp.err" ||
+        { tail -5 "$dir/ddp.err" >&2; exit 1; }
+      ddp=$(python3 -c 'import json,sys; print([json.loads(l[l.index("{"):]) for l in open(sys.argv[1]) if "{" in l][0]["samples_per_s"])' "$dir/ddp.out")
       printf 'round %d: torch DDP  %d workers:           %8.0f samples/s  %.2fx train\n' \
         "$r" "$n" "$ddp" "$(python3 -c "print($ddp / $ref)")"
       echo "$n ddp $r $ddp" >>"$dir/ddp"
