@@ -62,7 +62,7 @@ for ((r = 1; r <= rounds; r++)); do
       "$bin" launch "$cfg" -q "${common[@]}" "${flag[@]}" --summary "$dir/s.json" \
         >"$dir/out" 2>"$dir/err" || { tail -5 "$dir/err" >&2; exit 1; }
       v=$(rate "$dir/s.json")
-      printf 'round %d  %-32s %-9s %10.0f /s\n' "$r" "$cfg" "$mode" "$v"
+      printf 'round %d  %-32s %-12s %10.0f /s\n' "$r" "$cfg" "$mode" "$v"
       echo "$cfg $mode $r $v" >>"$results"
     done
   done
