@@ -28,6 +28,7 @@
 #include "runtime/core/error.hpp"
 #include "runtime/net/codec.hpp"
 #include "runtime/net/curve.hpp"
+#include "tools/bench_agents.hpp"
 #include "tools/commands.hpp"
 
 namespace cohort::cli {
@@ -249,6 +250,8 @@ void add_bench_control(CLI::App& bench, int* rc) {
     int warmup = 200;
     int blocks = 20;
     bool json = false;
+    agents_options agents{};
+    bool insecure = false;
   };
   auto opt = std::make_shared<options>();
   CLI::App* cmd = bench.add_subcommand(
@@ -256,7 +259,8 @@ void add_bench_control(CLI::App& bench, int* rc) {
       "Control-plane round trips: coordinator actor <-> worker process (ping/pong through both "
       "ZeroMQ bridges and actor mailboxes), plain and with CURVE (the job's keys), against a "
       "raw ZeroMQ REQ/REP pair over tcp loopback, same frame size, same run. Prints p50/p99 "
-      "of each and the ratios.");
+      "of each and the ratios. With --agents N: N simulated workers against a control-only "
+      "coordinator (forming, steady state, a stop of a few), docs/benchmarks.md.");
   cmd->add_option("--iters", opt->iters, "Measured round trips per path")
       ->check(CLI::Range(1, 10000000))
       ->capture_default_str();
@@ -268,7 +272,43 @@ void add_bench_control(CLI::App& bench, int* rc) {
       ->check(CLI::Range(1, 100000))
       ->capture_default_str();
   cmd->add_flag("--json", opt->json, "Print one JSON object instead of the table");
+  cmd->add_option("--agents", opt->agents.agents,
+                  "Instead: N simulated workers (one ZeroMQ connection each, the real protocol) "
+                  "against a `cohort coordinator --control-only` child")
+      ->check(CLI::Range(1, 65536));
+  cmd->add_option("--heartbeat-ms", opt->agents.heartbeat_ms, "With --agents: heartbeat period")
+      ->check(CLI::Range(1, 60000))
+      ->capture_default_str();
+  cmd->add_option("--timeout-ms", opt->agents.timeout_ms, "With --agents: heartbeat timeout")
+      ->check(CLI::Range(1, 600000))
+      ->capture_default_str();
+  cmd->add_option("--steady-s", opt->agents.steady_s,
+                  "With --agents: seconds of steady state measured")
+      ->check(CLI::Range(0.1, 3600.0))
+      ->capture_default_str();
+  cmd->add_option("--stop-percent", opt->agents.stop_percent,
+                  "With --agents: percent of the agents that stop at once (at least one)")
+      ->check(CLI::Range(0.0, 50.0))
+      ->capture_default_str();
+  cmd->add_option("--form-limit-s", opt->agents.form_limit_s,
+                  "With --agents: give up forming after this long")
+      ->check(CLI::Range(1.0, 3600.0))
+      ->capture_default_str();
+  cmd->add_flag("--insecure", opt->insecure,
+                "With --agents: no keys (plain ZeroMQ); by default the agents and the "
+                "coordinator speak CURVE with fresh job keys, as `cohort launch` does");
   cmd->callback([opt, rc] {
+    if (opt->agents.agents > 0 || opt->insecure) {
+      if (opt->agents.agents <= 0) throw usage_error("--insecure goes with --agents N");
+      opt->agents.secure = !opt->insecure;
+      const nlohmann::json r = run_agents_bench(opt->agents);
+      if (opt->json)
+        std::cout << r.dump() << std::endl;
+      else
+        print_agents_table(r);
+      *rc = r["form"]["formed"].get<bool>() ? exit_ok : exit_runtime;
+      return;
+    }
     const std::string frame = net::encode(net::ping{1, 1});
     const paths m = run_paths(opt->warmup, opt->iters, opt->blocks, frame);
     const summary raw = summarize(m.raw);

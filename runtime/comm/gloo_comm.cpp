@@ -15,9 +15,12 @@
 
 #include <atomic>
 #include <cstring>
+#include <exception>
+#include <memory>
 #include <mutex>
 #include <typeinfo>
 #include <unordered_set>
+#include <vector>
 
 #include "runtime/comm/build_abort.hpp"
 
@@ -61,6 +64,16 @@ class buffer_registry {
   }
   /// Read on every wait: lock-free (set under mu_ so add() sees it consistently).
   bool aborted() const { return aborted_.load(); }
+  /// Keeps B alive until take_parked(): Gloo freed it while unwinding from a failed
+  /// collective, and its transport thread may still be finishing a transfer on it.
+  void park(std::unique_ptr<gloo::transport::UnboundBuffer> b) {
+    std::lock_guard<std::mutex> lock(mu_);
+    parked_.push_back(std::move(b));
+  }
+  std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> take_parked() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return std::move(parked_);
+  }
 
  private:
   static void abort_one(gloo::transport::UnboundBuffer* b) {
@@ -69,6 +82,7 @@ class buffer_registry {
   }
   std::mutex mu_;
   std::unordered_set<gloo::transport::UnboundBuffer*> live_;
+  std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> parked_;
   std::atomic<bool> aborted_{false};
 };
 
@@ -121,7 +135,14 @@ class tracked_buffer final : public gloo::transport::UnboundBuffer {
         bytes_(std::move(bytes)) {
     registry_->add(inner_.get());
   }
-  ~tracked_buffer() override { registry_->remove(inner_.get()); }
+  ~tracked_buffer() override {
+    registry_->remove(inner_.get());
+    // Unwinding from a failed or aborted collective (a peer died): Gloo's transport thread
+    // may still complete a transfer on this buffer and signal its condition variable after
+    // the waiter gave up (ThreadSanitizer saw that signal race the buffer's destruction).
+    // The communicator frees it once its pairs are closed (~gloo_comm).
+    if (std::uncaught_exceptions() > 0 || registry_->aborted()) registry_->park(std::move(inner_));
+  }
   // Gloo's abort flag is consumed by one wait, and its algorithms wait on the same buffer
   // again (segment after segment): after an abort no wait may start at all.
   bool waitRecv(int* rank, std::chrono::milliseconds timeout) override {
@@ -407,7 +428,14 @@ gloo_comm::gloo_comm(gloo::rendezvous::Store& store, int rank, int size, const g
   }
 }
 
-gloo_comm::~gloo_comm() = default;
+gloo_comm::~gloo_comm() {
+  // Buffers a failed collective left behind go last: after the contexts, so no pair of this
+  // communicator can touch them any more.
+  auto parked = buffers_->take_parked();
+  context_.reset();
+  transport_.reset();
+  parked.clear();
+}
 
 template <class Fn>
 void gloo_comm::run(const char* op, Fn&& fn) {

@@ -1,0 +1,511 @@
+// Simulated agents against a real coordinator. One thread drives every agent's socket
+// (sends heartbeats as they fall due, spread evenly over the period, and reads what comes
+// back); a second thread asks the coordinator for its status as an admin would, which is
+// how "all alive" is seen (a member turns alive on its first heartbeat, which changes no
+// generation and sends no roster). The coordinator's CPU and RSS come from /proc.
+#include "tools/bench_agents.hpp"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+#include <zmq.hpp>
+
+#include "actors/process.hpp"
+#include "runtime/core/error.hpp"
+#include "runtime/net/codec.hpp"
+#include "runtime/net/curve.hpp"
+#include "runtime/net/zmq_bridge.hpp"
+#include "tools/bench_util.hpp"
+
+namespace cohort::cli {
+namespace {
+
+using std::chrono::milliseconds;
+using clock_type = std::chrono::steady_clock;
+
+double seconds_since(clock_type::time_point t0) {
+  return std::chrono::duration<double>(clock_type::now() - t0).count();
+}
+
+// CPU seconds (user + system) and resident bytes of PID, from /proc.
+struct proc_usage {
+  double cpu_s = 0;
+  double rss_mb = 0;
+};
+proc_usage usage_of(pid_t pid) {
+  proc_usage u;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (std::getline(stat, line)) {
+    // Fields after the command name (which may hold spaces) start after the last ')'.
+    std::istringstream rest(line.substr(line.rfind(')') + 2));
+    std::vector<std::string> f;
+    std::string x;
+    while (rest >> x) f.push_back(x);
+    // utime and stime are fields 14 and 15 of stat, 12 and 13 after the name and state.
+    if (f.size() > 12)
+      u.cpu_s = (std::stod(f[11]) + std::stod(f[12])) / static_cast<double>(sysconf(_SC_CLK_TCK));
+  }
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  while (std::getline(status, line))
+    if (line.rfind("VmRSS:", 0) == 0) u.rss_mb = std::stod(line.substr(6)) / 1024.0;
+  return u;
+}
+
+// The coordinator as a child process; killed and reaped on destruction.
+class coordinator_child {
+ public:
+  coordinator_child(const agents_options& o, const std::string& dir) {
+    std::vector<std::string> args{
+        "coordinator", "--control-only", "-q", "--set",
+        "cluster.workers=" + std::to_string(o.agents), "--set",
+        // A control-only job still passes the config's checks: one sample per replica.
+        "train.global_batch=" + std::to_string(o.agents), "--set", "train.micro_batch=1", "--set",
+        "fault_tolerance.heartbeat_ms=" + std::to_string(o.heartbeat_ms), "--set",
+        "fault_tolerance.timeout_ms=" + std::to_string(o.timeout_ms)};
+    if (o.secure) args.insert(args.end(), {"--keys", dir + "/keys"});
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) != 0) throw error("bench control: pipe failed");
+    const int log = open((dir + "/coordinator.log").c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+    pid_ = actors::spawn_self(args, fds[1], log);
+    close(fds[1]);
+    if (log >= 0) close(log);
+    std::string line;
+    char c;
+    while (read(fds[0], &c, 1) == 1 && c != '\n') line.push_back(c);
+    close(fds[0]);
+    const std::string prefix = "coordinator listening on ";
+    if (line.rfind(prefix, 0) != 0) {
+      std::ifstream in(dir + "/coordinator.log");
+      std::stringstream why;
+      why << in.rdbuf();
+      throw error("bench control: the coordinator did not start: " + why.str());
+    }
+    endpoint_ = line.substr(prefix.size());
+  }
+  ~coordinator_child() {
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+  }
+  coordinator_child(const coordinator_child&) = delete;
+  coordinator_child& operator=(const coordinator_child&) = delete;
+
+  pid_t pid() const { return pid_; }
+  const std::string& endpoint() const { return endpoint_; }
+
+ private:
+  pid_t pid_ = -1;
+  std::string endpoint_;
+};
+
+// What the status thread last saw.
+struct status_view {
+  uint64_t generation = 0;
+  int alive = 0;
+  int dead = 0;  ///< departed members still listed
+};
+
+// Asks for the coordinator's status every PERIOD until stopped; keeps the newest answer.
+class status_poller {
+ public:
+  status_poller(const std::string& endpoint, const net::client_keys* keys, milliseconds period)
+      : client_(endpoint, 64u << 20, net::make_identity("bench-status"), keys),
+        thread_([this, period] { run(period); }) {}
+  ~status_poller() {
+    stop_ = true;
+    thread_.join();
+  }
+  status_poller(const status_poller&) = delete;
+  status_poller& operator=(const status_poller&) = delete;
+
+  status_view view() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return view_;
+  }
+  uint64_t answers() const { return answers_.load(); }
+  /// While paused it asks nothing (the steady state measures the coordinator's own cost).
+  void pause(bool p) { paused_ = p; }
+
+ private:
+  void run(milliseconds period) {
+    uint64_t id = 1;
+    while (!stop_) {
+      const auto next = clock_type::now() + period;
+      if (paused_) {
+        std::this_thread::sleep_until(next);
+        continue;
+      }
+      try {
+        const net::message m = client_.request(net::status_request{id++},
+                                               net::msg_type::status_reply, milliseconds(5000));
+        const auto& st = std::get<net::status_reply>(m);
+        status_view v;
+        v.generation = st.generation;
+        for (const auto& w : st.workers) {
+          if (w.member.state == net::member_state::alive) ++v.alive;
+          if (w.member.state == net::member_state::dead) ++v.dead;
+        }
+        std::lock_guard<std::mutex> lock(mu_);
+        view_ = std::move(v);
+        answers_.fetch_add(1);
+      } catch (const std::exception&) {
+        // A coordinator too busy to answer within 5 s: try again; the view stays old.
+      }
+      std::this_thread::sleep_until(next);
+    }
+  }
+
+  net::sync_client client_;
+  mutable std::mutex mu_;
+  status_view view_;
+  std::atomic<uint64_t> answers_{0};
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> paused_{false};
+  std::thread thread_;
+};
+
+struct agent {
+  std::unique_ptr<zmq::socket_t> sock;
+  std::string name;
+  uint64_t member_id = 0;
+  uint64_t generation = 0;  ///< the newest the coordinator told it
+  uint64_t seq = 0;
+  bool registered = false;
+  bool stopped = false;  ///< silent on purpose (the stop phase)
+  clock_type::time_point next_beat{};
+};
+
+// Counters the agents' thread keeps; read between phases.
+struct traffic {
+  uint64_t roster_frames = 0;
+  uint64_t roster_bytes = 0;
+  uint64_t heartbeats = 0;
+  uint64_t rejoins = 0;  ///< heartbeat_acks that said rejoin_required
+  uint64_t rejects = 0;  ///< register_rejects
+};
+
+class agent_pool {
+ public:
+  agent_pool(const agents_options& o, const std::string& endpoint, const net::client_keys* keys)
+      : opts_(o), ctx_(2) {
+    ctx_.set(zmq::ctxopt::max_sockets, o.agents + 64);
+    agents_.resize(static_cast<size_t>(o.agents));
+    for (int i = 0; i < o.agents; ++i) {
+      agent& a = agents_[static_cast<size_t>(i)];
+      a.name = "agent-" + std::to_string(i);
+      a.sock = std::make_unique<zmq::socket_t>(ctx_, zmq::socket_type::dealer);
+      a.sock->set(zmq::sockopt::linger, 0);
+      a.sock->set(zmq::sockopt::routing_id, net::make_identity(a.name));
+      if (keys) {
+        a.sock->set(zmq::sockopt::curve_serverkey, keys->server_public);
+        a.sock->set(zmq::sockopt::curve_publickey, keys->self.public_key);
+        a.sock->set(zmq::sockopt::curve_secretkey, keys->self.secret_key);
+      }
+      a.sock->connect(endpoint);
+      items_.push_back({a.sock->handle(), 0, ZMQ_POLLIN, 0});
+    }
+  }
+
+  /// Every agent registers, at once (a burst, as a job's workers start).
+  void register_all() {
+    for (auto& a : agents_)
+      send(a, net::register_request{net::peer_role::worker, a.name, getpid()});
+  }
+
+  /// Runs the agents until PRED() holds or SECONDS pass; true if PRED held.
+  template <class Pred>
+  bool run_until(double seconds, Pred pred) {
+    const auto end = clock_type::now() + std::chrono::duration_cast<clock_type::duration>(
+                                             std::chrono::duration<double>(seconds));
+    while (clock_type::now() < end) {
+      if (pred()) return true;
+      step();
+    }
+    return pred();
+  }
+
+  /// Stops the first K registered agents' heartbeats (they stay connected, silent: a hung
+  /// or cut-off worker). Returns their member ids.
+  std::vector<uint64_t> stop_some(int k) {
+    std::vector<uint64_t> ids;
+    for (auto& a : agents_) {
+      if (static_cast<int>(ids.size()) == k) break;
+      if (!a.registered) continue;
+      a.stopped = true;
+      ids.push_back(a.member_id);
+    }
+    return ids;
+  }
+
+  const traffic& counts() const { return counts_; }
+  void reset_counts() { counts_ = traffic{}; }
+  int registered() const {
+    return static_cast<int>(
+        std::count_if(agents_.begin(), agents_.end(), [](const agent& a) { return a.registered; }));
+  }
+  /// Generations the live (not stopped) agents hold: one entry when they agree.
+  std::set<uint64_t> live_generations() const {
+    std::set<uint64_t> g;
+    for (const auto& a : agents_)
+      if (!a.stopped && a.registered) g.insert(a.generation);
+    return g;
+  }
+  /// When each of the stopped ids was first missing from a roster a live agent received.
+  const std::map<uint64_t, clock_type::time_point>& seen_gone() const { return seen_gone_; }
+  void watch(const std::vector<uint64_t>& ids) {
+    watched_ = std::set<uint64_t>(ids.begin(), ids.end());
+    seen_gone_.clear();
+  }
+
+ private:
+  void send(agent& a, const net::message& m) {
+    const std::string frame = net::encode(m);
+    a.sock->send(zmq::buffer(frame), zmq::send_flags::dontwait);
+  }
+
+  // Sends the heartbeats due, then reads what arrived, waiting at most until the next one.
+  void step() {
+    const auto now = clock_type::now();
+    const auto period = milliseconds(opts_.heartbeat_ms);
+    auto next_due = now + milliseconds(5);
+    for (auto& a : agents_) {
+      if (!a.registered || a.stopped) continue;
+      if (a.next_beat <= now) {
+        send(a, net::heartbeat{a.member_id, a.generation, ++a.seq});
+        ++counts_.heartbeats;
+        a.next_beat += period;
+        if (a.next_beat <= now) a.next_beat = now + period;  // fell behind: no burst
+      }
+      next_due = std::min(next_due, a.next_beat);
+    }
+    const auto wait = std::chrono::duration_cast<milliseconds>(next_due - clock_type::now());
+    for (auto& it : items_) it.revents = 0;
+    zmq::poll(items_.data(), items_.size(), std::max(milliseconds(0), wait));
+    for (size_t i = 0; i < items_.size(); ++i)
+      if (items_[i].revents & ZMQ_POLLIN) drain(agents_[i]);
+  }
+
+  void drain(agent& a) {
+    zmq::message_t m;
+    while (a.sock->recv(m, zmq::recv_flags::dontwait)) {
+      const std::string_view frame(m.data<char>(), m.size());
+      // Rosters are the bulk of what a forming job sends: outside the stop phase only their
+      // size and generation count (the first field, little-endian after the envelope), so
+      // the agents spend their two cores' share on heartbeats, not on decoding lists.
+      if (watched_.empty() &&
+          net::frame_type(frame) == static_cast<int>(net::msg_type::roster_update) &&
+          frame.size() >= net::envelope_header_bytes + 8) {
+        uint64_t g = 0;
+        for (int i = 7; i >= 0; --i)
+          g = (g << 8) | static_cast<unsigned char>(
+                             frame[net::envelope_header_bytes + static_cast<size_t>(i)]);
+        ++counts_.roster_frames;
+        counts_.roster_bytes += m.size();
+        a.generation = std::max(a.generation, g);
+        continue;
+      }
+      net::decoded d = net::decode(frame, 64u << 20);
+      if (!d.ok()) continue;
+      if (const auto* ok = std::get_if<net::register_ok>(&d.msg)) {
+        a.registered = true;
+        a.member_id = ok->member_id;
+        a.generation = std::max(a.generation, ok->generation);
+        // Spread the agents' beats over the period, as independent processes would be.
+        a.next_beat = clock_type::now() +
+                      milliseconds(static_cast<int64_t>(opts_.heartbeat_ms) *
+                                   static_cast<int64_t>(&a - agents_.data()) / opts_.agents);
+      } else if (const auto* ru = std::get_if<net::roster_update>(&d.msg)) {
+        ++counts_.roster_frames;
+        counts_.roster_bytes += m.size();
+        a.generation = std::max(a.generation, ru->generation);
+        if (!a.stopped && !watched_.empty()) {
+          std::set<uint64_t> present;
+          for (const auto& x : ru->members) present.insert(x.member_id);
+          const auto now = clock_type::now();
+          for (uint64_t id : watched_)
+            if (present.count(id) == 0 && seen_gone_.count(id) == 0) seen_gone_[id] = now;
+        }
+      } else if (const auto* ack = std::get_if<net::heartbeat_ack>(&d.msg)) {
+        if (ack->rejoin_required && ack->member_id == a.member_id && !a.stopped) {
+          ++counts_.rejoins;
+          a.registered = false;
+          send(a, net::register_request{net::peer_role::worker, a.name, getpid()});
+        }
+      } else if (const auto* rj = std::get_if<net::register_reject>(&d.msg)) {
+        ++counts_.rejects;
+        (void)rj;
+      }
+    }
+  }
+
+  agents_options opts_;
+  zmq::context_t ctx_;
+  std::vector<agent> agents_;
+  std::vector<zmq::pollitem_t> items_;
+  traffic counts_;
+  std::set<uint64_t> watched_;
+  std::map<uint64_t, clock_type::time_point> seen_gone_;
+};
+
+double quantile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[static_cast<size_t>(q * static_cast<double>(v.size() - 1) + 0.5)];
+}
+
+}  // namespace
+
+nlohmann::json run_agents_bench(const agents_options& o) {
+  if (o.agents < 1) throw usage_error("--agents: at least 1");
+  const scratch_dir scratch("bench-agents");
+  std::unique_ptr<net::client_keys> worker_keys, admin_keys;
+  if (o.secure) {
+    net::write_job_keys(scratch.path() + "/keys");
+    worker_keys = std::make_unique<net::client_keys>(
+        net::load_client_keys(scratch.path() + "/keys", net::key_role::worker));
+    admin_keys = std::make_unique<net::client_keys>(
+        net::load_client_keys(scratch.path() + "/keys", net::key_role::admin));
+  }
+  coordinator_child coord(o, scratch.path());
+  agent_pool pool(o, coord.endpoint(), worker_keys.get());
+  status_poller status(coord.endpoint(), admin_keys.get(), milliseconds(100));
+  nlohmann::json r{{"bench", "control agents"},
+                   {"agents", o.agents},
+                   {"heartbeat_ms", o.heartbeat_ms},
+                   {"timeout_ms", o.timeout_ms},
+                   {"security", o.secure ? "curve" : "none"}};
+
+  // 1. Forming: every agent registers at once; formed when the coordinator lists them all
+  // alive.
+  const uint64_t gen0 = status.view().generation;
+  const auto t0 = clock_type::now();
+  pool.register_all();
+  const bool formed =
+      pool.run_until(o.form_limit_s, [&] { return status.view().alive == o.agents; });
+  const status_view at_form = status.view();
+  const traffic form = pool.counts();
+  r["form"] = {{"formed", formed},
+               {"seconds", formed ? seconds_since(t0) : -1.0},
+               {"alive", at_form.alive},
+               {"generations", at_form.generation - gen0},
+               {"roster_updates", form.roster_frames},
+               {"roster_bytes", form.roster_bytes},
+               {"forced_rejoins", form.rejoins},
+               {"rejects", form.rejects},
+               {"dead_listed", at_form.dead}};
+  if (!formed) return r;
+
+  // 2. Steady state: nothing changes; the coordinator's CPU per heartbeat, its RSS, and any
+  // agent declared dead although it kept beating.
+  pool.run_until(1.0, [] { return false; });  // let the formation's last messages settle
+  pool.reset_counts();
+  const uint64_t gen_steady = status.view().generation;
+  status.pause(true);
+  const proc_usage u0 = usage_of(coord.pid());
+  const auto s0 = clock_type::now();
+  pool.run_until(o.steady_s, [] { return false; });
+  const double steady_s = seconds_since(s0);
+  const proc_usage u1 = usage_of(coord.pid());
+  const traffic steady = pool.counts();
+  status.pause(false);
+  pool.run_until(0.3, [] { return false; });  // one fresh status answer
+  const status_view at_steady = status.view();
+  r["steady"] = {
+      {"seconds", steady_s},
+      {"heartbeats", steady.heartbeats},
+      {"heartbeats_per_s", static_cast<double>(steady.heartbeats) / steady_s},
+      {"coordinator_cpu_share", (u1.cpu_s - u0.cpu_s) / steady_s},
+      {"coordinator_cpu_ms_per_1000_heartbeats",
+       steady.heartbeats > 0 ? 1e6 * (u1.cpu_s - u0.cpu_s) / static_cast<double>(steady.heartbeats)
+                             : 0.0},
+      {"coordinator_rss_mb", u1.rss_mb},
+      // An agent that kept beating but was declared dead learns it from a heartbeat_ack
+      // that says rejoin_required.
+      {"false_positives", steady.rejoins},
+      {"alive_at_end", at_steady.alive},
+      {"generations", at_steady.generation - gen_steady}};
+
+  // 3. A few agents stop at once: when each is seen gone by the survivors, how many
+  // generations and roster bytes the change costs.
+  const int k = std::max(1, static_cast<int>(o.agents * o.stop_percent / 100.0));
+  pool.reset_counts();
+  const uint64_t gen_stop = status.view().generation;
+  const std::vector<uint64_t> ids = pool.stop_some(k);
+  pool.watch(ids);
+  const auto k0 = clock_type::now();
+  const double limit = 10.0 * o.timeout_ms / 1000.0 + 5.0;
+  const bool seen = pool.run_until(limit, [&] {
+    return pool.seen_gone().size() == ids.size() && pool.live_generations().size() == 1 &&
+           status.view().alive == o.agents - k;
+  });
+  // The last roster of the change may still be on its way to some survivors.
+  pool.run_until(2.0 * o.heartbeat_ms / 1000.0, [] { return false; });
+  std::vector<double> seen_ms;
+  for (const auto& [id, t] : pool.seen_gone())
+    seen_ms.push_back(std::chrono::duration<double, std::milli>(t - k0).count());
+  const traffic stop = pool.counts();
+  r["stop"] = {{"stopped", k},
+               {"settled", seen},
+               {"seen_ms_p50", quantile(seen_ms, 0.5)},
+               {"seen_ms_p99", quantile(seen_ms, 0.99)},
+               {"seen", seen_ms.size()},
+               {"generations", status.view().generation - gen_stop},
+               {"survivor_generations", pool.live_generations().size()},
+               {"roster_updates", stop.roster_frames},
+               {"roster_bytes", stop.roster_bytes},
+               {"false_positives", stop.rejoins}};
+  r["status_answers"] = status.answers();
+  return r;
+}
+
+void print_agents_table(const nlohmann::json& r) {
+  std::printf("cohort bench control --agents %d: heartbeat %d ms, timeout %d ms, security %s\n",
+              r["agents"].get<int>(), r["heartbeat_ms"].get<int>(), r["timeout_ms"].get<int>(),
+              r["security"].get<std::string>().c_str());
+  const auto& f = r["form"];
+  if (!f["formed"].get<bool>()) {
+    std::printf("form:   NOT formed (%d alive), %llu generations, %llu forced rejoins\n",
+                f["alive"].get<int>(), f["generations"].get<unsigned long long>(),
+                f["forced_rejoins"].get<unsigned long long>());
+    return;
+  }
+  std::printf(
+      "form:   all alive in %.2f s, %llu generations, %llu roster updates (%.1f MB), %llu forced "
+      "rejoins, %d dead listed\n",
+      f["seconds"].get<double>(), f["generations"].get<unsigned long long>(),
+      f["roster_updates"].get<unsigned long long>(), f["roster_bytes"].get<double>() / 1e6,
+      f["forced_rejoins"].get<unsigned long long>(), f["dead_listed"].get<int>());
+  const auto& s = r["steady"];
+  std::printf(
+      "steady: %.0f heartbeats/s, coordinator %.1f%% of a core (%.1f ms per 1000 heartbeats), "
+      "RSS %.1f MB, %llu false positives, %llu generations in %.1f s\n",
+      s["heartbeats_per_s"].get<double>(), 100.0 * s["coordinator_cpu_share"].get<double>(),
+      s["coordinator_cpu_ms_per_1000_heartbeats"].get<double>(),
+      s["coordinator_rss_mb"].get<double>(), s["false_positives"].get<unsigned long long>(),
+      s["generations"].get<unsigned long long>(), s["seconds"].get<double>());
+  const auto& k = r["stop"];
+  std::printf(
+      "stop:   %d stopped, seen gone p50 %.0f ms p99 %.0f ms (%zu of them), %s, %llu "
+      "generations, %llu roster updates (%.1f MB), %llu false positives\n",
+      k["stopped"].get<int>(), k["seen_ms_p50"].get<double>(), k["seen_ms_p99"].get<double>(),
+      k["seen"].get<size_t>(), k["settled"].get<bool>() ? "settled" : "NOT settled",
+      k["generations"].get<unsigned long long>(), k["roster_updates"].get<unsigned long long>(),
+      k["roster_bytes"].get<double>() / 1e6, k["false_positives"].get<unsigned long long>());
+}
+
+}  // namespace cohort::cli

@@ -1,0 +1,33 @@
+// `cohort bench control --agents N`: the control plane at scale. N simulated workers in this
+// process, each its own ZeroMQ DEALER connection speaking the real wire protocol
+// (docs/protocol.md: register, heartbeat, roster updates; CURVE with the job's worker key
+// unless --insecure), against a `cohort coordinator --control-only` child process. Measures
+// how the job forms, what a steady state costs the coordinator, and how a stop of a few
+// agents is seen. Owns the measurement; the command line is tools/cmd_bench_control.cpp.
+#pragma once
+#include <nlohmann/json.hpp>
+
+namespace cohort::cli {
+
+struct agents_options {
+  int agents = 0;  ///< 0: not this benchmark
+  int heartbeat_ms = 100;
+  int timeout_ms = 500;
+  /// Seconds of steady state measured (coordinator CPU and RSS, false positives).
+  double steady_s = 10;
+  /// Share of the agents (in percent, at least one agent) that stop heartbeating at once.
+  double stop_percent = 1;
+  /// Forming gives up (and is reported as not formed) after this many seconds.
+  double form_limit_s = 120;
+  bool secure = true;  ///< the job's keys, as `cohort launch` runs by default
+};
+
+/// Runs the benchmark and returns its result: what it measured, under "form", "steady" and
+/// "stop" (docs/benchmarks.md, "The control plane at scale", lists every field). Throws
+/// cohort::error when the coordinator cannot be started.
+nlohmann::json run_agents_bench(const agents_options& o);
+
+/// The result as a table on stdout.
+void print_agents_table(const nlohmann::json& result);
+
+}  // namespace cohort::cli
