@@ -2,7 +2,8 @@
 // of their own, and with the worker key trying what only the launcher or an admin may do.
 // None of them may change anything: the run ends on `cohort train`'s params_sha256 with no
 // aborted step, and the coordinator counts what it dropped. Also the refusals a user sees:
-// a non-loopback bind without keys, ctl without keys or with the wrong one.
+// a non-loopback bind without keys, ctl without keys or with the wrong one. And `bench
+// control` with keys: its CURVE round trips, and its simulated agents (issue 20).
 #include <doctest/doctest.h>
 
 #include <atomic>
@@ -162,8 +163,7 @@ TEST_CASE("ctl against a coordinator with keys: none, or a worker's, is refused 
 
 TEST_CASE("bench control measures the CURVE path beside the plain one in the same run") {
   int rc = -1;
-  const std::string out =
-      run_capture("bench control --iters 40 --warmup 5 --blocks 4 --json", &rc);
+  const std::string out = run_capture("bench control --iters 40 --warmup 5 --blocks 4 --json", &rc);
   REQUIRE(rc == 0);
   const auto j = nlohmann::json::parse(out, nullptr, false);
   REQUIRE_MESSAGE(j.is_object(), out);
@@ -175,4 +175,43 @@ TEST_CASE("bench control measures the CURVE path beside the plain one in the sam
   CHECK(j["curve_ratio_p50"].get<double>() ==
         doctest::Approx(j["actors_curve"]["p50_us"].get<double>() /
                         j["actors"]["p50_us"].get<double>()));
+}
+
+TEST_CASE("bench control --agents forms a job of simulated workers and sees a stopped one") {
+  // 16 agents with the job's keys against a control-only coordinator. The timeout is wide
+  // enough that a loaded machine does not evict a beating agent, so the counts are exact.
+  const int heartbeat = 100, timeout = 1500 * time_scale();
+  int rc = -1;
+  const std::string out = run_capture(
+      "bench control --agents 16 --heartbeat-ms " + std::to_string(heartbeat) + " --timeout-ms " +
+          std::to_string(timeout) + " --steady-s 1 --stop-percent 1 --json",
+      &rc);
+  REQUIRE_MESSAGE(rc == 0, out);
+  const auto j = nlohmann::json::parse(out, nullptr, false);
+  REQUIRE_MESSAGE(j.is_object(), out);
+  INFO(j.dump());
+  CHECK(j["security"] == "curve");
+  const auto& f = j["form"];
+  CHECK(f["formed"] == true);
+  CHECK(f["alive"] == 16);
+  CHECK(f["generations"].get<int>() >= 1);
+  CHECK(f["generations"].get<int>() <= 16);  // at most one per join
+  CHECK(f["forced_rejoins"] == 0);
+  CHECK(f["roster_updates"].get<int>() >= 16);  // every agent hears at least one roster
+  const auto& s = j["steady"];
+  // Every agent beats once a period: about 16 / 0.1 s over the second measured.
+  CHECK(s["heartbeats"].get<double>() >= 0.5 * 16 * s["seconds"].get<double>() * 1000 / heartbeat);
+  CHECK(s["false_positives"] == 0);
+  CHECK(s["generations"] == 0);
+  CHECK(s["coordinator_rss_mb"].get<double>() > 0);
+  const auto& k = j["stop"];
+  CHECK(k["stopped"] == 1);  // 1% of 16, and at least one
+  CHECK(k["settled"] == true);
+  CHECK(k["seen"] == 1);
+  CHECK(k["survivor_generations"] == 1);
+  CHECK(k["generations"].get<int>() >= 1);
+  // It cannot be seen before its silence reached the timeout: its last beat was at most one
+  // period before it stopped.
+  CHECK(k["seen_ms_p50"].get<double>() >= timeout - heartbeat);
+  CHECK(k["false_positives"] == 0);
 }
