@@ -258,6 +258,12 @@ class agent_pool {
     return static_cast<int>(
         std::count_if(agents_.begin(), agents_.end(), [](const agent& a) { return a.registered; }));
   }
+  /// The newest generation any agent was told of.
+  uint64_t max_generation() const {
+    uint64_t g = 0;
+    for (const auto& a : agents_) g = std::max(g, a.generation);
+    return g;
+  }
   /// Generations the live (not stopped) agents hold: one entry when they agree.
   std::set<uint64_t> live_generations() const {
     std::set<uint64_t> g;
@@ -403,6 +409,9 @@ nlohmann::json run_agents_bench(const agents_options& o) {
                {"seconds", formed ? seconds_since(t0) : -1.0},
                {"alive", at_form.alive},
                {"generations", at_form.generation - gen0},
+               // What the agents were told, when the coordinator is too busy to answer status.
+               {"agent_generation_max", pool.max_generation()},
+               {"status_answers", status.answers()},
                {"roster_updates", form.roster_frames},
                {"roster_bytes", form.roster_bytes},
                {"forced_rejoins", form.rejoins},
@@ -479,9 +488,13 @@ void print_agents_table(const nlohmann::json& r) {
               r["security"].get<std::string>().c_str());
   const auto& f = r["form"];
   if (!f["formed"].get<bool>()) {
-    std::printf("form:   NOT formed (%d alive), %llu generations, %llu forced rejoins\n",
-                f["alive"].get<int>(), f["generations"].get<unsigned long long>(),
-                f["forced_rejoins"].get<unsigned long long>());
+    std::printf(
+        "form:   NOT formed: %d alive at the last of %llu status answers, agents told of "
+        "generation %llu, %llu roster updates (%.1f MB), %llu forced rejoins\n",
+        f["alive"].get<int>(), f["status_answers"].get<unsigned long long>(),
+        f["agent_generation_max"].get<unsigned long long>(),
+        f["roster_updates"].get<unsigned long long>(), f["roster_bytes"].get<double>() / 1e6,
+        f["forced_rejoins"].get<unsigned long long>());
     return;
   }
   std::printf(
