@@ -195,8 +195,9 @@ struct traffic {
   uint64_t roster_frames = 0;
   uint64_t roster_bytes = 0;
   uint64_t heartbeats = 0;
-  uint64_t rejoins = 0;  ///< heartbeat_acks that said rejoin_required
-  uint64_t rejects = 0;  ///< register_rejects
+  uint64_t rejoins = 0;        ///< heartbeat_acks that said rejoin_required
+  uint64_t rejects = 0;        ///< register_rejects
+  uint64_t send_failures = 0;  ///< frames the agent's socket would not queue
 };
 
 class agent_pool {
@@ -281,7 +282,9 @@ class agent_pool {
  private:
   void send(agent& a, const net::message& m) {
     const std::string frame = net::encode(m);
-    a.sock->send(zmq::buffer(frame), zmq::send_flags::dontwait);
+    // A full queue (the coordinator far behind) loses the frame, as a worker's would be
+    // late: counted, so a run that lost registrations or beats says so.
+    if (!a.sock->send(zmq::buffer(frame), zmq::send_flags::dontwait)) ++counts_.send_failures;
   }
 
   // Sends the heartbeats due, then reads what arrived, waiting at most until the next one.
@@ -416,6 +419,7 @@ nlohmann::json run_agents_bench(const agents_options& o) {
                {"roster_bytes", form.roster_bytes},
                {"forced_rejoins", form.rejoins},
                {"rejects", form.rejects},
+               {"send_failures", form.send_failures},
                {"dead_listed", at_form.dead}};
   if (!formed) return r;
 
@@ -438,6 +442,7 @@ nlohmann::json run_agents_bench(const agents_options& o) {
       {"seconds", steady_s},
       {"heartbeats", steady.heartbeats},
       {"heartbeats_per_s", static_cast<double>(steady.heartbeats) / steady_s},
+      {"send_failures", steady.send_failures},
       {"coordinator_cpu_share", (u1.cpu_s - u0.cpu_s) / steady_s},
       {"coordinator_cpu_ms_per_1000_heartbeats",
        steady.heartbeats > 0 ? 1e6 * (u1.cpu_s - u0.cpu_s) / static_cast<double>(steady.heartbeats)

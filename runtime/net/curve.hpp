@@ -1,8 +1,9 @@
 // CurveZMQ for cohort's sockets: a job's keys on disk (`cohort keygen DIR`), the roles a key
 // may hold (worker, launcher, admin), which messages each role may send, and a ZAP handler
-// that admits only authorized public keys and stamps each connection with its role (the
-// message property "User-Id"). Owns no socket of the control plane: the bridge and the p2p
-// channel set these keys on theirs.
+// that admits only authorized public keys (or one PLAIN credential, for the p2p channels'
+// authenticate mode) and stamps each connection with its role (the message property
+// "User-Id"). Owns no socket of the control plane: the bridge and the p2p channel set these
+// keys on theirs.
 #pragma once
 #include <atomic>
 #include <cstdint>
