@@ -185,6 +185,11 @@ grid_coord coord_of(int rank, const options& o) {
 }
 
 const member* roster::find(member_id id) const {
+  // Every decision leaves the members in id order (assign_ranks): a binary search, with a
+  // scan for a roster built some other way (a test's).
+  const auto it = std::lower_bound(members.begin(), members.end(), id,
+                                   [](const member& m, member_id x) { return m.id < x; });
+  if (it != members.end() && it->id == id) return &*it;
   for (const auto& m : members)
     if (m.id == id) return &m;
   return nullptr;
@@ -278,6 +283,16 @@ decision on_register(const roster& r, mono_time now, const std::string& name, st
              " -> " + std::to_string(d.next.generation) + ", " +
              std::to_string(d.next.members.size()) + " live";
   return d;
+}
+
+refresh_result refresh_member(roster& r, mono_time now, member_id id, std::uint64_t generation) {
+  const member* found = r.find(id);
+  if (found == nullptr || generation > r.generation) return refresh_result::other;
+  member& m = r.members[static_cast<std::size_t>(found - r.members.data())];
+  m.last_heartbeat = std::max(m.last_heartbeat, now);
+  if (m.state != member_state::joining) return refresh_result::refreshed;
+  m.state = member_state::alive;
+  return refresh_result::became_alive;
 }
 
 decision on_heartbeat(const roster& r, mono_time now, member_id id, std::uint64_t generation,

@@ -119,7 +119,7 @@ struct roster {
   std::vector<member> members;      ///< live members, in rank order
   std::vector<tombstone> departed;  ///< oldest first, at most options::max_tombstones
 
-  /// Live member with this id, or nullptr.
+  /// Live member with this id, or nullptr. O(log n): decisions keep members in id order.
   const member* find(member_id id) const;
   /// Live member with this name, or nullptr.
   const member* find_name(std::string_view name) const;
@@ -172,6 +172,20 @@ decision on_register(const roster& r, mono_time now, const std::string& name, st
 /// than the roster's is removed (departure::protocol) and gets rejoin_required.
 decision on_heartbeat(const roster& r, mono_time now, member_id id, std::uint64_t generation,
                       const options& opts);
+
+/// What refresh_member did.
+enum class refresh_result : std::uint8_t {
+  refreshed,     ///< a live member's heartbeat recorded
+  became_alive,  ///< the same, and a joining member became alive
+  other          ///< not the common case: R untouched, ask on_heartbeat
+};
+
+/// The coordinator's hot path for a heartbeat: what adopting on_heartbeat(R, ...).next would
+/// do to R, done in place when ID is a live member at or behind the roster's generation
+/// (the common case): only its entry is touched (found in O(log n)), with no copy of R and no
+/// reason text. Every other case (unknown, departed, ahead of the roster) returns other and
+/// leaves R untouched: call on_heartbeat for it.
+refresh_result refresh_member(roster& r, mono_time now, member_id id, std::uint64_t generation);
 
 /// Declares dead every live member silent for >= timeout_ms: one new generation for the
 /// whole batch, ranks recomputed, reason lists who and how long each was silent.

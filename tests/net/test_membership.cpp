@@ -463,6 +463,69 @@ TEST_CASE("generation rule holds over a long seeded random event sequence") {
   CHECK(changes > 100);  // the sequence exercised many membership changes
 }
 
+TEST_CASE("refresh_member does in place what adopting on_heartbeat does, or defers to it") {
+  // The same seeded random events as above; at every heartbeat both paths run on copies of
+  // the roster: wherever refresh_member handles the heartbeat, the roster it leaves equals
+  // on_heartbeat's next, member by member; where it does not, it left the roster untouched
+  // and on_heartbeat decides something other than a plain refresh.
+  const auto o = [] {
+    auto x = grid(2, 2, 2, 100, 500);
+    x.max_workers = 10;
+    return x;
+  }();
+  std::mt19937 gen(777);
+  mb::roster r;
+  int now = 0, fast = 0, deferred = 0;
+  auto same = [](const mb::roster& a, const mb::roster& b) {
+    if (a.generation != b.generation || a.members.size() != b.members.size()) return false;
+    for (std::size_t i = 0; i < a.members.size(); ++i) {
+      const auto &x = a.members[i], &y = b.members[i];
+      if (x.id != y.id || x.rank != y.rank || x.state != y.state ||
+          x.last_heartbeat != y.last_heartbeat || x.at != y.at)
+        return false;
+    }
+    return a.departed.size() == b.departed.size();
+  };
+  for (int i = 0; i < 3000; ++i) {
+    now += static_cast<int>(gen() % 60);
+    // Half the heartbeats from a live member, half from any id ever issued (or never).
+    const mb::member_id id = !r.members.empty() && gen() % 2 == 0
+                                 ? r.members[gen() % r.members.size()].id
+                                 : (r.next_id == 1 ? 0 : 1 + gen() % r.next_id);
+    const std::uint64_t g = gen() % (r.generation + 2);
+    INFO("step " << i);
+    switch (gen() % 4) {
+      case 0:
+        r = mb::on_register(r, at(now), "n" + std::to_string(gen() % 14), 0, o).next;
+        break;
+      case 1:
+        r = mb::check_timeouts(r, at(now), o).next;
+        break;
+      default: {
+        const mb::decision d = mb::on_heartbeat(r, at(now), id, g, o);
+        mb::roster in_place = r;
+        const auto res = mb::refresh_member(in_place, at(now), id, g);
+        if (res == mb::refresh_result::other) {
+          ++deferred;
+          CHECK(same(in_place, r));
+          CHECK(d.kind != mb::decision_kind::refreshed);
+        } else {
+          ++fast;
+          CHECK(d.kind == mb::decision_kind::refreshed);
+          CHECK(same(in_place, d.next));
+          const mb::member* before = r.find(id);
+          REQUIRE(before != nullptr);
+          CHECK((res == mb::refresh_result::became_alive) ==
+                (before->state == mb::member_state::joining));
+        }
+        r = d.next;
+      }
+    }
+  }
+  CHECK(fast > 200);  // both paths were exercised many times
+  CHECK(deferred > 200);
+}
+
 TEST_CASE("names a peer supplies: valid ones pass, forged and oversized ones are refused") {
   for (const std::string& ok : {std::string("w"), std::string("worker-3"),
                                std::string("node7.gpu_0"), std::string(64, 'a')}) {
