@@ -327,18 +327,14 @@ void on_heartbeat(self_ptr self, const std::string& peer, const net::heartbeat& 
     return;
   }
   // The common case touches the member's own entry: no copy of the roster per heartbeat.
-  if (mb::refresh_member(st.roster, now(self), hb.member_id, hb.generation) !=
+  bool rejoin = false, grew = false;
+  if (mb::refresh_member(st.roster, now(self), hb.member_id, hb.generation) ==
       mb::refresh_result::other) {
-    send(self, peer, net::heartbeat_ack{hb.member_id, st.roster.generation, hb.seq, false});
-    // A member's first heartbeat makes it alive: the step it was missing may open now.
-    if (st.opts.job && !st.stopping)
-      run_job(self, st.opts.job->on_heartbeat(st.roster, now_s(self)));
-    return;
+    mb::decision d =
+        mb::on_heartbeat(st.roster, now(self), hb.member_id, hb.generation, st.opts.membership);
+    rejoin = d.kind == mb::decision_kind::rejoin_required;
+    grew = adopt(self, std::move(d));
   }
-  mb::decision d =
-      mb::on_heartbeat(st.roster, now(self), hb.member_id, hb.generation, st.opts.membership);
-  const bool rejoin = d.kind == mb::decision_kind::rejoin_required;
-  const bool grew = adopt(self, std::move(d));
   send(self, peer, net::heartbeat_ack{hb.member_id, st.roster.generation, hb.seq, rejoin});
   if (grew) {
     on_new_generation(self);

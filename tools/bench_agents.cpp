@@ -255,10 +255,7 @@ class agent_pool {
 
   const traffic& counts() const { return counts_; }
   void reset_counts() { counts_ = traffic{}; }
-  int registered() const {
-    return static_cast<int>(
-        std::count_if(agents_.begin(), agents_.end(), [](const agent& a) { return a.registered; }));
-  }
+
   /// The newest generation any agent was told of.
   uint64_t max_generation() const {
     uint64_t g = 0;
@@ -343,11 +340,11 @@ class agent_pool {
         counts_.roster_bytes += m.size();
         a.generation = std::max(a.generation, ru->generation);
         if (!a.stopped && !watched_.empty()) {
-          std::set<uint64_t> present;
-          for (const auto& x : ru->members) present.insert(x.member_id);
+          // The few watched ids this roster no longer holds: one pass over it, no copy.
+          std::set<uint64_t> missing = watched_;
+          for (const auto& x : ru->members) missing.erase(x.member_id);
           const auto now = clock_type::now();
-          for (uint64_t id : watched_)
-            if (present.count(id) == 0 && seen_gone_.count(id) == 0) seen_gone_[id] = now;
+          for (uint64_t id : missing) seen_gone_.emplace(id, now);
         }
       } else if (const auto* ack = std::get_if<net::heartbeat_ack>(&d.msg)) {
         if (ack->rejoin_required && ack->member_id == a.member_id && !a.stopped) {
@@ -370,12 +367,6 @@ class agent_pool {
   std::set<uint64_t> watched_;
   std::map<uint64_t, clock_type::time_point> seen_gone_;
 };
-
-double quantile(std::vector<double> v, double q) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[static_cast<size_t>(q * static_cast<double>(v.size() - 1) + 0.5)];
-}
 
 }  // namespace
 
@@ -469,15 +460,17 @@ nlohmann::json run_agents_bench(const agents_options& o) {
   });
   // The last roster of the change may still be on its way to some survivors.
   pool.run_until(2.0 * o.heartbeat_ms / 1000.0, [] { return false; });
-  std::vector<double> seen_ms;
+  std::vector<uint64_t> seen_ns;
   for (const auto& [id, t] : pool.seen_gone())
-    seen_ms.push_back(std::chrono::duration<double, std::milli>(t - k0).count());
+    seen_ns.push_back(static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(t - k0).count()));
+  const summary seen_at = summarize(seen_ns);
   const traffic stop = pool.counts();
   r["stop"] = {{"stopped", k},
                {"settled", seen},
-               {"seen_ms_p50", quantile(seen_ms, 0.5)},
-               {"seen_ms_p99", quantile(seen_ms, 0.99)},
-               {"seen", seen_ms.size()},
+               {"seen_ms_p50", seen_at.p50_us / 1e3},
+               {"seen_ms_p99", seen_at.p99_us / 1e3},
+               {"seen", seen_ns.size()},
                {"generations", status.view().generation - gen_stop},
                {"survivor_generations", pool.live_generations().size()},
                {"roster_updates", stop.roster_frames},

@@ -1,13 +1,17 @@
 // What the bench commands share: a scratch folder for one command (rendezvous files,
 // per-rank results), removed with everything in it when the command ends, however it
-// ends; and how a message size is printed. Owns nothing else.
+// ends; how a message size is printed; and the percentiles of a set of durations. Owns
+// nothing else.
 #pragma once
 #include <stdlib.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <string>
 #include <system_error>
+#include <vector>
 
 #include "runtime/core/error.hpp"
 
@@ -45,6 +49,29 @@ inline std::string human_bytes(std::size_t bytes) {
   else
     std::snprintf(buf, sizeof buf, "%zu B", bytes);
   return buf;
+}
+
+/// Percentiles of durations given in nanoseconds, in microseconds.
+struct summary {
+  double p50_us = 0, p99_us = 0, mean_us = 0, min_us = 0;
+};
+
+/// The summary of NS (all zero when empty); a percentile is the sample at q x (n - 1).
+inline summary summarize(std::vector<uint64_t> ns) {
+  summary s;
+  if (ns.empty()) return s;
+  std::sort(ns.begin(), ns.end());
+  auto at = [&](double q) {
+    return static_cast<double>(ns[static_cast<size_t>(q * static_cast<double>(ns.size() - 1))]) /
+           1e3;
+  };
+  s.p50_us = at(0.50);
+  s.p99_us = at(0.99);
+  s.min_us = static_cast<double>(ns.front()) / 1e3;
+  double sum = 0;
+  for (uint64_t v : ns) sum += static_cast<double>(v);
+  s.mean_us = sum / static_cast<double>(ns.size()) / 1e3;
+  return s;
 }
 
 }  // namespace cohort::cli

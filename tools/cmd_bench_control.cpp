@@ -29,33 +29,13 @@
 #include "runtime/net/codec.hpp"
 #include "runtime/net/curve.hpp"
 #include "tools/bench_agents.hpp"
+#include "tools/bench_util.hpp"
 #include "tools/commands.hpp"
 
 namespace cohort::cli {
 namespace {
 
 using std::chrono::milliseconds;
-
-struct summary {
-  double p50_us = 0, p99_us = 0, mean_us = 0, min_us = 0;
-};
-
-summary summarize(std::vector<uint64_t> ns) {
-  summary s;
-  if (ns.empty()) return s;
-  std::sort(ns.begin(), ns.end());
-  auto at = [&](double q) {
-    return static_cast<double>(ns[static_cast<size_t>(q * static_cast<double>(ns.size() - 1))]) /
-           1e3;
-  };
-  s.p50_us = at(0.50);
-  s.p99_us = at(0.99);
-  s.min_us = static_cast<double>(ns.front()) / 1e3;
-  double sum = 0;
-  for (uint64_t v : ns) sum += static_cast<double>(v);
-  s.mean_us = sum / static_cast<double>(ns.size()) / 1e3;
-  return s;
-}
 
 // REP echo server in a forked child. Runs before this process has any thread, so a plain
 // fork (no exec) is safe; the child talks to the parent only through the pipe and ZeroMQ.

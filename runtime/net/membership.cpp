@@ -329,14 +329,10 @@ decision on_heartbeat(const roster& r, mono_time now, member_id id, std::uint64_
   d.kind = decision_kind::refreshed;
   d.next = r;
   d.member = id;
-  for (auto& x : d.next.members) {
-    if (x.id != id) continue;
-    const auto silent = ms_between(x.last_heartbeat, now);
-    x.last_heartbeat = std::max(x.last_heartbeat, now);
-    if (x.state == member_state::joining) x.state = member_state::alive;
-    d.reason =
-        who(x.id, x.name) + " " + to_string(x.state) + " after " + std::to_string(silent) + " ms";
-  }
+  refresh_member(d.next, now, id, generation);
+  const member_state state = d.next.find(id)->state;
+  d.reason = who(m->id, m->name) + " " + to_string(state) + " after " +
+             std::to_string(ms_between(m->last_heartbeat, now)) + " ms";
   if (generation < r.generation)
     d.reason += "; it is behind (generation " + std::to_string(generation) + " < " +
                 std::to_string(r.generation) + ")";

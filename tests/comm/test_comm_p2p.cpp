@@ -16,16 +16,18 @@
 #include <thread>
 #include <vector>
 #include <zmq.hpp>
-#include <zmq_addon.hpp>
 
 #include "runtime/comm/p2p.hpp"
 #include "runtime/core/error.hpp"
+#include "tests/comm/p2p_test_util.hpp"
 
 namespace cohort::cli {
 void add_bench_p2p(CLI::App& bench, int* rc);  // tools/cmd_bench_p2p.cpp
 }
 
 using namespace cohort::comm;
+using cohort::comm::test::header_bytes;
+using cohort::comm::test::raw_pusher;
 using clock_type = std::chrono::steady_clock;
 
 namespace {
@@ -58,27 +60,6 @@ comm_failure failure_of(Fn&& fn) {
 std::string dead_endpoint() {
   p2p_channel gone("127.0.0.1", 9, 1, 100);
   return gone.endpoint();
-}
-
-// A plain ZeroMQ PUSH socket to craft frames with, as a buggy or hostile peer would.
-struct raw_pusher {
-  zmq::context_t ctx{1};
-  zmq::socket_t sock{ctx, zmq::socket_type::push};
-  explicit raw_pusher(const std::string& endpoint) {
-    sock.set(zmq::sockopt::linger, 0);
-    sock.connect(endpoint);
-  }
-  void send(std::vector<std::string> parts) {
-    std::vector<zmq::const_buffer> bufs;
-    for (const auto& p : parts) bufs.push_back(zmq::buffer(p));
-    REQUIRE(zmq::send_multipart(sock, bufs));
-  }
-};
-
-std::string header_bytes(const p2p_header& h) {
-  std::string s(p2p_header_bytes, '\0');
-  encode_p2p_header(h, reinterpret_cast<unsigned char*>(s.data()));
-  return s;
 }
 
 }  // namespace

@@ -10,41 +10,28 @@
 #include <string>
 #include <vector>
 #include <zmq.hpp>
-#include <zmq_addon.hpp>
 
 #include "runtime/comm/p2p.hpp"
 #include "runtime/core/error.hpp"
 #include "runtime/net/curve.hpp"
+#include "tests/comm/p2p_test_util.hpp"
 #include "tests/data/temp_dir.hpp"
 
 using namespace cohort::comm;
+using cohort::comm::test::header_bytes;
+using cohort::comm::test::raw_pusher;
 
 namespace {
 
-// A ZeroMQ PUSH socket a hostile local process would open: `setup` sets its credentials
-// before it connects.
-struct intruder {
-  zmq::context_t ctx{1};
-  zmq::socket_t sock{ctx, zmq::socket_type::push};
-  intruder(const std::string& endpoint, const std::function<void(zmq::socket_t&)>& setup) {
-    sock.set(zmq::sockopt::linger, 0);
-    setup(sock);
-    sock.connect(endpoint);
-  }
-  // Queues a frame whose header passes every check of the channel. The socket holds it
-  // until a connection is admitted, which never happens.
-  void send_forged() {
-    p2p_header h;
-    h.generation = 1;
-    h.sender = 0;  // claims to be stage 0
-    h.tag = 3;
-    h.bytes = 4;
-    std::string head(p2p_header_bytes, '\0');
-    encode_p2p_header(h, reinterpret_cast<unsigned char*>(head.data()));
-    const std::vector<zmq::const_buffer> parts{zmq::buffer(head), zmq::str_buffer("evil")};
-    REQUIRE(zmq::send_multipart(sock, parts, zmq::send_flags::dontwait));
-  }
-};
+// A frame whose header passes every check of the channel: sender 0 (the neighbour), tag 3.
+std::vector<std::string> forged_frame() {
+  p2p_header h;
+  h.generation = 1;
+  h.sender = 0;
+  h.tag = 3;
+  h.bytes = 4;
+  return {header_bytes(h), "evil"};
+}
 
 void plain_credentials(zmq::socket_t& s, const std::string& user, const std::string& password) {
   s.set(zmq::sockopt::plain_username, user);
@@ -73,12 +60,13 @@ void only_the_worker_key_gets_through(p2p_security security) {
   // A channel of the same job in another generation: its password must not open b.
   p2p_channel later("127.0.0.1", 1, 2, 1500, lim, &worker, security);
 
-  std::vector<std::unique_ptr<intruder>> intruders;
+  // Each intruder's socket holds its frame until a connection is admitted, which never is.
+  std::vector<std::unique_ptr<raw_pusher>> intruders;
   auto add = [&](const std::function<void(zmq::socket_t&)>& setup) {
-    intruders.push_back(std::make_unique<intruder>(b.endpoint(), setup));
-    intruders.back()->send_forged();
+    intruders.push_back(std::make_unique<raw_pusher>(b.endpoint(), setup));
+    intruders.back()->send(forged_frame());
   };
-  add([](zmq::socket_t&) {});  // no credentials at all (the NULL mechanism)
+  add({});  // no credentials at all (the NULL mechanism)
   add([&](zmq::socket_t& s) { curve_credentials(s, worker.self.public_key, other); });
   add([&](zmq::socket_t& s) {
     plain_credentials(s, "worker", p2p_password(other.secret_key, 1, b.endpoint()));

@@ -30,6 +30,13 @@ mb::options grid(int dp, int pp, int tp, int heartbeat_ms = 100, int timeout_ms 
   return o;
 }
 
+// The world of the seeded random event tests: a 2 x 2 x 2 grid that admits up to 10 members.
+mb::options random_world() {
+  mb::options o = grid(2, 2, 2, 100, 500);
+  o.max_workers = 10;
+  return o;
+}
+
 char state_letter(mb::member_state s) {
   switch (s) {
     case mb::member_state::joining:
@@ -412,11 +419,7 @@ TEST_CASE("options: validation errors a user can act on, and from a config") {
 TEST_CASE("generation rule holds over a long seeded random event sequence") {
   // Random events from a fixed seed; after each decision the generation grows by one exactly
   // when the set of live ids changed, and the roster invariants hold.
-  const auto o = [] {
-    auto x = grid(2, 2, 2, 100, 500);
-    x.max_workers = 10;
-    return x;
-  }();
+  const mb::options o = random_world();
   std::mt19937 gen(12345);
   mb::roster r;
   int now = 0;
@@ -468,11 +471,7 @@ TEST_CASE("refresh_member does in place what adopting on_heartbeat does, or defe
   // the roster: wherever refresh_member handles the heartbeat, the roster it leaves equals
   // on_heartbeat's next, member by member; where it does not, it left the roster untouched
   // and on_heartbeat decides something other than a plain refresh.
-  const auto o = [] {
-    auto x = grid(2, 2, 2, 100, 500);
-    x.max_workers = 10;
-    return x;
-  }();
+  const mb::options o = random_world();
   std::mt19937 gen(777);
   mb::roster r;
   int now = 0, fast = 0, deferred = 0;
