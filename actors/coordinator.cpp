@@ -73,13 +73,58 @@ namespace {
 
 net::coords to_wire(const mb::grid_coord& c) { return net::coords{c.d, c.p, c.t}; }
 
-net::member_info info_of(const mb::member& m) {
-  return net::member_info{
-      m.id, m.name, m.rank, to_wire(m.at), static_cast<net::member_state>(m.state), m.pid};
+void do_stop(self_ptr self, const std::string& reason);
+
+// Tells each live member what changed since the generation it was last told: who left,
+// its rank, the world size (a full copy for a new member, or one older than the log).
+// Members told the same base share one list of departures.
+void announce(self_ptr self) {
+  auto& st = self->state;
+  const uint64_t g = st.roster.generation;
+  std::vector<mb::member_id> ids = mb::ids_of(st.roster);
+  if (g > st.changes.newest()) st.changes.record(g, mb::left_between(st.announced, ids));
+  st.announced = std::move(ids);
+  std::unordered_map<uint64_t, std::optional<std::vector<mb::member_id>>> since;
+  net::roster_update ru;
+  ru.generation = g;
+  ru.world_size = static_cast<uint32_t>(st.roster.members.size());
+  std::unordered_map<mb::member_id, uint64_t> held;
+  held.reserve(st.roster.members.size());
+  for (const auto& m : st.roster.members) {
+    auto h = st.held.find(m.id);
+    const uint64_t base = h == st.held.end() ? 0 : h->second;
+    auto it = since.find(base);
+    if (it == since.end()) it = since.emplace(base, st.changes.left_since(base)).first;
+    ru.base_generation = it->second ? base : 0;
+    ru.left = it->second ? *it->second : std::vector<mb::member_id>{};
+    ru.rank = m.rank;
+    ru.at = to_wire(m.at);
+    send(self, st.peer_of[m.id], ru);
+    held.emplace(m.id, g);
+  }
+  // Only live members are told anything: the departed drop out of the map.
+  st.held = std::move(held);
 }
 
-void do_stop(self_ptr self, const std::string& reason);
-void seat_spares(self_ptr self);
+// Forgets the connections of members that are neither live nor among the tombstones (which
+// are bounded), so a long run's churn does not grow the coordinator.
+void prune_peers(self_ptr self) {
+  auto& st = self->state;
+  if (st.peer_of.size() <= st.roster.members.size() + st.roster.departed.size()) return;
+  std::unordered_set<mb::member_id> keep;
+  keep.reserve(st.roster.members.size() + st.roster.departed.size());
+  for (const auto& m : st.roster.members) keep.insert(m.id);
+  for (const auto& t : st.roster.departed) keep.insert(t.id);
+  for (auto it = st.peer_of.begin(); it != st.peer_of.end();) {
+    if (keep.count(it->first) != 0) {
+      ++it;
+      continue;
+    }
+    auto at = st.member_at.find(it->second);
+    if (at != st.member_at.end() && at->second == it->first) st.member_at.erase(at);
+    it = st.peer_of.erase(it);
+  }
+}
 
 }  // namespace
 
@@ -126,10 +171,8 @@ void coord::run_job(self_ptr self, job_actions a) {
 void coord::on_new_generation(self_ptr self) {
   auto& st = self->state;
   seat_spares(self);
-  net::roster_update ru;
-  ru.generation = st.roster.generation;
-  for (const auto& m : st.roster.members) ru.members.push_back(info_of(m));
-  for (const auto& m : st.roster.members) send(self, st.peer_of[m.id], ru);
+  announce(self);
+  if (st.io.beats) st.io.beats->publish(st.roster, st.peer_of);
   spdlog::info("coordinator: generation {} with {} member(s)", st.roster.generation,
                st.roster.members.size());
   // The job first: it aborts an open step that lost a voter. Then rendezvous keys of older
@@ -151,11 +194,10 @@ void coord::on_new_generation(self_ptr self) {
   // peer that left the roster has nobody waiting on its pending waits.
   st.store.set_ceiling(st.roster.generation);
   for (const auto& [member, peer] : st.peer_of) {
-    const bool in = std::any_of(st.roster.members.begin(), st.roster.members.end(),
-                                [&, m = member](const auto& x) { return x.id == m; });
-    if (in) continue;
+    if (st.roster.find(member) != nullptr) continue;
     for (const auto id : st.store.cancel_owner(store_owner(peer))) st.kv_waiters.erase(id);
   }
+  prune_peers(self);
   if (run) run_job(self, std::move(actions));
 }
 
@@ -173,147 +215,6 @@ bool coord::adopt(self_ptr self, mb::decision&& d) {
 
 namespace {
 
-net::register_ok ok_for(self_ptr self, const mb::member* m) {
-  const auto& st = self->state;
-  net::register_ok ok;
-  if (m != nullptr) {
-    ok.member_id = m->id;
-    ok.name = m->name;
-    ok.rank = m->rank;
-    ok.at = to_wire(m->at);
-  }
-  ok.generation = st.roster.generation;
-  ok.heartbeat_ms = static_cast<uint32_t>(st.opts.membership.heartbeat_ms);
-  ok.timeout_ms = static_cast<uint32_t>(st.opts.membership.timeout_ms);
-  return ok;
-}
-
-// How long a spare waits between registrations (it also asks again on its own, so a
-// coordinator that lost track of it still sees it).
-uint32_t spare_retry_ms(const coordinator_state& st) {
-  return static_cast<uint32_t>(std::max(200, 5 * st.opts.membership.heartbeat_ms));
-}
-
-// Spares that stopped asking (their process died) lose their place.
-void drop_stale_spares(coordinator_state& st, mb::mono_time t) {
-  const auto stale = milliseconds(3 * spare_retry_ms(st));
-  auto& q = st.spares;
-  q.erase(std::remove_if(q.begin(), q.end(), [&](const auto& s) { return t - s.asked > stale; }),
-          q.end());
-}
-
-// D accepted the registration of PEER: admit it, adopt the roster, send register_ok and the
-// job. The caller broadcasts the new generation.
-void admit_member(self_ptr self, const std::string& peer, mb::decision&& d) {
-  auto& st = self->state;
-  const mb::member_id id = d.member;
-  st.io.admit(peer);
-  st.peer_of[id] = peer;
-  st.member_at[peer] = id;
-  adopt(self, std::move(d));
-  send(self, peer, ok_for(self, st.roster.find(id)));
-  if (st.opts.job) send(self, peer, st.opts.job->spec());
-}
-
-// Fills free seats with waiting spares, oldest first. Called at every generation change
-// before the roster goes out, so a departure and its replacement reach the workers as one
-// roster and the job never opens a step in between (whatever the spare's retry timer says).
-void seat_spares(self_ptr self) {
-  auto& st = self->state;
-  if (st.stopping || st.spares.empty()) return;
-  const auto t = now(self);
-  drop_stale_spares(st, t);
-  auto& q = st.spares;
-  while (!q.empty() && static_cast<int>(st.roster.members.size()) < st.opts.membership.max()) {
-    const coordinator_state::spare s = q.front();
-    q.erase(q.begin());
-    if (st.member_at.count(s.peer) && st.roster.find(st.member_at[s.peer])) continue;
-    mb::decision d = mb::on_register(st.roster, t, s.name, s.pid, st.opts.membership);
-    if (d.kind == mb::decision_kind::rejected) {
-      // Its name is taken now (a restarted worker of that name): it must pick another.
-      send(self, s.peer, net::register_reject{d.reason, 0});
-      continue;
-    }
-    spdlog::info("coordinator: spare '{}' takes a free seat", s.name);
-    admit_member(self, s.peer, std::move(d));
-  }
-}
-
-void on_register(self_ptr self, const std::string& peer, const net::register_request& r) {
-  auto& st = self->state;
-  if (st.stopping) {
-    send(self, peer, net::register_reject{"coordinator is stopping"});
-    return;
-  }
-  if (r.role == net::peer_role::client) {
-    if (const std::string problem = mb::name_problem(r.name); !problem.empty()) {
-      send(self, peer, net::register_reject{"client refused: " + problem});
-      return;
-    }
-    st.io.admit(peer);
-    if (st.clients.insert(peer).second) st.client_order.push_back(peer);
-    if (r.name == "launch") st.launcher = peer;
-    // Each `cohort ctl` call is a new client: keep the newest, so that a stream of them (or
-    // of hostile registrations) cannot grow the coordinator without bound.
-    while (st.clients.size() > max_clients) {
-      const std::string old = st.client_order.front();
-      st.client_order.pop_front();
-      if (old == st.launcher) {
-        st.client_order.push_back(old);
-        continue;
-      }
-      st.clients.erase(old);
-      if (st.io.forget) st.io.forget(old);
-    }
-    net::register_ok ok = ok_for(self, nullptr);
-    ok.name = r.name;
-    send(self, peer, ok);
-    return;
-  }
-  const auto t = now(self);
-  bool grew = false;
-  // The same socket registering again means its process restarted its worker state:
-  // the old incarnation leaves first so the name is free and the roster stays honest.
-  if (auto it = st.member_at.find(peer); it != st.member_at.end() && st.roster.find(it->second)) {
-    grew |= adopt(self, mb::on_leave(st.roster, t, it->second, st.opts.membership));
-  }
-  drop_stale_spares(st, t);
-  auto queued = std::find_if(st.spares.begin(), st.spares.end(),
-                             [&](const auto& s) { return s.peer == peer; });
-  // Spares queued before this one get free seats first.
-  const bool behind = !st.spares.empty() && queued != st.spares.begin();
-  mb::decision d = mb::on_register(st.roster, t, r.name, r.pid, st.opts.membership);
-  if (behind && d.kind != mb::decision_kind::rejected) {
-    d = mb::decision{};
-    d.kind = mb::decision_kind::rejected;
-    d.next = st.roster;
-    d.reason = "spares who asked before '" + r.name + "' take the free seats first";
-  }
-  // A name held by a live member is final; any other refusal means the world is full.
-  const bool full = d.kind == mb::decision_kind::rejected && st.roster.find_name(r.name) == nullptr;
-  if (d.kind == mb::decision_kind::rejected) {
-    // A full world keeps the joiner as a spare: it is seated as soon as a member leaves, and
-    // asks again every retry_ms meanwhile (which keeps its place alive).
-    const uint32_t retry = full ? spare_retry_ms(st) : 0;
-    if (!full) {
-      spdlog::warn("coordinator: registration of '{}' refused: {}", r.name, d.reason);
-    } else if (queued == st.spares.end()) {
-      spdlog::info("coordinator: '{}' waits as a spare: {}", r.name, d.reason);
-      st.spares.push_back(coordinator_state::spare{peer, r.name, r.pid, t});
-    } else {
-      queued->name = r.name;
-      queued->pid = r.pid;
-      queued->asked = t;
-    }
-    send(self, peer, net::register_reject{d.reason, retry});
-    if (grew) on_new_generation(self);
-    return;
-  }
-  if (queued != st.spares.end()) st.spares.erase(queued);
-  admit_member(self, peer, std::move(d));
-  on_new_generation(self);
-}
-
 void on_heartbeat(self_ptr self, const std::string& peer, const net::heartbeat& hb) {
   auto& st = self->state;
   // Only the socket that registered a member beats for it: another peer naming its id (a
@@ -328,8 +229,9 @@ void on_heartbeat(self_ptr self, const std::string& peer, const net::heartbeat& 
   }
   // The common case touches the member's own entry: no copy of the roster per heartbeat.
   bool rejoin = false, grew = false;
-  if (mb::refresh_member(st.roster, now(self), hb.member_id, hb.generation) ==
-      mb::refresh_result::other) {
+  const mb::refresh_result done = mb::refresh_member(st.roster, now(self), hb.member_id, hb.generation);
+  if (done == mb::refresh_result::became_alive && st.io.beats) st.io.beats->mark_alive(hb.member_id);
+  if (done == mb::refresh_result::other) {
     mb::decision d =
         mb::on_heartbeat(st.roster, now(self), hb.member_id, hb.generation, st.opts.membership);
     rejoin = d.kind == mb::decision_kind::rejoin_required;
@@ -353,9 +255,8 @@ void do_stop(self_ptr self, const std::string& reason) {
   for (const auto& m : st.roster.members) send(self, st.peer_of[m.id], s);
   // Clients get the same stop as an acknowledgement (ctl waits for it).
   for (const auto& c : st.clients) send(self, c, s);
-  // Spares still waiting end with the job like every member (exit 0).
-  for (const auto& sp : st.spares) send(self, sp.peer, s);
-  st.spares.clear();
+  // Spares and joiners still waiting end with the job like every member (exit 0).
+  stop_joiners(self, s);
   if (st.bench) st.bench->promise.deliver(caf::make_error(caf::sec::request_receiver_down));
   st.bench.reset();
   self->quit();
@@ -363,6 +264,7 @@ void do_stop(self_ptr self, const std::string& reason) {
 
 net::status_reply make_status(self_ptr self, uint64_t request_id) {
   auto& st = self->state;
+  if (st.io.beats) st.io.beats->refresh(st.roster);
   const mb::status_view v = mb::status(st.roster, now(self), st.opts.membership);
   net::status_reply out;
   out.request_id = request_id;
@@ -427,6 +329,11 @@ void on_inbound(self_ptr self, const std::string& peer, const net::message& m) {
                 x.name);
             return;
           }
+          // A worker that died while its registration waited in the join window.
+          auto& js = st.joiners;
+          js.erase(std::remove_if(js.begin(), js.end(),
+                                  [&](const auto& j) { return j.name == x.name && j.pid == x.pid; }),
+                   js.end());
           const std::string detail = x.exit_code > 128
                                          ? "killed by signal " + std::to_string(x.exit_code - 128)
                                          : "exit code " + std::to_string(x.exit_code);
@@ -505,7 +412,11 @@ caf::behavior coordinator_actor(caf::stateful_actor<coordinator_state>* self,
           return;
         }
         st.tick_deferred = false;
-        if (adopt(self, mb::check_timeouts(st.roster, t, st.opts.membership))) {
+        // Silence counts only up to where the transport has read what arrived: a beat still
+        // queued in it is not the member's fault. The bridge's beats join the roster first.
+        if (st.io.beats) st.io.beats->refresh(st.roster);
+        const auto heard = st.io.caught_up ? std::min(t, st.io.caught_up()) : t;
+        if (adopt(self, mb::check_timeouts(st.roster, heard, st.opts.membership))) {
           on_new_generation(self);
         }
         for (const auto& r : st.store.expire(t)) answer_waiter(self, r);
@@ -514,6 +425,7 @@ caf::behavior coordinator_actor(caf::stateful_actor<coordinator_state>* self,
         st.tick_due = now(self) + milliseconds(st.opts.tick_ms);
         self->delayed_send(self, milliseconds(st.opts.tick_ms), co_tick_atom::value);
       },
+      [=](co_joins_atom) { close_joins(self); },
       [=](co_status_atom) -> net::status_reply { return make_status(self, 0); },
       [=](co_stop_atom, const std::string& reason) { do_stop(self, reason); },
       [=](co_bench_atom, const std::string& name, uint32_t n) -> caf::result<bench_result> {

@@ -18,8 +18,10 @@
 
 #include "actors/messages.hpp"
 #include "actors/training_job.hpp"
+#include "runtime/net/heartbeat_table.hpp"
 #include "runtime/net/kv_store.hpp"
 #include "runtime/net/membership.hpp"
+#include "runtime/net/roster_changes.hpp"
 #include "runtime/net/protocol.hpp"
 #include "runtime/net/zmq_bridge.hpp"
 
@@ -39,6 +41,12 @@ struct coordinator_io {
   std::function<void(const std::string& peer)> forget;     ///< optional: back to register only
   std::function<std::vector<net::counter>()> drop_counts;  ///< optional
   std::function<mb::mono_time()> clock;                    ///< optional: steady_clock::now
+  /// Optional: where the bridge thread answers live members' heartbeats itself (the actor
+  /// publishes the roster to it and reads the beats back before looking for the silent).
+  std::shared_ptr<net::heartbeat_table> beats;
+  /// Optional: until when the transport has read everything that arrived (zmq_bridge::
+  /// caught_up); a member is only declared silent for time the coordinator could hear it.
+  std::function<mb::mono_time()> caught_up;
 };
 
 /// Clients (ctl calls, benchmark drivers) the coordinator remembers at once: ZeroMQ never says
@@ -77,6 +85,12 @@ struct coordinator_state {
     int64_t pid = 0;
     mb::mono_time asked{};  ///< its last registration; entries silent for 3 retries expire
   };
+  /// A registration waiting for the join window to close (coordinator_joins.cpp).
+  struct joiner {
+    std::string peer;
+    std::string name;
+    int64_t pid = 0;
+  };
   struct bench_run {
     caf::response_promise promise;
     std::string peer;
@@ -94,6 +108,13 @@ struct coordinator_state {
   std::unordered_set<std::string> clients;                   ///< ctl / launch / bench peers
   std::deque<std::string> client_order;  ///< the same, oldest registration first
   std::vector<spare> spares;             ///< waiting for a seat, oldest first
+  std::vector<joiner> joiners;           ///< in the open join window, in arrival order
+  mb::mono_time join_first{};            ///< when the open join window opened
+  mb::mono_time join_last{};             ///< its latest registration
+  bool join_timer = false;               ///< a co_joins is on its way
+  mb::change_log changes;                ///< who left in each announced generation
+  std::vector<mb::member_id> announced;  ///< members of the last announced generation
+  std::unordered_map<mb::member_id, uint64_t> held;  ///< generation each member was last told
   std::string launcher;     ///< the client registered as "launch" (starts workers on scale)
   uint64_t drop_draws = 0;  ///< frames `drop control` has decided on (its counter)
   std::unordered_map<uint64_t, kv_waiter> kv_waiters;  ///< store request id -> requester
@@ -110,6 +131,7 @@ struct coordinator_state {
 /// The coordinator actor. Messages it handles:
 ///   (co_in, peer, net::message)   a frame from the bridge (register, heartbeat, kv_*, ...)
 ///   (co_tick)                     timer: check_timeouts, store expiry (self-scheduled)
+///   (co_joins)                    timer: the join window may close (coordinator_joins.cpp)
 ///   (co_status) -> status_reply   local status
 ///   (co_stop, reason)             tell every worker and client to stop, then quit
 ///   (co_bench, name, n) -> bench_result  n ping/pong round trips with worker NAME

@@ -1,5 +1,6 @@
 // What the coordinator actor's source files share: coordinator.cpp (the wire, membership,
-// the job), coordinator_store.cpp (the rendezvous store's requests) and coordinator_admin.cpp
+// the job), coordinator_joins.cpp (registrations, the join window, spares),
+// coordinator_store.cpp (the rendezvous store's requests) and coordinator_admin.cpp
 // (ctl drain / scale / inject). Not for use
 // outside the coordinator actor; its interface is coordinator.hpp.
 #pragma once
@@ -23,6 +24,18 @@ bool adopt(self_ptr self, mb::decision&& d);
 void on_new_generation(self_ptr self);
 /// Sends what the job decided and acts on it (new generation, leave, scale, stop).
 void run_job(self_ptr self, job_actions a);
+
+// coordinator_joins.cpp
+
+/// A register_request from PEER (a worker or a client): answered now, or put in the join
+/// window, or kept as a spare.
+void on_register(self_ptr self, const std::string& peer, const net::register_request& r);
+/// The join window's timer: admits its registrations as one generation once it is closed.
+void close_joins(self_ptr self);
+/// Fills free seats with waiting spares, oldest first (before a roster goes out).
+void seat_spares(self_ptr self);
+/// Tells everyone waiting to join (spares, the join window) to stop.
+void stop_joiners(self_ptr self, const net::stop& s);
 
 // coordinator_store.cpp
 

@@ -44,6 +44,15 @@ coordinator_node::coordinator_node(coordinator_options opts, const std::string& 
     }
     return out;
   };
+  io.caught_up = [this] {
+    auto* b = out_.load();
+    return b != nullptr ? b->caught_up() : std::chrono::steady_clock::now();
+  };
+  // Live members' heartbeats are answered on the bridge thread, never behind the actor's
+  // mailbox. Not under `drop control`: its frame counter must see every heartbeat, in order.
+  std::shared_ptr<net::heartbeat_table> beats;
+  if (!(opts.job && opts.job->drop_control())) beats = std::make_shared<net::heartbeat_table>();
+  io.beats = beats;
   actor_ = system_->spawn(coordinator_actor, opts, io);
   actor_->attach_functor([this](const caf::error&) { done_ = true; });
   net::bridge_options bo;
@@ -54,8 +63,17 @@ coordinator_node::coordinator_node(coordinator_options opts, const std::string& 
   bo.curve_server = std::move(keys);
   caf::actor target = actor_;
   try {
-    bridge_ =
-        std::make_unique<net::zmq_bridge>(bo, [target](const std::string& peer, net::message m) {
+    bridge_ = std::make_unique<net::zmq_bridge>(
+        bo, [this, target, beats](const std::string& peer, net::message m) {
+          auto* self_bridge = out_.load();  // null until the constructor is done
+          if (const auto* hb = std::get_if<net::heartbeat>(&m);
+              hb != nullptr && beats && self_bridge != nullptr) {
+            if (const auto g = beats->on_beat(peer, hb->member_id, hb->generation,
+                                              std::chrono::steady_clock::now())) {
+              self_bridge->reply(peer, net::heartbeat_ack{hb->member_id, *g, hb->seq, false});
+              return;
+            }
+          }
           caf::anon_send(target, co_in_atom::value, peer, std::move(m));
         });
   } catch (...) {

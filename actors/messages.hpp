@@ -13,6 +13,7 @@ namespace cohort::actors {
 // Atoms are <= 10 characters and prefixed `co_` so they never collide with CAF's own.
 using co_in_atom = caf::atom_constant<caf::atom("co_in")>;          ///< inbound (peer, message)
 using co_tick_atom = caf::atom_constant<caf::atom("co_tick")>;      ///< coordinator timer
+using co_joins_atom = caf::atom_constant<caf::atom("co_joins")>;    ///< coordinator: join window
 using co_stop_atom = caf::atom_constant<caf::atom("co_stop")>;      ///< stop (local request)
 using co_status_atom = caf::atom_constant<caf::atom("co_status")>;  ///< status (local request)
 using co_bench_atom = caf::atom_constant<caf::atom("co_bench")>;    ///< ping-pong benchmark

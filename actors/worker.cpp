@@ -68,7 +68,8 @@ void rejoin(self_ptr self) {
   st.generation = 0;
   st.rank = -1;
   st.at = net::coords{};
-  st.roster.clear();
+  st.roster_generation = 0;
+  st.world_size = 0;
   st.shared->generation = 0;
   // Whatever the group is doing belongs to a generation that no longer includes us.
   st.group_shared->abort_all();
@@ -77,29 +78,25 @@ void rejoin(self_ptr self) {
 
 void adopt_roster(self_ptr self, const net::roster_update& ru) {
   auto& st = self->state;
-  if (ru.generation < st.generation) return;  // late: a newer roster is already known
+  if (ru.generation <= st.roster_generation) return;  // late: a newer roster is already held
   // A roster that only grew (joiners) leaves the step in flight alone: the joiners enter
   // at the next step. Anyone gone, or the same members again (an aborted step), ends it.
-  bool lost = false;
-  for (const auto& old : st.roster) {
-    bool kept = false;
-    for (const auto& m : ru.members) kept = kept || m.member_id == old.member_id;
-    lost = lost || !kept;
-  }
-  const bool grew = ru.members.size() > st.roster.size();
-  st.generation = ru.generation;
-  st.shared->generation = ru.generation;
-  st.roster = ru.members;
-  for (const auto& m : ru.members) {
-    if (m.member_id == st.member_id) {
-      st.rank = m.rank;
-      st.at = m.at;
-    }
-  }
-  spdlog::info("worker {}: generation {} ({} members), rank {}", st.opts.name, st.generation,
-               st.roster.size(), st.rank);
+  // A change from the roster this worker holds says who left; a full copy, or a change from
+  // a roster it never got (a lost frame), cannot say, so the step in flight ends.
+  const bool exact = ru.base_generation != 0 && ru.base_generation == st.roster_generation;
+  const bool lost = exact ? !ru.left.empty() : st.roster_generation != 0;
+  const bool grew = ru.world_size > st.world_size;
+  st.roster_generation = ru.generation;
+  st.world_size = ru.world_size;
+  st.generation = std::max(st.generation, ru.generation);
+  st.shared->generation = st.generation;
+  st.rank = ru.rank;
+  st.at = ru.at;
+  spdlog::info("worker {}: generation {} ({} members{}), rank {}", st.opts.name, ru.generation,
+               ru.world_size, ru.left.empty() ? "" : ", " + std::to_string(ru.left.size()) + " left",
+               st.rank);
   // A collective of an older generation can never complete now: fail it at once.
-  if (lost || !grew) st.group_shared->abort_below(st.generation);
+  if (lost || !grew) st.group_shared->abort_below(ru.generation);
 }
 
 void on_job(self_ptr self, const net::job_spec& spec) {
@@ -134,14 +131,7 @@ void on_job(self_ptr self, const net::job_spec& spec) {
 void on_step_open(self_ptr self, const net::step_open& o) {
   auto& st = self->state;
   if (!st.group) return;
-  // step_open names this member's rank; older coordinators left it to the roster, which
-  // is sent before any step of its generation.
-  int32_t rank = o.rank;
-  if (rank < 0 && o.generation == st.generation) {
-    for (const auto& m : st.roster)
-      if (m.member_id == st.member_id) rank = m.rank;
-  }
-  self->send(st.group, co_open_atom::value, o, st.member_id, rank);
+  self->send(st.group, co_open_atom::value, o, st.member_id, o.rank);
 }
 
 void on_inbound(self_ptr self, const net::message& m) {

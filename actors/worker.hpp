@@ -89,7 +89,10 @@ struct worker_state {
   uint64_t generation = 0;
   int32_t rank = -1;
   net::coords at;
-  std::vector<net::member_info> roster;  ///< of `generation`
+  /// The roster as this worker holds it: the generation of the last roster_update applied
+  /// (0: none yet; `generation` may be newer, from a heartbeat_ack) and its world size.
+  uint64_t roster_generation = 0;
+  uint32_t world_size = 0;
   int registrations = 0;                 ///< successful registrations (1 + rejoins)
   bool spare = false;                    ///< waiting for a seat (world full)
   bool draining = false;                 ///< asked to leave at the next step boundary

@@ -340,11 +340,12 @@ class agent_pool {
         counts_.roster_bytes += m.size();
         a.generation = std::max(a.generation, ru->generation);
         if (!a.stopped && !watched_.empty()) {
-          // The few watched ids this roster no longer holds: one pass over it, no copy.
-          std::set<uint64_t> missing = watched_;
-          for (const auto& x : ru->members) missing.erase(x.member_id);
+          // A watched id is seen gone when a roster says it left. (A full copy says who is
+          // here by count only: a survivor sent one would never see the id go, and the run
+          // would report the change as not settled.)
           const auto now = clock_type::now();
-          for (uint64_t id : missing) seen_gone_.emplace(id, now);
+          for (uint64_t id : ru->left)
+            if (watched_.count(id) != 0) seen_gone_.emplace(id, now);
         }
       } else if (const auto* ack = std::get_if<net::heartbeat_ack>(&d.msg)) {
         if (ack->rejoin_required && ack->member_id == a.member_id && !a.stopped) {

@@ -387,6 +387,16 @@ const std::vector<key_spec>& schema() {
        nullptr,
        "A worker silent this long is declared dead; must exceed heartbeat_ms."},
       {"fault_tolerance",
+       "join_window_ms",
+       COHORT_FIELD(fault_tolerance.join_window_ms),
+       at_least(0),
+       {},
+       nullptr,
+       "Registrations that arrive within this long of each other enter the roster together, "
+       "as one generation: a job's workers starting at once form in a few generations, not "
+       "one per worker. The window closes after this long without a registration, or 10x "
+       "this long after it opened. 0: one generation per registration."},
+      {"fault_tolerance",
        "commit_window",
        COHORT_FIELD(fault_tolerance.commit_window),
        at_least(0),

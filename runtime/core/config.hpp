@@ -88,6 +88,10 @@ struct comm_config {
 struct fault_tolerance_config {
   int heartbeat_ms = 100;
   int timeout_ms = 500;
+  /// Registrations that arrive within this long of each other enter one generation (the
+  /// window closes after this long without one, or 10x this long after it opened); 0: a
+  /// generation per registration.
+  int join_window_ms = 50;
   /// Steps a data-parallel job runs and commits among its workers (the vote travels with
   /// the gradients) before the coordinator opens the next; 0: it commits every step.
   int commit_window = 16;

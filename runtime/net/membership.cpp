@@ -7,10 +7,11 @@
 #include "runtime/core/config.hpp"
 #include "runtime/core/error.hpp"
 #include "runtime/core/rules.hpp"
+#include "runtime/net/membership_internal.hpp"
 
 namespace cohort::net::membership {
 
-namespace {
+namespace detail {
 
 std::int64_t ms_between(mono_time from, mono_time to) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(to - from).count();
@@ -30,6 +31,14 @@ void assign_ranks(std::vector<member>& members, const options& opts) {
     members[i].at = coord_of(members[i].rank, opts);
   }
 }
+
+}  // namespace detail
+
+namespace {
+
+using detail::assign_ranks;
+using detail::ms_between;
+using detail::who;
 
 // Moves the members in IDS from the live list into the tombstones, bumps the generation
 // once and recomputes the ranks. Returns the ids removed, in their old rank order.
@@ -155,6 +164,7 @@ void validate(const options& o) {
     fail("grid dp x pp x tp must be at least 1 x 1 x 1 (got " + std::to_string(o.dp) + " x " +
          std::to_string(o.pp) + " x " + std::to_string(o.tp) + ")");
   if (o.min_workers < 0 || o.max_workers < 0) fail("min_workers and max_workers must be >= 0");
+  if (o.join_window_ms < 0) fail("join_window_ms must be >= 0");
   if (o.min() > o.max())
     fail("min_workers (" + std::to_string(o.min()) + ") exceeds max_workers (" +
          std::to_string(o.max()) + ")");
@@ -171,6 +181,7 @@ options options_from(const config& cfg) {
   // elastic.* (0 in a config built in code means cluster.workers, as the loader resolves).
   o.min_workers = cfg.elastic.min_workers;
   o.max_workers = cfg.elastic.max_workers;
+  o.join_window_ms = cfg.fault_tolerance.join_window_ms;
   validate(o);
   return o;
 }
@@ -231,58 +242,6 @@ std::string name_problem(const std::string& name) {
              "' has a character other than A-Z a-z 0-9 . _ - (use e.g. worker-3 or node7.gpu0)";
   }
   return "";
-}
-
-decision on_register(const roster& r, mono_time now, const std::string& name, std::int64_t pid,
-                     const options& opts) {
-  decision d;
-  if (!name.empty()) {
-    if (const std::string problem = name_problem(name); !problem.empty()) {
-      d.kind = decision_kind::rejected;
-      d.next = r;
-      d.reason = problem;
-      return d;
-    }
-    if (const member* m = r.find_name(name)) {
-      d.kind = decision_kind::rejected;
-      d.next = r;
-      d.reason = "name '" + name + "' is held by live member " + std::to_string(m->id) + " (" +
-                 to_string(m->state) + ", last heartbeat " +
-                 std::to_string(ms_between(m->last_heartbeat, now)) +
-                 " ms ago); use a unique name, or wait until that member times out (" +
-                 std::to_string(opts.timeout_ms) + " ms)";
-      return d;
-    }
-  }
-  const int live = static_cast<int>(r.members.size());
-  if (live >= opts.max()) {
-    d.kind = decision_kind::rejected;
-    d.next = r;
-    d.reason = "roster full: " + std::to_string(live) + " of " + std::to_string(opts.max()) +
-               " workers registered; '" + name + "' was not admitted";
-    return d;
-  }
-  d.next = r;
-  member m;
-  m.id = d.next.next_id++;
-  m.name = name.empty() ? "worker-" + std::to_string(m.id) : name;
-  m.pid = pid;
-  m.state = member_state::joining;
-  m.joined_at = now;
-  m.last_heartbeat = now;
-  d.next.members.push_back(m);
-  d.next.generation += 1;
-  assign_ranks(d.next.members, opts);
-  const member* placed = d.next.find(m.id);
-  d.kind = decision_kind::accepted;
-  d.member = m.id;
-  d.new_generation = true;
-  d.reason = who(m.id, m.name) + " joined as rank " + std::to_string(placed->rank) + " at (" +
-             std::to_string(placed->at.d) + ", " + std::to_string(placed->at.p) + ", " +
-             std::to_string(placed->at.t) + "); generation " + std::to_string(r.generation) +
-             " -> " + std::to_string(d.next.generation) + ", " +
-             std::to_string(d.next.members.size()) + " live";
-  return d;
 }
 
 refresh_result refresh_member(roster& r, mono_time now, member_id id, std::uint64_t generation) {

@@ -61,6 +61,9 @@ struct options {
   int min_workers = 0;                ///< alive members needed before training runs; 0: dp*pp*tp
   int max_workers = 0;                ///< registrations beyond this are rejected; 0: dp*pp*tp
   std::size_t max_tombstones = 1024;  ///< departed records kept for diagnosis (oldest dropped)
+  /// Registrations this close together enter one generation (join_window_closed); 0: each
+  /// registration is its own generation.
+  int join_window_ms = 0;
 
   int expected() const { return dp * pp * tp; }
   int min() const { return min_workers > 0 ? min_workers : expected(); }
@@ -162,9 +165,43 @@ std::string name_problem(const std::string& name);
 
 /// A worker asks to join. Accepted: new id, state joining, generation +1, ranks recomputed.
 /// Rejected (roster unchanged): NAME not a valid name (name_problem), held by a live
-/// member, or max_workers reached. An empty NAME gets "worker-<id>".
+/// member, or max_workers reached. An empty NAME gets "worker-<id>". A batch of one
+/// (on_register_batch).
 decision on_register(const roster& r, mono_time now, const std::string& name, std::int64_t pid,
                      const options& opts);
+
+/// One registration waiting in a join window.
+struct candidate {
+  std::string name;  ///< empty: the roster names it worker-<id>
+  std::int64_t pid = 0;
+};
+
+/// What became of one candidate of a batch.
+struct admission {
+  member_id id = 0;   ///< the new member's id; 0 when refused
+  bool full = false;  ///< refused because the roster is full (the candidate may wait as a spare)
+  std::string reason;  ///< refused: why; admitted: "'name' (member id) joined as rank r at (d, p, t)"
+};
+
+/// Result of on_register_batch.
+struct batch_decision {
+  roster next;                  ///< roster after the batch (equal to the input when none admitted)
+  bool new_generation = false;  ///< at least one admitted: next.generation is the input's + 1
+  std::string reason;           ///< one line for the log (at most a few names)
+  std::vector<admission> each;  ///< one per candidate, in order
+};
+
+/// Registrations that arrived together enter one new generation: candidates are admitted in
+/// order as long as the roster has room (max_workers); each is refused like on_register
+/// would refuse it alone (a bad name, a name held by a live member or by an earlier
+/// candidate, a full roster). Ranks follow admission order. O(live + candidates).
+batch_decision on_register_batch(const roster& r, mono_time now, const std::vector<candidate>& c,
+                                 const options& opts);
+
+/// Whether a join window that opened at FIRST and last took a registration at LAST is
+/// closed at NOW: join_window_ms without a registration, or 10 x join_window_ms since it
+/// opened (a steady trickle still forms generations). Always true for join_window_ms 0.
+bool join_window_closed(mono_time first, mono_time last, mono_time now, const options& opts);
 
 /// A heartbeat from ID that believes GENERATION is current. A live member is refreshed (a
 /// joining one becomes alive) and learns next.generation, whether or not it was behind.

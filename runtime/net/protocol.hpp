@@ -153,14 +153,22 @@ struct member_info {
   }
 };
 
-/// The roster of a generation, pushed to every live member whenever the generation grows.
+/// What a member learns when the generation grows (join, death, leave, exit notice, an
+/// aborted step): its own seat, the world size, and who left since the generation it holds.
+/// The bytes grow with what changed, not with the job: a member holds (generation, rank, at,
+/// world_size), and a change is applied to it. base_generation 0 is a full copy (a new
+/// member, or one older than the coordinator remembers): nothing to apply it to, left empty.
 struct roster_update {
   static constexpr msg_type type = msg_type::roster_update;
   uint64_t generation = 0;
-  std::vector<member_info> members;
+  uint64_t base_generation = 0;  ///< the generation this change starts from; 0: a full copy
+  int32_t rank = -1;             ///< this member's rank in `generation`
+  coords at;                     ///< and its grid coordinates
+  uint32_t world_size = 0;       ///< live members in `generation`
+  std::vector<uint64_t> left;    ///< members that left after base_generation, in order
   template <class S>
   static auto fields(S& s) {
-    return std::tie(s.generation, s.members);
+    return std::tie(s.generation, s.base_generation, s.rank, s.at, s.world_size, s.left);
   }
 };
 

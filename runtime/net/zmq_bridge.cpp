@@ -116,6 +116,30 @@ void zmq_bridge::send_frame(const std::string& peer, std::string frame) {
     count(drop_reason::send_failed);
 }
 
+bool zmq_bridge::reply(const std::string& peer, const message& m) {
+  COHORT_CHECK(std::this_thread::get_id() == thread_.get_id() && net_ != nullptr);
+  const std::string frame = encode(m);
+  try {
+    zmq::send_result_t ok;
+    if (opts_.kind == bridge_options::socket_kind::router) {
+      ok = net_->send(zmq::buffer(peer), zmq::send_flags::sndmore | zmq::send_flags::dontwait);
+      if (ok) ok = net_->send(zmq::buffer(frame), zmq::send_flags::dontwait);
+    } else {
+      ok = net_->send(zmq::buffer(frame), zmq::send_flags::dontwait);
+    }
+    if (ok) return true;
+  } catch (const zmq::error_t&) {
+    // EHOSTUNREACH from ROUTER_MANDATORY: that peer is gone.
+  }
+  count(drop_reason::send_failed);
+  return false;
+}
+
+std::chrono::steady_clock::time_point zmq_bridge::caught_up() const {
+  if (waiting_.load()) return std::chrono::steady_clock::now();
+  return std::chrono::steady_clock::time_point(std::chrono::nanoseconds(caught_up_ns_.load()));
+}
+
 void zmq_bridge::admit(const std::string& peer) {
   std::lock_guard<std::mutex> lock(peers_mu_);
   admitted_.insert(peer);
@@ -184,6 +208,17 @@ void zmq_bridge::run(std::promise<std::string>* ready) {
                                    : std::make_exception_ptr(io_error(msg)));
     return;
   }
+  net_ = &net;
+  struct forget_socket {
+    zmq::socket_t** p;
+    ~forget_socket() { *p = nullptr; }
+  } forget_net{&net_};
+  const auto mark_caught_up = [this] {
+    caught_up_ns_ = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                        std::chrono::steady_clock::now().time_since_epoch())
+                        .count();
+  };
+  mark_caught_up();
   ready->set_value(router ? net.get(zmq::sockopt::last_endpoint) : opts_.endpoint);
 
   std::vector<zmq::message_t> parts;
@@ -197,7 +232,13 @@ void zmq_bridge::run(std::promise<std::string>* ready) {
     zmq::pollitem_t items[] = {{net.handle(), 0, ZMQ_POLLIN, 0}, {pull.handle(), 0, ZMQ_POLLIN, 0}};
     try {
       const bool spinning = std::chrono::steady_clock::now() < spin_until;
+      // Blocked in poll, the thread has read everything that reached the socket.
+      if (!spinning) waiting_ = true;
       const int n = zmq::poll(items, 2, std::chrono::milliseconds(spinning ? 0 : -1));
+      if (!spinning) {
+        mark_caught_up();
+        waiting_ = false;
+      }
       if (n == 0) continue;
       spin_until = std::chrono::steady_clock::now() + spin;
     } catch (const zmq::error_t& e) {
@@ -210,7 +251,10 @@ void zmq_bridge::run(std::promise<std::string>* ready) {
       while (true) {
         parts.clear();
         auto n = zmq::recv_multipart(net, std::back_inserter(parts), zmq::recv_flags::dontwait);
-        if (!n) break;
+        if (!n) {
+          mark_caught_up();
+          break;
+        }
         on_inbound(parts, net);
       }
     }

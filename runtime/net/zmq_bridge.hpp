@@ -98,6 +98,14 @@ class zmq_bridge {
   void send(const std::string& peer, const message& m);
   /// Queues an already-encoded frame (benchmarks and tests of the receiving side).
   void send_frame(const std::string& peer, std::string frame);
+  /// Sends M to PEER at once, from the inbound callback only (the bridge thread): an answer
+  /// that skips the queue, e.g. the coordinator's heartbeat_ack. False if not queued.
+  bool reply(const std::string& peer, const message& m);
+
+  /// Until when everything that reached the socket has been read: now while the thread
+  /// waits for traffic, else the last time it found the socket empty. A coordinator that
+  /// looks for silent members asks this first, so its own lag is not blamed on them.
+  std::chrono::steady_clock::time_point caught_up() const;
 
   /// ROUTER: PEER may now send any message (before, only register_request passes).
   void admit(const std::string& peer);
@@ -140,6 +148,9 @@ class zmq_bridge {
   std::array<std::atomic<uint64_t>, static_cast<size_t>(drop_reason::count_)> counters_{};
   std::atomic<uint64_t> delivered_{0};
   std::atomic<bool> thread_done_{false};
+  zmq::socket_t* net_ = nullptr;            // the bridge thread's socket (reply)
+  std::atomic<bool> waiting_{false};        // the thread is blocked in poll
+  std::atomic<int64_t> caught_up_ns_{0};    // steady_clock ns when the socket was last empty
 };
 
 /// A blocking DEALER for short-lived tools (ctl, launch, tests): one thread, one socket.

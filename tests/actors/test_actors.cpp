@@ -10,101 +10,13 @@
 #include <utility>
 #include <vector>
 
-#include "actors/coordinator.hpp"
 #include "actors/worker.hpp"
+#include "tests/actors/actor_fixture.hpp"
 
 using namespace cohort;
 using namespace cohort::actors;
 using std::chrono::milliseconds;
-
-namespace {
-
-struct sent_frame {
-  std::string peer;
-  net::message msg;
-};
-
-// Everything the actor under test sent, plus a clock the test moves by hand.
-struct recorder {
-  std::vector<sent_frame> frames;
-  std::vector<std::string> admitted;
-  std::vector<std::string> forgotten;
-  mb::mono_time now{};  // starts at the epoch; only differences matter
-
-  // Frames of type T sent to PEER (all peers when empty), oldest first.
-  template <class T>
-  std::vector<T> to(const std::string& peer = "") const {
-    std::vector<T> out;
-    for (const auto& f : frames) {
-      if (!peer.empty() && f.peer != peer) continue;
-      if (const auto* x = std::get_if<T>(&f.msg)) out.push_back(*x);
-    }
-    return out;
-  }
-};
-
-std::unique_ptr<caf::actor_system_config> testing_config() {
-  auto c = std::make_unique<caf::actor_system_config>();
-  c->set("scheduler.policy", caf::atom("testing"));
-  return c;
-}
-
-// An actor system on CAF's single-threaded testing scheduler; members in this order so the
-// config outlives the system.
-struct testing_system {
-  std::unique_ptr<caf::actor_system_config> cfg = testing_config();
-  caf::actor_system sys{*cfg};
-  caf::scheduler::test_coordinator& sched =
-      dynamic_cast<caf::scheduler::test_coordinator&>(sys.scheduler());
-  testing_system() {
-    sys.await_actors_before_shutdown(false);
-    spdlog::set_level(spdlog::level::warn);  // the actors narrate every join at info
-  }
-};
-
-struct coordinator_fixture : testing_system {
-  std::shared_ptr<recorder> rec = std::make_shared<recorder>();
-  coordinator_options opts;
-  caf::actor coord;
-
-  coordinator_fixture() {
-    opts.membership.heartbeat_ms = 50;
-    opts.membership.timeout_ms = 300;
-    opts.membership.dp = 3;
-    opts.tick_ms = 25;
-    coordinator_io io;
-    auto r = rec;
-    io.send = [r](const std::string& peer, const net::message& m) {
-      r->frames.push_back({peer, m});
-    };
-    io.admit = [r](const std::string& peer) { r->admitted.push_back(peer); };
-    io.forget = [r](const std::string& peer) { r->forgotten.push_back(peer); };
-    io.drop_counts = [] { return std::vector<net::counter>{{"bad_magic", 4}}; };
-    io.clock = [r] { return r->now; };
-    coord = sys.spawn(coordinator_actor, opts, io);
-    sched.run();
-  }
-  ~coordinator_fixture() {
-    caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);
-    sched.run();
-  }
-
-  void deliver(const std::string& peer, net::message m) {
-    caf::anon_send(coord, co_in_atom::value, peer, std::move(m));
-    sched.run();
-  }
-  void register_worker(const std::string& peer, const std::string& name) {
-    deliver(peer, net::register_request{net::peer_role::worker, name, 100});
-  }
-  // Advances the manual clock and fires the coordinator's tick.
-  void advance(milliseconds d) {
-    rec->now += d;
-    sched.trigger_timeouts();
-    sched.run();
-  }
-};
-
-}  // namespace
+using namespace cohort::actors::testing;
 
 TEST_CASE("coordinator: three registrations give ranks 0..2 and one roster per generation") {
   coordinator_fixture f;
@@ -122,14 +34,23 @@ TEST_CASE("coordinator: three registrations give ranks 0..2 and one roster per g
     CHECK(oks[i].timeout_ms == 300);
   }
   CHECK(oks[0].member_id != oks[1].member_id);
-  // The first member saw generations 1, 2 and 3; the last only 3, with all three members.
+  // The first member saw generations 1, 2 and 3: a full copy, then two changes from the
+  // generation it held, nobody leaving. The last saw only 3, as a full copy, at rank 2.
   const auto ra = f.rec->to<net::roster_update>("pa");
   REQUIRE(ra.size() == 3);
-  CHECK(ra.back().generation == 3);
-  CHECK(ra.back().members.size() == 3);
+  for (uint64_t g = 1; g <= 3; ++g) {
+    CHECK(ra[g - 1].generation == g);
+    CHECK(ra[g - 1].base_generation == g - 1);  // generation 0: the full copy
+    CHECK(ra[g - 1].world_size == g);
+    CHECK(ra[g - 1].rank == 0);
+    CHECK(ra[g - 1].left.empty());
+  }
   const auto rc = f.rec->to<net::roster_update>("pc");
   REQUIRE(rc.size() == 1);
   CHECK(rc[0].generation == 3);
+  CHECK(rc[0].base_generation == 0);
+  CHECK(rc[0].rank == 2);
+  CHECK(rc[0].at == net::coords{2, 0, 0});
   // A fourth worker does not fit a dp=3 world.
   f.register_worker("pd", "d");
   CHECK(f.rec->to<net::register_reject>("pd").size() == 1);
@@ -153,9 +74,10 @@ TEST_CASE("coordinator: a silent member is declared dead by the timer and told t
   // 400 ms without a beat from b (> timeout 300): generation 3 holds only a, at rank 0.
   const auto ra = f.rec->to<net::roster_update>("pa");
   REQUIRE(ra.back().generation == 3);
-  REQUIRE(ra.back().members.size() == 1);
-  CHECK(ra.back().members[0].member_id == id_a);
-  CHECK(ra.back().members[0].rank == 0);
+  CHECK(ra.back().base_generation == 2);
+  CHECK(ra.back().world_size == 1);
+  CHECK(ra.back().rank == 0);
+  CHECK(ra.back().left == std::vector<uint64_t>{id_b});
   CHECK(f.rec->to<net::roster_update>("pb").back().generation == 2);  // b is not told
   // b wakes up: its heartbeat is answered "rejoin required", naming its old id.
   f.deliver("pb", net::heartbeat{id_b, 2, 99});
@@ -202,8 +124,8 @@ TEST_CASE("coordinator: a tick that comes late reads the heartbeats queued behin
   }
   const auto ra = f.rec->to<net::roster_update>("pa");
   CHECK(ra.back().generation == generation + 1);
-  REQUIRE(ra.back().members.size() == 1);
-  CHECK(ra.back().members[0].member_id == id_a);
+  CHECK(ra.back().world_size == 1);
+  CHECK(ra.back().left == std::vector<uint64_t>{id_b});
 }
 
 TEST_CASE("coordinator: status and exit notice and a leave from the wrong peer and client stop") {
@@ -306,10 +228,16 @@ TEST_CASE("coordinator: a waiting spare takes a freed seat in the departure's ow
   // The survivors hear one roster for the departure and the replacement together.
   const auto rosters = f.rec->to<net::roster_update>("pa");
   REQUIRE(rosters.size() == rosters_before + 1);
-  std::vector<std::string> names;
-  for (const auto& m : rosters.back().members) names.push_back(m.name);
-  CHECK(names == std::vector<std::string>{"a", "c", "spare"});
+  const uint64_t id_b = f.rec->to<net::register_ok>("pb")[0].member_id;
+  CHECK(rosters.back().left == std::vector<uint64_t>{id_b});
+  CHECK(rosters.back().world_size == 3);
   CHECK(rosters.back().generation == ok[0].generation);
+  // The spare's first roster is a full copy of the same generation.
+  const auto spare_roster = f.rec->to<net::roster_update>("ps");
+  REQUIRE(spare_roster.size() == 1);
+  CHECK(spare_roster[0].base_generation == 0);
+  CHECK(spare_roster[0].rank == 2);
+  CHECK(spare_roster[0].generation == ok[0].generation);
 
   // A spare that stopped asking (dead) loses its place: the next free seat stays free
   // until someone asks, and the live spare that keeps asking gets it.
@@ -422,7 +350,8 @@ TEST_CASE("worker: registers and follows generations and rejoins once when decla
   // A roster update moves it to generation 5 at rank 0.
   net::roster_update ru;
   ru.generation = 5;
-  ru.members.push_back(net::member_info{7, "w", 0, net::coords{}, net::member_state::alive, 42});
+  ru.rank = 0;
+  ru.world_size = 1;
   f.deliver(ru);
   CHECK(f.shared->generation == 5);
 

@@ -26,8 +26,11 @@ std::vector<message> samples() {
   out.push_back(heartbeat_ack{17, 10, 77, true});
   roster_update ru;
   ru.generation = 12;
-  ru.members.push_back(member_info{1, "a", 0, coords{0, 0, 0}, member_state::alive, 10});
-  ru.members.push_back(member_info{5, "", 1, coords{1, 2, 3}, member_state::dead, -1});
+  ru.base_generation = 10;
+  ru.rank = 1;
+  ru.at = coords{1, 2, 3};
+  ru.world_size = 7;
+  ru.left = {4, 9, 0xffffffffffffull};
   out.push_back(ru);
   out.push_back(kv_set{3, 12, "g12/rank0", std::string("\0\x01\xff bytes", 9)});
   out.push_back(kv_get{4, 12, "g12/rank1", 1000});
@@ -197,7 +200,8 @@ TEST_CASE("corrupted headers and payloads are rejected with the right reason") {
     roster_update ru;
     ru.generation = 1;
     std::string f = encode(ru);
-    put_u32(f, envelope_header_bytes + 8, 0xffffffffu);  // members count after generation
+    // generation, base, rank, at (3 x i32), world_size, then the count of `left`
+    put_u32(f, envelope_header_bytes + 36, 0xffffffffu);
     CHECK(decode(f, max_bytes).error == decode_error::truncated);
   }
 }

@@ -1,0 +1,254 @@
+// Registrations at the coordinator: clients are answered at once; workers enter a join window
+// and are admitted together, one generation for all who arrived close together
+// (mb::on_register_batch, mb::join_window_closed); a full world keeps them as spares, seated
+// the moment a member leaves. The roster that admits them goes out in on_new_generation.
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "actors/coordinator.hpp"
+#include "actors/coordinator_internal.hpp"
+
+namespace cohort::actors {
+
+using namespace coord;
+
+namespace {
+
+using std::chrono::milliseconds;
+
+net::register_ok ok_for(self_ptr self, const mb::member* m) {
+  const auto& st = self->state;
+  net::register_ok ok;
+  if (m != nullptr) {
+    ok.member_id = m->id;
+    ok.name = m->name;
+    ok.rank = m->rank;
+    ok.at = net::coords{m->at.d, m->at.p, m->at.t};
+  }
+  ok.generation = st.roster.generation;
+  ok.heartbeat_ms = static_cast<uint32_t>(st.opts.membership.heartbeat_ms);
+  ok.timeout_ms = static_cast<uint32_t>(st.opts.membership.timeout_ms);
+  return ok;
+}
+
+// How long a spare waits between registrations (it also asks again on its own, so a
+// coordinator that lost track of it still sees it).
+uint32_t spare_retry_ms(const coordinator_state& st) {
+  return static_cast<uint32_t>(std::max(200, 5 * st.opts.membership.heartbeat_ms));
+}
+
+// Spares that stopped asking (their process died) lose their place.
+void drop_stale_spares(coordinator_state& st, mb::mono_time t) {
+  const auto stale = milliseconds(3 * spare_retry_ms(st));
+  auto& q = st.spares;
+  q.erase(std::remove_if(q.begin(), q.end(), [&](const auto& s) { return t - s.asked > stale; }),
+          q.end());
+}
+
+// Member ID (admitted, its roster adopted) registered from PEER: admit the connection and
+// send register_ok and the job. The caller announces the new generation; the member's
+// first roster_update is a full copy (it was told no generation before).
+void admit_member(self_ptr self, const std::string& peer, mb::member_id id) {
+  auto& st = self->state;
+  st.io.admit(peer);
+  st.peer_of[id] = peer;
+  st.member_at[peer] = id;
+  st.held.erase(id);
+  send(self, peer, ok_for(self, st.roster.find(id)));
+  if (st.opts.job) send(self, peer, st.opts.job->spec());
+}
+
+// Keeps PEER as a spare (or refreshes its place) and tells it to ask again.
+void keep_spare(self_ptr self, const std::string& peer, const std::string& name, int64_t pid,
+                const std::string& reason) {
+  auto& st = self->state;
+  auto queued = std::find_if(st.spares.begin(), st.spares.end(),
+                             [&](const auto& s) { return s.peer == peer; });
+  if (queued == st.spares.end()) {
+    spdlog::info("coordinator: '{}' waits as a spare: {}", name, reason);
+    st.spares.push_back(coordinator_state::spare{peer, name, pid, now(self)});
+  } else {
+    queued->name = name;
+    queued->pid = pid;
+    queued->asked = now(self);
+  }
+  send(self, peer, net::register_reject{reason, spare_retry_ms(st)});
+}
+
+void register_client(self_ptr self, const std::string& peer, const net::register_request& r) {
+  auto& st = self->state;
+  if (const std::string problem = mb::name_problem(r.name); !problem.empty()) {
+    send(self, peer, net::register_reject{"client refused: " + problem});
+    return;
+  }
+  st.io.admit(peer);
+  if (st.clients.insert(peer).second) st.client_order.push_back(peer);
+  if (r.name == "launch") st.launcher = peer;
+  // Each `cohort ctl` call is a new client: keep the newest, so that a stream of them (or
+  // of hostile registrations) cannot grow the coordinator without bound.
+  while (st.clients.size() > max_clients) {
+    const std::string old = st.client_order.front();
+    st.client_order.pop_front();
+    if (old == st.launcher) {
+      st.client_order.push_back(old);
+      continue;
+    }
+    st.clients.erase(old);
+    if (st.io.forget) st.io.forget(old);
+  }
+  net::register_ok ok = ok_for(self, nullptr);
+  ok.name = r.name;
+  send(self, peer, ok);
+}
+
+}  // namespace
+
+void coord::seat_spares(self_ptr self) {
+  auto& st = self->state;
+  if (st.stopping || st.spares.empty()) return;
+  const auto t = now(self);
+  drop_stale_spares(st, t);
+  auto& q = st.spares;
+  while (!q.empty() && static_cast<int>(st.roster.members.size()) < st.opts.membership.max()) {
+    const coordinator_state::spare s = q.front();
+    q.erase(q.begin());
+    if (st.member_at.count(s.peer) && st.roster.find(st.member_at[s.peer])) continue;
+    mb::decision d = mb::on_register(st.roster, t, s.name, s.pid, st.opts.membership);
+    if (d.kind == mb::decision_kind::rejected) {
+      // Its name is taken now (a restarted worker of that name): it must pick another.
+      send(self, s.peer, net::register_reject{d.reason, 0});
+      continue;
+    }
+    spdlog::info("coordinator: spare '{}' takes a free seat", s.name);
+    const mb::member_id id = d.member;
+    adopt(self, std::move(d));
+    admit_member(self, s.peer, id);
+  }
+}
+
+void coord::on_register(self_ptr self, const std::string& peer, const net::register_request& r) {
+  auto& st = self->state;
+  if (st.stopping) {
+    send(self, peer, net::register_reject{"coordinator is stopping"});
+    return;
+  }
+  if (r.role == net::peer_role::client) {
+    register_client(self, peer, r);
+    return;
+  }
+  const auto t = now(self);
+  bool grew = false;
+  // The same socket registering again means its process restarted its worker state:
+  // the old incarnation leaves first so the name is free and the roster stays honest.
+  if (auto it = st.member_at.find(peer); it != st.member_at.end() && st.roster.find(it->second)) {
+    grew |= adopt(self, mb::on_leave(st.roster, t, it->second, st.opts.membership));
+  }
+  const auto announce_leave = [&] {
+    if (grew) on_new_generation(self);
+  };
+  // Asked again while waiting in the window: the newest name and pid count.
+  auto waiting = std::find_if(st.joiners.begin(), st.joiners.end(),
+                              [&](const auto& j) { return j.peer == peer; });
+  if (waiting != st.joiners.end()) {
+    waiting->name = r.name;
+    waiting->pid = r.pid;
+    announce_leave();
+    return;
+  }
+  if (!r.name.empty()) {
+    if (const std::string problem = mb::name_problem(r.name); !problem.empty()) {
+      spdlog::warn("coordinator: registration refused: {}", problem);
+      send(self, peer, net::register_reject{problem, 0});
+      announce_leave();
+      return;
+    }
+  }
+  drop_stale_spares(st, t);
+  auto queued = std::find_if(st.spares.begin(), st.spares.end(),
+                             [&](const auto& s) { return s.peer == peer; });
+  // Spares queued before this one get free seats first; the window's joiners hold theirs.
+  const bool behind = !st.spares.empty() && queued != st.spares.begin();
+  const int taken = static_cast<int>(st.roster.members.size() + st.joiners.size());
+  if (behind || taken >= st.opts.membership.max()) {
+    // A name held by a live member is final, whether or not there is room.
+    if (!r.name.empty() && st.roster.find_name(r.name) != nullptr) {
+      const mb::decision d = mb::on_register(st.roster, t, r.name, r.pid, st.opts.membership);
+      spdlog::warn("coordinator: registration of '{}' refused: {}", r.name, d.reason);
+      send(self, peer, net::register_reject{d.reason, 0});
+      announce_leave();
+      return;
+    }
+    keep_spare(self, peer, r.name, r.pid,
+               behind ? "spares who asked before '" + r.name + "' take the free seats first"
+                      : "roster full: " + std::to_string(taken) + " of " +
+                            std::to_string(st.opts.membership.max()) +
+                            " workers registered or joining; '" + r.name + "' was not admitted");
+    announce_leave();
+    return;
+  }
+  if (queued != st.spares.end()) st.spares.erase(queued);
+  announce_leave();
+  if (st.joiners.empty()) st.join_first = t;
+  st.join_last = t;
+  st.joiners.push_back(coordinator_state::joiner{peer, r.name, r.pid});
+  if (st.opts.membership.join_window_ms <= 0) {
+    close_joins(self);
+  } else if (!st.join_timer) {
+    st.join_timer = true;
+    self->delayed_send(self, milliseconds(st.opts.membership.join_window_ms),
+                       co_joins_atom::value);
+  }
+}
+
+void coord::close_joins(self_ptr self) {
+  auto& st = self->state;
+  st.join_timer = false;
+  if (st.joiners.empty() || st.stopping) return;
+  const auto t = now(self);
+  const auto& mo = st.opts.membership;
+  if (!mb::join_window_closed(st.join_first, st.join_last, t, mo)) {
+    // Look again when it would close if nobody else arrives.
+    const auto window = milliseconds(mo.join_window_ms);
+    const auto at = std::min(st.join_last + window, st.join_first + 10 * window);
+    st.join_timer = true;
+    self->delayed_send(self,
+                       std::max(milliseconds(1),
+                                std::chrono::duration_cast<milliseconds>(at - t)),
+                       co_joins_atom::value);
+    return;
+  }
+  std::vector<coordinator_state::joiner> joiners;
+  joiners.swap(st.joiners);
+  std::vector<mb::candidate> cs;
+  cs.reserve(joiners.size());
+  for (const auto& j : joiners) cs.push_back(mb::candidate{j.name, j.pid});
+  mb::batch_decision b = mb::on_register_batch(st.roster, t, cs, mo);
+  if (b.new_generation) spdlog::info("coordinator: {}", b.reason);
+  st.roster = std::move(b.next);
+  for (size_t i = 0; i < joiners.size(); ++i) {
+    const mb::admission& a = b.each[i];
+    if (a.id != 0) {
+      admit_member(self, joiners[i].peer, a.id);
+    } else if (a.full) {
+      // Members that left during the window gave their seats to earlier joiners; this one
+      // waits like any joiner of a full world.
+      keep_spare(self, joiners[i].peer, joiners[i].name, joiners[i].pid, a.reason);
+    } else {
+      spdlog::warn("coordinator: registration of '{}' refused: {}", joiners[i].name, a.reason);
+      send(self, joiners[i].peer, net::register_reject{a.reason, 0});
+    }
+  }
+  if (b.new_generation) on_new_generation(self);
+}
+
+void coord::stop_joiners(self_ptr self, const net::stop& s) {
+  auto& st = self->state;
+  for (const auto& sp : st.spares) send(self, sp.peer, s);
+  st.spares.clear();
+  for (const auto& j : st.joiners) send(self, j.peer, s);
+  st.joiners.clear();
+}
+
+}  // namespace cohort::actors

@@ -1,0 +1,65 @@
+// Liveness off the actor's mailbox: the coordinator's bridge thread records a live member's
+// heartbeat here and answers it at once, so heartbeats never wait behind the actor's bulk
+// work (rosters, the store, the job). The actor publishes who may beat here (each member
+// with the peer that registered it, and whether it is past its first heartbeat) and the
+// generation to acknowledge, and reads the beats back into its roster before it looks for
+// the silent. Every other heartbeat (a member's first, an unknown or departed member, one
+// from another peer, a generation ahead) still goes to the actor. Thread-safe; knows
+// nothing of actors or sockets.
+#pragma once
+#include <chrono>
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "runtime/net/membership.hpp"
+
+namespace cohort::net {
+
+class heartbeat_table {
+ public:
+  /// One member as the actor publishes it.
+  struct entry {
+    membership::member_id id = 0;
+    std::string peer;    ///< the connection that registered it: only it beats for the member
+    bool alive = false;  ///< past its first heartbeat (that one goes to the actor)
+  };
+
+  /// Bridge thread: PEER's heartbeat for ID, which holds GENERATION, arrived at NOW. When ID
+  /// is published alive with PEER and GENERATION is not ahead of the published generation,
+  /// the beat is recorded and the generation to acknowledge returned; otherwise nullopt (the
+  /// actor decides, nothing recorded).
+  std::optional<std::uint64_t> on_beat(std::string_view peer, membership::member_id id,
+                                       std::uint64_t generation, membership::mono_time now);
+
+  /// Actor: R's live members may beat here from now on, acknowledged with R's generation;
+  /// anyone else goes to the actor. Beats recorded for members still live are kept.
+  void publish(const membership::roster& r,
+               const std::unordered_map<membership::member_id, std::string>& peer_of);
+
+  /// Actor: ID's first heartbeat made it alive; its next ones are answered here.
+  void mark_alive(membership::member_id id);
+
+  /// Actor: R's members take the newest heartbeat recorded here (never an older one).
+  void refresh(membership::roster& r) const;
+
+  /// Heartbeats recorded and answered here so far.
+  std::uint64_t answered() const;
+
+ private:
+  struct slot {
+    std::string peer;
+    bool alive = false;
+    membership::mono_time last{};
+  };
+  mutable std::mutex mu_;
+  std::uint64_t generation_ = 0;
+  std::uint64_t answered_ = 0;
+  std::unordered_map<membership::member_id, slot> slots_;
+};
+
+}  // namespace cohort::net

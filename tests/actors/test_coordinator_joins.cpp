@@ -1,0 +1,162 @@
+// The coordinator actor at scale, deterministically (CAF's testing scheduler, a manual
+// clock, recorded frames): registrations that share a join window share a generation;
+// rosters travel as changes; the bridge's heartbeat table keeps members alive without the
+// actor; a transport that has not read its socket does not make members look silent.
+#include <doctest/doctest.h>
+
+#include "tests/actors/actor_fixture.hpp"
+
+using namespace cohort;
+using namespace cohort::actors;
+using namespace cohort::actors::testing;
+using std::chrono::milliseconds;
+
+namespace {
+
+// A coordinator for up to 8 workers with a 50 ms join window.
+auto windowed(int window_ms = 50) {
+  return [window_ms](coordinator_options& o, coordinator_io&) {
+    o.membership.dp = 8;
+    o.membership.join_window_ms = window_ms;
+  };
+}
+
+}  // namespace
+
+TEST_CASE("coordinator: registrations within the join window share one generation") {
+  coordinator_fixture f(windowed());
+  for (const char* w : {"a", "b", "c"}) {
+    f.rec->now += milliseconds(10);
+    f.register_worker(std::string("p") + w, w);
+  }
+  // Nobody is answered while the window is open.
+  CHECK(f.rec->to<net::register_ok>().empty());
+  f.advance(milliseconds(40));  // 40 ms since c: still open
+  CHECK(f.rec->to<net::register_ok>().empty());
+  f.advance(milliseconds(10));  // 50 ms quiet: closed
+  const auto oks = f.rec->to<net::register_ok>();
+  REQUIRE(oks.size() == 3);
+  for (int i = 0; i < 3; ++i) {
+    CHECK(oks[i].generation == 1);
+    CHECK(oks[i].rank == i);
+  }
+  CHECK(f.rec->admitted == std::vector<std::string>{"pa", "pb", "pc"});
+  // One roster each: the full copy of generation 1, after its register_ok.
+  for (const char* p : {"pa", "pb", "pc"}) {
+    const auto ru = f.rec->to<net::roster_update>(p);
+    REQUIRE(ru.size() == 1);
+    CHECK(ru[0].generation == 1);
+    CHECK(ru[0].base_generation == 0);
+    CHECK(ru[0].world_size == 3);
+  }
+  const auto& frames = f.rec->frames;
+  size_t ok_at = 0, roster_at = 0;
+  for (size_t i = 0; i < frames.size(); ++i) {
+    if (frames[i].peer != "pb") continue;
+    if (std::holds_alternative<net::register_ok>(frames[i].msg)) ok_at = i;
+    if (std::holds_alternative<net::roster_update>(frames[i].msg)) roster_at = i;
+  }
+  CHECK(ok_at < roster_at);
+
+  // The next burst is a change for the members already in: who left (nobody), the size.
+  f.register_worker("pd", "d");
+  f.register_worker("pe", "e");
+  f.advance(milliseconds(50));
+  const auto ra = f.rec->to<net::roster_update>("pa");
+  REQUIRE(ra.size() == 2);
+  CHECK(ra[1].generation == 2);
+  CHECK(ra[1].base_generation == 1);
+  CHECK(ra[1].left.empty());
+  CHECK(ra[1].world_size == 5);
+  CHECK(f.rec->to<net::roster_update>("pe")[0].rank == 4);
+}
+
+TEST_CASE("coordinator: a steady trickle of joiners still forms a generation per ten windows") {
+  coordinator_fixture f(windowed());
+  for (int i = 0; i < 8; ++i) {
+    f.register_worker("p" + std::to_string(i), "w" + std::to_string(i));
+    f.advance(milliseconds(40));  // never quiet for a whole window
+  }
+  // 8 x 40 ms = 320 ms: not yet ten windows (500 ms), nobody answered.
+  CHECK(f.rec->to<net::register_ok>().empty());
+  for (int i = 0; i < 5; ++i) f.advance(milliseconds(40));
+  const auto oks = f.rec->to<net::register_ok>();
+  REQUIRE(oks.size() == 8);
+  for (const auto& ok : oks) CHECK(ok.generation == 1);
+}
+
+TEST_CASE("coordinator: a window fuller than the world keeps the rest as spares") {
+  coordinator_fixture f([](coordinator_options& o, coordinator_io&) {
+    o.membership.dp = 2;
+    o.membership.join_window_ms = 50;
+  });
+  f.register_worker("pa", "a");
+  f.register_worker("pb", "b");
+  f.register_worker("pc", "c");  // a and b hold the two seats already
+  const auto rej = f.rec->to<net::register_reject>("pc");
+  REQUIRE(rej.size() == 1);
+  CHECK(rej[0].retry_ms > 0);
+  CHECK(rej[0].reason.find("registered or joining") != std::string::npos);
+  // A duplicate name in the same window is refused when the window closes, for good.
+  coordinator_fixture g(windowed());
+  g.register_worker("pa", "same");
+  g.register_worker("pb", "same");
+  g.advance(milliseconds(50));
+  REQUIRE(g.rec->to<net::register_ok>("pa").size() == 1);
+  const auto dup = g.rec->to<net::register_reject>("pb");
+  REQUIRE(dup.size() == 1);
+  CHECK(dup[0].retry_ms == 0);
+  CHECK(dup[0].reason.find("registered at the same time") != std::string::npos);
+}
+
+TEST_CASE("coordinator: the heartbeat table keeps members alive without the actor") {
+  auto beats = std::make_shared<net::heartbeat_table>();
+  coordinator_fixture f([beats](coordinator_options&, coordinator_io& io) { io.beats = beats; });
+  f.register_worker("pa", "a");
+  f.register_worker("pb", "b");
+  const uint64_t id_a = f.rec->to<net::register_ok>("pa")[0].member_id;
+  const uint64_t id_b = f.rec->to<net::register_ok>("pb")[0].member_id;
+  // The first heartbeat goes to the actor (it makes the member alive); after it, the table
+  // answers, as the bridge thread does.
+  CHECK_FALSE(beats->on_beat("pa", id_a, 2, f.rec->now));
+  f.deliver("pa", net::heartbeat{id_a, 2, 1});
+  f.deliver("pb", net::heartbeat{id_b, 2, 1});
+  // For 1 s, a beats only through the table; b stays silent.
+  for (int i = 0; i < 20; ++i) {
+    f.advance(milliseconds(50));
+    CHECK(beats->on_beat("pa", id_a, 2, f.rec->now).has_value());
+  }
+  const auto ra = f.rec->to<net::roster_update>("pa");
+  REQUIRE(ra.back().generation == 3);
+  CHECK(ra.back().left == std::vector<uint64_t>{id_b});
+  CHECK(ra.back().world_size == 1);
+  // The table learnt the new generation, and b's id is no longer answered there.
+  CHECK(beats->on_beat("pa", id_a, 3, f.rec->now) == 3u);
+  CHECK_FALSE(beats->on_beat("pb", id_b, 2, f.rec->now));
+  // Status shows a's age from the table's beats.
+  f.rec->now += milliseconds(20);
+  const net::status_reply s = f.status();
+  REQUIRE(!s.workers.empty());
+  CHECK(s.workers[0].heartbeat_age_ms == 20);
+}
+
+TEST_CASE("coordinator: silence counts only up to where the transport has read") {
+  auto caught_up = std::make_shared<mb::mono_time>();
+  coordinator_fixture f([caught_up](coordinator_options&, coordinator_io& io) {
+    io.caught_up = [caught_up] { return *caught_up; };
+  });
+  f.register_worker("pa", "a");
+  const uint64_t id_a = f.rec->to<net::register_ok>("pa")[0].member_id;
+  f.deliver("pa", net::heartbeat{id_a, 1, 1});
+  // The transport stalls at 0 ms: a second of silence it never read is not a's.
+  for (int i = 0; i < 20; ++i) f.advance(milliseconds(50));
+  CHECK(f.rec->to<net::roster_update>("pa").size() == 1);
+  // It reads again (nothing from a in it): a is silent for real and removed.
+  *caught_up = f.rec->now;
+  f.advance(milliseconds(25));
+  CHECK(f.rec->to<net::heartbeat_ack>("pa").size() == 1);
+  CHECK(f.rec->to<net::register_ok>("pa").size() == 1);
+  const net::status_reply s = f.status();
+  REQUIRE(s.workers.size() == 1);
+  CHECK(s.workers[0].member.state == net::member_state::dead);
+}
