@@ -14,6 +14,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -26,6 +27,7 @@
 #include <zmq.hpp>
 
 #include "actors/process.hpp"
+#include "runtime/core/config.hpp"
 #include "runtime/core/error.hpp"
 #include "runtime/net/codec.hpp"
 #include "runtime/net/curve.hpp"
@@ -70,15 +72,20 @@ proc_usage usage_of(pid_t pid) {
 // The coordinator as a child process; killed and reaped on destruction.
 class coordinator_child {
  public:
-  coordinator_child(const agents_options& o, const std::string& dir) {
+  coordinator_child(const agents_options& o, const std::string& dir)
+      : log_(dir + "/coordinator.log"), keep_(o.coordinator_log) {
     std::vector<std::string> args{
-        "coordinator", "--control-only", "-q", "--set",
+        "coordinator", "--control-only", "--set",
         "cluster.workers=" + std::to_string(o.agents), "--set",
         // A control-only job still passes the config's checks: one sample per replica.
         "train.global_batch=" + std::to_string(o.agents), "--set", "train.micro_batch=1", "--set",
         "fault_tolerance.heartbeat_ms=" + std::to_string(o.heartbeat_ms), "--set",
         "fault_tolerance.timeout_ms=" + std::to_string(o.timeout_ms)};
     if (o.secure) args.insert(args.end(), {"--keys", dir + "/keys"});
+    if (o.coordinator_log.empty()) args.push_back("-q");
+    if (o.join_window_ms >= 0)
+      args.insert(args.end(),
+                  {"--set", "fault_tolerance.join_window_ms=" + std::to_string(o.join_window_ms)});
     int fds[2];
     if (pipe2(fds, O_CLOEXEC) != 0) throw error("bench control: pipe failed");
     const int log = open((dir + "/coordinator.log").c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
@@ -101,6 +108,13 @@ class coordinator_child {
   ~coordinator_child() {
     kill(pid_, SIGKILL);
     waitpid(pid_, nullptr, 0);
+    if (!keep_.empty()) {
+      std::error_code ec;
+      std::filesystem::copy_file(log_, keep_, std::filesystem::copy_options::overwrite_existing,
+                                 ec);
+      if (ec) std::fprintf(stderr, "bench control: cannot copy the coordinator's log to %s: %s\n",
+                           keep_.c_str(), ec.message().c_str());
+    }
   }
   coordinator_child(const coordinator_child&) = delete;
   coordinator_child& operator=(const coordinator_child&) = delete;
@@ -109,6 +123,8 @@ class coordinator_child {
   const std::string& endpoint() const { return endpoint_; }
 
  private:
+  std::string log_;
+  std::string keep_;
   pid_t pid_ = -1;
   std::string endpoint_;
 };
@@ -389,6 +405,9 @@ nlohmann::json run_agents_bench(const agents_options& o) {
                    {"agents", o.agents},
                    {"heartbeat_ms", o.heartbeat_ms},
                    {"timeout_ms", o.timeout_ms},
+                   {"join_window_ms", o.join_window_ms >= 0
+                                          ? o.join_window_ms
+                                          : config{}.fault_tolerance.join_window_ms},
                    {"security", o.secure ? "curve" : "none"}};
 
   // 1. Forming: every agent registers at once; formed when the coordinator lists them all

@@ -6,6 +6,7 @@
 // agents is seen. Owns the measurement; the command line is tools/cmd_bench_control.cpp.
 #pragma once
 #include <nlohmann/json.hpp>
+#include <string>
 
 namespace cohort::cli {
 
@@ -13,6 +14,7 @@ struct agents_options {
   int agents = 0;  ///< 0: not this benchmark
   int heartbeat_ms = 100;
   int timeout_ms = 500;
+  int join_window_ms = -1;  ///< fault_tolerance.join_window_ms; -1: the config's default
   /// Seconds of steady state measured (coordinator CPU and RSS, false positives).
   double steady_s = 10;
   /// Share of the agents (in percent, at least one agent) that stop heartbeating at once.
@@ -20,6 +22,9 @@ struct agents_options {
   /// Forming gives up (and is reported as not formed) after this many seconds.
   double form_limit_s = 120;
   bool secure = true;  ///< the job's keys, as `cohort launch` runs by default
+  /// Non-empty: the coordinator logs at info level (each generation, who joined together)
+  /// and its log is copied here at the end, to see where a formation spent its time.
+  std::string coordinator_log;
 };
 
 /// Runs the benchmark and returns its result: what it measured, under "form", "steady" and

@@ -262,6 +262,10 @@ void add_bench_control(CLI::App& bench, int* rc) {
   cmd->add_option("--timeout-ms", opt->agents.timeout_ms, "With --agents: heartbeat timeout")
       ->check(CLI::Range(1, 600000))
       ->capture_default_str();
+  cmd->add_option("--join-window-ms", opt->agents.join_window_ms,
+                  "With --agents: the coordinator's fault_tolerance.join_window_ms (default: the "
+                  "config's)")
+      ->check(CLI::Range(0, 60000));
   cmd->add_option("--steady-s", opt->agents.steady_s,
                   "With --agents: seconds of steady state measured")
       ->check(CLI::Range(0.1, 3600.0))
@@ -274,6 +278,9 @@ void add_bench_control(CLI::App& bench, int* rc) {
                   "With --agents: give up forming after this long")
       ->check(CLI::Range(1.0, 3600.0))
       ->capture_default_str();
+  cmd->add_option("--coordinator-log", opt->agents.coordinator_log,
+                  "With --agents: keep the coordinator's log (info level: each generation and "
+                  "who joined together) in this file");
   cmd->add_flag("--insecure", opt->insecure,
                 "With --agents: no keys (plain ZeroMQ); by default the agents and the "
                 "coordinator speak CURVE with fresh job keys, as `cohort launch` does");

@@ -132,8 +132,10 @@ TEST_CASE("coordinator and three workers register and report through ctl and sto
   for (const char* n : {"w0", "w1", "w2"}) c.start_worker(n);
   const nlohmann::json s = c.wait_alive(3);
   REQUIRE_MESSAGE(count_state(s, "alive") == 3, s.dump());
-  // One generation per join; no training yet, so step 0.
-  CHECK(s["generation"] == 3);
+  // Joins that arrive within the join window share a generation: one to three of them;
+  // no training yet, so step 0.
+  CHECK(s["generation"].get<int>() >= 1);
+  CHECK(s["generation"].get<int>() <= 3);
   CHECK(s["step"] == 0);
   std::set<int> ranks;
   std::set<std::string> names;

@@ -163,7 +163,8 @@ TEST_CASE("a communicator failing mid-step aborts the step on every worker") {
   ::unsetenv("COHORT_TEST_ABORT_COMM");
   REQUIRE(s.is_object());
   CHECK(s["aborted_steps"].get<int>() >= 1);
-  CHECK(s["generation"].get<uint64_t>() > 3);  // 3 joins, then at least one abort
+  // The joins (one generation or more: close ones share it), then at least one abort.
+  CHECK(s["generation"].get<uint64_t>() >= 2);
   // Had any worker applied the aborted attempt, its parameters (and the hash) would differ.
   CHECK(s["params_consistent"] == true);
   CHECK(s["params_sha256"] == hash);
