@@ -70,7 +70,9 @@ coordinator_node::coordinator_node(coordinator_options opts, const std::string& 
               hb != nullptr && beats && self_bridge != nullptr) {
             if (const auto g = beats->on_beat(peer, hb->member_id, hb->generation,
                                               std::chrono::steady_clock::now())) {
-              self_bridge->reply(peer, net::heartbeat_ack{hb->member_id, *g, hb->seq, false});
+              // Nothing changed and no ack asked for: the beat is recorded, nothing is sent.
+              if (hb->want_ack || hb->generation < *g)
+                self_bridge->reply(peer, net::heartbeat_ack{hb->member_id, *g, hb->seq, false});
               return;
             }
           }

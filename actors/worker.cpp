@@ -5,6 +5,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 
@@ -93,8 +94,8 @@ void adopt_roster(self_ptr self, const net::roster_update& ru) {
   st.rank = ru.rank;
   st.at = ru.at;
   spdlog::info("worker {}: generation {} ({} members{}), rank {}", st.opts.name, ru.generation,
-               ru.world_size, ru.left.empty() ? "" : ", " + std::to_string(ru.left.size()) + " left",
-               st.rank);
+               ru.world_size,
+               ru.left.empty() ? "" : ", " + std::to_string(ru.left.size()) + " left", st.rank);
   // A collective of an older generation can never complete now: fail it at once.
   if (lost || !grew) st.group_shared->abort_below(ru.generation);
 }
@@ -465,8 +466,15 @@ void worker_node::heartbeat_loop() {
             .count() < shared_->mute_until_ns.load())
       continue;
     lock.unlock();
+    // An ack every few beats proves the coordinator alive well within the timeout (any frame
+    // from it counts too); the beats between cost it no answer.
+    const uint64_t ack_every = std::clamp<uint64_t>(static_cast<uint64_t>(coordinator_timeout_ms_) /
+                                                        (4 * static_cast<uint64_t>(period.count())),
+                                                    1, max_beats_per_ack);
+    ++seq;
     if (auto* b = out_.load())
-      b->send(std::string(), net::heartbeat{id, shared_->generation, ++seq});
+      b->send(std::string(),
+              net::heartbeat{id, shared_->generation, seq, seq % ack_every == 1 || ack_every == 1});
     const uint64_t unacked = ++shared_->unacked;
     // Counted in beats actually sent, not wall time: a process resumed after SIGSTOP has
     // sent nothing meanwhile and must not conclude the coordinator is gone.

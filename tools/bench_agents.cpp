@@ -6,11 +6,13 @@
 #include "tools/bench_agents.hpp"
 
 #include <fcntl.h>
+#include <sys/epoll.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -27,6 +29,7 @@
 #include <zmq.hpp>
 
 #include "actors/process.hpp"
+#include "actors/worker.hpp"
 #include "runtime/core/config.hpp"
 #include "runtime/core/error.hpp"
 #include "runtime/net/codec.hpp"
@@ -234,14 +237,32 @@ class agent_pool {
         a.sock->set(zmq::sockopt::curve_secretkey, keys->self.secret_key);
       }
       a.sock->connect(endpoint);
-      items_.push_back({a.sock->handle(), 0, ZMQ_POLLIN, 0});
+    }
+    // Which sockets have something to read: epoll over each socket's ZMQ_FD, so a pass costs
+    // what arrived, not the number of agents (zmq_poll asks every socket, every time).
+    epoll_ = ::epoll_create1(EPOLL_CLOEXEC);
+    if (epoll_ < 0) throw error("bench control: epoll_create1 failed");
+    for (size_t i = 0; i < agents_.size(); ++i) {
+      epoll_event ev{};
+      ev.events = EPOLLIN;
+      ev.data.u64 = i;
+      const int fd = agents_[i].sock->get(zmq::sockopt::fd);
+      if (::epoll_ctl(epoll_, EPOLL_CTL_ADD, fd, &ev) != 0)
+        throw error("bench control: epoll_ctl failed");
     }
   }
+  ~agent_pool() { ::close(epoll_); }
+  agent_pool(const agent_pool&) = delete;
+  agent_pool& operator=(const agent_pool&) = delete;
 
   /// Every agent registers, at once (a burst, as a job's workers start).
   void register_all() {
-    for (auto& a : agents_)
+    for (auto& a : agents_) {
       send(a, net::register_request{net::peer_role::worker, a.name, getpid()});
+      // ZeroMQ signals a socket's fd only once a read found it empty: read (nothing) now,
+      // so that the answer wakes epoll.
+      drain(a);
+    }
   }
 
   /// Runs the agents until PRED() holds or SECONDS pass; true if PRED held.
@@ -308,18 +329,24 @@ class agent_pool {
     for (auto& a : agents_) {
       if (!a.registered || a.stopped) continue;
       if (a.next_beat <= now) {
-        send(a, net::heartbeat{a.member_id, a.generation, ++a.seq});
+        // As a worker with the default coordinator timeout asks: one answer in eight.
+        ++a.seq;
+        send(a, net::heartbeat{a.member_id, a.generation, a.seq,
+                               a.seq % actors::max_beats_per_ack == 1});
         ++counts_.heartbeats;
         a.next_beat += period;
         if (a.next_beat <= now) a.next_beat = now + period;  // fell behind: no burst
+        // A send may consume the socket's read signal (ZMQ_FD is edge-like): read now.
+        drain(a);
       }
       next_due = std::min(next_due, a.next_beat);
     }
+    // At least a millisecond: beats due sooner go out together with the next batch.
     const auto wait = std::chrono::duration_cast<milliseconds>(next_due - clock_type::now());
-    for (auto& it : items_) it.revents = 0;
-    zmq::poll(items_.data(), items_.size(), std::max(milliseconds(0), wait));
-    for (size_t i = 0; i < items_.size(); ++i)
-      if (items_[i].revents & ZMQ_POLLIN) drain(agents_[i]);
+    std::array<epoll_event, 256> ready;
+    const int n = ::epoll_wait(epoll_, ready.data(), static_cast<int>(ready.size()),
+                               static_cast<int>(std::max<int64_t>(1, wait.count())));
+    for (int i = 0; i < n; ++i) drain(agents_[ready[static_cast<size_t>(i)].data.u64]);
   }
 
   void drain(agent& a) {
@@ -379,7 +406,7 @@ class agent_pool {
   agents_options opts_;
   zmq::context_t ctx_;
   std::vector<agent> agents_;
-  std::vector<zmq::pollitem_t> items_;
+  int epoll_ = -1;
   traffic counts_;
   std::set<uint64_t> watched_;
   std::map<uint64_t, clock_type::time_point> seen_gone_;

@@ -91,7 +91,7 @@ struct fault_tolerance_config {
   /// Registrations that arrive within this long of each other enter one generation (the
   /// window closes after this long without one, or 10x this long after it opened); 0: a
   /// generation per registration.
-  int join_window_ms = 50;
+  int join_window_ms = 100;
   /// Steps a data-parallel job runs and commits among its workers (the vote travels with
   /// the gradients) before the coordinator opens the next; 0: it commits every step.
   int commit_window = 16;

@@ -118,13 +118,18 @@ struct heartbeat {
   uint64_t member_id = 0;
   uint64_t generation = 0;  ///< generation the worker believes is current
   uint64_t seq = 0;
+  /// false: answer only if something changed (the member is behind the roster, or must
+  /// rejoin). A worker asks often enough that silence from the coordinator stays far below
+  /// its coordinator_timeout; every ack is one frame less for a coordinator of thousands.
+  bool want_ack = true;
   template <class S>
   static auto fields(S& s) {
-    return std::tie(s.member_id, s.generation, s.seq);
+    return std::tie(s.member_id, s.generation, s.seq, s.want_ack);
   }
 };
 
-/// Answer to a heartbeat. rejoin_required: the coordinator declared this member dead;
+/// Answer to a heartbeat that asked for one, or that the coordinator must correct (behind
+/// the roster, or declared dead). rejoin_required: the coordinator declared this member dead;
 /// the worker must drop everything of its old generation and register again.
 /// member_id echoes the heartbeat's, so a late ack for an old incarnation is ignored.
 struct heartbeat_ack {

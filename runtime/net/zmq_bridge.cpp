@@ -43,6 +43,8 @@ bool poll_retrying(zmq::pollitem_t* item, std::chrono::milliseconds timeout) {
 }
 
 constexpr int send_hwm = 100000;
+// Pending connections a ROUTER bridge queues before accepting them (listen(2)).
+constexpr int listen_backlog = 4096;
 
 }  // namespace
 
@@ -180,6 +182,10 @@ void zmq_bridge::run(std::promise<std::string>* ready) {
     net.set(zmq::sockopt::rcvhwm, send_hwm);
     if (router) {
       net.set(zmq::sockopt::router_mandatory, 1);
+      // A job's workers connect at once: ZeroMQ's default listen backlog (100) drops the
+      // SYNs beyond it, and those workers retry after TCP's backoff (1 s, 3 s, 7 s ...).
+      // The kernel caps this at net.core.somaxconn.
+      net.set(zmq::sockopt::backlog, listen_backlog);
       if (zap_) {
         net.set(zmq::sockopt::curve_server, 1);
         net.set(zmq::sockopt::curve_secretkey, opts_.curve_server->self.secret_key);

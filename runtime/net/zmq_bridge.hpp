@@ -62,6 +62,7 @@ struct bridge_options {
   /// After handling traffic, poll without blocking for this long before sleeping (saves a
   /// wake-up when an answer follows quickly; costs CPU only right after traffic). 0: never.
   int spin_us = 0;
+
   /// A frame in another protocol version arrived (counted as bad_version either way).
   /// ROUTER: the bridge itself answers each such peer once with a register_reject in this
   /// build's version, so the peer learns which version this side speaks. DEALER: called

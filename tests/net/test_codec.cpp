@@ -22,7 +22,7 @@ std::vector<message> samples() {
   out.push_back(register_request{peer_role::client, "worker-7", 4242});
   out.push_back(register_ok{17, "w1", 2, coords{1, 0, -1}, 9, 50, 300});
   out.push_back(register_reject{"world is full (3 of 3 workers)"});
-  out.push_back(heartbeat{17, 9, 123456789012345ull});
+  out.push_back(heartbeat{17, 9, 123456789012345ull, false});
   out.push_back(heartbeat_ack{17, 10, 77, true});
   roster_update ru;
   ru.generation = 12;
@@ -96,13 +96,13 @@ TEST_CASE("every message type round-trips field for field") {
 
 TEST_CASE("envelope layout is the documented little-endian header") {
   const std::string f = encode(heartbeat{0x0102030405060708ull, 2, 3});
-  REQUIRE(f.size() == envelope_header_bytes + 24);
+  REQUIRE(f.size() == envelope_header_bytes + 25);
   CHECK(f.substr(0, 4) == "CHRT");
   CHECK(static_cast<uint8_t>(f[4]) == protocol_version);
   CHECK(static_cast<uint8_t>(f[5]) == 0);
   CHECK(static_cast<uint8_t>(f[6]) == static_cast<uint16_t>(msg_type::heartbeat));
   CHECK(static_cast<uint8_t>(f[7]) == 0);
-  CHECK(static_cast<uint8_t>(f[8]) == 24);
+  CHECK(static_cast<uint8_t>(f[8]) == 25);
   CHECK(f[9] == 0);
   CHECK(f[10] == 0);
   CHECK(f[11] == 0);
