@@ -415,8 +415,11 @@ caf::behavior coordinator_actor(caf::stateful_actor<coordinator_state>* self,
         // Silence counts only up to where the transport has read what arrived: a beat still
         // queued in it is not the member's fault. The bridge's beats join the roster first.
         if (st.io.beats) st.io.beats->refresh(st.roster);
+        // And beats that came late say the coordinator itself is behind: the others' silence
+        // may be the same delay (heartbeat_table::lag).
         const auto heard = st.io.caught_up ? std::min(t, st.io.caught_up()) : t;
-        if (adopt(self, mb::check_timeouts(st.roster, heard, st.opts.membership))) {
+        const auto lag = st.io.beats ? st.io.beats->lag(t) : milliseconds(0);
+        if (adopt(self, mb::check_timeouts(st.roster, heard, st.opts.membership, lag))) {
           on_new_generation(self);
         }
         for (const auto& r : st.store.expire(t)) answer_waiter(self, r);

@@ -51,7 +51,12 @@ coordinator_node::coordinator_node(coordinator_options opts, const std::string& 
   // Live members' heartbeats are answered on the bridge thread, never behind the actor's
   // mailbox. Not under `drop control`: its frame counter must see every heartbeat, in order.
   std::shared_ptr<net::heartbeat_table> beats;
-  if (!(opts.job && opts.job->drop_control())) beats = std::make_shared<net::heartbeat_table>();
+  if (!(opts.job && opts.job->drop_control())) {
+    const auto& m = opts.membership;
+    beats = std::make_shared<net::heartbeat_table>(std::chrono::milliseconds(m.heartbeat_ms),
+                                                   std::chrono::milliseconds(m.timeout_ms),
+                                                   std::chrono::milliseconds(4 * m.timeout_ms));
+  }
   io.beats = beats;
   actor_ = system_->spawn(coordinator_actor, opts, io);
   actor_->attach_functor([this](const caf::error&) { done_ = true; });

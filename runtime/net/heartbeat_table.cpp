@@ -6,6 +6,31 @@
 
 namespace cohort::net {
 
+heartbeat_table::heartbeat_table(std::chrono::milliseconds period,
+                                 std::chrono::milliseconds window,
+                                 std::chrono::milliseconds max_lag)
+    : period_(period), window_(window), max_lag_(max_lag) {}
+
+void heartbeat_table::note_delay(membership::mono_time now,
+                                 membership::mono_time::duration delay) {
+  if (now - window_start_ >= window_) {
+    // A new window: the previous one is kept, anything older forgotten.
+    delay_before_ = now - window_start_ >= 2 * window_ ? membership::mono_time::duration{}
+                                                       : delay_now_;
+    delay_now_ = {};
+    window_start_ = now;
+  }
+  delay_now_ = std::max(delay_now_, delay);
+}
+
+std::chrono::milliseconds heartbeat_table::lag(membership::mono_time now) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  membership::mono_time::duration d{};
+  if (now - window_start_ < 2 * window_) d = std::max(d, delay_now_);
+  if (now - window_start_ < window_) d = std::max(d, delay_before_);
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::min(d, max_lag_));
+}
+
 std::optional<std::uint64_t> heartbeat_table::on_beat(std::string_view peer,
                                                       membership::member_id id,
                                                       std::uint64_t generation,
@@ -15,6 +40,10 @@ std::optional<std::uint64_t> heartbeat_table::on_beat(std::string_view peer,
   if (it == slots_.end() || !it->second.alive || it->second.peer != peer ||
       generation > generation_)
     return std::nullopt;
+  // The first beat recorded here (published with the registration's time) says nothing.
+  if (it->second.beaten && now - it->second.last > period_)
+    note_delay(now, now - it->second.last - period_);
+  it->second.beaten = true;
   it->second.last = std::max(it->second.last, now);
   ++answered_;
   return generation_;
@@ -34,7 +63,10 @@ void heartbeat_table::publish(
       s.peer = p->second;
       s.alive = m.state != membership::member_state::joining;
       s.last = m.last_heartbeat;
-      if (auto old = slots_.find(m.id); old != slots_.end()) s.last = std::max(s.last, old->second.last);
+      if (auto old = slots_.find(m.id); old != slots_.end()) {
+        s.last = std::max(s.last, old->second.last);
+        s.beaten = old->second.beaten;
+      }
       next.emplace(m.id, std::move(s));
     }
     slots_.swap(next);

@@ -22,6 +22,12 @@ namespace cohort::net {
 
 class heartbeat_table {
  public:
+  /// PERIOD: the heartbeat period members beat at; WINDOW: how long a late beat counts as
+  /// evidence of lag (the timeout); MAX_LAG: the most lag() ever reports.
+  explicit heartbeat_table(std::chrono::milliseconds period = std::chrono::milliseconds(100),
+                           std::chrono::milliseconds window = std::chrono::milliseconds(500),
+                           std::chrono::milliseconds max_lag = std::chrono::milliseconds(2000));
+
   /// One member as the actor publishes it.
   struct entry {
     membership::member_id id = 0;
@@ -50,13 +56,31 @@ class heartbeat_table {
   /// Heartbeats recorded and answered here so far.
   std::uint64_t answered() const;
 
+  /// The coordinator's own lag at NOW, as the beats show it: the longest a live member's
+  /// beat came later than its period after the one before (gap - period), over the last
+  /// one or two windows, at most max_lag. Members beat on their own clocks; a beat that
+  /// reaches the table late was held up in the transport (or its sender stalled), and then
+  /// the silence of others may be the same delay. Zero when beats arrive on time, so a real
+  /// death (of one member or of many while the rest beat on time) is seen at the timeout.
+  std::chrono::milliseconds lag(membership::mono_time now) const;
+
  private:
   struct slot {
     std::string peer;
     bool alive = false;
+    bool beaten = false;  ///< a beat was recorded here (its gaps are evidence of lag)
     membership::mono_time last{};
   };
+  void note_delay(membership::mono_time now, membership::mono_time::duration delay);
+
+  membership::mono_time::duration period_;
+  membership::mono_time::duration window_;
+  membership::mono_time::duration max_lag_;
   mutable std::mutex mu_;
+  // The longest delay seen in the current window and in the one before it.
+  membership::mono_time window_start_{};
+  membership::mono_time::duration delay_now_{};
+  membership::mono_time::duration delay_before_{};
   std::uint64_t generation_ = 0;
   std::uint64_t answered_ = 0;
   std::unordered_map<membership::member_id, slot> slots_;

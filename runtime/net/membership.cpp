@@ -298,15 +298,25 @@ decision on_heartbeat(const roster& r, mono_time now, member_id id, std::uint64_
   return d;
 }
 
-decision check_timeouts(const roster& r, mono_time now, const options& opts) {
-  const auto timeout = std::chrono::milliseconds(opts.timeout_ms);
+std::chrono::milliseconds silence_allowed(const member& m, const options& opts) {
+  return std::chrono::milliseconds(opts.timeout_ms) * (m.state == member_state::joining ? 2 : 1);
+}
+
+decision check_timeouts(const roster& r, mono_time now, const options& opts,
+                        std::chrono::milliseconds lag) {
   std::vector<member_id> ids;
   std::vector<std::string> whys;
   std::string list;
   for (const auto& m : r.members) {
-    if (now - m.last_heartbeat < timeout) continue;
-    const std::string why = "silent for " + std::to_string(ms_between(m.last_heartbeat, now)) +
-                            " ms (timeout " + std::to_string(opts.timeout_ms) + " ms)";
+    const auto allowed = silence_allowed(m, opts);
+    if (now - m.last_heartbeat < allowed + lag) continue;
+    const std::string why =
+        "silent for " + std::to_string(ms_between(m.last_heartbeat, now)) + " ms (timeout " +
+        std::to_string(allowed.count()) + " ms" +
+        (m.state == member_state::joining ? ", twice timeout_ms before a first heartbeat" : "") +
+        (lag.count() > 0 ? ", + " + std::to_string(lag.count()) + " ms of the coordinator's lag"
+                         : "") +
+        ")";
     ids.push_back(m.id);
     whys.push_back(why);
     list += (list.empty() ? "" : ", ") + who(m.id, m.name) + " " + why;
@@ -328,7 +338,7 @@ decision check_timeouts(const roster& r, mono_time now, const options& opts) {
 std::optional<mono_time> next_timeout(const roster& r, const options& opts) {
   std::optional<mono_time> first;
   for (const auto& m : r.members) {
-    const mono_time at = m.last_heartbeat + std::chrono::milliseconds(opts.timeout_ms);
+    const mono_time at = m.last_heartbeat + silence_allowed(m, opts);
     if (!first || at < *first) first = at;
   }
   return first;

@@ -224,9 +224,17 @@ enum class refresh_result : std::uint8_t {
 /// leaves R untouched: call on_heartbeat for it.
 refresh_result refresh_member(roster& r, mono_time now, member_id id, std::uint64_t generation);
 
-/// Declares dead every live member silent for >= timeout_ms: one new generation for the
-/// whole batch, ranks recomputed, reason lists who and how long each was silent.
-decision check_timeouts(const roster& r, mono_time now, const options& opts);
+/// How long member M may be silent: timeout_ms, twice that while it is JOINING (its
+/// register_ok and its first beat both cross a transport that a burst of joiners keeps
+/// busy; a joiner whose process dies is seen by the launcher's exit notice at once).
+std::chrono::milliseconds silence_allowed(const member& m, const options& opts);
+
+/// Declares dead every live member silent for >= silence_allowed + LAG: one new generation
+/// for the whole batch, ranks recomputed, reason lists who and how long each was silent.
+/// LAG is the coordinator's own lag, as its transport shows it (heartbeat_table::lag):
+/// beats that reached it late say the silence of others may be its own, not theirs.
+decision check_timeouts(const roster& r, mono_time now, const options& opts,
+                        std::chrono::milliseconds lag = std::chrono::milliseconds(0));
 
 /// When check_timeouts would next remove someone if no heartbeat arrives; nullopt when the
 /// roster is empty. Lets the actor schedule one timer instead of polling.

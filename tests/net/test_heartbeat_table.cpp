@@ -84,3 +84,28 @@ TEST_CASE("beats recorded on one thread while another publishes and refreshes") 
   CHECK(t.answered() == 20000);
   CHECK(r.members[0].last_heartbeat == at(20000));
 }
+
+TEST_CASE("late beats are the coordinator's lag, for a window or two, and never more than the cap") {
+  two_members w;
+  // Period 100 ms, window 500 ms, lag at most 1 s.
+  heartbeat_table t(std::chrono::milliseconds(100), std::chrono::milliseconds(500),
+                    std::chrono::milliseconds(1000));
+  t.publish(w.r, w.peer_of);
+  REQUIRE(t.on_beat("p1", 1, 2, at(1000)));  // the first beat here: no gap to judge
+  CHECK(t.lag(at(1000)).count() == 0);
+  REQUIRE(t.on_beat("p1", 1, 2, at(1100)));  // on time
+  CHECK(t.lag(at(1100)).count() == 0);
+  REQUIRE(t.on_beat("p1", 1, 2, at(1550)));  // 450 ms after the last: 350 ms late
+  CHECK(t.lag(at(1550)).count() == 350);
+  REQUIRE(t.on_beat("p1", 1, 2, at(1650)));  // on time again: the window remembers
+  CHECK(t.lag(at(1900)).count() == 350);
+  CHECK(t.lag(at(2500)).count() == 350);  // still the window before
+  CHECK(t.lag(at(2550)).count() == 0);    // two windows on: forgotten
+  REQUIRE(t.on_beat("p1", 1, 2, at(5000)));  // 3.35 s late: capped
+  CHECK(t.lag(at(5000)).count() == 1000);
+  // A member that beats on time keeps the lag at zero whatever the others do (they died).
+  heartbeat_table quiet;
+  quiet.publish(w.r, w.peer_of);
+  for (int ms = 0; ms <= 3000; ms += 100) REQUIRE(quiet.on_beat("p1", 1, 2, at(ms)));
+  CHECK(quiet.lag(at(3000)).count() == 0);
+}

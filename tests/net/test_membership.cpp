@@ -233,13 +233,29 @@ TEST_CASE("timeout boundary is exact for any timeout, and a heartbeat moves it")
     o.heartbeat_ms = timeout > 1 ? timeout - 1 : 1;
     const auto reg = mb::on_register({}, at(1000), "w", 1, o);
     REQUIRE(reg.kind == K::accepted);
-    CHECK(mb::check_timeouts(reg.next, at(1000 + timeout - 1), o).kind == K::unchanged);
-    CHECK(mb::check_timeouts(reg.next, at(1000 + timeout), o).kind == K::removed);
-    CHECK(*mb::next_timeout(reg.next, o) == at(1000 + timeout));
+    // Before its first heartbeat a member may be silent for twice the timeout.
+    CHECK(mb::check_timeouts(reg.next, at(1000 + 2 * timeout - 1), o).kind == K::unchanged);
+    const auto gone = mb::check_timeouts(reg.next, at(1000 + 2 * timeout), o);
+    CHECK(gone.kind == K::removed);
+    CHECK(gone.reason.find("twice timeout_ms before a first heartbeat") != std::string::npos);
+    CHECK(*mb::next_timeout(reg.next, o) == at(1000 + 2 * timeout));
     const auto hb = mb::on_heartbeat(reg.next, at(1000 + timeout - 1), 1, 1, o);
     CHECK(mb::check_timeouts(hb.next, at(1000 + 2 * timeout - 2), o).kind == K::unchanged);
     CHECK(mb::check_timeouts(hb.next, at(1000 + 2 * timeout - 1), o).kind == K::removed);
   }
+}
+
+TEST_CASE("the coordinator's own lag extends the silence allowed, and says so") {
+  const auto o = grid(2, 1, 1, 100, 500);
+  mb::roster r = mb::on_register({}, at(0), "a", 1, o).next;
+  r = mb::on_heartbeat(r, at(0), 1, 1, o).next;
+  const auto lag = std::chrono::milliseconds(300);
+  CHECK(mb::check_timeouts(r, at(799), o, lag).kind == K::unchanged);
+  const auto d = mb::check_timeouts(r, at(800), o, lag);
+  CHECK(d.kind == K::removed);
+  CHECK(d.reason.find("silent for 800 ms (timeout 500 ms, + 300 ms of the coordinator's lag)") !=
+        std::string::npos);
+  CHECK(mb::check_timeouts(r, at(500), o).kind == K::removed);  // no lag: the timeout
 }
 
 TEST_CASE("batch of deaths: one generation, removed in rank order, reason names each") {
@@ -247,7 +263,8 @@ TEST_CASE("batch of deaths: one generation, removed in rank order, reason names 
   mb::roster r;
   for (int i = 0; i < 4; ++i) r = mb::on_register(r, at(0), "w" + std::to_string(i), i, o).next;
   REQUIRE(r.generation == 4);
-  r = mb::on_heartbeat(r, at(300), r.members[1].id, 4, o).next;  // only w1 beats
+  for (int i = 0; i < 4; ++i) r = mb::on_heartbeat(r, at(0), r.members[i].id, 4, o).next;
+  r = mb::on_heartbeat(r, at(300), r.members[1].id, 4, o).next;  // then only w1 beats
   const auto d = mb::check_timeouts(r, at(700), o);
   CHECK(d.kind == K::removed);
   CHECK(d.next.generation == 5);
@@ -329,13 +346,15 @@ TEST_CASE("readiness counts alive members against min_workers") {
   CHECK(!mb::check_ready(r, o).ready);
 }
 
-TEST_CASE("next_timeout is the earliest last heartbeat plus timeout") {
+TEST_CASE("next_timeout is the earliest last heartbeat plus the silence allowed") {
   const auto o = grid(3, 1, 1, 100, 500);
   CHECK(!mb::next_timeout({}, o).has_value());
   mb::roster r = mb::on_register({}, at(0), "a", 1, o).next;
   r = mb::on_register(r, at(100), "b", 2, o).next;
   r = mb::on_heartbeat(r, at(200), 1, 2, o).next;
-  CHECK(*mb::next_timeout(r, o) == at(600));  // b: joined at 100
+  CHECK(*mb::next_timeout(r, o) == at(700));  // a: beat at 200 (b, joining: 100 + 2 x 500)
+  r = mb::on_heartbeat(r, at(150), 2, 2, o).next;
+  CHECK(*mb::next_timeout(r, o) == at(650));  // b: alive, beat at 150
 }
 
 TEST_CASE("status view and its JSON") {
