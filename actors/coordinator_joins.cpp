@@ -210,8 +210,7 @@ void coord::close_joins(self_ptr self) {
   const auto& mo = st.opts.membership;
   if (!mb::join_window_closed(st.join_first, st.join_last, t, mo)) {
     // Look again when it would close if nobody else arrives.
-    const auto window = milliseconds(mo.join_window_ms);
-    const auto at = std::min(st.join_last + window, st.join_first + 10 * window);
+    const auto at = mb::join_window_closes(st.join_first, st.join_last, mo);
     st.join_timer = true;
     self->delayed_send(self,
                        std::max(milliseconds(1),

@@ -331,8 +331,9 @@ class agent_pool {
       if (a.next_beat <= now) {
         // As a worker with the default coordinator timeout asks: one answer in eight.
         ++a.seq;
-        send(a, net::heartbeat{a.member_id, a.generation, a.seq,
-                               a.seq % actors::max_beats_per_ack == 1});
+        const uint64_t every = opts_.ack_every > 0 ? static_cast<uint64_t>(opts_.ack_every)
+                                                   : actors::max_beats_per_ack;
+        send(a, net::heartbeat{a.member_id, a.generation, a.seq, every <= 1 || a.seq % every == 1});
         ++counts_.heartbeats;
         a.next_beat += period;
         if (a.next_beat <= now) a.next_beat = now + period;  // fell behind: no burst
@@ -432,6 +433,8 @@ nlohmann::json run_agents_bench(const agents_options& o) {
                    {"agents", o.agents},
                    {"heartbeat_ms", o.heartbeat_ms},
                    {"timeout_ms", o.timeout_ms},
+                   {"ack_every", o.ack_every > 0 ? static_cast<uint64_t>(o.ack_every)
+                                                 : actors::max_beats_per_ack},
                    {"join_window_ms", o.join_window_ms >= 0
                                           ? o.join_window_ms
                                           : config{}.fault_tolerance.join_window_ms},

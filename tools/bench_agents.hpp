@@ -15,6 +15,9 @@ struct agents_options {
   int heartbeat_ms = 100;
   int timeout_ms = 500;
   int join_window_ms = -1;  ///< fault_tolerance.join_window_ms; -1: the config's default
+  /// Agents ask for an answer on one beat in this many (heartbeat.want_ack); 0: as a worker
+  /// with the default coordinator timeout does (actors::max_beats_per_ack); 1: every beat.
+  int ack_every = 0;
   /// Seconds of steady state measured (coordinator CPU and RSS, false positives).
   double steady_s = 10;
   /// Share of the agents (in percent, at least one agent) that stop heartbeating at once.

@@ -266,6 +266,10 @@ void add_bench_control(CLI::App& bench, int* rc) {
                   "With --agents: the coordinator's fault_tolerance.join_window_ms (default: the "
                   "config's)")
       ->check(CLI::Range(0, 60000));
+  cmd->add_option("--ack-every", opt->agents.ack_every,
+                  "With --agents: agents ask for a heartbeat answer one beat in this many "
+                  "(default: as a worker with the default timeouts does; 1: every beat)")
+      ->check(CLI::Range(1, 1000));
   cmd->add_option("--steady-s", opt->agents.steady_s,
                   "With --agents: seconds of steady state measured")
       ->check(CLI::Range(0.1, 3600.0))

@@ -394,7 +394,7 @@ const std::vector<key_spec>& schema() {
        nullptr,
        "Registrations that arrive within this long of each other enter the roster together, "
        "as one generation: a job's workers starting at once form in a few generations, not "
-       "one per worker. The window closes after this long without a registration, or 10x "
+       "one per worker. The window closes after this long without a registration, or 30x "
        "this long after it opened. 0: one generation per registration."},
       {"fault_tolerance",
        "commit_window",

@@ -89,7 +89,7 @@ struct fault_tolerance_config {
   int heartbeat_ms = 100;
   int timeout_ms = 500;
   /// Registrations that arrive within this long of each other enter one generation (the
-  /// window closes after this long without one, or 10x this long after it opened); 0: a
+  /// window closes after this long without one, or 30x this long after it opened); 0: a
   /// generation per registration.
   int join_window_ms = 100;
   /// Steps a data-parallel job runs and commits among its workers (the vote travels with

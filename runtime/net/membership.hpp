@@ -198,9 +198,18 @@ struct batch_decision {
 batch_decision on_register_batch(const roster& r, mono_time now, const std::vector<candidate>& c,
                                  const options& opts);
 
-/// Whether a join window that opened at FIRST and last took a registration at LAST is
-/// closed at NOW: join_window_ms without a registration, or 10 x join_window_ms since it
-/// opened (a steady trickle still forms generations). Always true for join_window_ms 0.
+/// A join window stays open at most this many join_window_ms after it opened, however
+/// steadily registrations keep coming: a job's burst of thousands of workers (each one a
+/// CURVE handshake) enters as one generation when it arrives within it, and a steady trickle
+/// still forms generations.
+inline constexpr int join_window_max_windows = 30;
+
+/// When a join window that opened at FIRST and last took a registration at LAST closes
+/// if nobody else registers: join_window_ms after LAST, or join_window_max_windows x
+/// join_window_ms after FIRST, whichever comes first.
+mono_time join_window_closes(mono_time first, mono_time last, const options& opts);
+
+/// Whether that window is closed at NOW. Always true for join_window_ms 0.
 bool join_window_closed(mono_time first, mono_time last, mono_time now, const options& opts);
 
 /// A heartbeat from ID that believes GENERATION is current. A live member is refreshed (a

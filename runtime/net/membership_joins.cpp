@@ -1,5 +1,6 @@
 // Registrations as pure decisions: one candidate (on_register) or a join window's batch
 // (on_register_batch), and when a join window closes. See membership.hpp.
+#include <algorithm>
 #include <string_view>
 #include <unordered_map>
 
@@ -110,9 +111,13 @@ decision on_register(const roster& r, mono_time now, const std::string& name, st
   return d;
 }
 
-bool join_window_closed(mono_time first, mono_time last, mono_time now, const options& opts) {
+mono_time join_window_closes(mono_time first, mono_time last, const options& opts) {
   const auto window = std::chrono::milliseconds(opts.join_window_ms);
-  return opts.join_window_ms <= 0 || now - last >= window || now - first >= 10 * window;
+  return std::min(last + window, first + join_window_max_windows * window);
+}
+
+bool join_window_closed(mono_time first, mono_time last, mono_time now, const options& opts) {
+  return opts.join_window_ms <= 0 || now >= join_window_closes(first, last, opts);
 }
 
 }  // namespace cohort::net::membership

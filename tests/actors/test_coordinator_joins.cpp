@@ -71,17 +71,24 @@ TEST_CASE("coordinator: registrations within the join window share one generatio
   CHECK(f.rec->to<net::roster_update>("pe")[0].rank == 4);
 }
 
-TEST_CASE("coordinator: a steady trickle of joiners still forms a generation per ten windows") {
-  coordinator_fixture f(windowed());
-  for (int i = 0; i < 8; ++i) {
-    f.register_worker("p" + std::to_string(i), "w" + std::to_string(i));
-    f.advance(milliseconds(40));  // never quiet for a whole window
+TEST_CASE("coordinator: a steady trickle of joiners still forms a generation per 30 windows") {
+  coordinator_fixture f([](coordinator_options& o, coordinator_io&) {
+    o.membership.dp = 64;
+    o.membership.join_window_ms = 50;
+  });
+  // One joiner every 40 ms: never quiet for a whole window. 30 windows (1.5 s) after the
+  // first one, everyone who came so far enters together.
+  int asked = 0;
+  for (; asked < 37; ++asked) {  // the 37th arrives at 1.44 s
+    f.register_worker("p" + std::to_string(asked), "w" + std::to_string(asked));
+    f.advance(milliseconds(40));
   }
-  // 8 x 40 ms = 320 ms: not yet ten windows (500 ms), nobody answered.
   CHECK(f.rec->to<net::register_ok>().empty());
-  for (int i = 0; i < 5; ++i) f.advance(milliseconds(40));
+  f.register_worker("p" + std::to_string(asked), "w" + std::to_string(asked));
+  ++asked;
+  f.advance(milliseconds(40));  // 1.52 s: closed
   const auto oks = f.rec->to<net::register_ok>();
-  REQUIRE(oks.size() == 8);
+  REQUIRE(oks.size() == static_cast<size_t>(asked));
   for (const auto& ok : oks) CHECK(ok.generation == 1);
 }
 

@@ -96,7 +96,7 @@ TEST_CASE("on_register is a batch of one") {
         std::string::npos);
 }
 
-TEST_CASE("a join window closes after a quiet window, or ten windows after it opened") {
+TEST_CASE("a join window closes after a quiet window, or 30 windows after it opened") {
   const mb::options o = world(8, 50);
   struct row {
     int first, last, now;
@@ -107,14 +107,17 @@ TEST_CASE("a join window closes after a quiet window, or ten windows after it op
       {0, 0, 50, true},      // a quiet window
       {0, 40, 80, false},    // the latest registration renewed it
       {0, 40, 90, true},     //
-      {0, 495, 499, false},  // a steady trickle ...
-      {0, 495, 500, true},   // ... still closes at ten windows
+      {0, 1495, 1499, false},  // a steady trickle ...
+      {0, 1495, 1500, true},   // ... still closes at 30 windows
   };
   for (const row& x : rows) {
     CAPTURE(x.first);
     CAPTURE(x.last);
     CAPTURE(x.now);
     CHECK(mb::join_window_closed(at(x.first), at(x.last), at(x.now), o) == x.closed);
+    const auto closes = mb::join_window_closes(at(x.first), at(x.last), o);
+    CHECK(mb::join_window_closed(at(x.first), at(x.last), closes, o));
+    CHECK_FALSE(mb::join_window_closed(at(x.first), at(x.last), closes - std::chrono::milliseconds(1), o));
   }
   CHECK(mb::join_window_closed(at(0), at(0), at(0), world(8, 0)));  // no window: at once
 }
