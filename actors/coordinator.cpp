@@ -229,8 +229,10 @@ void on_heartbeat(self_ptr self, const std::string& peer, const net::heartbeat& 
   }
   // The common case touches the member's own entry: no copy of the roster per heartbeat.
   bool rejoin = false, grew = false;
-  const mb::refresh_result done = mb::refresh_member(st.roster, now(self), hb.member_id, hb.generation);
-  if (done == mb::refresh_result::became_alive && st.io.beats) st.io.beats->mark_alive(hb.member_id);
+  const mb::refresh_result done =
+      mb::refresh_member(st.roster, now(self), hb.member_id, hb.generation);
+  if (done == mb::refresh_result::became_alive && st.io.beats)
+    st.io.beats->mark_alive(hb.member_id);
   if (done == mb::refresh_result::other) {
     mb::decision d =
         mb::on_heartbeat(st.roster, now(self), hb.member_id, hb.generation, st.opts.membership);
@@ -331,9 +333,10 @@ void on_inbound(self_ptr self, const std::string& peer, const net::message& m) {
           }
           // A worker that died while its registration waited in the join window.
           auto& js = st.joiners;
-          js.erase(std::remove_if(js.begin(), js.end(),
-                                  [&](const auto& j) { return j.name == x.name && j.pid == x.pid; }),
-                   js.end());
+          js.erase(
+              std::remove_if(js.begin(), js.end(),
+                             [&](const auto& j) { return j.name == x.name && j.pid == x.pid; }),
+              js.end());
           const std::string detail = x.exit_code > 128
                                          ? "killed by signal " + std::to_string(x.exit_code - 128)
                                          : "exit code " + std::to_string(x.exit_code);

@@ -21,8 +21,8 @@
 #include "runtime/net/heartbeat_table.hpp"
 #include "runtime/net/kv_store.hpp"
 #include "runtime/net/membership.hpp"
-#include "runtime/net/roster_changes.hpp"
 #include "runtime/net/protocol.hpp"
+#include "runtime/net/roster_changes.hpp"
 #include "runtime/net/zmq_bridge.hpp"
 
 namespace cohort {
@@ -106,14 +106,14 @@ struct coordinator_state {
   std::unordered_map<mb::member_id, std::string> peer_of;    ///< every member ever, to its peer
   std::unordered_map<std::string, mb::member_id> member_at;  ///< peer -> its current member
   std::unordered_set<std::string> clients;                   ///< ctl / launch / bench peers
-  std::deque<std::string> client_order;  ///< the same, oldest registration first
-  std::vector<spare> spares;             ///< waiting for a seat, oldest first
-  std::vector<joiner> joiners;           ///< in the open join window, in arrival order
-  mb::mono_time join_first{};            ///< when the open join window opened
-  mb::mono_time join_last{};             ///< its latest registration
-  bool join_timer = false;               ///< a co_joins is on its way
-  mb::change_log changes;                ///< who left in each announced generation
-  std::vector<mb::member_id> announced;  ///< members of the last announced generation
+  std::deque<std::string> client_order;              ///< the same, oldest registration first
+  std::vector<spare> spares;                         ///< waiting for a seat, oldest first
+  std::vector<joiner> joiners;                       ///< in the open join window, in arrival order
+  mb::mono_time join_first{};                        ///< when the open join window opened
+  mb::mono_time join_last{};                         ///< its latest registration
+  bool join_timer = false;                           ///< a co_joins is on its way
+  mb::change_log changes;                            ///< who left in each announced generation
+  std::vector<mb::member_id> announced;              ///< members of the last announced generation
   std::unordered_map<mb::member_id, uint64_t> held;  ///< generation each member was last told
   std::string launcher;     ///< the client registered as "launch" (starts workers on scale)
   uint64_t drop_draws = 0;  ///< frames `drop control` has decided on (its counter)

@@ -197,8 +197,7 @@ void coord::on_register(self_ptr self, const std::string& peer, const net::regis
     close_joins(self);
   } else if (!st.join_timer) {
     st.join_timer = true;
-    self->delayed_send(self, milliseconds(st.opts.membership.join_window_ms),
-                       co_joins_atom::value);
+    self->delayed_send(self, milliseconds(st.opts.membership.join_window_ms), co_joins_atom::value);
   }
 }
 
@@ -213,8 +212,7 @@ void coord::close_joins(self_ptr self) {
     const auto at = mb::join_window_closes(st.join_first, st.join_last, mo);
     st.join_timer = true;
     self->delayed_send(self,
-                       std::max(milliseconds(1),
-                                std::chrono::duration_cast<milliseconds>(at - t)),
+                       std::max(milliseconds(1), std::chrono::duration_cast<milliseconds>(at - t)),
                        co_joins_atom::value);
     return;
   }

@@ -97,10 +97,10 @@ struct worker_state {
   /// (0: none yet; `generation` may be newer, from a heartbeat_ack) and its world size.
   uint64_t roster_generation = 0;
   uint32_t world_size = 0;
-  int registrations = 0;                 ///< successful registrations (1 + rejoins)
-  bool spare = false;                    ///< waiting for a seat (world full)
-  bool draining = false;                 ///< asked to leave at the next step boundary
-  caf::actor group;                      ///< the allreduce_group, once a job arrived
+  int registrations = 0;  ///< successful registrations (1 + rejoins)
+  bool spare = false;     ///< waiting for a seat (world full)
+  bool draining = false;  ///< asked to leave at the next step boundary
+  caf::actor group;       ///< the allreduce_group, once a job arrived
   std::shared_ptr<dp_group_shared> group_shared = std::make_shared<dp_group_shared>();
 };
 

@@ -6,8 +6,8 @@
 #include "tools/bench_agents.hpp"
 
 #include <fcntl.h>
-#include <sys/epoll.h>
 #include <signal.h>
+#include <sys/epoll.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -78,8 +78,8 @@ class coordinator_child {
   coordinator_child(const agents_options& o, const std::string& dir)
       : log_(dir + "/coordinator.log"), keep_(o.coordinator_log) {
     std::vector<std::string> args{
-        "coordinator", "--control-only", "--set",
-        "cluster.workers=" + std::to_string(o.agents), "--set",
+        "coordinator", "--control-only", "--set", "cluster.workers=" + std::to_string(o.agents),
+        "--set",
         // A control-only job still passes the config's checks: one sample per replica.
         "train.global_batch=" + std::to_string(o.agents), "--set", "train.micro_batch=1", "--set",
         "fault_tolerance.heartbeat_ms=" + std::to_string(o.heartbeat_ms), "--set",
@@ -115,8 +115,9 @@ class coordinator_child {
       std::error_code ec;
       std::filesystem::copy_file(log_, keep_, std::filesystem::copy_options::overwrite_existing,
                                  ec);
-      if (ec) std::fprintf(stderr, "bench control: cannot copy the coordinator's log to %s: %s\n",
-                           keep_.c_str(), ec.message().c_str());
+      if (ec)
+        std::fprintf(stderr, "bench control: cannot copy the coordinator's log to %s: %s\n",
+                     keep_.c_str(), ec.message().c_str());
     }
   }
   coordinator_child(const coordinator_child&) = delete;
@@ -429,16 +430,16 @@ nlohmann::json run_agents_bench(const agents_options& o) {
   coordinator_child coord(o, scratch.path());
   agent_pool pool(o, coord.endpoint(), worker_keys.get());
   status_poller status(coord.endpoint(), admin_keys.get(), milliseconds(100));
-  nlohmann::json r{{"bench", "control agents"},
-                   {"agents", o.agents},
-                   {"heartbeat_ms", o.heartbeat_ms},
-                   {"timeout_ms", o.timeout_ms},
-                   {"ack_every", o.ack_every > 0 ? static_cast<uint64_t>(o.ack_every)
-                                                 : actors::max_beats_per_ack},
-                   {"join_window_ms", o.join_window_ms >= 0
-                                          ? o.join_window_ms
-                                          : config{}.fault_tolerance.join_window_ms},
-                   {"security", o.secure ? "curve" : "none"}};
+  nlohmann::json r{
+      {"bench", "control agents"},
+      {"agents", o.agents},
+      {"heartbeat_ms", o.heartbeat_ms},
+      {"timeout_ms", o.timeout_ms},
+      {"ack_every",
+       o.ack_every > 0 ? static_cast<uint64_t>(o.ack_every) : actors::max_beats_per_ack},
+      {"join_window_ms",
+       o.join_window_ms >= 0 ? o.join_window_ms : config{}.fault_tolerance.join_window_ms},
+      {"security", o.secure ? "curve" : "none"}};
 
   // 1. Forming: every agent registers at once; formed when the coordinator lists them all
   // alive.

@@ -6,17 +6,15 @@
 
 namespace cohort::net {
 
-heartbeat_table::heartbeat_table(std::chrono::milliseconds period,
-                                 std::chrono::milliseconds window,
+heartbeat_table::heartbeat_table(std::chrono::milliseconds period, std::chrono::milliseconds window,
                                  std::chrono::milliseconds max_lag)
     : period_(period), window_(window), max_lag_(max_lag) {}
 
-void heartbeat_table::note_delay(membership::mono_time now,
-                                 membership::mono_time::duration delay) {
+void heartbeat_table::note_delay(membership::mono_time now, membership::mono_time::duration delay) {
   if (now - window_start_ >= window_) {
     // A new window: the previous one is kept, anything older forgotten.
-    delay_before_ = now - window_start_ >= 2 * window_ ? membership::mono_time::duration{}
-                                                       : delay_now_;
+    delay_before_ =
+        now - window_start_ >= 2 * window_ ? membership::mono_time::duration{} : delay_now_;
     delay_now_ = {};
     window_start_ = now;
   }

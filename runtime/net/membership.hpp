@@ -180,7 +180,8 @@ struct candidate {
 struct admission {
   member_id id = 0;   ///< the new member's id; 0 when refused
   bool full = false;  ///< refused because the roster is full (the candidate may wait as a spare)
-  std::string reason;  ///< refused: why; admitted: "'name' (member id) joined as rank r at (d, p, t)"
+  std::string
+      reason;  ///< refused: why; admitted: "'name' (member id) joined as rank r at (d, p, t)"
 };
 
 /// Result of on_register_batch.

@@ -91,9 +91,10 @@ batch_decision on_register_batch(const roster& r, mono_time now, const std::vect
   if (admitted.size() == 1) {
     b.reason = b.each[admitted[0]].reason + "; " + gens;
   } else {
-    b.reason = std::to_string(admitted.size()) + " joined together (" + names +
-               (admitted.size() > 3 ? " and " + std::to_string(admitted.size() - 3) + " more" : "") +
-               "); " + gens;
+    b.reason =
+        std::to_string(admitted.size()) + " joined together (" + names +
+        (admitted.size() > 3 ? " and " + std::to_string(admitted.size() - 3) + " more" : "") +
+        "); " + gens;
   }
   return b;
 }

@@ -149,9 +149,9 @@ class zmq_bridge {
   std::array<std::atomic<uint64_t>, static_cast<size_t>(drop_reason::count_)> counters_{};
   std::atomic<uint64_t> delivered_{0};
   std::atomic<bool> thread_done_{false};
-  zmq::socket_t* net_ = nullptr;            // the bridge thread's socket (reply)
-  std::atomic<bool> waiting_{false};        // the thread is blocked in poll
-  std::atomic<int64_t> caught_up_ns_{0};    // steady_clock ns when the socket was last empty
+  zmq::socket_t* net_ = nullptr;          // the bridge thread's socket (reply)
+  std::atomic<bool> waiting_{false};      // the thread is blocked in poll
+  std::atomic<int64_t> caught_up_ns_{0};  // steady_clock ns when the socket was last empty
 };
 
 /// A blocking DEALER for short-lived tools (ctl, launch, tests): one thread, one socket.

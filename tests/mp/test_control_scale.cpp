@@ -17,12 +17,12 @@ TEST_CASE("bench control forms 512 simulated workers without a forced rejoin") {
   // that any eviction of a beating agent is the control plane's fault, not the test's.
   const int agents = 512, heartbeat = 200, timeout = 2000 * time_scale();
   int rc = -1;
-  const std::string out = run_capture(
-      "bench control --agents " + std::to_string(agents) + " --heartbeat-ms " +
-          std::to_string(heartbeat) + " --timeout-ms " + std::to_string(timeout) +
-          " --steady-s 2 --stop-percent 1 --form-limit-s " + std::to_string(60 * time_scale()) +
-          " --json",
-      &rc);
+  const std::string out =
+      run_capture("bench control --agents " + std::to_string(agents) + " --heartbeat-ms " +
+                      std::to_string(heartbeat) + " --timeout-ms " + std::to_string(timeout) +
+                      " --steady-s 2 --stop-percent 1 --form-limit-s " +
+                      std::to_string(60 * time_scale()) + " --json",
+                  &rc);
   REQUIRE_MESSAGE(rc == 0, out);
   const auto j = nlohmann::json::parse(out, nullptr, false);
   REQUIRE_MESSAGE(j.is_object(), out);

@@ -85,7 +85,8 @@ TEST_CASE("beats recorded on one thread while another publishes and refreshes") 
   CHECK(r.members[0].last_heartbeat == at(20000));
 }
 
-TEST_CASE("late beats are the coordinator's lag, for a window or two, and never more than the cap") {
+TEST_CASE(
+    "late beats are the coordinator's lag, for a window or two, and never more than the cap") {
   two_members w;
   // Period 100 ms, window 500 ms, lag at most 1 s.
   heartbeat_table t(std::chrono::milliseconds(100), std::chrono::milliseconds(500),
@@ -99,8 +100,8 @@ TEST_CASE("late beats are the coordinator's lag, for a window or two, and never 
   CHECK(t.lag(at(1550)).count() == 350);
   REQUIRE(t.on_beat("p1", 1, 2, at(1650)));  // on time again: the window remembers
   CHECK(t.lag(at(1900)).count() == 350);
-  CHECK(t.lag(at(2500)).count() == 350);  // still the window before
-  CHECK(t.lag(at(2550)).count() == 0);    // two windows on: forgotten
+  CHECK(t.lag(at(2500)).count() == 350);     // still the window before
+  CHECK(t.lag(at(2550)).count() == 0);       // two windows on: forgotten
   REQUIRE(t.on_beat("p1", 1, 2, at(5000)));  // 3.35 s late: capped
   CHECK(t.lag(at(5000)).count() == 1000);
   // A member that beats on time keeps the lag at zero whatever the others do (they died).

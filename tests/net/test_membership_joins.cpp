@@ -59,8 +59,8 @@ TEST_CASE("a batch refuses each candidate as a lone registration would be refuse
   mb::roster r = mb::on_register(mb::roster{}, at(0), "w0", 1, o).next;
   // A held name, a bad name, a name taken earlier in the same batch, then the world is full
   // (w0, w1, w2): the last two are refused as full, and may wait as spares.
-  const mb::batch_decision b = mb::on_register_batch(
-      r, at(5), named({"w0", "bad name", "w1", "w1", "w2", "w3", "w4"}), o);
+  const mb::batch_decision b =
+      mb::on_register_batch(r, at(5), named({"w0", "bad name", "w1", "w1", "w2", "w3", "w4"}), o);
   REQUIRE(b.each.size() == 7);
   CHECK(b.each[0].id == 0);
   CHECK(b.each[0].reason.find("held by live member") != std::string::npos);
@@ -103,10 +103,10 @@ TEST_CASE("a join window closes after a quiet window, or 30 windows after it ope
     bool closed;
   };
   const row rows[] = {
-      {0, 0, 49, false},     // still within the window of the only registration
-      {0, 0, 50, true},      // a quiet window
-      {0, 40, 80, false},    // the latest registration renewed it
-      {0, 40, 90, true},     //
+      {0, 0, 49, false},       // still within the window of the only registration
+      {0, 0, 50, true},        // a quiet window
+      {0, 40, 80, false},      // the latest registration renewed it
+      {0, 40, 90, true},       //
       {0, 1495, 1499, false},  // a steady trickle ...
       {0, 1495, 1500, true},   // ... still closes at 30 windows
   };
@@ -117,7 +117,8 @@ TEST_CASE("a join window closes after a quiet window, or 30 windows after it ope
     CHECK(mb::join_window_closed(at(x.first), at(x.last), at(x.now), o) == x.closed);
     const auto closes = mb::join_window_closes(at(x.first), at(x.last), o);
     CHECK(mb::join_window_closed(at(x.first), at(x.last), closes, o));
-    CHECK_FALSE(mb::join_window_closed(at(x.first), at(x.last), closes - std::chrono::milliseconds(1), o));
+    CHECK_FALSE(
+        mb::join_window_closed(at(x.first), at(x.last), closes - std::chrono::milliseconds(1), o));
   }
   CHECK(mb::join_window_closed(at(0), at(0), at(0), world(8, 0)));  // no window: at once
 }
