@@ -229,8 +229,8 @@ void coord::close_joins(self_ptr self) {
     if (a.id != 0) {
       admit_member(self, joiners[i].peer, a.id);
     } else if (a.full) {
-      // Members that left during the window gave their seats to earlier joiners; this one
-      // waits like any joiner of a full world.
+      // The roster filled while the window was open (a waiting spare took a seat that a
+      // departure freed): this one waits like any joiner of a full world.
       keep_spare(self, joiners[i].peer, joiners[i].name, joiners[i].pid, a.reason);
     } else {
       spdlog::warn("coordinator: registration of '{}' refused: {}", joiners[i].name, a.reason);

@@ -16,6 +16,7 @@ bounds above(double v) { return {v, true, HUGE_VAL, false}; }
 bounds fraction() { return {0.0, false, 1.0, true}; }  // [0, 1): betas and momentum
 bounds above_up_to(double lo, double hi) { return {lo, true, hi, false}; }  // (lo, hi]
 bounds unbounded() { return {}; }
+bounds from_to(double lo, double hi) { return {lo, false, hi, false}; }  // [lo, hi]
 
 }  // namespace
 
@@ -389,13 +390,15 @@ const std::vector<key_spec>& schema() {
       {"fault_tolerance",
        "join_window_ms",
        COHORT_FIELD(fault_tolerance.join_window_ms),
-       at_least(0),
+       from_to(0, 300),
        {},
        nullptr,
        "Registrations that arrive within this long of each other enter the roster together, "
        "as one generation: a job's workers starting at once form in a few generations, not "
        "one per worker. The window closes after this long without a registration, or 30x "
-       "this long after it opened. 0: one generation per registration."},
+       "this long after it opened; a joiner waits for its answer meanwhile, so at most 300 "
+       "(30 windows stay within a worker's --coordinator-timeout-ms, 10 s). 0: one generation "
+       "per registration."},
       {"fault_tolerance",
        "commit_window",
        COHORT_FIELD(fault_tolerance.commit_window),
