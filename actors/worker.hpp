@@ -66,11 +66,11 @@ struct worker_shared {
   std::vector<std::pair<std::string, net::message>> held_in;  ///< from it
 };
 
-/// Who the worker is and how long it waits for a silent coordinator.
 /// A worker asks the coordinator to answer one heartbeat in this many at most (fewer when
 /// coordinator_timeout_ms is short against the period: at least four answers per timeout).
 inline constexpr uint64_t max_beats_per_ack = 8;
 
+/// Who the worker is and how long it waits for a silent coordinator.
 struct worker_options {
   std::string name;  ///< empty: the coordinator picks one (kept across rejoins)
   int64_t pid = 0;   ///< reported so a launcher's exit notice can name this worker
