@@ -3,6 +3,7 @@
 #include "runtime/net/heartbeat_table.hpp"
 
 #include <algorithm>
+#include <functional>
 
 namespace cohort::net {
 
@@ -10,22 +11,48 @@ heartbeat_table::heartbeat_table(std::chrono::milliseconds period, std::chrono::
                                  std::chrono::milliseconds max_lag)
     : period_(period), window_(window), max_lag_(max_lag) {}
 
-void heartbeat_table::note_delay(membership::mono_time now, membership::mono_time::duration delay) {
+namespace {
+
+using duration = membership::mono_time::duration;
+
+// The delay at least Q of the late beats in HEAP reached (its smallest, once it holds Q).
+duration agreed(const std::vector<duration>& heap, std::size_t q) {
+  return heap.size() >= q ? heap.front() : duration{};
+}
+
+}  // namespace
+
+std::size_t heartbeat_table::quorum_locked() const {
+  return std::max<std::size_t>(2, slots_.size() / 512);
+}
+
+std::size_t heartbeat_table::late_quorum() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return quorum_locked();
+}
+
+void heartbeat_table::note_delay(membership::mono_time now, duration delay) {
+  const std::size_t q = quorum_locked();
   if (now - window_start_ >= window_) {
-    // A new window: the previous one is kept, anything older forgotten.
-    delay_before_ =
-        now - window_start_ >= 2 * window_ ? membership::mono_time::duration{} : delay_now_;
-    delay_now_ = {};
+    // A new window: the previous one's agreed lag is kept, anything older forgotten.
+    lag_before_ = now - window_start_ >= 2 * window_ ? duration{} : agreed(late_now_, q);
+    late_now_.clear();
     window_start_ = now;
   }
-  delay_now_ = std::max(delay_now_, delay);
+  const std::greater<duration> min_heap;
+  late_now_.push_back(delay);
+  std::push_heap(late_now_.begin(), late_now_.end(), min_heap);
+  while (late_now_.size() > q) {
+    std::pop_heap(late_now_.begin(), late_now_.end(), min_heap);
+    late_now_.pop_back();
+  }
 }
 
 std::chrono::milliseconds heartbeat_table::lag(membership::mono_time now) const {
   std::lock_guard<std::mutex> lock(mu_);
-  membership::mono_time::duration d{};
-  if (now - window_start_ < 2 * window_) d = std::max(d, delay_now_);
-  if (now - window_start_ < window_) d = std::max(d, delay_before_);
+  duration d{};
+  if (now - window_start_ < 2 * window_) d = std::max(d, agreed(late_now_, quorum_locked()));
+  if (now - window_start_ < window_) d = std::max(d, lag_before_);
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::min(d, max_lag_));
 }
 

@@ -56,13 +56,17 @@ class heartbeat_table {
   /// Heartbeats recorded and answered here so far.
   std::uint64_t answered() const;
 
-  /// The coordinator's own lag at NOW, as the beats show it: the longest a live member's
-  /// beat came later than its period after the one before (gap - period), over the last
-  /// one or two windows, at most max_lag. Members beat on their own clocks; a beat that
-  /// reaches the table late was held up in the transport (or its sender stalled), and then
-  /// the silence of others may be the same delay. Zero when beats arrive on time, so a real
-  /// death (of one member or of many while the rest beat on time) is seen at the timeout.
+  /// The coordinator's own lag at NOW, as the beats show it: how late (gap - period) at
+  /// least late_quorum() beats of live members came, over the last one or two windows, at
+  /// most max_lag. Members beat on their own clocks; many beats reaching the table late were
+  /// held up on the coordinator's side, and then the silence of others may be the same
+  /// delay. One late member is its own stall, not the coordinator's: it moves nothing. Zero
+  /// when beats arrive on time, so a real death (of one member or of many while the rest
+  /// beat on time) is seen at the timeout.
   std::chrono::milliseconds lag(membership::mono_time now) const;
+
+  /// How many late beats make a lag: 2, or one member in 512 when there are more.
+  std::size_t late_quorum() const;
 
  private:
   struct slot {
@@ -77,10 +81,13 @@ class heartbeat_table {
   membership::mono_time::duration window_;
   membership::mono_time::duration max_lag_;
   mutable std::mutex mu_;
-  // The longest delay seen in the current window and in the one before it.
+  std::size_t quorum_locked() const;
+
+  // The largest delays of the current window (a min-heap of at most the quorum), and the
+  // lag the window before it agreed on.
   membership::mono_time window_start_{};
-  membership::mono_time::duration delay_now_{};
-  membership::mono_time::duration delay_before_{};
+  std::vector<membership::mono_time::duration> late_now_;
+  membership::mono_time::duration lag_before_{};
   std::uint64_t generation_ = 0;
   std::uint64_t answered_ = 0;
   std::unordered_map<membership::member_id, slot> slots_;
