@@ -77,12 +77,14 @@ void do_stop(self_ptr self, const std::string& reason);
 
 // Tells each live member what changed since the generation it was last told: who left,
 // its rank, the world size (a full copy for a new member, or one older than the log).
-// Members told the same base share one list of departures.
-void announce(self_ptr self) {
+// Members told the same base share one list of departures. Returns who left since the
+// last announcement.
+std::vector<mb::member_id> announce(self_ptr self) {
   auto& st = self->state;
   const uint64_t g = st.roster.generation;
   std::vector<mb::member_id> ids = mb::ids_of(st.roster);
-  if (g > st.changes.newest()) st.changes.record(g, mb::left_between(st.announced, ids));
+  std::vector<mb::member_id> left = mb::left_between(st.announced, ids);
+  if (g > st.changes.newest()) st.changes.record(g, left);
   st.announced = std::move(ids);
   std::unordered_map<uint64_t, std::optional<std::vector<mb::member_id>>> since;
   net::roster_update ru;
@@ -104,6 +106,7 @@ void announce(self_ptr self) {
   }
   // Only live members are told anything: the departed drop out of the map.
   st.held = std::move(held);
+  return left;
 }
 
 // Forgets the connections of members that are neither live nor among the tombstones (which
@@ -171,7 +174,7 @@ void coord::run_job(self_ptr self, job_actions a) {
 void coord::on_new_generation(self_ptr self) {
   auto& st = self->state;
   seat_spares(self);
-  announce(self);
+  const std::vector<mb::member_id> left = announce(self);
   if (st.io.beats) st.io.beats->publish(st.roster, st.peer_of);
   spdlog::info("coordinator: generation {} with {} member(s)", st.roster.generation,
                st.roster.members.size());
@@ -191,11 +194,13 @@ void coord::on_new_generation(self_ptr self) {
     answer_waiter(self, r);
   }
   // Nobody may fill or pre-set the store of a generation that is not announced yet, and a
-  // peer that left the roster has nobody waiting on its pending waits.
+  // member that left has nobody waiting on its pending waits (only live members reach the
+  // store, so the departures since the last announcement are all there is to cancel).
   st.store.set_ceiling(st.roster.generation);
-  for (const auto& [member, peer] : st.peer_of) {
-    if (st.roster.find(member) != nullptr) continue;
-    for (const auto id : st.store.cancel_owner(store_owner(peer))) st.kv_waiters.erase(id);
+  for (const mb::member_id id : left) {
+    const auto peer = st.peer_of.find(id);
+    if (peer == st.peer_of.end()) continue;
+    for (const auto w : st.store.cancel_owner(store_owner(peer->second))) st.kv_waiters.erase(w);
   }
   prune_peers(self);
   if (run) run_job(self, std::move(actions));

@@ -55,7 +55,6 @@ void admit_member(self_ptr self, const std::string& peer, mb::member_id id) {
   st.io.admit(peer);
   st.peer_of[id] = peer;
   st.member_at[peer] = id;
-  st.held.erase(id);
   send(self, peer, ok_for(self, st.roster.find(id)));
   if (st.opts.job) send(self, peer, st.opts.job->spec());
 }
@@ -139,29 +138,25 @@ void coord::on_register(self_ptr self, const std::string& peer, const net::regis
     return;
   }
   const auto t = now(self);
-  bool grew = false;
   // The same socket registering again means its process restarted its worker state:
   // the old incarnation leaves first so the name is free and the roster stays honest.
+  // Announced now: the registration itself waits for its join window.
   if (auto it = st.member_at.find(peer); it != st.member_at.end() && st.roster.find(it->second)) {
-    grew |= adopt(self, mb::on_leave(st.roster, t, it->second, st.opts.membership));
+    if (adopt(self, mb::on_leave(st.roster, t, it->second, st.opts.membership)))
+      on_new_generation(self);
   }
-  const auto announce_leave = [&] {
-    if (grew) on_new_generation(self);
-  };
   // Asked again while waiting in the window: the newest name and pid count.
   auto waiting = std::find_if(st.joiners.begin(), st.joiners.end(),
                               [&](const auto& j) { return j.peer == peer; });
   if (waiting != st.joiners.end()) {
     waiting->name = r.name;
     waiting->pid = r.pid;
-    announce_leave();
     return;
   }
   if (!r.name.empty()) {
     if (const std::string problem = mb::name_problem(r.name); !problem.empty()) {
       spdlog::warn("coordinator: registration refused: {}", problem);
       send(self, peer, net::register_reject{problem, 0});
-      announce_leave();
       return;
     }
   }
@@ -177,7 +172,6 @@ void coord::on_register(self_ptr self, const std::string& peer, const net::regis
       const mb::decision d = mb::on_register(st.roster, t, r.name, r.pid, st.opts.membership);
       spdlog::warn("coordinator: registration of '{}' refused: {}", r.name, d.reason);
       send(self, peer, net::register_reject{d.reason, 0});
-      announce_leave();
       return;
     }
     keep_spare(self, peer, r.name, r.pid,
@@ -185,11 +179,9 @@ void coord::on_register(self_ptr self, const std::string& peer, const net::regis
                       : "roster full: " + std::to_string(taken) + " of " +
                             std::to_string(st.opts.membership.max()) +
                             " workers registered or joining; '" + r.name + "' was not admitted");
-    announce_leave();
     return;
   }
   if (queued != st.spares.end()) st.spares.erase(queued);
-  announce_leave();
   if (st.joiners.empty()) st.join_first = t;
   st.join_last = t;
   st.joiners.push_back(coordinator_state::joiner{peer, r.name, r.pid});

@@ -118,16 +118,14 @@ void zmq_bridge::send_frame(const std::string& peer, std::string frame) {
     count(drop_reason::send_failed);
 }
 
-bool zmq_bridge::reply(const std::string& peer, const message& m) {
-  COHORT_CHECK(std::this_thread::get_id() == thread_.get_id() && net_ != nullptr);
-  const std::string frame = encode(m);
+bool zmq_bridge::send_out(zmq::socket_t& net, zmq::message_t& peer, zmq::message_t& frame) {
   try {
     zmq::send_result_t ok;
     if (opts_.kind == bridge_options::socket_kind::router) {
-      ok = net_->send(zmq::buffer(peer), zmq::send_flags::sndmore | zmq::send_flags::dontwait);
-      if (ok) ok = net_->send(zmq::buffer(frame), zmq::send_flags::dontwait);
+      ok = net.send(peer, zmq::send_flags::sndmore | zmq::send_flags::dontwait);
+      if (ok) ok = net.send(frame, zmq::send_flags::dontwait);
     } else {
-      ok = net_->send(zmq::buffer(frame), zmq::send_flags::dontwait);
+      ok = net.send(frame, zmq::send_flags::dontwait);
     }
     if (ok) return true;
   } catch (const zmq::error_t&) {
@@ -135,6 +133,16 @@ bool zmq_bridge::reply(const std::string& peer, const message& m) {
   }
   count(drop_reason::send_failed);
   return false;
+}
+
+bool zmq_bridge::send_out(zmq::socket_t& net, const std::string& peer, const std::string& frame) {
+  zmq::message_t p(peer.data(), peer.size()), f(frame.data(), frame.size());
+  return send_out(net, p, f);
+}
+
+bool zmq_bridge::reply(const std::string& peer, const message& m) {
+  COHORT_CHECK(std::this_thread::get_id() == thread_.get_id() && net_ != nullptr);
+  return send_out(*net_, peer, encode(m));
 }
 
 std::chrono::steady_clock::time_point zmq_bridge::caught_up() const {
@@ -273,19 +281,7 @@ void zmq_bridge::run(std::promise<std::string>* ready) {
           running = false;
           break;
         }
-        try {
-          zmq::send_result_t ok;
-          if (router) {
-            ok = net.send(parts[0], zmq::send_flags::sndmore | zmq::send_flags::dontwait);
-            if (ok) ok = net.send(parts[1], zmq::send_flags::dontwait);
-          } else {
-            ok = net.send(parts[1], zmq::send_flags::dontwait);
-          }
-          if (!ok) count(drop_reason::send_failed);
-        } catch (const zmq::error_t&) {
-          // EHOSTUNREACH from ROUTER_MANDATORY: that peer is gone.
-          count(drop_reason::send_failed);
-        }
+        send_out(net, parts[0], parts[1]);
       }
     }
   }
@@ -308,13 +304,7 @@ void zmq_bridge::on_version_mismatch(const std::string& peer, int version, zmq::
   const std::string reason = "protocol version mismatch: this side speaks cohort protocol v" +
                              std::to_string(protocol_version) + ", the peer v" +
                              std::to_string(version) + "; run the same cohort build everywhere";
-  const std::string frame = encode(register_reject{reason, 0});
-  try {
-    if (net.send(zmq::buffer(peer), zmq::send_flags::sndmore | zmq::send_flags::dontwait))
-      net.send(zmq::buffer(frame), zmq::send_flags::dontwait);
-  } catch (const zmq::error_t&) {
-    count(drop_reason::send_failed);  // the peer left meanwhile
-  }
+  send_out(net, peer, encode(register_reject{reason, 0}));
   if (opts_.on_version_mismatch) opts_.on_version_mismatch(version);
 }
 
@@ -369,13 +359,7 @@ void zmq_bridge::on_inbound(std::vector<zmq::message_t>& parts, zmq::socket_t& n
     if (const auto* r = std::get_if<register_request>(&d.msg)) {
       if (std::string why = registration_problem(*role, *r); !why.empty()) {
         count(drop_reason::wrong_role);
-        const std::string reject = encode(register_reject{"refused: " + why, 0});
-        try {
-          if (net.send(zmq::buffer(peer), zmq::send_flags::sndmore | zmq::send_flags::dontwait))
-            net.send(zmq::buffer(reject), zmq::send_flags::dontwait);
-        } catch (const zmq::error_t&) {
-          count(drop_reason::send_failed);
-        }
+        send_out(net, peer, encode(register_reject{"refused: " + why, 0}));
         return;
       }
     }

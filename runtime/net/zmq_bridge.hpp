@@ -129,6 +129,10 @@ class zmq_bridge {
   void run(std::promise<std::string>* ready);
   void on_inbound(std::vector<zmq::message_t>& parts, zmq::socket_t& net);
   void on_version_mismatch(const std::string& peer, int version, zmq::socket_t& net);
+  // Sends [peer, frame] on NET (a DEALER sends the frame alone) without blocking; a frame
+  // that cannot be queued (the peer gone, a full queue) is counted as send_failed.
+  bool send_out(zmq::socket_t& net, zmq::message_t& peer, zmq::message_t& frame);
+  bool send_out(zmq::socket_t& net, const std::string& peer, const std::string& frame);
   void count(drop_reason r) { counters_[static_cast<size_t>(r)].fetch_add(1); }
 
   bridge_options opts_;
