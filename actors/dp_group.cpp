@@ -211,9 +211,10 @@ struct group {
              std::to_string(o.step));
     seat->begin_step();
     comm::bucket_engine& engine = *links.engine;
+    if (engine.type() == comm::grad_type::f32) engine.set_wire(seat->wire(o.replicas, rank));
     const comm::comm_traffic before = links.traffic();
     void* buf = seat->reduction_buffer();
-    if (seat->bitwise())
+    if (seat->reduction_type() == comm::grad_type::i64)
       engine.begin(static_cast<int64_t*>(buf));
     else
       engine.begin(static_cast<float*>(buf));

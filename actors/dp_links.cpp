@@ -210,7 +210,7 @@ void build_links(dp_links& l, const link_context& ctx, const net::step_open& o, 
   }
   if (staged) build_stage_links(l, ctx, o, rank, seat, timeout, cancel);
   l.engine = std::make_unique<comm::bucket_engine>(
-      all, seat.elements(), seat.bitwise() ? comm::grad_type::i64 : comm::grad_type::f32,
+      all, seat.elements(), seat.reduction_type(),
       static_cast<double>(cfg.comm.bucket_mb), 1.0f);
 }
 

@@ -284,6 +284,21 @@ nlohmann::json run_report::summary(double wall_s) const {
   }
   j["params_sha256"] = hash;
   j["params_consistent"] = consistent;
+  // Bytes each worker handed its transport per step it computed (measured by the
+  // communicators; 0 where a backend cannot count), with the wire format that made them.
+  {
+    double per_step = 0;
+    int counted = 0;
+    for (const auto& [id, rep] : reports_)
+      if (rep.r.steps_computed > 0) {
+        per_step += static_cast<double>(rep.r.timing.bytes_sent) /
+                    static_cast<double>(rep.r.steps_computed);
+        ++counted;
+      }
+    j["communication"] = {{"compression", cfg_.comm.compression},
+                          {"error_feedback", cfg_.comm.error_feedback},
+                          {"bytes_sent_per_step", counted > 0 ? per_step / counted : 0.0}};
+  }
   const double units =
       static_cast<double>(steps_done_ - start_step_) * cfg_.train.global_batch * units_per_sample_;
   const double train_s = last_commit_s_ - first_open_s_;

@@ -26,7 +26,7 @@ class forwarding_seat : public train::seat {
 
   std::pair<int, int> position() const override { return inner_->position(); }
   int micro_batches() const override { return inner_->micro_batches(); }
-  bool bitwise() const override { return inner_->bitwise(); }
+  comm::grad_type reduction_type() const override { return inner_->reduction_type(); }
   std::size_t elements() override { return inner_->elements(); }
   void set_links(train::stage_links l) override { inner_->set_links(std::move(l)); }
   void begin_step() override { inner_->begin_step(); }
@@ -35,6 +35,7 @@ class forwarding_seat : public train::seat {
     return inner_->compute_gradients(step, micro, ready);
   }
   void* reduction_buffer() override { return inner_->reduction_buffer(); }
+  comm::wire_plan wire(int replicas, int rank) override { return inner_->wire(replicas, rank); }
   void finish_gradients(int64_t step) override { inner_->finish_gradients(step); }
   void apply_step(int64_t step) override { inner_->apply_step(step); }
   bool speaks_for_loss() const override { return inner_->speaks_for_loss(); }

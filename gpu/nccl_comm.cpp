@@ -268,6 +268,26 @@ nccl_status nccl_comm::allgather(const void* send, void* recv, std::size_t bytes
   });
 }
 
+nccl_status nccl_comm::alltoall(const void* send, void* recv, std::size_t bytes) {
+  if ((send == nullptr || recv == nullptr) && bytes > 0)
+    return fail(nccl_status::invalid_argument, "alltoall: null buffer");
+  return run("alltoall (grouped ncclSend / ncclRecv)", [&](ncclComm_t c, cudaStream_t s) {
+    const auto* in = static_cast<const char*>(send);
+    auto* out = static_cast<char*>(recv);
+    ncclResult_t first = ncclGroupStart();
+    for (int r = 0; r < size_ && (first == ncclSuccess || first == ncclInProgress); ++r) {
+      const std::size_t off = static_cast<std::size_t>(r) * bytes;
+      ncclResult_t e = ncclSend(in + off, bytes, ncclUint8, r, c, s);
+      if (e == ncclSuccess || e == ncclInProgress)
+        e = ncclRecv(out + off, bytes, ncclUint8, r, c, s);
+      if (e != ncclSuccess && e != ncclInProgress) first = e;
+    }
+    // The group is closed whatever happened inside it.
+    const ncclResult_t end = ncclGroupEnd();
+    return first == ncclSuccess || first == ncclInProgress ? end : first;
+  });
+}
+
 nccl_status nccl_comm::broadcast(void* data, std::size_t bytes, int root) {
   if (root < 0 || root >= size_)
     return fail(nccl_status::invalid_argument, "broadcast: root " + std::to_string(root) +
@@ -315,6 +335,9 @@ nccl_status nccl_comm::allreduce_sum(void*, std::size_t, nccl_dtype) {
   return fail(nccl_status::no_device, kNotBuilt);
 }
 nccl_status nccl_comm::allgather(const void*, void*, std::size_t) {
+  return fail(nccl_status::no_device, kNotBuilt);
+}
+nccl_status nccl_comm::alltoall(const void*, void*, std::size_t) {
   return fail(nccl_status::no_device, kNotBuilt);
 }
 nccl_status nccl_comm::broadcast(void*, std::size_t, int) {

@@ -1,5 +1,5 @@
 // The NCCL communicator of the device layer: init from a unique id with a deadline
-// (non-blocking init polled until done), allreduce / allgather / broadcast / barrier on
+// (non-blocking init polled until done), allreduce / allgather / alltoall / broadcast / barrier on
 // device memory, and ncclCommAbort on timeout or abort(). Status values, no exceptions,
 // no CUDA or NCCL header needed to include it; the id exchange and the communicator
 // interface live in runtime/comm/nccl_communicator.*.
@@ -65,6 +65,9 @@ class nccl_comm {
   nccl_status allreduce_sum(void* data, std::size_t n, nccl_dtype type);
   /// `recv` (size * bytes, device) gets rank r's `bytes` from `send` at offset r * bytes.
   nccl_status allgather(const void* send, void* recv, std::size_t bytes);
+  /// `send` (size * bytes, device) holds one block per rank; rank r's block for this rank
+  /// lands in `recv` at offset r * bytes (grouped ncclSend / ncclRecv).
+  nccl_status alltoall(const void* send, void* recv, std::size_t bytes);
   /// `bytes` at device pointer `data` on `root` are copied to every rank.
   nccl_status broadcast(void* data, std::size_t bytes, int root);
   /// Returns once every rank has entered it (a one-element allreduce).

@@ -70,7 +70,11 @@ nlohmann::json rows_to_json(const std::vector<comm::allreduce_bench_row>& rows) 
                  {"buckets", stats_to_json(r.buckets)},
                  {"raw", stats_to_json(r.raw)},
                  {"ratio_cohort_raw", r.ratio_cohort_raw},
-                 {"ratio_buckets_raw", r.ratio_buckets_raw}});
+                 {"ratio_buckets_raw", r.ratio_buckets_raw},
+                 {"compressed", stats_to_json(r.compressed)},
+                 {"ratio_compressed_raw", r.ratio_compressed_raw},
+                 {"compressed_sent", r.compressed_sent},
+                 {"raw_sent", r.raw_sent}});
   return j;
 }
 
@@ -152,6 +156,21 @@ void print_table(const comm::allreduce_bench_options& o,
         w * 1e6, comm::algbw_gbps(r.bytes, w), comm::busbw_gbps(r.bytes, w, o.ranks),
         r.ratio_cohort_raw, r.ratio_buckets_raw);
   }
+  if (o.compression == "none") return;
+  std::printf(
+      "\ncompressed_allreduce_sum (%s%s) over the same communicator, interleaved call by call "
+      "with raw Gloo; busbw-eq = the fp32 busbw of a sum that took this long; sent = bytes "
+      "per rank per call handed to the transport (raw: the ring's 2(n-1)/n of the floats)\n",
+      o.compression.c_str(), o.error_feedback ? ", error feedback" : "");
+  std::printf("%10s | %10s %9s | %12s %12s %7s | %10s\n", "size", "comp us", "busbw-eq", "sent B",
+              "raw sent B", "fewer", "raw/comp");
+  for (const auto& r : rows) {
+    const double c = r.compressed.median;
+    std::printf("%10s | %10.1f %9.3f | %12zu %12zu %7.2f | %10.3f\n", human_bytes(r.bytes).c_str(),
+                c * 1e6, comm::busbw_gbps(r.bytes, c, o.ranks), r.compressed_sent, r.raw_sent,
+                r.compressed_sent ? double(r.raw_sent) / double(r.compressed_sent) : 0.0,
+                r.ratio_compressed_raw);
+  }
 }
 
 void print_json(const comm::allreduce_bench_options& o,
@@ -176,6 +195,21 @@ void print_json(const comm::allreduce_bench_options& o,
                          {"raw_gloo", path(r.bytes, r.raw)},
                          {"ratio_cohort_raw", r.ratio_cohort_raw},
                          {"ratio_buckets_raw", r.ratio_buckets_raw}});
+  if (o.compression != "none") {
+    j["compression"] = o.compression;
+    j["error_feedback"] = o.error_feedback;
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      const auto& r = rows[i];
+      j["rows"][i]["compressed"] = path(r.bytes, r.compressed);
+      j["rows"][i]["compressed"]["busbw_equivalent_gbps"] =
+          j["rows"][i]["compressed"]["busbw_gbps"];
+      j["rows"][i]["compressed"].erase("busbw_gbps");
+      j["rows"][i]["compressed"].erase("algbw_gbps");
+      j["rows"][i]["ratio_compressed_raw"] = r.ratio_compressed_raw;
+      j["rows"][i]["compressed_sent_bytes"] = r.compressed_sent;
+      j["rows"][i]["raw_sent_bytes"] = r.raw_sent;
+    }
+  }
   std::printf("%s\n", j.dump().c_str());
 }
 
@@ -228,6 +262,14 @@ void add_bench_allreduce(CLI::App& bench, int* rc) {
                   "comm.host_id sets); with hierarchical or auto")
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
+  cmd->add_option("--compression", opts->compression,
+                  "also time compressed_allreduce_sum in this wire format (comm.compression; "
+                  "sign = 1-bit Adam's), paired with raw Gloo: time, busbw-equivalent, bytes "
+                  "sent per rank")
+      ->check(CLI::IsMember({"none", "bf16", "fp16", "fp8", "sign"}))
+      ->capture_default_str();
+  cmd->add_flag("--error-feedback", opts->error_feedback,
+                "with --compression: keep worker and server error memory (comm.error_feedback)");
   cmd->add_flag("--json", *json, "print one JSON object instead of a table");
   // The rank processes this command starts: hidden (empty group).
   cmd->add_option("--child-rank", *child_rank)->group("");
@@ -266,18 +308,20 @@ void add_bench_allreduce(CLI::App& bench, int* rc) {
     for (int r = 0; r < opts->ranks; ++r) {
       std::vector<std::string> a = {"cohort"};
       for (const auto& name : command_path(cmd)) a.push_back(name);
-      for (const std::string& s : {std::string("--ranks"),      std::to_string(opts->ranks),
-                                   std::string("--sizes"),      joined.str(),
-                                   std::string("--iters"),      std::to_string(opts->iters),
-                                   std::string("--warmup"),     std::to_string(opts->warmup),
-                                   std::string("--bucket-mb"),  std::to_string(opts->bucket_mb),
-                                   std::string("--timeout-ms"), std::to_string(opts->timeout_ms),
-                                   std::string("--transport"),  opts->transport,
-                                   std::string("--hosts"),      std::to_string(opts->hosts),
-                                   std::string("--lanes"),      std::to_string(opts->lanes),
-                                   std::string("--child-rank"), std::to_string(r),
-                                   std::string("--child-dir"),  dir})
+      for (const std::string& s : {std::string("--ranks"),       std::to_string(opts->ranks),
+                                   std::string("--sizes"),       joined.str(),
+                                   std::string("--iters"),       std::to_string(opts->iters),
+                                   std::string("--warmup"),      std::to_string(opts->warmup),
+                                   std::string("--bucket-mb"),   std::to_string(opts->bucket_mb),
+                                   std::string("--timeout-ms"),  std::to_string(opts->timeout_ms),
+                                   std::string("--transport"),   opts->transport,
+                                   std::string("--hosts"),       std::to_string(opts->hosts),
+                                   std::string("--lanes"),       std::to_string(opts->lanes),
+                                   std::string("--compression"), opts->compression,
+                                   std::string("--child-rank"),  std::to_string(r),
+                                   std::string("--child-dir"),   dir})
         a.push_back(s);
+      if (opts->error_feedback) a.push_back("--error-feedback");
       argvs.push_back(a);
     }
     run_ranks(argvs);
@@ -295,6 +339,10 @@ void add_bench_allreduce(CLI::App& bench, int* rc) {
       row.raw = stats_from_json(r.at("raw"));
       row.ratio_cohort_raw = r.at("ratio_cohort_raw").get<double>();
       row.ratio_buckets_raw = r.at("ratio_buckets_raw").get<double>();
+      row.compressed = stats_from_json(r.at("compressed"));
+      row.ratio_compressed_raw = r.at("ratio_compressed_raw").get<double>();
+      row.compressed_sent = r.at("compressed_sent").get<std::size_t>();
+      row.raw_sent = r.at("raw_sent").get<std::size_t>();
       rows.push_back(row);
     }
     if (*json)

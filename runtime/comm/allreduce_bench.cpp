@@ -14,6 +14,7 @@
 #include <functional>
 
 #include "runtime/comm/buckets.hpp"
+#include "runtime/comm/compressed_allreduce.hpp"
 #include "runtime/comm/factory.hpp"
 #include "runtime/comm/local_kv.hpp"
 
@@ -110,8 +111,12 @@ std::vector<allreduce_bench_row> run_allreduce_bench_rank(const allreduce_bench_
     const std::size_t bytes = count * sizeof(float);
     const int iters = opts.iters > 0 ? opts.iters : default_iters(bytes);
     // Zeros stay zeros however often they are summed: no overflow to inf over iterations.
-    std::vector<float> a(count, 0.0f), b(count, 0.0f), c(count, 0.0f);
+    std::vector<float> a(count, 0.0f), b(count, 0.0f), c(count, 0.0f), z(count, 0.0f);
     bucket_engine engine(lanes, count, grad_type::f32, opts.bucket_mb);
+    const wire_format format = parse_wire_format(opts.compression);
+    std::vector<float> worker(opts.error_feedback ? count : 0), server(worker.size());
+    const error_memory memory{opts.error_feedback ? worker.data() : nullptr,
+                              opts.error_feedback ? server.data() : nullptr};
 
     auto cohort_once = [&] { comm->allreduce_sum(a.data(), count); };
     auto buckets_once = [&] {
@@ -126,7 +131,15 @@ std::vector<allreduce_bench_row> run_allreduce_bench_rank(const allreduce_bench_
       o.setTimeout(timeout);
       gloo::allreduce(o);
     };
+    auto compressed_once = [&] {
+      compressed_allreduce_sum(*comm, z.data(), count, format, memory);
+    };
     std::vector<std::function<void()>> paths = {cohort_once, buckets_once, raw_once};
+    const bool compressing = format != wire_format::f32;
+    if (compressing) {
+      paths.push_back(compressed_once);  // path 3
+      paths.push_back(raw_once);         // path 4: raw Gloo again, paired with path 3
+    }
     for (auto& p : paths)
       for (int i = 0; i < opts.warmup; ++i) p();
     raw_barrier();
@@ -135,6 +148,7 @@ std::vector<allreduce_bench_row> run_allreduce_bench_rank(const allreduce_bench_
     // the drift of a shared machine and any effect of the previous call hit both alike.
     // The bucket path follows in its own block: its extra thread must not colour them.
     std::vector<std::vector<double>> mine(paths.size());
+    std::size_t row_bytes_compressed = 0;
     auto timed = [&](std::size_t path) {
       const auto t0 = clock_type::now();
       paths[path]();
@@ -146,6 +160,18 @@ std::vector<allreduce_bench_row> run_allreduce_bench_rank(const allreduce_bench_
     }
     raw_barrier();
     for (int i = 0; i < iters; ++i) timed(1);
+    if (compressing) {
+      // Interleaved with raw Gloo like cohort's row, with its bytes counted once first.
+      raw_barrier();
+      const comm_traffic t0 = comm->traffic();
+      compressed_once();
+      row_bytes_compressed = comm->traffic().sent - t0.sent;
+      raw_barrier();
+      for (int i = 0; i < iters; ++i) {
+        timed(i % 2 == 0 ? 3 : 4);
+        timed(i % 2 == 0 ? 4 : 3);
+      }
+    }
     // Per iteration the slowest rank's time (gathered after the timed loop), then the
     // median over iterations: robust to the scheduling spikes of a shared machine.
     allreduce_bench_row row;
@@ -164,18 +190,27 @@ std::vector<allreduce_bench_row> run_allreduce_bench_rank(const allreduce_bench_
       std::sort(sorted.begin(), sorted.end());
       st.median = sorted[sorted.size() / 2];
       st.min = sorted.front();
-      (path == 0 ? row.cohort : path == 1 ? row.buckets : row.raw) = st;
+      if (path == 0) row.cohort = st;
+      if (path == 1) row.buckets = st;
+      if (path == 2) row.raw = st;
+      if (path == 3) row.compressed = st;
     }
     // Paired ratios: call i of each path ran back to back, so raw_i / path_i compares
     // them under the same machine state; the median of those is the steadiest estimate.
-    auto paired = [&](std::size_t path) {
+    auto paired = [&](std::size_t path, std::size_t reference = 2) {
       std::vector<double> q(iters);
-      for (int i = 0; i < iters; ++i) q[i] = slowest[2][i] / slowest[path][i];
+      for (int i = 0; i < iters; ++i) q[i] = slowest[reference][i] / slowest[path][i];
       std::sort(q.begin(), q.end());
       return q[q.size() / 2];
     };
     row.ratio_cohort_raw = paired(0);
     row.ratio_buckets_raw = paired(1);
+    if (compressing) {
+      row.ratio_compressed_raw = paired(3, 4);
+      row.compressed_sent = row_bytes_compressed;
+      // Raw Gloo's ring: 2 (n - 1) chunks of bytes / n each, as the traffic tests measure.
+      row.raw_sent = 2 * static_cast<std::size_t>(n - 1) * (bytes / static_cast<std::size_t>(n));
+    }
     rows.push_back(row);
   }
   control->barrier();

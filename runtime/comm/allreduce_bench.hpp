@@ -29,6 +29,10 @@ struct allreduce_bench_options {
   /// Communicators the bucket path spreads its buckets over (comm.lanes); the cohort row
   /// is one call on one communicator whatever this says.
   int lanes = 1;
+  /// A fourth path, compressed_allreduce_sum on cohort's communicator in this wire format
+  /// ("none": not measured; bf16 | fp16 | fp8 | sign), with error memory when asked.
+  std::string compression = "none";
+  bool error_feedback = false;
 };
 
 /// Default sizes: 1 KiB to 64 MiB in powers of 4.
@@ -57,6 +61,14 @@ struct allreduce_bench_row {
   /// busbw ratio cohort / raw, >= 1 when cohort is at least as fast.
   double ratio_cohort_raw = 0;
   double ratio_buckets_raw = 0;  ///< the same for the bucket path
+  /// With a compression: compressed_allreduce_sum of the same floats (busbw-equivalent:
+  /// the fp32 figure of a sum that took this long), the paired ratio raw / compressed, and
+  /// the bytes this rank handed to its transport per call, measured (0 where the backend
+  /// cannot count), against raw Gloo's per call.
+  path_stats compressed;
+  double ratio_compressed_raw = 0;
+  std::size_t compressed_sent = 0;
+  std::size_t raw_sent = 0;
 };
 
 /// One rank's part. `dir` is a directory shared by the ranks (it holds the file stores).

@@ -61,15 +61,43 @@ double overlap_seconds(std::vector<time_interval> a, std::vector<time_interval> 
   return s;
 }
 
+bool wire_plan::operator==(const wire_plan& o) const {
+  if (memory.worker != o.memory.worker || memory.server != o.memory.server ||
+      compressed.size() != o.compressed.size())
+    return false;
+  for (std::size_t i = 0; i < compressed.size(); ++i)
+    if (compressed[i].offset != o.compressed[i].offset ||
+        compressed[i].count != o.compressed[i].count ||
+        compressed[i].format != o.compressed[i].format)
+      return false;
+  return true;
+}
+
 std::vector<bucket_range> plan_buckets(std::size_t elements, std::size_t element_bytes,
-                                       double bucket_mb) {
+                                       double bucket_mb,
+                                       const std::vector<wire_segment>& compressed) {
   const std::size_t per = elements_per_bucket(element_bytes, bucket_mb);
-  std::vector<bucket_range> out;
-  for (std::size_t end = elements; end > 0;) {
-    const std::size_t begin = end > per ? end - per : 0;
-    out.push_back({begin, end - begin});
-    end = begin;
+  // The buffer as stretches of one format each, first to last.
+  std::vector<bucket_range> stretches;
+  std::size_t at = 0;
+  for (const wire_segment& s : compressed) {
+    if (s.offset < at || s.offset > elements || s.count > elements - s.offset)
+      throw usage_error("compressed segment [" + std::to_string(s.offset) + ", " +
+                        std::to_string(s.offset + s.count) + ") of a buffer of " +
+                        std::to_string(elements) +
+                        " elements is out of order, overlaps another or lies outside it");
+    if (s.offset > at) stretches.push_back({at, s.offset - at, wire_format::f32});
+    if (s.count > 0) stretches.push_back({s.offset, s.count, s.format});
+    at = s.offset + s.count;
   }
+  if (at < elements) stretches.push_back({at, elements - at, wire_format::f32});
+  std::vector<bucket_range> out;
+  for (auto st = stretches.rbegin(); st != stretches.rend(); ++st)
+    for (std::size_t end = st->offset + st->count; end > st->offset;) {
+      const std::size_t begin = end - st->offset > per ? end - per : st->offset;
+      out.push_back({begin, end - begin, st->format});
+      end = begin;
+    }
   return out;
 }
 
@@ -79,14 +107,17 @@ bucket_engine::bucket_engine(communicator& comm, std::size_t elements, grad_type
 
 bucket_engine::bucket_engine(const std::vector<communicator*>& lanes, std::size_t elements,
                              grad_type type, double bucket_mb, float post_scale)
-    : lanes_(lanes), elements_(elements), type_(type), post_scale_(post_scale) {
+    : lanes_(lanes),
+      elements_(elements),
+      type_(type),
+      post_scale_(post_scale),
+      bucket_mb_(bucket_mb) {
   const std::size_t element_bytes = type == grad_type::f32 ? sizeof(float) : sizeof(std::int64_t);
   // Fixed-point sums are converted back (and scaled) once by the caller, never here.
   COHORT_CHECK(type == grad_type::f32 || post_scale == 1.0f);
   COHORT_CHECK(!lanes_.empty());
   for (communicator* c : lanes_) COHORT_CHECK(c != nullptr);
   buckets_ = plan_buckets(elements, element_bytes, bucket_mb);
-  bucket_elems_ = elements_per_bucket(element_bytes, bucket_mb);
   missing_.assign(buckets_.size(), 0);
   ran_.assign(buckets_.size(), time_interval{});
   next_.resize(lanes_.size());
@@ -105,7 +136,28 @@ bucket_engine::~bucket_engine() {
 }
 
 std::size_t bucket_engine::bucket_of(std::size_t element) const {
-  return (elements_ - 1 - element) / bucket_elems_;
+  // Buckets run from the end of the buffer to its start: offsets descend.
+  COHORT_CHECK(!buckets_.empty());
+  std::size_t lo = 0, hi = buckets_.size() - 1;
+  while (lo < hi) {
+    const std::size_t mid = (lo + hi) / 2;
+    if (buckets_[mid].offset > element)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo;
+}
+
+void bucket_engine::set_wire(const wire_plan& plan) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  COHORT_CHECK(!in_step_);
+  if (plan == wire_) return;
+  COHORT_CHECK(type_ == grad_type::f32 || plan.compressed.empty());
+  buckets_ = plan_buckets(elements_, sizeof(float), bucket_mb_, plan.compressed);
+  wire_ = plan;
+  missing_.assign(buckets_.size(), 0);
+  ran_.assign(buckets_.size(), time_interval{});
 }
 
 void bucket_engine::begin(float* grads) { begin_step(grads, grad_type::f32); }
@@ -180,6 +232,7 @@ void bucket_engine::comm_loop(std::size_t lane) {
     if (stop_) return;
     const std::size_t k = next_[lane];
     const bucket_range b = buckets_[k];
+    const error_memory memory = wire_.memory;
     void* grads = grads_;
     lock.unlock();
 
@@ -188,7 +241,13 @@ void bucket_engine::comm_loop(std::size_t lane) {
     try {
       if (type_ == grad_type::f32) {
         float* p = static_cast<float*>(grads) + b.offset;
-        comm.allreduce_sum(p, b.count);
+        if (b.format == wire_format::f32) {
+          comm.allreduce_sum(p, b.count);
+        } else {
+          compressed_allreduce_sum(comm, p, b.count, b.format,
+                                   {memory.worker ? memory.worker + b.offset : nullptr,
+                                    memory.server ? memory.server + b.offset : nullptr});
+        }
         if (post_scale_ != 1.0f)
           for (std::size_t i = 0; i < b.count; ++i) p[i] *= post_scale_;
       } else {

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "runtime/comm/communicator.hpp"
+#include "runtime/comm/compressed_allreduce.hpp"
 
 namespace cohort::comm {
 
@@ -24,18 +25,38 @@ namespace cohort::comm {
 /// fixed point (bitwise), whose sums do not depend on order.
 enum class grad_type { f32, i64 };
 
-/// One bucket: elements [offset, offset + count) of the flat buffer.
+/// One bucket: elements [offset, offset + count) of the flat buffer, and how it travels.
 struct bucket_range {
   std::size_t offset = 0;
   std::size_t count = 0;
+  wire_format format = wire_format::f32;
+};
+
+/// A stretch of a float buffer that travels compressed (comm.compression, 1-bit Adam).
+struct wire_segment {
+  std::size_t offset = 0;
+  std::size_t count = 0;
+  wire_format format = wire_format::f32;
+};
+
+/// How a float buffer travels: the compressed stretches (sorted, disjoint; everything
+/// else is summed as plain floats) and, optionally, their error memory (whole-buffer
+/// arrays indexed like the buffer, see compressed_allreduce.hpp). Training state: the
+/// owner (the seat) keeps the memory alive while an engine uses the plan.
+struct wire_plan {
+  std::vector<wire_segment> compressed;
+  error_memory memory;
+  bool operator==(const wire_plan& o) const;
 };
 
 /// Splits `elements` into buckets of `bucket_mb` MiB (2^20 bytes; at least one element)
 /// in REVERSE order: bucket 0 holds the last elements of the buffer (backward produces the
-/// last layers' gradients first), the last bucket starts at 0 and may be smaller.
-/// Throws usage_error if bucket_mb <= 0.
+/// last layers' gradients first), the last bucket starts at 0 and may be smaller. A bucket
+/// never crosses the edge of a compressed segment: it has one format. Throws usage_error
+/// if bucket_mb <= 0 or a segment is unsorted, overlapping or outside the buffer.
 std::vector<bucket_range> plan_buckets(std::size_t elements, std::size_t element_bytes,
-                                       double bucket_mb);
+                                       double bucket_mb,
+                                       const std::vector<wire_segment>& compressed = {});
 
 /// A stretch of wall time on the steady clock (one process's clock: compare only
 /// intervals taken in the same process). Empty when end <= begin.
@@ -82,7 +103,8 @@ struct bucket_timing {
 /// collectives on each communicator in the same order whatever its chunking of
 /// mark_ready. A failure on one lane aborts the others. Scaling: each float bucket is multiplied by
 /// `post_scale` right after its allreduce, on the communication thread (pass
-/// 1 / world size for the mean over ranks, or 1 to leave it to the caller); int64
+/// 1 / world size for the mean over ranks, or 1 to leave it to the caller; compressed
+/// buckets too, after their compressed sum, see set_wire); int64
 /// buckets are never scaled (post_scale must be 1): the caller converts back from fixed
 /// point once.
 class bucket_engine {
@@ -116,6 +138,11 @@ class bucket_engine {
   /// throws.
   void abort();
 
+  /// How the float buffer travels from the next begin() on (between steps only; float
+  /// engines only). Buckets are planned again when the plan changes.
+  void set_wire(const wire_plan& plan);
+  const wire_plan& wire() const { return wire_; }
+
   const std::vector<bucket_range>& buckets() const { return buckets_; }
   std::size_t lanes() const { return lanes_.size(); }
   grad_type type() const { return type_; }
@@ -130,8 +157,9 @@ class bucket_engine {
   const std::size_t elements_;
   const grad_type type_;
   const float post_scale_;
+  const double bucket_mb_;
+  wire_plan wire_;
   std::vector<bucket_range> buckets_;
-  std::size_t bucket_elems_ = 1;
 
   std::mutex mutex_;
   std::condition_variable changed_;  // readiness, progress, failure, stop

@@ -1,5 +1,5 @@
 // The one collective interface cohort's data plane uses (allreduce, allgather, broadcast,
-// barrier, abort), whatever the backend: Gloo over TCP (runtime/comm/gloo_comm.hpp) or
+// alltoall, barrier, abort), whatever the backend: Gloo over TCP (runtime/comm/gloo_comm.hpp) or
 // NCCL (runtime/comm/nccl_communicator.hpp). Owns the contract, not any transport; the
 // factory that picks a backend is runtime/comm/factory.hpp.
 #pragma once
@@ -58,6 +58,9 @@ class communicator {
   /// Every rank contributes `bytes` from `send`; `recv` (size() * bytes) receives rank r's
   /// block at offset r * bytes, on every rank.
   virtual void allgather(const void* send, void* recv, std::size_t bytes) = 0;
+  /// Personalised exchange: `send` holds size() blocks of `bytes`; block j goes to rank j,
+  /// and `recv` (size() * bytes) receives rank r's block for this rank at offset r * bytes.
+  virtual void alltoall(const void* send, void* recv, std::size_t bytes) = 0;
   /// Rank `root`'s `bytes` at `data` are copied to `data` on every rank.
   virtual void broadcast(void* data, std::size_t bytes, int root) = 0;
   /// Returns once every rank has entered the barrier.

@@ -1,6 +1,7 @@
 #include "runtime/comm/gloo_comm.hpp"
 
 #include <gloo/allgather.h>
+#include <gloo/alltoall.h>
 #include <gloo/allreduce.h>
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
@@ -521,6 +522,19 @@ void gloo_comm::allgather(const void* send, void* recv, std::size_t bytes) {
     o.setTag(kTag);
     o.setTimeout(opts_.timeout);
     gloo::allgather(o);
+  });
+}
+
+void gloo_comm::alltoall(const void* send, void* recv, std::size_t bytes) {
+  run("alltoall", [&] {
+    gloo::AlltoallOptions o(context_);
+    const std::size_t total = bytes * static_cast<std::size_t>(size_);
+    // Gloo only reads the input; its API takes a non-const pointer.
+    o.setInput(static_cast<char*>(const_cast<void*>(send)), total);
+    o.setOutput(static_cast<char*>(recv), total);
+    o.setTag(kTag);
+    o.setTimeout(opts_.timeout);
+    gloo::alltoall(o);
   });
 }
 

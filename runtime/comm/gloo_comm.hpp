@@ -69,6 +69,7 @@ class gloo_comm : public communicator {
   void allreduce_sum(float* data, std::size_t n) override;
   void allreduce_sum(std::int64_t* data, std::size_t n) override;
   void allgather(const void* send, void* recv, std::size_t bytes) override;
+  void alltoall(const void* send, void* recv, std::size_t bytes) override;
   void broadcast(void* data, std::size_t bytes, int root) override;
   void barrier() override;
   /// Signals an error into every TCP pair of the context, as Gloo itself does when a wait

@@ -119,6 +119,24 @@ void hier_comm::allreduce_sum(float* data, std::size_t n) { allreduce(data, n); 
 
 void hier_comm::allreduce_sum(std::int64_t* data, std::size_t n) { allreduce(data, n); }
 
+void hier_comm::allreduce_sum_compressed(float* data, std::size_t n, wire_format format,
+                                         error_memory memory) {
+  run([&] {
+    local_->allreduce_sum(data, n);
+    if (leaders_) compressed_allreduce_sum(*leaders_, data, n, format, memory);
+    local_->broadcast(data, n * sizeof(float), 0);
+  });
+}
+
+void hier_comm::alltoall(const void* send, void* recv, std::size_t bytes) {
+  const std::size_t ranks = layout_.host_of.size();
+  std::vector<unsigned char> all(bytes * ranks * ranks);
+  allgather(send, all.data(), bytes * ranks);
+  auto* out = static_cast<unsigned char*>(recv);
+  for (std::size_t r = 0; r < ranks; ++r)
+    std::memcpy(out + r * bytes, all.data() + (r * ranks + rank_) * bytes, bytes);
+}
+
 void hier_comm::allgather(const void* send, void* recv, std::size_t bytes) {
   const std::size_t total = bytes * layout_.host_of.size();
   std::vector<std::int64_t> words((total + 7) / 8, 0);

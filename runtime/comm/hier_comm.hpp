@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "runtime/comm/communicator.hpp"
+#include "runtime/comm/compressed_allreduce.hpp"
 
 namespace cohort::comm {
 
@@ -55,6 +56,14 @@ class hier_comm final : public communicator {
   void allreduce_sum(std::int64_t* data, std::size_t n) override;
   /// Block r lands at r * bytes on every rank (through a zero-filled int64 sum: exact).
   void allgather(const void* send, void* recv, std::size_t bytes) override;
+  /// Rank r's block j lands at rank j's block r, through allgather (every rank's whole send
+  /// buffer travels to every rank): correct, not fast; compressed sums do not use it.
+  void alltoall(const void* send, void* recv, std::size_t bytes) override;
+  /// compressed_allreduce_sum on this group: an exact fp32 sum inside the host, the
+  /// compressed sum among the leaders (with MEMORY: only leaders feed back; the other ranks'
+  /// memory is left as it is), the result handed back inside the host.
+  void allreduce_sum_compressed(float* data, std::size_t n, wire_format format,
+                                error_memory memory);
   /// Inside the root's host, then among leaders, then inside the other hosts.
   void broadcast(void* data, std::size_t bytes, int root) override;
   void barrier() override;

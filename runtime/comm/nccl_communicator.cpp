@@ -69,6 +69,9 @@ void nccl_communicator::allreduce_sum(std::int64_t* data, std::size_t n) {
 void nccl_communicator::allgather(const void* send, void* recv, std::size_t bytes) {
   check(comm_.allgather(send, recv, bytes), "allgather");
 }
+void nccl_communicator::alltoall(const void* send, void* recv, std::size_t bytes) {
+  check(comm_.alltoall(send, recv, bytes), "alltoall");
+}
 void nccl_communicator::broadcast(void* data, std::size_t bytes, int root) {
   check(comm_.broadcast(data, bytes, root), "broadcast");
 }

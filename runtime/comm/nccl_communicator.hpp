@@ -31,6 +31,7 @@ class nccl_communicator : public communicator {
   void allreduce_sum(float* data, std::size_t n) override;
   void allreduce_sum(std::int64_t* data, std::size_t n) override;
   void allgather(const void* send, void* recv, std::size_t bytes) override;
+  void alltoall(const void* send, void* recv, std::size_t bytes) override;
   void broadcast(void* data, std::size_t bytes, int root) override;
   void barrier() override;
   /// ncclCommAbort (by the polling thread if a call is in flight): prompt, and the peers'

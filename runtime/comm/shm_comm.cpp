@@ -298,6 +298,32 @@ void shm_comm::allgather(const void* send, void* recv, std::size_t bytes) {
   }
 }
 
+void shm_comm::alltoall(const void* send, void* recv, std::size_t bytes) {
+  check_usable("alltoall");
+  const auto* in = static_cast<const unsigned char*>(send);
+  auto* out = static_cast<unsigned char*>(recv);
+  if (size_ == 1) {
+    if (bytes > 0 && recv != send) std::memmove(recv, send, bytes);
+    return;
+  }
+  if (bytes == 0) return sync("alltoall");
+  const std::size_t ranks = static_cast<std::size_t>(size_);
+  // Each round, every rank writes a slice of each of its blocks into its own buffer (slice
+  // j for rank j) and reads slice `rank_` of every rank's buffer.
+  const std::size_t slice = std::max<std::size_t>(1, opts_.chunk_bytes / ranks);
+  for (std::size_t off = 0; off < bytes; off += slice) {
+    const std::size_t m = std::min(slice, bytes - off);
+    const int p = parity_;
+    parity_ ^= 1;
+    for (std::size_t j = 0; j < ranks; ++j) std::memcpy(buffer(p, rank_) + j * m, in + j * bytes + off, m);
+    sent_ += m * ranks;
+    sync("alltoall");
+    for (std::size_t r = 0; r < ranks; ++r)
+      std::memcpy(out + r * bytes + off, buffer(p, static_cast<int>(r)) + rank_ * m, m);
+    received_ += m * ranks;
+  }
+}
+
 void shm_comm::broadcast(void* data, std::size_t bytes, int root) {
   if (root < 0 || root >= size_)
     throw comm_error(

@@ -51,6 +51,7 @@ class shm_comm final : public communicator {
   void allreduce_sum(float* data, std::size_t n) override;
   void allreduce_sum(std::int64_t* data, std::size_t n) override;
   void allgather(const void* send, void* recv, std::size_t bytes) override;
+  void alltoall(const void* send, void* recv, std::size_t bytes) override;
   void broadcast(void* data, std::size_t bytes, int root) override;
   void barrier() override;
   /// Marks the segment aborted and wakes every waiter of every rank: their calls throw

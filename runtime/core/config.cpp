@@ -203,9 +203,11 @@ const std::vector<key_spec>& schema() {
        "optimizer",
        COHORT_FIELD(train.optimizer),
        unbounded(),
-       {"adamw", "sgd"},
+       {"adamw", "sgd", "onebit_adam"},
        nullptr,
-       "adamw, or sgd with momentum."},
+       "adamw, sgd with momentum, or onebit_adam: AdamW for train.onebit.freeze_step steps, "
+       "then the variance freezes and each step's momentum travels as signs and one scale per "
+       "chunk, with error feedback (DeepSpeed's 1-bit Adam; docs/compression.md)."},
       {"train",
        "weight_decay",
        COHORT_FIELD(train.weight_decay),
@@ -298,6 +300,23 @@ const std::vector<key_spec>& schema() {
        {},
        nullptr,
        "Compute (OpenBLAS) threads per worker process."},
+      {"train",
+       "onebit.freeze_step",
+       COHORT_FIELD(train.onebit_freeze_step),
+       at_least(1),
+       {},
+       nullptr,
+       "onebit_adam: optimizer steps of plain AdamW (full-precision sums) before the variance "
+       "freezes and the momentum is compressed (DeepSpeed's freeze_step)."},
+      {"train",
+       "onebit.exclude",
+       COHORT_FIELD(train.onebit_exclude),
+       unbounded(),
+       {},
+       nullptr,
+       "onebit_adam: glob patterns of parameter names (fnmatch) kept at full precision: their "
+       "gradients are summed as floats and AdamW updates them all along. The default keeps "
+       "biases, LayerNorms and embeddings."},
       {"comm",
        "backend",
        COHORT_FIELD(comm.backend),
@@ -352,6 +371,24 @@ const std::vector<key_spec>& schema() {
        "What makes two workers one host for shared memory and the hierarchy: auto = "
        "detected (host name, network namespace and boot id), or any other text, the same on "
        "the workers that share a host (they must share /dev/shm)."},
+      {"comm",
+       "compression",
+       COHORT_FIELD(comm.compression),
+       unbounded(),
+       {"none", "bf16", "fp16", "fp8"},
+       nullptr,
+       "Wire format of the data-parallel gradient sum: none = fp32; bf16 / fp16 = 2 bytes a "
+       "value, fp8 = 1 (E4M3, fp16 and fp8 scaled by a power of two per chunk). Each chunk's "
+       "owner adds the ranks' parts in fp32 in rank order and sends the sum back in the same "
+       "format (docs/compression.md). Whole-model jobs only (parallel.pp = parallel.tp = 1)."},
+      {"comm",
+       "error_feedback",
+       COHORT_FIELD(comm.error_feedback),
+       unbounded(),
+       {},
+       nullptr,
+       "With compression: keep what each encoding lost (per worker, and per chunk owner) and "
+       "add it to the next step's values, so that no gradient mass is lost over time."},
       {"comm",
        "p2p_security",
        COHORT_FIELD(comm.p2p_security),

@@ -51,7 +51,7 @@ struct train_config {
   float lr = 1e-3f;
   uint64_t seed = 1;
   std::string determinism = "fast";  ///< fast | bitwise
-  std::string optimizer = "adamw";   ///< adamw | sgd
+  std::string optimizer = "adamw";   ///< adamw | sgd | onebit_adam
   float weight_decay = 0.0f;
   float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;
   float momentum = 0.9f;   ///< sgd only
@@ -63,6 +63,11 @@ struct train_config {
   int64_t eval_tokens = 0;               ///< language models: held-out tokens evaluated; 0: all
   int64_t log_every = 50;
   int threads = 1;  ///< OpenBLAS / compute threads per process
+  /// onebit_adam: optimizer steps of plain AdamW (uncompressed sums) before the variance
+  /// freezes and the momentum travels as signs (train.onebit.freeze_step).
+  int64_t onebit_freeze_step = 100;
+  /// onebit_adam: glob patterns (fnmatch) of parameter names kept at full precision.
+  std::vector<std::string> onebit_exclude{"*.bias", "*ln_*", "*.wte.*", "*.wpe.*"};
 };
 
 struct comm_config {
@@ -83,6 +88,11 @@ struct comm_config {
   /// With job keys, how a pipeline's p2p channels admit senders: authenticate (once per
   /// connection, frames in clear) | encrypt (CurveZMQ on every frame). comm::p2p_security.
   std::string p2p_security = "authenticate";
+  /// How the DP gradient sum travels: none | bf16 | fp16 | fp8 (comm::wire_format; summed
+  /// in fp32 by each chunk's owner).
+  std::string compression = "none";
+  /// Carry what compression loses into the next step's sum (comm::error_memory).
+  bool error_feedback = false;
 };
 
 struct fault_tolerance_config {

@@ -195,7 +195,10 @@ class loader final : public config_rules::loaded_keys {
     return true;
   }
 
-  void read_section(const std::string& section, const YAML::Node& map) {
+  // PREFIX: the group a nested mapping stands for ("onebit." for train: {onebit: {...}}),
+  // whose keys are the schema's dotted names ("onebit.freeze_step").
+  void read_section(const std::string& section, const YAML::Node& map,
+                    const std::string& prefix = "") {
     for (auto it = map.begin(); it != map.end(); ++it) {
       const YAML::Node key = it->first;  // a copy: it-> yields a temporary
       const YAML::Node value = it->second;
@@ -205,9 +208,13 @@ class loader final : public config_rules::loaded_keys {
                    " (keys: " + join(keys_of(section), ", ") + ")");
         continue;
       }
-      const std::string name = key.Scalar();
+      const std::string name = prefix + key.Scalar();
       const std::string path = section + "." + name;
       if (!find_key(section, name)) {
+        if (value.IsMap() && is_group(section, name)) {
+          read_section(section, value, name + ".");
+          continue;
+        }
         unknown_key(section, name, mark_of(key));
         continue;
       }
@@ -222,6 +229,13 @@ class loader final : public config_rules::loaded_keys {
       // key's own position is where the user looks.
       entries_[path] = entry{value, value.IsNull() ? mark_of(key) : mark_of(value)};
     }
+  }
+
+  // Whether some key of SECTION is named "NAME.<something>".
+  static bool is_group(const std::string& section, const std::string& name) {
+    for (const std::string& k : keys_of(section))
+      if (k.rfind(name + ".", 0) == 0) return true;
+    return false;
   }
 
   std::string section_list() const { return join(top_level_names(), ", "); }

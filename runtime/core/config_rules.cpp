@@ -54,6 +54,7 @@ class rules {
     check_elastic();
     check_faults();
     check_transport();
+    check_compression();
     check_control();
   }
 
@@ -226,6 +227,32 @@ class rules {
                "nccl needs the workers' model on a GPU; training runs on the CPU in this "
                "version (use auto or gloo)");
     }
+  }
+
+  void check_compression() {
+    const config& c = c_;
+    if (fine({"comm.compression", "parallel.pp", "parallel.tp"}) && c.comm.compression != "none" &&
+        (c.parallel.pp > 1 || c.parallel.tp > 1))
+      complain({"comm.compression", "parallel.pp", "parallel.tp"},
+               "compression of the gradient sum is built for whole-model jobs; this one has pp = " +
+                   std::to_string(c.parallel.pp) + " x tp = " + std::to_string(c.parallel.tp) +
+                   " (set comm.compression: none, or parallel.pp and parallel.tp to 1)");
+    if (fine({"train.optimizer", "parallel.pp", "parallel.tp"}) &&
+        c.train.optimizer == "onebit_adam" && (c.parallel.pp > 1 || c.parallel.tp > 1))
+      complain({"train.optimizer", "parallel.pp", "parallel.tp"},
+               "onebit_adam is built for whole-model jobs; this one has pp = " +
+                   std::to_string(c.parallel.pp) + " x tp = " + std::to_string(c.parallel.tp) +
+                   " (use adamw, or parallel.pp and parallel.tp = 1)");
+    if (fine({"train.optimizer", "comm.compression"}) && c.train.optimizer == "onebit_adam" &&
+        c.comm.compression != "none")
+      complain({"train.optimizer", "comm.compression"},
+               "onebit_adam compresses its own sums (signs after train.onebit.freeze_step, "
+               "floats before); set comm.compression: none");
+    if (fine({"comm.error_feedback", "comm.compression"}) && c.comm.error_feedback &&
+        c.comm.compression == "none")
+      complain({"comm.error_feedback", "comm.compression"},
+               "error feedback keeps what compression loses, and comm.compression is none "
+               "(choose bf16, fp16 or fp8, or remove error_feedback)");
   }
 
   void check_transport() {

@@ -17,8 +17,9 @@ namespace cohort::config_schema {
 /// Where a key's value lives inside `config`; the pointer type is the key's YAML type.
 /// A key whose section is "" lives at the top level of the file (`faults:`).
 using fault_list = std::vector<faults::fault_spec>;
+using string_list = std::vector<std::string>;
 using field_ref = std::variant<int*, int64_t*, uint64_t*, float*, bool*, std::string*,
-                               std::vector<int>*, fault_list*>;
+                               std::vector<int>*, string_list*, fault_list*>;
 
 /// Allowed numeric interval; for lists it applies to every element.
 struct bounds {

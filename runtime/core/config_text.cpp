@@ -127,6 +127,11 @@ std::string format_value(const field_ref& f, bool enum_key) {
       for (int v : *p) parts.push_back(std::to_string(v));
       return "[" + join(parts, ", ") + "]";
     }
+    std::string operator()(string_list* p) const {
+      std::vector<std::string> parts;
+      for (const std::string& v : *p) parts.push_back(quote(v));
+      return "[" + join(parts, ", ") + "]";
+    }
     // A block list, one canonical spec a line; the caller puts it under its key.
     std::string operator()(fault_list* p) const {
       if (p->empty()) return "[]";
@@ -147,6 +152,7 @@ std::string type_name(const key_spec& k) {
     std::string operator()(bool*) const { return "boolean"; }
     std::string operator()(std::string*) const { return "string"; }
     std::string operator()(std::vector<int>*) const { return "list of integers"; }
+    std::string operator()(string_list*) const { return "list of strings"; }
     std::string operator()(fault_list*) const { return "list of fault specs"; }
   } visitor;
   config scratch;
@@ -174,6 +180,7 @@ std::string allowed_text(const key_spec& k) {
   if (std::holds_alternative<std::vector<int>*>(f)) return "each " + describe(k.range);
   if (std::holds_alternative<bool*>(f)) return "true | false";
   if (std::holds_alternative<fault_list*>(f)) return "see docs/faults.md";
+  if (std::holds_alternative<string_list*>(f)) return "each non-empty";
   if (std::holds_alternative<std::string*>(f)) return "non-empty";
   return describe(k.range);
 }

@@ -27,6 +27,7 @@ using config_schema::join;
 using config_schema::key_spec;
 using config_schema::lower;
 using config_schema::quote;
+using config_schema::string_list;
 
 namespace {
 
@@ -231,6 +232,36 @@ class value_reader {
         values.push_back(v);
       } else {
         ok = false;
+      }
+    }
+    if (ok) *out = std::move(values);
+    return ok;
+  }
+
+  bool read_value(const key_spec& k, const entry& e, string_list* out) {
+    const YAML::Node& n = e.value;
+    const std::string key = k.path();
+    if (n.IsNull()) {
+      report(e.at, key, "has no value (write a list such as [\"*.bias\"], " + use_default(k) + ")");
+      return false;
+    }
+    if (!n.IsSequence()) {
+      report(e.at, key,
+             "expected a list of strings, got " + got(n) +
+                 " (write a list such as [\"*.bias\"]; [] for none)");
+      return false;
+    }
+    string_list values;
+    bool ok = true;
+    for (size_t i = 0; i < n.size(); ++i) {
+      const YAML::Node item = n[i];
+      const origin at = e.at.set_text.empty() ? mark_of(item) : e.at;
+      const std::string item_key = key + "[" + std::to_string(i) + "]";
+      if (!item.IsScalar() || item.Scalar().empty()) {
+        report(at, item_key, "expected a non-empty string, got " + got(item));
+        ok = false;
+      } else {
+        values.push_back(item.Scalar());
       }
     }
     if (ok) *out = std::move(values);

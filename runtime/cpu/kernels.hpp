@@ -67,6 +67,12 @@ void softmax_xent_bwd(float* dlogits, const float* probs, const int32_t* targets
 /// One AdamW update (decoupled weight decay), t is the 1-based step count.
 void adamw_step(float* p, const float* g, float* m, float* v, int64_t n, float lr, float beta1,
                 float beta2, float eps, float weight_decay, int t);
+/// 1-bit Adam after the variance froze: m = momentum (the group's compressed sum), then the
+/// AdamW update with v frozen: p = p*(1 - lr*wd) - lr/(1 - beta1^t) * m / (sqrt(v)/sqrt(1 -
+/// beta2^frozen_t) + eps), where frozen_t is the step at which v stopped changing.
+void onebit_adam_frozen_step(float* p, const float* momentum, float* m, const float* v, int64_t n,
+                             float lr, float beta1, float beta2, float eps, float weight_decay,
+                             int t, int frozen_t);
 /// SGD with momentum (PyTorch convention: buf = mu*buf + g; p -= lr*buf), weight decay in g.
 void sgd_step(float* p, const float* g, float* buf, int64_t n, float lr, float momentum,
               float weight_decay);

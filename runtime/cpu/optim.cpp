@@ -107,6 +107,23 @@ void adamw_step(float* p, const float* g, float* m, float* v, int64_t n, float l
   adamw_dispatch(p, g, m, v, n, lr, beta1, beta2, eps, decay, step_size, sqrt_bc2);
 }
 
+void onebit_adam_frozen_step(float* p, const float* momentum, float* m, const float* v, int64_t n,
+                             float lr, float beta1, float beta2, float eps, float weight_decay,
+                             int t, int frozen_t) {
+  const double bc1 = 1.0 - std::pow(static_cast<double>(beta1), t);
+  const double bc2 = 1.0 - std::pow(static_cast<double>(beta2), frozen_t);
+  const float decay = 1.0f - lr * weight_decay;
+  const float step_size = static_cast<float>(lr / bc1);
+  const float sqrt_bc2 = static_cast<float>(std::sqrt(bc2));
+  // One portable body: the same bits on every machine (the update is not the hot loop).
+  for (int64_t i = 0; i < n; ++i) {
+    const float mi = momentum[i];
+    m[i] = mi;
+    const float denom = std::sqrt(v[i]) / sqrt_bc2 + eps;
+    p[i] = p[i] * decay - step_size * (mi / denom);
+  }
+}
+
 void sgd_step(float* p, const float* g, float* buf, int64_t n, float lr, float momentum,
               float weight_decay) {
   sgd_dispatch(p, g, buf, n, lr, momentum, weight_decay);

@@ -38,11 +38,54 @@ void sgd::step(float lr) {
 
 std::vector<std::pair<std::string, tensor>> sgd::state() { return {{"momentum_buffer", buf_}}; }
 
+onebit_adam::onebit_adam(tensor params, tensor grads, const optim_options& o, pool& p)
+    : optimizer(std::move(params), std::move(grads)), o_(o) {
+  COHORT_CHECK(params_.numel() == grads_.numel());
+  COHORT_CHECK(o_.freeze_step >= 1);
+  int64_t at = 0;
+  for (const auto& [off, count] : o_.compressed) {
+    COHORT_CHECK(off >= at && count >= 0 && off + count <= params_.numel());
+    at = off + count;
+  }
+  m_ = tensor({params_.numel()}, p);
+  v_ = tensor({params_.numel()}, p);
+}
+
+void onebit_adam::step(float lr) {
+  const bool compressed = frozen();
+  ++steps_;
+  float* p = params_.data();
+  float* g = grads_.data();
+  float* m = m_.data();
+  float* v = v_.data();
+  const int t = static_cast<int>(steps_);
+  auto adamw_range = [&](int64_t off, int64_t count) {
+    if (count > 0)
+      cpu::adamw_step(p + off, g + off, m + off, v + off, count, lr, o_.beta1, o_.beta2, o_.eps,
+                      o_.weight_decay, t);
+  };
+  if (!compressed) return adamw_range(0, params_.numel());
+  int64_t at = 0;
+  for (const auto& [off, count] : o_.compressed) {
+    adamw_range(at, off - at);
+    cpu::onebit_adam_frozen_step(p + off, g + off, m + off, v + off, count, lr, o_.beta1, o_.beta2,
+                                 o_.eps, o_.weight_decay, t, static_cast<int>(o_.freeze_step));
+    at = off + count;
+  }
+  adamw_range(at, params_.numel() - at);
+}
+
+std::vector<std::pair<std::string, tensor>> onebit_adam::state() {
+  return {{"exp_avg", m_}, {"exp_avg_sq", v_}};
+}
+
 std::unique_ptr<optimizer> make_optimizer(tensor params, tensor grads, const optim_options& o,
                                           pool& p) {
   if (o.kind == "adamw") return std::make_unique<adamw>(std::move(params), std::move(grads), o, p);
   if (o.kind == "sgd") return std::make_unique<sgd>(std::move(params), std::move(grads), o, p);
-  throw usage_error("unknown optimizer '" + o.kind + "' (expected adamw or sgd)");
+  if (o.kind == "onebit_adam")
+    return std::make_unique<onebit_adam>(std::move(params), std::move(grads), o, p);
+  throw usage_error("unknown optimizer '" + o.kind + "' (expected adamw, sgd or onebit_adam)");
 }
 
 double grad_sum_squares(const tensor& grads) {

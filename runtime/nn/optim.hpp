@@ -14,10 +14,14 @@ namespace cohort::nn {
 /// Hyper-parameters shared by the optimizers (lr is passed per step so schedules stay
 /// outside).
 struct optim_options {
-  std::string kind = "adamw";  ///< adamw | sgd
+  std::string kind = "adamw";  ///< adamw | sgd | onebit_adam
   float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;
   float weight_decay = 0.0f;  ///< adamw: decoupled; sgd: added to the gradient
   float momentum = 0.9f;      ///< sgd
+  /// onebit_adam: AdamW updates before the variance freezes (>= 1), and the element ranges
+  /// [offset, offset + count) whose momentum travels compressed from then on (sorted).
+  int64_t freeze_step = 100;
+  std::vector<std::pair<int64_t, int64_t>> compressed;
 };
 
 class optimizer {
@@ -61,6 +65,28 @@ class sgd : public optimizer {
  private:
   optim_options o_;
   tensor buf_;
+};
+
+/// DeepSpeed's 1-bit Adam: AdamW (with bias corrections) for the first freeze_step updates;
+/// then, on the compressed ranges, v is frozen and the gradient buffer holds not the
+/// gradient but the group's new momentum (each replica sends beta1 * m / replicas +
+/// (1 - beta1) * its gradient, compressed; their sum is the momentum), which becomes m and
+/// drives the AdamW update with v and its bias correction frozen at the freeze step. The
+/// other ranges stay AdamW throughout. State: exp_avg, exp_avg_sq, like adamw's.
+class onebit_adam : public optimizer {
+ public:
+  onebit_adam(tensor params, tensor grads, const optim_options& o, pool& p = pool::global());
+  void step(float lr) override;
+  std::vector<std::pair<std::string, tensor>> state() override;
+  /// True when the next step() is a compressed one (steps() >= freeze_step).
+  bool frozen() const { return steps_ >= o_.freeze_step; }
+  /// The momentum of the compressed ranges (what replicas combine with their gradients).
+  const float* momentum() const { return m_.data(); }
+  const optim_options& options() const { return o_; }
+
+ private:
+  optim_options o_;
+  tensor m_, v_;
 };
 
 /// Builds the optimizer o.kind names over (params, grads); throws usage_error otherwise.

@@ -7,6 +7,7 @@
 // One step, from the DP group's thread:
 //
 //   s.begin_step();
+//   engine.set_wire(s.wire(replicas, rank));
 //   engine.begin(s.reduction_buffer());
 //   s.compute_gradients(step, micro, [&](off, n) { engine.mark_ready(off, n); });
 //   engine.wait_all();                  // reduction_buffer() now holds the group's sum
@@ -56,8 +57,9 @@ class seat {
   virtual std::pair<int, int> position() const = 0;
   /// Micro-batches of a whole step (all replicas together).
   virtual int micro_batches() const = 0;
-  /// train.determinism: bitwise (reduction_buffer() holds int64 fixed point).
-  virtual bool bitwise() const = 0;
+  /// reduction_buffer()'s element type: int64 fixed point (train.determinism: bitwise,
+  /// uncompressed) or f32.
+  virtual comm::grad_type reduction_type() const = 0;
   /// Elements of reduction_buffer(): the seat's parameters.
   virtual std::size_t elements() = 0;
   /// The seat's links for one generation: a stage's neighbours and TP group (a whole model
@@ -71,6 +73,9 @@ class seat {
   virtual double compute_gradients(int64_t step, const std::vector<int>& micro,
                                    const nn::grads_ready_fn& ready) = 0;
   virtual void* reduction_buffer() = 0;
+  /// How reduction_buffer() travels this step in a DP group of `replicas` where this seat is
+  /// `rank` (trainer::wire); after begin_step. The seat keeps the plan's memory alive.
+  virtual comm::wire_plan wire(int replicas, int rank) = 0;
   /// After the DP sum, before the vote: what still needs the seat's links (a stage: the whole
   /// model's gradient norm, continued stage to stage). May throw comm_error.
   virtual void finish_gradients(int64_t step) = 0;

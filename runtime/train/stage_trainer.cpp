@@ -339,7 +339,11 @@ class stage_seat final : public seat {
 
   std::pair<int, int> position() const override { return {st_.stage(), st_.tp_rank()}; }
   int micro_batches() const override { return st_.micro_batches(); }
-  bool bitwise() const override { return st_.bitwise(); }
+  comm::grad_type reduction_type() const override {
+    return st_.bitwise() ? comm::grad_type::i64 : comm::grad_type::f32;
+  }
+  // comm.compression is refused for pipeline and TP jobs (config rules): plain sums.
+  comm::wire_plan wire(int, int) override { return {}; }
   std::size_t elements() override { return static_cast<std::size_t>(st_.model().num_params()); }
   void set_links(stage_links l) override {
     // An injected `slow` stretches the stage's passes where they run, inside the schedule,

@@ -1,5 +1,7 @@
 #include "runtime/train/trainer.hpp"
 
+#include <fnmatch.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -44,13 +46,92 @@ trainer::trainer(const config& c) : cfg_(c) {
   if (bitwise_) {
     fixed_.assign(static_cast<std::size_t>(model_->num_params()), 0);
   }
-  opt_ =
-      nn::make_optimizer(model_->flat_values(), model_->flat_grads(), optim_options_from(c.train));
+  wire_format_ = comm::parse_wire_format(c.comm.compression);
+  error_feedback_ = c.comm.error_feedback && wire_format_ != comm::wire_format::f32;
+  if (error_feedback_) {
+    const auto n = static_cast<std::size_t>(model_->num_params());
+    kept_.worker.assign(n, 0.0f);
+    kept_.server.assign(n, 0.0f);
+  }
+  nn::optim_options o = optim_options_from(c.train);
+  if (o.kind == "onebit_adam") o.compressed = onebit_ranges(*model_, c.train.onebit_exclude);
+  opt_ = nn::make_optimizer(model_->flat_values(), model_->flat_grads(), o);
+  onebit_ = dynamic_cast<nn::onebit_adam*>(opt_.get());
+  if (onebit_ != nullptr && !error_feedback_) {
+    error_feedback_ = true;  // 1-bit Adam always feeds back what the signs lose
+    const auto n = static_cast<std::size_t>(model_->num_params());
+    kept_.worker.assign(n, 0.0f);
+    kept_.server.assign(n, 0.0f);
+  }
+}
+
+std::vector<std::pair<int64_t, int64_t>> onebit_ranges(const nn::model& m,
+                                                       const std::vector<std::string>& exclude) {
+  std::vector<std::pair<int64_t, int64_t>> out;
+  for (const auto& p : m.parameters()) {
+    bool kept = false;
+    for (const std::string& pattern : exclude)
+      kept = kept || fnmatch(pattern.c_str(), p.name.c_str(), 0) == 0;
+    if (kept) continue;
+    const int64_t n = p.value.numel();
+    if (!out.empty() && out.back().first + out.back().second == p.offset)
+      out.back().second += n;  // neighbours merge: fewer, larger segments
+    else
+      out.emplace_back(p.offset, n);
+  }
+  return out;
+}
+
+void trainer::add_momentum(int64_t offset, int64_t count) {
+  float* g = model_->flat_grads().data();
+  const float* m = onebit_->momentum();
+  const float beta1 = cfg_.train.beta1;
+  const float a = beta1 / static_cast<float>(replicas_), b = 1.0f - beta1;
+  for (const auto& [off, n] : onebit_->options().compressed) {
+    const int64_t from = std::max(off, offset), to = std::min(off + n, offset + count);
+    for (int64_t i = from; i < to; ++i) g[i] = a * m[i] + b * g[i];
+  }
 }
 
 void trainer::begin_step() {
   model_->zero_grad();
   if (bitwise_) std::fill(fixed_.begin(), fixed_.end(), 0);
+  converted_ = false;
+  momentum_in_ = false;
+  if (error_feedback_) next_ = kept_;  // an aborted step leaves kept_ as it was
+}
+
+comm::grad_type trainer::reduction_type() const {
+  return bitwise_ && wire_format_ == comm::wire_format::f32 && onebit_ == nullptr
+             ? comm::grad_type::i64
+             : comm::grad_type::f32;
+}
+
+comm::wire_plan trainer::wire(int replicas, int rank) {
+  replicas_ = replicas;
+  comm::wire_plan plan;
+  const auto n = static_cast<std::size_t>(model_->num_params());
+  if (onebit_ != nullptr) {
+    if (!onebit_->frozen()) return plan;  // warm-up: plain float sums
+    for (const auto& [off, count] : onebit_->options().compressed)
+      plan.compressed.push_back({static_cast<std::size_t>(off), static_cast<std::size_t>(count),
+                                 comm::wire_format::sign});
+  } else if (wire_format_ != comm::wire_format::f32) {
+    plan.compressed.push_back({0, n, wire_format_});
+  }
+  if (!error_feedback_ || plan.compressed.empty()) return plan;
+  if (next_.replicas != 0 && (next_.replicas != replicas || next_.rank != rank)) {
+    // The chunks this worker owned belong to others now: what it kept for them becomes
+    // part of what it feeds back as a sender (both are in the units of the sum).
+    for (std::size_t i = 0; i < n; ++i) {
+      next_.worker[i] += next_.server[i];
+      next_.server[i] = 0.0f;
+    }
+  }
+  next_.replicas = replicas;
+  next_.rank = rank;
+  plan.memory = {next_.worker.data(), next_.server.data()};
+  return plan;
 }
 
 std::vector<int> replica_micro_batches(int micro_batches, int dp, int d) {
@@ -89,9 +170,15 @@ double trainer::run_micro_batch(int64_t step, int i, const nn::grads_ready_fn* r
   }
   // Every range the model reports, to check afterwards that they tile the buffer once.
   std::vector<std::pair<int64_t, int64_t>> seen;
+  const bool to_float = bitwise_ && reduction_type() == comm::grad_type::f32;
+  const bool with_momentum = onebit_ != nullptr && onebit_->frozen();
   model_->set_grads_ready_hook([&](int64_t offset, int64_t count) {
     seen.emplace_back(offset, count);
     if (bitwise_) accumulate_fixed(step, offset, count);
+    // The range is final: a float wire carries the exact fixed-point sum, rounded once.
+    if (to_float)
+      fixed_to_float(model_->flat_grads().data() + offset, fixed_.data() + offset, count);
+    if (with_momentum) add_momentum(offset, count);
     (*ready)(static_cast<std::size_t>(offset), static_cast<std::size_t>(count));
   });
   // The hook captures locals: it must be gone however forward_backward ends.
@@ -132,8 +219,11 @@ double trainer::compute_gradients(int64_t step, const std::vector<int>& micro,
   if (micro.empty()) {
     if (report == nullptr) return 0.0;
     // Nothing to compute: the buffer holds begin_step's zeros, all final now.
+    converted_ = bitwise_ && reduction_type() == comm::grad_type::f32;
+    momentum_in_ = onebit_ != nullptr && onebit_->frozen();
     for (std::size_t b = model_->blocks().size(); b-- > 0;) {
       const auto [offset, count] = model_->block_elements(b);
+      if (momentum_in_) add_momentum(offset, count);
       if (count > 0) ready(static_cast<std::size_t>(offset), static_cast<std::size_t>(count));
     }
     return 0.0;
@@ -141,11 +231,13 @@ double trainer::compute_gradients(int64_t step, const std::vector<int>& micro,
   double loss_rows = 0.0;
   for (std::size_t k = 0; k < micro.size(); ++k)
     loss_rows += run_micro_batch(step, micro[k], k + 1 == micro.size() ? report : nullptr);
+  converted_ = report != nullptr && bitwise_ && reduction_type() == comm::grad_type::f32;
+  momentum_in_ = report != nullptr && onebit_ != nullptr && onebit_->frozen();
   return loss_rows;
 }
 
 void* trainer::reduction_buffer() {
-  if (bitwise_) return fixed_.data();
+  if (reduction_type() == comm::grad_type::i64) return fixed_.data();
   return model_->flat_grads().data();
 }
 
@@ -173,21 +265,28 @@ nn::optim_options optim_options_from(const train_config& t) {
   o.eps = t.eps;
   o.weight_decay = t.weight_decay;
   o.momentum = t.momentum;
+  o.freeze_step = t.onebit_freeze_step;
   return o;
 }
 
 double trainer::apply_step(int64_t step) {
   nn::tensor& grads = model_->flat_grads();
-  if (bitwise_) fixed_to_float(grads.data(), fixed_.data(), grads.numel());
+  if (bitwise_ && !converted_) fixed_to_float(grads.data(), fixed_.data(), grads.numel());
+  const bool frozen = onebit_ != nullptr && onebit_->frozen();
+  if (frozen && !momentum_in_) add_momentum(0, grads.numel());  // one process: a group of one
   // Per-parameter sums added in parameter order: pipeline stages reproduce these bits by
   // continuing each other's running sum (runtime/train/param_stats.hpp).
   const double norm = std::sqrt(ordered_sum(grad_sum_squares_by_param(*model_)));
-  clip_grads(*model_, norm, cfg_.train.grad_clip);
+  // After 1-bit Adam's freeze the buffer holds momentum on most ranges: no global gradient
+  // exists to clip (DeepSpeed's 1-bit Adam does not clip either); the norm still tells
+  // whether the run diverged.
+  if (!frozen) clip_grads(*model_, norm, cfg_.train.grad_clip);
   if (!std::isfinite(norm))
     throw cohort::error("step " + std::to_string(step) +
                         ": gradient norm is not finite (the run diverged: lower train.lr or "
                         "set train.grad_clip)");
   opt_->step(learning_rate(cfg_.train, step));
+  if (error_feedback_) std::swap(kept_, next_);  // the step is committed, and so is its memory
   return norm;
 }
 
@@ -331,7 +430,7 @@ class whole_seat final : public seat {
 
   std::pair<int, int> position() const override { return {0, 0}; }
   int micro_batches() const override { return tr_.micro_batches(); }
-  bool bitwise() const override { return tr_.bitwise(); }
+  comm::grad_type reduction_type() const override { return tr_.reduction_type(); }
   std::size_t elements() override { return static_cast<std::size_t>(tr_.model().num_params()); }
   void set_links(stage_links) override {}
 
@@ -346,6 +445,7 @@ class whole_seat final : public seat {
     return loss_rows;
   }
   void* reduction_buffer() override { return tr_.reduction_buffer(); }
+  comm::wire_plan wire(int replicas, int rank) override { return tr_.wire(replicas, rank); }
   void finish_gradients(int64_t) override {}  // apply_step computes the norm: no peers needed
   void apply_step(int64_t step) override { tr_.apply_step(step); }
   bool speaks_for_loss() const override { return true; }

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "runtime/ckpt/checkpoint.hpp"
+#include "runtime/comm/buckets.hpp"
 #include "runtime/core/config.hpp"
 #include "runtime/data/dataset.hpp"
 #include "runtime/nn/model.hpp"
@@ -59,6 +60,10 @@ int64_t load_state(const std::string& step_dir, const config& c, nn::model& m, n
 /// then each optimizer slot (optimizer::state() order), each num_params() long; views into
 /// the live tensors (what a joiner receives from a donor).
 std::vector<std::pair<float*, std::size_t>> state_buffers_of(nn::model& m, nn::optimizer& opt);
+/// onebit_adam's compressed ranges of M: every parameter whose name matches none of the
+/// EXCLUDE glob patterns (fnmatch), neighbours merged, in offset order.
+std::vector<std::pair<int64_t, int64_t>> onebit_ranges(const nn::model& m,
+                                                       const std::vector<std::string>& exclude);
 /// The optimizer settings of train.* (kind, betas, eps, weight decay, momentum).
 nn::optim_options optim_options_from(const train_config& t);
 
@@ -99,7 +104,18 @@ class trainer {
   /// The buffer peers sum each step, model().num_params() elements: fixed_grads().data()
   /// (int64) in bitwise mode, else model().flat_grads().data() (float). Both are already
   /// scaled so that the plain sum over all replicas is the global-batch mean gradient.
+  /// With comm.compression the sum travels as floats in every mode: in bitwise mode the
+  /// step's fixed-point sum is converted range by range as compute_gradients reports it.
   void* reduction_buffer();
+  /// reduction_buffer()'s element type (int64 only in bitwise mode without compression).
+  comm::grad_type reduction_type() const;
+  /// How reduction_buffer() travels this step in a data-parallel group of `replicas` where
+  /// this worker is `rank` (comm.compression, comm.error_feedback); call after begin_step.
+  /// The error memory is this worker's training state: a step changes it only when
+  /// apply_step commits the step, and when the group differs from the last committed
+  /// step's, what this worker kept for the chunks it owned joins what it keeps as a sender
+  /// (the total is unchanged; chunk ownership moved).
+  comm::wire_plan wire(int replicas, int rank);
   /// Clips, applies the optimizer for step `step` and returns the gradient norm before
   /// clipping. In bitwise mode first converts the fixed-point sum to floats, once.
   double apply_step(int64_t step);
@@ -148,6 +164,25 @@ class trainer {
   int micro_batches_ = 1;
   bool bitwise_ = false;
   std::vector<int64_t> fixed_;
+  /// Compression of the DP sum (comm.compression) and its error memory: the committed one,
+  /// and the one the step in flight advances (a copy taken by begin_step).
+  comm::wire_format wire_format_ = comm::wire_format::f32;
+  struct feedback {
+    std::vector<float> worker, server;
+    int replicas = 0, rank = -1;  ///< the group it was kept in (0: none yet)
+  };
+  bool error_feedback_ = false;
+  feedback kept_, next_;
+  bool converted_ = false;  ///< bitwise + compression: flat_grads() holds the step's floats
+  /// train.optimizer: onebit_adam (null otherwise): once its variance froze, the compressed
+  /// ranges of the buffer carry each replica's share of the new momentum, not its gradient.
+  nn::onebit_adam* onebit_ = nullptr;
+  int replicas_ = 1;        ///< the DP group of the step (wire() sets it; 1 in one process)
+  bool momentum_in_ = false;  ///< this step's compressed ranges hold the momentum shares
+
+  /// onebit_adam after the freeze: grads[i] = beta1 / replicas * m[i] + (1 - beta1) * grads[i]
+  /// on the compressed ranges inside [offset, offset + count).
+  void add_momentum(int64_t offset, int64_t count);
   std::unique_ptr<nn::optimizer> opt_;
   cohort::batch batch_;
 };

@@ -23,6 +23,7 @@ class fake_comm final : public communicator {
   void allreduce_sum(float*, std::size_t) override {}
   void allreduce_sum(std::int64_t*, std::size_t) override {}
   void allgather(const void*, void*, std::size_t) override {}
+  void alltoall(const void*, void*, std::size_t) override {}
   void broadcast(void*, std::size_t, int) override {}
   void barrier() override {}
   void abort() override { ++aborts; }

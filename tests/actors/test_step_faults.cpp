@@ -23,7 +23,7 @@ struct fake_seat final : train::seat {
   explicit fake_seat(std::vector<std::string>* l) : log(l) {}
   std::pair<int, int> position() const override { return {0, 0}; }
   int micro_batches() const override { return 2; }
-  bool bitwise() const override { return false; }
+  comm::grad_type reduction_type() const override { return comm::grad_type::f32; }
   std::size_t elements() override { return 4; }
   void set_links(train::stage_links) override {}
   void begin_step() override {}
@@ -38,6 +38,7 @@ struct fake_seat final : train::seat {
     return 1.5;
   }
   void* reduction_buffer() override { return buf; }
+  comm::wire_plan wire(int, int) override { return {}; }
   void finish_gradients(int64_t) override {}
   void apply_step(int64_t) override {}
   bool speaks_for_loss() const override { return true; }

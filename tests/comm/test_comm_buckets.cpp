@@ -45,6 +45,7 @@ class recording_comm : public communicator {
   }
   void allreduce_sum(std::int64_t* data, std::size_t n) override { inner_.allreduce_sum(data, n); }
   void allgather(const void* s, void* r, std::size_t b) override { inner_.allgather(s, r, b); }
+  void alltoall(const void* s, void* r, std::size_t b) override { inner_.alltoall(s, r, b); }
   void broadcast(void* d, std::size_t b, int root) override { inner_.broadcast(d, b, root); }
   void barrier() override { inner_.barrier(); }
   void abort() override { inner_.abort(); }
@@ -408,4 +409,65 @@ TEST_CASE("lanes: a failure on one lane ends the others' waits and wait_all repo
   CHECK((kind == comm_failure::timeout || kind == comm_failure::peer_lost));
   CHECK(slow[0]->dead());
   CHECK(fast[0]->dead());
+}
+
+TEST_CASE("plan_buckets keeps each bucket inside one wire format") {
+  // 10 elements, 3 per bucket, [2, 7) compressed as fp8.
+  const double mb = 3 * sizeof(float) / kMiB;
+  const auto b = plan_buckets(10, sizeof(float), mb, {{2, 5, wire_format::fp8}});
+  // From the end: [7, 10) plain; [4, 7), [2, 4) fp8; [0, 2) plain.
+  REQUIRE(b.size() == 4);
+  CHECK((b[0].offset == 7 && b[0].count == 3 && b[0].format == wire_format::f32));
+  CHECK((b[1].offset == 4 && b[1].count == 3 && b[1].format == wire_format::fp8));
+  CHECK((b[2].offset == 2 && b[2].count == 2 && b[2].format == wire_format::fp8));
+  CHECK((b[3].offset == 0 && b[3].count == 2 && b[3].format == wire_format::f32));
+  // The whole buffer compressed, and segments that touch.
+  CHECK(plan_buckets(10, sizeof(float), mb, {{0, 10, wire_format::sign}}).size() == 4);
+  const auto t =
+      plan_buckets(6, sizeof(float), mb, {{0, 3, wire_format::bf16}, {3, 3, wire_format::fp8}});
+  REQUIRE(t.size() == 2);
+  CHECK(t[0].format == wire_format::fp8);
+  CHECK(t[1].format == wire_format::bf16);
+  CHECK_THROWS_AS(
+      plan_buckets(10, sizeof(float), mb, {{4, 2, wire_format::fp8}, {3, 2, wire_format::fp8}}),
+      cohort::usage_error);
+  CHECK_THROWS_AS(plan_buckets(10, sizeof(float), mb, {{8, 3, wire_format::fp8}}),
+                  cohort::usage_error);
+}
+
+TEST_CASE("a wire plan: compressed buckets carry their error memory, plain ones sum exactly") {
+  // Two ranks, two lanes; elements [1000, 3000) travel as fp8 with error memory, the rest as
+  // floats; the post-scale halves every bucket.
+  memory_kv kv;
+  const int n = 2;
+  auto a = make_gloo_group(kv, n, 1, milliseconds(10000), "wa");
+  auto b = make_gloo_group(kv, n, 1, milliseconds(10000), "wb");
+  const std::size_t count = 4000;
+  std::vector<std::vector<float>> grads(n, std::vector<float>(count));
+  std::vector<std::vector<float>> worker(n, std::vector<float>(count, 0.0f)), server = worker;
+  REQUIRE_NOTHROW(rethrow_first(run_ranks(n, [&](int r) {
+    bucket_engine engine({a[r].get(), b[r].get()}, count, grad_type::f32,
+                         700 * sizeof(float) / kMiB, 0.5f);
+    wire_plan plan;
+    plan.compressed.push_back({1000, 2000, wire_format::fp8});
+    plan.memory = {worker[r].data(), server[r].data()};
+    engine.set_wire(plan);
+    for (const bucket_range& k : engine.buckets())
+      CHECK(k.format ==
+            (k.offset >= 1000 && k.offset < 3000 ? wire_format::fp8 : wire_format::f32));
+    engine.begin(grads[r].data());
+    // 17 needs more than fp8's 3 mantissa bits (it rounds to 16): the memory keeps the 1.
+    for (std::size_t i = 0; i < count; ++i) grads[r][i] = 17.0f;
+    engine.mark_ready(0, count);
+    engine.wait_all();
+  })));
+  for (int r = 0; r < n; ++r)
+    for (std::size_t i = 0; i < count; ++i) {
+      CAPTURE(i);
+      const bool compressed = i >= 1000 && i < 3000;
+      // Plain: (17 + 17) / 2. fp8: each rank sends 16 (keeping 1), the owner's 32 is exact.
+      REQUIRE(grads[r][i] == (compressed ? 16.0f : 17.0f));
+      REQUIRE(worker[r][i] == (compressed ? 1.0f : 0.0f));
+      REQUIRE(server[r][i] == 0.0f);
+    }
 }

@@ -1343,12 +1343,13 @@ TEST_CASE("dump_config prints every key of the schema, sections in a fixed order
     at = found;
   }
   const std::set<std::string> keys = key_paths(text);
-  CHECK(keys.size() == 58);
+  CHECK(keys.size() == 62);
   for (const char* k :
        {"cluster.workers", "parallel.dp", "model.hidden", "data.cache_dir", "train.threads",
-        "comm.backend", "comm.bucket_mb", "comm.p2p_security", "fault_tolerance.keep",
-        "fault_tolerance.commit_window", "elastic.min_workers", "elastic.max_workers",
-        "elastic.respawn", "elastic.pause_timeout_ms", "control.max_message_bytes", "faults"}) {
+        "comm.backend", "comm.bucket_mb", "comm.p2p_security", "comm.compression",
+        "comm.error_feedback", "fault_tolerance.keep", "fault_tolerance.commit_window",
+        "elastic.min_workers", "elastic.max_workers", "elastic.respawn", "elastic.pause_timeout_ms",
+        "control.max_message_bytes", "faults"}) {
     CHECK(keys.count(k) == 1);
   }
 }
@@ -1652,7 +1653,7 @@ TEST_CASE("configs/reference.yaml is the generated reference and holds every key
     }
     previous = line;
   }
-  CHECK(keys == 57);
+  CHECK(keys == 61);
   CHECK(top_level == 1);
   // The commented examples are the language's own examples, and each of them parses.
   size_t examples = 0;
@@ -1777,4 +1778,38 @@ TEST_CASE("parallel.schedule and parallel.activation_checkpointing") {
     CHECK(i.key == b.key);
     CHECK_MESSAGE(i.message.find(b.message) != std::string::npos, i.message);
   }
+}
+
+TEST_CASE("train.onebit.*: nested or dotted in YAML, --set, lists of strings, and the rules") {
+  config c = cohort::load_config_text(
+      "train:\n  optimizer: onebit_adam\n  onebit:\n    freeze_step: 5\n    exclude: "
+      "[\"*.bias\"]\n",
+      "t");
+  CHECK(c.train.onebit_freeze_step == 5);
+  CHECK(c.train.onebit_exclude == std::vector<std::string>{"*.bias"});
+  c = cohort::load_config_text("train:\n  onebit.freeze_step: 7\n", "t",
+                               {"train.onebit.exclude=[\"a*\", \"b\"]"});
+  CHECK(c.train.onebit_freeze_step == 7);
+  CHECK(c.train.onebit_exclude == std::vector<std::string>{"a*", "b"});
+  CHECK(
+      cohort::load_config_text("train:\n  onebit.exclude: []\n", "t").train.onebit_exclude.empty());
+  // Wrong shapes and names, with the position.
+  std::string t = all_text(issues_of("train:\n  onebit:\n    freeze: 5\n"));
+  CHECK(t.find("cfg.yaml:3") != std::string::npos);
+  CHECK(t.find("train.onebit.freeze") != std::string::npos);
+  t = all_text(issues_of("train:\n  onebit.exclude: \"*.bias\"\n"));
+  CHECK(t.find("expected a list of strings") != std::string::npos);
+  t = all_text(issues_of("train:\n  onebit.exclude: [\"\", x]\n"));
+  CHECK(t.find("train.onebit.exclude[0]") != std::string::npos);
+  t = all_text(issues_of("train:\n  onebit.freeze_step: 0\n"));
+  CHECK(t.find("train.onebit.freeze_step") != std::string::npos);
+  // Combinations that are not built are refused, naming every key involved.
+  t = all_text(issues_of("train:\n  optimizer: onebit_adam\ncomm:\n  compression: fp8\n"));
+  CHECK(t.find("onebit_adam compresses its own sums") != std::string::npos);
+  t =
+      all_text(issues_of("model:\n  kind: gpt\nparallel:\n  pp: 2\ncluster:\n  workers: 2\n"
+                         "comm:\n  compression: bf16\n"));
+  CHECK(t.find("built for whole-model jobs") != std::string::npos);
+  t = all_text(issues_of("comm:\n  error_feedback: true\n"));
+  CHECK(t.find("comm.compression is none") != std::string::npos);
 }

@@ -97,3 +97,53 @@ TEST_CASE("global gradient-norm clipping") {
     CHECK(g[2] == 4.0f);
   }
 }
+
+TEST_CASE("1-bit Adam: AdamW until the freeze, then the given momentum over a frozen variance") {
+  // Three elements: [0, 2) compressed, 2 kept at full precision; freeze after one update.
+  tensor p({3}), g({3}), pa({3}), ga({3});
+  for (int i = 0; i < 3; ++i) p[i] = pa[i] = 1.0f + float(i);
+  optim_options o;
+  o.kind = "onebit_adam";
+  o.weight_decay = 0.01f;
+  o.freeze_step = 1;
+  o.compressed = {{0, 2}};
+  auto opt = make_optimizer(p, g, o);
+  auto* one = dynamic_cast<onebit_adam*>(opt.get());
+  REQUIRE(one != nullptr);
+  optim_options oa = o;
+  oa.kind = "adamw";
+  adamw ref(pa, ga, oa);
+  const float lr = 0.1f;
+
+  // Update 1 (warm-up): exactly AdamW, bit for bit.
+  CHECK_FALSE(one->frozen());
+  for (int i = 0; i < 3; ++i) g[i] = ga[i] = 0.5f - float(i);
+  opt->step(lr);
+  ref.step(lr);
+  for (int i = 0; i < 3; ++i) CHECK(p[i] == pa[i]);
+  CHECK(one->frozen());
+  const float v0 = opt->state()[1].second[0], m2 = opt->state()[0].second[2];
+  const float v2 = opt->state()[1].second[2];
+
+  // Update 2: the buffer holds the group's momentum on [0, 2) and the gradient on 2.
+  const double p0 = p[0], p2 = p[2];
+  g[0] = 0.25f;  // the new momentum of element 0
+  g[1] = -0.5f;  // of element 1
+  g[2] = 2.0f;   // the gradient of element 2
+  opt->step(lr);
+  const double bc1 = 1 - 0.9 * 0.9, bc2_frozen = 1 - 0.999;
+  CHECK(opt->state()[0].second[0] == 0.25f);  // m takes the momentum as given
+  CHECK(opt->state()[1].second[0] == v0);     // v stays frozen
+  CHECK(p[0] == doctest::Approx(p0 * (1 - 0.1 * 0.01) -
+                                0.1 / bc1 * 0.25 / (std::sqrt(v0) / std::sqrt(bc2_frozen) + 1e-8))
+                    .epsilon(1e-5));
+  // Element 2 stays AdamW: m and v move with its gradient.
+  const double m = 0.9 * m2 + 0.1 * 2.0, v = 0.999 * v2 + 0.001 * 4.0;
+  CHECK(opt->state()[1].second[2] == doctest::Approx(v).epsilon(1e-5));
+  CHECK(p[2] ==
+        doctest::Approx(p2 * (1 - 0.1 * 0.01) -
+                        0.1 / bc1 * m / (std::sqrt(v) / std::sqrt(1 - 0.999 * 0.999) + 1e-8))
+            .epsilon(1e-5));
+  CHECK(opt->state()[0].first == "exp_avg");
+  CHECK(opt->state()[1].first == "exp_avg_sq");
+}

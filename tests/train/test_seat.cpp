@@ -95,7 +95,7 @@ std::vector<stage_result> run_pipeline(const config& c, bool reports) {
       train::seat& seat = *seats[static_cast<std::size_t>(s)];
       seat.set_links(links_for(m, s));
       seat.begin_step();
-      const std::size_t esize = seat.bitwise() ? sizeof(int64_t) : sizeof(float);
+      const std::size_t esize = seat.reduction_type() == comm::grad_type::i64 ? sizeof(int64_t) : sizeof(float);
       const char* buf = static_cast<const char*>(seat.reduction_buffer());
       nn::grads_ready_fn ready;
       stage_result& r = out[static_cast<std::size_t>(s)];

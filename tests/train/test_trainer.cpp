@@ -122,3 +122,67 @@ TEST_CASE("checkpoint: save, load into a fresh trainer, continue: same bits as n
   CHECK(run(second, 4, 8) == want);
   fs::remove_all(dir);
 }
+
+TEST_CASE("onebit_adam: its compressed ranges skip biases, and warm-up is AdamW bit for bit") {
+  config c = small_mlp("fast", 12);
+  c.train.optimizer = "onebit_adam";
+  c.train.onebit_freeze_step = 4;
+  train::trainer one(c);
+  // MLP 784-32-16-10: weights compressed, biases kept (the default exclude list).
+  const auto ranges = train::onebit_ranges(one.model(), c.train.onebit_exclude);
+  REQUIRE(ranges.size() == 3);
+  CHECK(ranges[0] == std::make_pair<int64_t, int64_t>(0, 32 * 784));
+  CHECK(ranges[1] == std::make_pair<int64_t, int64_t>(32 * 784 + 32, 16 * 32));
+  CHECK(ranges[2] == std::make_pair<int64_t, int64_t>(32 * 784 + 32 + 16 * 32 + 16, 10 * 16));
+  CHECK(train::onebit_ranges(one.model(), {"*"}).empty());
+  CHECK(train::onebit_ranges(one.model(), {}).size() == 1);  // everything, merged
+  // Before the freeze: no compressed segment, and the same bits as AdamW.
+  config a = c;
+  a.train.optimizer = "adamw";
+  train::trainer ref(a);
+  CHECK(one.wire(2, 0).compressed.empty());
+  CHECK(one.reduction_type() == comm::grad_type::f32);
+  CHECK(run(one, 0, 4) == run(ref, 0, 4));
+  // From the freeze on: the weights travel as signs with error memory, the biases as floats.
+  one.begin_step();
+  const comm::wire_plan plan = one.wire(2, 1);
+  REQUIRE(plan.compressed.size() == 3);
+  for (std::size_t i = 0; i < 3; ++i) {
+    CHECK(plan.compressed[i].offset == static_cast<std::size_t>(ranges[i].first));
+    CHECK(plan.compressed[i].count == static_cast<std::size_t>(ranges[i].second));
+    CHECK(plan.compressed[i].format == comm::wire_format::sign);
+  }
+  CHECK(plan.memory.worker != nullptr);
+  CHECK(plan.memory.server != nullptr);
+  // And it goes on learning on its own (a group of one: the momentum is its own).
+  train::trainer fresh(c);
+  fresh.begin_step();
+  const double first = fresh.compute_gradients(0, 0, fresh.micro_batches()) / 64;
+  fresh.apply_step(0);
+  run(fresh, 1, 12);
+  fresh.begin_step();
+  const double last = fresh.compute_gradients(12, 0, fresh.micro_batches()) / 64;
+  CHECK(std::isfinite(last));
+  CHECK(last < first);
+  CHECK(run(fresh, 12, 12) != run(ref, 4, 12));
+}
+
+TEST_CASE("bitwise with compression: the float wire carries the fixed-point sum, rounded once") {
+  config c = small_mlp("bitwise", 3);
+  c.comm.compression = "fp8";
+  train::trainer tr(c), plain(small_mlp("bitwise", 3));
+  CHECK(tr.reduction_type() == comm::grad_type::f32);
+  CHECK(plain.reduction_type() == comm::grad_type::i64);
+  // One replica's DP path (the ready hook) and the single-process path agree bit for bit.
+  for (int64_t s = 0; s < 3; ++s) {
+    tr.begin_step();
+    const comm::wire_plan w = tr.wire(1, 0);
+    REQUIRE(w.compressed.size() == 1);
+    CHECK(w.memory.worker == nullptr);  // comm.error_feedback is off
+    std::vector<int> all;
+    for (int i = 0; i < tr.micro_batches(); ++i) all.push_back(i);
+    tr.compute_gradients(s, all, [](std::size_t, std::size_t) {});
+    tr.apply_step(s);
+  }
+  CHECK(tr.params_sha256() == run(plain, 0, 3));
+}

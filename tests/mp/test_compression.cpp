@@ -1,0 +1,109 @@
+// Compressed gradient sums in real `cohort launch` runs (comm.compression, comm.error_feedback):
+// the bytes each worker hands its transport against the plain run's, measured in the same
+// test; every worker ending on the same parameters; in bitwise mode the same bits on every
+// run of one group size, over Gloo and over shared memory alike, and a group of one equal
+// to `cohort train`.
+#include <doctest/doctest.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "tests/mp/dp_util.hpp"
+
+using namespace cohort;
+using namespace cohort::mp;
+using std::chrono::milliseconds;
+
+namespace {
+
+// `cohort launch CFG` with WORKERS workers and the given --set pairs; its summary.
+nlohmann::json launch(const temp_dir& dir, const std::string& cfg, int workers,
+                      const std::vector<std::string>& sets, const std::string& tag) {
+  const std::string out = dir.path() + "/" + tag + ".json";
+  std::vector<std::string> args = {
+      "launch", cfg, "-q", "--summary", out, "--set", "cluster.workers=" + std::to_string(workers)};
+  for (const std::string& s : sets) {
+    args.push_back("--set");
+    args.push_back(s);
+  }
+  child_process p(args, dir.path(), tag);
+  const auto code = p.wait_exit(milliseconds(120000));
+  REQUIRE_MESSAGE(code.has_value(), "launch did not finish: " << p.err());
+  REQUIRE_MESSAGE(*code == 0, p.out() << p.err());
+  const nlohmann::json j = read_json(out);
+  REQUIRE(j.is_object());
+  CHECK(j["params_consistent"] == true);
+  return j;
+}
+
+double sent_per_worker(const nlohmann::json& s) {
+  double total = 0;
+  for (const auto& w : s["workers"]) total += w["bytes_sent"].get<double>();
+  return total / static_cast<double>(s["workers"].size());
+}
+
+}  // namespace
+
+TEST_CASE("fp8 and bf16 sums send a quarter and a half of fp32's bytes and train alike") {
+  temp_dir dir;
+  const std::string cfg = dir.write("cfg.yaml", small_yaml(dir.path(), "fast", 20));
+  const nlohmann::json plain = launch(dir, cfg, 2, {"comm.transport=gloo"}, "plain");
+  const nlohmann::json fp8 =
+      launch(dir, cfg, 2,
+             {"comm.transport=gloo", "comm.compression=fp8", "comm.error_feedback=true"}, "fp8");
+  const nlohmann::json bf16 =
+      launch(dir, cfg, 2, {"comm.transport=gloo", "comm.compression=bf16"}, "bf16");
+  const double p = sent_per_worker(plain), f = sent_per_worker(fp8), b = sent_per_worker(bf16);
+  MESSAGE("bytes sent per worker: fp32 " << p << ", fp8 " << f << ", bf16 " << b);
+  REQUIRE(f > 0);
+  REQUIRE(b > 0);
+  // One bucket of 25,450 floats per step: the ring sends half of it, the compressed sum half
+  // of the encoded chunks twice (alltoall and allgather), with a 4-byte scale per block.
+  CHECK(p / f == doctest::Approx(4.0).epsilon(0.02));
+  CHECK(p / b == doctest::Approx(2.0).epsilon(0.02));
+  CHECK(fp8["communication"]["compression"] == "fp8");
+  CHECK(fp8["communication"]["bytes_sent_per_step"].get<double>() ==
+        doctest::Approx(f / 20).epsilon(0.01));
+  // The same 20 steps from the same start: the loss follows the plain run's closely.
+  const double lp = plain["final_loss"], l8 = fp8["final_loss"], l16 = bf16["final_loss"];
+  CHECK(l8 == doctest::Approx(lp).epsilon(0.05));
+  CHECK(l16 == doctest::Approx(lp).epsilon(0.02));
+  CHECK(fp8["params_sha256"] != plain["params_sha256"]);  // compression changed the sums
+}
+
+TEST_CASE("bitwise + fp8 with error feedback: one group size gives one result, on any transport") {
+  temp_dir dir;
+  const std::string cfg = dir.write("cfg.yaml", small_yaml(dir.path(), "bitwise", 8));
+  const nlohmann::json ref = train_summary(dir, cfg);
+  const std::vector<std::string> fp8 = {"comm.compression=fp8", "comm.error_feedback=true"};
+  auto with = [&](const std::string& transport) {
+    std::vector<std::string> s = fp8;
+    s.push_back("comm.transport=" + transport);
+    return s;
+  };
+  // A group of one sends nothing: the compressed job is `cohort train`'s.
+  const nlohmann::json one = launch(dir, cfg, 1, with("gloo"), "one");
+  CHECK(one["params_sha256"] == ref["params_sha256"]);
+  // Owners add the ranks' chunks in rank order: the same bits every time, and the same
+  // over Gloo and over shared memory, for a given group size.
+  const nlohmann::json a = launch(dir, cfg, 3, with("gloo"), "gloo_a");
+  const nlohmann::json b = launch(dir, cfg, 3, with("gloo"), "gloo_b");
+  const nlohmann::json c = launch(dir, cfg, 3, with("shm"), "shm");
+  CHECK(a["params_sha256"] == b["params_sha256"]);
+  CHECK(a["params_sha256"] == c["params_sha256"]);
+  CHECK(a["params_sha256"] != ref["params_sha256"]);
+  CHECK(a["steps_completed"] == 8);
+}
+
+TEST_CASE("compression is refused where it is not built, with the keys named") {
+  temp_dir dir;
+  const std::string cfg = dir.write("cfg.yaml", small_yaml(dir.path(), "fast"));
+  int rc = -1;
+  std::string out = run_capture("validate " + cfg + " --set comm.error_feedback=true", &rc, true);
+  CHECK(rc == 2);
+  CHECK(out.find("comm.error_feedback") != std::string::npos);
+  out = run_capture("validate " + cfg + " --set comm.compression=fp4", &rc, true);
+  CHECK(rc == 2);
+  CHECK(out.find("comm.compression") != std::string::npos);
+}
