@@ -81,6 +81,9 @@ struct group {
 
   net::step_timing total;  ///< whole run
   int64_t steps_computed = 0;
+  // Steps whose DP sum travelled compressed (computed without error) and their bytes sent.
+  int64_t compressed_steps = 0;
+  uint64_t compressed_bytes_sent = 0;
   /// Whole run, DP collectives only: seconds the DP group's collectives ran, and the part
   /// of them that fell inside the steps' backward windows: the overlap's terms.
   double collective_s = 0, hidden_s = 0;
@@ -290,6 +293,10 @@ struct group {
         refuse("this worker has no rank in generation " + std::to_string(o.generation));
       run_step(o, rank, v, t);
       v.ok = true;
+      if (links.engine && !links.engine->wire().compressed.empty()) {
+        ++compressed_steps;
+        compressed_bytes_sent += t.bytes_sent;
+      }
     } catch (const std::exception& e) {
       v.ok = false;
       v.reason = e.what();
@@ -428,6 +435,8 @@ struct group {
       x.micro_batches = last_micro;
     }
     rep.steps_computed = steps_computed;
+    rep.compressed_steps = compressed_steps;
+    rep.compressed_bytes_sent = compressed_bytes_sent;
     // Measured from the collectives' and backward's timestamps; 0 when no collective ran.
     rep.overlap = collective_s > 0 ? hidden_s / collective_s : 0.0;
     rep.peak_pool_bytes = s.peak_pool_bytes;

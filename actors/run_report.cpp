@@ -285,19 +285,31 @@ nlohmann::json run_report::summary(double wall_s) const {
   j["params_sha256"] = hash;
   j["params_consistent"] = consistent;
   // Bytes each worker handed its transport per step it computed (measured by the
-  // communicators; 0 where a backend cannot count), with the wire format that made them.
+  // communicators; 0 where a backend cannot count), split into the steps whose sum travelled
+  // compressed and the others (1-bit Adam's warm-up), each averaged over the workers.
   {
-    double per_step = 0;
-    int counted = 0;
-    for (const auto& [id, rep] : reports_)
-      if (rep.r.steps_computed > 0) {
-        per_step += static_cast<double>(rep.r.timing.bytes_sent) /
-                    static_cast<double>(rep.r.steps_computed);
-        ++counted;
-      }
-    j["communication"] = {{"compression", cfg_.comm.compression},
-                          {"error_feedback", cfg_.comm.error_feedback},
-                          {"bytes_sent_per_step", counted > 0 ? per_step / counted : 0.0}};
+    double all = 0, plain = 0, packed = 0;
+    int n_all = 0, n_plain = 0, n_packed = 0;
+    for (const auto& [id, rep] : reports_) {
+      const auto& r = rep.r;
+      const double bytes = static_cast<double>(r.timing.bytes_sent);
+      const double cb = static_cast<double>(r.compressed_bytes_sent);
+      const int64_t cs = r.compressed_steps, ps = r.steps_computed - r.compressed_steps;
+      if (r.steps_computed > 0) all += bytes / static_cast<double>(r.steps_computed), ++n_all;
+      if (cs > 0) packed += cb / static_cast<double>(cs), ++n_packed;
+      if (ps > 0) plain += (bytes - cb) / static_cast<double>(ps), ++n_plain;
+    }
+    nlohmann::json c = {{"compression", cfg_.train.optimizer == "onebit_adam"
+                                            ? std::string("sign (onebit_adam)")
+                                            : cfg_.comm.compression},
+                        {"error_feedback", cfg_.comm.error_feedback ||
+                                               cfg_.train.optimizer == "onebit_adam"},
+                        {"bytes_sent_per_step", n_all > 0 ? all / n_all : 0.0}};
+    if (n_plain > 0) c["uncompressed_bytes_per_step"] = plain / n_plain;
+    if (n_packed > 0) c["compressed_bytes_per_step"] = packed / n_packed;
+    if (n_plain > 0 && n_packed > 0 && packed > 0)
+      c["ratio"] = (plain / n_plain) / (packed / n_packed);  // both measured in this run
+    j["communication"] = c;
   }
   const double units =
       static_cast<double>(steps_done_ - start_step_) * cfg_.train.global_batch * units_per_sample_;

@@ -152,8 +152,15 @@ std::size_t bucket_engine::bucket_of(std::size_t element) const {
 void bucket_engine::set_wire(const wire_plan& plan) {
   std::lock_guard<std::mutex> lock(mutex_);
   COHORT_CHECK(!in_step_);
-  if (plan == wire_) return;
   COHORT_CHECK(type_ == grad_type::f32 || plan.compressed.empty());
+  // The memory may move between steps (the seat keeps a committed copy and a working one);
+  // the buckets follow the segments only.
+  wire_plan segments_only = plan;
+  segments_only.memory = wire_.memory;
+  if (segments_only == wire_) {
+    wire_.memory = plan.memory;
+    return;
+  }
   buckets_ = plan_buckets(elements_, sizeof(float), bucket_mb_, plan.compressed);
   wire_ = plan;
   missing_.assign(buckets_.size(), 0);

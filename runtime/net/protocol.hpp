@@ -492,12 +492,16 @@ struct train_report {
   /// "name:sha256\n" per parameter this worker holds (a pipeline stage's part of the model)
   std::string param_digests;
   stage_stats stage;
+  /// Of steps_computed, those whose DP sum travelled compressed (comm.compression, 1-bit
+  /// Adam after its freeze), and the bytes this worker sent in them (in timing.bytes_sent).
+  int64_t compressed_steps = 0;
+  uint64_t compressed_bytes_sent = 0;
   template <class S>
   static auto fields(S& s) {
     return std::tie(s.member_id, s.generation, s.next_step, s.params_sha256, s.has_eval,
                     s.eval_loss, s.eval_accuracy, s.eval_count, s.steps_computed, s.overlap,
                     s.peak_pool_bytes, s.checkpoint, s.num_params, s.timing, s.param_digests,
-                    s.stage);
+                    s.stage, s.compressed_steps, s.compressed_bytes_sent);
   }
 };
 

@@ -46,19 +46,15 @@ trainer::trainer(const config& c) : cfg_(c) {
   if (bitwise_) {
     fixed_.assign(static_cast<std::size_t>(model_->num_params()), 0);
   }
-  wire_format_ = comm::parse_wire_format(c.comm.compression);
-  error_feedback_ = c.comm.error_feedback && wire_format_ != comm::wire_format::f32;
-  if (error_feedback_) {
-    const auto n = static_cast<std::size_t>(model_->num_params());
-    kept_.worker.assign(n, 0.0f);
-    kept_.server.assign(n, 0.0f);
-  }
   nn::optim_options o = optim_options_from(c.train);
   if (o.kind == "onebit_adam") o.compressed = onebit_ranges(*model_, c.train.onebit_exclude);
   opt_ = nn::make_optimizer(model_->flat_values(), model_->flat_grads(), o);
   onebit_ = dynamic_cast<nn::onebit_adam*>(opt_.get());
-  if (onebit_ != nullptr && !error_feedback_) {
-    error_feedback_ = true;  // 1-bit Adam always feeds back what the signs lose
+  wire_format_ = comm::parse_wire_format(c.comm.compression);
+  // 1-bit Adam always feeds back what the signs lose.
+  error_feedback_ =
+      (c.comm.error_feedback && wire_format_ != comm::wire_format::f32) || onebit_ != nullptr;
+  if (error_feedback_) {
     const auto n = static_cast<std::size_t>(model_->num_params());
     kept_.worker.assign(n, 0.0f);
     kept_.server.assign(n, 0.0f);

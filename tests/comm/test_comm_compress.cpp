@@ -8,6 +8,8 @@
 
 #include <cmath>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -65,6 +67,23 @@ std::vector<std::string> hosts_for(const group_kind& k, int n) {
   std::vector<std::string> h;
   for (int r = 0; r < n; ++r) h.push_back(k.split_hosts && r >= n / 2 ? "h1" : "h0");
   return h;
+}
+
+using group = std::vector<std::unique_ptr<communicator>>;
+
+// FN(kind, n, comms) for every backend (shm, Gloo, the hierarchy) at every group size 1..4
+// it can have, each group a new generation from GEN on.
+void for_each_group(std::uint64_t gen,
+                    const std::function<void(const group_kind&, int, group&)>& fn) {
+  for (const group_kind& kind : kKinds)
+    for (int n : {1, 2, 3, 4}) {
+      if (kind.split_hosts && n < 2) continue;
+      CAPTURE(kind.name);
+      CAPTURE(n);
+      memory_kv kv;
+      group comms = make_group(kv, hosts_for(kind, n), gen++, kind.transport, kind.hierarchy);
+      fn(kind, n, comms);
+    }
 }
 
 }  // namespace
@@ -179,37 +198,30 @@ TEST_CASE("error feedback loses nothing: T blocks decode to T times the input mi
 }
 
 TEST_CASE("compressed sums over shm, Gloo and the hierarchy: closed forms, one result everywhere") {
-  std::uint64_t gen = 1;
-  for (const group_kind& kind : kKinds)
-    for (int n : {1, 2, 3, 4}) {
-      if (kind.split_hosts && n < 2) continue;
-      CAPTURE(kind.name);
-      CAPTURE(n);
-      memory_kv kv;
-      auto comms = make_group(kv, hosts_for(kind, n), gen++, kind.transport, kind.hierarchy);
-      for (std::size_t count : {std::size_t(1), std::size_t(3), std::size_t(1001)}) {
-        CAPTURE(count);
-        // bf16 and fp8: every rank sends v_i = (i % 4) + 1, so the sum n * v_i is exact in
-        // both formats (at most 16: integers up to 16 are exact in E4M3).
-        for (wire_format f : {wire_format::bf16, wire_format::fp8, wire_format::f32}) {
-          CAPTURE(name_of(f));
-          std::vector<std::vector<float>> d(n, std::vector<float>(count));
-          std::vector<std::vector<float>> worker(n, std::vector<float>(count, 0.0f));
-          std::vector<std::vector<float>> server(n, std::vector<float>(count, 0.0f));
-          REQUIRE_NOTHROW(rethrow_first(run_ranks(n, [&](int r) {
-            for (std::size_t i = 0; i < count; ++i) d[r][i] = float(i % 4 + 1);
-            compressed_allreduce_sum(*comms[r], d[r].data(), count, f,
-                                     {worker[r].data(), server[r].data()});
-          })));
-          for (int r = 0; r < n; ++r)
-            for (std::size_t i = 0; i < count; ++i) {
-              REQUIRE(d[r][i] == float(n) * float(i % 4 + 1));
-              REQUIRE(worker[r][i] == 0.0f);  // nothing was lost
-              REQUIRE(server[r][i] == 0.0f);
-            }
-        }
+  for_each_group(1, [](const group_kind&, int n, group& comms) {
+    for (std::size_t count : {std::size_t(1), std::size_t(3), std::size_t(1001)}) {
+      CAPTURE(count);
+      // bf16 and fp8: every rank sends v_i = (i % 4) + 1, so the sum n * v_i is exact in
+      // both formats (at most 16: integers up to 16 are exact in E4M3).
+      for (wire_format f : {wire_format::bf16, wire_format::fp8, wire_format::f32}) {
+        CAPTURE(name_of(f));
+        std::vector<std::vector<float>> d(n, std::vector<float>(count));
+        std::vector<std::vector<float>> worker(n, std::vector<float>(count, 0.0f));
+        std::vector<std::vector<float>> server(n, std::vector<float>(count, 0.0f));
+        REQUIRE_NOTHROW(rethrow_first(run_ranks(n, [&](int r) {
+          for (std::size_t i = 0; i < count; ++i) d[r][i] = float(i % 4 + 1);
+          compressed_allreduce_sum(*comms[r], d[r].data(), count, f,
+                                   {worker[r].data(), server[r].data()});
+        })));
+        for (int r = 0; r < n; ++r)
+          for (std::size_t i = 0; i < count; ++i) {
+            REQUIRE(d[r][i] == float(n) * float(i % 4 + 1));
+            REQUIRE(worker[r][i] == 0.0f);  // nothing was lost
+            REQUIRE(server[r][i] == 0.0f);
+          }
       }
     }
+  });
 }
 
 TEST_CASE("sign sums: each chunk's owner sends the mean magnitude, and the memory holds the rest") {
@@ -280,28 +292,39 @@ TEST_CASE("Gloo hands the transport the encoded bytes: the formula, a quarter of
 }
 
 TEST_CASE("alltoall hands block j of rank r to rank j at offset r, on every backend") {
-  std::uint64_t gen = 300;
-  for (const group_kind& kind : kKinds)
-    for (int n : {1, 2, 3, 4}) {
-      if (kind.split_hosts && n < 2) continue;
-      CAPTURE(kind.name);
-      CAPTURE(n);
-      memory_kv kv;
-      auto comms = make_group(kv, hosts_for(kind, n), gen++, kind.transport, kind.hierarchy);
-      for (std::size_t bytes : {std::size_t(0), std::size_t(5), std::size_t(70000)}) {
-        CAPTURE(bytes);
-        std::vector<std::vector<std::uint8_t>> out(n, std::vector<std::uint8_t>(bytes * n));
-        REQUIRE_NOTHROW(rethrow_first(run_ranks(n, [&](int r) {
-          std::vector<std::uint8_t> in(bytes * n);
-          for (int j = 0; j < n; ++j)
-            for (std::size_t b = 0; b < bytes; ++b)
-              in[j * bytes + b] = static_cast<std::uint8_t>(r * 31 + j * 7 + b);
-          comms[r]->alltoall(in.data(), out[r].data(), bytes);
-        })));
+  for_each_group(300, [](const group_kind&, int n, group& comms) {
+    for (std::size_t bytes : {std::size_t(0), std::size_t(5), std::size_t(70000)}) {
+      CAPTURE(bytes);
+      std::vector<std::vector<std::uint8_t>> out(n, std::vector<std::uint8_t>(bytes * n));
+      REQUIRE_NOTHROW(rethrow_first(run_ranks(n, [&](int r) {
+        std::vector<std::uint8_t> in(bytes * n);
         for (int j = 0; j < n; ++j)
-          for (int r = 0; r < n; ++r)
-            for (std::size_t b = 0; b < bytes; ++b)
-              REQUIRE(out[j][r * bytes + b] == static_cast<std::uint8_t>(r * 31 + j * 7 + b));
-      }
+          for (std::size_t b = 0; b < bytes; ++b)
+            in[j * bytes + b] = static_cast<std::uint8_t>(r * 31 + j * 7 + b);
+        comms[r]->alltoall(in.data(), out[r].data(), bytes);
+      })));
+      for (int j = 0; j < n; ++j)
+        for (int r = 0; r < n; ++r)
+          for (std::size_t b = 0; b < bytes; ++b)
+            REQUIRE(out[j][r * bytes + b] == static_cast<std::uint8_t>(r * 31 + j * 7 + b));
     }
+  });
+}
+
+TEST_CASE("a rank that never joins the compressed sum makes the others fail within the timeout") {
+  memory_kv kv;
+  auto comms = make_gloo_group(kv, 2, 500, std::chrono::milliseconds(300), "silent");
+  std::vector<float> d(10000, 1.0f), worker(10000, 0.0f), server(10000, 0.0f);
+  const auto t0 = std::chrono::steady_clock::now();
+  comm_failure kind = comm_failure::invalid;
+  try {
+    compressed_allreduce_sum(*comms[0], d.data(), d.size(), wire_format::sign,
+                             {worker.data(), server.data()});
+    FAIL("the sum completed without rank 1");
+  } catch (const comm_error& e) {
+    kind = e.kind();
+  }
+  CHECK(seconds_since(t0) < 15.0);  // 0.3 s promised; slack for a loaded machine
+  CHECK((kind == comm_failure::timeout || kind == comm_failure::peer_lost));
+  CHECK(comms[0]->dead());
 }
