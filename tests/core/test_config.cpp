@@ -1780,7 +1780,7 @@ TEST_CASE("parallel.schedule and parallel.activation_checkpointing") {
   }
 }
 
-TEST_CASE("train.onebit.*: nested or dotted in YAML, --set, lists of strings, and the rules") {
+TEST_CASE("train.onebit keys: nested or dotted in YAML, --set, lists of strings, and the rules") {
   config c = cohort::load_config_text(
       "train:\n  optimizer: onebit_adam\n  onebit:\n    freeze_step: 5\n    exclude: "
       "[\"*.bias\"]\n",
