@@ -41,7 +41,7 @@ bin=$PWD/build/cohort
 tools/netns.sh check >/dev/null || { tools/netns.sh check; exit 77; }
 bed="bc$$"
 dir=$(mktemp -d /tmp/cohort-compression-XXXXXX)
-cleanup() { tools/netns.sh down "$bed" >/dev/null 2>&1 || true; rm -rf "$dir"; }
+cleanup() { tools/netns.sh down "$bed" >/dev/null 2>&1 || true; [[ -n ${KEEP:-} ]] || rm -rf "$dir"; }
 trap cleanup EXIT
 shape=(--rate "$rate")
 [[ -n $delay ]] && shape+=(--delay "$delay")

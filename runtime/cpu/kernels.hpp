@@ -69,7 +69,8 @@ void adamw_step(float* p, const float* g, float* m, float* v, int64_t n, float l
                 float beta2, float eps, float weight_decay, int t);
 /// 1-bit Adam after the variance froze: m = momentum (the group's compressed sum), then the
 /// AdamW update with v frozen: p = p*(1 - lr*wd) - lr/(1 - beta1^t) * m / (sqrt(v)/sqrt(1 -
-/// beta2^frozen_t) + eps), where frozen_t is the step at which v stopped changing.
+/// beta2^frozen_t) + eps), where frozen_t is the step at which v stopped changing. An element
+/// whose v is 0 never had a gradient: its m stays 0 and p only decays.
 void onebit_adam_frozen_step(float* p, const float* momentum, float* m, const float* v, int64_t n,
                              float lr, float beta1, float beta2, float eps, float weight_decay,
                              int t, int frozen_t);

@@ -147,3 +147,31 @@ TEST_CASE("1-bit Adam: AdamW until the freeze, then the given momentum over a fr
   CHECK(opt->state()[0].first == "exp_avg");
   CHECK(opt->state()[1].first == "exp_avg_sq");
 }
+
+TEST_CASE("1-bit Adam: an element that never had a gradient keeps a zero momentum after the freeze") {
+  // Element 1's gradient is 0 throughout the warm-up (an input pixel that was always 0), so
+  // its variance froze at 0. The signs hand it a momentum of +-scale; divided by eps alone
+  // that would move it by lr * scale / 1e-8. It must only decay.
+  tensor p({2}), g({2});
+  p[0] = 1.0f;
+  p[1] = 2.0f;
+  optim_options o;
+  o.kind = "onebit_adam";
+  o.weight_decay = 0.1f;
+  o.freeze_step = 2;
+  o.compressed = {{0, 2}};
+  auto opt = make_optimizer(p, g, o);
+  for (int t = 0; t < 2; ++t) {
+    g[0] = 0.5f;
+    g[1] = 0.0f;
+    opt->step(0.01f);
+  }
+  REQUIRE(opt->state()[1].second[1] == 0.0f);
+  const float before = p[1];
+  g[0] = 0.3f;
+  g[1] = 0.7f;  // what the compressed sum decoded for it: a scale, not a gradient
+  opt->step(0.01f);
+  CHECK(p[1] == doctest::Approx(before * (1 - 0.01 * 0.1)));
+  CHECK(opt->state()[0].second[1] == 0.0f);
+  CHECK(opt->state()[0].second[0] == 0.3f);
+}
