@@ -10,6 +10,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <optional>
 
@@ -19,6 +20,7 @@
 #include "runtime/comm/buckets.hpp"
 #include "runtime/comm/comm_error.hpp"
 #include "runtime/core/config.hpp"
+#include "runtime/core/error.hpp"
 #include "runtime/core/paths.hpp"
 #include "runtime/data/dataset.hpp"
 #include "runtime/net/host_address.hpp"
@@ -243,7 +245,21 @@ struct group {
     }
     const auto t2 = clock_type::now();
     const comm::bucket_timing bt = engine.wait_all();
-    seat->finish_gradients(o.step);
+    try {
+      seat->finish_gradients(o.step);
+    } catch (const comm::comm_error&) {
+      throw;
+    } catch (const std::exception&) {
+      v.fatal = true;  // a diverged sum: every member holds the same one, a retry too
+      throw;
+    }
+    // As `cohort train` does: a loss that is not finite ends the run (after the sum, so that
+    // no peer waits for a bucket).
+    if (seat->speaks_for_loss() && !std::isfinite(loss_rows)) {
+      v.fatal = true;
+      throw cohort::error("step " + std::to_string(o.step) +
+                          ": loss is not finite (lower train.lr)");
+    }
     t.compute_us = micros(t2 - t1);
     t.comm_wait_us = micros(clock_type::now() - t2);
     t.allreduce_us = static_cast<uint64_t>(bt.allreduce_s * 1e6);

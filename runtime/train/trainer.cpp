@@ -442,7 +442,17 @@ class whole_seat final : public seat {
   }
   void* reduction_buffer() override { return tr_.reduction_buffer(); }
   comm::wire_plan wire(int replicas, int rank) override { return tr_.wire(replicas, rank); }
-  void finish_gradients(int64_t) override {}  // apply_step computes the norm: no peers needed
+  // apply_step computes the norm (no peers needed); a float sum that is not finite fails
+  // the step here, before the vote, so that the job ends at once and says why (every
+  // member holds the same sum: a retry would fail the same).
+  void finish_gradients(int64_t step) override {
+    if (tr_.reduction_type() != comm::grad_type::f32) return;  // fixed point cannot overflow silently
+    const nn::tensor& g = tr_.model().flat_grads();
+    if (!std::isfinite(cpu::sum_squares(g.data(), g.numel())))
+      throw cohort::error("step " + std::to_string(step) +
+                          ": the replicas' summed gradient is not finite (the run diverged: "
+                          "lower train.lr or set train.grad_clip)");
+  }
   void apply_step(int64_t step) override { tr_.apply_step(step); }
   bool speaks_for_loss() const override { return true; }
   void stretch_compute(double factor) override { stretch_ = factor; }

@@ -154,3 +154,27 @@ TEST_CASE(
   CHECK(a["params_sha256"] == b["params_sha256"]);
   CHECK(a["params_sha256"] != ref["params_sha256"]);
 }
+
+TEST_CASE("a run whose loss or summed gradient is not finite ends at once and says why") {
+  // lr 1e20 throws the weights to ~1e20 after one step; the next forward overflows. The
+  // step's vote is fatal (a retry computes the same): the job fails now, as `cohort train`
+  // does, not after 20 steps of NaN nor after elastic.pause_timeout_ms of waiting for
+  // workers that left.
+  temp_dir dir;
+  const std::string cfg = dir.write("cfg.yaml", small_yaml(dir.path(), "fast", 20));
+  for (const std::string& optimizer : {"adamw", "onebit_adam"}) {
+    CAPTURE(optimizer);
+    const auto t0 = std::chrono::steady_clock::now();
+    int rc = -1;
+    const std::string out = run_capture(
+        "launch " + cfg + " -q --set cluster.workers=2 --set train.lr=1e20 --set train.optimizer=" +
+            optimizer + " --set train.onebit.freeze_step=1",
+        &rc, true);
+    const double took =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    INFO(out);
+    CHECK(rc != 0);
+    CHECK(out.find("not finite") != std::string::npos);
+    CHECK(took < 40.0);  // elastic.pause_timeout_ms is 60 s; slack for a loaded machine
+  }
+}
