@@ -1,6 +1,5 @@
 #include "runtime/comm/compressed_allreduce.hpp"
 
-#include <algorithm>
 #include <cstdint>
 #include <vector>
 
