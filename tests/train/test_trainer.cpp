@@ -186,3 +186,26 @@ TEST_CASE("bitwise with compression: the float wire carries the fixed-point sum,
   }
   CHECK(tr.params_sha256() == run(plain, 0, 3));
 }
+
+TEST_CASE("onebit_adam on the GPT compresses the block and head weights, not embeddings or norms") {
+  const config c = load_config_text(
+      "model: {kind: gpt, n_layer: 2, n_head: 2, d_model: 16, context: 8}\n"
+      "data: {dataset: kjv}\n"
+      "train: {steps: 2, global_batch: 4, micro_batch: 2, optimizer: onebit_adam}\n",
+      "gpt.yaml");
+  train::trainer tr(c);
+  int64_t want = 0;
+  for (const auto& p : tr.model().parameters()) {
+    const std::string& n = p.name;
+    const bool kept = n.find(".wte.") != std::string::npos ||
+                      n.find(".wpe.") != std::string::npos || n.find("ln_") != std::string::npos ||
+                      n.compare(n.size() - 5, 5, ".bias") == 0;
+    if (!kept) want += p.value.numel();
+  }
+  int64_t got = 0;
+  for (const auto& [off, n] : train::onebit_ranges(tr.model(), c.train.onebit_exclude)) got += n;
+  // Per block: c_attn 3C x C, attn.c_proj C x C, c_fc 4C x C, mlp.c_proj C x 4C; the head V x C.
+  const int64_t C = 16, V = tr.data().num_classes();
+  CHECK(want == 2 * (3 * C * C + C * C + 4 * C * C + 4 * C * C) + V * C);
+  CHECK(got == want);
+}
