@@ -17,7 +17,8 @@
 #                              [--rate RATE] [--delay D] [--modes "adamw onebit fp8"]
 #                              [--set KEY=VALUE]...
 #
-# Needs root, build/cohort (tools/setup.sh) and python3.
+# Needs root, build/cohort (tools/setup.sh) and python3. --delay needs the kernel's netem
+# (tools/netns.sh says when it is missing); --delay "" shapes the rate alone.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 steps=1407 eval_every=67 freeze=200 target=0.88 rate=100mbit delay=5ms modes="adamw onebit fp8"
@@ -32,7 +33,7 @@ while (($#)); do
     --delay) delay=$2; shift 2 ;;
     --modes) modes=$2; shift 2 ;;
     --set) extra+=(--set "$2"); shift 2 ;;
-    -h|--help) sed -n 2,19p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,21p "$0"; exit 0 ;;
     *) echo "bench_compression.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
