@@ -230,9 +230,9 @@ void encode(wire_format f, const float* x, std::size_t n, float* error, std::uin
       return encode_scaled(v, n, error, pow2_scale(max_abs(v, n), kFp8Max), out, fp8_bits,
                            [](std::uint8_t c) { return fp8_table()[c]; });
     case wire_format::sign: {
-      double sq = 0.0;
-      for (std::size_t i = 0; i < n; ++i) sq += static_cast<double>(v[i]) * v[i];
-      const float s = n == 0 ? 0.0f : static_cast<float>(std::sqrt(sq / static_cast<double>(n)));
+      double sum_abs = 0.0;
+      for (std::size_t i = 0; i < n; ++i) sum_abs += std::fabs(static_cast<double>(v[i]));
+      const float s = n == 0 ? 0.0f : static_cast<float>(sum_abs / static_cast<double>(n));
       write_header(out, s);
       std::uint8_t* p = out + kHeader;
       std::fill(p, p + (n + 7) / 8, std::uint8_t{0});

@@ -15,8 +15,9 @@ namespace cohort::comm {
 /// no infinities): the block is first divided by a power of two chosen so that its
 /// largest magnitude fits the format (exact: only the exponent moves), then rounded to
 /// nearest even; values too small for the format flush to zero. sign: one bit per value
-/// (value >= 0) and one magnitude for the block, ||x||_2 / sqrt(n), as 1-bit Adam sends
-/// its momentum (DeepSpeed's compressed allreduce).
+/// (value >= 0) and one magnitude for the block, mean |x|: the magnitude closest to x in
+/// least squares, which one outlier moves by 1/n of itself where the root mean square
+/// (DeepSpeed's choice) moves by 1/sqrt(n). 1-bit Adam sends its momentum this way.
 enum class wire_format { f32, bf16, fp16, fp8, sign };
 
 /// "none" | "f32" -> f32, "bf16", "fp16", "fp8", "sign"; throws usage_error otherwise.

@@ -89,6 +89,37 @@ void trainer::add_momentum(int64_t offset, int64_t count) {
   }
 }
 
+namespace {
+
+// 1-bit Adam after its freeze sends each momentum share divided by its frozen Adam
+// denominator d = sqrt(v) / sqrt(1 - beta2^T) + eps (T: the freeze step), and multiplies
+// the sum back by d: the signs then carry the update direction m / d, whose elements Adam
+// has already brought to one scale, so one magnitude per chunk fits them all. Sent as m
+// itself, a weight whose gradients were always small gets the chunk's magnitude, divided by
+// its small d (docs/compression.md has the figures).
+// v is frozen and the same on every replica, so the map is one fixed diagonal scaling:
+// error feedback works in its space as in any other. An element with v = 0 never had a
+// gradient: it sends 0 (divided by eps alone it would swamp its chunk's magnitude).
+void scale_by_denominator(nn::onebit_adam& opt, float* g, int64_t offset, int64_t count,
+                          bool divide) {
+  const nn::optim_options& o = opt.options();
+  const float* v = opt.state()[1].second.data();
+  const float sqrt_bc2 = static_cast<float>(
+      std::sqrt(1.0 - std::pow(static_cast<double>(o.beta2), static_cast<double>(o.freeze_step))));
+  for (const auto& [off, n] : o.compressed) {
+    const int64_t from = std::max(off, offset), to = std::min(off + n, offset + count);
+    for (int64_t i = from; i < to; ++i) {
+      const float d = std::sqrt(v[i]) / sqrt_bc2 + o.eps;
+      if (v[i] == 0.0f)
+        g[i] = 0.0f;
+      else
+        g[i] = divide ? g[i] / d : g[i] * d;
+    }
+  }
+}
+
+}  // namespace
+
 void trainer::begin_step() {
   model_->zero_grad();
   if (bitwise_) std::fill(fixed_.begin(), fixed_.end(), 0);
@@ -174,7 +205,10 @@ double trainer::run_micro_batch(int64_t step, int i, const nn::grads_ready_fn* r
     // The range is final: a float wire carries the exact fixed-point sum, rounded once.
     if (to_float)
       fixed_to_float(model_->flat_grads().data() + offset, fixed_.data() + offset, count);
-    if (with_momentum) add_momentum(offset, count);
+    if (with_momentum) {
+      add_momentum(offset, count);
+      scale_by_denominator(*onebit_, model_->flat_grads().data(), offset, count, true);
+    }
     (*ready)(static_cast<std::size_t>(offset), static_cast<std::size_t>(count));
   });
   // The hook captures locals: it must be gone however forward_backward ends.
@@ -219,7 +253,10 @@ double trainer::compute_gradients(int64_t step, const std::vector<int>& micro,
     momentum_in_ = onebit_ != nullptr && onebit_->frozen();
     for (std::size_t b = model_->blocks().size(); b-- > 0;) {
       const auto [offset, count] = model_->block_elements(b);
-      if (momentum_in_) add_momentum(offset, count);
+      if (momentum_in_) {
+        add_momentum(offset, count);
+        scale_by_denominator(*onebit_, model_->flat_grads().data(), offset, count, true);
+      }
       if (count > 0) ready(static_cast<std::size_t>(offset), static_cast<std::size_t>(count));
     }
     return 0.0;
@@ -269,7 +306,13 @@ double trainer::apply_step(int64_t step) {
   nn::tensor& grads = model_->flat_grads();
   if (bitwise_ && !converted_) fixed_to_float(grads.data(), fixed_.data(), grads.numel());
   const bool frozen = onebit_ != nullptr && onebit_->frozen();
-  if (frozen && !momentum_in_) add_momentum(0, grads.numel());  // one process: a group of one
+  if (frozen) {
+    if (!momentum_in_) {  // one process: a group of one, whose sum is its own share
+      add_momentum(0, grads.numel());
+      scale_by_denominator(*onebit_, grads.data(), 0, grads.numel(), true);
+    }
+    scale_by_denominator(*onebit_, grads.data(), 0, grads.numel(), false);  // the momentum
+  }
   // Per-parameter sums added in parameter order: pipeline stages reproduce these bits by
   // continuing each other's running sum (runtime/train/param_stats.hpp).
   const double norm = std::sqrt(ordered_sum(grad_sum_squares_by_param(*model_)));

@@ -154,10 +154,10 @@ TEST_CASE("scaled formats decode to the rounded values times a power of two") {
   CHECK(round_trip(wire_format::sign, {}).empty());
 }
 
-TEST_CASE("sign keeps one bit a value and the block's root mean square") {
+TEST_CASE("sign keeps one bit a value and the block's mean magnitude") {
   std::vector<float> error = {0, 0};
   const std::vector<float> y = round_trip(wire_format::sign, {3.0f, -4.0f}, error.data());
-  const float s = 5.0f / std::sqrt(2.0f);
+  const float s = 3.5f;  // (|3| + |-4|) / 2: the least-squares magnitude
   CHECK(y[0] == doctest::Approx(s));
   CHECK(y[1] == doctest::Approx(-s));
   CHECK(error[0] == doctest::Approx(3.0f - s));
@@ -192,7 +192,7 @@ TEST_CASE("error feedback loses nothing: T blocks decode to T times the input mi
       worst_avg = std::max(worst_avg, std::fabs(sum[i] / T - x[i]));
     }
     CHECK(worst < 1e-4);
-    CHECK(worst_avg < 0.2);
+    CHECK(worst_avg < 0.5);  // inputs up to 7: within 7% after 400 blocks
     if (early_avg > 1e-6) CHECK(worst_avg < 0.5 * early_avg);
   }
 }

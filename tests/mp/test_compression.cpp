@@ -178,3 +178,32 @@ TEST_CASE("a run whose loss or summed gradient is not finite ends at once and sa
     CHECK(took < 40.0);  // elastic.pause_timeout_ms is 60 s; slack for a loaded machine
   }
 }
+
+TEST_CASE("onebit_adam goes on through a change of size and a killed worker") {
+  // 3 workers, the variance frozen after step 4; at step 12 the job scales to 2 (the error
+  // memory of the chunks a worker owned folds into what it sends), at step 20 a worker is
+  // killed and restarted (it rejoins with zero memory and a live peer's parameters and
+  // moments). The run ends with every worker on the same parameters, and it has learnt.
+  temp_dir dir;
+  const std::string cfg = dir.write("cfg.yaml", small_yaml(dir.path(), "fast", 30));
+  const std::string out = dir.path() + "/faults.json";
+  child_process p({"launch", cfg, "-q", "--summary", out, "--set", "cluster.workers=3", "--set",
+                   "train.optimizer=onebit_adam", "--set", "train.onebit.freeze_step=4", "--set",
+                   "elastic.min_workers=2", "--inject", "scale to=2 at step=12", "--inject",
+                   "kill rank=1 at step=20"},
+                  dir.path(), "faults");
+  const auto code = p.wait_exit(milliseconds(120000));
+  REQUIRE_MESSAGE(code.has_value(), "launch did not finish: " << p.err());
+  REQUIRE_MESSAGE(*code == 0, p.out() << p.err());
+  const nlohmann::json f = read_json(out);
+  REQUIRE(f.is_object());
+  CHECK(f["steps_completed"] == 30);
+  CHECK(f["params_consistent"] == true);
+  CHECK(f["dp"] == 2);
+  CHECK_MESSAGE(events_of(f, "scale").size() == 1, f["events"].dump());
+  CHECK_MESSAGE(events_of(f, "kill").size() == 1, f["events"].dump());
+  const double loss = f["final_loss"];
+  CHECK(std::isfinite(loss));
+  CHECK(loss < 0.4 * std::log(10.0));
+  CHECK(f["communication"]["compressed_bytes_per_step"].get<double>() > 0);
+}
