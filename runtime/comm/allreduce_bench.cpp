@@ -148,7 +148,7 @@ std::vector<allreduce_bench_row> run_allreduce_bench_rank(const allreduce_bench_
     // the drift of a shared machine and any effect of the previous call hit both alike.
     // The bucket path follows in its own block: its extra thread must not colour them.
     std::vector<std::vector<double>> mine(paths.size());
-    std::size_t row_bytes_compressed = 0;
+    std::size_t row_bytes_compressed = 0, row_bytes_fp32 = 0;
     auto timed = [&](std::size_t path) {
       const auto t0 = clock_type::now();
       paths[path]();
@@ -161,11 +161,15 @@ std::vector<allreduce_bench_row> run_allreduce_bench_rank(const allreduce_bench_
     raw_barrier();
     for (int i = 0; i < iters; ++i) timed(1);
     if (compressing) {
-      // Interleaved with raw Gloo like cohort's row, with its bytes counted once first.
+      // Interleaved with raw Gloo like cohort's row, with its bytes counted once first, and
+      // an fp32 sum's on the same communicator as their reference.
       raw_barrier();
       const comm_traffic t0 = comm->traffic();
       compressed_once();
-      row_bytes_compressed = comm->traffic().sent - t0.sent;
+      const comm_traffic t1 = comm->traffic();
+      cohort_once();
+      row_bytes_compressed = t1.sent - t0.sent;
+      row_bytes_fp32 = comm->traffic().sent - t1.sent;
       raw_barrier();
       for (int i = 0; i < iters; ++i) {
         timed(i % 2 == 0 ? 3 : 4);
@@ -208,8 +212,7 @@ std::vector<allreduce_bench_row> run_allreduce_bench_rank(const allreduce_bench_
     if (compressing) {
       row.ratio_compressed_raw = paired(3, 4);
       row.compressed_sent = row_bytes_compressed;
-      // Raw Gloo's ring: 2 (n - 1) chunks of bytes / n each, as the traffic tests measure.
-      row.raw_sent = 2 * static_cast<std::size_t>(n - 1) * (bytes / static_cast<std::size_t>(n));
+      row.fp32_sent = row_bytes_fp32;
     }
     rows.push_back(row);
   }

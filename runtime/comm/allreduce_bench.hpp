@@ -63,12 +63,12 @@ struct allreduce_bench_row {
   double ratio_buckets_raw = 0;  ///< the same for the bucket path
   /// With a compression: compressed_allreduce_sum of the same floats (busbw-equivalent:
   /// the fp32 figure of a sum that took this long), the paired ratio raw / compressed, and
-  /// the bytes this rank handed to its transport per call, measured (0 where the backend
-  /// cannot count), against raw Gloo's per call.
+  /// the bytes this rank handed to its transport for one compressed sum and for one fp32
+  /// allreduce_sum on the same communicator, both measured (0 where the backend cannot count).
   path_stats compressed;
   double ratio_compressed_raw = 0;
   std::size_t compressed_sent = 0;
-  std::size_t raw_sent = 0;
+  std::size_t fp32_sent = 0;
 };
 
 /// One rank's part. `dir` is a directory shared by the ranks (it holds the file stores).
