@@ -404,8 +404,11 @@ TEST_CASE("ctl status shows the seat a pipeline worker runs, not one derived fro
   const int steps = 600;
   const std::string cfg = dir.write("gpt.yaml", gpt_yaml(dir.path(), steps));
   const std::string out = dir.path() + "/seats.json";
+  // elastic.min_workers = 4: the job pauses while the victim is gone, so it cannot finish
+  // its steps before the restarted process is seated (with 2 it raced them, and on a loaded
+  // machine the job sometimes ended first).
   child_process launch({"launch", cfg, "-q", "--summary", out, "--set", "cluster.workers=4",
-                        "--set", "parallel.pp=2", "--set", "elastic.min_workers=2"},
+                        "--set", "parallel.pp=2", "--set", "elastic.min_workers=4"},
                        dir.path(), "launch-seats");
   const job_address ep = address_of(launch);
   const nlohmann::json before = wait_for_step(ep, 5);
