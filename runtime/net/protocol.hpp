@@ -49,8 +49,7 @@ enum class peer_role : uint8_t { worker = 0, client = 1 };
 /// A member's state as the coordinator sees it.
 enum class member_state : uint8_t { joining = 0, alive = 1, leaving = 2, dead = 3 };
 
-/// Outcome of a key-value request (same values as kv::status minus `pending`, which never
-/// crosses the wire).
+/// Outcome of a key-value request (kv::status's values but `pending`, which never travels).
 enum class kv_status : uint8_t {
   ok = 0,
   not_found = 2,   ///< kv_get (timeout 0) of a key that is not set
@@ -387,8 +386,7 @@ struct step_open {
   }
 };
 
-/// A pipeline stage's time and memory over a whole run (train_report; stage = -1 when the
-/// worker ran the whole model).
+/// A pipeline stage's time and memory over a run (train_report; stage -1: the whole model).
 struct stage_stats {
   int32_t stage = -1;
   int32_t tp_rank = 0;
@@ -492,10 +490,8 @@ struct train_report {
   /// "name:sha256\n" per parameter this worker holds (a pipeline stage's part of the model)
   std::string param_digests;
   stage_stats stage;
-  /// Of steps_computed, those whose DP sum travelled compressed (comm.compression, 1-bit
-  /// Adam after its freeze), and the bytes this worker sent in them (in timing.bytes_sent).
-  int64_t compressed_steps = 0;
-  uint64_t compressed_bytes_sent = 0;
+  int64_t compressed_steps = 0;        ///< of steps_computed, those whose sum was compressed
+  uint64_t compressed_bytes_sent = 0;  ///< the bytes sent in them (within timing.bytes_sent)
   template <class S>
   static auto fields(S& s) {
     return std::tie(s.member_id, s.generation, s.next_step, s.params_sha256, s.has_eval,
