@@ -129,6 +129,7 @@ void hier_comm::allreduce_sum_compressed(float* data, std::size_t n, wire_format
 }
 
 void hier_comm::alltoall(const void* send, void* recv, std::size_t bytes) {
+  if (bytes == 0) return;  // every rank holds the same size: nobody waits for a message
   const std::size_t ranks = layout_.host_of.size();
   std::vector<unsigned char> all(bytes * ranks * ranks);
   allgather(send, all.data(), bytes * ranks);
@@ -138,6 +139,7 @@ void hier_comm::alltoall(const void* send, void* recv, std::size_t bytes) {
 }
 
 void hier_comm::allgather(const void* send, void* recv, std::size_t bytes) {
+  if (bytes == 0) return;  // as alltoall: an empty vector's data() may be null for memcpy
   const std::size_t total = bytes * layout_.host_of.size();
   std::vector<std::int64_t> words((total + 7) / 8, 0);
   std::memcpy(reinterpret_cast<unsigned char*>(words.data()) + bytes * rank_, send, bytes);
