@@ -345,8 +345,9 @@ struct group {
     end_handler();
   }
 
-  // Rank 0 writes the same checkpoints `cohort train` writes (so either can resume them):
-  // the state is copied now and written in the background; the last one is waited for.
+  // Rank 0 writes the same checkpoints `cohort train` writes (so either can resume them),
+  // and with error feedback every rank its memory beside them: the state is copied now and
+  // written in the background; the last one is waited for.
   std::string checkpoint(int64_t step) {
     if (!writer)
       writer = std::make_unique<train::checkpoint_writer>(
@@ -389,7 +390,8 @@ struct group {
     const int64_t every = cfg->fault_tolerance.checkpoint_every;
     std::string ckpt;
     try {
-      if (p.rank == 0 && (next_step == cfg->train.steps || (every > 0 && next_step % every == 0)))
+      if ((p.rank == 0 || seat->saves_every_rank()) &&
+          (next_step == cfg->train.steps || (every > 0 && next_step % every == 0)))
         ckpt = checkpoint(next_step);
     } catch (const std::exception& e) {
       spdlog::error("dp group: checkpoint at step {} failed: {}", next_step, e.what());

@@ -46,6 +46,7 @@ class forwarding_seat : public train::seat {
   int64_t optimizer_steps() const override { return inner_->optimizer_steps(); }
   void set_optimizer_steps(int64_t s) override { inner_->set_optimizer_steps(s); }
   int64_t load_checkpoint(const std::string& d) override { return inner_->load_checkpoint(d); }
+  bool saves_every_rank() const override { return inner_->saves_every_rank(); }
   void save(train::checkpoint_writer& w, int64_t next_step, uint64_t job_id) override {
     inner_->save(w, next_step, job_id);
   }

@@ -56,6 +56,13 @@ void check_ranges(const std::string& path, const training_metadata& meta) {
   integer("data.train_size", 1, max_i64, "a size (1 or more)");
   integer("parallel.pp", 1, 1 << 16, "a number of pipeline stages (1 or more)");
   integer("parallel.tp", 1, 1 << 16, "a number of tensor-parallel ranks (1 or more)");
+  const auto replicas =
+      integer("feedback.replicas", 1, 1 << 20, "a number of data-parallel ranks (1 or more)");
+  const auto rank = integer("feedback.rank", 0, (1 << 20) - 1, "a data-parallel rank");
+  if (replicas && rank && *rank >= *replicas)
+    throw checkpoint_error("checkpoint " + path + ": metadata feedback.rank is " +
+                           std::to_string(*rank) + ", not a rank of feedback.replicas = " +
+                           std::to_string(*replicas) + " (a damaged file, or not written by cohort)");
   if (const auto it = meta.extra.find("data.seed"); it != meta.extra.end()) {
     uint64_t seed = 0;
     const std::string& text = it->second;
@@ -197,6 +204,10 @@ void prepare_step_folder(const std::string& step_dir, bool clear) {
 
 }  // namespace
 
+std::string shard_snapshot::file_name() const {
+  return file.empty() ? shard_file_name(stage, tp_rank) : file;
+}
+
 shard_record write_checkpoint_shard(const std::string& step_dir, const shard_snapshot& s) {
   std::vector<tensor_view> params;
   for (const auto& e : s.layout) {
@@ -211,7 +222,7 @@ shard_record write_checkpoint_shard(const std::string& step_dir, const shard_sna
     for (const auto& e : s.layout)
       state.push_back({slot, {e.name, e.shape, buf.data() + e.offset, dtype::f32}});
   }
-  const std::string file = shard_file_name(s.stage, s.tp_rank);
+  const std::string file = s.file_name();
   const written_file w =
       save_training_checkpoint((fs::path(step_dir) / file).string(), params, state, s.meta);
   return {file, w.bytes, w.sha256};
@@ -236,7 +247,7 @@ void write_training_checkpoint(const std::string& step_dir,
   std::set<std::string> names;
   for (const auto& s : shards) {
     COHORT_CHECK(s.meta.step == shards.front().meta.step);
-    COHORT_CHECK(names.insert(shard_file_name(s.stage, s.tp_rank)).second);
+    COHORT_CHECK(names.insert(s.file_name()).second);
   }
   // Whatever the folder held (an interrupted write, an earlier run's checkpoint of the
   // same step) goes first, marker first, so the folder never looks complete with a mix.
@@ -257,6 +268,13 @@ void write_training_checkpoint(const std::string& step_dir,
 
 bool write_checkpoint_part(const std::string& step_dir, const shard_snapshot& s,
                            const std::vector<std::pair<int, int>>& all_shards) {
+  std::vector<std::string> files;
+  for (const auto& [stage, tp] : all_shards) files.push_back(shard_file_name(stage, tp));
+  return write_checkpoint_files(step_dir, s, files);
+}
+
+bool write_checkpoint_files(const std::string& step_dir, const shard_snapshot& s,
+                            const std::vector<std::string>& all_files) {
   // Other writers share the folder: it is created if needed, never cleared.
   prepare_step_folder(step_dir, /*clear=*/false);
   // A marker left by an earlier run of the same step would vouch for a mix of old and new
@@ -266,8 +284,7 @@ bool write_checkpoint_part(const std::string& step_dir, const shard_snapshot& s,
   write_checkpoint_shard(step_dir, s);
   checkpoint_manifest m;
   m.step = s.meta.step;
-  for (const auto& [stage, tp] : all_shards) {
-    const std::string file = shard_file_name(stage, tp);
+  for (const std::string& file : all_files) {
     const fs::path path = fs::path(step_dir) / file;
     if (!fs::exists(path, ec)) return false;  // another writer is still at it
     // A shard of another run (an interrupted write of the same step) is not this
@@ -304,14 +321,22 @@ bool write_checkpoint_part(const std::string& step_dir, const shard_snapshot& s,
 training_metadata load_checkpoint_shard(
     const std::string& step_dir, int stage, int tp_rank, const std::vector<tensor_target>& params,
     const std::vector<optimizer_state_target>& optimizer_state) {
+  return load_checkpoint_file(step_dir, shard_file_name(stage, tp_rank), params, optimizer_state);
+}
+
+training_metadata load_checkpoint_file(const std::string& step_dir, const std::string& file,
+                                       const std::vector<tensor_target>& params,
+                                       const std::vector<optimizer_state_target>& optimizer_state) {
   const checkpoint_manifest m = read_checkpoint_manifest(step_dir);
-  const std::string file = shard_file_name(stage, tp_rank);
   const shard_record* r = m.find(file);
   if (r == nullptr) {
     std::string have;
     for (const auto& s : m.shards) have += (have.empty() ? "" : ", ") + s.file;
-    throw checkpoint_error("checkpoint " + step_dir + ": has no shard " + file + " (it holds " +
-                           have + "; it was written with another pipeline / tensor layout)");
+    const char* what = feedback_rank_of(file) >= 0 ? "error-feedback part " : "shard ";
+    throw checkpoint_error("checkpoint " + step_dir + ": has no " + what + file + " (it holds " +
+                           have +
+                           "; it was written with another pipeline / tensor layout or "
+                           "data-parallel group)");
   }
   read_options o;
   o.file_sha256 = r->sha256;
@@ -321,6 +346,29 @@ training_metadata load_checkpoint_shard(
     throw checkpoint_error("checkpoint " + path + ": metadata step " + std::to_string(meta.step) +
                            " differs from the marker's step " + std::to_string(m.step));
   return meta;
+}
+
+int checkpoint_feedback_parts(const std::string& step_dir) {
+  const checkpoint_manifest m = read_checkpoint_manifest(step_dir);
+  std::set<int> ranks;
+  for (const auto& s : m.shards)
+    if (const int r = feedback_rank_of(s.file); r >= 0) ranks.insert(r);
+  const int parts = static_cast<int>(ranks.size());
+  if (parts > 0 && *ranks.rbegin() != parts - 1)
+    throw checkpoint_error("checkpoint " + step_dir + ": its error-feedback parts are not " +
+                           feedback_file_name(0) + " to " + feedback_file_name(parts - 1) +
+                           " (one is missing: a damaged folder; resume an earlier checkpoint)");
+  for (int r = 0; r < parts; ++r) {
+    const std::string path = (fs::path(step_dir) / feedback_file_name(r)).string();
+    const training_metadata meta = read_training_metadata(path);
+    const auto it = meta.extra.find("feedback.replicas");
+    if (it == meta.extra.end() || it->second != std::to_string(parts))
+      throw checkpoint_error("checkpoint " + path + ": metadata feedback.replicas is '" +
+                             (it == meta.extra.end() ? std::string("missing") : it->second) +
+                             "', but the folder holds " + std::to_string(parts) +
+                             " error-feedback parts (a damaged folder; resume an earlier one)");
+  }
+  return parts;
 }
 
 training_metadata read_checkpoint_metadata(const std::string& step_dir, int stage, int tp_rank) {

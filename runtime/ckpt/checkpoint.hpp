@@ -83,6 +83,9 @@ struct shard_snapshot {
   };
   int stage = 0;    ///< pipeline stage P of shard_p<P>_t<T>
   int tp_rank = 0;  ///< tensor-parallel rank T
+  /// The file's name in the folder; empty: shard_file_name(stage, tp_rank).
+  std::string file;
+  std::string file_name() const;
   std::vector<entry> layout;
   std::vector<float> params;
   std::vector<std::pair<std::string, std::vector<float>>> optimizer_state;  ///< slot, buffer
@@ -108,6 +111,9 @@ void write_training_checkpoint(const std::string& step_dir,
 /// the same marker. Returns true when this call wrote the marker. Throws checkpoint_error.
 bool write_checkpoint_part(const std::string& step_dir, const shard_snapshot& s,
                            const std::vector<std::pair<int, int>>& all_shards);
+/// The same with every file of the checkpoint named (shards and feedback parts).
+bool write_checkpoint_files(const std::string& step_dir, const shard_snapshot& s,
+                            const std::vector<std::string>& all_files);
 
 /// Milliseconds COHORT_TEST_CHECKPOINT_DELAY_MS asks the writer to wait between the shards
 /// and the marker (0 when unset): a test aid that opens a window to kill a writer in.
@@ -120,6 +126,17 @@ int test_checkpoint_delay_ms();
 training_metadata load_checkpoint_shard(const std::string& step_dir, int stage, int tp_rank,
                                         const std::vector<tensor_target>& params,
                                         const std::vector<optimizer_state_target>& optimizer_state);
+
+/// Loads FILE of the complete checkpoint folder STEP_DIR the way load_checkpoint_shard loads
+/// a shard (listed in the marker, whole-file SHA-256, then load_training_checkpoint).
+training_metadata load_checkpoint_file(const std::string& step_dir, const std::string& file,
+                                       const std::vector<tensor_target>& params,
+                                       const std::vector<optimizer_state_target>& optimizer_state);
+
+/// How many error-feedback parts (feedback_r<R>) the complete checkpoint folder STEP_DIR
+/// holds: W when the marker lists feedback_r0 .. feedback_r<W-1> and each says
+/// feedback.replicas = W, 0 when it lists none. Throws checkpoint_error for any other set.
+int checkpoint_feedback_parts(const std::string& step_dir);
 
 /// The metadata of shard (STAGE, TP_RANK) of the complete checkpoint folder STEP_DIR
 /// (marker checked, shard header read; no data, no checksum).

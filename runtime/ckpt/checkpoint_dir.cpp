@@ -97,7 +97,7 @@ void fsync_folder(const std::string& dir) {
 // The files a checkpoint write makes inside a step folder: shards, the marker, and their
 // temporaries (<name>.tmp.<pid>, left by a write that was killed).
 bool written_by_cohort(const std::string& name) {
-  static const std::regex pat(R"((shard_p[0-9]+_t[0-9]+\.safetensors|COMPLETE)(\.tmp\.[0-9]+)?)");
+  static const std::regex pat(R"((shard_p[0-9]+_t[0-9]+\.safetensors|feedback_r[0-9]+\.safetensors|COMPLETE)(\.tmp\.[0-9]+)?)");
   return std::regex_match(name, pat);
 }
 
@@ -140,6 +140,17 @@ std::string checkpoint_path(const std::string& dir, int64_t step) {
   char name[64];
   std::snprintf(name, sizeof name, "step_%08lld", static_cast<long long>(step));
   return (fs::path(dir) / name).string();
+}
+
+std::string feedback_file_name(int rank) {
+  return "feedback_r" + std::to_string(rank) + ".safetensors";
+}
+
+int feedback_rank_of(const std::string& file) {
+  static const std::regex pat(R"(feedback_r([0-9]{1,7})\.safetensors)");
+  std::smatch m;
+  if (!std::regex_match(file, m, pat)) return -1;
+  return std::stoi(m[1].str());
 }
 
 std::string shard_file_name(int stage, int tp_rank) {

@@ -26,6 +26,11 @@ inline std::string checkpoint_file(const std::string& dir, int64_t step) {
 }
 /// shard_p<P>_t<T>.safetensors: the file of pipeline stage P, tensor-parallel rank T.
 std::string shard_file_name(int stage, int tp_rank);
+/// feedback_r<R>.safetensors: DP rank R's error-feedback memory (comm.compression with
+/// error feedback, onebit_adam; docs/checkpoints.md), one per rank of the group that wrote it.
+std::string feedback_file_name(int rank);
+/// The rank R of a file named feedback_file_name(R), or -1 for any other name.
+int feedback_rank_of(const std::string& file);
 
 /// One shard as the marker records it.
 struct shard_record {

@@ -36,6 +36,9 @@ class checkpoint_writer {
   /// TP ranks): SNAP is written, and whichever writer finishes last writes the marker
   /// (write_checkpoint_part). wait() then returns the folder once this writer's shard is in.
   void save_part(shard_snapshot snap, const std::vector<std::pair<int, int>>& all_shards);
+  /// The same for several parts (in order) of a checkpoint whose files are ALL_FILES: a DP
+  /// rank's error-feedback memory beside rank 0's shard (trainer::save_parts).
+  void save_parts(std::vector<shard_snapshot> snaps, std::vector<std::string> all_files);
   /// Waits for the write in flight and returns the newest folder this writer completed
   /// ("" when none). Throws the write's checkpoint_error (once).
   std::string wait();
@@ -45,7 +48,7 @@ class checkpoint_writer {
  private:
   /// Waits for the write in flight, then writes SNAP in the background: the whole
   /// checkpoint when ALL is empty, else one part of it (write_checkpoint_part).
-  void start(shard_snapshot snap, std::vector<std::pair<int, int>> all);
+  void start(std::vector<shard_snapshot> snaps, std::vector<std::string> all);
 
   std::string dir_;
   int keep_;

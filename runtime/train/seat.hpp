@@ -97,6 +97,9 @@ class seat {
   /// Hands the state before `next_step` to `w` (written in the background). A stage writes
   /// its shard of the whole checkpoint; `job_id` marks the shards of one run.
   virtual void save(checkpoint_writer& w, int64_t next_step, uint64_t job_id) = 0;
+  /// True when every DP rank writes a part of each checkpoint (its error-feedback memory),
+  /// not DP rank 0 alone.
+  virtual bool saves_every_rank() const = 0;
   /// Held-out evaluation, run by every seat of one replica together (tag: a step number
   /// the pipeline's messages are tagged with). count is 0 where the loss is not seen.
   virtual evaluation evaluate(int64_t tag) = 0;

@@ -386,6 +386,7 @@ class stage_seat final : public seat {
     snap.meta.extra["checkpoint.job"] = std::to_string(job_id);
     w.save_part(std::move(snap), all);
   }
+  bool saves_every_rank() const override { return false; }  // no error feedback in pipelines
   evaluation evaluate(int64_t tag) override {
     evaluation e = st_.evaluate(tag);
     if (!speaks_for_loss()) e.count = 0;  // TP rank 0 speaks for its replicas of the loss

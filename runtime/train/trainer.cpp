@@ -136,6 +136,7 @@ comm::grad_type trainer::reduction_type() const {
 
 comm::wire_plan trainer::wire(int replicas, int rank) {
   replicas_ = replicas;
+  rank_ = rank;
   comm::wire_plan plan;
   const auto n = static_cast<std::size_t>(model_->num_params());
   if (onebit_ != nullptr) {
@@ -147,6 +148,7 @@ comm::wire_plan trainer::wire(int replicas, int rank) {
     plan.compressed.push_back({0, n, wire_format_});
   }
   if (!error_feedback_ || plan.compressed.empty()) return plan;
+  if (!pending_.step_dir.empty()) restore_feedback(replicas, rank);
   if (next_.replicas != 0 && (next_.replicas != replicas || next_.rank != rank)) {
     // The chunks this worker owned belong to others now: what it kept for them becomes
     // part of what it feeds back as a sender (both are in the units of the sum).
@@ -326,6 +328,8 @@ double trainer::apply_step(int64_t step) {
                         "set train.grad_clip)");
   opt_->step(learning_rate(cfg_.train, step));
   if (error_feedback_) std::swap(kept_, next_);  // the step is committed, and so is its memory
+  committed_replicas_ = replicas_;
+  committed_rank_ = rank_;
   return norm;
 }
 
@@ -449,7 +453,18 @@ int64_t trainer::load_checkpoint(const std::string& step_dir) {
   // grid: `cohort train` runs the whole model).
   config whole = cfg_;
   whole.parallel.pp = whole.parallel.tp = 1;
-  return load_state(step_dir, whole, *model_, *opt_, 0, 0);
+  const int64_t step = load_state(step_dir, whole, *model_, *opt_, 0, 0);
+  pending_ = {};
+  if (error_feedback_) {
+    const auto n = static_cast<std::size_t>(model_->num_params());
+    kept_ = {};
+    kept_.worker.assign(n, 0.0f);
+    kept_.server.assign(n, 0.0f);
+    next_ = kept_;
+    pending_ = {step_dir, checkpoint_feedback_parts(step_dir)};
+    if (pending_.replicas == 0) pending_.step_dir.clear();
+  }
+  return step;
 }
 
 std::string trainer::params_sha256() const { return combine_param_digests(param_digests(*model_)); }
@@ -508,7 +523,13 @@ class whole_seat final : public seat {
   int64_t load_checkpoint(const std::string& step_dir) override {
     return tr_.load_checkpoint(step_dir);
   }
-  void save(checkpoint_writer& w, int64_t next_step, uint64_t) override { w.save(tr_, next_step); }
+  void save(checkpoint_writer& w, int64_t next_step, uint64_t job_id) override {
+    if (!tr_.keeps_feedback()) return w.save(tr_, next_step);
+    std::vector<std::string> all;
+    std::vector<shard_snapshot> parts = tr_.checkpoint_parts(next_step, job_id, all);
+    w.save_parts(std::move(parts), std::move(all));
+  }
+  bool saves_every_rank() const override { return tr_.keeps_feedback(); }
   evaluation evaluate(int64_t) override { return tr_.evaluate(); }
   seat_report report() override {
     seat_report r;

@@ -133,8 +133,23 @@ class trainer {
   /// Loads parameters and optimizer state from the complete checkpoint folder `step_dir`
   /// (shard p0_t0, whole-file SHA-256 checked against the marker); returns the next step to
   /// run. Throws checkpoint_error naming the folder or file on any mismatch or corruption,
-  /// leaving the model untouched.
+  /// leaving the model untouched. The folder's error-feedback parts (feedback_r<R>, one per
+  /// DP rank that wrote it) become this worker's memory at the first compressed step, once
+  /// its group is known: rank R's own part in a group of the same size (bit for bit), else
+  /// the sum of the parts R, R + W, R + 2W, ... of the W ranks it joins now (parts beyond
+  /// the old group's size are empty): no error mass is lost, only regrouped.
   int64_t load_checkpoint(const std::string& step_dir);
+
+  /// True when this worker keeps error-feedback memory (comm.compression with
+  /// comm.error_feedback, or onebit_adam): then every DP rank writes a part of each
+  /// checkpoint (checkpoint_parts).
+  bool keeps_feedback() const { return error_feedback_; }
+  /// This worker's parts of the checkpoint before `next_step`, taken after the last committed
+  /// step in its DP group of W ranks where it is rank R: rank 0 writes the model's shard
+  /// (p0_t0) and every rank its feedback_r<R> part (worker and server memory). ALL_FILES gets
+  /// every file of the checkpoint (the shard and the W parts); JOB_ID marks this run's.
+  std::vector<shard_snapshot> checkpoint_parts(int64_t next_step, uint64_t job_id,
+                                               std::vector<std::string>& all_files);
 
   /// Every float of the training state a joiner needs, in one fixed order: the parameters,
   /// then each optimizer state slot (in optimizer::state() order), each num_params() long.
@@ -178,6 +193,15 @@ class trainer {
   /// ranges of the buffer carry each replica's share of the new momentum, not its gradient.
   nn::onebit_adam* onebit_ = nullptr;
   int replicas_ = 1;        ///< the DP group of the step (wire() sets it; 1 in one process)
+  int rank_ = 0;            ///< this worker's rank in it
+  int committed_replicas_ = 1, committed_rank_ = 0;  ///< the same for the last applied step
+  /// Feedback parts of the checkpoint loaded last, not yet taken (step folder, its group).
+  struct pending_feedback {
+    std::string step_dir;
+    int replicas = 0;
+  } pending_;
+  /// Turns pending_ into kept_ and next_ for rank RANK of REPLICAS (load_checkpoint says how).
+  void restore_feedback(int replicas, int rank);
   bool momentum_in_ = false;  ///< this step's compressed ranges hold the momentum shares
 
   /// onebit_adam after the freeze: grads[i] = beta1 / replicas * m[i] + (1 - beta1) * grads[i]

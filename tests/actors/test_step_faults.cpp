@@ -48,6 +48,7 @@ struct fake_seat final : train::seat {
   void set_optimizer_steps(int64_t) override {}
   int64_t load_checkpoint(const std::string&) override { return 0; }
   void save(train::checkpoint_writer&, int64_t, uint64_t) override {}
+  bool saves_every_rank() const override { return false; }
   train::evaluation evaluate(int64_t) override { return {}; }
   train::seat_report report() override { return {}; }
   float buf[4] = {};

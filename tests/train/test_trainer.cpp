@@ -3,10 +3,12 @@
 #include <doctest/doctest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <string>
 
+#include "runtime/ckpt/checkpoint.hpp"
 #include "runtime/core/config.hpp"
 #include "runtime/train/fixed_point.hpp"
 #include "runtime/train/trainer.hpp"
@@ -208,4 +210,85 @@ TEST_CASE("onebit_adam on the GPT compresses the block and head weights, not emb
   const int64_t C = 16, V = tr.data().num_classes();
   CHECK(want == 2 * (3 * C * C + C * C + 4 * C * C + 4 * C * C) + V * C);
   CHECK(got == want);
+}
+
+TEST_CASE("error memory is checkpointed per rank and regrouped without losing any of it") {
+  namespace fs = std::filesystem;
+  const fs::path dir =
+      fs::temp_directory_path() / ("cohort_feedback_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  const std::string step_dir = (dir / "step_00000001").string();
+  config c = small_mlp("fast", 4);
+  c.comm.compression = "fp8";
+  c.comm.error_feedback = true;
+  // Three ranks of a group of 3 commit one step with known memory: rank r keeps r + 1 as a
+  // sender and 10 (r + 1) as a chunk owner, everywhere; each writes its checkpoint parts.
+  std::vector<std::string> files;
+  for (int r = 0; r < 3; ++r) {
+    train::trainer tr(c);
+    REQUIRE(tr.keeps_feedback());
+    tr.begin_step();
+    const comm::wire_plan w = tr.wire(3, r);
+    REQUIRE(w.memory.worker != nullptr);
+    const auto n = static_cast<std::size_t>(tr.model().num_params());
+    std::fill(w.memory.worker, w.memory.worker + n, float(r + 1));
+    std::fill(w.memory.server, w.memory.server + n, float(10 * (r + 1)));
+    tr.compute_gradients(0, {0, 1, 2, 3}, [](std::size_t, std::size_t) {});
+    tr.apply_step(0);
+    std::vector<std::string> all;
+    const std::vector<shard_snapshot> parts = tr.checkpoint_parts(1, 77, all);
+    CHECK(parts.size() == (r == 0 ? 2u : 1u));
+    for (const auto& p : parts) write_checkpoint_files(step_dir, p, all);
+    files = all;
+  }
+  CHECK(files.size() == 4);  // the model's shard and feedback_r0..2
+  REQUIRE(checkpoint_feedback_parts(step_dir) == 3);
+
+  // Memory rank R of W finds at its first compressed step.
+  auto memory = [&](int replicas, int rank) {
+    train::trainer tr(c);
+    CHECK(tr.load_checkpoint(step_dir) == 1);
+    tr.begin_step();
+    const comm::wire_plan w = tr.wire(replicas, rank);
+    const auto n = static_cast<std::size_t>(tr.model().num_params());
+    return std::make_pair(std::vector<float>(w.memory.worker, w.memory.worker + n),
+                          std::vector<float>(w.memory.server, w.memory.server + n));
+  };
+  auto all_equal = [](const std::vector<float>& v, float x) {
+    return std::all_of(v.begin(), v.end(), [x](float y) { return y == x; });
+  };
+  for (int r = 0; r < 3; ++r) {  // the same group: each rank its own memory, bit for bit
+    const auto [worker, server] = memory(3, r);
+    CHECK(all_equal(worker, float(r + 1)));
+    CHECK(all_equal(server, float(10 * (r + 1))));
+  }
+  // A group of 2: old ranks 0 and 2 fold into new rank 0, old rank 1 into rank 1, sender
+  // and owner memory together (the chunks moved): 11 + 33 and 22, the total 66 kept.
+  CHECK(all_equal(memory(2, 0).first, 44.0f));
+  CHECK(all_equal(memory(2, 0).second, 0.0f));
+  CHECK(all_equal(memory(2, 1).first, 22.0f));
+  // A group of 4: rank 3 is new and starts from nothing.
+  CHECK(all_equal(memory(4, 1).first, 22.0f));
+  CHECK(all_equal(memory(4, 3).first, 0.0f));
+
+  // A folder whose marker names feedback_r0 and feedback_r2 but no feedback_r1 is refused.
+  const std::string holey = (dir / "step_00000002").string();
+  train::trainer tr(c);
+  std::vector<std::string> all = {shard_file_name(0, 0), feedback_file_name(0),
+                                  feedback_file_name(2)};
+  shard_snapshot model = tr.snapshot(2);
+  write_checkpoint_files(holey, model, all);
+  for (int r : {0, 2}) {
+    shard_snapshot part;
+    part.file = feedback_file_name(r);
+    part.layout = model.layout;
+    part.params.assign(model.params.size(), 0.0f);
+    part.optimizer_state.emplace_back("server", part.params);
+    part.meta = model.meta;
+    part.meta.extra = {{"feedback.rank", std::to_string(r)}, {"feedback.replicas", "3"}};
+    write_checkpoint_files(holey, part, all);
+  }
+  CHECK_THROWS_AS(checkpoint_feedback_parts(holey), checkpoint_error);
+  CHECK_THROWS_AS(train::trainer(c).load_checkpoint(holey), checkpoint_error);
+  fs::remove_all(dir);
 }

@@ -1,0 +1,99 @@
+// The error-feedback memory as training state: each DP rank's part of a checkpoint, and
+// taking the parts back after a resume, at the same group size or another
+// (docs/compression.md, "Exact state").
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "runtime/ckpt/checkpoint.hpp"
+#include "runtime/ckpt/checkpoint_dir.hpp"
+#include "runtime/core/config.hpp"
+#include "runtime/train/trainer.hpp"
+
+namespace cohort::train {
+
+namespace {
+
+/// Per-parameter views of a flat buffer laid out like the model's parameters.
+std::vector<tensor_target> targets(const nn::model& m, float* base) {
+  std::vector<tensor_target> out;
+  for (const auto& p : m.parameters()) {
+    tensor_target t;
+    t.name = p.name;
+    t.shape = p.value.shape();
+    t.data = base + p.offset;
+    out.push_back(t);
+  }
+  return out;
+}
+
+}  // namespace
+
+void trainer::restore_feedback(int replicas, int rank) {
+  const auto n = static_cast<std::size_t>(model_->num_params());
+  feedback f;
+  f.worker.assign(n, 0.0f);
+  f.server.assign(n, 0.0f);
+  auto load = [&](int part, float* worker, float* server) {
+    std::vector<optimizer_state_target> s;
+    for (auto& t : targets(*model_, server)) s.push_back({"server", t});
+    load_checkpoint_file(pending_.step_dir, feedback_file_name(part), targets(*model_, worker), s);
+  };
+  if (pending_.replicas == replicas) {
+    load(rank, f.worker.data(), f.server.data());  // the same seat: bit for bit
+  } else {
+    // Another group size: the old ranks R, R + W, ... fold into new rank R, all of what they
+    // kept as senders and as chunk owners (the new chunks differ) becoming sender memory.
+    std::vector<float> w(n), s(n);
+    for (int part = rank; part < pending_.replicas; part += replicas) {
+      load(part, w.data(), s.data());
+      for (std::size_t i = 0; i < n; ++i) f.worker[i] += w[i] + s[i];
+    }
+  }
+  f.replicas = replicas;
+  f.rank = rank;
+  kept_ = f;
+  next_ = std::move(f);
+  pending_ = {};
+}
+
+std::vector<shard_snapshot> trainer::checkpoint_parts(int64_t next_step, uint64_t job_id,
+                                                      std::vector<std::string>& all_files) {
+  const int replicas = committed_replicas_, rank = committed_rank_;
+  // Not taken since the resume (onebit_adam's warm-up compresses nothing): taken now.
+  if (!pending_.step_dir.empty()) restore_feedback(replicas, rank);
+  const std::string job = std::to_string(job_id);
+  std::vector<shard_snapshot> parts;
+  all_files = {shard_file_name(0, 0)};
+  for (int r = 0; r < replicas; ++r) all_files.push_back(feedback_file_name(r));
+  if (rank == 0) {
+    parts.push_back(snapshot(next_step));
+    parts.back().meta.extra["checkpoint.job"] = job;
+  }
+  shard_snapshot s;
+  s.file = feedback_file_name(rank);
+  for (const auto& p : model_->parameters())
+    s.layout.push_back({p.name, p.value.shape(), static_cast<std::size_t>(p.offset)});
+  const auto n = static_cast<std::size_t>(model_->num_params());
+  s.params = kept_.worker;
+  std::vector<float> server = kept_.server;
+  if (s.params.size() != n) s.params.assign(n, 0.0f);
+  if (server.size() != n) server.assign(n, 0.0f);
+  if (kept_.replicas != replicas || kept_.rank != rank) {
+    // Kept in another group (no compressed step since it changed): its chunks are gone.
+    for (std::size_t i = 0; i < n; ++i) s.params[i] += server[i];
+    std::fill(server.begin(), server.end(), 0.0f);
+  }
+  s.optimizer_state.emplace_back("server", std::move(server));
+  s.meta.step = next_step;
+  s.meta.config_hash = config_hash(cfg_);
+  s.meta.optimizer = cfg_.train.optimizer;
+  s.meta.extra["checkpoint.job"] = job;
+  s.meta.extra["feedback.rank"] = std::to_string(rank);
+  s.meta.extra["feedback.replicas"] = std::to_string(replicas);
+  parts.push_back(std::move(s));
+  return parts;
+}
+
+}  // namespace cohort::train
