@@ -18,6 +18,7 @@
 #include "actors/step_faults.hpp"
 #include "actors/worker_step.hpp"
 #include "runtime/comm/buckets.hpp"
+#include "runtime/ckpt/checkpoint_dir.hpp"
 #include "runtime/comm/comm_error.hpp"
 #include "runtime/core/config.hpp"
 #include "runtime/core/error.hpp"
@@ -194,6 +195,17 @@ struct group {
     }
   }
 
+  void restore(const net::step_open& o) {
+    const std::string dir =
+        checkpoint_path(expand_user(cfg->fault_tolerance.checkpoint_dir), o.restore);
+    try {
+      next_step = seat->load_checkpoint(dir);
+    } catch (const std::exception& e) {
+      refuse("cannot roll back to " + dir + ": " + e.what());
+    }
+    spdlog::info("dp group: rolled back to {} (step {})", dir, next_step);
+  }
+
   // One step of this replica's seat: links of the generation, state from a donor, the
   // gradients (bucketed while backward runs), the DP sum, and what the vote says.
   void run_step(const net::step_open& o, int rank, net::step_vote& v, net::step_timing& t) {
@@ -203,6 +215,9 @@ struct group {
       remote_kv kv(io.kv_call, o.generation);
       build_links(links, link_context{*cfg, data_host, kv, *shared, io.keys}, o, rank, *seat, staged);
     }
+    // A rollback: every member goes back to the checkpoint of this step, its own error
+    // memory included (docs/compression.md, "A killed worker").
+    if (o.restore >= 0) restore(o);
     // The donor's state is everyone's after the transfer, counters included: a donor that
     // does not hold this step must not hand out an older one as if it did.
     if (o.donor_rank == rank && next_step != o.step)
@@ -340,6 +355,7 @@ struct group {
       net::step_open n = o;
       n.step = *next;
       n.donor_rank = -1;
+      n.restore = -1;  // a rollback loads once, at the window's first step
       continue_window(n, member_id, rank);
     }
     end_handler();

@@ -53,6 +53,7 @@ std::optional<std::pair<uint64_t, int64_t>> training_job::open_step() const {
 void training_job::abort_open(const mb::roster& r, const std::string& why, job_actions& out) {
   if (!open_) return;
   report_.step_aborted();
+  if (open_->restore >= 0) rollback_ = true;  // not every member may have loaded it yet
   const net::step_result res{open_->generation, open_->step, false, 0.0, why};
   for (const auto& [id, ok] : open_->votes) {
     if (r.find(id) != nullptr) out.sends.push_back({id, res});
@@ -67,6 +68,13 @@ void training_job::abort_open(const mb::roster& r, const std::string& why, job_a
     resync_ = true;
   }
   open_.reset();
+}
+
+bool training_job::rolls_back() const {
+  const bool feedback = cfg_.train.optimizer == "onebit_adam" ||
+                        (cfg_.comm.compression != "none" && cfg_.comm.error_feedback);
+  return feedback && cfg_.train.determinism == "bitwise" &&
+         cfg_.fault_tolerance.checkpoint_every > 0 && seat_size_ == 1 && checkpoints_ != nullptr;
 }
 
 int64_t training_job::window_end() const {
@@ -87,6 +95,14 @@ job_actions training_job::on_generation(const mb::roster& r, double now_s) {
   // A roster that only grew leaves the open step alone: joiners enter at the next step
   // boundary. A member of the step gone (or the same members again: an aborted step's
   // bump) means the step cannot complete.
+  if (rolls_back()) {
+    // A member that held error memory and left without a drain: only the checkpoint has it.
+    std::set<mb::member_id> held = last_voters_;
+    if (open_)
+      for (const auto& [id, ok] : open_->votes) held.insert(id);
+    for (const mb::member_id id : held)
+      rollback_ = rollback_ || (r.find(id) == nullptr && drained_.count(id) == 0);
+  }
   if (open_ && open_->generation < r.generation) {
     bool lost = false;
     for (const auto& [id, ok] : open_->votes) lost = lost || r.find(id) == nullptr;
@@ -172,11 +188,29 @@ job_actions training_job::try_open(const mb::roster& r, double now_s) {
     resync_ = false;
     if (next_step_ >= steps_) return out;
   }
+  // A rollback: every member loads the newest checkpoint that holds the lost memory.
+  int64_t restore = -1;
+  if (rollback_) {
+    rollback_ = false;
+    if (const auto c = checkpoints_(next_step_)) {
+      restore = *c;
+      out.notes.push_back("step " + std::to_string(next_step_) +
+                          ": a lost member's error-feedback memory is only in the checkpoint of "
+                          "step " + std::to_string(restore) +
+                          ": every member rolls back to it and the steps since are replayed");
+      next_step_ = restore;
+    } else {
+      out.notes.push_back("step " + std::to_string(next_step_) +
+                          ": no checkpoint holds the lost member's error-feedback memory: "
+                          "training goes on without it (not bit-identical from here)");
+    }
+  }
   // Members behind the job (a worker that rejoined after being declared dead) get the
   // state of the step from a member that has it, over the new generation's communicator.
   int donor = -1;
   bool behind = false;
   for (const auto& m : r.members) {
+    if (restore >= 0) break;  // every member loads the checkpoint instead
     const int64_t at = ready_[m.id];
     if (at == next_step_) {
       if (donor < 0) donor = m.rank;
@@ -199,11 +233,13 @@ job_actions training_job::try_open(const mb::roster& r, double now_s) {
   for (const auto& m : r.members) o.votes[m.id] = false;
   replicas_ = static_cast<int>(r.members.size());
   o.donor = donor;
+  o.restore = restore;
   o.sent_s = now_s;
   o.through = window_end();
   for (const auto& m : r.members) {
     o.sent[m.id] = net::step_open{r.generation, next_step_, replicas_, donor, m.rank};
     o.sent[m.id].through = o.through;
+    o.sent[m.id].restore = restore;
     out.sends.push_back({m.id, o.sent[m.id]});
     ready_[m.id] = next_step_;  // after the transfer every member holds this step's state
   }

@@ -12,6 +12,7 @@
 #pragma once
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -50,6 +51,16 @@ class training_job {
   /// A scale to TARGET members was asked for (ctl scale or a scale fault): an event whose
   /// recover_ms is the time to the first committed step with TARGET members.
   void on_scale(const mb::roster& r, int target, const std::string& spec, double now_s);
+
+  /// The newest complete checkpoint of this run at or before a step, with every DP rank's
+  /// error-feedback part (nullopt: none). The caller reads the folder; the job stays pure.
+  using checkpoint_lookup = std::function<std::optional<int64_t>(int64_t at_most)>;
+  /// With error feedback in bitwise mode, a member lost mid-run (killed, hung, cut off: not
+  /// drained) held memory no one else has: once the group is whole again, the next step
+  /// opens at the newest checkpoint LOOKUP finds, every member loading its part of it
+  /// (step_open.restore), and the steps since are replayed, bit for bit. Without a
+  /// checkpoint the run goes on from where it was (the memory is lost; a note says so).
+  void set_checkpoints(checkpoint_lookup lookup) { checkpoints_ = std::move(lookup); }
 
   /// What every new worker is sent after register_ok.
   net::job_spec spec() const;
@@ -104,6 +115,7 @@ class training_job {
     std::map<mb::member_id, int64_t> reached;
     std::map<int64_t, double> loss_rows_at;
     int32_t donor = -1;
+    int64_t restore = -1;                          ///< a rollback to this step's checkpoint
     double sent_s = 0;                             ///< when step_open last went out
     std::map<mb::member_id, bool> votes;           ///< members expected; true once voted ok
     std::map<mb::member_id, net::step_open> sent;  ///< what each member was sent (resends)
@@ -143,6 +155,11 @@ class training_job {
   /// A commit window was aborted: its members stand at different steps. The next step
   /// opens once each has said where (worker_ready), at the newest of them.
   bool resync_ = false;
+  /// A member whose error-feedback memory is needed was lost: the next open rolls back.
+  bool rollback_ = false;
+  checkpoint_lookup checkpoints_;
+  /// Rollbacks restore error feedback: bitwise mode, memory kept, checkpoints on, pp = tp = 1.
+  bool rolls_back() const;
   std::optional<open_state> open_;
   int replicas_ = 0;
   static constexpr int max_consecutive_aborts = 50;

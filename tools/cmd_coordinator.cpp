@@ -10,16 +10,19 @@
 #include <csignal>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "actors/coordinator.hpp"
 #include "actors/process.hpp"
+#include "runtime/ckpt/checkpoint.hpp"
 #include "runtime/core/atomic_file.hpp"
 #include "runtime/core/config.hpp"
 #include "runtime/core/error.hpp"
 #include "runtime/core/faults.hpp"
+#include "runtime/core/paths.hpp"
 #include "runtime/train/resume_plan.hpp"
 #include "tools/commands.hpp"
 #include "tools/progress.hpp"
@@ -193,6 +196,26 @@ void add_coordinator(CLI::App& app, int* rc) {
       co.job =
           std::make_shared<actors::training_job>(c, dump_config(c), plan.step, plan.path, job_id);
       co.job->set_faults(job_faults(c, opt->inject));
+      // Rollbacks (error feedback, bitwise) go to this run's checkpoints, or to the one it
+      // resumed from: complete, with every DP rank's error-feedback part.
+      co.job->set_checkpoints([dir = expand_user(c.fault_tolerance.checkpoint_dir), job_id,
+                               resumed = plan.resume ? plan.step : -1](int64_t at_most) -> std::optional<int64_t> {
+        const auto all = list_checkpoints(dir);
+        for (auto it = all.rbegin(); it != all.rend(); ++it) {
+          if (it->first > at_most) continue;
+          try {
+            const training_metadata m = read_checkpoint_metadata(it->second);
+            const auto job = m.extra.find("checkpoint.job");
+            const bool ours = job != m.extra.end() && job->second == std::to_string(job_id);
+            if ((ours || it->first == resumed) && checkpoint_feedback_parts(it->second) > 0)
+              return it->first;
+          } catch (const std::exception& e) {
+            spdlog::warn("coordinator: checkpoint {} cannot be rolled back to: {}", it->second,
+                         e.what());
+          }
+        }
+        return std::nullopt;
+      });
       const bool lm = c.model.kind == "gpt";
       progress = std::make_unique<progress_line>(c.train.steps, lm ? "tok/s" : "samples/s",
                                                  opt->quiet, c.train.log_every);

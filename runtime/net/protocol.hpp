@@ -347,8 +347,7 @@ struct job_spec {
 };
 
 /// Worker to coordinator: the model is built and the worker stands at a step boundary.
-/// next_step: the first step its parameters have not applied (what a donor must supply
-/// when it is behind the job).
+/// next_step: the first step its parameters have not applied (what a donor must supply).
 struct worker_ready {
   static constexpr msg_type type = msg_type::worker_ready;
   uint64_t member_id = 0;
@@ -363,10 +362,11 @@ struct worker_ready {
 /// Coordinator to every member of GENERATION: run STEP. The DP replica of rank r among
 /// `replicas` computes micro-batches i with i % replicas == r. donor_rank >= 0: before
 /// computing, every member receives the donor's parameters and optimizer state over the
-/// generation's communicator (some member is behind). through >= step: a commit window
-/// (docs/protocol.md, "Commit windows"): steps step..through commit in the data, each
-/// applied by a member once its DP sum completes (every member's gradients are in), the
-/// next one run without a step_open; -1: the member waits for step_result after its vote.
+/// generation's communicator (some member is behind); restore >= 0 (= step): every member
+/// loads its part of that step's checkpoint instead (a rollback). through >= step: a commit
+/// window (docs/protocol.md): steps step..through commit in the data, each applied by a
+/// member once its DP sum completes, the next one run without a step_open; -1: the member
+/// waits for step_result after its vote.
 struct step_open {
   static constexpr msg_type type = msg_type::step_open;
   uint64_t generation = 0;
@@ -378,11 +378,11 @@ struct step_open {
   /// for the member's life). 0 and 0 when pp = tp = 1.
   int32_t stage = 0;
   int32_t tp_rank = 0;
-  int64_t through = -1;
+  int64_t through = -1, restore = -1;
   template <class S>
   static auto fields(S& s) {
     return std::tie(s.generation, s.step, s.replicas, s.donor_rank, s.rank, s.stage, s.tp_rank,
-                    s.through);
+                    s.through, s.restore);
   }
 };
 

@@ -746,3 +746,83 @@ TEST_CASE("a window ends before a step a fault acts on, and ctl inject cannot na
   CHECK(opens[0].second.step == 9);
   CHECK(opens[0].second.through == 24);  // the range's last step, no fault after: 16 steps
 }
+
+TEST_CASE("a lost member's error memory: the whole group rolls back to the checkpoint that holds it") {
+  // onebit_adam in bitwise mode with checkpoints: member 2 of 3 dies after step 5 committed;
+  // its replacement (member 4) joins and reports ready at step 0. The next step opens at the
+  // newest checkpoint the lookup finds (4), every member told to load it and no donor named.
+  // A job without checkpoints rolls nothing back: the replacement takes a donor's state.
+  auto onebit = [](int every) {
+    return load_config_text(
+        "cluster: {workers: 3}\n"
+        "train: {steps: 20, global_batch: 64, micro_batch: 16, optimizer: onebit_adam, "
+        "determinism: bitwise}\n"
+        "fault_tolerance: {commit_window: 0, checkpoint_every: " + std::to_string(every) + "}\n",
+        "<test>");
+  };
+  std::vector<int64_t> asked;
+  auto lookup = [&asked](int64_t at_most) -> std::optional<int64_t> {
+    asked.push_back(at_most);
+    return at_most >= 4 ? std::optional<int64_t>(4) : std::nullopt;
+  };
+  auto run_to_6 = [](training_job& job, const mb::roster& r) {
+    all_ready(job, r);
+    for (int64_t s = 0; s < 6; ++s)
+      for (const auto& m : r.members) job.on_vote(r, ok_vote(m.id, r.generation, s), 0);
+    REQUIRE(job.next_step() == 6);
+  };
+  {
+    const config c = onebit(4);
+    training_job job(c, dump_config(c));
+    job.set_checkpoints(lookup);
+    const mb::roster r = roster_of(1, 3);
+    run_to_6(job, r);
+    mb::roster r2 = roster_of(2, 3);
+    r2.members[1].id = 4;  // member 2 is gone, member 4 took its rank
+    r2.members[1].name = "w4";
+    job.on_generation(r2, 0);
+    std::vector<std::pair<mb::member_id, net::step_open>> opens;
+    for (const auto& m : r2.members) {
+      const job_actions a = job.on_ready(r2, net::worker_ready{m.id, 2, m.id == 4 ? 0 : 6}, 0);
+      for (const auto& o : sent<net::step_open>(a)) opens.push_back(o);
+    }
+    REQUIRE(opens.size() == 3);
+    for (const auto& [to, o] : opens) {
+      CHECK(o.step == 4);
+      CHECK(o.restore == 4);
+      CHECK(o.donor_rank == -1);
+    }
+    CHECK(asked == std::vector<int64_t>{6});
+    CHECK(job.next_step() == 4);
+    // Once replayed, steps open as usual: no second rollback.
+    job_actions a;
+    for (int64_t s = 4; s < 6; ++s)
+      for (const auto& m : r2.members) a = job.on_vote(r2, ok_vote(m.id, 2, s), 0);
+    const auto next = sent<net::step_open>(a);
+    REQUIRE(next.size() == 3);
+    CHECK(next[0].second.step == 6);
+    CHECK(next[0].second.restore == -1);
+  }
+  {
+    // Without checkpoints the replacement takes a donor's state, as in any job.
+    const config c = onebit(0);
+    training_job job(c, dump_config(c));
+    job.set_checkpoints(lookup);
+    asked.clear();
+    const mb::roster r = roster_of(1, 3);
+    run_to_6(job, r);
+    mb::roster r2 = roster_of(2, 3);
+    r2.members[1].id = 4;
+    job.on_generation(r2, 0);
+    std::vector<std::pair<mb::member_id, net::step_open>> opens;
+    for (const auto& m : r2.members) {
+      const job_actions a = job.on_ready(r2, net::worker_ready{m.id, 2, m.id == 4 ? 0 : 6}, 0);
+      for (const auto& o : sent<net::step_open>(a)) opens.push_back(o);
+    }
+    REQUIRE(opens.size() == 3);
+    CHECK(opens[0].second.step == 6);
+    CHECK(opens[0].second.restore == -1);
+    CHECK(opens[0].second.donor_rank >= 0);
+    CHECK(asked.empty());
+  }
+}

@@ -94,7 +94,7 @@ TEST_CASE("bridge: bad frames are dropped and counted per reason while good ones
   std::string truncated = encode(register_request{peer_role::worker, "abc", 1});
   truncated.resize(truncated.size() - 1);
   std::string bad_version = encode(register_request{});
-  bad_version[4] = 9;
+  bad_version[4] = static_cast<char>(protocol_version + 1);
   std::string bad_value = encode(register_request{});
   bad_value[envelope_header_bytes] = 9;  // role out of range
   REQUIRE(raw.send_frame("garbage frame here"));
