@@ -196,7 +196,8 @@ job_actions training_job::try_open(const mb::roster& r, double now_s) {
       restore = *c;
       out.notes.push_back("step " + std::to_string(next_step_) +
                           ": a lost member's error-feedback memory is only in the checkpoint of "
-                          "step " + std::to_string(restore) +
+                          "step " +
+                          std::to_string(restore) +
                           ": every member rolls back to it and the steps since are replayed");
       next_step_ = restore;
     } else {

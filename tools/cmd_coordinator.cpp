@@ -198,24 +198,25 @@ void add_coordinator(CLI::App& app, int* rc) {
       co.job->set_faults(job_faults(c, opt->inject));
       // Rollbacks (error feedback, bitwise) go to this run's checkpoints, or to the one it
       // resumed from: complete, with every DP rank's error-feedback part.
-      co.job->set_checkpoints([dir = expand_user(c.fault_tolerance.checkpoint_dir), job_id,
-                               resumed = plan.resume ? plan.step : -1](int64_t at_most) -> std::optional<int64_t> {
-        const auto all = list_checkpoints(dir);
-        for (auto it = all.rbegin(); it != all.rend(); ++it) {
-          if (it->first > at_most) continue;
-          try {
-            const training_metadata m = read_checkpoint_metadata(it->second);
-            const auto job = m.extra.find("checkpoint.job");
-            const bool ours = job != m.extra.end() && job->second == std::to_string(job_id);
-            if ((ours || it->first == resumed) && checkpoint_feedback_parts(it->second) > 0)
-              return it->first;
-          } catch (const std::exception& e) {
-            spdlog::warn("coordinator: checkpoint {} cannot be rolled back to: {}", it->second,
-                         e.what());
-          }
-        }
-        return std::nullopt;
-      });
+      co.job->set_checkpoints(
+          [dir = expand_user(c.fault_tolerance.checkpoint_dir), job_id,
+           resumed = plan.resume ? plan.step : -1](int64_t at_most) -> std::optional<int64_t> {
+            const auto all = list_checkpoints(dir);
+            for (auto it = all.rbegin(); it != all.rend(); ++it) {
+              if (it->first > at_most) continue;
+              try {
+                const training_metadata m = read_checkpoint_metadata(it->second);
+                const auto job = m.extra.find("checkpoint.job");
+                const bool ours = job != m.extra.end() && job->second == std::to_string(job_id);
+                if ((ours || it->first == resumed) && checkpoint_feedback_parts(it->second) > 0)
+                  return it->first;
+              } catch (const std::exception& e) {
+                spdlog::warn("coordinator: checkpoint {} cannot be rolled back to: {}", it->second,
+                             e.what());
+              }
+            }
+            return std::nullopt;
+          });
       const bool lm = c.model.kind == "gpt";
       progress = std::make_unique<progress_line>(c.train.steps, lm ? "tok/s" : "samples/s",
                                                  opt->quiet, c.train.log_every);

@@ -61,8 +61,9 @@ void check_ranges(const std::string& path, const training_metadata& meta) {
   const auto rank = integer("feedback.rank", 0, (1 << 20) - 1, "a data-parallel rank");
   if (replicas && rank && *rank >= *replicas)
     throw checkpoint_error("checkpoint " + path + ": metadata feedback.rank is " +
-                           std::to_string(*rank) + ", not a rank of feedback.replicas = " +
-                           std::to_string(*replicas) + " (a damaged file, or not written by cohort)");
+                           std::to_string(*rank) +
+                           ", not a rank of feedback.replicas = " + std::to_string(*replicas) +
+                           " (a damaged file, or not written by cohort)");
   if (const auto it = meta.extra.find("data.seed"); it != meta.extra.end()) {
     uint64_t seed = 0;
     const std::string& text = it->second;

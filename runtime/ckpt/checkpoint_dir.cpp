@@ -97,7 +97,8 @@ void fsync_folder(const std::string& dir) {
 // The files a checkpoint write makes inside a step folder: shards, the marker, and their
 // temporaries (<name>.tmp.<pid>, left by a write that was killed).
 bool written_by_cohort(const std::string& name) {
-  static const std::regex pat(R"((shard_p[0-9]+_t[0-9]+\.safetensors|feedback_r[0-9]+\.safetensors|COMPLETE)(\.tmp\.[0-9]+)?)");
+  static const std::regex pat(
+      R"((shard_p[0-9]+_t[0-9]+\.safetensors|feedback_r[0-9]+\.safetensors|COMPLETE)(\.tmp\.[0-9]+)?)");
   return std::regex_match(name, pat);
 }
 

@@ -59,32 +59,32 @@ void checkpoint_writer::start(std::vector<shard_snapshot> snaps, std::vector<std
   COHORT_CHECK(!snaps.empty());
   wait();
   const std::string step_dir = checkpoint_path(dir_, snaps.front().meta.step);
-  inflight_ = std::async(
-      std::launch::async,
-      [step_dir, dir = dir_, keep = keep_, all = std::move(all),
-       snaps = std::move(snaps)]() -> std::string {
-        std::string file;
-        try {
-          make_checkpoint_folders(dir);  // mode 0700, parents fsynced
-          // One writer holds the whole checkpoint; several complete it together.
-          bool complete = false;
-          if (all.empty()) {
-            write_training_checkpoint(step_dir, snaps);
-            complete = true;
-          } else {
-            for (const auto& s : snaps) {
-              file = s.file_name();
-              complete = write_checkpoint_files(step_dir, s, all) || complete;
-            }
-          }
-          if (complete) prune_checkpoints(dir, keep);
-          return step_dir;
-        } catch (const std::exception& e) {
-          spdlog::error("checkpoint {} of {} was not written: {}",
-                        file.empty() ? snaps.front().file_name() : file, step_dir, e.what());
-          throw;
-        }
-      });
+  inflight_ = std::async(std::launch::async,
+                         [step_dir, dir = dir_, keep = keep_, all = std::move(all),
+                          snaps = std::move(snaps)]() -> std::string {
+                           std::string file;
+                           try {
+                             make_checkpoint_folders(dir);  // mode 0700, parents fsynced
+                             // One writer holds the whole checkpoint; several complete it together.
+                             bool complete = false;
+                             if (all.empty()) {
+                               write_training_checkpoint(step_dir, snaps);
+                               complete = true;
+                             } else {
+                               for (const auto& s : snaps) {
+                                 file = s.file_name();
+                                 complete = write_checkpoint_files(step_dir, s, all) || complete;
+                               }
+                             }
+                             if (complete) prune_checkpoints(dir, keep);
+                             return step_dir;
+                           } catch (const std::exception& e) {
+                             spdlog::error("checkpoint {} of {} was not written: {}",
+                                           file.empty() ? snaps.front().file_name() : file,
+                                           step_dir, e.what());
+                             throw;
+                           }
+                         });
 }
 
 }  // namespace cohort::train

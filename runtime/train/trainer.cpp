@@ -365,14 +365,10 @@ void require_layout(const std::string& step_dir, const training_metadata& meta, 
                       " and parallel.tp: " + ctp + " (dp may change)");
 }
 
-namespace {
-
-/// Per-parameter views of a flat optimizer state tensor (same layout as the parameters).
-template <class View, class Ptr>
-std::vector<View> per_param(const nn::model& m, Ptr base) {
-  std::vector<View> out;
+std::vector<tensor_target> param_targets(const nn::model& m, float* base) {
+  std::vector<tensor_target> out;
   for (const auto& p : m.parameters()) {
-    View v;
+    tensor_target v;
     v.name = p.name;
     v.shape = p.value.shape();
     v.data = base + p.offset;
@@ -380,8 +376,6 @@ std::vector<View> per_param(const nn::model& m, Ptr base) {
   }
   return out;
 }
-
-}  // namespace
 
 shard_snapshot snapshot_state(const config& c, const cohort::dataset& data, const nn::model& m,
                               nn::optimizer& opt, int64_t next_step, int stage, int tp_rank) {
@@ -418,10 +412,10 @@ int64_t load_state(const std::string& step_dir, const config& c, nn::model& m, n
     throw checkpoint_error("checkpoint " + step_dir + ": holds " + head.optimizer +
                            " optimizer state but the config says train.optimizer: " +
                            c.train.optimizer + " (use the config the checkpoint was written with)");
-  std::vector<tensor_target> params = per_param<tensor_target>(m, m.flat_values().data());
+  std::vector<tensor_target> params = param_targets(m, m.flat_values().data());
   std::vector<optimizer_state_target> state;
   for (auto& [slot, t] : opt.state())
-    for (auto& v : per_param<tensor_target>(m, t.data())) state.push_back({slot, v});
+    for (auto& v : param_targets(m, t.data())) state.push_back({slot, v});
   training_metadata meta = load_checkpoint_shard(step_dir, stage, tp_rank, params, state);
   auto it = meta.extra.find("optimizer.steps");
   int64_t steps = meta.step;

@@ -56,6 +56,10 @@ shard_snapshot snapshot_state(const config& c, const cohort::dataset& data, cons
 int64_t load_state(const std::string& step_dir, const config& c, nn::model& m, nn::optimizer& opt,
                    int stage, int tp_rank);
 
+/// Per-parameter load targets of a flat buffer laid out like M's parameters (the values, an
+/// optimizer slot, an error memory).
+std::vector<tensor_target> param_targets(const nn::model& m, float* base);
+
 /// Every float of the training state of M and OPT, in one fixed order: the parameters,
 /// then each optimizer slot (optimizer::state() order), each num_params() long; views into
 /// the live tensors (what a joiner receives from a donor).

@@ -13,23 +13,6 @@
 
 namespace cohort::train {
 
-namespace {
-
-/// Per-parameter views of a flat buffer laid out like the model's parameters.
-std::vector<tensor_target> targets(const nn::model& m, float* base) {
-  std::vector<tensor_target> out;
-  for (const auto& p : m.parameters()) {
-    tensor_target t;
-    t.name = p.name;
-    t.shape = p.value.shape();
-    t.data = base + p.offset;
-    out.push_back(t);
-  }
-  return out;
-}
-
-}  // namespace
-
 void trainer::restore_feedback(int replicas, int rank) {
   const auto n = static_cast<std::size_t>(model_->num_params());
   feedback f;
@@ -37,8 +20,9 @@ void trainer::restore_feedback(int replicas, int rank) {
   f.server.assign(n, 0.0f);
   auto load = [&](int part, float* worker, float* server) {
     std::vector<optimizer_state_target> s;
-    for (auto& t : targets(*model_, server)) s.push_back({"server", t});
-    load_checkpoint_file(pending_.step_dir, feedback_file_name(part), targets(*model_, worker), s);
+    for (auto& t : param_targets(*model_, server)) s.push_back({"server", t});
+    load_checkpoint_file(pending_.step_dir, feedback_file_name(part),
+                         param_targets(*model_, worker), s);
   };
   if (pending_.replicas == replicas) {
     load(rank, f.worker.data(), f.server.data());  // the same seat: bit for bit

@@ -747,7 +747,8 @@ TEST_CASE("a window ends before a step a fault acts on, and ctl inject cannot na
   CHECK(opens[0].second.through == 24);  // the range's last step, no fault after: 16 steps
 }
 
-TEST_CASE("a lost member's error memory: the whole group rolls back to the checkpoint that holds it") {
+TEST_CASE(
+    "a lost member's error memory: the whole group rolls back to the checkpoint that holds it") {
   // onebit_adam in bitwise mode with checkpoints: member 2 of 3 dies after step 5 committed;
   // its replacement (member 4) joins and reports ready at step 0. The next step opens at the
   // newest checkpoint the lookup finds (4), every member told to load it and no donor named.
@@ -757,7 +758,8 @@ TEST_CASE("a lost member's error memory: the whole group rolls back to the check
         "cluster: {workers: 3}\n"
         "train: {steps: 20, global_batch: 64, micro_batch: 16, optimizer: onebit_adam, "
         "determinism: bitwise}\n"
-        "fault_tolerance: {commit_window: 0, checkpoint_every: " + std::to_string(every) + "}\n",
+        "fault_tolerance: {commit_window: 0, checkpoint_every: " +
+            std::to_string(every) + "}\n",
         "<test>");
   };
   std::vector<int64_t> asked;

@@ -225,15 +225,15 @@ TEST_CASE("onebit_adam resumed at the same size ends on the uninterrupted run's 
                                            "train.onebit.freeze_step=4", "fault_tolerance.keep=5"};
   const nlohmann::json whole = launch(dir, cfg, 3, onebit, "whole");
   const std::string ck16 = checkpoint_path(dir.path() + "/ckpt", 16);
-  for (int r = 0; r < 3; ++r)
-    CHECK(std::filesystem::exists(ck16 + "/" + feedback_file_name(r)));
+  for (int r = 0; r < 3; ++r) CHECK(std::filesystem::exists(ck16 + "/" + feedback_file_name(r)));
   CHECK_FALSE(std::filesystem::exists(ck16 + "/" + feedback_file_name(3)));
 
   auto resume = [&](int workers, const std::string& tag) {
     std::filesystem::remove_all(checkpoint_path(dir.path() + "/ckpt", 24));
     const std::string out = dir.path() + "/" + tag + ".json";
-    std::vector<std::string> args = {"launch", cfg, "-q", "--resume", "--summary", out,
-                                     "--set", "cluster.workers=" + std::to_string(workers)};
+    std::vector<std::string> args = {
+        "launch",    cfg, "-q",    "--resume",
+        "--summary", out, "--set", "cluster.workers=" + std::to_string(workers)};
     for (const std::string& s : onebit) {
       args.push_back("--set");
       args.push_back(s);
@@ -259,7 +259,9 @@ TEST_CASE("onebit_adam resumed at the same size ends on the uninterrupted run's 
   CHECK(lf == doctest::Approx(lw).epsilon(0.15));
 }
 
-TEST_CASE("onebit_adam: a worker killed and replaced mid-run, the run rolls back and ends on the same bits") {
+TEST_CASE(
+    "onebit_adam: a worker killed and replaced mid-run, the run rolls back and ends on the same "
+    "bits") {
   // 3 workers in bitwise mode (elastic.min_workers defaults to all 3: the job pauses while
   // one is missing), a checkpoint every 8 steps. Rank 1 is killed at step 20; launch
   // restarts it. Its error memory lived only in its process and in the checkpoint of step
@@ -274,8 +276,15 @@ TEST_CASE("onebit_adam: a worker killed and replaced mid-run, the run rolls back
   const nlohmann::json whole = launch(dir, cfg, 3, onebit, "whole");
   std::filesystem::remove_all(dir.path() + "/ckpt");  // the killed run writes its own
   const std::string out = dir.path() + "/killed.json";
-  std::vector<std::string> args = {"launch", cfg, "-q", "--summary", out, "--set",
-                                   "cluster.workers=3", "--inject", "kill rank=1 at step=20"};
+  std::vector<std::string> args = {"launch",
+                                   cfg,
+                                   "-q",
+                                   "--summary",
+                                   out,
+                                   "--set",
+                                   "cluster.workers=3",
+                                   "--inject",
+                                   "kill rank=1 at step=20"};
   for (const std::string& s : onebit) {
     args.push_back("--set");
     args.push_back(s);
