@@ -96,12 +96,13 @@ job_actions training_job::on_generation(const mb::roster& r, double now_s) {
   // boundary. A member of the step gone (or the same members again: an aborted step's
   // bump) means the step cannot complete.
   if (rolls_back()) {
-    // A member that held error memory and left without a drain: only the checkpoint has it.
+    // A member that held error memory left (lost, or drained by a scale-down): only the
+    // checkpoint has its memory.
     std::set<mb::member_id> held = last_voters_;
     if (open_)
       for (const auto& [id, ok] : open_->votes) held.insert(id);
     for (const mb::member_id id : held)
-      rollback_ = rollback_ || (r.find(id) == nullptr && drained_.count(id) == 0);
+      rollback_ = rollback_ || r.find(id) == nullptr;
   }
   if (open_ && open_->generation < r.generation) {
     bool lost = false;

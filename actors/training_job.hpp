@@ -55,11 +55,12 @@ class training_job {
   /// The newest complete checkpoint of this run at or before a step, with every DP rank's
   /// error-feedback part (nullopt: none). The caller reads the folder; the job stays pure.
   using checkpoint_lookup = std::function<std::optional<int64_t>(int64_t at_most)>;
-  /// With error feedback in bitwise mode, a member lost mid-run (killed, hung, cut off: not
-  /// drained) held memory no one else has: once the group is whole again, the next step
-  /// opens at the newest checkpoint LOOKUP finds, every member loading its part of it
-  /// (step_open.restore), and the steps since are replayed, bit for bit. Without a
-  /// checkpoint the run goes on from where it was (the memory is lost; a note says so).
+  /// With error feedback in bitwise mode, a member that left mid-run (killed, hung, cut off,
+  /// or drained by a scale-down) held memory no one else has: once the group may run again,
+  /// the next step opens at the newest checkpoint LOOKUP finds, every member loading its part
+  /// of it (step_open.restore; at another size the parts regroup, none lost), and the steps
+  /// since are replayed. Without a checkpoint the run goes on from where it was (the memory
+  /// is lost; a note says so).
   void set_checkpoints(checkpoint_lookup lookup) { checkpoints_ = std::move(lookup); }
 
   /// What every new worker is sent after register_ok.

@@ -752,7 +752,8 @@ TEST_CASE(
   // onebit_adam in bitwise mode with checkpoints: member 2 of 3 dies after step 5 committed;
   // its replacement (member 4) joins and reports ready at step 0. The next step opens at the
   // newest checkpoint the lookup finds (4), every member told to load it and no donor named.
-  // A job without checkpoints rolls nothing back: the replacement takes a donor's state.
+  // A drained member's memory is rolled back for too; a job without checkpoints rolls
+  // nothing back: the replacement takes a donor's state.
   auto onebit = [](int every) {
     return load_config_text(
         "cluster: {workers: 3}\n"
@@ -804,6 +805,25 @@ TEST_CASE(
     REQUIRE(next.size() == 3);
     CHECK(next[0].second.step == 6);
     CHECK(next[0].second.restore == -1);
+  }
+  {
+    // A scale-down drains member 3: its memory goes too, so the two left roll back to the
+    // checkpoint (where its part regroups into theirs).
+    config c = onebit(4);
+    c.elastic.min_workers = 2;
+    training_job job(c, dump_config(c));
+    job.set_checkpoints(lookup);
+    const mb::roster r = roster_of(1, 3);
+    run_to_6(job, r);
+    mb::roster leaving = r;
+    leaving.members[2].state = mb::member_state::leaving;
+    job.on_drain(leaving, 3, 0);
+    std::vector<std::pair<mb::member_id, net::step_open>> opens;
+    for (const auto& o : sent<net::step_open>(job.on_generation(roster_of(2, 2), 0)))
+      opens.push_back(o);
+    REQUIRE(opens.size() == 2);
+    CHECK(opens[0].second.restore == 4);
+    CHECK(opens[0].second.replicas == 2);
   }
   {
     // Without checkpoints the replacement takes a donor's state, as in any job.
