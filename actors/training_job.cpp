@@ -101,8 +101,7 @@ job_actions training_job::on_generation(const mb::roster& r, double now_s) {
     std::set<mb::member_id> held = last_voters_;
     if (open_)
       for (const auto& [id, ok] : open_->votes) held.insert(id);
-    for (const mb::member_id id : held)
-      rollback_ = rollback_ || r.find(id) == nullptr;
+    for (const mb::member_id id : held) rollback_ = rollback_ || r.find(id) == nullptr;
   }
   if (open_ && open_->generation < r.generation) {
     bool lost = false;
