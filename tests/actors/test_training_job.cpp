@@ -774,14 +774,11 @@ TEST_CASE(
       for (const auto& m : r.members) job.on_vote(r, ok_vote(m.id, r.generation, s), 0);
     REQUIRE(job.next_step() == 6);
   };
-  {
-    const config c = onebit(4);
-    training_job job(c, dump_config(c));
-    job.set_checkpoints(lookup);
-    const mb::roster r = roster_of(1, 3);
-    run_to_6(job, r);
+  // Member 2 dies after step 5 and member 4 takes its rank, ready at step 0 (the others at
+  // 6): every step_open that follows.
+  auto replace_member_2 = [](training_job& job) {
     mb::roster r2 = roster_of(2, 3);
-    r2.members[1].id = 4;  // member 2 is gone, member 4 took its rank
+    r2.members[1].id = 4;
     r2.members[1].name = "w4";
     job.on_generation(r2, 0);
     std::vector<std::pair<mb::member_id, net::step_open>> opens;
@@ -789,6 +786,15 @@ TEST_CASE(
       const job_actions a = job.on_ready(r2, net::worker_ready{m.id, 2, m.id == 4 ? 0 : 6}, 0);
       for (const auto& o : sent<net::step_open>(a)) opens.push_back(o);
     }
+    return std::make_pair(r2, opens);
+  };
+  {
+    const config c = onebit(4);
+    training_job job(c, dump_config(c));
+    job.set_checkpoints(lookup);
+    const mb::roster r = roster_of(1, 3);
+    run_to_6(job, r);
+    const auto [r2, opens] = replace_member_2(job);
     REQUIRE(opens.size() == 3);
     for (const auto& [to, o] : opens) {
       CHECK(o.step == 4);
@@ -833,14 +839,7 @@ TEST_CASE(
     asked.clear();
     const mb::roster r = roster_of(1, 3);
     run_to_6(job, r);
-    mb::roster r2 = roster_of(2, 3);
-    r2.members[1].id = 4;
-    job.on_generation(r2, 0);
-    std::vector<std::pair<mb::member_id, net::step_open>> opens;
-    for (const auto& m : r2.members) {
-      const job_actions a = job.on_ready(r2, net::worker_ready{m.id, 2, m.id == 4 ? 0 : 6}, 0);
-      for (const auto& o : sent<net::step_open>(a)) opens.push_back(o);
-    }
+    const auto opens = replace_member_2(job).second;
     REQUIRE(opens.size() == 3);
     CHECK(opens[0].second.step == 6);
     CHECK(opens[0].second.restore == -1);
