@@ -71,9 +71,7 @@ void training_job::abort_open(const mb::roster& r, const std::string& why, job_a
 }
 
 bool training_job::rolls_back() const {
-  const bool feedback = cfg_.train.optimizer == "onebit_adam" ||
-                        (cfg_.comm.compression != "none" && cfg_.comm.error_feedback);
-  return feedback && cfg_.train.determinism == "bitwise" &&
+  return keeps_error_feedback(cfg_) && cfg_.train.determinism == "bitwise" &&
          cfg_.fault_tolerance.checkpoint_every > 0 && seat_size_ == 1 && checkpoints_ != nullptr;
 }
 

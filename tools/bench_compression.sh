@@ -37,19 +37,10 @@ while (($#)); do
     *) echo "bench_compression.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
-bin=$PWD/build/cohort
-[[ -x $bin ]] || { echo "bench_compression.sh: $bin not found: run tools/setup.sh first" >&2; exit 2; }
-tools/netns.sh check >/dev/null || { tools/netns.sh check; exit 77; }
-bed="bc$$"
-dir=$(mktemp -d /tmp/cohort-compression-XXXXXX)
-cleanup() { tools/netns.sh down "$bed" >/dev/null 2>&1 || true; [[ -n ${KEEP:-} ]] || rm -rf "$dir"; }
-trap cleanup EXIT
-shape=(--rate "$rate")
-[[ -n $delay ]] && shape+=(--delay "$delay")
-tools/netns.sh up "$bed" 5
-for h in 2 3 4 5; do tools/netns.sh shape "$bed" "$h" "${shape[@]}"; done
-
-on() { local h=$1; shift; ip netns exec "$bed-h$h" "$@"; }
+me=bench_compression.sh
+. tools/bench_bed.sh
+bed_require
+bed_up bc compression 5 "$rate" "$delay" 2 3 4 5
 
 # Prefixes each line of standard input with the wall clock (seconds since the epoch).
 stamp() { while IFS= read -r line; do printf '%s %s\n' "$(date +%s.%N)" "$line"; done; }
@@ -76,24 +67,15 @@ run_once() {
      --set fault_tolerance.checkpoint_dir="$run/ckpt" "${sets[@]}" "${extra[@]}" \
      >"$run/coord.out" 2>"$run/coord.err") &
   local coord=$!
-  local ep=""
-  for _ in $(seq 300); do
-    ep=$(grep -o 'coordinator listening on tcp://[0-9.:]*' "$run/coord.out" "$run/coord.err" \
-           2>/dev/null | head -1 | sed 's/.*listening on //') || true
-    [[ -n $ep ]] && break
-    sleep 0.1
-  done
-  [[ -n $ep ]] || { echo "bench_compression.sh: the coordinator did not start" >&2; cat "$run"/coord.*; return 1; }
+  local ep
+  ep=$(coordinator_endpoint "$run") || return 1
   local pids=()
   for h in 2 3 4 5; do
     # The worker that joins first is rank 0: it evaluates and prints the accuracy.
     on "$h" "$bin" worker --join "$ep" --keys "$run/keys" --name "w-h$h" \
       > "$run/w$h.out" 2> >(stamp > "$run/w$h.err") &
     pids+=($!)
-    for _ in $(seq 100); do
-      grep -q ', rank ' "$run/w$h.err" "$run/w$h.out" 2>/dev/null && break
-      sleep 0.05
-    done
+    wait_rank "$run/w$h.err" "$run/w$h.out"
   done
   local rc=0
   wait "$coord" || rc=$?

@@ -29,20 +29,10 @@ while (($#)); do
     *) echo "bench_hier.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
-bin=$PWD/build/cohort
-[[ -x $bin ]] || { echo "bench_hier.sh: $bin not found: run tools/setup.sh first" >&2; exit 2; }
-tools/netns.sh check >/dev/null || { tools/netns.sh check; exit 77; }
-bed="bh$$"
-dir=$(mktemp -d /tmp/cohort-hier-XXXXXX)
-cleanup() { tools/netns.sh down "$bed" >/dev/null 2>&1 || true; rm -rf "$dir"; }
-trap cleanup EXIT
-shape=(--rate "$rate")
-[[ -n $delay ]] && shape+=(--delay "$delay")
-tools/netns.sh up "$bed" 3
-tools/netns.sh shape "$bed" 2 "${shape[@]}"
-tools/netns.sh shape "$bed" 3 "${shape[@]}"
-
-on() { local h=$1; shift; ip netns exec "$bed-h$h" "$@"; }
+me=bench_hier.sh
+. tools/bench_bed.sh
+bed_require
+bed_up bh hier 3 "$rate" "$delay" 2 3
 
 # One run: prints samples/s (or fails). $1 = flat|hierarchical, $2 = blocked|interleaved.
 run_once() {
@@ -57,14 +47,8 @@ run_once() {
      --set fault_tolerance.checkpoint_dir="$run/ckpt" --set comm.hierarchy="$hierarchy" \
      "${extra[@]}" >"$run/coord.out" 2>"$run/coord.err") &
   local coord=$!
-  local ep=""
-  for _ in $(seq 300); do
-    ep=$(grep -o 'coordinator listening on tcp://[0-9.:]*' "$run/coord.out" "$run/coord.err" \
-           2>/dev/null | head -1 | sed 's/.*listening on //') || true
-    [[ -n $ep ]] && break
-    sleep 0.1
-  done
-  [[ -n $ep ]] || { echo "bench_hier.sh: the coordinator did not start" >&2; cat "$run"/coord.*; return 1; }
+  local ep
+  ep=$(coordinator_endpoint "$run") || return 1
   local hosts=(2 2 3 3)
   [[ $order == interleaved ]] && hosts=(2 3 2 3)
   local pids=()
@@ -73,10 +57,7 @@ run_once() {
     on "${hosts[$i]}" "$bin" worker --join "$ep" --keys "$run/keys" --name "w$i-h${hosts[$i]}" \
       >"$run/w$i.out" 2>"$run/w$i.err" &
     pids+=($!)
-    for _ in $(seq 100); do
-      grep -q ', rank ' "$run/w$i.err" "$run/w$i.out" 2>/dev/null && break
-      sleep 0.05
-    done
+    wait_rank "$run/w$i.err" "$run/w$i.out"
   done
   local rc=0
   wait "$coord" || rc=$?

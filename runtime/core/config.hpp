@@ -175,6 +175,10 @@ std::string dump_config(const config& c);
 /// SHA-256 hex of dump_config(c): identifies a run's config in checkpoints.
 std::string config_hash(const config& c);
 
+/// True when each DP worker keeps error-feedback memory: train.optimizer onebit_adam (always),
+/// or comm.compression other than none with comm.error_feedback (docs/compression.md).
+bool keeps_error_feedback(const config& c);
+
 /// Commented YAML with every key at its default, its allowed values and its meaning,
 /// generated from the schema; configs/reference.yaml is this text (a test keeps it so).
 std::string reference_config_yaml();

@@ -243,6 +243,11 @@ std::string dump_config(const config& c) {
 
 std::string config_hash(const config& c) { return sha256_hex(dump_config(c)); }
 
+bool keeps_error_feedback(const config& c) {
+  return c.train.optimizer == "onebit_adam" ||
+         (c.comm.compression != "none" && c.comm.error_feedback);
+}
+
 std::string closest_name(const std::string& word, const std::vector<std::string>& candidates) {
   return config_schema::closest(word, candidates);
 }

@@ -41,15 +41,6 @@ void checkpoint_writer::save(const trainer& tr, int64_t next_step) {
   start({tr.snapshot(next_step)}, {});
 }
 
-void checkpoint_writer::save_part(shard_snapshot snap,
-                                  const std::vector<std::pair<int, int>>& all_shards) {
-  std::vector<std::string> files;
-  for (const auto& [stage, tp] : all_shards) files.push_back(shard_file_name(stage, tp));
-  std::vector<shard_snapshot> one;
-  one.push_back(std::move(snap));
-  start(std::move(one), std::move(files));
-}
-
 void checkpoint_writer::save_parts(std::vector<shard_snapshot> snaps,
                                    std::vector<std::string> all_files) {
   start(std::move(snaps), std::move(all_files));
@@ -59,32 +50,28 @@ void checkpoint_writer::start(std::vector<shard_snapshot> snaps, std::vector<std
   COHORT_CHECK(!snaps.empty());
   wait();
   const std::string step_dir = checkpoint_path(dir_, snaps.front().meta.step);
-  inflight_ = std::async(std::launch::async,
-                         [step_dir, dir = dir_, keep = keep_, all = std::move(all),
-                          snaps = std::move(snaps)]() -> std::string {
-                           std::string file;
-                           try {
-                             make_checkpoint_folders(dir);  // mode 0700, parents fsynced
-                             // One writer holds the whole checkpoint; several complete it together.
-                             bool complete = false;
-                             if (all.empty()) {
-                               write_training_checkpoint(step_dir, snaps);
-                               complete = true;
-                             } else {
-                               for (const auto& s : snaps) {
-                                 file = s.file_name();
-                                 complete = write_checkpoint_files(step_dir, s, all) || complete;
-                               }
-                             }
-                             if (complete) prune_checkpoints(dir, keep);
-                             return step_dir;
-                           } catch (const std::exception& e) {
-                             spdlog::error("checkpoint {} of {} was not written: {}",
-                                           file.empty() ? snaps.front().file_name() : file,
-                                           step_dir, e.what());
-                             throw;
-                           }
-                         });
+  inflight_ = std::async(
+      std::launch::async,
+      [step_dir, dir = dir_, keep = keep_, all = std::move(all),
+       snaps = std::move(snaps)]() -> std::string {
+        const shard_snapshot* at = &snaps.front();  // the file being written, for the log
+        try {
+          make_checkpoint_folders(dir);  // mode 0700, parents fsynced
+          // One writer holds the whole checkpoint; several complete it together.
+          bool complete = all.empty();
+          if (complete) write_training_checkpoint(step_dir, snaps);
+          for (std::size_t i = 0; i < snaps.size() && !all.empty(); ++i) {
+            at = &snaps[i];
+            complete = write_checkpoint_files(step_dir, snaps[i], all) || complete;
+          }
+          if (complete) prune_checkpoints(dir, keep);
+          return step_dir;
+        } catch (const std::exception& e) {
+          spdlog::error("checkpoint {} of {} was not written: {}", at->file_name(), step_dir,
+                        e.what());
+          throw;
+        }
+      });
 }
 
 }  // namespace cohort::train

@@ -32,12 +32,11 @@ class checkpoint_writer {
   /// thread and starts writing it in the background. `tr` may change as soon as this
   /// returns.
   void save(const trainer& tr, int64_t next_step);
-  /// The same for one shard of a checkpoint that several workers write (pipeline stages /
-  /// TP ranks): SNAP is written, and whichever writer finishes last writes the marker
-  /// (write_checkpoint_part). wait() then returns the folder once this writer's shard is in.
-  void save_part(shard_snapshot snap, const std::vector<std::pair<int, int>>& all_shards);
-  /// The same for several parts (in order) of a checkpoint whose files are ALL_FILES: a DP
-  /// rank's error-feedback memory beside rank 0's shard (trainer::save_parts).
+  /// The same for this writer's parts (in order) of a checkpoint several workers write
+  /// together, whose files are ALL_FILES: a pipeline stage's shard, or a DP rank's
+  /// error-feedback part (beside rank 0's shard, trainer::checkpoint_parts). Whichever
+  /// writer finishes last writes the marker (write_checkpoint_files); wait() then returns the
+  /// folder once this writer's parts are in.
   void save_parts(std::vector<shard_snapshot> snaps, std::vector<std::string> all_files);
   /// Waits for the write in flight and returns the newest folder this writer completed
   /// ("" when none). Throws the write's checkpoint_error (once).
@@ -46,8 +45,8 @@ class checkpoint_writer {
   bool busy() const;
 
  private:
-  /// Waits for the write in flight, then writes SNAP in the background: the whole
-  /// checkpoint when ALL is empty, else one part of it (write_checkpoint_part).
+  /// Waits for the write in flight, then writes SNAPS in the background: the whole
+  /// checkpoint when ALL is empty, else this writer's parts of it (write_checkpoint_files).
   void start(std::vector<shard_snapshot> snaps, std::vector<std::string> all);
 
   std::string dir_;

@@ -379,12 +379,13 @@ class stage_seat final : public seat {
   }
   void save(checkpoint_writer& w, int64_t next_step, uint64_t job_id) override {
     // One shard per seat, written by replica 0's member; the last one in completes it.
-    std::vector<std::pair<int, int>> all;
+    std::vector<std::string> all;
     for (int s = 0; s < st_.cfg().parallel.pp; ++s)
-      for (int r = 0; r < st_.cfg().parallel.tp; ++r) all.emplace_back(s, r);
-    shard_snapshot snap = st_.snapshot(next_step);
-    snap.meta.extra["checkpoint.job"] = std::to_string(job_id);
-    w.save_part(std::move(snap), all);
+      for (int r = 0; r < st_.cfg().parallel.tp; ++r) all.push_back(shard_file_name(s, r));
+    std::vector<shard_snapshot> mine;
+    mine.push_back(st_.snapshot(next_step));
+    mine.back().meta.extra["checkpoint.job"] = std::to_string(job_id);
+    w.save_parts(std::move(mine), std::move(all));
   }
   bool saves_every_rank() const override { return false; }  // no error feedback in pipelines
   evaluation evaluate(int64_t tag) override {

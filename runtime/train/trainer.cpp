@@ -51,14 +51,8 @@ trainer::trainer(const config& c) : cfg_(c) {
   opt_ = nn::make_optimizer(model_->flat_values(), model_->flat_grads(), o);
   onebit_ = dynamic_cast<nn::onebit_adam*>(opt_.get());
   wire_format_ = comm::parse_wire_format(c.comm.compression);
-  // 1-bit Adam always feeds back what the signs lose.
-  error_feedback_ =
-      (c.comm.error_feedback && wire_format_ != comm::wire_format::f32) || onebit_ != nullptr;
-  if (error_feedback_) {
-    const auto n = static_cast<std::size_t>(model_->num_params());
-    kept_.worker.assign(n, 0.0f);
-    kept_.server.assign(n, 0.0f);
-  }
+  error_feedback_ = keeps_error_feedback(c);  // 1-bit Adam always feeds back what signs lose
+  if (error_feedback_) kept_.reset(static_cast<std::size_t>(model_->num_params()));
 }
 
 std::vector<std::pair<int64_t, int64_t>> onebit_ranges(const nn::model& m,
@@ -148,15 +142,11 @@ comm::wire_plan trainer::wire(int replicas, int rank) {
     plan.compressed.push_back({0, n, wire_format_});
   }
   if (!error_feedback_ || plan.compressed.empty()) return plan;
-  if (!pending_.step_dir.empty()) restore_feedback(replicas, rank);
-  if (next_.replicas != 0 && (next_.replicas != replicas || next_.rank != rank)) {
-    // The chunks this worker owned belong to others now: what it kept for them becomes
-    // part of what it feeds back as a sender (both are in the units of the sum).
-    for (std::size_t i = 0; i < n; ++i) {
-      next_.worker[i] += next_.server[i];
-      next_.server[i] = 0.0f;
-    }
-  }
+  if (pending_.replicas > 0) restore_feedback(replicas, rank);
+  // The chunks this worker owned belong to others now: what it kept for them becomes part of
+  // what it feeds back as a sender (both are in the units of the sum).
+  if (next_.replicas != 0 && (next_.replicas != replicas || next_.rank != rank))
+    next_.fold_owner_into_sender();
   next_.replicas = replicas;
   next_.rank = rank;
   plan.memory = {next_.worker.data(), next_.server.data()};
@@ -365,6 +355,13 @@ void require_layout(const std::string& step_dir, const training_metadata& meta, 
                       " and parallel.tp: " + ctp + " (dp may change)");
 }
 
+std::vector<shard_snapshot::entry> param_layout(const nn::model& m) {
+  std::vector<shard_snapshot::entry> out;
+  for (const auto& p : m.parameters())
+    out.push_back({p.name, p.value.shape(), static_cast<std::size_t>(p.offset)});
+  return out;
+}
+
 std::vector<tensor_target> param_targets(const nn::model& m, float* base) {
   std::vector<tensor_target> out;
   for (const auto& p : m.parameters()) {
@@ -382,8 +379,7 @@ shard_snapshot snapshot_state(const config& c, const cohort::dataset& data, cons
   shard_snapshot s;
   s.stage = stage;
   s.tp_rank = tp_rank;
-  for (const auto& p : m.parameters())
-    s.layout.push_back({p.name, p.value.shape(), static_cast<std::size_t>(p.offset)});
+  s.layout = param_layout(m);
   const auto& flat = const_cast<nn::model&>(m).flat_values();
   s.params.assign(flat.data(), flat.data() + flat.numel());
   for (auto& [slot, t] : opt.state()) {
@@ -450,13 +446,9 @@ int64_t trainer::load_checkpoint(const std::string& step_dir) {
   const int64_t step = load_state(step_dir, whole, *model_, *opt_, 0, 0);
   pending_ = {};
   if (error_feedback_) {
-    const auto n = static_cast<std::size_t>(model_->num_params());
-    kept_ = {};
-    kept_.worker.assign(n, 0.0f);
-    kept_.server.assign(n, 0.0f);
+    kept_.reset(static_cast<std::size_t>(model_->num_params()));
     next_ = kept_;
     pending_ = {step_dir, checkpoint_feedback_parts(step_dir)};
-    if (pending_.replicas == 0) pending_.step_dir.clear();
   }
   return step;
 }

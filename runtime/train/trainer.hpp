@@ -56,6 +56,8 @@ shard_snapshot snapshot_state(const config& c, const cohort::dataset& data, cons
 int64_t load_state(const std::string& step_dir, const config& c, nn::model& m, nn::optimizer& opt,
                    int stage, int tp_rank);
 
+/// Where each parameter of M lies in its flat buffers (a shard's layout).
+std::vector<shard_snapshot::entry> param_layout(const nn::model& m);
 /// Per-parameter load targets of a flat buffer laid out like M's parameters (the values, an
 /// optimizer slot, an error memory).
 std::vector<tensor_target> param_targets(const nn::model& m, float* base);
@@ -189,6 +191,11 @@ class trainer {
   struct feedback {
     std::vector<float> worker, server;
     int replicas = 0, rank = -1;  ///< the group it was kept in (0: none yet)
+    /// N zeros of each, kept in no group yet.
+    void reset(std::size_t n);
+    /// What was kept as a chunk owner joins what is kept as a sender (the chunks moved to
+    /// others); the total is unchanged.
+    void fold_owner_into_sender();
   };
   bool error_feedback_ = false;
   feedback kept_, next_;
@@ -199,7 +206,8 @@ class trainer {
   int replicas_ = 1;        ///< the DP group of the step (wire() sets it; 1 in one process)
   int rank_ = 0;            ///< this worker's rank in it
   int committed_replicas_ = 1, committed_rank_ = 0;  ///< the same for the last applied step
-  /// Feedback parts of the checkpoint loaded last, not yet taken (step folder, its group).
+  /// Feedback parts of the checkpoint loaded last, not yet taken (step folder, the size of
+  /// the group that wrote them; 0: nothing pending).
   struct pending_feedback {
     std::string step_dir;
     int replicas = 0;

@@ -1,7 +1,6 @@
 // The error-feedback memory as training state: each DP rank's part of a checkpoint, and
 // taking the parts back after a resume, at the same group size or another
 // (docs/compression.md, "Exact state").
-#include <cstring>
 #include <string>
 #include <utility>
 #include <vector>
@@ -13,11 +12,24 @@
 
 namespace cohort::train {
 
+void trainer::feedback::reset(std::size_t n) {
+  worker.assign(n, 0.0f);
+  server.assign(n, 0.0f);
+  replicas = 0;
+  rank = -1;
+}
+
+void trainer::feedback::fold_owner_into_sender() {
+  for (std::size_t i = 0; i < worker.size(); ++i) {
+    worker[i] += server[i];
+    server[i] = 0.0f;
+  }
+}
+
 void trainer::restore_feedback(int replicas, int rank) {
   const auto n = static_cast<std::size_t>(model_->num_params());
   feedback f;
-  f.worker.assign(n, 0.0f);
-  f.server.assign(n, 0.0f);
+  f.reset(n);
   auto load = [&](int part, float* worker, float* server) {
     std::vector<optimizer_state_target> s;
     for (auto& t : param_targets(*model_, server)) s.push_back({"server", t});
@@ -46,7 +58,7 @@ std::vector<shard_snapshot> trainer::checkpoint_parts(int64_t next_step, uint64_
                                                       std::vector<std::string>& all_files) {
   const int replicas = committed_replicas_, rank = committed_rank_;
   // Not taken since the resume (onebit_adam's warm-up compresses nothing): taken now.
-  if (!pending_.step_dir.empty()) restore_feedback(replicas, rank);
+  if (pending_.replicas > 0) restore_feedback(replicas, rank);
   const std::string job = std::to_string(job_id);
   std::vector<shard_snapshot> parts;
   all_files = {shard_file_name(0, 0)};
@@ -55,21 +67,14 @@ std::vector<shard_snapshot> trainer::checkpoint_parts(int64_t next_step, uint64_
     parts.push_back(snapshot(next_step));
     parts.back().meta.extra["checkpoint.job"] = job;
   }
+  feedback f = kept_;
+  // Kept in another group (no compressed step since it changed): its chunks are gone.
+  if (f.replicas != replicas || f.rank != rank) f.fold_owner_into_sender();
   shard_snapshot s;
   s.file = feedback_file_name(rank);
-  for (const auto& p : model_->parameters())
-    s.layout.push_back({p.name, p.value.shape(), static_cast<std::size_t>(p.offset)});
-  const auto n = static_cast<std::size_t>(model_->num_params());
-  s.params = kept_.worker;
-  std::vector<float> server = kept_.server;
-  if (s.params.size() != n) s.params.assign(n, 0.0f);
-  if (server.size() != n) server.assign(n, 0.0f);
-  if (kept_.replicas != replicas || kept_.rank != rank) {
-    // Kept in another group (no compressed step since it changed): its chunks are gone.
-    for (std::size_t i = 0; i < n; ++i) s.params[i] += server[i];
-    std::fill(server.begin(), server.end(), 0.0f);
-  }
-  s.optimizer_state.emplace_back("server", std::move(server));
+  s.layout = param_layout(*model_);
+  s.params = std::move(f.worker);
+  s.optimizer_state.emplace_back("server", std::move(f.server));
   s.meta.step = next_step;
   s.meta.config_hash = config_hash(cfg_);
   s.meta.optimizer = cfg_.train.optimizer;

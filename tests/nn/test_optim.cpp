@@ -98,15 +98,25 @@ TEST_CASE("global gradient-norm clipping") {
   }
 }
 
+namespace {
+
+// 1-bit Adam on elements [0, 2) of a small buffer, with this weight decay and freeze step.
+optim_options onebit_options(float weight_decay, int freeze_step) {
+  optim_options o;
+  o.kind = "onebit_adam";
+  o.weight_decay = weight_decay;
+  o.freeze_step = freeze_step;
+  o.compressed = {{0, 2}};
+  return o;
+}
+
+}  // namespace
+
 TEST_CASE("1-bit Adam: AdamW until the freeze, then the given momentum over a frozen variance") {
   // Three elements: [0, 2) compressed, 2 kept at full precision; freeze after one update.
   tensor p({3}), g({3}), pa({3}), ga({3});
   for (int i = 0; i < 3; ++i) p[i] = pa[i] = 1.0f + float(i);
-  optim_options o;
-  o.kind = "onebit_adam";
-  o.weight_decay = 0.01f;
-  o.freeze_step = 1;
-  o.compressed = {{0, 2}};
+  const optim_options o = onebit_options(0.01f, 1);
   auto opt = make_optimizer(p, g, o);
   auto* one = dynamic_cast<onebit_adam*>(opt.get());
   REQUIRE(one != nullptr);
@@ -155,11 +165,7 @@ TEST_CASE("1-bit Adam: an element that never had a gradient keeps a zero momentu
   tensor p({2}), g({2});
   p[0] = 1.0f;
   p[1] = 2.0f;
-  optim_options o;
-  o.kind = "onebit_adam";
-  o.weight_decay = 0.1f;
-  o.freeze_step = 2;
-  o.compressed = {{0, 2}};
+  const optim_options o = onebit_options(0.1f, 2);
   auto opt = make_optimizer(p, g, o);
   for (int t = 0; t < 2; ++t) {
     g[0] = 0.5f;
