@@ -23,6 +23,20 @@ float read_header(const std::uint8_t* in) {
 
 void write_header(std::uint8_t* out, float s) { std::memcpy(out, &s, sizeof s); }
 
+std::uint32_t bits_of(float x) {
+  std::uint32_t u;
+  std::memcpy(&u, &x, sizeof u);
+  return u;
+}
+
+// s (as bits) when `up` is 1, -s when it is 0: the sign bit flipped, exactly what -s is.
+float signed_scale(std::uint32_t s_bits, std::uint32_t up) {
+  const std::uint32_t u = s_bits ^ ((up ^ 1u) << 31);
+  float x;
+  std::memcpy(&x, &u, sizeof x);
+  return x;
+}
+
 std::uint16_t bf16_bits(float x) {
   std::uint32_t u;
   std::memcpy(&u, &x, sizeof u);
@@ -163,9 +177,16 @@ void decode_into(wire_format f, const std::uint8_t* in, std::size_t n, Out put) 
       return decode_scaled<std::uint8_t>(
           in, n, [](std::uint8_t c) { return fp8_table()[c]; }, put);
     case wire_format::sign: {
-      const float s = read_header(in);
+      // Branch-free: a set bit is +s, a clear one -s (s with its sign bit flipped). Signs
+      // of gradients are coin flips, and a branch on each mispredicts half the time.
+      const std::uint32_t sb = bits_of(read_header(in));
       const std::uint8_t* p = in + kHeader;
-      for (std::size_t i = 0; i < n; ++i) put(i, (p[i >> 3] >> (i & 7)) & 1u ? s : -s);
+      std::size_t i = 0;
+      for (; i + 8 <= n; i += 8) {
+        const std::uint32_t b = p[i >> 3];
+        for (std::uint32_t k = 0; k < 8; ++k) put(i + k, signed_scale(sb, (b >> k) & 1u));
+      }
+      for (; i < n; ++i) put(i, signed_scale(sb, (p[i >> 3] >> (i & 7)) & 1u));
       return;
     }
   }
@@ -230,17 +251,30 @@ void encode(wire_format f, const float* x, std::size_t n, float* error, std::uin
       return encode_scaled(v, n, error, pow2_scale(max_abs(v, n), kFp8Max), out, fp8_bits,
                            [](std::uint8_t c) { return fp8_table()[c]; });
     case wire_format::sign: {
-      double sum_abs = 0.0;
-      for (std::size_t i = 0; i < n; ++i) sum_abs += std::fabs(static_cast<double>(v[i]));
+      // Four running sums, added in a fixed order at the end: the same bits on every
+      // machine, without one long chain of dependent additions.
+      double lane[4] = {0.0, 0.0, 0.0, 0.0};
+      std::size_t i = 0;
+      for (; i + 4 <= n; i += 4)
+        for (std::size_t k = 0; k < 4; ++k) lane[k] += std::fabs(static_cast<double>(v[i + k]));
+      for (; i < n; ++i) lane[0] += std::fabs(static_cast<double>(v[i]));
+      const double sum_abs = (lane[0] + lane[1]) + (lane[2] + lane[3]);
       const float s = n == 0 ? 0.0f : static_cast<float>(sum_abs / static_cast<double>(n));
       write_header(out, s);
+      // Branch-free, a byte at a time (see decode_into); the error loop runs apart so that
+      // it vectorizes. v may be `error` itself: each element is read before it is written.
+      const std::uint32_t sb = bits_of(s);
       std::uint8_t* p = out + kHeader;
       std::fill(p, p + (n + 7) / 8, std::uint8_t{0});
-      for (std::size_t i = 0; i < n; ++i) {
-        const bool up = v[i] >= 0.0f;
-        if (up) p[i >> 3] |= static_cast<std::uint8_t>(1u << (i & 7));
-        if (error) error[i] = v[i] - (up ? s : -s);
+      for (i = 0; i + 8 <= n; i += 8) {
+        std::uint32_t b = 0;
+        for (std::uint32_t k = 0; k < 8; ++k) b |= static_cast<std::uint32_t>(v[i + k] >= 0.0f) << k;
+        p[i >> 3] = static_cast<std::uint8_t>(b);
       }
+      for (; i < n; ++i)
+        p[i >> 3] |= static_cast<std::uint8_t>(static_cast<std::uint32_t>(v[i] >= 0.0f) << (i & 7));
+      if (error)
+        for (std::size_t j = 0; j < n; ++j) error[j] = v[j] - signed_scale(sb, v[j] >= 0.0f);
       return;
     }
   }

@@ -116,16 +116,13 @@ void onebit_adam_frozen_step(float* p, const float* momentum, float* m, const fl
   const float step_size = static_cast<float>(lr / bc1);
   const float sqrt_bc2 = static_cast<float>(std::sqrt(bc2));
   // One portable body: the same bits on every machine (the update is not the hot loop).
+  // A variance of exactly 0 at the freeze: the element never had a gradient (an input that
+  // was always 0). Its momentum is 0 and stays 0: the signs would otherwise hand it +-scale,
+  // divided by eps alone (the mask DeepSpeed's users must write by hand). Selects rather
+  // than branches, so that the loop vectorizes; sqrt and division are exact either way.
   for (int64_t i = 0; i < n; ++i) {
-    // A variance of exactly 0 at the freeze: the element never had a gradient (an input
-    // that was always 0). Its momentum is 0 and stays 0: the signs would otherwise hand it
-    // +-scale, divided by eps alone (the mask DeepSpeed's users must write by hand).
-    if (v[i] == 0.0f) {
-      m[i] = 0.0f;
-      p[i] = p[i] * decay;
-      continue;
-    }
-    const float mi = momentum[i];
+    const float sent = momentum[i];  // read unconditionally: a select, not a branch
+    const float mi = v[i] == 0.0f ? 0.0f : sent;
     m[i] = mi;
     const float denom = std::sqrt(v[i]) / sqrt_bc2 + eps;
     p[i] = p[i] * decay - step_size * (mi / denom);

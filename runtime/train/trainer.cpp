@@ -98,17 +98,23 @@ void scale_by_denominator(nn::onebit_adam& opt, float* g, int64_t offset, int64_
                           bool divide) {
   const nn::optim_options& o = opt.options();
   const float* v = opt.state()[1].second.data();
+  const float eps = o.eps;  // a local: g could alias o for all the compiler knows
   const float sqrt_bc2 = static_cast<float>(
       std::sqrt(1.0 - std::pow(static_cast<double>(o.beta2), static_cast<double>(o.freeze_step))));
   for (const auto& [off, n] : o.compressed) {
     const int64_t from = std::max(off, offset), to = std::min(off + n, offset + count);
-    for (int64_t i = from; i < to; ++i) {
-      const float d = std::sqrt(v[i]) / sqrt_bc2 + o.eps;
-      if (v[i] == 0.0f)
-        g[i] = 0.0f;
-      else
-        g[i] = divide ? g[i] / d : g[i] * d;
-    }
+    // Selects rather than branches, one loop per direction: the loops vectorize (sqrt and
+    // division are exact in SIMD too, so the bits are the scalar loop's).
+    if (divide)
+      for (int64_t i = from; i < to; ++i) {
+        const float gi = v[i] == 0.0f ? 0.0f : g[i];
+        g[i] = gi / (std::sqrt(v[i]) / sqrt_bc2 + eps);
+      }
+    else
+      for (int64_t i = from; i < to; ++i) {
+        const float gi = v[i] == 0.0f ? 0.0f : g[i];
+        g[i] = gi * (std::sqrt(v[i]) / sqrt_bc2 + eps);
+      }
   }
 }
 

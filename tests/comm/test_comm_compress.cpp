@@ -168,6 +168,35 @@ TEST_CASE("sign keeps one bit a value and the block's mean magnitude") {
   CHECK(std::isnan(round_trip(wire_format::fp8, {1.0f, INFINITY})[0]));
 }
 
+TEST_CASE("sign packs value i into bit i%8 of byte i/8, whole bytes and a ragged tail alike") {
+  // Lengths around whole bytes: the codec handles 8 values at a time, then the rest.
+  for (std::size_t n : {1u, 7u, 8u, 9u, 16u, 23u}) {
+    CAPTURE(n);
+    std::vector<float> x(n), error(n, 0.0f);
+    for (std::size_t i = 0; i < n; ++i)
+      x[i] = (i * 7 + 3) % 5 < 2 ? -0.5f * static_cast<float>(i + 1) : static_cast<float>(i);
+    x[0] = -0.0f;  // -0 >= 0: a set bit, like +0
+    std::vector<std::uint8_t> wire(encoded_bytes(wire_format::sign, n));
+    encode(wire_format::sign, x.data(), n, error.data(), wire.data());
+    double sum_abs = 0.0;
+    for (float v : x) sum_abs += std::fabs(v);
+    const float s = static_cast<float>(sum_abs / static_cast<double>(n));
+    std::vector<float> y(n), acc(n, 1.0f);
+    decode(wire_format::sign, wire.data(), n, y.data());
+    decode_add(wire_format::sign, wire.data(), n, acc.data());
+    for (std::size_t i = 0; i < n; ++i) {
+      CAPTURE(i);
+      const bool up = x[i] >= 0.0f;
+      CHECK(((wire[4 + i / 8] >> (i % 8)) & 1) == (up ? 1 : 0));
+      CHECK(y[i] == (up ? s : -s));
+      CHECK(acc[i] == 1.0f + (up ? s : -s));
+      CHECK(error[i] == x[i] - (up ? s : -s));
+    }
+    // Bits past the last value are zero: the bytes are a function of the values alone.
+    if (n % 8 != 0) CHECK((wire.back() >> (n % 8)) == 0);
+  }
+}
+
 TEST_CASE("error feedback loses nothing: T blocks decode to T times the input minus the memory") {
   for (wire_format f : {wire_format::sign, wire_format::fp8, wire_format::bf16}) {
     CAPTURE(name_of(f));
