@@ -5,6 +5,8 @@
 #include <cmath>
 #include <iterator>
 
+#include "runtime/core/trace.hpp"
+
 namespace cohort::comm {
 
 namespace {
@@ -101,6 +103,29 @@ std::vector<bucket_range> plan_buckets(std::size_t elements, std::size_t element
   return out;
 }
 
+std::vector<std::vector<std::size_t>> plan_collectives(const std::vector<bucket_range>& buckets,
+                                                       std::size_t per) {
+  std::vector<std::vector<std::size_t>> out;
+  const bool compressed = std::any_of(buckets.begin(), buckets.end(), [](const bucket_range& b) {
+    return b.format != wire_format::f32;
+  });
+  std::map<wire_format, std::size_t> open;  // format -> its collective still taking buckets
+  std::vector<std::size_t> size;
+  for (std::size_t k = 0; k < buckets.size(); ++k) {
+    const bucket_range& b = buckets[k];
+    auto it = open.find(b.format);
+    if (compressed && it != open.end() && size[it->second] + b.count <= per) {
+      out[it->second].push_back(k);
+      size[it->second] += b.count;
+      continue;
+    }
+    open[b.format] = out.size();
+    out.push_back({k});
+    size.push_back(b.count);
+  }
+  return out;
+}
+
 bucket_engine::bucket_engine(communicator& comm, std::size_t elements, grad_type type,
                              double bucket_mb, float post_scale)
     : bucket_engine(std::vector<communicator*>{&comm}, elements, type, bucket_mb, post_scale) {}
@@ -117,13 +142,23 @@ bucket_engine::bucket_engine(const std::vector<communicator*>& lanes, std::size_
   COHORT_CHECK(type == grad_type::f32 || post_scale == 1.0f);
   COHORT_CHECK(!lanes_.empty());
   for (communicator* c : lanes_) COHORT_CHECK(c != nullptr);
-  buckets_ = plan_buckets(elements, element_bytes, bucket_mb);
-  missing_.assign(buckets_.size(), 0);
-  ran_.assign(buckets_.size(), time_interval{});
+  set_buckets(plan_buckets(elements, element_bytes, bucket_mb), false);
   next_.resize(lanes_.size());
   for (std::size_t l = 0; l < lanes_.size(); ++l) next_[l] = l;
   for (std::size_t l = 0; l < lanes_.size(); ++l)
     threads_.emplace_back([this, l] { comm_loop(l); });
+}
+
+void bucket_engine::set_buckets(std::vector<bucket_range> buckets, bool gather) {
+  buckets_ = std::move(buckets);
+  const std::size_t element_bytes = type_ == grad_type::f32 ? sizeof(float) : sizeof(std::int64_t);
+  collectives_ = gather ? plan_collectives(buckets_, elements_per_bucket(element_bytes, bucket_mb_))
+                        : plan_collectives(buckets_, 0);
+  collective_of_.assign(buckets_.size(), 0);
+  for (std::size_t c = 0; c < collectives_.size(); ++c)
+    for (std::size_t k : collectives_[c]) collective_of_[k] = c;
+  missing_.assign(collectives_.size(), 0);
+  ran_.assign(collectives_.size(), time_interval{});
 }
 
 bucket_engine::~bucket_engine() {
@@ -161,10 +196,8 @@ void bucket_engine::set_wire(const wire_plan& plan) {
     wire_.memory = plan.memory;
     return;
   }
-  buckets_ = plan_buckets(elements_, sizeof(float), bucket_mb_, plan.compressed);
+  set_buckets(plan_buckets(elements_, sizeof(float), bucket_mb_, plan.compressed), true);
   wire_ = plan;
-  missing_.assign(buckets_.size(), 0);
-  ran_.assign(buckets_.size(), time_interval{});
 }
 
 void bucket_engine::begin(float* grads) { begin_step(grads, grad_type::f32); }
@@ -180,7 +213,8 @@ void bucket_engine::begin_step(void* grads, grad_type type) {
                      "an earlier step failed and the communicator is dead; build a new "
                      "communicator and engine");
   grads_ = grads;
-  for (std::size_t k = 0; k < buckets_.size(); ++k) missing_[k] = buckets_[k].count;
+  std::fill(missing_.begin(), missing_.end(), 0);
+  for (std::size_t k = 0; k < buckets_.size(); ++k) missing_[collective_of_[k]] += buckets_[k].count;
   std::fill(ran_.begin(), ran_.end(), time_interval{});
   marked_.clear();
   marked_total_ = 0;
@@ -219,26 +253,83 @@ void bucket_engine::mark_ready(std::size_t offset, std::size_t count) {
       const bucket_range& b = buckets_[k];
       const std::size_t from = std::max(offset, b.offset);
       const std::size_t to = std::min(end, b.offset + b.count);
-      missing_[k] -= to - from;
-      if (missing_[k] == 0 && k == next_[k % lanes_.size()]) wake = true;
+      const std::size_t c = collective_of_[k];
+      missing_[c] -= to - from;
+      if (missing_[c] == 0 && c == next_[c % lanes_.size()]) wake = true;
       if (b.offset <= offset) break;
     }
   }
   if (wake) changed_.notify_all();
 }
 
+void bucket_engine::run_collective(communicator& comm, const std::vector<std::size_t>& members,
+                                   void* grads, const error_memory& memory,
+                                   std::vector<float>& staging) {
+  const bucket_range first = buckets_[members.front()];
+  if (type_ == grad_type::i64) {
+    COHORT_CHECK(members.size() == 1);
+    comm.allreduce_sum(static_cast<std::int64_t*>(grads) + first.offset, first.count);
+    return;
+  }
+  float* base = static_cast<float*>(grads);
+  auto sum = [&](float* p, float* worker, float* server, std::size_t n) {
+    if (first.format == wire_format::f32)
+      comm.allreduce_sum(p, n);
+    else
+      compressed_allreduce_sum(comm, p, n, first.format, {worker, server});
+    if (post_scale_ != 1.0f)
+      for (std::size_t i = 0; i < n; ++i) p[i] *= post_scale_;
+  };
+  if (members.size() == 1) {
+    sum(base + first.offset, memory.worker ? memory.worker + first.offset : nullptr,
+        memory.server ? memory.server + first.offset : nullptr, first.count);
+    return;
+  }
+  // Several buckets in one call: gathered into one stretch (values, then the two error
+  // memories beside them, which the sum reads and writes like the values), summed, and put
+  // back. The same buckets in the same order every step: chunk j of the stretch, and so the
+  // server memory's positions, mean the same elements each time.
+  std::size_t n = 0;
+  for (std::size_t k : members) n += buckets_[k].count;
+  const int arrays = 1 + (memory.worker ? 1 : 0) + (memory.server ? 1 : 0);
+  staging.resize(n * static_cast<std::size_t>(arrays));
+  float* const values = staging.data();
+  float* const worker = memory.worker ? values + n : nullptr;
+  float* const server = memory.server ? values + n * (memory.worker ? 2 : 1) : nullptr;
+  auto move = [&](bool in) {
+    std::size_t at = 0;
+    for (std::size_t k : members) {
+      const bucket_range& b = buckets_[k];
+      const auto copy = [&](float* buffer, float* stretch) {
+        if (in)
+          std::copy(buffer + b.offset, buffer + b.offset + b.count, stretch + at);
+        else
+          std::copy(stretch + at, stretch + at + b.count, buffer + b.offset);
+      };
+      copy(base, values);
+      if (worker) copy(memory.worker, worker);
+      if (server) copy(memory.server, server);
+      at += b.count;
+    }
+  };
+  move(true);
+  sum(values, worker, server, n);
+  move(false);
+}
+
 void bucket_engine::comm_loop(std::size_t lane) {
   communicator& comm = *lanes_[lane];
   const std::size_t stride = lanes_.size();
+  std::vector<float> staging;  // this lane's stretch for collectives of several buckets
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
     changed_.wait(lock, [&] {
-      return stop_ ||
-             (in_step_ && !error_ && next_[lane] < buckets_.size() && missing_[next_[lane]] == 0);
+      return stop_ || (in_step_ && !error_ && next_[lane] < collectives_.size() &&
+                       missing_[next_[lane]] == 0);
     });
     if (stop_) return;
-    const std::size_t k = next_[lane];
-    const bucket_range b = buckets_[k];
+    const std::size_t c = next_[lane];
+    const std::vector<std::size_t> members = collectives_[c];
     const error_memory memory = wire_.memory;
     void* grads = grads_;
     lock.unlock();
@@ -246,27 +337,25 @@ void bucket_engine::comm_loop(std::size_t lane) {
     std::exception_ptr failure;
     const auto t0 = clock_type::now();
     try {
-      if (type_ == grad_type::f32) {
-        float* p = static_cast<float*>(grads) + b.offset;
-        if (b.format == wire_format::f32) {
-          comm.allreduce_sum(p, b.count);
-        } else {
-          compressed_allreduce_sum(comm, p, b.count, b.format,
-                                   {memory.worker ? memory.worker + b.offset : nullptr,
-                                    memory.server ? memory.server + b.offset : nullptr});
-        }
-        if (post_scale_ != 1.0f)
-          for (std::size_t i = 0; i < b.count; ++i) p[i] *= post_scale_;
-      } else {
-        comm.allreduce_sum(static_cast<std::int64_t*>(grads) + b.offset, b.count);
-      }
+      run_collective(comm, members, grads, memory, staging);
     } catch (const comm_error&) {
       failure = std::current_exception();
     } catch (const std::exception& e) {
       failure = std::make_exception_ptr(comm_error(
-          comm_failure::peer_lost, "bucket " + std::to_string(k) + " allreduce", e.what()));
+          comm_failure::peer_lost, "bucket " + std::to_string(c) + " allreduce", e.what()));
     }
     const auto t1 = clock_type::now();
+    if (trace::enabled()) {
+      std::size_t elements = 0;
+      for (std::size_t k : members) elements += buckets_[k].count;
+      const std::size_t width = type_ == grad_type::f32 ? sizeof(float) : sizeof(std::int64_t);
+      const bool compressed = buckets_[members.front()].format != wire_format::f32;
+      trace::complete(failure ? "allreduce (failed)" : "allreduce", "comm", trace::ns(t0),
+                      trace::ns(t1), trace::track::comm,
+                      trace::args({{"bucket", static_cast<int64_t>(c)},
+                                   {"bytes", static_cast<int64_t>(elements * width)},
+                                   {"compressed", compressed ? 1 : 0}}));
+    }
 
     lock.lock();
     if (failure) {
@@ -276,11 +365,11 @@ void bucket_engine::comm_loop(std::size_t lane) {
       if (first && stride > 1) {
         // The other lanes' collectives may wait on peers that will now never send.
         lock.unlock();
-        for (communicator* c : lanes_) c->abort();
+        for (communicator* x : lanes_) x->abort();
         lock.lock();
       }
     } else {
-      ran_[k] = time_interval{t0, t1};
+      ran_[c] = time_interval{t0, t1};
       next_[lane] += stride;
       ++done_;
     }
@@ -294,7 +383,7 @@ bucket_timing bucket_engine::wait_all() {
   COHORT_CHECK(in_step_);
   // Waiting with unmarked elements would never end: a caller bug.
   COHORT_CHECK(marked_total_ == elements_);
-  changed_.wait(lock, [&] { return error_ || done_ == buckets_.size(); });
+  changed_.wait(lock, [&] { return error_ || done_ == collectives_.size(); });
   const double waited = seconds(clock_type::now() - t0);
   in_step_ = false;
   grads_ = nullptr;
@@ -302,7 +391,7 @@ bucket_timing bucket_engine::wait_all() {
 
   bucket_timing t;
   t.wait_s = waited;
-  t.buckets = buckets_.size();
+  t.buckets = collectives_.size();
   t.bytes = elements_ * (type_ == grad_type::f32 ? sizeof(float) : sizeof(std::int64_t));
   t.collectives = ran_;
   for (const time_interval& r : ran_) t.bucket_s.push_back(r.seconds());

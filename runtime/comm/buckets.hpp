@@ -58,6 +58,17 @@ std::vector<bucket_range> plan_buckets(std::size_t elements, std::size_t element
                                        double bucket_mb,
                                        const std::vector<wire_segment>& compressed = {});
 
+/// The step's collectives, in the order every rank runs them: each a list of buckets
+/// (indices into BUCKETS, ascending) of one format, summed in one call. Buckets of the plain
+/// float wire are one collective each, as planned. Compressed buckets are gathered: a wire
+/// plan interleaves compressed stretches with plain ones (1-bit Adam keeps biases and norms
+/// at full precision), and on a slow link each collective costs its rounds' latency, so the
+/// buckets of one format share collectives of at most PER elements, each opened by its
+/// first bucket in BUCKETS' order (the plain buckets between them too: one for the MLP's
+/// biases instead of three).
+std::vector<std::vector<std::size_t>> plan_collectives(const std::vector<bucket_range>& buckets,
+                                                       std::size_t per);
+
 /// A stretch of wall time on the steady clock (one process's clock: compare only
 /// intervals taken in the same process). Empty when end <= begin.
 struct time_interval {
@@ -83,10 +94,10 @@ struct bucket_timing {
   /// Time the compute thread spent blocked in wait_all: the communication it could not
   /// hide. At least the last bucket's allreduce, which starts after backward has ended.
   double wait_s = 0;
-  std::size_t buckets = 0;
+  std::size_t buckets = 0;       ///< collectives run (one per bucket on the plain wire)
   std::size_t bytes = 0;         ///< bytes reduced per rank this step (the buffer's size)
-  std::vector<double> bucket_s;  ///< per bucket, in bucket (= communication) order
-  /// Per bucket, in bucket order: when the communication thread started and finished its
+  std::vector<double> bucket_s;  ///< per collective, in communication order
+  /// Per collective, in communication order: when the communication thread started and finished its
   /// allreduce (and post-scale); bucket_s[k] is collectives[k].seconds(). The share hidden
   /// behind backward is overlap_seconds(collectives, {backward}) / allreduce_s.
   std::vector<time_interval> collectives;
@@ -144,6 +155,8 @@ class bucket_engine {
   const wire_plan& wire() const { return wire_; }
 
   const std::vector<bucket_range>& buckets() const { return buckets_; }
+  /// The step's collectives (plan_collectives); lane l runs collectives l, l + L, ...
+  const std::vector<std::vector<std::size_t>>& collectives() const { return collectives_; }
   std::size_t lanes() const { return lanes_.size(); }
   grad_type type() const { return type_; }
   std::size_t elements() const { return elements_; }
@@ -152,6 +165,9 @@ class bucket_engine {
   void begin_step(void* grads, grad_type type);
   void comm_loop(std::size_t lane);
   std::size_t bucket_of(std::size_t element) const;
+  void set_buckets(std::vector<bucket_range> buckets, bool gather);
+  void run_collective(communicator& comm, const std::vector<std::size_t>& members, void* grads,
+                      const error_memory& memory, std::vector<float>& staging);
 
   const std::vector<communicator*> lanes_;
   const std::size_t elements_;
@@ -160,18 +176,20 @@ class bucket_engine {
   const double bucket_mb_;
   wire_plan wire_;
   std::vector<bucket_range> buckets_;
+  std::vector<std::vector<std::size_t>> collectives_;
+  std::vector<std::size_t> collective_of_;  // per bucket: the collective it travels in
 
   std::mutex mutex_;
   std::condition_variable changed_;  // readiness, progress, failure, stop
   bool stop_ = false;
   bool in_step_ = false;
   void* grads_ = nullptr;
-  std::vector<std::size_t> missing_;           // per bucket: elements not yet marked this step
+  std::vector<std::size_t> missing_;           // per collective: elements not yet marked this step
   std::map<std::size_t, std::size_t> marked_;  // marked ranges (offset -> end), merged
   std::size_t marked_total_ = 0;
-  std::vector<std::size_t> next_;   // per lane: the next bucket it reduces
-  std::size_t done_ = 0;            // buckets reduced this step
-  std::vector<time_interval> ran_;  // per bucket: when its allreduce ran this step
+  std::vector<std::size_t> next_;   // per lane: the next collective it runs
+  std::size_t done_ = 0;            // collectives run this step
+  std::vector<time_interval> ran_;  // per collective: when it ran this step
   std::exception_ptr error_;
   std::vector<std::thread> threads_;  // last: started after every member above exists
 };

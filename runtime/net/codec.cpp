@@ -244,6 +244,8 @@ const char* type_name(msg_type t) {
       return "admin_reply";
     case msg_type::scale_order:
       return "scale_order";
+    case msg_type::telemetry:
+      return "telemetry";
   }
   return "unknown";
 }

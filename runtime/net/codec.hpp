@@ -18,7 +18,7 @@
 namespace cohort::net {
 
 inline constexpr char envelope_magic[4] = {'C', 'H', 'R', 'T'};
-inline constexpr uint16_t protocol_version = 9;
+inline constexpr uint16_t protocol_version = 10;
 inline constexpr size_t envelope_header_bytes = 12;
 
 /// Why a frame was rejected. Values index drop counters; append only.

@@ -1,6 +1,7 @@
-// Every control-plane wire message, one struct each, in this one header. Owns the message
-// fields and their type ids; the byte layout lives in codec.hpp and the meaning of each
-// exchange in docs/protocol.md. Knows nothing of sockets or actors.
+// Every control-plane wire message, one struct each: here, but for the worker's telemetry
+// (runtime/net/telemetry.hpp); the type ids are in msg_types.hpp. The byte layout lives in
+// codec.hpp and the meaning of each exchange in docs/protocol.md. Knows nothing of sockets
+// or actors.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -9,65 +10,10 @@
 #include <variant>
 #include <vector>
 
+#include "runtime/net/msg_types.hpp"
+#include "runtime/net/telemetry.hpp"
+
 namespace cohort::net {
-
-/// Wire type ids. Values are part of the protocol: never renumber, only append.
-enum class msg_type : uint16_t {
-  register_request = 1,
-  register_ok = 2,
-  register_reject = 3,
-  heartbeat = 4,
-  heartbeat_ack = 5,
-  roster_update = 6,
-  kv_set = 7,
-  kv_get = 8,
-  kv_wait = 9,
-  kv_reply = 10,
-  status_request = 11,
-  status_reply = 12,
-  stop = 13,
-  leave = 14,
-  exit_notice = 15,
-  ping = 16,
-  pong = 17,
-  job_spec = 18,
-  worker_ready = 19,
-  step_open = 20,
-  step_vote = 21,
-  step_result = 22,
-  train_report = 23,
-  fault_order = 24,
-  admin_request = 25,
-  admin_reply = 26,
-  scale_order = 27,
-};
-
-/// Who is registering: a worker joins the roster; a client (ctl, launch, bench driver)
-/// only gets to talk to the coordinator and never becomes a member.
-enum class peer_role : uint8_t { worker = 0, client = 1 };
-
-/// A member's state as the coordinator sees it.
-enum class member_state : uint8_t { joining = 0, alive = 1, leaving = 2, dead = 3 };
-
-/// Outcome of a key-value request (kv::status's values but `pending`, which never travels).
-enum class kv_status : uint8_t {
-  ok = 0,
-  not_found = 2,   ///< kv_get (timeout 0) of a key that is not set
-  timeout = 3,     ///< deadline passed before every key was set
-  superseded = 4,  ///< the generation was dropped: rebuild for the current generation
-  invalid = 5,     ///< over a limit or malformed; kv_reply.reason says which
-};
-
-/// Grid coordinates (d, p, t) of a worker in the dp x pp x tp world.
-struct coords {
-  int32_t d = 0;
-  int32_t p = 0;
-  int32_t t = 0;
-  template <class S>
-  static auto fields(S& s) {
-    return std::tie(s.d, s.p, s.t);
-  }
-};
 
 /// First message of every peer; the only one accepted from an unknown ROUTER identity.
 struct register_request {
@@ -320,13 +266,16 @@ struct ping {
   }
 };
 
+/// reply_ns: the answerer's steady clock when it answered (a worker's clock probe: the
+/// coordinator's time between the ping's sending and the pong's arrival).
 struct pong {
   static constexpr msg_type type = msg_type::pong;
   uint64_t seq = 0;
   uint64_t sent_ns = 0;
+  uint64_t reply_ns = 0;
   template <class S>
   static auto fields(S& s) {
-    return std::tie(s.seq, s.sent_ns);
+    return std::tie(s.seq, s.sent_ns, s.reply_ns);
   }
 };
 
@@ -340,9 +289,10 @@ struct job_spec {
   /// Random per run: marks the shards this run writes, so that a checkpoint several
   /// workers complete together never vouches for a shard an earlier run left behind.
   uint64_t job_id = 0;
+  bool trace = false;  ///< record trace spans and ship them with telemetry (--trace)
   template <class S>
   static auto fields(S& s) {
-    return std::tie(s.config_yaml, s.config_hash, s.resume_checkpoint, s.job_id);
+    return std::tie(s.config_yaml, s.config_hash, s.resume_checkpoint, s.job_id, s.trace);
   }
 };
 
@@ -570,7 +520,8 @@ using message =
     std::variant<register_request, register_ok, register_reject, heartbeat, heartbeat_ack,
                  roster_update, kv_set, kv_get, kv_wait, kv_reply, status_request, status_reply,
                  stop, leave, exit_notice, ping, pong, job_spec, worker_ready, step_open, step_vote,
-                 step_result, train_report, fault_order, admin_request, admin_reply, scale_order>;
+                 step_result, train_report, fault_order, admin_request, admin_reply, scale_order,
+                 telemetry>;
 
 /// Type id of whichever message M holds.
 inline msg_type type_of(const message& m) {

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "runtime/core/error.hpp"
+#include "runtime/core/trace.hpp"
 #include "runtime/core/rules.hpp"
 
 namespace cohort::nn {
@@ -236,7 +237,12 @@ float gpt::forward(const batch& b) {
 }
 
 float gpt::forward_backward(const batch& b, float loss_scale) {
-  const float loss = forward(b);
+  float loss = 0;
+  {
+    trace::span s("forward", "compute", trace::track::compute);
+    loss = forward(b);
+  }
+  trace::span s("backward", "compute", trace::track::compute);
   const int rows = b.n * b.t;
   cpu::softmax_xent_bwd(dlogits_.data(), probs_.data(), b.targets.data(), rows, shape_.vocab,
                         loss_scale / rows);

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "runtime/core/error.hpp"
+#include "runtime/core/trace.hpp"
 
 namespace cohort::nn {
 
@@ -87,7 +88,12 @@ float mlp::forward(const batch& b) {
 }
 
 float mlp::forward_backward(const batch& b, float loss_scale) {
-  const float loss = forward(b);
+  float loss = 0;
+  {
+    trace::span s("forward", "compute", trace::track::compute);
+    loss = forward(b);
+  }
+  trace::span s("backward", "compute", trace::track::compute);
   const int n = b.n;
   float* dcur = dcur_.data();
   float* dnext = dnext_.data();

@@ -10,6 +10,7 @@
 #include "runtime/ckpt/checkpoint.hpp"
 #include "runtime/core/error.hpp"
 #include "runtime/core/sha256.hpp"
+#include "runtime/core/trace.hpp"
 #include "runtime/cpu/kernels.hpp"
 #include "runtime/train/checkpoint_writer.hpp"
 #include "runtime/train/fixed_point.hpp"
@@ -180,6 +181,8 @@ void trainer::accumulate_fixed(int64_t step, int64_t offset, int64_t count) {
 
 double trainer::run_micro_batch(int64_t step, int i, const nn::grads_ready_fn* ready) {
   const auto& t = cfg_.train;
+  // The model's forward and backward spans say which step and micro-batch they belong to.
+  const trace::context_scope traced(trace::args({{"step", step}, {"mb", i}}));
   data_->train_micro_batch(t.seed, step, i, t.micro_batch, t.global_batch, batch_);
   const int rows = micro_batch_rows(i, t.micro_batch, t.global_batch);
   // Each micro-batch's loss is a mean over its rows; weighting it by rows/global_batch
@@ -322,7 +325,10 @@ double trainer::apply_step(int64_t step) {
     throw cohort::error("step " + std::to_string(step) +
                         ": gradient norm is not finite (the run diverged: lower train.lr or "
                         "set train.grad_clip)");
-  opt_->step(learning_rate(cfg_.train, step));
+  {
+    trace::span s("optimizer", "compute", trace::track::compute, trace::args({{"step", step}}));
+    opt_->step(learning_rate(cfg_.train, step));
+  }
   if (error_feedback_) std::swap(kept_, next_);  // the step is committed, and so is its memory
   committed_replicas_ = replicas_;
   committed_rank_ = rank_;

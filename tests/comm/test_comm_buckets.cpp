@@ -471,3 +471,64 @@ TEST_CASE("a wire plan: compressed buckets carry their error memory, plain ones 
       REQUIRE(server[r][i] == 0.0f);
     }
 }
+
+TEST_CASE("plan_collectives: compressed plans gather the buckets of one format, plain ones do not") {
+  // From the end: [9,10) f32, [6,9) fp8, [5,6) f32, [2,5) fp8, [0,2) f32: five buckets.
+  const double mb = 3 * sizeof(float) / kMiB;
+  const auto b =
+      plan_buckets(10, sizeof(float), mb, {{2, 3, wire_format::fp8}, {6, 3, wire_format::fp8}});
+  REQUIRE(b.size() == 5);
+  using plan = std::vector<std::vector<std::size_t>>;
+  // Up to 6 elements a collective: the fp8 buckets together, the three plain ones together.
+  CHECK(plan_collectives(b, 6) == plan{{0, 2, 4}, {1, 3}});
+  // Up to 3: each fp8 bucket alone; the plain ones (1 + 1 + 2 elements) still fit one.
+  CHECK(plan_collectives(b, 3) == plan{{0, 2}, {1}, {3}, {4}});
+  // The plain wire keeps one collective per bucket, however large the limit.
+  const auto p = plan_buckets(10, sizeof(float), mb);
+  CHECK(plan_collectives(p, 100) == plan{{0}, {1}, {2}, {3}});
+}
+
+TEST_CASE("gathered collectives sum exactly and keep each element's error memory in place") {
+  // Two ranks, one lane, buckets of 400; fp8 on [100, 300) and [400, 600), floats elsewhere: two collectives
+  // a step (all fp8 buckets, all plain ones). Plain elements: rank r sends 17 + r. fp8
+  // elements: rank 0 sends 16, rank 1 sends 32, all exact in fp8 and so is their sum 48;
+  // but rank 0 sends 17 at element 450, which fp8 rounds to 16 (a tie, to even): its
+  // memory keeps the 1 at element 450 and nowhere else.
+  memory_kv kv;
+  const int n = 2;
+  auto g = make_gloo_group(kv, n, 1, milliseconds(10000), "gc");
+  const std::size_t count = 700;
+  auto fp8 = [](std::size_t i) { return (i >= 100 && i < 300) || (i >= 400 && i < 600); };
+  std::vector<std::vector<float>> grads(n, std::vector<float>(count));
+  std::vector<std::vector<float>> worker(n, std::vector<float>(count, 0.0f)), server = worker;
+  std::vector<std::size_t> collectives(n), ran(n);
+  REQUIRE_NOTHROW(rethrow_first(run_ranks(n, [&](int r) {
+    bucket_engine engine(*g[r], count, grad_type::f32, 400 * sizeof(float) / kMiB, 1.0f);
+    wire_plan plan;
+    plan.compressed = {{100, 200, wire_format::fp8}, {400, 200, wire_format::fp8}};
+    plan.memory = {worker[r].data(), server[r].data()};
+    engine.set_wire(plan);
+    collectives[r] = engine.collectives().size();
+    engine.begin(grads[r].data());
+    for (std::size_t i = 0; i < count; ++i)
+      grads[r][i] = fp8(i) ? (r == 0 ? 16.0f : 32.0f) : 17.0f + static_cast<float>(r);
+    if (r == 0) grads[r][450] = 17.0f;
+    // Backward's order: from the end, in uneven pieces.
+    for (std::size_t end = count; end > 0;) {
+      const std::size_t len = std::min<std::size_t>(end, 77);
+      engine.mark_ready(end - len, len);
+      end -= len;
+    }
+    ran[r] = engine.wait_all().buckets;
+  })));
+  CHECK(collectives == std::vector<std::size_t>{2, 2});
+  CHECK(ran == std::vector<std::size_t>{2, 2});
+  for (int r = 0; r < n; ++r)
+    for (std::size_t i = 0; i < count; ++i) {
+      CAPTURE(r);
+      CAPTURE(i);
+      REQUIRE(grads[r][i] == (fp8(i) ? 48.0f : 35.0f));
+      REQUIRE(worker[r][i] == (r == 0 && i == 450 ? 1.0f : 0.0f));
+      REQUIRE(server[r][i] == 0.0f);
+    }
+}

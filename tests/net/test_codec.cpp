@@ -49,8 +49,9 @@ std::vector<message> samples() {
   out.push_back(leave{8, 3});
   out.push_back(exit_notice{"worker-2", 31337, 137});
   out.push_back(ping{1, 0xfedcba9876543210ull});
-  out.push_back(pong{2, 1});
-  out.push_back(job_spec{"train:\n  steps: 3\n", "ab12", "/ck/step_00000040.safetensors", 77});
+  out.push_back(pong{2, 1, 0x123456789abcull});
+  out.push_back(
+      job_spec{"train:\n  steps: 3\n", "ab12", "/ck/step_00000040.safetensors", 77, true});
   out.push_back(worker_ready{7, 3, -5});
   out.push_back(step_open{3, 41, 4, -1, 2, 1, 3, 56});
   const step_timing t{1, 2, 3, 4, 5, 6, 7, 8, 9};
@@ -63,6 +64,10 @@ std::vector<message> samples() {
   out.push_back(admin_request{11, "inject", "kill rank=2 at step=30"});
   out.push_back(admin_reply{11, false, "no live worker named 'w9'"});
   out.push_back(scale_order{2, "scale to=4"});
+  telemetry tm{7, 3, 41, -1234567, 8500, 2, 40, 0.5, 0.875, 1 << 20, {}};
+  tm.spans.push_back(trace_span{"forward", "compute", 'X', 99, 1000, 0, "\"mb\":1"});
+  tm.spans.push_back(trace_span{"kill", "fault", 'i', -5, 0, 3, ""});
+  out.push_back(tm);
   return out;
 }
 
@@ -150,7 +155,7 @@ TEST_CASE("corrupted headers and payloads are rejected with the right reason") {
     CHECK(decode(f, max_bytes).error == decode_error::bad_version);
   }
   SUBCASE("unknown type ids") {
-    for (uint16_t t : {0, 28, 255, 65535}) {
+    for (uint16_t t : {0, 29, 255, 65535}) {
       std::string f = good;
       put_u16(f, 6, t);
       CHECK(decode(f, max_bytes).error == decode_error::unknown_type);
