@@ -358,7 +358,8 @@ void on_inbound(self_ptr self, const std::string& peer, const net::message& m) {
           on_kv(self, peer, m);
         } else if constexpr (std::is_same_v<T, net::worker_ready> ||
                              std::is_same_v<T, net::step_vote> ||
-                             std::is_same_v<T, net::train_report>) {
+                             std::is_same_v<T, net::train_report> ||
+                             std::is_same_v<T, net::telemetry>) {
           // Only the socket that registered a member speaks for it.
           auto it = st.peer_of.find(x.member_id);
           if (!st.opts.job || st.stopping || it == st.peer_of.end() || it->second != peer) return;
@@ -366,13 +367,16 @@ void on_inbound(self_ptr self, const std::string& peer, const net::message& m) {
             run_job(self, st.opts.job->on_ready(st.roster, x, now_s(self)));
           } else if constexpr (std::is_same_v<T, net::step_vote>) {
             run_job(self, st.opts.job->on_vote(st.roster, x, now_s(self)));
+          } else if constexpr (std::is_same_v<T, net::telemetry>) {
+            st.opts.job->on_telemetry(st.roster, x, now_s(self));
           } else {
             run_job(self, st.opts.job->on_report(st.roster, x, now_s(self)));
           }
         } else if constexpr (std::is_same_v<T, net::admin_request>) {
           on_admin(self, peer, x);
         } else if constexpr (std::is_same_v<T, net::ping>) {
-          send(self, peer, net::pong{x.seq, x.sent_ns});
+          // A worker's clock probe (tracing) reads our clock in reply_ns.
+          send(self, peer, net::pong{x.seq, x.sent_ns, net::now_ns()});
         } else if constexpr (std::is_same_v<T, net::pong>) {
           on_pong(self, peer, x);
         } else {

@@ -23,6 +23,7 @@
 #include "runtime/core/config.hpp"
 #include "runtime/core/error.hpp"
 #include "runtime/core/paths.hpp"
+#include "runtime/core/trace.hpp"
 #include "runtime/data/dataset.hpp"
 #include "runtime/net/host_address.hpp"
 #include "runtime/train/checkpoint_writer.hpp"
@@ -91,6 +92,8 @@ struct group {
   /// of them that fell inside the steps' backward windows: the overlap's terms.
   double collective_s = 0, hidden_s = 0;
   std::optional<clock_type::time_point> last_end;  ///< end of the last handler (idle clock)
+  /// A held-out evaluation not yet told to the coordinator (telemetry after the next vote).
+  std::optional<net::telemetry> eval_to_tell;
 
   ~group() { links.drop(*shared); }
 
@@ -193,6 +196,11 @@ struct group {
       t.state_bytes = bytes + sizeof counters;
       t.state_us = std::max<uint64_t>(1, micros(clock_type::now() - ts));
     }
+    trace::complete(behind ? "state received" : "state sent", "state", trace::ns(ts),
+                    trace::now_ns(), trace::track::control,
+                    trace::args({{"donor", donor},
+                                 {"step", step},
+                                 {"bytes", static_cast<int64_t>(bytes + sizeof counters)}}));
   }
 
   void restore(const net::step_open& o) {
@@ -351,6 +359,7 @@ struct group {
     }
     last_vote = v;
     io.send(v);
+    tell(o.generation, o.step);
     if (const auto next = protocol.next_in_window()) {
       net::step_open n = o;
       n.step = *next;
@@ -368,6 +377,8 @@ struct group {
     if (!writer)
       writer = std::make_unique<train::checkpoint_writer>(
           expand_user(cfg->fault_tolerance.checkpoint_dir), cfg->fault_tolerance.keep);
+    trace::span traced("checkpoint", "checkpoint", trace::track::compute,
+                       trace::args({{"step", step}}));
     seat->save(*writer, step, job_id);
     return step == cfg->train.steps ? writer->wait() : std::string();
   }
@@ -420,10 +431,17 @@ struct group {
       // of it together: the split runs through its pipeline); the others wait for it at the
       // next step.
       try {
+        trace::span traced("eval", "compute", trace::track::compute,
+                           trace::args({{"step", next_step}}));
         const train::evaluation e = seat->evaluate(next_step);
-        if (e.count > 0)
+        if (e.count > 0) {
           std::fprintf(stderr, "\neval at step %lld: loss %.4f, accuracy %.4f\n",
                        static_cast<long long>(next_step), e.loss, e.accuracy);
+          eval_to_tell.emplace();
+          eval_to_tell->eval_step = next_step;
+          eval_to_tell->eval_loss = e.loss;
+          eval_to_tell->eval_accuracy = cfg->model.kind == "gpt" ? -1.0 : e.accuracy;
+        }
       } catch (const std::exception& e) {
         spdlog::warn("dp group: evaluation at step {} failed: {}", next_step, e.what());
       }
@@ -431,7 +449,40 @@ struct group {
     if (next_step == cfg->train.steps) report(p, ckpt);
   }
 
+  // Telemetry after a vote (and before the final report): an evaluation not yet told, and
+  // with --trace the spans recorded since the last one, in chunks the coordinator takes in
+  // one frame each. Nothing to say: nothing sent.
+  void tell(uint64_t generation, int64_t step) {
+    std::vector<trace::event> spans = trace::take();
+    if (spans.empty() && !eval_to_tell) return;
+    net::telemetry m = eval_to_tell ? *eval_to_tell : net::telemetry{};
+    eval_to_tell.reset();
+    m.member_id = member_id;
+    m.generation = generation;
+    m.step = step;
+    if (io.clock) {
+      const clock_sync::estimate c = io.clock();
+      m.clock_offset_ns = c.offset_ns;
+      m.clock_error_ns = c.error_ns;
+    }
+    m.dropped_spans = trace::dropped();
+    constexpr std::size_t chunk = 4096;
+    std::size_t at = 0;
+    do {
+      net::telemetry part = m;
+      if (at > 0) part.eval_step = -1;  // the evaluation travels once
+      for (std::size_t end = std::min(spans.size(), at + chunk); at < end; ++at) {
+        trace::event& e = spans[at];
+        part.spans.push_back(net::trace_span{std::move(e.name), std::move(e.cat),
+                                             static_cast<uint8_t>(e.ph), e.ts_ns, e.dur_ns, e.tid,
+                                             std::move(e.args)});
+      }
+      io.send(part);
+    } while (at < spans.size());
+  }
+
   void report(const pending_step& p, const std::string& ckpt) {
+    tell(p.generation, p.step);
     net::train_report rep;
     rep.member_id = p.member_id;
     rep.generation = p.generation;

@@ -18,6 +18,7 @@
 
 #include "actors/dp_links.hpp"
 #include "actors/messages.hpp"
+#include "runtime/core/clock_sync.hpp"
 #include "runtime/net/protocol.hpp"
 
 namespace cohort::actors {
@@ -42,6 +43,8 @@ struct dp_group_io {
   /// The worker's CURVE keys: a pipeline's p2p channels admit only the job's worker key.
   /// Null: plain ZeroMQ (a coordinator without keys).
   std::shared_ptr<const net::client_keys> keys;
+  /// The coordinator's clock against this process's (telemetry's trace spans).
+  std::function<clock_sync::estimate()> clock;
   /// The job cannot run in this process (bad config, missing data): the worker exits 1.
   std::function<void(const std::string& why)> fatal;
   /// Fault injection (hang): the worker sends no heartbeat for this long.

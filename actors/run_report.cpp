@@ -31,7 +31,13 @@ job_event& run_report::add_event(const std::string& kind, const std::string& wor
   e.step = at.step;
   e.generation = at.generation;
   e.at_s = at.now_s;
+  last_now_s_ = std::max(last_now_s_, at.now_s);
   events_.push_back(std::move(e));
+  if (watch_) watch_->event(kind == "kill" || kind == "hang" || kind == "slow" ||
+                                    kind == "partition"
+                                ? "fault"
+                                : kind,
+                            events_.back(), at.now_s);
   return events_.back();
 }
 
@@ -49,6 +55,7 @@ void run_report::roster_seen(const mb::roster& r, const job_moment& at, bool run
           (e.kind == "kill" || e.kind == "hang" || e.kind == "partition")) {
         e.detect_ms = 1000.0 * (at.now_s - e.at_s);
         injected = true;
+        if (watch_) watch_->event("detected", e, at.now_s);
         notes.push_back(e.kind + " of " + name + " detected after " +
                         std::to_string(static_cast<long>(e.detect_ms)) + " ms");
         break;
@@ -77,6 +84,25 @@ void run_report::roster_seen(const mb::roster& r, const job_moment& at, bool run
 void run_report::step_opened(int replicas, double now_s) {
   replicas_ = replicas;
   if (first_open_s_ < 0) first_open_s_ = now_s;
+  last_open_s_ = now_s;
+  last_now_s_ = std::max(last_now_s_, now_s);
+  if (watch_) watch_->step_opened(replicas, now_s);
+}
+
+void run_report::step_aborted() {
+  ++aborted_;
+  if (watch_) watch_->step_aborted(last_now_s_);
+}
+
+void run_report::generation_seen(uint64_t generation, int members) {
+  if (watch_ && generation != generation_) watch_->generation(generation, members, last_now_s_);
+  generation_ = generation;
+}
+
+void run_report::eval_seen(int64_t step, double loss, double accuracy, double now_s) {
+  last_now_s_ = std::max(last_now_s_, now_s);
+  evals_.push_back({step, first_open_s_ >= 0 ? now_s - first_open_s_ : 0.0, loss, accuracy});
+  if (watch_) watch_->eval(evals_.back());
 }
 
 void run_report::fault_ordered(const std::string& kind, const std::string& worker,
@@ -96,6 +122,7 @@ void run_report::scale_asked(int target, const std::string& spec, const job_mome
 }
 
 void run_report::vote_counted(const std::string& worker, const net::step_timing& t) {
+  if (watch_) watch_->vote(worker, t);
   if (t.state_bytes == 0 || t.state_us == 0) return;
   // The joiner's view of the state it received from the donor.
   for (auto e = events_.rbegin(); e != events_.rend(); ++e) {
@@ -111,9 +138,22 @@ void run_report::vote_counted(const std::string& worker, const net::step_timing&
 void run_report::step_committed(int64_t steps_done, double loss, const mb::roster& r,
                                 const std::set<mb::member_id>& voters, double now_s,
                                 std::vector<std::string>& notes) {
+  // The step ran since it opened, or (in a commit window, where steps follow each other
+  // without an open) since the previous commit.
+  const double started_s = std::max(last_open_s_, last_commit_s_);
+  curve_point p;
+  p.step = steps_done;
+  p.t_s = first_open_s_ >= 0 ? now_s - first_open_s_ : 0.0;
+  p.loss = loss;
+  p.step_s = std::max(0.0, now_s - started_s);
+  p.samples_per_s = p.step_s > 0 ? static_cast<double>(cfg_.train.global_batch) / p.step_s : 0.0;
+  p.replicas = static_cast<int>(voters.size());
+  curve_.push_back(p);
+  if (watch_) watch_->step_committed(p, started_s, now_s);
   steps_done_ = steps_done;
   last_loss_ = loss;
   last_commit_s_ = now_s;
+  last_now_s_ = std::max(last_now_s_, now_s);
   const int members = static_cast<int>(voters.size());
   std::set<std::string> names;
   for (const mb::member_id id : voters)
@@ -126,6 +166,7 @@ void run_report::step_committed(int64_t steps_done, double loss, const mb::roste
     // A drained worker counts until the first committed step without it.
     if (e.kind == "drained" && names.count(e.worker) != 0) continue;
     e.recover_ms = 1000.0 * (now_s - e.at_s);
+    if (watch_) watch_->event("recovered", e, now_s);
     if (e.kind == "scale") {
       notes.push_back("'" + e.detail + "': the first step on " + std::to_string(members) +
                       " workers committed " + std::to_string(static_cast<long>(e.recover_ms)) +
@@ -140,6 +181,15 @@ void run_report::step_committed(int64_t steps_done, double loss, const mb::roste
 
 void run_report::report_received(const mb::member& m, const net::train_report& rep) {
   reports_[m.id] = report{m.name, m.rank, rep};
+  if (rep.has_eval)  // the final evaluation ends the curve of evaluations too
+    eval_seen(rep.next_step, rep.eval_loss,
+              units_per_sample_ > 1 ? -1.0 : rep.eval_accuracy, last_now_s_);
+}
+
+void run_report::telemetry_seen(const std::string& worker, const net::telemetry& t,
+                                double now_s) {
+  if (t.eval_step >= 0) eval_seen(t.eval_step, t.eval_loss, t.eval_accuracy, now_s);
+  if (watch_) watch_->telemetry(worker, t, now_s);
 }
 
 nlohmann::json run_report::pipeline_summary() const {
@@ -334,9 +384,27 @@ nlohmann::json run_report::summary(double wall_s) const {
     if (!e.detail.empty()) x["spec"] = e.detail;
     if (e.transfer_mb_s >= 0) x["transfer_mb_s"] = e.transfer_mb_s;
     if (e.kind == "scale") x["target"] = e.target;
+    x["t_s"] = first_open_s_ >= 0 ? e.at_s - first_open_s_ : 0.0;  // the curve's time base
     events.push_back(x);
   }
   j["events"] = events;
+  // The loss curve and the evaluations, for `cohort plot` (docs/observability.md).
+  nlohmann::json curve = nlohmann::json::array();
+  for (const curve_point& p : curve_)
+    curve.push_back({{"step", p.step},
+                     {"t_s", p.t_s},
+                     {"loss", p.loss},
+                     {"step_s", p.step_s},
+                     {"samples_per_s", p.samples_per_s},
+                     {"replicas", p.replicas}});
+  j["curve"] = curve;
+  nlohmann::json evals = nlohmann::json::array();
+  for (const eval_point& e : evals_) {
+    nlohmann::json x = {{"step", e.step}, {"t_s", e.t_s}, {"loss", e.loss}};
+    if (e.accuracy >= 0) x["accuracy"] = e.accuracy;
+    evals.push_back(x);
+  }
+  j["evals"] = evals;
   if (drops_control_) j["control_frames_dropped"] = dropped_frames_;
   return j;
 }

@@ -6,6 +6,7 @@
 #pragma once
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
@@ -41,6 +42,42 @@ struct job_moment {
   double now_s = 0;
 };
 
+/// One committed step as the summary's loss curve holds it.
+struct curve_point {
+  int64_t step = 0;  ///< steps done after this commit
+  double t_s = 0;    ///< since the job's first step opened
+  double loss = 0;
+  double step_s = 0;  ///< since the step opened (or the previous commit, in a commit window)
+  double samples_per_s = 0;
+  int replicas = 0;
+};
+
+/// A held-out evaluation a worker ran (telemetry).
+struct eval_point {
+  int64_t step = 0;
+  double t_s = 0;
+  double loss = 0;
+  double accuracy = -1;  ///< -1: none (a language model)
+};
+
+/// What else watches the run as the report records it: the coordinator's trace and
+/// metrics (actors/job_telemetry.hpp). Times are the job's coordinator clock, in seconds.
+class job_watch {
+ public:
+  virtual ~job_watch() = default;
+  virtual void step_opened(int replicas, double now_s) {}
+  virtual void step_aborted(double now_s) {}
+  virtual void step_committed(const curve_point& p, double opened_s, double now_s) {}
+  /// WHAT: "fault" (ordered), "detected", "recovered", "departed", "joined", "drained",
+  /// "scale" (asked), for event E.
+  virtual void event(const std::string& what, const job_event& e, double now_s) {}
+  virtual void generation(uint64_t generation, int members, double now_s) {}
+  virtual void vote(const std::string& worker, const net::step_timing& t) {}
+  virtual void eval(const eval_point& e) {}
+  /// WORKER's telemetry (its trace spans, on its own clock, with the offset to ours).
+  virtual void telemetry(const std::string& worker, const net::telemetry& t, double now_s) {}
+};
+
 class run_report {
  public:
   /// The report of a run of CFG that starts at START_STEP (0, or its checkpoint's step).
@@ -48,8 +85,8 @@ class run_report {
 
   // ---- what the job did, in the order it did it ----
 
-  /// The roster moved to GENERATION.
-  void generation_seen(uint64_t generation) { generation_ = generation; }
+  /// The roster moved to GENERATION, of MEMBERS workers.
+  void generation_seen(uint64_t generation, int members);
   /// A step runs on roster R: members gone since the last roster are departures (or the
   /// detection of an injected kill / hang / partition), new ones joins, each with a line in
   /// NOTES. Before the first step (RUNNING false) only detections count; DRAINED members
@@ -59,7 +96,7 @@ class run_report {
   /// A step opened with REPLICAS data-parallel replicas.
   void step_opened(int replicas, double now_s);
   /// The open step aborted.
-  void step_aborted() { ++aborted_; }
+  void step_aborted();
   /// Fault KIND (kill, hang, slow, partition) ordered to WORKER on its first step, as SPEC.
   void fault_ordered(const std::string& kind, const std::string& worker, const std::string& spec,
                      const job_moment& at);
@@ -77,6 +114,12 @@ class run_report {
                       std::vector<std::string>& notes);
   /// Member M's final report.
   void report_received(const mb::member& m, const net::train_report& rep);
+  /// WORKER's telemetry: an evaluation it ran, and its trace spans for the watch.
+  void telemetry_seen(const std::string& worker, const net::telemetry& t, double now_s);
+  /// A held-out evaluation after STEP steps (a worker's telemetry); ACCURACY -1: none.
+  void eval_seen(int64_t step, double loss, double accuracy, double now_s);
+  /// Who else sees what the report records (null: nobody).
+  void set_watch(std::shared_ptr<job_watch> w) { watch_ = std::move(w); }
   /// The job drops control frames (drop control): the summary counts them.
   void drops_control() { drops_control_ = true; }
   /// The coordinator dropped a frame for drop control.
@@ -85,6 +128,8 @@ class run_report {
   // ---- what the report holds ----
 
   const std::vector<job_event>& events() const { return events_; }
+  const std::vector<curve_point>& curve() const { return curve_; }
+  const std::vector<eval_point>& evals() const { return evals_; }
   int aborted_steps() const { return aborted_; }
   uint64_t dropped_frames() const { return dropped_frames_; }
   /// The run as JSON: cohort train's summary keys plus per-worker time split, bytes,
@@ -112,7 +157,12 @@ class run_report {
   int replicas_ = 0;
   int aborted_ = 0;
   double first_open_s_ = -1;
+  double last_open_s_ = -1;
   double last_commit_s_ = 0;
+  double last_now_s_ = 0;  ///< the latest time any call carried (for those that carry none)
+  std::vector<curve_point> curve_;
+  std::vector<eval_point> evals_;
+  std::shared_ptr<job_watch> watch_;
   double last_loss_ = 0;
   bool drops_control_ = false;
   uint64_t dropped_frames_ = 0;

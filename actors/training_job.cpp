@@ -43,7 +43,9 @@ training_job::training_job(const config& cfg, std::string config_yaml, int64_t s
       seat_size_(cfg.parallel.pp * cfg.parallel.tp),
       report_(cfg, start_step) {}
 
-net::job_spec training_job::spec() const { return net::job_spec{yaml_, hash_, resume_, job_id_}; }
+net::job_spec training_job::spec() const {
+  return net::job_spec{yaml_, hash_, resume_, job_id_, trace_};
+}
 
 std::optional<std::pair<uint64_t, int64_t>> training_job::open_step() const {
   if (!open_) return std::nullopt;
@@ -109,7 +111,7 @@ job_actions training_job::on_generation(const mb::roster& r, double now_s) {
     if (lost || (!grew && seat_size_ == 1))
       abort_open(r, "the roster moved to generation " + std::to_string(r.generation), out);
   }
-  report_.generation_seen(r.generation);
+  report_.generation_seen(r.generation, static_cast<int>(r.members.size()));
   track_membership(r, now_s, out);
   for (auto it = ready_.begin(); it != ready_.end();) {
     it = r.find(it->first) == nullptr ? ready_.erase(it) : std::next(it);
@@ -376,6 +378,10 @@ void training_job::commit(const mb::roster& r, int64_t step, double loss, double
   out.rate = span > 0 ? static_cast<double>(next_step_ - start_step_) * cfg_.train.global_batch *
                             units_per_sample_ / span
                       : 0;
+}
+
+void training_job::on_telemetry(const mb::roster& r, const net::telemetry& t, double now_s) {
+  if (const mb::member* m = r.find(t.member_id)) report_.telemetry_seen(m->name, t, now_s);
 }
 
 job_actions training_job::on_report(const mb::roster& r, const net::train_report& rep,

@@ -83,6 +83,12 @@ class training_job {
   job_actions on_tick(const mb::roster& r, double now_s);
   /// A worker's final report after the last step.
   job_actions on_report(const mb::roster& r, const net::train_report& rep, double now_s);
+  /// A member's telemetry (evaluations, trace spans): recorded, never acted on.
+  void on_telemetry(const mb::roster& r, const net::telemetry& t, double now_s);
+  /// Who else watches the run (the coordinator's trace and metrics).
+  void set_watch(std::shared_ptr<job_watch> w) { report_.set_watch(std::move(w)); }
+  /// Workers record trace spans and ship them with their telemetry (--trace).
+  void set_trace(bool on) { trace_ = on; }
 
   int64_t next_step() const { return next_step_; }
   int64_t steps() const { return steps_; }
@@ -148,6 +154,7 @@ class training_job {
   std::string hash_;
   std::string resume_;  ///< checkpoint every worker loads first (empty: fresh start)
   uint64_t job_id_ = 0;
+  bool trace_ = false;  ///< workers record trace spans (job_spec.trace)
   int64_t steps_ = 0;
   int64_t next_step_ = 0;
   int64_t start_step_ = 0;

@@ -11,6 +11,7 @@
 
 #include "actors/coordinator.hpp"
 #include "runtime/core/error.hpp"
+#include "runtime/core/trace.hpp"
 #include "runtime/net/host_address.hpp"
 
 namespace cohort::actors {
@@ -106,12 +107,15 @@ void on_job(self_ptr self, const net::job_spec& spec) {
     spdlog::warn("worker {}: ignoring a job: this worker has no data plane", st.opts.name);
     return;
   }
+  // --trace on the coordinator: record spans from now on (they go out with telemetry).
+  if (spec.trace && !trace::enabled()) trace::enable(true);
   if (!st.group) {
     dp_group_io gio;
     gio.send = st.io.send;
     gio.kv_call = st.io.kv_call;
     gio.data_host = st.io.data_host;
     gio.keys = st.opts.keys;
+    gio.clock = [shared = st.shared] { return shared->clock.current(); };
     caf::actor me = caf::actor_cast<caf::actor>(self);
     gio.fatal = [me](const std::string& why) { caf::anon_send(me, co_fatal_atom::value, why); };
     auto shared = st.shared;
@@ -194,7 +198,7 @@ void on_inbound(self_ptr self, const net::message& m) {
           spdlog::info("worker {}: stop from coordinator ({})", st.opts.name, x.reason);
           finish(self, 0);
         } else if constexpr (std::is_same_v<T, net::ping>) {
-          st.io.send(net::pong{x.seq, x.sent_ns});
+          st.io.send(net::pong{x.seq, x.sent_ns, net::now_ns()});
         } else if constexpr (std::is_same_v<T, net::admin_reply>) {
           // Only the drain this worker asked for on SIGTERM gets an answer here.
           if (st.draining && !x.ok) {
@@ -294,6 +298,12 @@ void worker_node::deliver(worker_shared& shared, kv_pending& kv, const caf::acto
                           const std::string& peer, net::message m) {
   // Any word from the coordinator proves it alive, even while the actor is busy.
   shared.unacked = 0;
+  if (auto* p = std::get_if<net::pong>(&m)) {
+    // The answer to a clock probe (tracing): timed here, not after the actor's mailbox.
+    shared.clock.sample(static_cast<int64_t>(p->sent_ns), static_cast<int64_t>(p->reply_ns),
+                        static_cast<int64_t>(net::now_ns()));
+    return;
+  }
   if (auto* r = std::get_if<net::kv_reply>(&m)) {
     std::lock_guard<std::mutex> lock(kv.mu);
     auto it = kv.waiting.find(r->request_id);
@@ -475,6 +485,10 @@ void worker_node::heartbeat_loop() {
     if (auto* b = out_.load())
       b->send(std::string(),
               net::heartbeat{id, shared_->generation, seq, seq % ack_every == 1 || ack_every == 1});
+    // Tracing: a clock probe with every beat; the coordinator's pong says its time
+    // (deliver() times the answer, clock_sync keeps the best of the recent ones).
+    if (trace::enabled())
+      if (auto* b = out_.load()) b->send(std::string(), net::ping{seq, net::now_ns()});
     const uint64_t unacked = ++shared_->unacked;
     // Counted in beats actually sent, not wall time: a process resumed after SIGSTOP has
     // sent nothing meanwhile and must not conclude the coordinator is gone.

@@ -61,6 +61,8 @@ struct worker_shared {
   std::atomic<int64_t> cut_until_ns{0};
   /// True while cut off (partition).
   bool cut_now() const;
+  /// The coordinator's clock against ours (tracing: probes with the heartbeats).
+  clock_sync clock;
   std::mutex held_mu;
   std::vector<net::message> held_out;                         ///< to the coordinator
   std::vector<std::pair<std::string, net::message>> held_in;  ///< from it

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "actors/coordinator.hpp"
+#include "actors/job_telemetry.hpp"
 #include "actors/process.hpp"
 #include "runtime/ckpt/checkpoint.hpp"
 #include "runtime/core/atomic_file.hpp"
@@ -23,6 +24,7 @@
 #include "runtime/core/error.hpp"
 #include "runtime/core/faults.hpp"
 #include "runtime/core/paths.hpp"
+#include "runtime/core/trace.hpp"
 #include "runtime/train/resume_plan.hpp"
 #include "tools/commands.hpp"
 #include "tools/progress.hpp"
@@ -111,6 +113,8 @@ void add_coordinator(CLI::App& app, int* rc) {
     std::vector<std::string> overrides;
     std::string bind;
     std::string summary;
+    std::string trace;
+    std::string metrics;
     bool control_only = false;
     bool quiet = false;
     std::vector<std::string> inject;
@@ -137,6 +141,7 @@ void add_coordinator(CLI::App& app, int* rc) {
                   "Write the run's JSON summary (cohort train's keys plus per-worker time split, "
                   "bytes and overlap) to PATH when training ends")
       ->type_name("PATH");
+  add_observe_options(*cmd, &opt->trace, &opt->metrics);
   cmd->add_flag("--control-only", opt->control_only,
                 "Run the control plane only: no training job is sent to workers");
   cmd->add_flag("-q,--quiet", opt->quiet, "no progress lines");
@@ -180,6 +185,7 @@ void add_coordinator(CLI::App& app, int* rc) {
     actors::coordinator_options co = actors::coordinator_options_from(c);
     std::string failure;
     std::unique_ptr<progress_line> progress;
+    std::shared_ptr<actors::job_telemetry> telemetry;
     const auto t0 = std::chrono::steady_clock::now();
     if (!opt->control_only) {
       const train::resume_plan plan = train::plan_resume(c, opt->resume, train::resume_by::job);
@@ -217,6 +223,14 @@ void add_coordinator(CLI::App& app, int* rc) {
             }
             return std::nullopt;
           });
+      // The trace and the metrics endpoint are opened now: a bad path or a taken port fails
+      // the command before any worker is waited for.
+      if (!opt->trace.empty() || !opt->metrics.empty()) {
+        telemetry = std::make_shared<actors::job_telemetry>(
+            actors::telemetry_options{opt->trace, opt->metrics}, trace::now_ns());
+        co.job->set_watch(telemetry);
+        co.job->set_trace(telemetry->wants_spans());
+      }
       const bool lm = c.model.kind == "gpt";
       progress = std::make_unique<progress_line>(c.train.steps, lm ? "tok/s" : "samples/s",
                                                  opt->quiet, c.train.log_every);
@@ -248,6 +262,15 @@ void add_coordinator(CLI::App& app, int* rc) {
             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         const nlohmann::json j = job.report().summary(wall);
         print_job_result(j, lm);
+        if (telemetry) {
+          try {
+            const std::string path = telemetry->finish();
+            if (!path.empty()) std::fprintf(stderr, "coordinator: trace written to %s\n", path.c_str());
+          } catch (const std::exception& e) {
+            spdlog::error("coordinator: {}", e.what());
+            failure = e.what();
+          }
+        }
         if (!opt->summary.empty()) {
           try {
             write_file_atomic(opt->summary, j.dump(2) + "\n");
@@ -260,6 +283,8 @@ void add_coordinator(CLI::App& app, int* rc) {
     }
     actors::coordinator_node node(co, bind, static_cast<size_t>(c.control.max_message_bytes), keys);
     std::printf("coordinator listening on %s\n", node.endpoint().c_str());
+    if (telemetry && !telemetry->metrics_url().empty())
+      std::printf("coordinator metrics at %s\n", telemetry->metrics_url().c_str());
     std::fflush(stdout);
     actors::signal_watcher signals(
         [&node](int sig) { node.request_stop(sig == SIGINT ? "SIGINT" : "SIGTERM"); });

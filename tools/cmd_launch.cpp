@@ -42,6 +42,8 @@ struct launch_options {
   std::vector<std::string> overrides;
   std::string bind;
   std::string summary;
+  std::string trace;
+  std::string metrics;
   bool control_only = false;
   bool quiet = false;
   bool respawn = true;
@@ -111,6 +113,8 @@ class launcher {
     for (const auto& s : opt_.overrides) args.insert(args.end(), {"--set", s});
     args.insert(args.end(), {"--bind", opt_.bind.empty() ? cfg_.control.bind : opt_.bind});
     if (!opt_.summary.empty()) args.insert(args.end(), {"--summary", opt_.summary});
+    if (!opt_.trace.empty()) args.insert(args.end(), {"--trace", opt_.trace});
+    if (!opt_.metrics.empty()) args.insert(args.end(), {"--metrics", opt_.metrics});
     if (opt_.control_only) args.push_back("--control-only");
     if (opt_.quiet) args.push_back("--quiet");
     for (const auto& f : opt_.inject) args.insert(args.end(), {"--inject", f});
@@ -204,7 +208,10 @@ class launcher {
         const auto eol = pipe_buf_.find('\n', at);
         if (eol == std::string::npos) continue;
         endpoint_ = pipe_buf_.substr(at + marker.size(), eol - at - marker.size());
-        pipe_buf_.erase(0, eol + 1);
+        // Whatever came with the endpoint line (the metrics address) is passed through.
+        pipe_buf_.erase(at, eol + 1 - at);
+        std::fwrite(pipe_buf_.data(), 1, pipe_buf_.size(), stdout);
+        pipe_buf_.clear();
         return true;
       }
       if (stopping_) return false;
@@ -400,6 +407,7 @@ void add_launch(CLI::App& app, int* rc) {
                   "Write the run's JSON summary to PATH (cohort train's keys plus, per worker, "
                   "compute / communication wait / idle time, bytes and overlap)")
       ->type_name("PATH");
+  add_observe_options(*cmd, &opt->trace, &opt->metrics);
   cmd->add_flag("--control-only", opt->control_only,
                 "Start the cluster without a training job (control plane only) and run until "
                 "stopped");

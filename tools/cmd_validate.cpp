@@ -35,6 +35,19 @@ void add_set_option(CLI::App& cmd, std::vector<std::string>* overrides) {
       ->allow_extra_args(false);
 }
 
+void add_observe_options(CLI::App& cmd, std::string* trace, std::string* metrics) {
+  cmd.add_option("--trace", *trace,
+                 "Write one Chrome trace of the whole job to FILE (open it in Perfetto or "
+                 "chrome://tracing): a track per worker and one for the coordinator, workers' "
+                 "clocks aligned to the coordinator's (docs/observability.md)")
+      ->type_name("FILE");
+  if (metrics != nullptr)
+    cmd.add_option("--metrics", *metrics,
+                   "Serve Prometheus metrics at http://HOST:PORT/metrics while the job runs "
+                   "(PORT 0: any free port; the address is printed at start)")
+        ->type_name("HOST:PORT");
+}
+
 void add_validate(CLI::App& app, int* rc) {
   struct options {
     std::string path;

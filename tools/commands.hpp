@@ -17,6 +17,8 @@ void add_coordinator(CLI::App& app, int* rc);
 void add_worker(CLI::App& app, int* rc);
 void add_ctl(CLI::App& app, int* rc);
 void add_launch(CLI::App& app, int* rc);
+/// `cohort plot SUMMARY_OR_TRACE --out DIR`: PNG pictures of a run with gnuplot.
+void add_plot(CLI::App& app, int* rc);
 /// `cohort keygen DIR`: a job's CurveZMQ keys.
 void add_keygen(CLI::App& app, int* rc);
 /// `cohort bench ...`: `bench` is the parent subcommand; each adds a child.
@@ -31,6 +33,9 @@ void add_bench_dp(CLI::App& bench, int* rc);
 
 /// Adds the shared `--keys DIR` option (default $COHORT_KEYS); WHAT says what it is for.
 CLI::Option* add_keys_option(CLI::App& cmd, std::string* dir, const std::string& what);
+
+/// Adds `--trace FILE` and (METRICS non-null) `--metrics HOST:PORT` (docs/observability.md).
+void add_observe_options(CLI::App& cmd, std::string* trace, std::string* metrics);
 
 /// Adds the shared `--set dotted.key=value` option (repeatable) to a subcommand.
 void add_set_option(CLI::App& cmd, std::vector<std::string>* overrides);

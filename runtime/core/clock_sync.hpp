@@ -19,7 +19,7 @@ class clock_sync {
     int64_t error_ns = -1;  ///< bound on |offset - true offset|; -1: no probe yet
   };
 
-  explicit clock_sync(std::size_t window = 8) : window_(window < 1 ? 1 : window) {}
+  explicit clock_sync(std::size_t window = 16) : window_(window < 1 ? 1 : window) {}
 
   /// A probe sent at T0 (ours), answered at REMOTE (the peer's), back at T1 (ours). A probe
   /// that came back before it left (a clock that stepped) is ignored.

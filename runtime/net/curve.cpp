@@ -202,6 +202,7 @@ bool role_may_send(key_role role, int type) {
     case msg_type::worker_ready:
     case msg_type::step_vote:
     case msg_type::train_report:
+    case msg_type::telemetry:
       return role == key_role::worker;
     case msg_type::exit_notice:
       return role == key_role::launcher;

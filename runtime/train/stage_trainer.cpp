@@ -6,6 +6,7 @@
 
 #include "runtime/core/error.hpp"
 #include "runtime/core/rules.hpp"
+#include "runtime/core/trace.hpp"
 #include "runtime/train/checkpoint_writer.hpp"
 #include "runtime/train/fixed_point.hpp"
 #include "runtime/train/param_stats.hpp"
@@ -126,6 +127,14 @@ double stage_trainer::compute_gradients(int64_t step, const std::vector<int>& mi
     bool& flag;
     ~leave_schedule() { flag = false; }
   } leave{in_schedule_};
+  // A span of this stage's schedule from T0 to now (the trace: docs/observability.md).
+  auto traced = [this](const char* name, const char* cat, clock_type::time_point t0,
+                       uint32_t tid, int64_t at_step, int mb, std::size_t bytes) {
+    if (!trace::enabled()) return;
+    std::string a = trace::args({{"step", at_step}, {"mb", mb}, {"stage", stage_}});
+    if (bytes > 0) a += ",\"bytes\":" + std::to_string(bytes);
+    trace::complete(name, cat, trace::ns(t0), trace::now_ns(), tid, std::move(a));
+  };
   for (std::size_t j = 0; j < ops.size(); ++j) {
     const pipe_op& op = ops[j];
     const int k = op.micro;
@@ -143,6 +152,7 @@ double stage_trainer::compute_gradients(int64_t step, const std::vector<int>& mi
         const auto tw = clock_type::now();
         links_.recv(stage_ - 1, stage_tag(stage_msg::activation, step, i), recv_buf_.data(), bytes);
         timing_.wait_us += micros_since(tw);
+        traced("bubble", "pipeline", tw, trace::track::compute, step, i, bytes);
         x_in = recv_buf_.data();
       }
       const auto tc = clock_type::now();
@@ -152,12 +162,14 @@ double stage_trainer::compute_gradients(int64_t step, const std::vector<int>& mi
       timing_.compute_us += spent;
       timing_.forward_us += spent;
       ++timing_.forwards;
+      traced("forward", "compute", tc, trace::track::compute, step, i, 0);
       if (last) {
         loss_rows += static_cast<double>(f.loss) * rows;
       } else {
         const auto ts = clock_type::now();
         links_.send(stage_ + 1, stage_tag(stage_msg::activation, step, i), f.out, bytes);
         timing_.send_us += micros_since(ts);
+        traced("send", "p2p", ts, trace::track::p2p, step, i, bytes);
         timing_.p2p_bytes += bytes;
       }
       peak_held_ = std::max(peak_held_, ++held);
@@ -170,6 +182,7 @@ double stage_trainer::compute_gradients(int64_t step, const std::vector<int>& mi
         const auto tw = clock_type::now();
         links_.recv(stage_ + 1, stage_tag(stage_msg::gradient, step, i), recv_buf_.data(), bytes);
         timing_.wait_us += micros_since(tw);
+        traced("bubble", "pipeline", tw, trace::track::compute, step, i, bytes);
         d_out = recv_buf_.data();
       }
       // Each micro-batch's loss is a mean over its rows; rows / global_batch makes the sum
@@ -201,10 +214,12 @@ double stage_trainer::compute_gradients(int64_t step, const std::vector<int>& mi
       }
       if (links_.after_compute) links_.after_compute(clock_type::now() - tc);
       timing_.compute_us += micros_since(tc);
+      traced("backward", "compute", tc, trace::track::compute, step, i, 0);
       if (!first) {
         const auto ts = clock_type::now();
         links_.send(stage_ - 1, stage_tag(stage_msg::gradient, step, i), d_in, bytes);
         timing_.send_us += micros_since(ts);
+        traced("send", "p2p", ts, trace::track::p2p, step, i, bytes);
         timing_.p2p_bytes += bytes;
       }
       --held;
@@ -259,6 +274,8 @@ double stage_trainer::finish_gradients(int64_t step) {
 }
 
 void stage_trainer::apply_step(int64_t step) {
+  trace::span traced("optimizer", "compute", trace::track::compute,
+                     trace::args({{"step", step}, {"stage", stage_}}));
   clip_grads(*model_, norm_, cfg_.train.grad_clip);
   opt_->step(learning_rate(cfg_.train, step));
 }

@@ -133,6 +133,7 @@ TEST_CASE("roles: which messages each key may send, and what it may register as"
       {msg_type::kv_set, true, false, false},
       {msg_type::kv_wait, true, false, false},
       {msg_type::step_vote, true, false, false},
+      {msg_type::telemetry, true, false, false},
       {msg_type::leave, true, false, false},
       {msg_type::exit_notice, false, true, false},
       {msg_type::stop, false, true, true},

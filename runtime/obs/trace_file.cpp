@@ -1,0 +1,157 @@
+#include "runtime/obs/trace_file.hpp"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <vector>
+
+#include "runtime/core/error.hpp"
+
+namespace cohort::obs {
+
+namespace {
+
+std::string quoted(const std::string& s) { return nlohmann::json(s).dump(); }
+
+// Microseconds with three decimals: the format's unit, and nanoseconds kept.
+std::string micros(int64_t ns) {
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%lld.%03lld", static_cast<long long>(ns / 1000),
+                static_cast<long long>((ns < 0 ? -ns : ns) % 1000));
+  if (ns < 0 && ns > -1000) return std::string("-") + buf;  // -0.5 us keeps its sign
+  return buf;
+}
+
+}  // namespace
+
+trace_file::trace_file(std::string path, int64_t zero_ns, std::size_t max_pending)
+    : path_(std::move(path)), zero_ns_(zero_ns), max_pending_(max_pending) {
+  const std::string partial = path_ + ".partial";
+  out_ = std::fopen(partial.c_str(), "w");
+  if (out_ == nullptr)
+    throw usage_error("--trace " + path_ + ": cannot create " + partial + " (" +
+                      std::strerror(errno) +
+                      "); give a file in a folder that exists and is writable");
+  std::fputs("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n", out_);
+  writer_ = std::thread([this] { writer_loop(); });
+}
+
+trace_file::~trace_file() {
+  try {
+    close();
+  } catch (const std::exception&) {
+    // Destruction must not throw; close() said it already when called on purpose.
+  }
+}
+
+std::string trace_file::format(int pid, const trace::event& e) const {
+  std::string s = "{\"name\":" + quoted(e.name) + ",\"cat\":" + quoted(e.cat) + ",\"ph\":\"";
+  s += e.ph;
+  s += "\",\"ts\":" + micros(e.ts_ns - zero_ns_);
+  if (e.ph == 'X') s += ",\"dur\":" + micros(e.dur_ns);
+  if (e.ph == 'i') s += ",\"s\":\"t\"";  // an instant on its thread's row
+  s += ",\"pid\":" + std::to_string(pid) + ",\"tid\":" + std::to_string(e.tid);
+  if (!e.args.empty()) s += ",\"args\":{" + e.args + "}";
+  s += "}";
+  return s;
+}
+
+void trace_file::name_process(int pid, const std::string& name, int sort_index) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (closing_) return;
+  pending_.push_back("{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":" + std::to_string(pid) +
+                     ",\"tid\":0,\"args\":{\"name\":" + quoted(name) + "}}");
+  pending_.push_back("{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":" +
+                     std::to_string(pid) + ",\"tid\":0,\"args\":{\"sort_index\":" +
+                     std::to_string(sort_index) + "}}");
+  wake_.notify_one();
+}
+
+void trace_file::name_thread(int pid, uint32_t tid, const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (closing_) return;
+  pending_.push_back("{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":" + std::to_string(pid) +
+                     ",\"tid\":" + std::to_string(tid) + ",\"args\":{\"name\":" + quoted(name) +
+                     "}}");
+  wake_.notify_one();
+}
+
+void trace_file::add(int pid, const trace::event& e) {
+  std::string line = format(pid, e);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (closing_) return;
+  if (pending_.size() >= max_pending_) {
+    ++dropped_;
+    return;
+  }
+  pending_.push_back(std::move(line));
+  wake_.notify_one();
+}
+
+void trace_file::set_meta(const std::string& key, nlohmann::json value) {
+  std::lock_guard<std::mutex> lock(mu_);
+  meta_[key] = std::move(value);
+}
+
+void trace_file::writer_loop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  std::vector<std::string> batch;
+  for (;;) {
+    wake_.wait(lock, [this] { return closing_ || !pending_.empty(); });
+    if (pending_.empty() && closing_) return;
+    batch.assign(std::make_move_iterator(pending_.begin()), std::make_move_iterator(pending_.end()));
+    pending_.clear();
+    const bool first = written_ == 0;
+    written_ += batch.size();
+    lock.unlock();
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+      if (!(first && i == 0)) std::fputs(",\n", out_);
+      std::fputs(batch[i].c_str(), out_);
+    }
+    lock.lock();
+  }
+}
+
+void trace_file::close() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closed_) return;
+    closed_ = closing_ = true;
+  }
+  wake_.notify_one();
+  writer_.join();
+  nlohmann::json meta;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    meta = meta_;
+    meta["events_written"] = written_;
+    meta["events_dropped"] = dropped_;
+    meta["clock_zero_ns"] = zero_ns_;
+  }
+  std::fputs("\n],\"otherData\":", out_);
+  std::fputs(meta.dump().c_str(), out_);
+  std::fputs("}\n", out_);
+  const bool ok = std::fflush(out_) == 0 && std::ferror(out_) == 0;
+  std::fclose(out_);
+  out_ = nullptr;
+  const std::string partial = path_ + ".partial";
+  std::error_code ec;
+  if (ok) std::filesystem::rename(partial, path_, ec);
+  if (!ok || ec)
+    throw cohort::error("--trace " + path_ + ": could not be written completely (" +
+                        (ec ? ec.message() : std::string("write error, disk full?")) +
+                        "); what was written is in " + partial);
+}
+
+uint64_t trace_file::written() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return written_;
+}
+
+uint64_t trace_file::dropped() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return dropped_;
+}
+
+}  // namespace cohort::obs
