@@ -295,6 +295,7 @@ net::status_reply make_status(self_ptr self, uint64_t request_id) {
   if (st.io.drop_counts) out.dropped = st.io.drop_counts();
   if (st.opts.job && st.opts.job->drop_control())
     out.dropped.push_back(net::counter{"drop_control", st.opts.job->report().dropped_frames()});
+  if (st.opts.job) out.job = st.opts.job->report().live().dump();
   return out;
 }
 

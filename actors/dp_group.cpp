@@ -92,6 +92,7 @@ struct group {
   /// of them that fell inside the steps' backward windows: the overlap's terms.
   double collective_s = 0, hidden_s = 0;
   std::optional<clock_type::time_point> last_end;  ///< end of the last handler (idle clock)
+  uint64_t idle_before_us = 0;  ///< idle time before the current handler (the vote's)
   /// A held-out evaluation not yet told to the coordinator (telemetry after the next vote).
   std::optional<net::telemetry> eval_to_tell;
 
@@ -99,7 +100,8 @@ struct group {
 
   // Time between handlers is time spent waiting for the coordinator.
   void begin_handler() {
-    if (last_end) total.idle_us += micros(clock_type::now() - *last_end);
+    idle_before_us = last_end ? micros(clock_type::now() - *last_end) : 0;
+    total.idle_us += idle_before_us;
   }
   void end_handler() { last_end = clock_type::now(); }
 
@@ -347,6 +349,7 @@ struct group {
       // of this generation lingers.
       links.drop(*shared);
     }
+    t.idle_us = idle_before_us;  // this step's wait for its open (total.idle_us has it too)
     v.timing = t;
     add(total, t);
     const pending_step p{o.generation, o.step, rank, member_id};

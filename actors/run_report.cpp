@@ -123,6 +123,8 @@ void run_report::scale_asked(int target, const std::string& spec, const job_mome
 
 void run_report::vote_counted(const std::string& worker, const net::step_timing& t) {
   if (watch_) watch_->vote(worker, t);
+  recent_votes_.push_back(t);
+  while (recent_votes_.size() > 64) recent_votes_.pop_front();
   if (t.state_bytes == 0 || t.state_us == 0) return;
   // The joiner's view of the state it received from the donor.
   for (auto e = events_.rbegin(); e != events_.rend(); ++e) {
@@ -190,6 +192,47 @@ void run_report::telemetry_seen(const std::string& worker, const net::telemetry&
                                 double now_s) {
   if (t.eval_step >= 0) eval_seen(t.eval_step, t.eval_loss, t.eval_accuracy, now_s);
   if (watch_) watch_->telemetry(worker, t, now_s);
+}
+
+nlohmann::json run_report::live() const {
+  nlohmann::json j = nlohmann::json::object();
+  // Rates over the last (at most) 20 committed steps.
+  const std::size_t n = std::min<std::size_t>(curve_.size(), 20);
+  if (n >= 2) {
+    const curve_point& a = curve_[curve_.size() - n];
+    const curve_point& b = curve_.back();
+    const double dt = b.t_s - a.t_s;
+    if (dt > 0) {
+      j["steps_per_s"] = static_cast<double>(b.step - a.step) / dt;
+      j["samples_per_s"] =
+          static_cast<double>((b.step - a.step) * cfg_.train.global_batch) / dt;
+    }
+  }
+  if (!curve_.empty()) j["loss"] = curve_.back().loss;
+  if (!recent_votes_.empty()) {
+    double compute = 0, wait = 0, idle = 0;
+    for (const net::step_timing& t : recent_votes_) {
+      compute += seconds(t.compute_us);
+      wait += seconds(t.comm_wait_us);
+      idle += seconds(t.idle_us);
+    }
+    const double k = static_cast<double>(recent_votes_.size());
+    j["split_ms"] = {{"compute", 1e3 * compute / k},
+                     {"comm_wait", 1e3 * wait / k},
+                     {"idle", 1e3 * idle / k},
+                     {"votes", recent_votes_.size()}};
+  }
+  nlohmann::json ev = nlohmann::json::array();
+  for (std::size_t i = events_.size() > 5 ? events_.size() - 5 : 0; i < events_.size(); ++i) {
+    const job_event& e = events_[i];
+    nlohmann::json x = {{"kind", e.kind}, {"worker", e.worker}, {"step", e.step}};
+    if (e.detect_ms >= 0) x["detect_ms"] = e.detect_ms;
+    if (e.recover_ms >= 0) x["recover_ms"] = e.recover_ms;
+    if (!e.detail.empty()) x["spec"] = e.detail;
+    ev.push_back(x);
+  }
+  j["events"] = ev;
+  return j;
 }
 
 nlohmann::json run_report::pipeline_summary() const {

@@ -5,6 +5,7 @@
 // nothing back to decide. Pure: no clock, no sockets; times are the job's coordinator clock.
 #pragma once
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -135,6 +136,10 @@ class run_report {
   /// The run as JSON: cohort train's summary keys plus per-worker time split, bytes,
   /// overlap, the DP size and the number of aborted steps. Valid once every report is in.
   nlohmann::json summary(double wall_s) const;
+  /// The run as `cohort ctl status` shows it now: steps and samples per second over the
+  /// last steps, the mean split of a worker's step (compute, comm wait, idle) over the last
+  /// votes, and the last few events.
+  nlohmann::json live() const;
   /// pp * tp > 1: per stage compute, bubble and activation memory, with the theoretical
   /// bubble (P-1)/(M+P-1) beside the measured one.
   nlohmann::json pipeline_summary() const;
@@ -161,6 +166,7 @@ class run_report {
   double last_commit_s_ = 0;
   double last_now_s_ = 0;  ///< the latest time any call carried (for those that carry none)
   std::vector<curve_point> curve_;
+  std::deque<net::step_timing> recent_votes_;  ///< the last votes' timing (live())
   std::vector<eval_point> evals_;
   std::shared_ptr<job_watch> watch_;
   double last_loss_ = 0;

@@ -1,12 +1,15 @@
-// `cohort ctl --coordinator EP status [--json]`, `drain NAME`, `scale N`, `inject SPEC` and
+// `cohort ctl --coordinator EP status [--json]`, `top`, `drain NAME`, `scale N`, `inject SPEC` and
 // `stop`: the admin client. Talks to
 // the coordinator through a blocking DEALER (net::sync_client); no actor system needed.
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 
 #include "runtime/core/error.hpp"
 #include "runtime/net/zmq_bridge.hpp"
@@ -45,8 +48,37 @@ nlohmann::json to_json(const net::status_reply& s) {
   }
   nlohmann::json dropped = nlohmann::json::object();
   for (const auto& c : s.dropped) dropped[c.name] = c.value;
-  return {
+  nlohmann::json j = {
       {"generation", s.generation}, {"step", s.step}, {"workers", workers}, {"dropped", dropped}};
+  if (!s.job.empty()) j["job"] = nlohmann::json::parse(s.job, nullptr, false);
+  return j;
+}
+
+// The job's line: step rate, the step's split and the last events (run_report::live).
+void print_job(const net::status_reply& s) {
+  if (s.job.empty()) return;
+  const nlohmann::json j = nlohmann::json::parse(s.job, nullptr, false);
+  if (!j.is_object()) return;
+  if (j.contains("steps_per_s"))
+    std::printf("rate: %.2f steps/s, %.0f samples/s (last 20 steps)", j["steps_per_s"].get<double>(),
+                j["samples_per_s"].get<double>());
+  if (j.contains("loss")) std::printf(" | loss %.4f", j["loss"].get<double>());
+  if (j.contains("steps_per_s") || j.contains("loss")) std::printf("\n");
+  if (j.contains("split_ms")) {
+    const auto& x = j["split_ms"];
+    std::printf("a worker's step: compute %.1f ms, comm wait %.1f ms, idle %.1f ms (mean of the "
+                "last %d votes)\n",
+                x["compute"].get<double>(), x["comm_wait"].get<double>(), x["idle"].get<double>(),
+                x["votes"].get<int>());
+  }
+  for (const auto& e : j["events"]) {
+    std::printf("event: %s %s at step %lld", e["kind"].get<std::string>().c_str(),
+                e["worker"].get<std::string>().c_str(), e["step"].get<long long>());
+    if (e.contains("detect_ms")) std::printf(", detected in %.0f ms", e["detect_ms"].get<double>());
+    if (e.contains("recover_ms"))
+      std::printf(", recovered in %.0f ms", e["recover_ms"].get<double>());
+    std::printf("\n");
+  }
 }
 
 void print_table(const net::status_reply& s) {
@@ -74,6 +106,7 @@ void print_table(const net::status_reply& s) {
     std::printf("dropped frames (%s): %llu\n", c.name.c_str(),
                 static_cast<unsigned long long>(c.value));
   }
+  print_job(s);
 }
 
 }  // namespace
@@ -122,6 +155,38 @@ void add_ctl(CLI::App& app, int* rc) {
       std::cout << to_json(s).dump() << std::endl;
     } else {
       print_table(s);
+    }
+    *rc = exit_ok;
+  });
+
+  // top: status again and again, in place, until Ctrl-C or the coordinator is gone.
+  auto top_interval = std::make_shared<double>(1.0);
+  auto top_count = std::make_shared<int>(0);
+  CLI::App* top = cmd->add_subcommand(
+      "top", "Show `status` refreshed in place (step rate, the step's split, recent events)");
+  top->add_option("--interval", *top_interval, "Seconds between refreshes")
+      ->check(CLI::Range(0.1, 3600.0))
+      ->capture_default_str();
+  top->add_option("--count", *top_count, "Stop after N refreshes (0: until Ctrl-C)")
+      ->check(CLI::NonNegativeNumber);
+  top->callback([opt, rc, top_interval, top_count] {
+    const auto client = opt->client();
+    for (int i = 0; *top_count == 0 || i < *top_count; ++i) {
+      if (i > 0)
+        std::this_thread::sleep_for(std::chrono::duration<double>(*top_interval));
+      net::message reply;
+      try {
+        reply = client->request(net::status_request{static_cast<uint64_t>(i + 1)},
+                                net::msg_type::status_reply,
+                                std::chrono::milliseconds(opt->timeout_ms));
+      } catch (const cohort::error& e) {
+        if (i == 0) throw;  // nothing to show at all: the usual error and exit code
+        std::printf("coordinator gone: %s\n", e.what());  // the run ended: a normal end
+        break;
+      }
+      if (isatty(STDOUT_FILENO)) std::printf("\x1b[H\x1b[2J");  // clear, cursor home
+      print_table(std::get<net::status_reply>(reply));
+      std::fflush(stdout);
     }
     *rc = exit_ok;
   });

@@ -17,6 +17,7 @@
 #include "runtime/core/atomic_file.hpp"
 #include "runtime/core/config.hpp"
 #include "runtime/core/paths.hpp"
+#include "runtime/obs/trace_file.hpp"
 #include "runtime/train/checkpoint_writer.hpp"
 #include "runtime/train/resume_plan.hpp"
 #include "runtime/train/trainer.hpp"
@@ -33,6 +34,7 @@ struct train_args {
   std::string config;
   std::vector<std::string> overrides;
   std::string summary;
+  std::string trace;
   bool resume = false;
   bool quiet = false;
 };
@@ -80,13 +82,34 @@ int run_train(const train_args& a) {
   double last_loss = NAN;
   // Checkpoints are copied here and written in the background: steps never wait for disk.
   train::checkpoint_writer writer(ckdir, c.fault_tolerance.keep);
+  // --trace: this one process is the trace's only track; its spans are taken each step.
+  std::unique_ptr<obs::trace_file> traced;
+  if (!a.trace.empty()) {
+    traced = std::make_unique<obs::trace_file>(a.trace, trace::ns(t0));
+    traced->name_process(1, "train", 1);
+    for (uint32_t k : {trace::compute, trace::control}) traced->name_thread(1, k, trace::track_name(k));
+    trace::enable(true);
+  }
+  nlohmann::json curve = nlohmann::json::array();
   for (int64_t s = start; s < t.steps; ++s) {
     auto ts = clock::now();
     tr.begin_step();
     double loss_rows = tr.compute_gradients(s, 0, tr.micro_batches());
     tr.apply_step(s);
-    compute_s += std::chrono::duration<double>(clock::now() - ts).count();
+    const double step_s = std::chrono::duration<double>(clock::now() - ts).count();
+    compute_s += step_s;
     last_loss = loss_rows / t.global_batch;
+    curve.push_back({{"step", s + 1},
+                     {"t_s", std::chrono::duration<double>(clock::now() - t0).count()},
+                     {"loss", last_loss},
+                     {"step_s", step_s},
+                     {"samples_per_s", step_s > 0 ? t.global_batch / step_s : 0.0},
+                     {"replicas", 1}});
+    if (traced) {
+      trace::complete("step", "job", trace::ns(ts), trace::now_ns(), trace::control,
+                      trace::args({{"step", s}}));
+      for (const trace::event& e : trace::take()) traced->add(1, e);
+    }
     if (!std::isfinite(last_loss))
       throw cohort::error("step " + std::to_string(s) + ": loss is not finite (lower train.lr)");
     progress.update(
@@ -130,7 +153,14 @@ int run_train(const train_args& a) {
     j["model"] = c.model.kind;
     j["num_params"] = tr.model().num_params();
     j["config_hash"] = config_hash(c);
+    j["curve"] = curve;
+    j["events"] = nlohmann::json::array();
     write_file_atomic(a.summary, j.dump(2) + "\n");
+  }
+  if (traced) {
+    for (const trace::event& e : trace::take()) traced->add(1, e);  // the last checkpoint's
+    traced->close();
+    std::fprintf(stderr, "train: trace written to %s\n", a.trace.c_str());
   }
   return exit_ok;
 }
@@ -144,6 +174,7 @@ void add_train(CLI::App& app, int* rc) {
   cmd->add_option("config", a->config, "YAML config file")->required();
   add_set_option(*cmd, &a->overrides);
   cmd->add_option("--summary", a->summary, "write a JSON summary of the run to PATH");
+  add_observe_options(*cmd, &a->trace, nullptr);
   cmd->add_flag("--resume", a->resume,
                 "continue from the newest checkpoint in fault_tolerance.checkpoint_dir");
   cmd->add_flag("-q,--quiet", a->quiet, "no progress lines");

@@ -216,9 +216,12 @@ struct status_reply {
   int64_t step = 0;
   std::vector<worker_status> workers;
   std::vector<counter> dropped;
+  /// The job's recent figures as one JSON object (step rate, the step's split, the last
+  /// events: run_report::live); empty without a job.
+  std::string job;
   template <class S>
   static auto fields(S& s) {
-    return std::tie(s.request_id, s.generation, s.step, s.workers, s.dropped);
+    return std::tie(s.request_id, s.generation, s.step, s.workers, s.dropped, s.job);
   }
 };
 

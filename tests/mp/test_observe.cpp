@@ -164,7 +164,7 @@ TEST_CASE("a kill in a traced run shows the fault, then its detection, then its 
   }
 }
 
-TEST_CASE("a metrics scrape in the middle of a run parses, and its step counter grows") {
+TEST_CASE("a metrics scrape in the middle of a run parses, its step counter grows, ctl shows the rate") {
   temp_dir dir;
   const std::string cfg = dir.write("cfg.yaml", small_yaml(dir.path(), "fast", 100000));
   child_process p({"launch", cfg, "-q", "--metrics", "127.0.0.1:0", "--set", "cluster.workers=2"},
@@ -196,6 +196,21 @@ TEST_CASE("a metrics scrape in the middle of a run parses, and its step counter 
   CHECK(eventually(milliseconds(60000), [&] { return (first = scrape_steps()) >= 1; }));
   CHECK(eventually(milliseconds(60000), [&] { return (later = scrape_steps()) > first; }));
   MESSAGE("cohort_steps_total: " << first << " then " << later);
+  // `ctl status` carries the job's live figures; `ctl top` shows them twice and ends.
+  const job_address a = address_of(p);
+  nlohmann::json st;
+  CHECK(eventually(milliseconds(30000), [&] {
+    st = ctl_status(a);
+    return st.is_object() && st.contains("job") && st["job"].contains("steps_per_s");
+  }));
+  CHECK(st["job"]["steps_per_s"].get<double>() > 0);
+  CHECK(st["job"]["split_ms"]["votes"].get<int>() > 0);
+  CHECK(st["job"]["split_ms"]["compute"].get<double>() > 0);
+  int rc = -1;
+  const std::string top = run_capture("ctl " + a.ctl_args() + " top --count 2 --interval 0.2", &rc);
+  CHECK(rc == 0);
+  CHECK_MESSAGE(top.find("rate: ") != std::string::npos, top);
+  CHECK(top.find("a worker's step: compute ") != std::string::npos);
   p.signal(SIGTERM);  // a run of 100000 steps: stopped here (launch stops every child)
   CHECK(p.wait_exit(milliseconds(30000)).has_value());
 }

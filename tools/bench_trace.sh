@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# What tracing costs (docs/observability.md, "What it costs"): configs/quickstart.yaml (4
+# workers, bitwise, no faults) for S steps, R times without --trace and R times with it,
+# alternating so that both see the same machine. Per run: the median step time of the
+# summary's curve (open to commit, the first 50 steps left out) and the wall time; then the
+# medians over the runs and the ratio traced / plain, measured in the same invocation. The
+# traced runs also give the clock alignment: every worker's offset estimate (on one host the
+# true offset is 0, one CLOCK_MONOTONIC) and its bound (half the best probe's round trip).
+#
+#   tools/bench_trace.sh [--runs R] [--steps S]
+#
+# Needs build/cohort (tools/setup.sh) and python3. Run it on an otherwise idle machine.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+runs=5 steps=1000
+while (($#)); do
+  case "$1" in
+    --runs) runs=$2; shift 2 ;;
+    --steps) steps=$2; shift 2 ;;
+    -h|--help) sed -n 2,12p "$0"; exit 0 ;;
+    *) echo "bench_trace.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+  esac
+done
+[[ "$runs" =~ ^[1-9][0-9]*$ ]] || { echo "bench_trace.sh: --runs wants a whole number >= 1" >&2; exit 2; }
+[[ "$steps" =~ ^[1-9][0-9]*$ ]] && ((steps > 100)) ||
+  { echo "bench_trace.sh: --steps wants a whole number > 100" >&2; exit 2; }
+bin=build/cohort
+[[ -x $bin ]] || { echo "bench_trace.sh: $bin not found: run tools/setup.sh first" >&2; exit 2; }
+dir=$(mktemp -d /tmp/cohort-trace-XXXXXX)
+trap 'rm -rf "$dir"' EXIT
+
+run_once() {  # MODE INDEX
+  local out="$dir/$1-$2"
+  mkdir -p "$out"
+  local extra=()
+  [[ $1 == traced ]] && extra=(--trace "$out/trace.json")
+  "$bin" launch configs/quickstart.yaml -q --summary "$out/summary.json" "${extra[@]}" \
+    --set train.steps="$steps" --set 'faults=[]' --set train.eval_every=0 \
+    --set fault_tolerance.checkpoint_dir="$out/ckpt" >"$out/out.txt" 2>&1 ||
+    { echo "bench_trace.sh: $1 run $2 failed:" >&2; tail -5 "$out/out.txt" >&2; exit 1; }
+}
+
+echo "bench_trace: quickstart, $steps steps, $runs runs each way, alternating"
+for ((i = 0; i < runs; ++i)); do
+  run_once plain "$i"
+  run_once traced "$i"
+done
+python3 - "$dir" "$runs" <<'EOF'
+import json, os, statistics, sys
+d, runs = sys.argv[1], int(sys.argv[2])
+def figures(mode, i):
+    s = json.load(open(os.path.join(d, f"{mode}-{i}", "summary.json")))
+    steps = [p["step_s"] for p in s["curve"][50:]]
+    return statistics.median(steps), s["wall_s"]
+rows = {m: [figures(m, i) for i in range(runs)] for m in ("plain", "traced")}
+med = {m: (statistics.median(r[0] for r in rows[m]), statistics.median(r[1] for r in rows[m]))
+       for m in rows}
+print(f"{'mode':8s} {'step ms (median of runs)':>26s} {'wall s':>8s}")
+for m in ("plain", "traced"):
+    print(f"{m:8s} {1e3 * med[m][0]:26.3f} {med[m][1]:8.2f}")
+print(f"traced / plain: step {med['traced'][0] / med['plain'][0]:.4f}, "
+      f"wall {med['traced'][1] / med['plain'][1]:.4f}")
+errs, offs = [], []
+for i in range(runs):
+    t = json.load(open(os.path.join(d, f"traced-{i}", "trace.json")))
+    clocks = t["otherData"]["worker_clocks"]
+    errs += [c["error_ns"] / 1e3 for c in clocks.values()]
+    o = [c["offset_ns"] / 1e3 for c in clocks.values()]
+    offs.append(max(o) - min(o))
+print(f"clock alignment over {runs} traced runs: offset estimates (true 0) differ between "
+      f"workers by at most {max(offs):.1f} us (median {statistics.median(offs):.1f} us); "
+      f"error bounds {min(errs):.1f}-{max(errs):.1f} us")
+EOF
