@@ -95,6 +95,8 @@ struct group {
   uint64_t idle_before_us = 0;  ///< idle time before the current handler (the vote's)
   /// A held-out evaluation not yet told to the coordinator (telemetry after the next vote).
   std::optional<net::telemetry> eval_to_tell;
+  static constexpr std::chrono::milliseconds telemetry_period{250};
+  clock_type::time_point next_tell{};  ///< spans go out with the first vote after this
 
   ~group() { links.drop(*shared); }
 
@@ -455,7 +457,13 @@ struct group {
   // Telemetry after a vote (and before the final report): an evaluation not yet told, and
   // with --trace the spans recorded since the last one, in chunks the coordinator takes in
   // one frame each. Nothing to say: nothing sent.
-  void tell(uint64_t generation, int64_t step) {
+  void tell(uint64_t generation, int64_t step, bool now = false) {
+    // Spans wait in the recorder for up to telemetry_period (an evaluation or the final
+    // report sends at once): one frame per step would cost the coordinator, whose actor every
+    // step passes through, more than the spans themselves.
+    const auto t_now = clock_type::now();
+    if (!now && !eval_to_tell && t_now < next_tell) return;
+    next_tell = t_now + telemetry_period;
     std::vector<trace::event> spans = trace::take();
     if (spans.empty() && !eval_to_tell) return;
     net::telemetry m = eval_to_tell ? *eval_to_tell : net::telemetry{};
@@ -485,7 +493,7 @@ struct group {
   }
 
   void report(const pending_step& p, const std::string& ckpt) {
-    tell(p.generation, p.step);
+    tell(p.generation, p.step, true);
     net::train_report rep;
     rep.member_id = p.member_id;
     rep.generation = p.generation;

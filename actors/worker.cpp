@@ -457,6 +457,7 @@ void worker_node::request_leave() { caf::anon_send(actor_, co_leave_atom::value)
 void worker_node::heartbeat_loop() {
   using clock = std::chrono::steady_clock;
   uint64_t seq = 0;
+  uint64_t probes = 0;  // heartbeats since tracing began (clock probes ride on some)
   bool lost_reported = false;
   auto next = clock::now();
   std::unique_lock<std::mutex> lock(mu_);
@@ -485,9 +486,10 @@ void worker_node::heartbeat_loop() {
     if (auto* b = out_.load())
       b->send(std::string(),
               net::heartbeat{id, shared_->generation, seq, seq % ack_every == 1 || ack_every == 1});
-    // Tracing: a clock probe with every beat; the coordinator's pong says its time
-    // (deliver() times the answer, clock_sync keeps the best of the recent ones).
-    if (trace::enabled())
+    // Tracing: a clock probe with each of the first 16 beats, then with every 10th; the
+    // coordinator's pong says its time (deliver() times the answer, clock_sync keeps the
+    // best of the last 16).
+    if (trace::enabled() && (++probes <= 16 || probes % 10 == 0))
       if (auto* b = out_.load()) b->send(std::string(), net::ping{seq, net::now_ns()});
     const uint64_t unacked = ++shared_->unacked;
     // Counted in beats actually sent, not wall time: a process resumed after SIGSTOP has

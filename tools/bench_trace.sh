@@ -3,7 +3,9 @@
 # workers, bitwise, no faults) for S steps, R times without --trace and R times with it,
 # alternating so that both see the same machine. Per run: the median step time of the
 # summary's curve (open to commit, the first 50 steps left out) and the wall time; then the
-# medians over the runs and the ratio traced / plain, measured in the same invocation. The
+# medians over the runs and the ratio traced / plain, measured in the same invocation, with
+# the CPU seconds all the run's processes used (GNU time: less noisy than wall time on a
+# shared machine). The
 # traced runs also give the clock alignment: every worker's offset estimate (on one host the
 # true offset is 0, one CLOCK_MONOTONIC) and its bound (half the best probe's round trip).
 #
@@ -34,7 +36,9 @@ run_once() {  # MODE INDEX
   mkdir -p "$out"
   local extra=()
   [[ $1 == traced ]] && extra=(--trace "$out/trace.json")
-  "$bin" launch configs/quickstart.yaml -q --summary "$out/summary.json" "${extra[@]}" \
+  # GNU time's user + system seconds: the CPU of launch and every process it started.
+  /usr/bin/time -f "%U %S" -o "$out/cpu.txt" \
+    "$bin" launch configs/quickstart.yaml -q --summary "$out/summary.json" "${extra[@]}" \
     --set train.steps="$steps" --set 'faults=[]' --set train.eval_every=0 \
     --set fault_tolerance.checkpoint_dir="$out/ckpt" >"$out/out.txt" 2>&1 ||
     { echo "bench_trace.sh: $1 run $2 failed:" >&2; tail -5 "$out/out.txt" >&2; exit 1; }
@@ -51,15 +55,16 @@ d, runs = sys.argv[1], int(sys.argv[2])
 def figures(mode, i):
     s = json.load(open(os.path.join(d, f"{mode}-{i}", "summary.json")))
     steps = [p["step_s"] for p in s["curve"][50:]]
-    return statistics.median(steps), s["wall_s"]
+    u, sy = open(os.path.join(d, f"{mode}-{i}", "cpu.txt")).read().split()[-2:]
+    return statistics.median(steps), s["wall_s"], float(u) + float(sy)
 rows = {m: [figures(m, i) for i in range(runs)] for m in ("plain", "traced")}
-med = {m: (statistics.median(r[0] for r in rows[m]), statistics.median(r[1] for r in rows[m]))
-       for m in rows}
-print(f"{'mode':8s} {'step ms (median of runs)':>26s} {'wall s':>8s}")
+med = {m: [statistics.median(r[k] for r in rows[m]) for k in range(3)] for m in rows}
+print(f"{'mode':8s} {'step ms':>9s} {'wall s':>8s} {'cpu s':>7s}   step ms / cpu s of each run")
 for m in ("plain", "traced"):
-    print(f"{m:8s} {1e3 * med[m][0]:26.3f} {med[m][1]:8.2f}")
-print(f"traced / plain: step {med['traced'][0] / med['plain'][0]:.4f}, "
-      f"wall {med['traced'][1] / med['plain'][1]:.4f}")
+    each = " ".join(f"{1e3 * r[0]:.2f}/{r[2]:.1f}" for r in rows[m])
+    print(f"{m:8s} {1e3 * med[m][0]:9.3f} {med[m][1]:8.2f} {med[m][2]:7.2f}   {each}")
+print(f"traced / plain (medians): step {med['traced'][0] / med['plain'][0]:.4f}, "
+      f"wall {med['traced'][1] / med['plain'][1]:.4f}, cpu {med['traced'][2] / med['plain'][2]:.4f}")
 errs, offs = [], []
 for i in range(runs):
     t = json.load(open(os.path.join(d, f"traced-{i}", "trace.json")))

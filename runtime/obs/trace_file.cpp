@@ -1,6 +1,7 @@
 #include "runtime/obs/trace_file.hpp"
 
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -12,7 +13,20 @@ namespace cohort::obs {
 
 namespace {
 
-std::string quoted(const std::string& s) { return nlohmann::json(s).dump(); }
+// A JSON string. Span names and categories are nearly always plain ASCII without quotes or
+// backslashes: those are wrapped as they are; anything else goes through the JSON library.
+std::string quoted(const std::string& s) {
+  for (const char c : s)
+    if (c == '"' || c == '\\' || static_cast<unsigned char>(c) < 0x20 ||
+        static_cast<unsigned char>(c) >= 0x80)
+      return nlohmann::json(s).dump();
+  std::string out;
+  out.reserve(s.size() + 2);
+  out += '"';
+  out += s;
+  out += '"';
+  return out;
+}
 
 // Microseconds with three decimals: the format's unit, and nanoseconds kept.
 std::string micros(int64_t ns) {
@@ -60,33 +74,35 @@ std::string trace_file::format(int pid, const trace::event& e) const {
 void trace_file::name_process(int pid, const std::string& name, int sort_index) {
   std::lock_guard<std::mutex> lock(mu_);
   if (closing_) return;
-  pending_.push_back("{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":" + std::to_string(pid) +
-                     ",\"tid\":0,\"args\":{\"name\":" + quoted(name) + "}}");
-  pending_.push_back("{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":" +
-                     std::to_string(pid) + ",\"tid\":0,\"args\":{\"sort_index\":" +
-                     std::to_string(sort_index) + "}}");
+  pending_.push_back({0, {}, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":" +
+                                std::to_string(pid) + ",\"tid\":0,\"args\":{\"name\":" +
+                                quoted(name) + "}}"});
+  pending_.push_back({0, {}, "{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":" +
+                                std::to_string(pid) + ",\"tid\":0,\"args\":{\"sort_index\":" +
+                                std::to_string(sort_index) + "}}"});
   wake_.notify_one();
 }
 
 void trace_file::name_thread(int pid, uint32_t tid, const std::string& name) {
   std::lock_guard<std::mutex> lock(mu_);
   if (closing_) return;
-  pending_.push_back("{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":" + std::to_string(pid) +
-                     ",\"tid\":" + std::to_string(tid) + ",\"args\":{\"name\":" + quoted(name) +
-                     "}}");
+  pending_.push_back({0, {}, "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":" +
+                                std::to_string(pid) + ",\"tid\":" + std::to_string(tid) +
+                                ",\"args\":{\"name\":" + quoted(name) + "}}"});
   wake_.notify_one();
 }
 
 void trace_file::add(int pid, const trace::event& e) {
-  std::string line = format(pid, e);
   std::lock_guard<std::mutex> lock(mu_);
   if (closing_) return;
   if (pending_.size() >= max_pending_) {
     ++dropped_;
     return;
   }
-  pending_.push_back(std::move(line));
-  wake_.notify_one();
+  pending_.push_back({pid, e, {}});
+  // The writer wakes by itself every 100 ms: a wake-up per event would cost the traced job's
+  // processes more (context switches on shared cores) than writing the events.
+  if (pending_.size() == 4096) wake_.notify_one();
 }
 
 void trace_file::set_meta(const std::string& key, nlohmann::json value) {
@@ -96,9 +112,10 @@ void trace_file::set_meta(const std::string& key, nlohmann::json value) {
 
 void trace_file::writer_loop() {
   std::unique_lock<std::mutex> lock(mu_);
-  std::vector<std::string> batch;
+  std::vector<item> batch;
   for (;;) {
-    wake_.wait(lock, [this] { return closing_ || !pending_.empty(); });
+    wake_.wait_for(lock, std::chrono::milliseconds(100),
+                   [this] { return closing_ || pending_.size() >= 4096; });
     if (pending_.empty() && closing_) return;
     batch.assign(std::make_move_iterator(pending_.begin()), std::make_move_iterator(pending_.end()));
     pending_.clear();
@@ -107,7 +124,8 @@ void trace_file::writer_loop() {
     lock.unlock();
     for (std::size_t i = 0; i < batch.size(); ++i) {
       if (!(first && i == 0)) std::fputs(",\n", out_);
-      std::fputs(batch[i].c_str(), out_);
+      const item& x = batch[i];
+      std::fputs(x.line.empty() ? format(x.pid, x.e).c_str() : x.line.c_str(), out_);
     }
     lock.lock();
   }

@@ -54,7 +54,14 @@ class trace_file {
   std::FILE* out_ = nullptr;
   mutable std::mutex mu_;
   std::condition_variable wake_;
-  std::deque<std::string> pending_;  // formatted events, oldest first
+  // Queued, oldest first: an event to format (on the writer's thread, off the caller's), or
+  // a line already formatted (metadata).
+  struct item {
+    int pid = 0;
+    trace::event e;
+    std::string line;
+  };
+  std::deque<item> pending_;
   nlohmann::json meta_ = nlohmann::json::object();
   bool closing_ = false;
   bool closed_ = false;
