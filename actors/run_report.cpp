@@ -148,7 +148,13 @@ void run_report::step_committed(int64_t steps_done, double loss, const mb::roste
   p.t_s = first_open_s_ >= 0 ? now_s - first_open_s_ : 0.0;
   p.loss = loss;
   p.step_s = std::max(0.0, now_s - started_s);
-  p.samples_per_s = p.step_s > 0 ? static_cast<double>(cfg_.train.global_batch) / p.step_s : 0.0;
+  // Over the last (up to) 10 steps: in a commit window several steps commit together, and
+  // one step's own time says little.
+  const std::size_t k = std::min<std::size_t>(curve_.size(), 9);
+  const double span_s = k > 0 ? p.t_s - curve_[curve_.size() - k].t_s + curve_[curve_.size() - k].step_s
+                              : p.step_s;
+  p.samples_per_s =
+      span_s > 0 ? static_cast<double>((k + 1) * cfg_.train.global_batch) / span_s : 0.0;
   p.replicas = static_cast<int>(voters.size());
   curve_.push_back(p);
   if (watch_) watch_->step_committed(p, started_s, now_s);
