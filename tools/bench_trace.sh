@@ -49,9 +49,10 @@ for ((i = 0; i < runs; ++i)); do
   run_once plain "$i"
   run_once traced "$i"
 done
-python3 - "$dir" "$runs" <<'EOF'
+"$bin" bench trace --json > "$dir/per_span.json"
+python3 - "$dir" "$runs" "$steps" <<'EOF'
 import json, os, statistics, sys
-d, runs = sys.argv[1], int(sys.argv[2])
+d, runs, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 def figures(mode, i):
     s = json.load(open(os.path.join(d, f"{mode}-{i}", "summary.json")))
     steps = [p["step_s"] for p in s["curve"][50:]]
@@ -72,6 +73,25 @@ for i in range(runs):
     errs += [c["error_ns"] / 1e3 for c in clocks.values()]
     o = [c["offset_ns"] / 1e3 for c in clocks.values()]
     offs.append(max(o) - min(o))
+# The cost the run-to-run spread hides: spans recorded per step (per worker, and in all),
+# times what one span costs on each leg (cohort bench trace), against the step's time and
+# the CPU the plain runs used per step.
+per = json.load(open(os.path.join(d, "per_span.json")))
+t = json.load(open(os.path.join(d, "traced-0", "trace.json")))
+ev = [e for e in t["traceEvents"] if e["ph"] != "M"]
+workers = {e["pid"] for e in ev if e["pid"] != 0}
+worker_spans = sum(1 for e in ev if e["pid"] != 0) / steps
+all_spans = len(ev) / steps
+step_ns = med["plain"][0] * 1e9
+cpu_ns = med["plain"][2] / steps * 1e9
+on_path = worker_spans / len(workers) * per["record_ns"]
+total = worker_spans * (per["record_ns"] + per["telemetry_ns"]) + all_spans * per["write_ns"]
+print(f"per span: record {per['record_ns']:.0f} ns, telemetry {per['telemetry_ns']:.0f} ns, "
+      f"trace file {per['write_ns']:.0f} ns; {worker_spans / len(workers):.1f} spans per worker "
+      f"per step, {all_spans:.1f} in all")
+print(f"tracing's cost: {on_path / 1e3:.2f} us of a worker's step ({100 * on_path / step_ns:.3f}% "
+      f"of {step_ns / 1e6:.2f} ms); {total / 1e3:.1f} us of CPU per step over every process "
+      f"({100 * total / cpu_ns:.3f}% of the {cpu_ns / 1e6:.1f} ms the plain runs used)")
 print(f"clock alignment over {runs} traced runs: offset estimates (true 0) differ between "
       f"workers by at most {max(offs):.1f} us (median {statistics.median(offs):.1f} us); "
       f"error bounds {min(errs):.1f}-{max(errs):.1f} us")

@@ -163,6 +163,9 @@ void add_coordinator(CLI::App& app, int* rc) {
   cmd->callback([opt, rc] {
     const config c = opt->config_path.empty() ? load_config_text("{}", "<defaults>", opt->overrides)
                                               : load_config(opt->config_path, opt->overrides);
+    if (opt->control_only && (!opt->trace.empty() || !opt->metrics.empty()))
+      throw usage_error("--trace and --metrics watch a training job, and --control-only runs "
+                        "none: drop one or the other");
     // Before any thread exists, so only the watcher below ever sees SIGINT / SIGTERM.
     actors::block_termination_signals();
     actors::log_to_stderr();

@@ -34,6 +34,7 @@ int main(int argc, char** argv) {
   cohort::cli::add_bench_allreduce(*bench, &rc);
   cohort::cli::add_bench_p2p(*bench, &rc);
   cohort::cli::add_bench_dp(*bench, &rc);
+  cohort::cli::add_bench_trace(*bench, &rc);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
