@@ -477,6 +477,7 @@ struct group {
       m.clock_error_ns = c.error_ns;
     }
     m.dropped_spans = trace::dropped();
+    if (seat) m.peak_pool_bytes = seat->peak_pool_bytes();
     constexpr std::size_t chunk = 4096;
     std::size_t at = 0;
     do {

@@ -65,6 +65,7 @@ void job_telemetry::declare_metrics() {
               {0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60});
   m.histogram("cohort_checkpoint_seconds", "Workers' checkpoint writes (the copy and hand-off).",
               {0.001, 0.01, 0.05, 0.1, 0.5, 1, 5, 30});
+  m.gauge("cohort_pool_bytes", "The most bytes a worker's memory pool has held so far.");
   m.counter("cohort_bytes_sent_total", "Bytes a worker's data-parallel collectives sent.");
   m.gauge("cohort_loss", "Mean training loss of the last committed step.");
   m.gauge("cohort_eval_accuracy", "Held-out accuracy of the last evaluation (classifiers).");
@@ -186,6 +187,8 @@ void job_telemetry::eval(const eval_point& e) {
 
 void job_telemetry::telemetry(const std::string& worker, const net::telemetry& t, double) {
   const int pid = pid_of(worker);
+  if (metrics_ && t.peak_pool_bytes > 0)
+    metrics_->set("cohort_pool_bytes", worker_label(worker), static_cast<double>(t.peak_pool_bytes));
   if (t.clock_error_ns >= 0) {
     clocks_[worker] = {t.clock_offset_ns, t.clock_error_ns};
     max_error_ns_ = std::max(max_error_ns_, t.clock_error_ns);

@@ -52,6 +52,7 @@ class forwarding_seat : public train::seat {
   }
   train::evaluation evaluate(int64_t tag) override { return inner_->evaluate(tag); }
   train::seat_report report() override { return inner_->report(); }
+  int64_t peak_pool_bytes() const override { return inner_->peak_pool_bytes(); }
 
  private:
   std::unique_ptr<train::seat> inner_;

@@ -1,7 +1,7 @@
 // Worker to coordinator, after each step's vote: what the coordinator needs to see the run
 // but not to decide it. Trace spans (only with job_spec.trace) with the worker's clock
-// offset to the coordinator's, and the held-out evaluation when one ran. Losing one costs a
-// gap in a trace or a plot, never a step.
+// offset to the coordinator's, the held-out evaluation when one ran, and the peak of the
+// worker's memory pool. Losing one costs a gap in a trace or a plot, never a step.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -40,11 +40,13 @@ struct telemetry {
   int64_t eval_step = -1;      ///< >= 0: a held-out evaluation after this many steps
   double eval_loss = 0;
   double eval_accuracy = -1;  ///< -1: none (a language model)
+  int64_t peak_pool_bytes = 0;  ///< the most the worker's memory pool has held so far
   std::vector<trace_span> spans;
   template <class S>
   static auto fields(S& s) {
     return std::tie(s.member_id, s.generation, s.step, s.clock_offset_ns, s.clock_error_ns,
-                    s.dropped_spans, s.eval_step, s.eval_loss, s.eval_accuracy, s.spans);
+                    s.dropped_spans, s.eval_step, s.eval_loss, s.eval_accuracy, s.peak_pool_bytes,
+                    s.spans);
   }
 };
 

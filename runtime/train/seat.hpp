@@ -105,6 +105,8 @@ class seat {
   virtual evaluation evaluate(int64_t tag) = 0;
   /// What the final report says about the seat.
   virtual seat_report report() = 0;
+  /// The most bytes the seat's memory pool has held so far (cheap: telemetry each step).
+  virtual int64_t peak_pool_bytes() const = 0;
 };
 
 /// What an injected `slow` adds after a pass that took SPENT: (FACTOR - 1) x SPENT of sleep

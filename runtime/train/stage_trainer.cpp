@@ -410,6 +410,7 @@ class stage_seat final : public seat {
     if (!speaks_for_loss()) e.count = 0;  // TP rank 0 speaks for its replicas of the loss
     return e;
   }
+  int64_t peak_pool_bytes() const override { return st_.peak_pool_bytes(); }
   seat_report report() override {
     seat_report r;
     r.param_digests = st_.param_digests();

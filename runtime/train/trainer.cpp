@@ -528,6 +528,7 @@ class whole_seat final : public seat {
     w.save_parts(std::move(parts), std::move(all));
   }
   bool saves_every_rank() const override { return tr_.keeps_feedback(); }
+  int64_t peak_pool_bytes() const override { return tr_.peak_pool_bytes(); }
   evaluation evaluate(int64_t) override { return tr_.evaluate(); }
   seat_report report() override {
     seat_report r;

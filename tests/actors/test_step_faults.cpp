@@ -51,6 +51,7 @@ struct fake_seat final : train::seat {
   bool saves_every_rank() const override { return false; }
   train::evaluation evaluate(int64_t) override { return {}; }
   train::seat_report report() override { return {}; }
+  int64_t peak_pool_bytes() const override { return 0; }
   float buf[4] = {};
 };
 

@@ -179,9 +179,11 @@ TEST_CASE("a metrics scrape in the middle of a run parses, its step counter grow
   // The exposition grammar: comments, or `name{labels} value`.
   const std::regex line(
       R"((# (HELP|TYPE) [a-zA-Z_:][a-zA-Z0-9_:]* .*)|([a-zA-Z_:][a-zA-Z0-9_:]*(\{([a-zA-Z_][a-zA-Z0-9_]*="([^"\\]|\\.)*",?)*\})? (-?[0-9.e+-]+|NaN|\+Inf|-Inf)))");
+  std::string body;
   auto scrape_steps = [&]() -> double {
     const auto res = client.Get("/metrics");
     if (!res || res->status != 200) return -1;
+    body = res->body;
     double steps = -1;
     std::istringstream in(res->body);
     std::string l;
@@ -196,6 +198,12 @@ TEST_CASE("a metrics scrape in the middle of a run parses, its step counter grow
   CHECK(eventually(milliseconds(60000), [&] { return (first = scrape_steps()) >= 1; }));
   CHECK(eventually(milliseconds(60000), [&] { return (later = scrape_steps()) > first; }));
   MESSAGE("cohort_steps_total: " << first << " then " << later);
+  // Worker figures arrive with the votes and the telemetry.
+  CHECK(eventually(milliseconds(30000), [&] {
+    scrape_steps();
+    return body.find("cohort_pool_bytes{worker=\"worker-") != std::string::npos &&
+           body.find("cohort_comm_wait_ratio{worker=\"worker-") != std::string::npos;
+  }));
   // `ctl status` carries the job's live figures; `ctl top` shows them twice and ends.
   const job_address a = address_of(p);
   nlohmann::json st;
