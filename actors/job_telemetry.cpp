@@ -2,7 +2,6 @@
 
 #include <cmath>
 
-
 namespace cohort::actors {
 
 namespace {
@@ -63,7 +62,8 @@ void job_telemetry::declare_metrics() {
   m.histogram("cohort_recovery_seconds",
               "From a fault (or a join, drain or scale) to the next committed step.",
               {0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60});
-  m.histogram("cohort_checkpoint_seconds", "Workers' checkpoint writes (the copy and hand-off).",
+  m.histogram("cohort_checkpoint_seconds",
+              "Workers' checkpoint writes to disk (in the background).",
               {0.001, 0.01, 0.05, 0.1, 0.5, 1, 5, 30});
   m.gauge("cohort_pool_bytes", "The most bytes a worker's memory pool has held so far.");
   m.counter("cohort_bytes_sent_total", "Bytes a worker's data-parallel collectives sent.");
@@ -79,8 +79,8 @@ std::string job_telemetry::finish() {
   nlohmann::json clocks = nlohmann::json::object();
   for (const auto& [w, c] : clocks_) clocks[w] = {{"offset_ns", c.first}, {"error_ns", c.second}};
   trace_->set_meta("worker_clocks", clocks);
-  trace_->set_meta("max_clock_error_us", max_error_ns_ < 0 ? nlohmann::json()
-                                                            : nlohmann::json(max_error_ns_ / 1e3));
+  trace_->set_meta("max_clock_error_us",
+                   max_error_ns_ < 0 ? nlohmann::json() : nlohmann::json(max_error_ns_ / 1e3));
   const std::string path = trace_->path();
   std::unique_ptr<obs::trace_file> t = std::move(trace_);
   t->close();
@@ -104,8 +104,9 @@ void job_telemetry::coordinator_event(const std::string& name, const char* cat, 
                                       double start_s, double end_s, uint32_t tid,
                                       std::string args) {
   if (!trace_) return;
-  trace::event e{name, cat, ph, ns_of(start_s), ph == 'X' ? ns_of(end_s) - ns_of(start_s) : 0,
-                 tid, std::move(args)};
+  trace::event e{
+      name,           cat, ph, ns_of(start_s), ph == 'X' ? ns_of(end_s) - ns_of(start_s) : 0, tid,
+      std::move(args)};
   trace_->add(coordinator_pid, e);
 }
 
@@ -117,9 +118,9 @@ void job_telemetry::step_aborted(double now_s) {
 }
 
 void job_telemetry::step_committed(const curve_point& p, double opened_s, double now_s) {
-  coordinator_event("step", "job", 'X', opened_s, now_s, steps_tid,
-                    "\"step\":" + std::to_string(p.step - 1) +
-                        ",\"replicas\":" + std::to_string(p.replicas));
+  coordinator_event(
+      "step", "job", 'X', opened_s, now_s, steps_tid,
+      "\"step\":" + std::to_string(p.step - 1) + ",\"replicas\":" + std::to_string(p.replicas));
   if (trace_) {
     char loss[64];
     std::snprintf(loss, sizeof loss, "\"loss\":%.6g", p.loss);
@@ -188,7 +189,8 @@ void job_telemetry::eval(const eval_point& e) {
 void job_telemetry::telemetry(const std::string& worker, const net::telemetry& t, double) {
   const int pid = pid_of(worker);
   if (metrics_ && t.peak_pool_bytes > 0)
-    metrics_->set("cohort_pool_bytes", worker_label(worker), static_cast<double>(t.peak_pool_bytes));
+    metrics_->set("cohort_pool_bytes", worker_label(worker),
+                  static_cast<double>(t.peak_pool_bytes));
   if (t.clock_error_ns >= 0) {
     clocks_[worker] = {t.clock_offset_ns, t.clock_error_ns};
     max_error_ns_ = std::max(max_error_ns_, t.clock_error_ns);
@@ -197,7 +199,7 @@ void job_telemetry::telemetry(const std::string& worker, const net::telemetry& t
   }
   int64_t step_begin = -1, step_end = -1, bubble_ns = 0;
   for (const net::trace_span& s : t.spans) {
-    if (metrics_ && s.name == "checkpoint")
+    if (metrics_ && s.name == "checkpoint write")
       metrics_->observe("cohort_checkpoint_seconds", {}, s.dur_ns / 1e9);
     if (s.name == "bubble") bubble_ns += s.dur_ns;
     if (s.cat == "compute" || s.cat == "pipeline") {
@@ -205,8 +207,9 @@ void job_telemetry::telemetry(const std::string& worker, const net::telemetry& t
       step_end = std::max(step_end, s.ts_ns + s.dur_ns);
     }
     if (trace_) {
-      const trace::event e{s.name, s.cat, static_cast<char>(s.ph), s.ts_ns + t.clock_offset_ns,
-                           s.dur_ns, s.tid, s.args};
+      const trace::event e{
+          s.name, s.cat, static_cast<char>(s.ph), s.ts_ns + t.clock_offset_ns, s.dur_ns,
+          s.tid,  s.args};
       trace_->add(pid, e);
     }
   }

@@ -33,11 +33,10 @@ job_event& run_report::add_event(const std::string& kind, const std::string& wor
   e.at_s = at.now_s;
   last_now_s_ = std::max(last_now_s_, at.now_s);
   events_.push_back(std::move(e));
-  if (watch_) watch_->event(kind == "kill" || kind == "hang" || kind == "slow" ||
-                                    kind == "partition"
-                                ? "fault"
-                                : kind,
-                            events_.back(), at.now_s);
+  if (watch_)
+    watch_->event(
+        kind == "kill" || kind == "hang" || kind == "slow" || kind == "partition" ? "fault" : kind,
+        events_.back(), at.now_s);
   return events_.back();
 }
 
@@ -151,8 +150,8 @@ void run_report::step_committed(int64_t steps_done, double loss, const mb::roste
   // Over the last (up to) 10 steps: in a commit window several steps commit together, and
   // one step's own time says little.
   const std::size_t k = std::min<std::size_t>(curve_.size(), 9);
-  const double span_s = k > 0 ? p.t_s - curve_[curve_.size() - k].t_s + curve_[curve_.size() - k].step_s
-                              : p.step_s;
+  const double span_s =
+      k > 0 ? p.t_s - curve_[curve_.size() - k].t_s + curve_[curve_.size() - k].step_s : p.step_s;
   p.samples_per_s =
       span_s > 0 ? static_cast<double>((k + 1) * cfg_.train.global_batch) / span_s : 0.0;
   p.replicas = static_cast<int>(voters.size());
@@ -190,12 +189,11 @@ void run_report::step_committed(int64_t steps_done, double loss, const mb::roste
 void run_report::report_received(const mb::member& m, const net::train_report& rep) {
   reports_[m.id] = report{m.name, m.rank, rep};
   if (rep.has_eval)  // the final evaluation ends the curve of evaluations too
-    eval_seen(rep.next_step, rep.eval_loss,
-              units_per_sample_ > 1 ? -1.0 : rep.eval_accuracy, last_now_s_);
+    eval_seen(rep.next_step, rep.eval_loss, units_per_sample_ > 1 ? -1.0 : rep.eval_accuracy,
+              last_now_s_);
 }
 
-void run_report::telemetry_seen(const std::string& worker, const net::telemetry& t,
-                                double now_s) {
+void run_report::telemetry_seen(const std::string& worker, const net::telemetry& t, double now_s) {
   if (t.eval_step >= 0) eval_seen(t.eval_step, t.eval_loss, t.eval_accuracy, now_s);
   if (watch_) watch_->telemetry(worker, t, now_s);
 }
@@ -210,8 +208,7 @@ nlohmann::json run_report::live() const {
     const double dt = b.t_s - a.t_s;
     if (dt > 0) {
       j["steps_per_s"] = static_cast<double>(b.step - a.step) / dt;
-      j["samples_per_s"] =
-          static_cast<double>((b.step - a.step) * cfg_.train.global_batch) / dt;
+      j["samples_per_s"] = static_cast<double>((b.step - a.step) * cfg_.train.global_batch) / dt;
     }
   }
   if (!curve_.empty()) j["loss"] = curve_.back().loss;

@@ -48,7 +48,7 @@ struct curve_point {
   int64_t step = 0;  ///< steps done after this commit
   double t_s = 0;    ///< since the job's first step opened
   double loss = 0;
-  double step_s = 0;  ///< since the step opened (or the previous commit, in a commit window)
+  double step_s = 0;         ///< since the step opened (or the previous commit, in a commit window)
   double samples_per_s = 0;  ///< over the last (up to) 10 steps
   int replicas = 0;
 };

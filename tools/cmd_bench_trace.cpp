@@ -63,7 +63,8 @@ void add_bench_trace(CLI::App& bench, int* rc) {
       net::telemetry m;
       for (int i = at; i < std::min(n, at + 4096); ++i) {
         const trace::event& e = got[static_cast<std::size_t>(i)];
-        m.spans.push_back({e.name, e.cat, static_cast<uint8_t>(e.ph), e.ts_ns, e.dur_ns, e.tid, e.args});
+        m.spans.push_back(
+            {e.name, e.cat, static_cast<uint8_t>(e.ph), e.ts_ns, e.dur_ns, e.tid, e.args});
       }
       const std::string frame = net::encode(m);
       bytes += frame.size();
@@ -72,9 +73,9 @@ void add_bench_trace(CLI::App& bench, int* rc) {
     }
     const double carry_ns = ns_per(t0, n);
     // 3. The coordinator's side: queued, formatted and written by the background writer.
-    const std::string path =
-        (std::filesystem::temp_directory_path() / ("cohort-bench-trace-" + std::to_string(getpid()) + ".json"))
-            .string();
+    const std::string path = (std::filesystem::temp_directory_path() /
+                              ("cohort-bench-trace-" + std::to_string(getpid()) + ".json"))
+                                 .string();
     t0 = clock_type::now();
     {
       obs::trace_file f(path, 0, static_cast<std::size_t>(n) + 16);
@@ -92,9 +93,10 @@ void add_bench_trace(CLI::App& bench, int* rc) {
                               .dump()
                               .c_str());
     } else {
-      std::printf("per span, %d spans: record %.0f ns (worker), telemetry %.0f ns (%.1f bytes, "
-                  "encode + decode), trace file %.0f ns (coordinator)\n",
-                  n, record_ns, carry_ns, double(bytes) / n, write_ns);
+      std::printf(
+          "per span, %d spans: record %.0f ns (worker), telemetry %.0f ns (%.1f bytes, "
+          "encode + decode), trace file %.0f ns (coordinator)\n",
+          n, record_ns, carry_ns, double(bytes) / n, write_ns);
     }
     *rc = exit_ok;
   });

@@ -164,8 +164,9 @@ void add_coordinator(CLI::App& app, int* rc) {
     const config c = opt->config_path.empty() ? load_config_text("{}", "<defaults>", opt->overrides)
                                               : load_config(opt->config_path, opt->overrides);
     if (opt->control_only && (!opt->trace.empty() || !opt->metrics.empty()))
-      throw usage_error("--trace and --metrics watch a training job, and --control-only runs "
-                        "none: drop one or the other");
+      throw usage_error(
+          "--trace and --metrics watch a training job, and --control-only runs "
+          "none: drop one or the other");
     // Before any thread exists, so only the watcher below ever sees SIGINT / SIGTERM.
     actors::block_termination_signals();
     actors::log_to_stderr();
@@ -268,7 +269,8 @@ void add_coordinator(CLI::App& app, int* rc) {
         if (telemetry) {
           try {
             const std::string path = telemetry->finish();
-            if (!path.empty()) std::fprintf(stderr, "coordinator: trace written to %s\n", path.c_str());
+            if (!path.empty())
+              std::fprintf(stderr, "coordinator: trace written to %s\n", path.c_str());
           } catch (const std::exception& e) {
             spdlog::error("coordinator: {}", e.what());
             failure = e.what();

@@ -60,16 +60,17 @@ void print_job(const net::status_reply& s) {
   const nlohmann::json j = nlohmann::json::parse(s.job, nullptr, false);
   if (!j.is_object()) return;
   if (j.contains("steps_per_s"))
-    std::printf("rate: %.2f steps/s, %.0f samples/s (last 20 steps)", j["steps_per_s"].get<double>(),
-                j["samples_per_s"].get<double>());
+    std::printf("rate: %.2f steps/s, %.0f samples/s (last 20 steps)",
+                j["steps_per_s"].get<double>(), j["samples_per_s"].get<double>());
   if (j.contains("loss")) std::printf(" | loss %.4f", j["loss"].get<double>());
   if (j.contains("steps_per_s") || j.contains("loss")) std::printf("\n");
   if (j.contains("split_ms")) {
     const auto& x = j["split_ms"];
-    std::printf("a worker's step: compute %.1f ms, comm wait %.1f ms, idle %.1f ms (mean of the "
-                "last %d votes)\n",
-                x["compute"].get<double>(), x["comm_wait"].get<double>(), x["idle"].get<double>(),
-                x["votes"].get<int>());
+    std::printf(
+        "a worker's step: compute %.1f ms, comm wait %.1f ms, idle %.1f ms (mean of the "
+        "last %d votes)\n",
+        x["compute"].get<double>(), x["comm_wait"].get<double>(), x["idle"].get<double>(),
+        x["votes"].get<int>());
   }
   for (const auto& e : j["events"]) {
     std::printf("event: %s %s at step %lld", e["kind"].get<std::string>().c_str(),
@@ -172,8 +173,7 @@ void add_ctl(CLI::App& app, int* rc) {
   top->callback([opt, rc, top_interval, top_count] {
     const auto client = opt->client();
     for (int i = 0; *top_count == 0 || i < *top_count; ++i) {
-      if (i > 0)
-        std::this_thread::sleep_for(std::chrono::duration<double>(*top_interval));
+      if (i > 0) std::this_thread::sleep_for(std::chrono::duration<double>(*top_interval));
       net::message reply;
       try {
         reply = client->request(net::status_request{static_cast<uint64_t>(i + 1)},

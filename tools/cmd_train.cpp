@@ -87,7 +87,8 @@ int run_train(const train_args& a) {
   if (!a.trace.empty()) {
     traced = std::make_unique<obs::trace_file>(a.trace, trace::ns(t0));
     traced->name_process(1, "train", 1);
-    for (uint32_t k : {trace::compute, trace::control}) traced->name_thread(1, k, trace::track_name(k));
+    for (uint32_t k : {trace::compute, trace::control})
+      traced->name_thread(1, k, trace::track_name(k));
     trace::enable(true);
   }
   nlohmann::json curve = nlohmann::json::array();

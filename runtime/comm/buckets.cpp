@@ -214,7 +214,8 @@ void bucket_engine::begin_step(void* grads, grad_type type) {
                      "communicator and engine");
   grads_ = grads;
   std::fill(missing_.begin(), missing_.end(), 0);
-  for (std::size_t k = 0; k < buckets_.size(); ++k) missing_[collective_of_[k]] += buckets_[k].count;
+  for (std::size_t k = 0; k < buckets_.size(); ++k)
+    missing_[collective_of_[k]] += buckets_[k].count;
   std::fill(ran_.begin(), ran_.end(), time_interval{});
   marked_.clear();
   marked_total_ = 0;

@@ -268,7 +268,8 @@ void encode(wire_format f, const float* x, std::size_t n, float* error, std::uin
       std::fill(p, p + (n + 7) / 8, std::uint8_t{0});
       for (i = 0; i + 8 <= n; i += 8) {
         std::uint32_t b = 0;
-        for (std::uint32_t k = 0; k < 8; ++k) b |= static_cast<std::uint32_t>(v[i + k] >= 0.0f) << k;
+        for (std::uint32_t k = 0; k < 8; ++k)
+          b |= static_cast<std::uint32_t>(v[i + k] >= 0.0f) << k;
         p[i >> 3] = static_cast<std::uint8_t>(b);
       }
       for (; i < n; ++i)

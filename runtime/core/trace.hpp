@@ -58,8 +58,7 @@ void enable(bool on, std::size_t capacity = 1 << 16);
 void complete(const char* name, const char* cat, int64_t start_ns, int64_t end_ns, uint32_t tid,
               std::string args = {});
 /// Records an instant at at_ns.
-void instant(const char* name, const char* cat, int64_t at_ns, uint32_t tid,
-             std::string args = {});
+void instant(const char* name, const char* cat, int64_t at_ns, uint32_t tid, std::string args = {});
 
 /// Takes every event recorded since the last take(), oldest first.
 std::vector<event> take();

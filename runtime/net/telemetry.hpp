@@ -39,7 +39,7 @@ struct telemetry {
   uint64_t dropped_spans = 0;  ///< spans this worker lost to its buffer's bound, so far
   int64_t eval_step = -1;      ///< >= 0: a held-out evaluation after this many steps
   double eval_loss = 0;
-  double eval_accuracy = -1;  ///< -1: none (a language model)
+  double eval_accuracy = -1;    ///< -1: none (a language model)
   int64_t peak_pool_bytes = 0;  ///< the most the worker's memory pool has held so far
   std::vector<trace_span> spans;
   template <class S>

@@ -4,8 +4,8 @@
 #include <cmath>
 
 #include "runtime/core/error.hpp"
-#include "runtime/core/trace.hpp"
 #include "runtime/core/rules.hpp"
+#include "runtime/core/trace.hpp"
 
 namespace cohort::nn {
 

@@ -74,21 +74,26 @@ std::string trace_file::format(int pid, const trace::event& e) const {
 void trace_file::name_process(int pid, const std::string& name, int sort_index) {
   std::lock_guard<std::mutex> lock(mu_);
   if (closing_) return;
-  pending_.push_back({0, {}, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":" +
-                                std::to_string(pid) + ",\"tid\":0,\"args\":{\"name\":" +
-                                quoted(name) + "}}"});
-  pending_.push_back({0, {}, "{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":" +
-                                std::to_string(pid) + ",\"tid\":0,\"args\":{\"sort_index\":" +
-                                std::to_string(sort_index) + "}}"});
+  pending_.push_back({0,
+                      {},
+                      "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":" + std::to_string(pid) +
+                          ",\"tid\":0,\"args\":{\"name\":" + quoted(name) + "}}"});
+  pending_.push_back(
+      {0,
+       {},
+       "{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":" + std::to_string(pid) +
+           ",\"tid\":0,\"args\":{\"sort_index\":" + std::to_string(sort_index) + "}}"});
   wake_.notify_one();
 }
 
 void trace_file::name_thread(int pid, uint32_t tid, const std::string& name) {
   std::lock_guard<std::mutex> lock(mu_);
   if (closing_) return;
-  pending_.push_back({0, {}, "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":" +
-                                std::to_string(pid) + ",\"tid\":" + std::to_string(tid) +
-                                ",\"args\":{\"name\":" + quoted(name) + "}}"});
+  pending_.push_back({0,
+                      {},
+                      "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":" + std::to_string(pid) +
+                          ",\"tid\":" + std::to_string(tid) +
+                          ",\"args\":{\"name\":" + quoted(name) + "}}"});
   wake_.notify_one();
 }
 
@@ -117,7 +122,8 @@ void trace_file::writer_loop() {
     wake_.wait_for(lock, std::chrono::milliseconds(100),
                    [this] { return closing_ || pending_.size() >= 4096; });
     if (pending_.empty() && closing_) return;
-    batch.assign(std::make_move_iterator(pending_.begin()), std::make_move_iterator(pending_.end()));
+    batch.assign(std::make_move_iterator(pending_.begin()),
+                 std::make_move_iterator(pending_.end()));
     pending_.clear();
     const bool first = written_ == 0;
     written_ += batch.size();

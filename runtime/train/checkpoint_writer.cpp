@@ -8,6 +8,7 @@
 #include "runtime/ckpt/checkpoint.hpp"
 #include "runtime/ckpt/checkpoint_dir.hpp"
 #include "runtime/core/error.hpp"
+#include "runtime/core/trace.hpp"
 #include "runtime/train/trainer.hpp"
 
 namespace cohort::train {
@@ -55,6 +56,8 @@ void checkpoint_writer::start(std::vector<shard_snapshot> snaps, std::vector<std
       [step_dir, dir = dir_, keep = keep_, all = std::move(all),
        snaps = std::move(snaps)]() -> std::string {
         const shard_snapshot* at = &snaps.front();  // the file being written, for the log
+        trace::span traced("checkpoint write", "checkpoint", trace::track::control,
+                           trace::args({{"step", snaps.front().meta.step}}));
         try {
           make_checkpoint_folders(dir);  // mode 0700, parents fsynced
           // One writer holds the whole checkpoint; several complete it together.

@@ -128,8 +128,8 @@ double stage_trainer::compute_gradients(int64_t step, const std::vector<int>& mi
     ~leave_schedule() { flag = false; }
   } leave{in_schedule_};
   // A span of this stage's schedule from T0 to now (the trace: docs/observability.md).
-  auto traced = [this](const char* name, const char* cat, clock_type::time_point t0,
-                       uint32_t tid, int64_t at_step, int mb, std::size_t bytes) {
+  auto traced = [this](const char* name, const char* cat, clock_type::time_point t0, uint32_t tid,
+                       int64_t at_step, int mb, std::size_t bytes) {
     if (!trace::enabled()) return;
     std::string a = trace::args({{"step", at_step}, {"mb", mb}, {"stage", stage_}});
     if (bytes > 0) a += ",\"bytes\":" + std::to_string(bytes);

@@ -472,7 +472,8 @@ TEST_CASE("a wire plan: compressed buckets carry their error memory, plain ones 
     }
 }
 
-TEST_CASE("plan_collectives: compressed plans gather the buckets of one format, plain ones do not") {
+TEST_CASE(
+    "plan_collectives: compressed plans gather the buckets of one format, plain ones do not") {
   // From the end: [9,10) f32, [6,9) fp8, [5,6) f32, [2,5) fp8, [0,2) f32: five buckets.
   const double mb = 3 * sizeof(float) / kMiB;
   const auto b =
@@ -489,8 +490,8 @@ TEST_CASE("plan_collectives: compressed plans gather the buckets of one format, 
 }
 
 TEST_CASE("gathered collectives sum exactly and keep each element's error memory in place") {
-  // Two ranks, one lane, buckets of 400; fp8 on [100, 300) and [400, 600), floats elsewhere: two collectives
-  // a step (all fp8 buckets, all plain ones). Plain elements: rank r sends 17 + r. fp8
+  // Two ranks, one lane, buckets of 400; fp8 on [100, 300) and [400, 600), floats elsewhere: two
+  // collectives a step (all fp8 buckets, all plain ones). Plain elements: rank r sends 17 + r. fp8
   // elements: rank 0 sends 16, rank 1 sends 32, all exact in fp8 and so is their sum 48;
   // but rank 0 sends 17 at element 450, which fp8 rounds to 16 (a tie, to even): its
   // memory keeps the 1 at element 450 and nowhere else.

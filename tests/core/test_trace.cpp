@@ -23,7 +23,8 @@ TEST_CASE("trace: off records nothing, on keeps spans and instants in order, up 
   trace::complete("forward", "compute", 10, 30, trace::track::compute, trace::args({{"mb", 2}}));
   trace::instant("kill", "fault", 40, trace::track::control);
   {
-    trace::span s("allreduce", "comm", trace::track::comm, trace::args({{"bytes", 4096}, {"bucket", 1}}));
+    trace::span s("allreduce", "comm", trace::track::comm,
+                  trace::args({{"bytes", 4096}, {"bucket", 1}}));
   }
   trace::complete("late", "compute", 50, 40, trace::track::compute);  // over the bound
   const std::vector<trace::event> got = trace::take();
@@ -52,7 +53,8 @@ TEST_CASE("trace: threads recording at once lose nothing under the bound") {
   std::vector<std::thread> ts;
   for (int t = 0; t < 4; ++t)
     ts.emplace_back([t] {
-      for (int i = 0; i < 1000; ++i) trace::complete("x", "compute", i, i + 1, static_cast<uint32_t>(t));
+      for (int i = 0; i < 1000; ++i)
+        trace::complete("x", "compute", i, i + 1, static_cast<uint32_t>(t));
     });
   for (auto& t : ts) t.join();
   const auto got = trace::take();

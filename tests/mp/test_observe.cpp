@@ -5,16 +5,15 @@
 // recovery, in that order; a Prometheus scrape in the middle of a run parses and its step
 // counter grows; `cohort plot` draws PNGs from a real run's summary and trace.
 #include <doctest/doctest.h>
-
 #include <httplib.h>
 
-#include <csignal>
 #include <cmath>
-#include <sstream>
+#include <csignal>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -35,10 +34,14 @@ struct traced_run {
 traced_run launch_traced(const temp_dir& dir, int steps, int workers,
                          const std::vector<std::string>& extra) {
   const std::string cfg = dir.write("cfg.yaml", small_yaml(dir.path(), "fast", steps));
-  std::vector<std::string> args = {"launch",    cfg,
-                                   "-q",        "--summary",
-                                   dir.path() + "/s.json", "--trace",
-                                   dir.path() + "/trace.json", "--set",
+  std::vector<std::string> args = {"launch",
+                                   cfg,
+                                   "-q",
+                                   "--summary",
+                                   dir.path() + "/s.json",
+                                   "--trace",
+                                   dir.path() + "/trace.json",
+                                   "--set",
                                    "cluster.workers=" + std::to_string(workers)};
   args.insert(args.end(), extra.begin(), extra.end());
   child_process p(args, dir.path(), "launch");
@@ -116,8 +119,8 @@ TEST_CASE("a traced run holds every step's spans for every worker, on the coordi
 
 TEST_CASE("a kill in a traced run shows the fault, then its detection, then its recovery") {
   temp_dir dir;
-  const traced_run r =
-      launch_traced(dir, 16, 3, {"--inject", "kill rank=1 at step=6", "--set", "elastic.min_workers=2"});
+  const traced_run r = launch_traced(
+      dir, 16, 3, {"--inject", "kill rank=1 at step=6", "--set", "elastic.min_workers=2"});
   double fault = -1, detect_begin = -1, detect_end = -1, recover_begin = -1, recover_end = -1;
   std::string victim;
   for (const auto& e : r.trace["traceEvents"]) {
@@ -153,8 +156,8 @@ TEST_CASE("a kill in a traced run shows the fault, then its detection, then its 
         doctest::Approx(kills[0]["recover_ms"].get<double>()).epsilon(0.001));
   // The plots of this run: every file a PNG (the signature) or the data and script beside it.
   int rc = -1;
-  const std::string out = run_capture(
-      "plot " + dir.path() + "/s.json --out " + dir.path() + "/plots", &rc);
+  const std::string out =
+      run_capture("plot " + dir.path() + "/s.json --out " + dir.path() + "/plots", &rc);
   REQUIRE_MESSAGE(rc == 0, out);
   for (const char* png : {"loss.png", "throughput.png", "step_split.png"}) {
     CAPTURE(png);
@@ -164,7 +167,8 @@ TEST_CASE("a kill in a traced run shows the fault, then its detection, then its 
   }
 }
 
-TEST_CASE("a metrics scrape in the middle of a run parses, its step counter grows, ctl shows the rate") {
+TEST_CASE(
+    "a metrics scrape in the middle of a run parses, its step counter grows, ctl shows the rate") {
   temp_dir dir;
   const std::string cfg = dir.write("cfg.yaml", small_yaml(dir.path(), "fast", 100000));
   child_process p({"launch", cfg, "-q", "--metrics", "127.0.0.1:0", "--set", "cluster.workers=2"},
