@@ -50,7 +50,10 @@ nlohmann::json to_json(const net::status_reply& s) {
   for (const auto& c : s.dropped) dropped[c.name] = c.value;
   nlohmann::json j = {
       {"generation", s.generation}, {"step", s.step}, {"workers", workers}, {"dropped", dropped}};
-  if (!s.job.empty()) j["job"] = nlohmann::json::parse(s.job, nullptr, false);
+  if (!s.job.empty()) {
+    const nlohmann::json job = nlohmann::json::parse(s.job, nullptr, false);
+    if (job.is_object()) j["job"] = job;  // a coordinator's garbage is left out, not printed
+  }
   return j;
 }
 
@@ -60,24 +63,25 @@ void print_job(const net::status_reply& s) {
   const nlohmann::json j = nlohmann::json::parse(s.job, nullptr, false);
   if (!j.is_object()) return;
   if (j.contains("steps_per_s"))
-    std::printf("rate: %.2f steps/s, %.0f samples/s (last 20 steps)",
-                j["steps_per_s"].get<double>(), j["samples_per_s"].get<double>());
-  if (j.contains("loss")) std::printf(" | loss %.4f", j["loss"].get<double>());
+    std::printf("rate: %.2f steps/s, %.0f samples/s (last 20 steps)", j.value("steps_per_s", 0.0),
+                j.value("samples_per_s", 0.0));
+  if (j.contains("loss")) std::printf(" | loss %.4f", j.value("loss", 0.0));
   if (j.contains("steps_per_s") || j.contains("loss")) std::printf("\n");
-  if (j.contains("split_ms")) {
+  if (j.contains("split_ms") && j["split_ms"].is_object()) {
     const auto& x = j["split_ms"];
     std::printf(
         "a worker's step: compute %.1f ms, comm wait %.1f ms, idle %.1f ms (mean of the "
         "last %d votes)\n",
-        x["compute"].get<double>(), x["comm_wait"].get<double>(), x["idle"].get<double>(),
-        x["votes"].get<int>());
+        x.value("compute", 0.0), x.value("comm_wait", 0.0), x.value("idle", 0.0),
+        x.value("votes", 0));
   }
+  if (!j.contains("events") || !j["events"].is_array()) return;
   for (const auto& e : j["events"]) {
-    std::printf("event: %s %s at step %lld", e["kind"].get<std::string>().c_str(),
-                e["worker"].get<std::string>().c_str(), e["step"].get<long long>());
-    if (e.contains("detect_ms")) std::printf(", detected in %.0f ms", e["detect_ms"].get<double>());
-    if (e.contains("recover_ms"))
-      std::printf(", recovered in %.0f ms", e["recover_ms"].get<double>());
+    if (!e.is_object()) continue;
+    std::printf("event: %s %s at step %lld", e.value("kind", std::string("?")).c_str(),
+                e.value("worker", std::string()).c_str(), e.value("step", 0LL));
+    if (e.contains("detect_ms")) std::printf(", detected in %.0f ms", e.value("detect_ms", 0.0));
+    if (e.contains("recover_ms")) std::printf(", recovered in %.0f ms", e.value("recover_ms", 0.0));
     std::printf("\n");
   }
 }
