@@ -1,0 +1,140 @@
+// The run report's views for seeing a run (docs/observability.md): the loss curve (every
+// commit, its time since the first open, its own time and a rate over the last 10 steps),
+// the evaluations, what `ctl status` shows live, and the order in which a watch sees a
+// fault, its detection and its recovery. Pure: times are given, closed-form expectations.
+#include <doctest/doctest.h>
+
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "actors/run_report.hpp"
+#include "runtime/core/config.hpp"
+
+using namespace cohort;
+using namespace cohort::actors;
+
+namespace {
+
+config report_config() {
+  return load_config_text("train:\n  steps: 40\n  global_batch: 64\n  micro_batch: 16\n", "<test>");
+}
+
+mb::roster roster_of(uint64_t generation, const std::vector<mb::member_id>& ids) {
+  mb::roster r;
+  r.generation = generation;
+  for (mb::member_id id : ids) {
+    mb::member m;
+    m.id = id;
+    m.name = "w" + std::to_string(id);
+    m.state = mb::member_state::alive;
+    r.members.push_back(m);
+  }
+  return r;
+}
+
+// Records what it is shown, one line each.
+struct recording_watch : job_watch {
+  std::vector<std::string> seen;
+  void step_committed(const curve_point& p, double opened_s, double now_s) override {
+    seen.push_back("commit " + std::to_string(p.step));
+  }
+  void event(const std::string& what, const job_event& e, double now_s) override {
+    seen.push_back(what + " " + e.kind + " " + e.worker);
+  }
+  void step_aborted(double) override { seen.push_back("abort"); }
+  void eval(const eval_point& e) override { seen.push_back("eval " + std::to_string(e.step)); }
+};
+
+}  // namespace
+
+TEST_CASE("run report: the curve holds every commit, its time, and a rate over the last 10 steps") {
+  run_report rep(report_config(), 0);
+  const mb::roster r = roster_of(1, {1, 2});
+  const std::set<mb::member_id> voters{1, 2};
+  std::vector<std::string> notes;
+  // Step s opens at 10 + s and commits 0.25 s later.
+  for (int s = 0; s < 12; ++s) {
+    rep.step_opened(2, 10.0 + s);
+    rep.step_committed(s + 1, 1.0 / (s + 1), r, voters, 10.25 + s, notes);
+  }
+  const auto& c = rep.curve();
+  REQUIRE(c.size() == 12);
+  CHECK(c[0].step == 1);
+  CHECK(c[0].t_s == doctest::Approx(0.25));
+  CHECK(c[0].step_s == doctest::Approx(0.25));
+  CHECK(c[0].loss == doctest::Approx(1.0));
+  CHECK(c[0].replicas == 2);
+  // The first step alone: 64 samples in 0.25 s.
+  CHECK(c[0].samples_per_s == doctest::Approx(256.0));
+  // Step 12: the last 10 steps ran from step 3's open (12 s) to 21.25 s: 640 samples.
+  CHECK(c[11].t_s == doctest::Approx(11.25));
+  CHECK(c[11].samples_per_s == doctest::Approx(640.0 / 9.25));
+  const nlohmann::json j = rep.summary(12.0);
+  REQUIRE(j["curve"].size() == 12);
+  CHECK(j["curve"][11]["step"] == 12);
+  CHECK(j["evals"].empty());
+  // Live: 20 steps are not there yet; the rate over what there is (steps 1..12: 11 steps in
+  // 11 s between the first and the last commit).
+  const nlohmann::json live = rep.live();
+  CHECK(live["steps_per_s"].get<double>() == doctest::Approx(1.0));
+  CHECK(live["samples_per_s"].get<double>() == doctest::Approx(64.0));
+  CHECK(live["loss"].get<double>() == doctest::Approx(1.0 / 12));
+  CHECK(live["events"].empty());
+  CHECK_FALSE(live.contains("split_ms"));  // no vote counted yet
+}
+
+TEST_CASE("run report: the live split is the mean of the last votes, evaluations join the summary") {
+  run_report rep(report_config(), 0);
+  net::step_timing t;
+  t.compute_us = 4000;
+  t.comm_wait_us = 2000;
+  t.idle_us = 1000;
+  for (int i = 0; i < 70; ++i) rep.vote_counted("w1", t);  // only the last 64 count
+  t.compute_us = 8000;
+  rep.vote_counted("w2", t);
+  const nlohmann::json live = rep.live();
+  REQUIRE(live.contains("split_ms"));
+  CHECK(live["split_ms"]["votes"] == 64);
+  CHECK(live["split_ms"]["compute"].get<double>() == doctest::Approx((63 * 4.0 + 8.0) / 64));
+  CHECK(live["split_ms"]["comm_wait"].get<double>() == doctest::Approx(2.0));
+  CHECK(live["split_ms"]["idle"].get<double>() == doctest::Approx(1.0));
+  rep.step_opened(1, 5.0);
+  net::telemetry tm;
+  tm.eval_step = 10;
+  tm.eval_loss = 0.5;
+  tm.eval_accuracy = 0.75;
+  rep.telemetry_seen("w1", tm, 7.0);
+  tm.eval_step = -1;  // spans only: no evaluation
+  rep.telemetry_seen("w1", tm, 8.0);
+  REQUIRE(rep.evals().size() == 1);
+  CHECK(rep.evals()[0].step == 10);
+  CHECK(rep.evals()[0].t_s == doctest::Approx(2.0));
+  const nlohmann::json j = rep.summary(9.0);
+  REQUIRE(j["evals"].size() == 1);
+  CHECK(j["evals"][0]["accuracy"].get<double>() == doctest::Approx(0.75));
+}
+
+TEST_CASE("run report: a watch sees the fault, its detection, then its recovery, in order") {
+  run_report rep(report_config(), 0);
+  auto w = std::make_shared<recording_watch>();
+  rep.set_watch(w);
+  const mb::roster three = roster_of(1, {1, 2, 3});
+  const mb::roster two = roster_of(2, {1, 2});
+  std::vector<std::string> notes;
+  rep.roster_seen(three, {0, 1, 9.0}, false, {}, notes);  // before the first step: no joins
+  rep.step_opened(3, 9.5);
+  rep.fault_ordered("kill", "w3", "kill worker=w3 at step=5", {5, 1, 10.0});
+  rep.step_aborted();
+  rep.roster_seen(two, {5, 2, 10.2}, true, {}, notes);
+  rep.step_opened(2, 10.3);
+  rep.step_committed(6, 0.5, two, {1, 2}, 10.5, notes);
+  CHECK(w->seen == std::vector<std::string>{"fault kill w3", "abort", "detected kill w3",
+                                            "commit 6", "recovered kill w3"});
+  REQUIRE(rep.events().size() == 1);
+  CHECK(rep.events()[0].detect_ms == doctest::Approx(200.0));
+  CHECK(rep.events()[0].recover_ms == doctest::Approx(500.0));
+  // The event's time on the curve's clock: 10.0 - the first open (9.5).
+  CHECK(rep.summary(11.0)["events"][0]["t_s"].get<double>() == doctest::Approx(0.5));
+}
