@@ -463,6 +463,9 @@ struct group {
     // step passes through, more than the spans themselves.
     const auto t_now = clock_type::now();
     if (!now && !eval_to_tell && t_now < next_tell) return;
+    // Spans wait for the first clock probe's answer: without an offset, another host's spans
+    // would land as far off as the two machines' uptimes differ.
+    if (!now && io.clock && io.clock().error_ns < 0) return;
     next_tell = t_now + telemetry_period;
     std::vector<trace::event> spans = trace::take();
     if (spans.empty() && !eval_to_tell) return;

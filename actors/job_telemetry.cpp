@@ -17,13 +17,7 @@ obs::labels worker_label(const std::string& w) { return {{"worker", w}}; }
 }  // namespace
 
 job_telemetry::job_telemetry(const telemetry_options& o, int64_t now_ns) {
-  if (!o.trace_path.empty()) {
-    trace_ = std::make_unique<obs::trace_file>(o.trace_path, now_ns);
-    trace_->name_process(coordinator_pid, "coordinator", 0);
-    trace_->name_thread(coordinator_pid, steps_tid, "steps");
-    trace_->name_thread(coordinator_pid, events_tid, "events");
-    trace_->set_meta("clock", "the coordinator's steady clock; ts 0 is clock_zero_ns");
-  }
+  // The endpoint first: a taken port fails the command before a trace file exists.
   if (!o.metrics_addr.empty()) {
     const auto [host, port] = obs::metrics_server::parse_host_port(o.metrics_addr);
     metrics_ = std::make_unique<obs::metrics>();
@@ -32,10 +26,20 @@ job_telemetry::job_telemetry(const telemetry_options& o, int64_t now_ns) {
     server_ = std::make_unique<obs::metrics_server>([m] { return m->exposition(); });
     server_->start(host, port);
   }
+  if (!o.trace_path.empty()) {
+    trace_ = std::make_unique<obs::trace_file>(o.trace_path, now_ns);
+    trace_->name_process(coordinator_pid, "coordinator", 0);
+    trace_->name_thread(coordinator_pid, steps_tid, "steps");
+    trace_->name_thread(coordinator_pid, events_tid, "events");
+    trace_->set_meta("clock", "the coordinator's steady clock; ts 0 is clock_zero_ns");
+  }
 }
 
 job_telemetry::~job_telemetry() {
   try {
+    // A job that never opened a step (the coordinator could not start) leaves no trace;
+    // one that failed later leaves what it saw.
+    if (trace_ && !started_) trace_->abandon();
     finish();
   } catch (const std::exception&) {
     // finish() reports a trace it could not write when called on purpose.
@@ -53,8 +57,8 @@ void job_telemetry::declare_metrics() {
           "Share of a worker's last step spent blocked on collectives (comm wait / (compute + "
           "comm wait)).");
   m.gauge("cohort_bubble_ratio",
-          "Pipeline jobs: share of the last step a stage waited for its neighbours (bubble "
-          "spans over the step); 0 without pipeline parallelism.");
+          "Pipeline jobs: share of a stage worker's compute track spent waiting for its "
+          "neighbours (bubble spans over the span of its last telemetry, about 250 ms).");
   m.gauge("cohort_workers", "Workers in the current roster, by state.");
   m.gauge("cohort_generation", "The roster's generation.");
   m.counter("cohort_aborted_steps_total", "Steps aborted (a member lost, a collective failed).");
@@ -110,7 +114,7 @@ void job_telemetry::coordinator_event(const std::string& name, const char* cat, 
   trace_->add(coordinator_pid, e);
 }
 
-void job_telemetry::step_opened(int, double) {}
+void job_telemetry::step_opened(int, double) { started_ = true; }
 
 void job_telemetry::step_aborted(double now_s) {
   coordinator_event("step aborted", "job", 'i', now_s, now_s, events_tid);
@@ -188,6 +192,12 @@ void job_telemetry::eval(const eval_point& e) {
 
 void job_telemetry::telemetry(const std::string& worker, const net::telemetry& t, double) {
   const int pid = pid_of(worker);
+  // No probe answered yet (a final report sent at once): the worker's last known offset.
+  int64_t offset = t.clock_offset_ns;
+  if (t.clock_error_ns < 0) {
+    const auto known = clocks_.find(worker);
+    if (known != clocks_.end()) offset = known->second.first;
+  }
   if (metrics_ && t.peak_pool_bytes > 0)
     metrics_->set("cohort_pool_bytes", worker_label(worker),
                   static_cast<double>(t.peak_pool_bytes));
@@ -207,9 +217,8 @@ void job_telemetry::telemetry(const std::string& worker, const net::telemetry& t
       step_end = std::max(step_end, s.ts_ns + s.dur_ns);
     }
     if (trace_) {
-      const trace::event e{
-          s.name, s.cat, static_cast<char>(s.ph), s.ts_ns + t.clock_offset_ns, s.dur_ns,
-          s.tid,  s.args};
+      const trace::event e{s.name, s.cat, static_cast<char>(s.ph), s.ts_ns + offset, s.dur_ns,
+                           s.tid,  s.args};
       trace_->add(pid, e);
     }
   }

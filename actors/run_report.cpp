@@ -24,19 +24,22 @@ run_report::run_report(const config& cfg, int64_t start_step)
       seat_size_(cfg.parallel.pp * cfg.parallel.tp) {}
 
 job_event& run_report::add_event(const std::string& kind, const std::string& worker,
-                                 const job_moment& at) {
+                                 const job_moment& at, const std::string& detail, double detect_ms,
+                                 int target) {
   job_event e;
   e.kind = kind;
   e.worker = worker;
   e.step = at.step;
   e.generation = at.generation;
   e.at_s = at.now_s;
+  e.detail = detail;
+  e.detect_ms = detect_ms;
+  e.target = target;
   last_now_s_ = std::max(last_now_s_, at.now_s);
   events_.push_back(std::move(e));
-  if (watch_)
-    watch_->event(
-        kind == "kill" || kind == "hang" || kind == "slow" || kind == "partition" ? "fault" : kind,
-        events_.back(), at.now_s);
+  // The watch sees the event whole: every field is set above.
+  const bool fault = kind == "kill" || kind == "hang" || kind == "slow" || kind == "partition";
+  if (watch_) watch_->event(fault ? "fault" : kind, events_.back(), at.now_s);
   return events_.back();
 }
 
@@ -62,7 +65,7 @@ void run_report::roster_seen(const mb::roster& r, const job_moment& at, bool run
     }
     if (!injected && running) {
       // The departure is what the coordinator saw; the fault time is unknown.
-      add_event("departed", name, at).detect_ms = 0;
+      add_event("departed", name, at, "", 0);
       notes.push_back(name + " left the roster at step " + std::to_string(at.step) +
                       " (generation " + std::to_string(r.generation) + ", " +
                       std::to_string(r.members.size()) + " workers)");
@@ -106,18 +109,15 @@ void run_report::eval_seen(int64_t step, double loss, double accuracy, double no
 
 void run_report::fault_ordered(const std::string& kind, const std::string& worker,
                                const std::string& spec, const job_moment& at) {
-  add_event(kind, worker, at).detail = spec;
+  add_event(kind, worker, at, spec);
 }
 
 void run_report::drain_asked(const std::string& worker, const job_moment& at) {
-  add_event("drained", worker, at).detect_ms = 0;
+  add_event("drained", worker, at, "", 0);
 }
 
 void run_report::scale_asked(int target, const std::string& spec, const job_moment& at) {
-  job_event& e = add_event("scale", "", at);
-  e.target = target;
-  e.detect_ms = 0;
-  e.detail = spec;
+  add_event("scale", "", at, spec, 0, target);
 }
 
 void run_report::vote_counted(const std::string& worker, const net::step_timing& t) {
@@ -187,8 +187,9 @@ void run_report::step_committed(int64_t steps_done, double loss, const mb::roste
 }
 
 void run_report::report_received(const mb::member& m, const net::train_report& rep) {
+  const bool again = reports_.count(m.id) != 0;  // a report sent again (its commit was lost)
   reports_[m.id] = report{m.name, m.rank, rep};
-  if (rep.has_eval)  // the final evaluation ends the curve of evaluations too
+  if (rep.has_eval && !again)  // the final evaluation ends the curve of evaluations too
     eval_seen(rep.next_step, rep.eval_loss, units_per_sample_ > 1 ? -1.0 : rep.eval_accuracy,
               last_now_s_);
 }

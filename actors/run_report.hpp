@@ -151,7 +151,8 @@ class run_report {
     net::train_report r;
   };
 
-  job_event& add_event(const std::string& kind, const std::string& worker, const job_moment& at);
+  job_event& add_event(const std::string& kind, const std::string& worker, const job_moment& at,
+                       const std::string& detail = {}, double detect_ms = -1, int target = 0);
 
   config cfg_;
   int64_t start_step_ = 0;

@@ -58,10 +58,21 @@ nlohmann::json to_json(const net::status_reply& s) {
 }
 
 // The job's line: step rate, the step's split and the last events (run_report::live).
+void print_job_figures(const nlohmann::json& j);
+
 void print_job(const net::status_reply& s) {
   if (s.job.empty()) return;
   const nlohmann::json j = nlohmann::json::parse(s.job, nullptr, false);
   if (!j.is_object()) return;
+  try {
+    print_job_figures(j);
+  } catch (const nlohmann::json::exception&) {
+    // A field of another type (a NaN loss arrives as null): the rest of status still shows.
+    std::printf("\n(the job's figures could not be read)\n");
+  }
+}
+
+void print_job_figures(const nlohmann::json& j) {
   if (j.contains("steps_per_s"))
     std::printf("rate: %.2f steps/s, %.0f samples/s (last 20 steps)", j.value("steps_per_s", 0.0),
                 j.value("samples_per_s", 0.0));

@@ -127,6 +127,8 @@ class launcher {
 
     if (!wait_for_endpoint()) return finish();
     std::printf("coordinator listening on %s\n", endpoint_.c_str());
+    std::fwrite(pipe_buf_.data(), 1, pipe_buf_.size(), stdout);
+    pipe_buf_.clear();
     std::fflush(stdout);
     client_ = std::make_unique<net::sync_client>(
         endpoint_, static_cast<size_t>(cfg_.control.max_message_bytes),
@@ -208,10 +210,9 @@ class launcher {
         const auto eol = pipe_buf_.find('\n', at);
         if (eol == std::string::npos) continue;
         endpoint_ = pipe_buf_.substr(at + marker.size(), eol - at - marker.size());
-        // Whatever came with the endpoint line (the metrics address) is passed through.
+        // Whatever came with the endpoint line (the metrics address) is passed through once
+        // launch has printed the endpoint (run()).
         pipe_buf_.erase(at, eol + 1 - at);
-        std::fwrite(pipe_buf_.data(), 1, pipe_buf_.size(), stdout);
-        pipe_buf_.clear();
         return true;
       }
       if (stopping_) return false;

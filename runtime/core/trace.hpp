@@ -93,7 +93,12 @@ class span {
     if (start_ >= 0 && args_.empty()) args_ = context();
   }
   ~span() {
-    if (start_ >= 0) complete(name_, cat_, start_, now_ns(), tid_, std::move(args_));
+    if (start_ < 0) return;
+    try {
+      complete(name_, cat_, start_, now_ns(), tid_, std::move(args_));
+    } catch (...) {
+      // Out of memory: the span is lost; a destructor must not throw.
+    }
   }
   span(const span&) = delete;
   span& operator=(const span&) = delete;

@@ -125,16 +125,37 @@ void trace_file::writer_loop() {
     batch.assign(std::make_move_iterator(pending_.begin()),
                  std::make_move_iterator(pending_.end()));
     pending_.clear();
+    if (failed_) continue;  // what comes after a failure is dropped, and close() says so
     const bool first = written_ == 0;
     written_ += batch.size();
     lock.unlock();
-    for (std::size_t i = 0; i < batch.size(); ++i) {
-      if (!(first && i == 0)) std::fputs(",\n", out_);
-      const item& x = batch[i];
-      std::fputs(x.line.empty() ? format(x.pid, x.e).c_str() : x.line.c_str(), out_);
+    bool ok = true;
+    try {
+      for (std::size_t i = 0; i < batch.size(); ++i) {
+        if (!(first && i == 0)) std::fputs(",\n", out_);
+        const item& x = batch[i];
+        std::fputs(x.line.empty() ? format(x.pid, x.e).c_str() : x.line.c_str(), out_);
+      }
+    } catch (const std::exception&) {
+      ok = false;  // out of memory, or a name the JSON library refuses: the trace is broken
     }
     lock.lock();
+    if (!ok) failed_ = true;
   }
+}
+
+void trace_file::abandon() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closed_) return;
+    closed_ = closing_ = true;
+  }
+  wake_.notify_one();
+  writer_.join();
+  std::fclose(out_);
+  out_ = nullptr;
+  std::error_code ec;
+  std::filesystem::remove(path_ + ".partial", ec);
 }
 
 void trace_file::close() {
@@ -156,7 +177,7 @@ void trace_file::close() {
   std::fputs("\n],\"otherData\":", out_);
   std::fputs(meta.dump().c_str(), out_);
   std::fputs("}\n", out_);
-  const bool ok = std::fflush(out_) == 0 && std::ferror(out_) == 0;
+  const bool ok = !failed_ && std::fflush(out_) == 0 && std::ferror(out_) == 0;
   std::fclose(out_);
   out_ = nullptr;
   const std::string partial = path_ + ".partial";

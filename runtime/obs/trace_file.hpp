@@ -37,8 +37,12 @@ class trace_file {
   void set_meta(const std::string& key, nlohmann::json value);
 
   /// Writes what is queued, the metadata and the closing brackets, and renames the file
-  /// into place. Idempotent. Throws cohort::error when the disk refused the file.
+  /// into place. Idempotent. Throws cohort::error when the disk refused the file (or the
+  /// writer failed on an event): what was written stays in PATH.partial.
   void close();
+  /// Stops and removes PATH.partial: nothing ran that the trace could show (the command
+  /// failed to start). Idempotent; after close() it does nothing.
+  void abandon();
 
   const std::string& path() const { return path_; }
   uint64_t written() const;

@@ -41,7 +41,9 @@ struct recording_watch : job_watch {
     seen.push_back("commit " + std::to_string(p.step));
   }
   void event(const std::string& what, const job_event& e, double now_s) override {
-    seen.push_back(what + " " + e.kind + " " + e.worker);
+    // The event as the watch gets it: whole, its spec already set.
+    seen.push_back(what + " " + e.kind + " " + e.worker +
+                   (e.detail.empty() ? std::string() : " (" + e.detail + ")"));
   }
   void step_aborted(double) override { seen.push_back("abort"); }
   void eval(const eval_point& e) override { seen.push_back("eval " + std::to_string(e.step)); }
@@ -85,7 +87,8 @@ TEST_CASE("run report: the curve holds every commit, its time, and a rate over t
   CHECK_FALSE(live.contains("split_ms"));  // no vote counted yet
 }
 
-TEST_CASE("run report: the live split is the mean of the last votes, evaluations join the summary") {
+TEST_CASE(
+    "run report: the live split is the mean of the last votes, evaluations join the summary") {
   run_report rep(report_config(), 0);
   net::step_timing t;
   t.compute_us = 4000;
@@ -130,11 +133,17 @@ TEST_CASE("run report: a watch sees the fault, its detection, then its recovery,
   rep.roster_seen(two, {5, 2, 10.2}, true, {}, notes);
   rep.step_opened(2, 10.3);
   rep.step_committed(6, 0.5, two, {1, 2}, 10.5, notes);
-  CHECK(w->seen == std::vector<std::string>{"fault kill w3", "abort", "detected kill w3",
-                                            "commit 6", "recovered kill w3"});
+  CHECK(w->seen == std::vector<std::string>{"fault kill w3 (kill worker=w3 at step=5)", "abort",
+                                            "detected kill w3 (kill worker=w3 at step=5)",
+                                            "commit 6",
+                                            "recovered kill w3 (kill worker=w3 at step=5)"});
   REQUIRE(rep.events().size() == 1);
   CHECK(rep.events()[0].detect_ms == doctest::Approx(200.0));
   CHECK(rep.events()[0].recover_ms == doctest::Approx(500.0));
   // The event's time on the curve's clock: 10.0 - the first open (9.5).
   CHECK(rep.summary(11.0)["events"][0]["t_s"].get<double>() == doctest::Approx(0.5));
+  // A scale request reaches the watch with its spec and target.
+  rep.scale_asked(3, "scale to=3", {6, 2, 11.0});
+  CHECK(w->seen.back() == "scale scale  (scale to=3)");
+  CHECK(rep.events().back().target == 3);
 }

@@ -103,3 +103,15 @@ TEST_CASE("trace file: a path that cannot be created is a usage error naming it"
     CHECK(what.find("folder that exists") != std::string::npos);
   }
 }
+
+TEST_CASE("trace file: abandoned, it leaves nothing behind, and a later close does nothing") {
+  temp_dir d;
+  const std::string path = d.path + "/never.json";
+  obs::trace_file f(path, 0);
+  f.add(0, trace::event{"step", "job", 'X', 0, 10, 0, ""});
+  f.abandon();
+  CHECK_FALSE(std::filesystem::exists(path + ".partial"));
+  CHECK_FALSE(std::filesystem::exists(path));
+  f.close();
+  CHECK_FALSE(std::filesystem::exists(path));
+}
