@@ -62,7 +62,6 @@ class job_telemetry : public job_watch {
   std::map<std::string, std::pair<int64_t, int64_t>> clocks_;
   int64_t max_error_ns_ = -1;
   bool started_ = false;  ///< a step opened: the trace has something to show
-  std::map<std::string, double> last_comm_wait_ratio_;
 };
 
 }  // namespace cohort::actors

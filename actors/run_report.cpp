@@ -16,6 +16,15 @@ double seconds(uint64_t us) { return static_cast<double>(us) * 1e-6; }
 
 }  // namespace
 
+nlohmann::json to_json(const curve_point& p) {
+  return {{"step", p.step},
+          {"t_s", p.t_s},
+          {"loss", p.loss},
+          {"step_s", p.step_s},
+          {"samples_per_s", p.samples_per_s},
+          {"replicas", p.replicas}};
+}
+
 run_report::run_report(const config& cfg, int64_t start_step)
     : cfg_(cfg),
       start_step_(start_step),
@@ -187,9 +196,8 @@ void run_report::step_committed(int64_t steps_done, double loss, const mb::roste
 }
 
 void run_report::report_received(const mb::member& m, const net::train_report& rep) {
-  const bool again = reports_.count(m.id) != 0;  // a report sent again (its commit was lost)
   reports_[m.id] = report{m.name, m.rank, rep};
-  if (rep.has_eval && !again)  // the final evaluation ends the curve of evaluations too
+  if (rep.has_eval)  // the final evaluation ends the curve of evaluations too
     eval_seen(rep.next_step, rep.eval_loss, units_per_sample_ > 1 ? -1.0 : rep.eval_accuracy,
               last_now_s_);
 }
@@ -437,13 +445,7 @@ nlohmann::json run_report::summary(double wall_s) const {
   j["events"] = events;
   // The loss curve and the evaluations, for `cohort plot` (docs/observability.md).
   nlohmann::json curve = nlohmann::json::array();
-  for (const curve_point& p : curve_)
-    curve.push_back({{"step", p.step},
-                     {"t_s", p.t_s},
-                     {"loss", p.loss},
-                     {"step_s", p.step_s},
-                     {"samples_per_s", p.samples_per_s},
-                     {"replicas", p.replicas}});
+  for (const curve_point& p : curve_) curve.push_back(to_json(p));
   j["curve"] = curve;
   nlohmann::json evals = nlohmann::json::array();
   for (const eval_point& e : evals_) {

@@ -53,6 +53,10 @@ struct curve_point {
   int replicas = 0;
 };
 
+/// A curve point as the summary's "curve" holds it (`cohort plot` reads these keys); `cohort
+/// train` writes its curve with the same function.
+nlohmann::json to_json(const curve_point& p);
+
 /// A held-out evaluation a worker ran (telemetry).
 struct eval_point {
   int64_t step = 0;

@@ -389,7 +389,8 @@ job_actions training_job::on_report(const mb::roster& r, const net::train_report
   job_actions out;
   const mb::member* m = r.find(rep.member_id);
   if (finished_ || m == nullptr || next_step_ < steps_ || rep.next_step != steps_) return out;
-  reported_.insert(rep.member_id);
+  // A report sent again (the frame was doubled) says nothing new.
+  if (!reported_.insert(rep.member_id).second) return out;
   report_.report_received(*m, rep);
   // Every member of the last step reports (a broken replica's members never ran it).
   for (const auto& mem : r.members) {

@@ -142,18 +142,17 @@ bucket_engine::bucket_engine(const std::vector<communicator*>& lanes, std::size_
   COHORT_CHECK(type == grad_type::f32 || post_scale == 1.0f);
   COHORT_CHECK(!lanes_.empty());
   for (communicator* c : lanes_) COHORT_CHECK(c != nullptr);
-  set_buckets(plan_buckets(elements, element_bytes, bucket_mb), false);
+  set_buckets(plan_buckets(elements, element_bytes, bucket_mb));
   next_.resize(lanes_.size());
   for (std::size_t l = 0; l < lanes_.size(); ++l) next_[l] = l;
   for (std::size_t l = 0; l < lanes_.size(); ++l)
     threads_.emplace_back([this, l] { comm_loop(l); });
 }
 
-void bucket_engine::set_buckets(std::vector<bucket_range> buckets, bool gather) {
+void bucket_engine::set_buckets(std::vector<bucket_range> buckets) {
   buckets_ = std::move(buckets);
   const std::size_t element_bytes = type_ == grad_type::f32 ? sizeof(float) : sizeof(std::int64_t);
-  collectives_ = gather ? plan_collectives(buckets_, elements_per_bucket(element_bytes, bucket_mb_))
-                        : plan_collectives(buckets_, 0);
+  collectives_ = plan_collectives(buckets_, elements_per_bucket(element_bytes, bucket_mb_));
   collective_of_.assign(buckets_.size(), 0);
   for (std::size_t c = 0; c < collectives_.size(); ++c)
     for (std::size_t k : collectives_[c]) collective_of_[k] = c;
@@ -196,7 +195,7 @@ void bucket_engine::set_wire(const wire_plan& plan) {
     wire_.memory = plan.memory;
     return;
   }
-  set_buckets(plan_buckets(elements_, sizeof(float), bucket_mb_, plan.compressed), true);
+  set_buckets(plan_buckets(elements_, sizeof(float), bucket_mb_, plan.compressed));
   wire_ = plan;
 }
 

@@ -165,7 +165,7 @@ class bucket_engine {
   void begin_step(void* grads, grad_type type);
   void comm_loop(std::size_t lane);
   std::size_t bucket_of(std::size_t element) const;
-  void set_buckets(std::vector<bucket_range> buckets, bool gather);
+  void set_buckets(std::vector<bucket_range> buckets);
   void run_collective(communicator& comm, const std::vector<std::size_t>& members, void* grads,
                       const error_memory& memory, std::vector<float>& staging);
 

@@ -38,8 +38,7 @@ float signed_scale(std::uint32_t s_bits, std::uint32_t up) {
 }
 
 std::uint16_t bf16_bits(float x) {
-  std::uint32_t u;
-  std::memcpy(&u, &x, sizeof u);
+  std::uint32_t u = bits_of(x);
   if ((u & 0x7fffffffu) > 0x7f800000u)
     return static_cast<std::uint16_t>((u >> 16) | 0x40u);  // NaN stays NaN
   u += 0x7fffu + ((u >> 16) & 1u);                         // round to nearest, ties to even

@@ -189,11 +189,6 @@ void trace_file::close() {
                         "); what was written is in " + partial);
 }
 
-uint64_t trace_file::written() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return written_;
-}
-
 uint64_t trace_file::dropped() const {
   std::lock_guard<std::mutex> lock(mu_);
   return dropped_;

@@ -45,7 +45,6 @@ class trace_file {
   void abandon();
 
   const std::string& path() const { return path_; }
-  uint64_t written() const;
   uint64_t dropped() const;
 
  private:

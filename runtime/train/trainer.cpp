@@ -104,18 +104,19 @@ void scale_by_denominator(nn::onebit_adam& opt, float* g, int64_t offset, int64_
       std::sqrt(1.0 - std::pow(static_cast<double>(o.beta2), static_cast<double>(o.freeze_step))));
   for (const auto& [off, n] : o.compressed) {
     const int64_t from = std::max(off, offset), to = std::min(off + n, offset + count);
-    // Selects rather than branches, one loop per direction: the loops vectorize (sqrt and
-    // division are exact in SIMD too, so the bits are the scalar loop's).
+    // Selects rather than branches, and the direction chosen outside the loop (one
+    // instantiation each): the loop vectorizes (sqrt and division are exact in SIMD too, so
+    // the bits are the scalar loop's).
+    auto scaled = [&](auto apply) {
+      for (int64_t i = from; i < to; ++i) {
+        const float gi = v[i] == 0.0f ? 0.0f : g[i];
+        g[i] = apply(gi, std::sqrt(v[i]) / sqrt_bc2 + eps);
+      }
+    };
     if (divide)
-      for (int64_t i = from; i < to; ++i) {
-        const float gi = v[i] == 0.0f ? 0.0f : g[i];
-        g[i] = gi / (std::sqrt(v[i]) / sqrt_bc2 + eps);
-      }
+      scaled([](float x, float d) { return x / d; });
     else
-      for (int64_t i = from; i < to; ++i) {
-        const float gi = v[i] == 0.0f ? 0.0f : g[i];
-        g[i] = gi * (std::sqrt(v[i]) / sqrt_bc2 + eps);
-      }
+      scaled([](float x, float d) { return x * d; });
   }
 }
 
