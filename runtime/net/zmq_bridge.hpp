@@ -19,6 +19,7 @@
 #include <vector>
 #include <zmq.hpp>
 
+#include "runtime/core/trace.hpp"
 #include "runtime/net/codec.hpp"
 #include "runtime/net/curve.hpp"
 #include "runtime/net/protocol.hpp"
@@ -196,11 +197,8 @@ class sync_client {
 /// A routing id unlikely to repeat across processes and restarts: PREFIX-pid-random.
 std::string make_identity(const std::string& prefix);
 
-/// Monotonic nanoseconds (steady_clock), for ping timestamps and ages.
-inline uint64_t now_ns() {
-  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                   std::chrono::steady_clock::now().time_since_epoch())
-                                   .count());
-}
+/// Monotonic nanoseconds, for ping timestamps and ages: the trace recorder's clock, so that
+/// a clock probe's offset applies to the spans it shifts.
+inline uint64_t now_ns() { return static_cast<uint64_t>(trace::now_ns()); }
 
 }  // namespace cohort::net
