@@ -136,6 +136,8 @@ void prune_peers(self_ptr self) {
 void coord::run_job(self_ptr self, job_actions a) {
   auto& st = self->state;
   if (!st.opts.job) return;
+  if (a.coordinator_fault && st.opts.on_coordinator_fault)
+    st.opts.on_coordinator_fault(*a.coordinator_fault, a.coordinator_fault_index);
   for (auto& s : a.sends) {
     auto it = st.peer_of.find(s.to);
     if (it != st.peer_of.end()) send(self, it->second, s.m);
@@ -296,6 +298,7 @@ net::status_reply make_status(self_ptr self, uint64_t request_id) {
   if (st.opts.job && st.opts.job->drop_control())
     out.dropped.push_back(net::counter{"drop_control", st.opts.job->report().dropped_frames()});
   if (st.opts.job) out.job = st.opts.job->report().live().dump();
+  if (st.opts.coordinator_status) out.coordinator = st.opts.coordinator_status();
   return out;
 }
 

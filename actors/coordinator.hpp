@@ -63,6 +63,13 @@ struct coordinator_options {
   /// Called on the actor's thread after every job event (progress, notes, the end); when
   /// actions.finished or actions.failed is set the coordinator stops the cluster right after.
   std::function<void(const job_actions&, const training_job&)> on_job;
+  /// ha: this leader's term (0 without ha); stamped on every frame the node sends.
+  uint64_t term = 0;
+  /// ha: a coordinator fault is due (its place in the job's fault list): the host records
+  /// it and carries it out, before the step's messages go out. Null: none can be.
+  std::function<void(const faults::fault_spec&, std::size_t index)> on_coordinator_fault;
+  /// ha: status_reply.coordinator ({"leader", "term", "pid", "standbys"}); null: none.
+  std::function<std::string()> coordinator_status;
 };
 
 /// Options from a resolved config: fault_tolerance.* and parallel.*; tick = heartbeat / 2.
@@ -161,8 +168,13 @@ class coordinator_node {
   void wait();
   /// True once the actor has quit.
   bool done() const { return done_.load(); }
+  /// Fault injection (`partition coordinator`): nothing in or out for MS milliseconds;
+  /// frames are lost as a cut link loses them (thread-safe).
+  void cut_off(uint32_t ms);
 
  private:
+  bool cut_now() const;
+  std::atomic<int64_t> cut_until_ns_{0};
   std::unique_ptr<caf::actor_system_config> caf_cfg_;
   std::unique_ptr<caf::actor_system> system_;
   std::atomic<net::zmq_bridge*> out_{nullptr};  // set once the bridge exists

@@ -1,6 +1,7 @@
 // coordinator_node: one coordinator process, the CAF actor system, the coordinator actor and
 // the ROUTER bridge it is wired to; and the CAF settings every cohort process shares.
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 
 #include "actors/coordinator.hpp"
@@ -29,6 +30,7 @@ coordinator_node::coordinator_node(coordinator_options opts, const std::string& 
     : caf_cfg_(make_caf_config()), system_(std::make_unique<caf::actor_system>(*caf_cfg_)) {
   coordinator_io io;
   io.send = [this](const std::string& peer, const net::message& m) {
+    if (cut_now()) return;
     if (auto* b = out_.load()) b->send(peer, m);
   };
   io.admit = [this](const std::string& peer) {
@@ -66,10 +68,12 @@ coordinator_node::coordinator_node(coordinator_options opts, const std::string& 
   bo.max_message_bytes = max_message_bytes;
   bo.spin_us = bridge_spin_us();
   bo.curve_server = std::move(keys);
+  bo.term = opts.term;
   caf::actor target = actor_;
   try {
     bridge_ = std::make_unique<net::zmq_bridge>(
         bo, [this, target, beats](const std::string& peer, net::message m) {
+          if (cut_now()) return;            // partition coordinator: the link is down
           auto* self_bridge = out_.load();  // null until the constructor is done
           if (const auto* hb = std::get_if<net::heartbeat>(&m);
               hb != nullptr && beats && self_bridge != nullptr) {
@@ -106,6 +110,20 @@ coordinator_node::~coordinator_node() {
   bridge_.reset();
   actor_ = nullptr;
   system_.reset();
+}
+
+namespace {
+int64_t steady_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
+
+bool coordinator_node::cut_now() const { return steady_ns() < cut_until_ns_.load(); }
+
+void coordinator_node::cut_off(uint32_t ms) {
+  cut_until_ns_ = steady_ns() + static_cast<int64_t>(ms) * 1000000;
 }
 
 void coordinator_node::request_stop(const std::string& reason) {

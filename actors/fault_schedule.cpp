@@ -8,9 +8,13 @@
 
 namespace cohort::actors {
 
-void require_supported(const std::vector<faults::fault_spec>& specs) {
+void require_supported(const std::vector<faults::fault_spec>& specs, int standbys) {
   int drops = 0;
   for (const auto& x : specs) {
+    if (x.coordinator && standbys < 1)
+      throw usage_error("fault '" + faults::to_string(x) + "': " + faults::kind_name(x.kind) +
+                        " coordinator needs ha.standbys >= 1: without a standby to take over, "
+                        "the run would end with its coordinator (docs/faults.md)");
     if (x.kind == faults::fault_kind::drop_control && ++drops > 1)
       throw usage_error("fault '" + faults::to_string(x) +
                         "': a second drop control; one probability applies to every control "
@@ -18,8 +22,9 @@ void require_supported(const std::vector<faults::fault_spec>& specs) {
   }
 }
 
-void fault_schedule::set(std::vector<faults::fault_spec> f) {
-  require_supported(f);
+void fault_schedule::set(std::vector<faults::fault_spec> f, int standbys) {
+  standbys_ = standbys;
+  require_supported(f, standbys_);
   faults_ = std::move(f);
   fired_.assign(faults_.size(), false);
   for (const auto& x : faults_)
@@ -27,7 +32,7 @@ void fault_schedule::set(std::vector<faults::fault_spec> f) {
 }
 
 void fault_schedule::add(faults::fault_spec f, int64_t next_step, int64_t first_unopened) {
-  require_supported({f});
+  require_supported({f}, standbys_);
   const int64_t first = f.kind == faults::fault_kind::slow ? f.to_step : f.at_step;
   // Open steps have already had their faults ordered: the first step left is the next.
   const int64_t earliest = first_unopened;
@@ -87,6 +92,14 @@ void fault_schedule::inject_due(const mb::roster& r, int64_t s, double now_s, jo
       case faults::fault_kind::partition:
         if (fired_[i] || f.at_step != s) continue;
         fired_[i] = true;
+        if (f.coordinator) {  // carried out by the leader on itself (one per step opening)
+          out.coordinator_fault = f;
+          out.coordinator_fault_index = i;
+          out.notes.push_back("injecting '" + f.text + "' at step " + std::to_string(s));
+          report.fault_ordered(faults::kind_name(f.kind), "coordinator", f.text,
+                               job_moment{s, r.generation, now_s});
+          continue;
+        }
         if (f.kind != faults::fault_kind::kill) {
           order.action = f.kind == faults::fault_kind::hang ? net::fault_action::hang
                                                             : net::fault_action::partition;

@@ -18,13 +18,20 @@
 namespace cohort::actors {
 
 /// Throws usage_error for a fault list the runtime cannot carry out as written: every kind
-/// is carried out, but at most one `drop control` (docs/faults.md).
-void require_supported(const std::vector<faults::fault_spec>& specs);
+/// is carried out, but at most one `drop control`, and a coordinator fault only with
+/// STANDBYS >= 1 (ha.standbys: without a standby, killing the coordinator ends the run).
+void require_supported(const std::vector<faults::fault_spec>& specs, int standbys);
 
 class fault_schedule {
  public:
-  /// The job's faults. Throws usage_error (require_supported).
-  void set(std::vector<faults::fault_spec> f);
+  /// The job's faults, with STANDBYS coordinator standbys. Throws usage_error
+  /// (require_supported).
+  void set(std::vector<faults::fault_spec> f, int standbys);
+  /// Fault I (of the list given to set) already fired under an earlier leader (ha): it
+  /// does not fire again.
+  void mark_fired(std::size_t i) {
+    if (i < fired_.size()) fired_[i] = true;
+  }
   /// One more fault while the job runs at NEXT_STEP; steps before FIRST_UNOPENED are open
   /// (their faults already ordered: the open step, or the rest of a commit window). Throws
   /// usage_error for an unsupported kind or a step already opened.
@@ -46,6 +53,7 @@ class fault_schedule {
   std::vector<bool> fired_;
   std::set<std::pair<std::size_t, int64_t>> random_fired_;  ///< (fault, step) drawn
   std::optional<faults::fault_spec> drop_;                  ///< drop control, if any
+  int standbys_ = 0;
 };
 
 }  // namespace cohort::actors

@@ -2,10 +2,13 @@
 // the lines for the operator, and the coordinator's own moves (new generation, leave,
 // scale, stop). Only the shape; the decisions are actors/training_job.cpp's.
 #pragma once
+#include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "runtime/core/faults.hpp"
 #include "runtime/net/membership.hpp"
 #include "runtime/net/protocol.hpp"
 
@@ -38,6 +41,10 @@ struct job_actions {
   /// > 0: a `scale` fault is due: reach this many members (docs/faults.md).
   int scale_to = 0;
   std::string scale_spec;  ///< the fault's text, for the scale request
+  /// A coordinator fault is due (`kill coordinator`, `partition coordinator`): the leader
+  /// records it as fired (etcd) and carries it out on itself before sending anything else.
+  std::optional<faults::fault_spec> coordinator_fault;
+  std::size_t coordinator_fault_index = 0;  ///< its place in the job's fault list
 };
 
 }  // namespace cohort::actors

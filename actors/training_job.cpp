@@ -23,6 +23,10 @@ void merge(job_actions& out, job_actions&& more) {
     out.scale_to = more.scale_to;
     out.scale_spec = more.scale_spec;
   }
+  if (more.coordinator_fault) {
+    out.coordinator_fault = std::move(more.coordinator_fault);
+    out.coordinator_fault_index = more.coordinator_fault_index;
+  }
   if (!more.failed.empty()) out.failed = more.failed;
   out.finished = out.finished || more.finished;
 }
@@ -402,7 +406,7 @@ job_actions training_job::on_report(const mb::roster& r, const net::train_report
 }
 
 void training_job::set_faults(std::vector<faults::fault_spec> f) {
-  faults_.set(std::move(f));
+  faults_.set(std::move(f), cfg_.ha.standbys);
   if (faults_.drop_control() != nullptr) report_.drops_control();
 }
 

@@ -42,6 +42,14 @@ class training_job {
   /// every step of its range, random kill on the steps its seed picks. Throws usage_error
   /// for a kind this runtime does not carry out yet.
   void set_faults(std::vector<faults::fault_spec> f);
+  /// This job continues a run an earlier leader led (ha): the members that re-attach
+  /// hold its state, so the first step opens, once every one has said where it stands
+  /// (worker_ready), at the newest of them; faults FIRED (places in set_faults' list)
+  /// already acted under an earlier leader and act no more.
+  void take_over(const std::vector<std::size_t>& fired) {
+    resync_ = true;
+    for (std::size_t i : fired) faults_.mark_fired(i);
+  }
   /// One more fault for the running job (`cohort ctl inject`). Throws usage_error for an
   /// unsupported kind or a step that has already opened.
   void add_fault(faults::fault_spec f);

@@ -51,14 +51,71 @@ void leave_now(self_ptr self) {
   finish(self, 0);
 }
 
+// With ha a candidate that does not answer is soon given up for the next one.
+int registration_timeout_ms(const worker_state& st) {
+  return st.opts.ha() ? std::min(st.opts.coordinator_timeout_ms, 1000)
+                      : st.opts.coordinator_timeout_ms;
+}
+
 void start_registration(self_ptr self) {
   auto& st = self->state;
   st.ph = worker_state::phase::registering;
   st.shared->member_id = 0;
   ++st.incarnation;
-  st.io.send(net::register_request{net::peer_role::worker, st.opts.name, st.opts.pid});
-  self->delayed_send(self, milliseconds(st.opts.coordinator_timeout_ms), co_regto_atom::value,
+  st.io.send(net::register_request{net::peer_role::worker, st.opts.name, st.opts.pid,
+                                   st.prev_member, st.prev_generation});
+  self->delayed_send(self, milliseconds(registration_timeout_ms(st)), co_regto_atom::value,
                      st.incarnation);
+}
+
+// ha: true (and the worker ends, exit 1) once it has looked for a leader for reattach_ms.
+bool gave_up(self_ptr self) {
+  auto& st = self->state;
+  if (!st.reattach_since ||
+      std::chrono::steady_clock::now() - *st.reattach_since < milliseconds(st.opts.reattach_ms))
+    return false;
+  std::string all;
+  for (const auto& c : st.opts.candidates) all += (all.empty() ? "" : ", ") + c;
+  spdlog::error("worker {}: no coordinator led within {} ms (candidates: {}); giving up",
+                st.opts.name, st.opts.reattach_ms, all);
+  finish(self, 1);
+  return true;
+}
+
+// ha: speak to ENDPOINT, or to the next candidate when it is empty.
+void switch_to(self_ptr self, const std::string& endpoint) {
+  auto& st = self->state;
+  const auto& c = st.opts.candidates;
+  if (endpoint.empty()) {
+    st.candidate = (st.candidate + 1) % c.size();
+  } else {
+    const auto at = std::find(c.begin(), c.end(), endpoint);
+    if (at != c.end()) st.candidate = static_cast<size_t>(at - c.begin());
+  }
+  st.io.reconnect(endpoint.empty() ? c[st.candidate] : endpoint);
+}
+
+// ha: the leader is lost (silent): keep the model, the optimizer and the data position,
+// drop everything learnt from the old leader, and register with the next one as who this
+// worker was there (its member id and generation: the new leader continues above them).
+void reattach(self_ptr self, const std::string& why) {
+  auto& st = self->state;
+  if (!st.reattach_since) st.reattach_since = std::chrono::steady_clock::now();
+  if (st.member_id != 0) st.prev_member = st.member_id;
+  st.prev_generation = std::max(st.prev_generation, st.generation);
+  st.lost_term = st.io.term ? st.io.term() : 0;
+  spdlog::warn("worker {}: {}; looking for the next leader, training state kept", st.opts.name,
+               why);
+  st.member_id = 0;
+  st.generation = 0;
+  st.rank = -1;
+  st.at = net::coords{};
+  st.roster_generation = 0;
+  st.world_size = 0;
+  st.shared->generation = 0;
+  st.group_shared->abort_all();
+  switch_to(self, "");
+  start_registration(self);
 }
 
 // Declared dead: everything learnt in the old generation is void.
@@ -155,6 +212,16 @@ void on_inbound(self_ptr self, const net::message& m) {
           st.at = x.at;
           st.generation = x.generation;
           ++st.registrations;
+          if (st.opts.ha()) {
+            st.shared->lost_after_ms = x.timeout_ms;
+            if (st.reattach_since && st.prev_member != 0)
+              spdlog::info("worker {}: re-attached to the leader of term {} after {} ms",
+                           x.name, st.io.term ? st.io.term() : 0,
+                           std::chrono::duration_cast<milliseconds>(
+                               std::chrono::steady_clock::now() - *st.reattach_since)
+                               .count());
+            st.reattach_since.reset();
+          }
           st.shared->generation = x.generation;
           st.shared->heartbeat_ms = x.heartbeat_ms;
           st.shared->member_id = x.member_id;  // last: heartbeats start with a full picture
@@ -165,6 +232,17 @@ void on_inbound(self_ptr self, const net::message& m) {
           std::fflush(stdout);
         } else if constexpr (std::is_same_v<T, net::register_reject>) {
           if (st.ph != worker_state::phase::registering) return;
+          if (x.standby && st.opts.ha()) {
+            // A standby: go to the leader it names, unless that is the one just lost (its
+            // lease has not run out yet); then ask the next candidate a little later.
+            if (gave_up(self)) return;
+            ++st.incarnation;  // answered: this attempt's timeout no longer applies
+            const bool fresh = !x.leader.empty() && x.leader_term > st.lost_term;
+            switch_to(self, fresh ? x.leader : std::string());
+            self->delayed_send(self, milliseconds(fresh ? 1 : 50), co_retry_atom::value,
+                               st.incarnation);
+            return;
+          }
           if (x.retry_ms > 0) {
             // The world is full: wait as a spare and ask again until a seat is free.
             if (!st.spare) {
@@ -231,7 +309,9 @@ caf::behavior worker_actor(caf::stateful_actor<worker_state>* self, worker_optio
   self->state.shared = std::move(shared);
   return {
       [=](co_start_atom) {
-        if (self->state.incarnation == 0) start_registration(self);
+        auto& st = self->state;
+        if (st.opts.ha()) st.reattach_since = std::chrono::steady_clock::now();
+        if (st.incarnation == 0) start_registration(self);
       },
       [=](co_in_atom, const std::string&, const net::message& m) { on_inbound(self, m); },
       [=](co_leave_atom) {
@@ -262,6 +342,12 @@ caf::behavior worker_actor(caf::stateful_actor<worker_state>* self, worker_optio
         start_registration(self);
       },
       [=](co_lost_atom) {
+        auto& st = self->state;
+        if (st.opts.ha() && st.ph == worker_state::phase::active) {
+          reattach(self, "the leader was silent for " +
+                             std::to_string(st.shared->lost_after_ms.load()) + " ms");
+          return;
+        }
         spdlog::error("worker {}: coordinator silent for {} ms; giving up", self->state.opts.name,
                       self->state.opts.coordinator_timeout_ms);
         finish(self, 1);
@@ -279,6 +365,12 @@ caf::behavior worker_actor(caf::stateful_actor<worker_state>* self, worker_optio
       [=](co_regto_atom, uint64_t incarnation) {
         auto& st = self->state;
         if (st.ph != worker_state::phase::registering || incarnation != st.incarnation) return;
+        if (st.opts.ha()) {  // that candidate is down: the next one
+          if (gave_up(self)) return;
+          switch_to(self, "");
+          start_registration(self);
+          return;
+        }
         // A coordinator with keys never completes the handshake of a worker without the
         // job's worker key (or with another job's): from here that looks like silence.
         spdlog::error("worker {}: no answer to registration within {} ms ({})", st.opts.name,
@@ -352,6 +444,12 @@ worker_node::worker_node(const std::string& endpoint, worker_options opts, size_
     return kv_call(std::move(req), timeout);
   };
   io.data_host = net::local_address_toward(endpoint);
+  if (opts.ha()) {
+    io.reconnect = [this](const std::string& ep) {
+      if (bridge_) bridge_->reconnect(ep);
+    };
+    io.term = [this] { return bridge_ ? bridge_->term_floor() : 0; };
+  }
   actor_ = system_->spawn(worker_actor, opts, io, shared_);
   actor_->attach_functor([this](const caf::error&) {
     done_ = true;
@@ -479,9 +577,10 @@ void worker_node::heartbeat_loop() {
     lock.unlock();
     // An ack every few beats proves the coordinator alive well within the timeout (any frame
     // from it counts too); the beats between cost it no answer.
-    const uint64_t ack_every = std::clamp<uint64_t>(static_cast<uint64_t>(coordinator_timeout_ms_) /
-                                                        (4 * static_cast<uint64_t>(period.count())),
-                                                    1, max_beats_per_ack);
+    const uint32_t lost_ms = shared_->lost_after_ms.load();
+    const uint64_t limit_ms = lost_ms > 0 ? lost_ms : static_cast<uint64_t>(coordinator_timeout_ms_);
+    const uint64_t ack_every = std::clamp<uint64_t>(
+        limit_ms / (4 * static_cast<uint64_t>(period.count())), 1, max_beats_per_ack);
     ++seq;
     if (auto* b = out_.load())
       b->send(std::string(),
@@ -494,8 +593,9 @@ void worker_node::heartbeat_loop() {
     const uint64_t unacked = ++shared_->unacked;
     // Counted in beats actually sent, not wall time: a process resumed after SIGSTOP has
     // sent nothing meanwhile and must not conclude the coordinator is gone.
-    if (!lost_reported &&
-        unacked * period.count() >= static_cast<uint64_t>(coordinator_timeout_ms_)) {
+    if (unacked * period.count() < limit_ms) {
+      lost_reported = false;  // heard from since (ha: a new leader may be lost again)
+    } else if (!lost_reported) {
       lost_reported = true;
       caf::anon_send(actor_, co_lost_atom::value);
     }

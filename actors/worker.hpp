@@ -22,6 +22,7 @@
 #include <future>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -44,6 +45,11 @@ struct worker_io {
   /// This host's address on the route to the coordinator: where the data plane listens
   /// when comm.interface is auto (worker_node: net::local_address_toward its endpoint).
   std::string data_host = "127.0.0.1";
+  /// ha: speak to another coordinator candidate from now on (worker_node: the bridge's
+  /// reconnect); empty without ha.
+  std::function<void(const std::string& endpoint)> reconnect;
+  /// ha: the highest leadership term heard (the bridge's term floor); 0 without ha.
+  std::function<uint64_t()> term;
 };
 
 /// State the actor shares with the heartbeat thread and the bridge thread. Heartbeats must
@@ -53,6 +59,9 @@ struct worker_shared {
   std::atomic<uint64_t> generation{0};
   std::atomic<uint32_t> heartbeat_ms{0};  ///< from register_ok
   std::atomic<uint64_t> unacked{0};       ///< heartbeats sent since the coordinator last spoke
+  /// ha: silence after which the leader counts as lost (its register_ok's timeout_ms);
+  /// 0: the worker's coordinator_timeout_ms.
+  std::atomic<uint32_t> lost_after_ms{0};
   /// Fault injection (hang): no heartbeats before this steady-clock time (ns since epoch).
   std::atomic<int64_t> mute_until_ns{0};
   /// Fault injection (partition): no control frames in or out before this time. Frames
@@ -80,6 +89,12 @@ struct worker_options {
   /// CURVE keys (role worker) for the control plane and the pipeline's p2p channels; null:
   /// no CURVE (a coordinator started without keys).
   std::shared_ptr<const net::client_keys> keys;
+  /// ha: every coordinator candidate's endpoint (the first is joined first). With more
+  /// than one, a worker that loses the leader re-attaches to the next leader, keeping its
+  /// training state, for up to reattach_ms; with one, losing it ends the worker (exit 1).
+  std::vector<std::string> candidates;
+  int reattach_ms = 30000;
+  bool ha() const { return candidates.size() > 1; }
 };
 
 struct worker_state {
@@ -102,6 +117,12 @@ struct worker_state {
   int registrations = 0;  ///< successful registrations (1 + rejoins)
   bool spare = false;     ///< waiting for a seat (world full)
   bool draining = false;  ///< asked to leave at the next step boundary
+  /// ha: looking for a leader since then (a loss or the first registration); empty: not.
+  std::optional<std::chrono::steady_clock::time_point> reattach_since;
+  size_t candidate = 0;          ///< ha: index of the candidate spoken to now
+  uint64_t lost_term = 0;        ///< ha: term of the leader last lost (a hint to it is stale)
+  uint64_t prev_member = 0;      ///< ha: the member id held under the lost leader
+  uint64_t prev_generation = 0;  ///< ha: the newest generation heard from it
   caf::actor group;       ///< the allreduce_group, once a job arrived
   std::shared_ptr<dp_group_shared> group_shared = std::make_shared<dp_group_shared>();
 };

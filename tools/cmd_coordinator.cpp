@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "actors/coordinator.hpp"
+#include "actors/ha_candidate.hpp"
 #include "actors/job_telemetry.hpp"
 #include "actors/process.hpp"
 #include "runtime/ckpt/checkpoint.hpp"
@@ -27,6 +28,7 @@
 #include "runtime/core/trace.hpp"
 #include "runtime/train/resume_plan.hpp"
 #include "tools/commands.hpp"
+#include "tools/coordinator_ha.hpp"
 #include "tools/progress.hpp"
 
 namespace cohort::cli {
@@ -121,6 +123,8 @@ void add_coordinator(CLI::App& app, int* rc) {
     bool resume = false;
     std::string keys;
     bool insecure = false;
+    std::string ha_etcd;  // comma-separated etcd client URLs (launch passes its local etcd)
+    std::string ha_name;  // the run's name in etcd
   };
   auto opt = std::make_shared<options>();
   CLI::App* cmd = app.add_subcommand(
@@ -160,6 +164,14 @@ void add_coordinator(CLI::App& app, int* rc) {
                 "Allow binding an address other hosts can reach without --keys: anyone who "
                 "reaches it can then join, steer or read the run (docs/security.md)")
       ->excludes(keys);
+  cmd->add_option("--ha-etcd", opt->ha_etcd,
+                  "With ha.standbys >= 1: the etcd cluster's client URLs, comma-separated "
+                  "(default: ha.etcd's list; `cohort launch` passes the etcd it starts)")
+      ->type_name("URLS");
+  cmd->add_option("--ha-name", opt->ha_name,
+                  "With ha.standbys >= 1: the run's name in etcd, the same for every "
+                  "coordinator of the run (default: run-<config hash>)")
+      ->type_name("NAME");
   cmd->callback([opt, rc] {
     const config c = opt->config_path.empty() ? load_config_text("{}", "<defaults>", opt->overrides)
                                               : load_config(opt->config_path, opt->overrides);
@@ -186,7 +198,22 @@ void add_coordinator(CLI::App& app, int* rc) {
                    "reaches it can join, steer or read this run\n",
                    bind.c_str());
     }
+    // Coordinator standbys: stand by until this candidate leads (coordinator_ha.cpp).
+    std::unique_ptr<actors::ha_candidate> cand;
+    actors::ha_run_record run_record;
+    std::string bind_at = bind;
+    if (c.ha.standbys > 0 && !opt->control_only) {
+      cand = stand_by(c, opt->ha_etcd, opt->ha_name, bind, keys, &run_record);
+      if (!cand) {
+        *rc = exit_ok;  // the run is over, or a signal ended the wait
+        return;
+      }
+      bind_at = cand->endpoint();
+    }
     actors::coordinator_options co = actors::coordinator_options_from(c);
+    std::atomic<actors::coordinator_node*> node_at{nullptr};
+    std::optional<int64_t> failover_from_ns;  // set until the new leader's first commit
+    if (cand) ha_wire(*cand, run_record, co, node_at, failover_from_ns);
     std::string failure;
     std::unique_ptr<progress_line> progress;
     std::shared_ptr<actors::job_telemetry> telemetry;
@@ -202,10 +229,12 @@ void add_coordinator(CLI::App& app, int* rc) {
                      static_cast<long long>(plan.step));
       // The run's id tells its checkpoint shards from an earlier run's (job_spec.job_id).
       std::random_device rd;
-      const uint64_t job_id = rd() * 0x100000000ull + rd();
+      uint64_t job_id = rd() * 0x100000000ull + rd();
+      if (cand) job_id = ha_job_id(*cand, run_record, job_id);
       co.job =
           std::make_shared<actors::training_job>(c, dump_config(c), plan.step, plan.path, job_id);
       co.job->set_faults(job_faults(c, opt->inject));
+      if (cand && run_record.job_id) co.job->take_over(run_record.fired);
       // Rollbacks (error feedback, bitwise) go to this run's checkpoints, or to the one it
       // resumed from: complete, with every DP rank's error-feedback part.
       co.job->set_checkpoints(
@@ -259,12 +288,14 @@ void add_coordinator(CLI::App& app, int* rc) {
                   (job.report().aborted_steps() > 0
                        ? ", " + std::to_string(job.report().aborted_steps()) + " aborted"
                        : std::string()));
+        if (a.committed && cand) ha_first_commit(*cand, a, failover_from_ns);
         if (!a.failed.empty()) failure = a.failed;
         if (!a.finished) return;
         progress->finish();
         const double wall =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        const nlohmann::json j = job.report().summary(wall);
+        nlohmann::json j = job.report().summary(wall);
+        if (cand) ha_summary(*cand, run_record, j);
         print_job_result(j, lm);
         if (telemetry) {
           try {
@@ -286,14 +317,19 @@ void add_coordinator(CLI::App& app, int* rc) {
         }
       };
     }
-    actors::coordinator_node node(co, bind, static_cast<size_t>(c.control.max_message_bytes), keys);
-    std::printf("coordinator listening on %s\n", node.endpoint().c_str());
+    auto node_ptr = std::make_unique<actors::coordinator_node>(
+        co, bind_at, static_cast<size_t>(c.control.max_message_bytes), keys);
+    actors::coordinator_node& node = *node_ptr;
+    node_at = &node;
+    if (!cand) std::printf("coordinator listening on %s\n", node.endpoint().c_str());
     if (telemetry && !telemetry->metrics_url().empty())
       std::printf("coordinator metrics at %s\n", telemetry->metrics_url().c_str());
     std::fflush(stdout);
     actors::signal_watcher signals(
         [&node](int sig) { node.request_stop(sig == SIGINT ? "SIGINT" : "SIGTERM"); });
     node.wait();
+    if (cand && failure.empty() && co.job && co.job->finished()) cand->record_done();
+    node_at = nullptr;
     if (!failure.empty()) {
       std::fprintf(stderr, "error: training failed: %s\n", failure.c_str());
       *rc = exit_runtime;

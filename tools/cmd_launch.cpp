@@ -441,7 +441,7 @@ void add_launch(CLI::App& app, int* rc) {
     const config c = load_config(opt->config_path, opt->overrides);
     // Bad or unsupported specs stop here, before any process starts (exit 2).
     const std::vector<faults::fault_spec> specs = job_faults(c, opt->inject);
-    if (!opt->control_only) actors::require_supported(specs);
+    if (!opt->control_only) actors::require_supported(specs, c.ha.standbys);
     opt->respawn = opt->respawn && c.elastic.respawn;
     actors::log_to_stderr();
     launcher l(*opt, c);

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <algorithm>
 #include <memory>
 #include <string>
 
@@ -23,13 +24,17 @@ void add_worker(CLI::App& app, int* rc) {
     int coordinator_timeout_ms = 10000;
     int64_t max_message_bytes = control_config{}.max_message_bytes;
     std::string keys;
+    int reattach_ms = 30000;
   };
   auto opt = std::make_shared<options>();
   CLI::App* cmd = app.add_subcommand(
       "worker",
       "Run one worker: join the coordinator at --join, heartbeat, rejoin after being declared "
       "dead, exit 0 on `cohort ctl stop` or SIGINT/SIGTERM, 1 when the coordinator is gone.");
-  cmd->add_option("--join", opt->join, "Coordinator endpoint, e.g. tcp://127.0.0.1:5555")
+  cmd->add_option("--join", opt->join,
+                  "Coordinator endpoint, e.g. tcp://127.0.0.1:5555; with coordinator standbys "
+                  "(ha) every candidate's, comma-separated: the worker finds the leader and "
+                  "re-attaches to the next one when it is lost")
       ->type_name("EP")
       ->required();
   cmd->add_option("--name", opt->name,
@@ -39,6 +44,11 @@ void add_worker(CLI::App& app, int* rc) {
   cmd->add_option("--coordinator-timeout-ms", opt->coordinator_timeout_ms,
                   "Exit 1 when the coordinator answers neither registration nor heartbeats "
                   "for this long")
+      ->check(CLI::Range(100, 3600 * 1000))
+      ->capture_default_str();
+  cmd->add_option("--reattach-ms", opt->reattach_ms,
+                  "With several --join endpoints: how long a worker that lost the leader looks "
+                  "for the next one before it exits 1 (ha.reattach_ms)")
       ->check(CLI::Range(100, 3600 * 1000))
       ->capture_default_str();
   cmd->add_option("--max-message-bytes", opt->max_message_bytes,
@@ -58,10 +68,17 @@ void add_worker(CLI::App& app, int* rc) {
     wo.name = opt->name;
     wo.pid = static_cast<int64_t>(::getpid());
     wo.coordinator_timeout_ms = opt->coordinator_timeout_ms;
+    for (size_t at = 0; at <= opt->join.size();) {
+      const size_t comma = std::min(opt->join.find(',', at), opt->join.size());
+      if (comma == at) throw usage_error("--join '" + opt->join + "': an empty endpoint");
+      wo.candidates.push_back(opt->join.substr(at, comma - at));
+      at = comma + 1;
+    }
+    wo.reattach_ms = opt->reattach_ms;
     if (!opt->keys.empty())
       wo.keys = std::make_shared<const net::client_keys>(
           net::load_client_keys(opt->keys, net::key_role::worker));
-    actors::worker_node node(opt->join, wo, static_cast<size_t>(opt->max_message_bytes));
+    actors::worker_node node(wo.candidates.front(), wo, static_cast<size_t>(opt->max_message_bytes));
     actors::signal_watcher signals([&node](int) { node.request_leave(); });
     *rc = node.wait();
   });

@@ -1,7 +1,8 @@
 // The config schema: one table row per key (where it lives in `config`, its range or
-// choices, its default, its meaning) and the lookups over it. Everything else reads this
-// table: the loader (config_loader.cpp, config_values.cpp), the rules across keys
-// (config_rules.cpp), and the dump, the reference YAML and the docs table (config_text.cpp).
+// choices, its default, its meaning). Everything else reads this table, through the lookups
+// of config_schema.cpp: the loader (config_loader.cpp, config_values.cpp), the rules across
+// keys (config_rules.cpp), and the dump, the reference YAML and the docs table
+// (config_text.cpp).
 #include <cmath>
 #include <string>
 #include <vector>
@@ -31,6 +32,7 @@ const std::vector<section_spec>& sections() {
       {"fault_tolerance", "Failure detection and checkpoints."},
       {"elastic", "Membership that changes while training runs: bounds and respawn."},
       {"control", "The coordinator's control channel."},
+      {"ha", "Coordinator standbys: a leader elected through etcd, standbys that take over."},
   };
   return s;
 }
@@ -515,6 +517,57 @@ const std::vector<key_spec>& schema() {
        {},
        nullptr,
        "Larger control frames are counted and dropped."},
+      {"ha",
+       "standbys",
+       COHORT_FIELD(ha.standbys),
+       at_least(0),
+       {},
+       nullptr,
+       "Standby coordinators beside the leader: the coordinators elect a leader through etcd "
+       "(ha.etcd), and when it dies a standby takes the job over and the workers reattach to "
+       "it. 0: one coordinator and no etcd. Data-parallel jobs only (parallel.pp = tp = 1)."},
+      {"ha",
+       "etcd",
+       COHORT_FIELD(ha),
+       unbounded(),
+       {},
+       nullptr,
+       "Where the coordinators elect their leader (used with standbys >= 1): local = `cohort "
+       "launch` starts one etcd for the run, tuned by etcd_heartbeat_ms and etcd_election_ms; "
+       "or a list of the client URLs of an etcd you run, http://HOST:PORT each (no https)."},
+      {"ha",
+       "lease_ttl_s",
+       COHORT_FIELD(ha.lease_ttl_s),
+       from_to(1, 60),
+       {},
+       nullptr,
+       "Seconds of the leader's etcd lease: a dead leader's lease runs out this long after its "
+       "last renewal, and a standby takes over then. etcd raises a TTL below its minimum (1.5 "
+       "election timeouts rounded up to a second: 2 with etcd's default tuning)."},
+      {"ha",
+       "etcd_heartbeat_ms",
+       COHORT_FIELD(ha.etcd_heartbeat_ms),
+       at_least(1),
+       {},
+       nullptr,
+       "Raft heartbeat interval of the etcd that `ha.etcd: local` starts (etcd's "
+       "--heartbeat-interval), tuned for one machine; etcd's own default is 100."},
+      {"ha",
+       "etcd_election_ms",
+       COHORT_FIELD(ha.etcd_election_ms),
+       from_to(1, 50000),
+       {},
+       nullptr,
+       "Raft election timeout of that etcd (--election-timeout); at least 5 x "
+       "etcd_heartbeat_ms, or etcd refuses to start. etcd's own default is 1000."},
+      {"ha",
+       "reattach_ms",
+       COHORT_FIELD(ha.reattach_ms),
+       at_least(100),
+       {},
+       nullptr,
+       "How long a worker that lost the leader keeps looking for the next one (a standby that "
+       "took over) before it gives up and exits 1."},
       {"",
        "faults",
        COHORT_FIELD(faults),
@@ -528,43 +581,5 @@ const std::vector<key_spec>& schema() {
 }
 
 #undef COHORT_FIELD
-
-const key_spec* find_key(const std::string& section, const std::string& name) {
-  for (const key_spec& k : schema()) {
-    if (!k.top_level() && section == k.section && name == k.name) return &k;
-  }
-  return nullptr;
-}
-
-bool is_section(const std::string& name) {
-  for (const section_spec& s : sections()) {
-    if (name == s.name) return true;
-  }
-  return false;
-}
-
-const key_spec* find_top_level(const std::string& name) {
-  for (const key_spec& k : schema()) {
-    if (k.top_level() && name == k.name) return &k;
-  }
-  return nullptr;
-}
-
-std::vector<std::string> top_level_names() {
-  std::vector<std::string> out;
-  for (const section_spec& s : sections()) out.push_back(s.name);
-  for (const key_spec& k : schema()) {
-    if (k.top_level()) out.push_back(k.name);
-  }
-  return out;
-}
-
-std::vector<std::string> keys_of(const std::string& section) {
-  std::vector<std::string> out;
-  for (const key_spec& k : schema()) {
-    if (section == k.section) out.push_back(k.name);
-  }
-  return out;
-}
 
 }  // namespace cohort::config_schema

@@ -122,6 +122,24 @@ struct control_config {
   int64_t max_message_bytes = 64 << 20;    ///< larger frames are counted and dropped
 };
 
+/// Coordinator standbys (runtime/ha): the coordinators elect a leader through etcd; when it
+/// dies, a standby takes over the job and the workers reattach to it.
+struct ha_config {
+  /// Standby coordinators beside the leader; 0: one coordinator and no etcd.
+  int standbys = 0;
+  /// ha.etcd is the word `local` (`cohort launch` starts one etcd for the run: etcd_local)
+  /// or a list of etcd client URLs "http://HOST:PORT" (etcd_endpoints, etcd_local false).
+  bool etcd_local = true;
+  std::vector<std::string> etcd_endpoints;  ///< empty when etcd_local
+  int lease_ttl_s = 1;  ///< the leader's etcd lease: a dead leader's runs out after this long
+  /// Raft timing of the etcd that `ha.etcd: local` starts; election >= 5 x heartbeat
+  /// (rules::etcd_election_fits_heartbeat: etcd refuses to start otherwise).
+  int etcd_heartbeat_ms = 10;
+  int etcd_election_ms = 100;
+  /// How long a worker that lost the leader looks for the next one before it exits 1.
+  int reattach_ms = 30000;
+};
+
 /// A validated, fully resolved configuration.
 struct config {
   std::string source;  ///< file it came from ("<set>" parts are reported as --set)
@@ -134,6 +152,7 @@ struct config {
   fault_tolerance_config fault_tolerance;
   elastic_config elastic;
   control_config control;
+  ha_config ha;
   /// The top-level `faults:` list, parsed (docs/faults.md); dumped in canonical text.
   std::vector<faults::fault_spec> faults;
 };

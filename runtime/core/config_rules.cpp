@@ -56,6 +56,7 @@ class rules {
     check_transport();
     check_compression();
     check_control();
+    check_ha();
   }
 
  private:
@@ -369,6 +370,14 @@ class rules {
                                  std::to_string(c.train.steps - 1) + " (train.steps = " + steps +
                                  "; use a step below " + steps + ")");
       }
+      // Losing the only coordinator ends the run: a coordinator fault needs a standby.
+      if (f.coordinator && fine({"ha.standbys"}) && c.ha.standbys < 1) {
+        keys_.complain_fault(i, key,
+                             what +
+                                 " needs ha.standbys >= 1: without a standby, losing the "
+                                 "coordinator ends the run (set ha.standbys: 1 or more, or "
+                                 "remove the fault)");
+      }
       if (!elastic_ok_) continue;
       const int lo = c.elastic.min_workers, hi = c.elastic.max_workers;
       if (f.worker.by_rank() && f.worker.rank >= hi) {
@@ -418,6 +427,30 @@ class rules {
                                        "picks a free one)");
       }
     }
+  }
+
+  // ---- ha: coordinator standbys and the etcd they elect through (runtime/ha, the
+  // launcher that starts etcd) ----
+
+  void check_ha() {
+    const config& c = c_;
+    if (fine({"ha.standbys", "parallel.pp", "parallel.tp"}) &&
+        !cohort::rules::standbys_fit_grid(c.ha.standbys, c.parallel.pp, c.parallel.tp))
+      complain({"ha.standbys", "parallel.pp", "parallel.tp"},
+               "coordinator standbys cover data-parallel jobs: a pipeline or tensor-parallel "
+               "job's seats are not rebuilt by a new leader yet, and this one has pp = " +
+                   std::to_string(c.parallel.pp) + " x tp = " + std::to_string(c.parallel.tp) +
+                   " (set ha.standbys: 0 or parallel.pp = parallel.tp = 1)");
+    if (fine({"ha.etcd_heartbeat_ms", "ha.etcd_election_ms"}) &&
+        !cohort::rules::etcd_election_fits_heartbeat(c.ha.etcd_heartbeat_ms, c.ha.etcd_election_ms))
+      complain({"ha.etcd_election_ms", "ha.etcd_heartbeat_ms"},
+               "etcd_election_ms = " + std::to_string(c.ha.etcd_election_ms) +
+                   " is below 5 x etcd_heartbeat_ms = " +
+                   std::to_string(5 * int64_t{c.ha.etcd_heartbeat_ms}) +
+                   " (etcd refuses to start with an election timeout under 5 heartbeats; use "
+                   "etcd_election_ms >= " +
+                   std::to_string(5 * int64_t{c.ha.etcd_heartbeat_ms}) +
+                   ", or a shorter etcd_heartbeat_ms)");
   }
 
   config& c_;

@@ -1,7 +1,8 @@
 // Internal to the config: the schema (one row per key: where it lives in `config`, its range
 // or choices, its default, its meaning) and the words every part of the config uses to
-// describe keys and values. The table is runtime/core/config.cpp; the words are
-// config_text.cpp. Reading YAML is config_loader.cpp; rules across keys are config_rules.cpp.
+// describe keys and values. The table is runtime/core/config.cpp, the lookups over it
+// config_schema.cpp; the words are config_text.cpp. Reading YAML is config_loader.cpp; rules
+// across keys are config_rules.cpp.
 // Callers outside runtime/core/config*.cpp use runtime/core/config.hpp, never this.
 #pragma once
 #include <cmath>
@@ -15,11 +16,13 @@
 namespace cohort::config_schema {
 
 /// Where a key's value lives inside `config`; the pointer type is the key's YAML type.
-/// A key whose section is "" lives at the top level of the file (`faults:`).
+/// A key whose section is "" lives at the top level of the file (`faults:`). ha.etcd, the
+/// word `local` or a list of URLs, is the one key over two fields: its ha_config* reads and
+/// writes etcd_local and etcd_endpoints only.
 using fault_list = std::vector<faults::fault_spec>;
 using string_list = std::vector<std::string>;
 using field_ref = std::variant<int*, int64_t*, uint64_t*, float*, bool*, std::string*,
-                               std::vector<int>*, string_list*, fault_list*>;
+                               std::vector<int>*, string_list*, fault_list*, ha_config*>;
 
 /// Allowed numeric interval; for lists it applies to every element.
 struct bounds {
@@ -52,6 +55,9 @@ struct section_spec {
 const std::vector<section_spec>& sections();
 /// Every key, in the order of dumps, the reference file and the docs.
 const std::vector<key_spec>& schema();
+
+// ---- the lookups over it (config_schema.cpp) ----
+
 /// The key `name` of `section`, or nullptr.
 const key_spec* find_key(const std::string& section, const std::string& name);
 /// The top-level key `name` (not a section), or nullptr.

@@ -139,6 +139,10 @@ std::string format_value(const field_ref& f, bool enum_key) {
       for (const faults::fault_spec& f : *p) out += "\n  - " + quote(faults::to_string(f));
       return out;
     }
+    // ha.etcd: the word local, or the endpoints as a list of strings.
+    std::string operator()(ha_config* p) const {
+      return p->etcd_local ? "local" : (*this)(&p->etcd_endpoints);
+    }
   } visitor{enum_key};
   return std::visit(visitor, f);
 }
@@ -154,6 +158,7 @@ std::string type_name(const key_spec& k) {
     std::string operator()(std::vector<int>*) const { return "list of integers"; }
     std::string operator()(string_list*) const { return "list of strings"; }
     std::string operator()(fault_list*) const { return "list of fault specs"; }
+    std::string operator()(ha_config*) const { return "local or list of URLs"; }
   } visitor;
   config scratch;
   return k.choices.empty() ? std::visit(visitor, k.field(scratch)) : "enum";
@@ -175,6 +180,7 @@ std::string allowed_text(const key_spec& k) {
   if (k.path() == "control.bind") return "tcp://HOST:PORT | ipc://PATH";
   if (k.path() == "comm.interface") return "auto | NAME | ADDRESS";
   if (k.path() == "comm.host_id") return "auto | TEXT";
+  if (k.path() == "ha.etcd") return "local | [http://HOST:PORT, ...]";
   config scratch;
   const field_ref f = k.field(scratch);
   if (std::holds_alternative<std::vector<int>*>(f)) return "each " + describe(k.range);

@@ -48,6 +48,49 @@ bool looks_special_float(const std::string& s) {
   return l == ".inf" || l == ".nan";
 }
 
+/// What is wrong with an etcd client URL, "" when it is http://HOST:PORT (HOST a name, an
+/// IPv4 address or an IPv6 one in brackets; PORT 1..65535; nothing after it), the form
+/// ha::etcd_client takes.
+std::string etcd_url_problem(const std::string& u) {
+  const std::string form = " (write http://HOST:PORT, e.g. http://10.0.0.5:2379)";
+  if (u.find_first_of(" \t\r\n") != std::string::npos)
+    return "'" + u + "' has a space in it" + form;
+  if (u.rfind("https://", 0) == 0) {
+    return "'" + u + "': https is not supported (the coordinators speak plain http to etcd; " +
+           "write http://" + u.substr(8) + ")";
+  }
+  if (u.rfind("http://", 0) != 0) {
+    return u.find("://") == std::string::npos ? "'" + u + "' has no scheme (write http://" + u + ")"
+                                              : "'" + u + "' is not an http URL" + form;
+  }
+  const std::string rest = u.substr(7);
+  if (rest.find_first_of("/?#") != std::string::npos)
+    return "'" + u + "' has something after the port" + form;
+  size_t colon = std::string::npos;
+  std::string host;
+  if (!rest.empty() && rest[0] == '[') {  // [IPv6]:PORT
+    const size_t close = rest.find(']');
+    if (close == std::string::npos || close + 1 >= rest.size() || rest[close + 1] != ':')
+      return "'" + u + "': an IPv6 address needs its port after the brackets" + form;
+    host = rest.substr(1, close - 1);
+    colon = close + 1;
+  } else {
+    colon = rest.rfind(':');
+    host = rest.substr(0, colon);
+    if (colon != std::string::npos && host.find(':') != std::string::npos)
+      return "'" + u + "': write an IPv6 address in brackets (e.g. http://[::1]:2379)";
+  }
+  if (colon == std::string::npos || colon + 1 == rest.size())
+    return "'" + u + "' has no port (write http://" + rest.substr(0, colon) + ":2379 for etcd's " +
+           "client port)";
+  if (host.empty()) return "'" + u + "' has no host" + form;
+  const std::string port = rest.substr(colon + 1);
+  const bool digits = all_digits(port, 0);
+  if (!digits || port.size() > 5 || std::stoi(port) < 1 || std::stoi(port) > 65535)
+    return "'" + u + "': the port must be a number from 1 to 65535, got " + port + form;
+  return "";
+}
+
 /// The readers of one key, each reporting to the loader's issue list.
 class value_reader {
  public:
@@ -356,6 +399,67 @@ class value_reader {
       fault_at_ = std::move(where);
     }
     return ok;
+  }
+
+  // ha.etcd: the word local, or a non-empty list of etcd client URLs.
+  bool read_value(const key_spec& k, const entry& e, ha_config* out) {
+    const YAML::Node& n = e.value;
+    const std::string key = k.path();
+    const std::string what =
+        "local, or a list of etcd client URLs such as [\"http://10.0.0.5:2379\"]";
+    if (n.IsNull()) {
+      report(e.at, key, "has no value (write " + what + ", " + use_default(k) + ")");
+      return false;
+    }
+    if (n.IsScalar() && n.Scalar() == "local") {
+      out->etcd_local = true;
+      out->etcd_endpoints.clear();
+      return true;
+    }
+    if (!n.IsSequence()) {
+      std::string hint = "write " + what;
+      if (n.IsScalar() && etcd_url_problem(n.Scalar()).empty()) {
+        hint = "write it as a list: [\"" + n.Scalar() + "\"]";
+      } else if (n.IsScalar() && !closest(n.Scalar(), {"local"}).empty()) {
+        hint = "did you mean local?";
+      }
+      report(e.at, key,
+             "expected local or a list of etcd client URLs, got " + got(n) + " (" + hint + ")");
+      return false;
+    }
+    if (n.size() == 0) {
+      report(e.at, key,
+             "an empty list names no etcd (write local for an etcd that cohort launch starts, "
+             "or the client URLs of yours)");
+      return false;
+    }
+    string_list urls;
+    bool ok = true;
+    for (size_t i = 0; i < n.size(); ++i) {
+      const YAML::Node item = n[i];
+      // Elements of a --set value have positions inside the override, not the file.
+      const origin at = e.at.set_text.empty() ? mark_of(item) : e.at;
+      const std::string item_key = key + "[" + std::to_string(i) + "]";
+      const std::string problem = !item.IsScalar() || item.Scalar().empty()
+                                      ? "expected an etcd client URL, got " + got(item) +
+                                            " (write http://HOST:PORT, e.g. http://10.0.0.5:2379)"
+                                      : etcd_url_problem(item.Scalar());
+      const auto twice = std::find(urls.begin(), urls.end(), item.IsScalar() ? item.Scalar() : "");
+      if (!problem.empty()) {
+        report(at, item_key, problem);
+        ok = false;
+      } else if (twice != urls.end()) {
+        report(at, item_key,
+               "'" + item.Scalar() + "' is listed twice (first as " + key + "[" +
+                   std::to_string(twice - urls.begin()) + "]; keep one)");
+        ok = false;
+      }
+      urls.push_back(item.IsScalar() ? item.Scalar() : "");
+    }
+    if (!ok) return false;
+    out->etcd_local = false;
+    out->etcd_endpoints = std::move(urls);
+    return true;
   }
 
   issue_list& issues_;

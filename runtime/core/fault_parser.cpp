@@ -1,6 +1,7 @@
 // The fault spec parser: a loop over space-separated words, the kind first, then
-// `key=value` fields and the prepositions at / from / to, each of which takes a following
-// `step=N`. Every refusal names the column and how to fix the spec (docs/faults.md).
+// `key=value` fields, the word `coordinator` (the victim of a kill or partition) and the
+// prepositions at / from / to, each of which takes a following `step=N`. Every refusal
+// names the column and how to fix the spec (docs/faults.md).
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
@@ -136,8 +137,10 @@ class parser {
       if (!seen_.count(f)) {
         const std::string what =
             f == f_worker ? "worker=NAME or rank=N" : field_text(f) + placeholder(f);
-        fail(end_col(),
-             std::string(kind_name(spec_.kind)) + " needs " + what + " (write " + r.synopsis + ")");
+        const std::string also =
+            f == f_worker && takes_coordinator() ? ", or " + coordinator_form() : "";
+        fail(end_col(), std::string(kind_name(spec_.kind)) + " needs " + what + " (write " +
+                            r.synopsis + also + ")");
       }
     }
     check_whole(r);
@@ -147,6 +150,15 @@ class parser {
  private:
   [[noreturn]] void fail(int col, const std::string& reason) const {
     throw fault_parse_error(text_, col, reason);
+  }
+
+  // Only a kill or a partition can have the coordinator as its victim.
+  bool takes_coordinator() const {
+    return spec_.kind == fault_kind::kill || spec_.kind == fault_kind::partition;
+  }
+  std::string coordinator_form() const {
+    return spec_.kind == fault_kind::kill ? "kill coordinator at step=N"
+                                          : "partition coordinator at step=N for=2s";
   }
 
   int end_col() const {
@@ -233,6 +245,7 @@ class parser {
       if (t.text == "at") return read_step(r, f_at, i);
       if (t.text == "from") return read_step(r, f_from, i);
       if (t.text == "to") return read_step(r, f_to_step, i);
+      if (t.text == "coordinator") return read_coordinator(r, i);
       unknown_word(r, t, i);
     }
     const std::string key = t.text.substr(0, eq);
@@ -241,6 +254,11 @@ class parser {
     static const std::map<std::string, field> keys = {
         {"worker", f_worker}, {"rank", f_worker}, {"for", f_for}, {"factor", f_factor},
         {"p", f_p},           {"seed", f_seed},   {"to", f_to},   {"mtbf", f_mtbf}};
+    if (key == "coordinator" && takes_coordinator()) {
+      fail(t.col, "coordinator takes no value: it names the leader coordinator (write " +
+                      coordinator_form() + ")");
+    }
+    if (key == "coordinator") read_coordinator(r, i);  // refuses it for this kind
     if (key == "step") {
       const bool range = spec_.kind == fault_kind::slow;
       fail(t.col, std::string("step=N needs a word before it (write ") +
@@ -316,8 +334,10 @@ class parser {
   void note(field f, int col) {
     auto [it, fresh] = seen_.emplace(f, col);
     if (!fresh && f == f_worker) {
-      fail(col, "a spec names one victim, with worker= or rank= (first at column " +
-                    std::to_string(it->second) + "; keep one)");
+      fail(col,
+           std::string(spec_.coordinator ? "a spec names one victim, the coordinator or a worker"
+                                         : "a spec names one victim, with worker= or rank=") +
+               " (first at column " + std::to_string(it->second) + "; keep one)");
     }
     if (!fresh) {
       fail(col, std::string("duplicate field ") + field_text(f) + " (first at column " +
@@ -336,11 +356,25 @@ class parser {
     for (field f : {f_at, f_from, f_to_step}) {
       if (allows(r, f)) words.push_back(f == f_at ? "at" : f == f_from ? "from" : "to");
     }
+    if (takes_coordinator()) words.push_back("coordinator");
     const std::string guess = closest_name(t.text, words);
     fail(t.col,
          "unknown word '" + t.text + "' (" +
              (guess.empty() ? std::string("write ") + r.synopsis : "did you mean " + guess + "?") +
              ")");
+  }
+
+  // `coordinator`: the victim is the leader coordinator, not a worker (kill, partition).
+  size_t read_coordinator(const kind_rules& r, size_t i) {
+    const token& t = tokens_[i];
+    if (!takes_coordinator()) {
+      fail(t.col, std::string("'coordinator' does not apply to ") + kind_name(spec_.kind) +
+                      " (only kill and partition target the coordinator; write " + r.synopsis +
+                      ")");
+    }
+    spec_.coordinator = true;
+    note(f_worker, t.col);  // the one victim
+    return i + 1;
   }
 
   // "at step=N", "from step=N", "to step=N"

@@ -51,10 +51,10 @@ std::string worker_ref::text() const {
 }
 
 bool operator==(const fault_spec& a, const fault_spec& b) {
-  return a.kind == b.kind && a.worker == b.worker && a.at_step == b.at_step &&
-         a.from_step == b.from_step && a.to_step == b.to_step && a.duration_ms == b.duration_ms &&
-         a.factor == b.factor && a.p == b.p && a.seed == b.seed && a.to_workers == b.to_workers &&
-         a.mtbf_steps == b.mtbf_steps;
+  return a.kind == b.kind && a.worker == b.worker && a.coordinator == b.coordinator &&
+         a.at_step == b.at_step && a.from_step == b.from_step && a.to_step == b.to_step &&
+         a.duration_ms == b.duration_ms && a.factor == b.factor && a.p == b.p && a.seed == b.seed &&
+         a.to_workers == b.to_workers && a.mtbf_steps == b.mtbf_steps;
 }
 
 std::string to_string(const fault_spec& s) {
@@ -62,9 +62,10 @@ std::string to_string(const fault_spec& s) {
     return ms % 1000 == 0 ? std::to_string(ms / 1000) + "s" : std::to_string(ms) + "ms";
   };
   const std::string at = " at step=" + std::to_string(s.at_step);
+  const std::string victim = s.coordinator ? "coordinator" : s.worker.text();
   switch (s.kind) {
     case fault_kind::kill:
-      return "kill " + s.worker.text() + at;
+      return "kill " + victim + at;
     case fault_kind::hang:
       return "hang " + s.worker.text() + at + " for=" + duration(s.duration_ms);
     case fault_kind::slow:
@@ -73,7 +74,7 @@ std::string to_string(const fault_spec& s) {
     case fault_kind::drop_control:
       return "drop control p=" + number_text(s.p) + " seed=" + std::to_string(s.seed);
     case fault_kind::partition:
-      return "partition " + s.worker.text() + at + " for=" + duration(s.duration_ms);
+      return "partition " + victim + at + " for=" + duration(s.duration_ms);
     case fault_kind::scale:
       return "scale to=" + std::to_string(s.to_workers) + at;
     case fault_kind::random_kill:

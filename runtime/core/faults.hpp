@@ -37,7 +37,10 @@ struct worker_ref {
 /// 0-based step numbers of the run (the step that opens first is step 0).
 struct fault_spec {
   fault_kind kind = fault_kind::kill;
-  worker_ref worker;        ///< kill, hang, slow, partition
+  worker_ref worker;  ///< kill, hang, slow, partition (unset when coordinator)
+  /// kill, partition: the victim is the leader coordinator (`kill coordinator at step=N`),
+  /// not a worker; needs ha.standbys >= 1, which the config and the runtime check.
+  bool coordinator = false;
   int64_t at_step = -1;     ///< kill, hang, partition, scale: acts when this step opens
   int64_t from_step = -1;   ///< slow: first step slowed
   int64_t to_step = -1;     ///< slow: last step slowed (inclusive, >= from_step)
@@ -71,7 +74,8 @@ class fault_parse_error : public usage_error {
   std::string reason_;
 };
 
-/// Parses one spec, e.g. "kill rank=2 at step=30" or "kill worker=worker-2 at step=30". Words are
+/// Parses one spec, e.g. "kill rank=2 at step=30", "kill worker=worker-2 at step=30" or
+/// "kill coordinator at step=30". Words are
 /// separated by spaces or tabs; fields after the kind may come in any order. Throws
 /// fault_parse_error.
 fault_spec parse_fault(const std::string& text);
@@ -82,10 +86,10 @@ std::string to_string(const fault_spec& spec);
 /// A number as the canonical text writes it: the shortest %g form that reads back to V.
 std::string number_text(double v);
 
-/// The faults that act when step `step` opens: kill, hang, partition and scale whose
-/// at_step is `step`, and slow faults whose [from_step, to_step] holds it. drop control
-/// (always on) and random kill (see random_kill_fires) are never listed. Pure: a step
-/// that opens again after an abort gets the same answer; firing once is the caller's job.
+/// The faults that act when step `step` opens: kill, hang, partition (of a worker or the
+/// coordinator) and scale whose at_step is `step`, and slow faults whose [from_step, to_step] holds
+/// it. drop control (always on) and random kill (see random_kill_fires) are never listed. Pure: a
+/// step that opens again after an abort gets the same answer; firing once is the caller's job.
 std::vector<const fault_spec*> due_at(const std::vector<fault_spec>& specs, int64_t step);
 
 /// random kill: whether a kill fires when `step` opens, with probability 1/mtbf_steps,

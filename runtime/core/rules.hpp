@@ -37,4 +37,17 @@ inline bool hierarchy_fits_transport(std::string_view hierarchy, std::string_vie
   return hierarchy != "hierarchical" || transport == "auto";
 }
 
+/// runtime/ha: a new leader rebuilds a data-parallel job's roster from the workers that
+/// reattach; the seats of a pipeline or tensor-parallel job are not rebuilt by it yet.
+constexpr bool standbys_fit_grid(int64_t standbys, int64_t pp, int64_t tp) {
+  return standbys == 0 || pp * tp == 1;
+}
+
+/// runtime/ha (the etcd `ha.etcd: local` starts): etcd refuses to start unless its election
+/// timeout is at least 5 heartbeat intervals (etcd's embed.Config.Validate: "--election-timeout
+/// should be at least as 5 times as --heartbeat-interval").
+constexpr bool etcd_election_fits_heartbeat(int64_t heartbeat_ms, int64_t election_ms) {
+  return election_ms >= 5 * heartbeat_ms;
+}
+
 }  // namespace cohort::rules

@@ -141,6 +141,9 @@ uint32_t load_u32(const unsigned char* p) {
   return static_cast<uint32_t>(p[0]) | (static_cast<uint32_t>(p[1]) << 8) |
          (static_cast<uint32_t>(p[2]) << 16) | (static_cast<uint32_t>(p[3]) << 24);
 }
+uint64_t load_u64(const unsigned char* p) {
+  return static_cast<uint64_t>(load_u32(p)) | (static_cast<uint64_t>(load_u32(p + 4)) << 32);
+}
 
 // Decodes the payload as the variant alternative whose wire id is T; tries alternatives
 // in order, so adding a message to `message` is all it takes to make it decodable.
@@ -250,7 +253,7 @@ const char* type_name(msg_type t) {
   return "unknown";
 }
 
-std::string encode(const message& m) {
+std::string encode(const message& m, uint64_t term) {
   std::string out(envelope_header_bytes, '\0');
   writer w(&out);
   std::visit([&w](const auto& x) { w.put(x); }, m);
@@ -261,6 +264,7 @@ std::string encode(const message& m) {
   h.put(protocol_version);
   h.put(static_cast<uint16_t>(type_of(m)));
   h.put(static_cast<uint32_t>(payload));
+  h.put(term);
   out.replace(0, envelope_header_bytes, header);
   return out;
 }
@@ -281,7 +285,9 @@ decoded decode(std::string_view frame, size_t max_bytes) noexcept {
   }
   try {
     reader r(p + envelope_header_bytes, length);
-    return decode_payload(type, r);
+    decoded d = decode_payload(type, r);
+    d.term = load_u64(p + 12);
+    return d;
   } catch (const std::bad_alloc&) {
     // Only reachable when the process is out of memory: lengths are bounded by the frame.
     return decoded{decode_error::too_large, {}};
@@ -293,6 +299,11 @@ int frame_version(std::string_view frame) noexcept {
   const auto* p = reinterpret_cast<const unsigned char*>(frame.data());
   if (std::memcmp(p, envelope_magic, sizeof envelope_magic) != 0) return -1;
   return load_u16(p + 4);
+}
+
+uint64_t frame_term(std::string_view frame) noexcept {
+  if (frame.size() < envelope_header_bytes) return 0;
+  return load_u64(reinterpret_cast<const unsigned char*>(frame.data()) + 12);
 }
 
 int frame_type(std::string_view frame) noexcept {

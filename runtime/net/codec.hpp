@@ -2,11 +2,15 @@
 // encode/decode only; decoding never throws, never trusts a length it has not checked
 // against the bytes at hand, and reports every failure as a decode_error value.
 //
-// Envelope (little-endian, 12 bytes, then the payload):
+// Envelope (little-endian, 20 bytes, then the payload):
 //   offset 0  magic    4 bytes  "CHRT"
 //   offset 4  version  u16      protocol_version
 //   offset 6  type     u16      msg_type
-//   offset 8  length   u32      payload bytes; must equal frame size - 12
+//   offset 8  length   u32      payload bytes; must equal frame size - 20
+//   offset 12 term     u64      the sender's leadership term: a coordinator elected through
+//                               etcd (ha) stamps its term on every frame it sends, and a
+//                               worker drops frames of a lower term than it has seen
+//                               (fencing); 0 without ha and on frames workers send
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -18,8 +22,8 @@
 namespace cohort::net {
 
 inline constexpr char envelope_magic[4] = {'C', 'H', 'R', 'T'};
-inline constexpr uint16_t protocol_version = 10;
-inline constexpr size_t envelope_header_bytes = 12;
+inline constexpr uint16_t protocol_version = 11;
+inline constexpr size_t envelope_header_bytes = 20;
 
 /// Why a frame was rejected. Values index drop counters; append only.
 enum class decode_error : uint8_t {
@@ -43,11 +47,12 @@ const char* to_string(decode_error e);
 struct decoded {
   decode_error error = decode_error::none;
   message msg;
+  uint64_t term = 0;  ///< the envelope's term
   bool ok() const { return error == decode_error::none; }
 };
 
-/// Encodes M in its envelope, ready to be one ZeroMQ frame.
-std::string encode(const message& m);
+/// Encodes M in its envelope stamped with TERM, ready to be one ZeroMQ frame.
+std::string encode(const message& m, uint64_t term = 0);
 
 /// Decodes one frame. Frames larger than max_bytes are refused before anything else is
 /// read. Never throws: every malformed input ends in an error value.
@@ -61,5 +66,8 @@ int frame_version(std::string_view frame) noexcept;
 /// The message type a frame's envelope names, or -1 as for frame_version. Reads nothing
 /// past the envelope (the payload may be anything).
 int frame_type(std::string_view frame) noexcept;
+
+/// The term a frame's envelope carries, or 0 for a frame shorter than the envelope.
+uint64_t frame_term(std::string_view frame) noexcept;
 
 }  // namespace cohort::net

@@ -21,9 +21,14 @@ struct register_request {
   peer_role role = peer_role::worker;
   std::string name;  ///< worker name (unique among live members); empty: coordinator picks
   int64_t pid = 0;   ///< OS process id, so a launcher's exit notice can name the member
+  /// A worker re-attaching after a leader change (ha): its member id and the newest
+  /// generation it heard from the old leader (0: a first registration). The new leader
+  /// continues member ids and generations above them, so nothing of the old term repeats.
+  uint64_t prev_member = 0;
+  uint64_t prev_generation = 0;
   template <class S>
   static auto fields(S& s) {
-    return std::tie(s.role, s.name, s.pid);
+    return std::tie(s.role, s.name, s.pid, s.prev_member, s.prev_generation);
   }
 };
 
@@ -51,10 +56,18 @@ struct register_reject {
   static constexpr msg_type type = msg_type::register_reject;
   std::string reason;
   uint32_t retry_ms = 0;
+  /// From a standby coordinator (ha): the leader's endpoint as etcd names it, or empty
+  /// while no leader is known; the worker registers there instead.
+  std::string leader;
+  uint64_t leader_term = 0;  ///< that leader's term (0: none known)
+  bool standby = false;      ///< the answer of a standby: register with the leader instead
   template <class S>
   static auto fields(S& s) {
-    return std::tie(s.reason, s.retry_ms);
+    return std::tie(s.reason, s.retry_ms, s.leader, s.leader_term, s.standby);
   }
+  register_reject() = default;
+  explicit register_reject(std::string why, uint32_t retry = 0)
+      : reason(std::move(why)), retry_ms(retry) {}
 };
 
 /// Liveness beacon, sent from a worker's own heartbeat thread every heartbeat_ms.
@@ -219,9 +232,12 @@ struct status_reply {
   /// The job's recent figures as one JSON object (step rate, the step's split, the last
   /// events: run_report::live); empty without a job.
   std::string job;
+  /// With ha: {"leader", "term", "pid", "standbys"} as one JSON object; empty without.
+  std::string coordinator;
   template <class S>
   static auto fields(S& s) {
-    return std::tie(s.request_id, s.generation, s.step, s.workers, s.dropped, s.job);
+    return std::tie(s.request_id, s.generation, s.step, s.workers, s.dropped, s.job,
+                    s.coordinator);
   }
 };
 

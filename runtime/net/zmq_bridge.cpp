@@ -58,6 +58,8 @@ const char* to_string(drop_reason r) {
       return "send_failed";
     case drop_reason::wrong_role:
       return "wrong_role";
+    case drop_reason::stale_term:
+      return "stale_term";
     case drop_reason::count_:
       return "unknown";
     default:
@@ -66,7 +68,7 @@ const char* to_string(drop_reason r) {
 }
 
 zmq_bridge::zmq_bridge(bridge_options opts, inbound_fn on_message)
-    : opts_(std::move(opts)), on_message_(std::move(on_message)), ctx_(1) {
+    : opts_(std::move(opts)), on_message_(std::move(on_message)), ctx_(1), term_(opts_.term) {
   pipe_name_ = "inproc://cohort-bridge-" + std::to_string(pipe_counter.fetch_add(1));
   if (opts_.curve_server && opts_.kind == bridge_options::socket_kind::router)
     zap_ = std::make_unique<zap_handler>(ctx_, opts_.curve_server->authorized);
@@ -105,7 +107,20 @@ void zmq_bridge::stop() {
   zap_.reset();
 }
 
-void zmq_bridge::send(const std::string& peer, const message& m) { send_frame(peer, encode(m)); }
+void zmq_bridge::send(const std::string& peer, const message& m) {
+  send_frame(peer, encode(m, term_.load()));
+}
+
+void zmq_bridge::reconnect(const std::string& endpoint) {
+  COHORT_CHECK(opts_.kind == bridge_options::socket_kind::dealer);
+  std::lock_guard<std::mutex> lock(push_mu_);
+  if (stopped_) return;
+  // Three parts on the pipe: a reconnect (data is two parts, stop one).
+  std::array<zmq::message_t, 3> parts{zmq::message_t(), zmq::message_t(endpoint.data(), endpoint.size()),
+                                      zmq::message_t()};
+  if (!zmq::send_multipart(*push_, parts, zmq::send_flags::dontwait))
+    count(drop_reason::send_failed);
+}
 
 void zmq_bridge::send_frame(const std::string& peer, std::string frame) {
   std::lock_guard<std::mutex> lock(push_mu_);
@@ -142,7 +157,7 @@ bool zmq_bridge::send_out(zmq::socket_t& net, const std::string& peer, const std
 
 bool zmq_bridge::reply(const std::string& peer, const message& m) {
   COHORT_CHECK(std::this_thread::get_id() == thread_.get_id() && net_ != nullptr);
-  return send_out(*net_, peer, encode(m));
+  return send_out(*net_, peer, encode(m, term_.load()));
 }
 
 std::chrono::steady_clock::time_point zmq_bridge::caught_up() const {
@@ -180,6 +195,7 @@ void zmq_bridge::run(std::promise<std::string>* ready) {
   } done{&thread_done_};
   const bool router = opts_.kind == bridge_options::socket_kind::router;
   zmq::socket_t net(ctx_, router ? zmq::socket_type::router : zmq::socket_type::dealer);
+  std::string connected;  // DEALER: the endpoint connected now (reconnect changes it)
   zmq::socket_t pull(ctx_, zmq::socket_type::pull);
   try {
     net.set(zmq::sockopt::linger, linger_ms);
@@ -208,6 +224,7 @@ void zmq_bridge::run(std::promise<std::string>* ready) {
         net.set(zmq::sockopt::curve_secretkey, k->self.secret_key);
       }
       net.connect(opts_.endpoint);
+      connected = opts_.endpoint;
     }
     pull.set(zmq::sockopt::rcvhwm, send_hwm);
     pull.set(zmq::sockopt::linger, 0);
@@ -277,6 +294,22 @@ void zmq_bridge::run(std::promise<std::string>* ready) {
         parts.clear();
         auto n = zmq::recv_multipart(pull, std::back_inserter(parts), zmq::recv_flags::dontwait);
         if (!n) break;
+        if (parts.size() == 3 && !router) {
+          const std::string next = parts[1].to_string();
+          try {
+            if (!connected.empty()) net.disconnect(connected);
+          } catch (const zmq::error_t&) {
+            // Already gone (ZeroMQ drops a connection it could not keep): nothing to undo.
+          }
+          try {
+            net.connect(next);
+            connected = next;
+          } catch (const zmq::error_t& e) {
+            spdlog::error("zmq bridge: cannot connect to {}: {}", next, e.what());
+            connected.clear();
+          }
+          continue;
+        }
         if (parts.size() != 2) {
           running = false;
           break;
@@ -304,7 +337,7 @@ void zmq_bridge::on_version_mismatch(const std::string& peer, int version, zmq::
   const std::string reason = "protocol version mismatch: this side speaks cohort protocol v" +
                              std::to_string(protocol_version) + ", the peer v" +
                              std::to_string(version) + "; run the same cohort build everywhere";
-  send_out(net, peer, encode(register_reject{reason, 0}));
+  send_out(net, peer, encode(register_reject{reason, 0}, term_.load()));
   if (opts_.on_version_mismatch) opts_.on_version_mismatch(version);
 }
 
@@ -359,10 +392,21 @@ void zmq_bridge::on_inbound(std::vector<zmq::message_t>& parts, zmq::socket_t& n
     if (const auto* r = std::get_if<register_request>(&d.msg)) {
       if (std::string why = registration_problem(*role, *r); !why.empty()) {
         count(drop_reason::wrong_role);
-        send_out(net, peer, encode(register_reject{"refused: " + why, 0}));
+        send_out(net, peer, encode(register_reject{"refused: " + why, 0}, term_.load()));
         return;
       }
     }
+  }
+  if (!router && !std::holds_alternative<register_reject>(d.msg)) {
+    // Fencing (ha): a coordinator of a lower term than one already heard was deposed;
+    // nothing it says is obeyed. A higher term raises the floor. A refusal commands
+    // nothing (a standby's names the leader): it passes whatever its term.
+    uint64_t floor = term_floor_.load();
+    if (d.term < floor) {
+      count(drop_reason::stale_term);
+      return;
+    }
+    if (d.term > floor) term_floor_.store(d.term);
   }
   delivered_.fetch_add(1);
   try {

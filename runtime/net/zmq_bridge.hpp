@@ -41,6 +41,7 @@ enum class drop_reason : uint8_t {
   bad_parts,    ///< multipart shape is wrong (e.g. ROUTER frame without identity + payload)
   send_failed,  ///< outbound frame could not be queued (peer gone / high-water mark)
   wrong_role,   ///< CURVE: the connection's key holds no role that may send this frame
+  stale_term,   ///< DEALER: from a coordinator of a lower term than one already heard (ha)
   count_
 };
 
@@ -75,6 +76,8 @@ struct bridge_options {
   std::shared_ptr<const server_keys> curve_server;
   /// DEALER: speak CURVE as a client with these keys.
   std::shared_ptr<const client_keys> curve_client;
+  /// The leadership term stamped on every outbound frame (set_term changes it).
+  uint64_t term = 0;
 };
 
 /// Owns one ZeroMQ socket on its own thread. Thread-safe: send/admit/forget/counters may be
@@ -108,6 +111,15 @@ class zmq_bridge {
   /// waits for traffic, else the last time it found the socket empty. A coordinator that
   /// looks for silent members asks this first, so its own lag is not blamed on them.
   std::chrono::steady_clock::time_point caught_up() const;
+
+  /// The term stamped on frames sent from now on (a coordinator elected through etcd).
+  void set_term(uint64_t term) { term_.store(term); }
+  /// DEALER: the highest term heard so far; frames of a lower one are dropped (stale_term).
+  uint64_t term_floor() const { return term_floor_.load(); }
+  /// DEALER: disconnects from the current endpoint and connects to ENDPOINT (the next
+  /// coordinator candidate), keeping the routing id and the term floor. Frames queued for
+  /// the old endpoint are dropped. Asynchronous: done on the bridge thread.
+  void reconnect(const std::string& endpoint);
 
   /// ROUTER: PEER may now send any message (before, only register_request passes).
   void admit(const std::string& peer);
@@ -153,6 +165,8 @@ class zmq_bridge {
   bool version_reported_ = false;  ///< DEALER: on_version_mismatch already called
   std::array<std::atomic<uint64_t>, static_cast<size_t>(drop_reason::count_)> counters_{};
   std::atomic<uint64_t> delivered_{0};
+  std::atomic<uint64_t> term_{0};
+  std::atomic<uint64_t> term_floor_{0};
   std::atomic<bool> thread_done_{false};
   zmq::socket_t* net_ = nullptr;          // the bridge thread's socket (reply)
   std::atomic<bool> waiting_{false};      // the thread is blocked in poll

@@ -102,6 +102,13 @@ void check_equal(const config& a, const config& b) {
   CHECK(a.elastic.pause_timeout_ms == b.elastic.pause_timeout_ms);
   CHECK(a.control.bind == b.control.bind);
   CHECK(a.control.max_message_bytes == b.control.max_message_bytes);
+  CHECK(a.ha.standbys == b.ha.standbys);
+  CHECK(a.ha.etcd_local == b.ha.etcd_local);
+  CHECK(a.ha.etcd_endpoints == b.ha.etcd_endpoints);
+  CHECK(a.ha.lease_ttl_s == b.ha.lease_ttl_s);
+  CHECK(a.ha.etcd_heartbeat_ms == b.ha.etcd_heartbeat_ms);
+  CHECK(a.ha.etcd_election_ms == b.ha.etcd_election_ms);
+  CHECK(a.ha.reattach_ms == b.ha.reattach_ms);
   CHECK(a.faults == b.faults);
 }
 
@@ -1302,7 +1309,14 @@ TEST_CASE("dump_config round-trips to an equal config") {
                                 "elastic.pause_timeout_ms=1234",
                                 "control.bind=ipc:///tmp/x",
                                 "control.max_message_bytes=1000",
-                                "faults=[\"kill rank=2 at step=30\", "
+                                "ha.standbys=2",
+                                "ha.etcd=[\"http://10.0.0.5:2379\", \"http://[::1]:2380\"]",
+                                "ha.lease_ttl_s=3",
+                                "ha.etcd_heartbeat_ms=20",
+                                "ha.etcd_election_ms=200",
+                                "ha.reattach_ms=5000",
+                                "faults=[\"kill coordinator at step=31\", "
+                                "\"kill rank=2 at step=30\", "
                                 "\"hang worker=w-1 at step=10 for=1.5s\", "
                                 "\"slow rank=0 factor=3.3 from step=5 to step=15\", "
                                 "\"drop control p=0.05 seed=7\", "
@@ -1310,8 +1324,11 @@ TEST_CASE("dump_config round-trips to an equal config") {
                                 "\"scale to=3 at step=20\", "
                                 "\"random kill mtbf=15.5steps seed=18446744073709551615\"]"});
   CHECK(c.elastic.respawn == false);
-  REQUIRE(c.faults.size() == 7);
-  CHECK(c.faults[1].duration_ms == 1500);
+  REQUIRE(c.faults.size() == 8);
+  CHECK(c.faults[0].coordinator);
+  CHECK(c.faults[2].duration_ms == 1500);
+  CHECK(c.ha.etcd_endpoints ==
+        std::vector<std::string>{"http://10.0.0.5:2379", "http://[::1]:2380"});
   CHECK(c.data.dir == "quote \" and back\\slash");
   CHECK(c.model.hidden.empty());
   CHECK(c.data.dataset == "kjv");
@@ -1332,8 +1349,8 @@ TEST_CASE("dump_config round-trips to an equal config") {
 TEST_CASE("dump_config prints every key of the schema, sections in a fixed order") {
   const std::string text =
       cohort::dump_config(cohort::load_config_text("model:\n  kind: mlp\n", "t"));
-  const char* order[] = {"cluster:", "parallel:",        "model:",   "data:",    "train:",
-                         "comm:",    "fault_tolerance:", "elastic:", "control:", "faults:"};
+  const char* order[] = {"cluster:",         "parallel:", "model:",   "data:", "train:", "comm:",
+                         "fault_tolerance:", "elastic:",  "control:", "ha:",   "faults:"};
   size_t at = 0;
   for (const char* s : order) {
     const size_t pos = text.find(std::string("\n") + s);
@@ -1343,13 +1360,28 @@ TEST_CASE("dump_config prints every key of the schema, sections in a fixed order
     at = found;
   }
   const std::set<std::string> keys = key_paths(text);
-  CHECK(keys.size() == 62);
-  for (const char* k :
-       {"cluster.workers", "parallel.dp", "model.hidden", "data.cache_dir", "train.threads",
-        "comm.backend", "comm.bucket_mb", "comm.p2p_security", "comm.compression",
-        "comm.error_feedback", "fault_tolerance.keep", "fault_tolerance.commit_window",
-        "elastic.min_workers", "elastic.max_workers", "elastic.respawn", "elastic.pause_timeout_ms",
-        "control.max_message_bytes", "faults"}) {
+  CHECK(keys.size() == 68);
+  for (const char* k : {"cluster.workers",
+                        "parallel.dp",
+                        "model.hidden",
+                        "data.cache_dir",
+                        "train.threads",
+                        "comm.backend",
+                        "comm.bucket_mb",
+                        "comm.p2p_security",
+                        "comm.compression",
+                        "comm.error_feedback",
+                        "fault_tolerance.keep",
+                        "fault_tolerance.commit_window",
+                        "elastic.min_workers",
+                        "elastic.max_workers",
+                        "elastic.respawn",
+                        "elastic.pause_timeout_ms",
+                        "control.max_message_bytes",
+                        "ha.standbys",
+                        "ha.etcd",
+                        "ha.reattach_ms",
+                        "faults"}) {
     CHECK(keys.count(k) == 1);
   }
 }
@@ -1626,6 +1658,15 @@ TEST_CASE("the shipped configs say what they promise") {
   gpt2.comm = gpt.comm;
   gpt2.fault_tolerance.checkpoint_dir = gpt.fault_tolerance.checkpoint_dir;
   CHECK(cohort::dump_config(gpt2) == cohort::dump_config(gpt));
+
+  // The HA quickstart is the quickstart with two standbys and a local etcd.
+  const config quick = cohort::load_config(source_dir + "/configs/quickstart.yaml");
+  config ha = cohort::load_config(source_dir + "/configs/quickstart_ha.yaml");
+  CHECK(quick.ha.standbys == 0);
+  CHECK(ha.ha.standbys == 2);
+  CHECK(ha.ha.etcd_local);
+  ha.ha = quick.ha;
+  CHECK(cohort::dump_config(ha) == cohort::dump_config(quick));
 }
 
 TEST_CASE("configs/reference.yaml is the generated reference and holds every key") {
@@ -1653,7 +1694,7 @@ TEST_CASE("configs/reference.yaml is the generated reference and holds every key
     }
     previous = line;
   }
-  CHECK(keys == 61);
+  CHECK(keys == 67);
   CHECK(top_level == 1);
   // The commented examples are the language's own examples, and each of them parses.
   size_t examples = 0;
@@ -1812,4 +1853,274 @@ TEST_CASE("train.onebit keys: nested or dotted in YAML, --set, lists of strings,
   CHECK(t.find("built for whole-model jobs") != std::string::npos);
   t = all_text(issues_of("comm:\n  error_feedback: true\n"));
   CHECK(t.find("comm.compression is none") != std::string::npos);
+}
+
+TEST_CASE("ha keys: defaults, etcd local or a list of URLs, round trip, and the rules") {
+  // Defaults: one coordinator, no etcd, as before standbys existed.
+  config c = cohort::load_config_text("train:\n  lr: 0.1\n", "t");
+  CHECK(c.ha.standbys == 0);
+  CHECK(c.ha.etcd_local);
+  CHECK(c.ha.etcd_endpoints.empty());
+  CHECK(c.ha.lease_ttl_s == 1);
+  CHECK(c.ha.etcd_heartbeat_ms == 10);
+  CHECK(c.ha.etcd_election_ms == 100);
+  CHECK(c.ha.reattach_ms == 30000);
+  CHECK(cohort::dump_config(c).find("\nha:\n  standbys: 0\n  etcd: local\n  lease_ttl_s: 1\n"
+                                    "  etcd_heartbeat_ms: 10\n  etcd_election_ms: 100\n"
+                                    "  reattach_ms: 30000\nfaults: []\n") != std::string::npos);
+
+  // A list of client URLs, flow or block, names the etcd; `local` (quoted or not) is the
+  // word, and a later --set of either form wins.
+  c = cohort::load_config_text(
+      "ha:\n  standbys: 2\n  etcd: [http://10.0.0.5:2379, \"http://etcd-1.lan:2379\"]\n", "t");
+  CHECK(c.ha.standbys == 2);
+  CHECK_FALSE(c.ha.etcd_local);
+  CHECK(c.ha.etcd_endpoints ==
+        std::vector<std::string>{"http://10.0.0.5:2379", "http://etcd-1.lan:2379"});
+  const std::string dumped = cohort::dump_config(c);
+  CHECK(dumped.find("\n  etcd: [\"http://10.0.0.5:2379\", \"http://etcd-1.lan:2379\"]\n") !=
+        std::string::npos);
+  check_equal(cohort::load_config_text(dumped, "dump"), c);
+  CHECK(cohort::dump_config(cohort::load_config_text(dumped, "dump")) == dumped);
+  c = cohort::load_config_text("ha:\n  etcd:\n    - http://a:2379\n    - http://[::1]:2379\n", "t");
+  CHECK(c.ha.etcd_endpoints == std::vector<std::string>{"http://a:2379", "http://[::1]:2379"});
+  CHECK(cohort::load_config_text("ha:\n  etcd: local\n", "t").ha.etcd_local);
+  CHECK(cohort::load_config_text("ha:\n  etcd: \"local\"\n", "t").ha.etcd_local);
+  c = cohort::load_config_text("ha:\n  etcd: [\"http://a:1\"]\n", "t", {"ha.etcd=local"});
+  CHECK(c.ha.etcd_local);
+  CHECK(c.ha.etcd_endpoints.empty());
+  c = cohort::load_config_text(
+      "train:\n  lr: 0.1\n", "t",
+      {"ha.etcd=[\"http://h:2379\"]", "ha.standbys=1", "ha.lease_ttl_s=60",
+       "ha.etcd_heartbeat_ms=100", "ha.etcd_election_ms=500", "ha.reattach_ms=100"});
+  CHECK(c.ha.etcd_endpoints == std::vector<std::string>{"http://h:2379"});
+  CHECK(c.ha.lease_ttl_s == 60);
+  CHECK(c.ha.etcd_election_ms == 500);  // exactly 5 x heartbeat is allowed
+  CHECK(c.ha.reattach_ms == 100);
+  check_equal(cohort::load_config_text(cohort::dump_config(c), "dump"), c);
+
+  // The keys are part of the run's identity.
+  const std::string h = cohort::config_hash(cohort::load_config_text("ha:\n  standbys: 0\n", "t"));
+  CHECK(h != cohort::config_hash(cohort::load_config_text("ha:\n  standbys: 1\n", "t")));
+  CHECK(h != cohort::config_hash(cohort::load_config_text("ha:\n  etcd: [\"http://a:1\"]\n", "t")));
+
+  // Coordinator faults need a standby; with one they load.
+  c = cohort::load_config_text(
+      "ha:\n  standbys: 1\nfaults:\n  - kill coordinator at step=3\n  - partition "
+      "coordinator at step=5 for=2s\n",
+      "t");
+  REQUIRE(c.faults.size() == 2);
+  CHECK(c.faults[0].coordinator);
+  CHECK(c.faults[1].kind == cohort::faults::fault_kind::partition);
+
+  struct bad {
+    std::string yaml;
+    std::vector<std::string> sets;
+    std::string file;
+    int line, col;
+    std::string key, message;
+  };
+  const std::string gpt_pp2 =
+      "cluster:\n  workers: 4\nmodel:\n  kind: gpt\nparallel:\n  pp: 2\ndata:\n  dataset: "
+      "kjv\ntrain:\n  global_batch: 8\n  micro_batch: 2\n";
+  const std::vector<bad> cases = {
+      {"ha:\n  standbys: -1\n", {}, "cfg.yaml", 2, 13, "ha.standbys", "must be >= 0, got -1"},
+      {"ha:\n  etcd: remote\n",
+       {},
+       "cfg.yaml",
+       2,
+       9,
+       "ha.etcd",
+       "expected local or a list of etcd client URLs, got remote (write local, or a list of "
+       "etcd client URLs such as [\"http://10.0.0.5:2379\"])"},
+      {"ha:\n  etcd: locl\n", {}, "cfg.yaml", 2, 9, "ha.etcd", "(did you mean local?)"},
+      {"ha:\n  etcd: http://h:2379\n",
+       {},
+       "cfg.yaml",
+       2,
+       9,
+       "ha.etcd",
+       "(write it as a list: [\"http://h:2379\"])"},
+      {"ha:\n  etcd: {a: 1}\n", {}, "cfg.yaml", 2, 9, "ha.etcd", "got a mapping"},
+      {"ha:\n  etcd:\n", {}, "cfg.yaml", 2, 3, "ha.etcd", "has no value"},
+      {"ha:\n  etcd: []\n",
+       {},
+       "cfg.yaml",
+       2,
+       9,
+       "ha.etcd",
+       "an empty list names no etcd (write local for an etcd that cohort launch starts, or "
+       "the client URLs of yours)"},
+      {"ha:\n  etcd: [\"https://h:2379\"]\n",
+       {},
+       "cfg.yaml",
+       2,
+       10,
+       "ha.etcd[0]",
+       "'https://h:2379': https is not supported (the coordinators speak plain http to etcd; "
+       "write http://h:2379)"},
+      {"ha:\n  etcd: [h:2379]\n",
+       {},
+       "cfg.yaml",
+       2,
+       10,
+       "ha.etcd[0]",
+       "'h:2379' has no scheme (write http://h:2379)"},
+      {"ha:\n  etcd: [\"grpc://h:2379\"]\n",
+       {},
+       "cfg.yaml",
+       2,
+       10,
+       "ha.etcd[0]",
+       "'grpc://h:2379' is not an http URL (write http://HOST:PORT, e.g. http://10.0.0.5:2379)"},
+      {"ha:\n  etcd:\n    - http://a:2379\n    - http://b\n",
+       {},
+       "cfg.yaml",
+       4,
+       7,
+       "ha.etcd[1]",
+       "'http://b' has no port (write http://b:2379 for etcd's client port)"},
+      {"ha:\n  etcd: [\"http://:2379\"]\n", {}, "cfg.yaml", 2, 10, "ha.etcd[0]", "has no host"},
+      {"ha:\n  etcd: [\"http://a:99999\"]\n",
+       {},
+       "cfg.yaml",
+       2,
+       10,
+       "ha.etcd[0]",
+       "the port must be a number from 1 to 65535, got 99999"},
+      {"ha:\n  etcd: [\"http://a:0\"]\n", {}, "cfg.yaml", 2, 10, "ha.etcd[0]", "got 0"},
+      {"ha:\n  etcd: [\"http://a:2379/v3\"]\n",
+       {},
+       "cfg.yaml",
+       2,
+       10,
+       "ha.etcd[0]",
+       "has something after the port"},
+      {"ha:\n  etcd: [\"http://::1:2379\"]\n",
+       {},
+       "cfg.yaml",
+       2,
+       10,
+       "ha.etcd[0]",
+       "write an IPv6 address in brackets (e.g. http://[::1]:2379)"},
+      {"ha:\n  etcd: [\"http://a:1\", \"http://a:1\"]\n",
+       {},
+       "cfg.yaml",
+       2,
+       24,
+       "ha.etcd[1]",
+       "'http://a:1' is listed twice (first as ha.etcd[0]; keep one)"},
+      {"ha:\n  etcd: [\"http://a:1\", [x]]\n",
+       {},
+       "cfg.yaml",
+       2,
+       24,
+       "ha.etcd[1]",
+       "expected an etcd client URL, got a list"},
+      {"train:\n  lr: 0.1\n",
+       {"ha.etcd=[\"http://h\"]"},
+       "--set",
+       0,
+       0,
+       "ha.etcd[0]",
+       "in 'ha.etcd=[\"http://h\"]': 'http://h' has no port"},
+      {"ha:\n  lease_ttl_s: 0\n",
+       {},
+       "cfg.yaml",
+       2,
+       16,
+       "ha.lease_ttl_s",
+       "must be in [1, 60], got 0"},
+      {"ha:\n  lease_ttl_s: 61\n", {}, "cfg.yaml", 2, 16, "ha.lease_ttl_s", "got 61"},
+      {"ha:\n  reattach_ms: 99\n",
+       {},
+       "cfg.yaml",
+       2,
+       16,
+       "ha.reattach_ms",
+       "must be >= 100, got 99"},
+      {"ha:\n  etcd_heartbeat_ms: 0\n",
+       {},
+       "cfg.yaml",
+       2,
+       22,
+       "ha.etcd_heartbeat_ms",
+       "must be >= 1, got 0"},
+      {"ha:\n  etcd_election_ms: 60000\n",
+       {},
+       "cfg.yaml",
+       2,
+       21,
+       "ha.etcd_election_ms",
+       "must be in [1, 50000], got 60000"},
+      {"ha:\n  etcd_heartbeat_ms: 50\n  etcd_election_ms: 200\n",
+       {},
+       "cfg.yaml",
+       3,
+       21,
+       "ha.etcd_election_ms",
+       "etcd_election_ms = 200 is below 5 x etcd_heartbeat_ms = 250 (etcd refuses to start with "
+       "an election timeout under 5 heartbeats; use etcd_election_ms >= 250, or a shorter "
+       "etcd_heartbeat_ms)"},
+      // The election timeout left at its default: the heartbeat that broke it is the place.
+      {"ha:\n  etcd_heartbeat_ms: 30\n",
+       {},
+       "cfg.yaml",
+       2,
+       22,
+       "ha.etcd_heartbeat_ms",
+       "etcd_election_ms = 100 is below 5 x etcd_heartbeat_ms = 150"},
+      {gpt_pp2 + "ha:\n  standbys: 1\n",
+       {},
+       "cfg.yaml",
+       13,
+       13,
+       "ha.standbys",
+       "coordinator standbys cover data-parallel jobs: a pipeline or tensor-parallel job's seats "
+       "are not rebuilt by a new leader yet, and this one has pp = 2 x tp = 1 (set ha.standbys: "
+       "0 or parallel.pp = parallel.tp = 1)"},
+      {gpt_pp2,
+       {"ha.standbys=1"},
+       "--set",
+       0,
+       0,
+       "ha.standbys",
+       "in 'ha.standbys=1': coordinator standbys cover data-parallel jobs"},
+      {"faults:\n  - kill coordinator at step=3\n",
+       {},
+       "cfg.yaml",
+       2,
+       5,
+       "faults[0]",
+       "'kill coordinator at step=3' needs ha.standbys >= 1: without a standby, losing the "
+       "coordinator ends the run (set ha.standbys: 1 or more, or remove the fault)"},
+      {"ha:\n  standbys: 0\nfaults:\n  - partition coordinator at step=3 for=1s\n",
+       {},
+       "cfg.yaml",
+       4,
+       5,
+       "faults[0]",
+       "'partition coordinator at step=3 for=1s' needs ha.standbys >= 1"},
+      {"ha:\n  standbys: 1\nfaults:\n  - hang coordinator at step=3 for=1s\n",
+       {},
+       "cfg.yaml",
+       4,
+       10,
+       "faults[0]",
+       "'coordinator' does not apply to hang"},
+      {"ha:\n  standby: 1\n", {}, "cfg.yaml", 2, 3, "ha.standby", "did you mean ha.standbys?"},
+  };
+  for (const bad& b : cases) {
+    CAPTURE(b.yaml);
+    const std::vector<config_issue> issues = issues_of(b.yaml, b.sets);
+    CAPTURE(all_text(issues));
+    REQUIRE(issues.size() == 1);
+    const config_issue& i = issues[0];
+    CHECK(i.file == b.file);
+    CHECK(i.line == b.line);
+    CHECK(i.col == b.col);
+    CHECK(i.key == b.key);
+    CHECK_MESSAGE(i.message.find(b.message) != std::string::npos, i.message);
+    CHECK(i.message.find('(') != std::string::npos);
+  }
 }

@@ -51,6 +51,12 @@ fault_spec timed(fault_kind k, int rank, int64_t at, int64_t ms) {
   return s;
 }
 
+fault_spec coordinator(fault_spec s) {
+  s.worker = {};
+  s.coordinator = true;
+  return s;
+}
+
 fault_spec slow(int rank, double factor, int64_t from, int64_t to) {
   fault_spec s = make(fault_kind::slow);
   s.worker.rank = rank;
@@ -118,6 +124,15 @@ const std::vector<good_case> good = {
      random_kill(2.5, 18446744073709551615ull),
      "random kill mtbf=2.5steps seed=18446744073709551615"},
     {"random kill mtbf=1steps seed=0", random_kill(1, 0), "random kill mtbf=1steps seed=0"},
+    // The coordinator as the victim (kill and partition only).
+    {"kill coordinator at step=30", coordinator(kill(0, 30)), "kill coordinator at step=30"},
+    {"partition coordinator at step=30 for=2s",
+     coordinator(timed(fault_kind::partition, 0, 30, 2000)),
+     "partition coordinator at step=30 for=2s"},
+    {"kill at step=5  coordinator", coordinator(kill(0, 5)), "kill coordinator at step=5"},
+    {"partition for=1500ms coordinator at step=0",
+     coordinator(timed(fault_kind::partition, 0, 0, 1500)),
+     "partition coordinator at step=0 for=1500ms"},
 };
 
 struct bad_case {
@@ -143,7 +158,14 @@ const std::vector<bad_case> bad = {
     {"random hang mtbf=3steps seed=1", 8, "expected 'kill' after random, got 'hang'"},
     // Missing fields: the column is one past the end
     {"kill rank=2", 12, "kill needs at step=N (write kill worker=NAME|rank=N at step=N)"},
-    {"kill at step=3", 15, "kill needs worker=NAME or rank=N"},
+    {"kill at step=3", 15,
+     "kill needs worker=NAME or rank=N (write kill worker=NAME|rank=N at step=N, or kill "
+     "coordinator at step=N)"},
+    {"partition at step=3 for=1s", 27,
+     "partition needs worker=NAME or rank=N (write partition worker=NAME|rank=N at step=N "
+     "for=2s, or partition coordinator at step=N for=2s)"},
+    {"hang at step=3 for=1s", 22,
+     "hang needs worker=NAME or rank=N (write hang worker=NAME|rank=N at step=N for=3s)"},
     {"hang rank=1 at step=10", 23, "hang needs for=DURATION"},
     {"slow rank=0 factor=3 from step=5", 33, "slow needs to step=N"},
     {"slow rank=0 from step=5 to step=15", 35, "slow needs factor=F"},
@@ -212,6 +234,33 @@ const std::vector<bad_case> bad = {
     {"random kill mtbf=15s seed=1", 20, "bad mtbf unit 's'"},
     {"random kill mtbf=0.5steps seed=1", 18, "mtbf must be >= 1 step, got 0.5"},
     {"random kill mtbf=steps seed=1", 18, "bad number 'steps' for mtbf="},
+    // The coordinator: kill and partition only, one victim, no value
+    {"hang coordinator at step=3 for=2s", 6,
+     "'coordinator' does not apply to hang (only kill and partition target the coordinator; "
+     "write hang worker=NAME|rank=N at step=N for=3s)"},
+    {"slow coordinator factor=2 from step=1 to step=2", 6, "'coordinator' does not apply to slow"},
+    {"drop control coordinator p=0.1", 14, "'coordinator' does not apply to drop control"},
+    {"scale coordinator to=2 at step=1", 7, "'coordinator' does not apply to scale"},
+    {"random kill coordinator mtbf=2steps seed=1", 13,
+     "'coordinator' does not apply to random kill"},
+    {"kill coordinator rank=2 at step=3", 18,
+     "a spec names one victim, the coordinator or a worker (first at column 6; keep one)"},
+    {"kill rank=2 coordinator at step=3", 13,
+     "a spec names one victim, the coordinator or a worker (first at column 6; keep one)"},
+    {"partition worker=w coordinator at step=3 for=1s", 20,
+     "a spec names one victim, the coordinator or a worker (first at column 11"},
+    {"kill coordinator coordinator at step=3", 18, "a spec names one victim, the coordinator"},
+    {"kill coordinator", 17, "kill needs at step=N"},
+    {"partition coordinator at step=3", 32, "partition needs for=DURATION"},
+    {"kill coordinator=1 at step=3", 6,
+     "coordinator takes no value: it names the leader coordinator (write kill coordinator at "
+     "step=N)"},
+    {"partition coordinator=yes at step=3 for=1s", 11,
+     "coordinator takes no value: it names the leader coordinator (write partition coordinator "
+     "at step=N for=2s)"},
+    {"hang coordinator=1 at step=3 for=1s", 6, "'coordinator' does not apply to hang"},
+    {"kill coordnator at step=3", 6, "unknown word 'coordnator' (did you mean coordinator?)"},
+    {"kill coordinator at step=3 now", 28, "unexpected 'now' after a complete spec"},
     // Ranges across fields
     {"slow rank=0 factor=3 from step=15 to step=5", 38, "to step=5 is before from step=15"},
 };
@@ -237,6 +286,7 @@ TEST_CASE("good specs give their fields and canonical text") {
     CHECK(s == g.want);
     CHECK(s.kind == g.want.kind);
     CHECK(s.worker == g.want.worker);
+    CHECK(s.coordinator == g.want.coordinator);
     CHECK(s.at_step == g.want.at_step);
     CHECK(s.from_step == g.want.from_step);
     CHECK(s.to_step == g.want.to_step);
@@ -285,6 +335,18 @@ TEST_CASE("== compares meaning, not spelling") {
   CHECK(parse_fault("kill rank=2 at step=30") != parse_fault("kill rank=2 at step=31"));
   CHECK(parse_fault("kill rank=2 at step=30") != parse_fault("kill worker=w2 at step=30"));
   CHECK(parse_fault("drop control p=0.5 seed=1") != parse_fault("drop control p=0.5 seed=2"));
+  // The coordinator is a victim of its own: not rank 0, not a worker named coordinator.
+  const fault_spec c = parse_fault("kill coordinator at step=30");
+  CHECK(c.coordinator);
+  CHECK_FALSE(c.worker.set());
+  CHECK(c == parse_fault("kill  at step=30 coordinator"));
+  CHECK(c != parse_fault("kill rank=0 at step=30"));
+  CHECK(c != parse_fault("kill worker=coordinator at step=30"));
+  CHECK_FALSE(parse_fault("kill worker=coordinator at step=30").coordinator);
+  CHECK(c != parse_fault("partition coordinator at step=30 for=1s"));
+  fault_spec no_victim = c;
+  no_victim.coordinator = false;
+  CHECK(c != no_victim);
 }
 
 TEST_CASE("kind names") {
@@ -314,15 +376,27 @@ TEST_CASE("seeded random specs survive to_string and back") {
         s.worker.name = names[r.below(4)];
       }
     };
+    // kill and partition: the coordinator a third of the time.
+    auto victim = [&] {
+      if (r.below(3) == 0) {
+        s.coordinator = true;
+      } else {
+        worker();
+      }
+    };
     const int64_t step = static_cast<int64_t>(r.next_u64() >> (1 + r.below(63)));
     switch (s.kind) {
       case fault_kind::kill:
-        worker();
+        victim();
         s.at_step = step;
         break;
       case fault_kind::hang:
       case fault_kind::partition:
-        worker();
+        if (s.kind == fault_kind::hang) {
+          worker();
+        } else {
+          victim();
+        }
         s.at_step = step;
         s.duration_ms = 1 + static_cast<int64_t>(r.below(10000000));
         break;
@@ -402,7 +476,8 @@ TEST_CASE("due_at: at-step faults on their step, slow over its inclusive range")
   for (const char* t : {"kill rank=2 at step=30", "hang rank=1 at step=10 for=3s",
                         "slow rank=0 factor=3 from step=5 to step=15", "drop control p=0.05 seed=7",
                         "partition rank=3 at step=12 for=2s", "scale to=6 at step=20",
-                        "random kill mtbf=1steps seed=1", "kill rank=1 at step=10"}) {
+                        "random kill mtbf=1steps seed=1", "kill rank=1 at step=10",
+                        "kill coordinator at step=25", "partition coordinator at step=25 for=2s"}) {
     specs.push_back(parse_fault(t));
   }
   for (int64_t step = 0; step <= 40; ++step) {
@@ -413,6 +488,7 @@ TEST_CASE("due_at: at-step faults on their step, slow over its inclusive range")
     if (step >= 5 && step <= 15) want.insert(2);
     if (step == 12) want.insert(4);
     if (step == 20) want.insert(5);
+    if (step == 25) want.insert({8, 9});  // coordinator faults are listed like the others
     // drop (3) is always on and random kill (6) has its own test: never listed.
     std::set<size_t> got;
     const auto due = cohort::faults::due_at(specs, step);

@@ -264,7 +264,7 @@ TEST_CASE(
   auto send = [&](const std::string& bytes) {
     raw.send(zmq::buffer(bytes), zmq::send_flags::none);
   };
-  send("hello, coordinator");  // wrong magic
+  send("hello, coordinator, how are you?");  // wrong magic
   std::string truncated = net::encode(net::register_request{net::peer_role::worker, "x", 1});
   truncated.resize(truncated.size() - 3);
   send(truncated);  // length field disagrees with the frame

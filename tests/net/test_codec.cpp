@@ -19,9 +19,13 @@ constexpr size_t max_bytes = 1 << 20;
 // (including negative ints, empty and binary strings), so a dropped or swapped field shows.
 std::vector<message> samples() {
   std::vector<message> out;
-  out.push_back(register_request{peer_role::client, "worker-7", 4242});
+  out.push_back(register_request{peer_role::client, "worker-7", 4242, 31, 30});
   out.push_back(register_ok{17, "w1", 2, coords{1, 0, -1}, 9, 50, 300});
-  out.push_back(register_reject{"world is full (3 of 3 workers)"});
+  register_reject standby{"world is full (3 of 3 workers)", 0};
+  standby.leader = "tcp://10.0.0.2:5555";
+  standby.leader_term = 4711;
+  standby.standby = true;
+  out.push_back(standby);
   out.push_back(heartbeat{17, 9, 123456789012345ull, false});
   out.push_back(heartbeat_ack{17, 10, 77, true});
   roster_update ru;
@@ -44,6 +48,8 @@ std::vector<message> samples() {
   sr.workers.push_back(
       worker_status{member_info{2, "w", 0, coords{0, 1, 0}, member_state::leaving, 7}, 42});
   sr.dropped.push_back(counter{"truncated", 3});
+  sr.job = "{\"steps_per_s\":2}";
+  sr.coordinator = "{\"term\":3}";
   out.push_back(sr);
   out.push_back(stop{"ctl stop"});
   out.push_back(leave{8, 3});
@@ -111,9 +117,23 @@ TEST_CASE("envelope layout is the documented little-endian header") {
   CHECK(f[9] == 0);
   CHECK(f[10] == 0);
   CHECK(f[11] == 0);
-  // member_id, least significant byte first.
-  CHECK(static_cast<uint8_t>(f[12]) == 0x08);
-  CHECK(static_cast<uint8_t>(f[19]) == 0x01);
+  // term 0 (no ha), then member_id, least significant byte first.
+  for (int i = 12; i < 20; ++i) CHECK(f[static_cast<size_t>(i)] == 0);
+  CHECK(static_cast<uint8_t>(f[20]) == 0x08);
+  CHECK(static_cast<uint8_t>(f[27]) == 0x01);
+  CHECK(decode(f, 1 << 20).term == 0);
+}
+
+TEST_CASE("a term stamped on a frame is read back from its envelope") {
+  const std::string f = encode(stop{"x"}, 0x1122334455667788ull);
+  CHECK(static_cast<uint8_t>(f[12]) == 0x88);
+  CHECK(static_cast<uint8_t>(f[19]) == 0x11);
+  CHECK(frame_term(f) == 0x1122334455667788ull);
+  const decoded d = decode(f, 1 << 20);
+  REQUIRE(d.ok());
+  CHECK(d.term == 0x1122334455667788ull);
+  CHECK(std::get<stop>(d.msg).reason == "x");
+  CHECK(frame_term("CHRT") == 0);  // shorter than the envelope
 }
 
 TEST_CASE("every truncation of every message is an error value") {
@@ -242,7 +262,7 @@ TEST_CASE("random frames and random corruptions never crash or throw") {
     if (d.ok()) {
       ++decoded_ok;
       // Whatever decodes must re-encode to exactly the bytes it came from.
-      CHECK(encode(d.msg) == f);
+      CHECK(encode(d.msg, d.term) == f);
     } else {
       CHECK(d.error != decode_error::none);
     }

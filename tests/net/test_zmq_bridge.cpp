@@ -97,7 +97,7 @@ TEST_CASE("bridge: bad frames are dropped and counted per reason while good ones
   bad_version[4] = static_cast<char>(protocol_version + 1);
   std::string bad_value = encode(register_request{});
   bad_value[envelope_header_bytes] = 9;  // role out of range
-  REQUIRE(raw.send_frame("garbage frame here"));
+  REQUIRE(raw.send_frame("garbage frame here, longer than an envelope"));
   REQUIRE(raw.send_frame(truncated));
   REQUIRE(raw.send_frame(bad_version));
   REQUIRE(raw.send_frame(bad_value));
@@ -257,4 +257,50 @@ TEST_CASE(
   REQUIRE(stranger.send(kv_set{1, 1, "k", std::string(100000, 'v')}));
   REQUIRE(in.wait_for(2));
   CHECK(router.dropped(drop_reason::too_large) == 1);
+}
+
+TEST_CASE("bridge: a dealer moves between leaders and drops what a lower term says") {
+  inbox at_a, at_b, at_dealer;
+  bridge_options ao = router_opts();
+  ao.term = 2;
+  zmq_bridge a(ao, at_a.fn());
+  bridge_options bo = router_opts();
+  bo.term = 1;  // a deposed leader: a lower term than a's
+  zmq_bridge b(bo, at_b.fn());
+  bridge_options d;
+  d.kind = bridge_options::socket_kind::dealer;
+  d.endpoint = a.endpoint();
+  d.identity = make_identity("test");
+  zmq_bridge dealer(d, at_dealer.fn());
+
+  dealer.send("", register_request{peer_role::worker, "w", 7});
+  REQUIRE(at_a.wait_for(1));
+  a.admit(at_a.items[0].first);
+  a.send(at_a.items[0].first, stop{"from term 2"});
+  REQUIRE(at_dealer.wait_for(1));
+  CHECK(dealer.term_floor() == 2);
+
+  // To b, with the same routing id: b hears the registration; what b says in term 1 is
+  // dropped, except a refusal, which commands nothing.
+  dealer.reconnect(b.endpoint());
+  REQUIRE(eventually(milliseconds(5000), [&] {
+    dealer.send("", register_request{peer_role::worker, "w", 7});
+    return at_b.wait_for(1, milliseconds(50));
+  }));
+  CHECK(at_b.items[0].first == d.identity);
+  b.admit(d.identity);
+  b.send(d.identity, stop{"from term 1"});
+  REQUIRE(eventually(milliseconds(5000),
+                     [&] { return dealer.dropped(drop_reason::stale_term) == 1; }));
+  b.send(d.identity, register_reject{"standby"});
+  REQUIRE(at_dealer.wait_for(2));
+  CHECK(std::get<register_reject>(at_dealer.items[1].second).reason == "standby");
+  CHECK(dealer.term_floor() == 2);
+
+  // A higher term raises the floor.
+  b.set_term(3);
+  b.send(d.identity, stop{"from term 3"});
+  REQUIRE(at_dealer.wait_for(3));
+  CHECK(std::get<stop>(at_dealer.items[2].second).reason == "from term 3");
+  CHECK(dealer.term_floor() == 3);
 }

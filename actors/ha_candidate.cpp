@@ -1,0 +1,232 @@
+// A coordinator candidate: standing by (answering registrations with the leader's address),
+// campaigning, and the run's small records in etcd once it leads.
+#include "actors/ha_candidate.hpp"
+
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <ctime>
+
+#include "runtime/core/error.hpp"
+
+namespace cohort::actors {
+
+namespace {
+
+using std::chrono::milliseconds;
+
+int64_t realtime_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+// The leader key's value: where it listens and which process it is.
+std::string leader_value(const std::string& endpoint) {
+  return nlohmann::json{{"endpoint", endpoint}, {"pid", static_cast<int64_t>(::getpid())}}.dump();
+}
+
+std::string endpoint_of(const std::string& value) {
+  const auto j = nlohmann::json::parse(value, nullptr, false);
+  return j.is_object() ? j.value("endpoint", std::string()) : std::string();
+}
+
+}  // namespace
+
+ha_candidate::ha_candidate(ha_candidate_options o) : o_(std::move(o)) {
+  if (o_.etcd.empty() || o_.name.empty())
+    throw usage_error("coordinator standbys need etcd endpoints and a run name (--ha-etcd, "
+                      "--ha-name)");
+  client_ = std::make_unique<ha::etcd_client>(o_.etcd, ha::etcd_timeouts{300, 1000});
+  net::bridge_options bo;
+  bo.kind = net::bridge_options::socket_kind::router;
+  bo.endpoint = o_.bind;
+  bo.max_message_bytes = o_.max_message_bytes;
+  bo.curve_server = o_.keys;
+  standby_ = std::make_unique<net::zmq_bridge>(
+      bo, [this](const std::string& peer, net::message m) { answer(peer, m); });
+  endpoint_ = standby_->endpoint();
+  standby_out_ = standby_.get();
+  // Renewed every fifth of the lease: a leader rides out a missed renewal or two.
+  const int keepalive_ms = std::max(50, o_.ttl_s * 1000 / 5);
+  election_ = std::make_unique<ha::leader_election>(*client_, key("leader"),
+                                                    leader_value(endpoint_), o_.ttl_s, keepalive_ms);
+  // Our presence, so the leader can list its standbys; it lapses with this process.
+  presence_lease_ = client_->grant(std::max(2, o_.ttl_s));
+  client_->put(key("candidates/" + std::to_string(::getpid())), endpoint_, presence_lease_);
+  watcher_ = std::thread([this] { stand_by_loop(); });
+}
+
+ha_candidate::~ha_candidate() {
+  stopping_ = true;
+  if (watcher_.joinable()) watcher_.join();
+  for (auto& w : writers_)
+    if (w.joinable()) w.join();
+  standby_out_ = nullptr;
+  standby_.reset();
+  try {
+    if (presence_lease_ != 0) client_->revoke(presence_lease_);
+  } catch (const std::exception&) {
+    // etcd gone: the presence record lapses with its lease.
+  }
+}
+
+void ha_candidate::stand_by_loop() {
+  int tick = 0;
+  while (!stopping_.load()) {
+    try {
+      const auto leader = election_->observe();
+      const bool done = client_->get(key("done")).has_value();
+      std::vector<std::string> standbys;
+      if (tick % 5 == 0) {
+        client_->keepalive(presence_lease_);
+        for (const auto& kv : client_->get_prefix(key("candidates/")))
+          standbys.push_back(kv.value);
+      }
+      std::lock_guard<std::mutex> lock(mu_);
+      leader_endpoint_ = leader ? endpoint_of(leader->value) : std::string();
+      leader_term_ = leader ? leader->term : 0;
+      if (tick % 5 == 0) {
+        standbys_.clear();
+        for (auto& e : standbys)
+          if (e != leader_endpoint_) standbys_.push_back(std::move(e));
+      }
+      if (done) done_ = true;
+    } catch (const std::exception& e) {
+      spdlog::warn("coordinator: etcd: {}", e.what());
+    }
+    ++tick;
+    std::this_thread::sleep_for(milliseconds(100));
+  }
+}
+
+void ha_candidate::answer(const std::string& peer, const net::message& m) {
+  net::zmq_bridge* out = standby_out_.load();
+  if (out == nullptr) return;
+  std::string leader;
+  int64_t term = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    leader = leader_endpoint_;
+    term = leader_term_;
+  }
+  if (std::holds_alternative<net::register_request>(m)) {
+    net::register_reject r(leader.empty() ? "a standby coordinator, and no leader yet"
+                                          : "a standby coordinator: the leader is " + leader);
+    r.standby = true;
+    r.leader = leader;
+    r.leader_term = static_cast<uint64_t>(term);
+    out->reply(peer, r);
+  }
+}
+
+bool ha_candidate::wait_for_leadership(const std::atomic<bool>& stop) {
+  std::atomic<bool> quit{false};
+  std::thread guard([&] {
+    while (!quit.load()) {
+      if (stop.load() || done_.load()) {
+        quit = true;
+        break;
+      }
+      std::this_thread::sleep_for(milliseconds(20));
+    }
+  });
+  std::optional<int64_t> won;
+  while (!quit.load() && !won) {
+    try {
+      won = election_->campaign(quit, 50);
+    } catch (const std::exception& e) {
+      spdlog::warn("coordinator: campaign: {}; trying again", e.what());
+      std::this_thread::sleep_for(milliseconds(200));
+    }
+  }
+  quit = true;
+  guard.join();
+  if (!won) return false;
+  // A run that ended while we won needs no leader.
+  if (client_->get(key("done"))) {
+    done_ = true;
+    election_->resign();
+    return false;
+  }
+  leading_ = true;
+  standby_out_ = nullptr;
+  standby_.reset();  // the coordinator binds the endpoint next
+  return true;
+}
+
+ha_run_record ha_candidate::read_run() {
+  ha_run_record r;
+  if (const auto job = client_->get(key("job"))) {
+    const auto j = nlohmann::json::parse(job->value, nullptr, false);
+    if (j.is_object() && j.contains("job_id")) r.job_id = j["job_id"].get<uint64_t>();
+  }
+  for (const auto& kv : client_->get_prefix(key("fired/"))) {
+    const auto j = nlohmann::json::parse(kv.value, nullptr, false);
+    if (!j.is_object()) continue;
+    r.fired.push_back(j.value("index", std::size_t{0}));
+    const int64_t at = j.value("at_ns", int64_t{0});
+    if (!r.fault_at_ns || at > *r.fault_at_ns) r.fault_at_ns = at;
+  }
+  for (const auto& kv : client_->get_prefix(key("failovers/"))) {
+    auto j = nlohmann::json::parse(kv.value, nullptr, false);
+    if (j.is_object()) r.failovers.push_back(std::move(j));
+  }
+  return r;
+}
+
+bool ha_candidate::record_job(uint64_t job_id) {
+  return election_->fenced_put(key("job"), nlohmann::json{{"job_id", job_id}}.dump());
+}
+
+bool ha_candidate::record_fault(std::size_t index) {
+  return election_->fenced_put(
+      key("fired/" + std::to_string(index)),
+      nlohmann::json{{"index", index}, {"at_ns", realtime_ns()}}.dump());
+}
+
+void ha_candidate::record_failover(const nlohmann::json& event) {
+  // Zero-padded: etcd lists keys in byte order, and the events stay in term order.
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    recorded_.push_back(event);
+  }
+  char term[24];
+  std::snprintf(term, sizeof term, "%020lld", static_cast<long long>(election_->term()));
+  writers_.emplace_back([this, k = key(std::string("failovers/") + term), v = event.dump()] {
+    try {
+      election_->fenced_put(k, v);
+    } catch (const std::exception& e) {
+      spdlog::warn("coordinator: cannot record the failover in etcd: {}", e.what());
+    }
+  });
+}
+
+void ha_candidate::record_done() {
+  try {
+    election_->fenced_put(key("done"), "1");
+  } catch (const std::exception& e) {
+    spdlog::warn("coordinator: cannot record the run's end in etcd: {}", e.what());
+  }
+}
+
+std::string ha_candidate::status_json() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  nlohmann::json j;
+  if (leading_.load()) {
+    j["leader"] = endpoint_;
+    j["term"] = election_->term();
+    j["pid"] = static_cast<int64_t>(::getpid());
+  } else {
+    j["leader"] = leader_endpoint_;
+    j["term"] = leader_term_;
+    j["pid"] = nullptr;
+  }
+  j["standbys"] = standbys_;
+  return j.dump();
+}
+
+int64_t ha_now_realtime_ns() { return realtime_ns(); }
+
+}  // namespace cohort::actors

@@ -1,0 +1,120 @@
+// One coordinator candidate of a run with standbys (ha.standbys >= 1): while it stands by,
+// it binds its endpoint and answers every registration with the leader's endpoint and term
+// (register_reject.standby), campaigns for the run's etcd key, and keeps a presence record
+// so that the leader can list its standbys. Once it leads, it hands the endpoint to the
+// coordinator proper (coordinator_node, bound again at the same address) and keeps the
+// run's small records in etcd: the job's id, the coordinator faults already carried out,
+// the failovers and the end of the run. Leadership, terms and fencing are
+// runtime/ha/election's; what a leader does is the coordinator's (docs/architecture.md,
+// "Coordinator standbys").
+//
+//   start --bind, print endpoint--> STANDBY --won the key (term T)--> LEADER --run over--> done
+//                                     |  ^ registrations answered            |
+//                                     |  | with the leader's endpoint        | lease lost
+//                                     v  |                                   v
+//                                 run over (done record): exit 0        exit 75 (deposed:
+//                                                                        launch restarts it
+//                                                                        as a standby)
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/ha/election.hpp"
+#include "runtime/ha/etcd_client.hpp"
+#include "runtime/net/curve.hpp"
+#include "runtime/net/zmq_bridge.hpp"
+
+namespace cohort::actors {
+
+/// Exit code of a coordinator that lost its leadership (its lease ran out or was revoked).
+inline constexpr int exit_deposed = 75;
+
+struct ha_candidate_options {
+  std::vector<std::string> etcd;  ///< client URLs of the etcd cluster
+  std::string name;               ///< the run's name: its keys live under /cohort/NAME/
+  int ttl_s = 1;                  ///< the leader's lease (ha.lease_ttl_s)
+  std::string bind;               ///< endpoint to bind (the same one again as leader)
+  size_t max_message_bytes = 64u << 20;
+  std::shared_ptr<const net::server_keys> keys;
+};
+
+/// What a leader learns of the run from etcd when it takes over.
+struct ha_run_record {
+  std::optional<uint64_t> job_id;        ///< set: an earlier leader led this run
+  std::vector<std::size_t> fired;        ///< coordinator faults already carried out
+  std::optional<int64_t> fault_at_ns;    ///< when the last one was (CLOCK_REALTIME)
+  std::vector<nlohmann::json> failovers; ///< earlier failovers, as their events
+};
+
+class ha_candidate {
+ public:
+  /// Binds the endpoint and starts standing by. Throws io_error / usage_error.
+  explicit ha_candidate(ha_candidate_options o);
+  ~ha_candidate();
+  ha_candidate(const ha_candidate&) = delete;
+  ha_candidate& operator=(const ha_candidate&) = delete;
+
+  /// The endpoint bound (real port): the same as a standby and as the leader.
+  const std::string& endpoint() const { return endpoint_; }
+  /// Blocks until this candidate leads (true), or STOP is set or the run is over (false;
+  /// run_over() says which). The standby's bridge is closed before it returns true, so the
+  /// coordinator can bind the endpoint.
+  bool wait_for_leadership(const std::atomic<bool>& stop);
+  bool run_over() const { return done_.load(); }
+  int64_t term() const { return election_->term(); }
+  ha::leader_election& election() { return *election_; }
+
+  /// The run's records (read once, right after winning).
+  ha_run_record read_run();
+  /// This leader starts the run: records its job id (fenced). False if deposed meanwhile.
+  bool record_job(uint64_t job_id);
+  /// Coordinator fault I is carried out now (fenced; before it acts). False if deposed.
+  bool record_fault(std::size_t index);
+  /// A failover as its event (fenced, in the background: the step is not held up).
+  void record_failover(const nlohmann::json& event);
+  /// The failovers this leader recorded.
+  std::vector<nlohmann::json> failovers_recorded() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return recorded_;
+  }
+  /// The run ended: every candidate that still stands by exits (fenced).
+  void record_done();
+  /// status_reply.coordinator: {"leader", "term", "pid", "standbys": [endpoints]}.
+  std::string status_json() const;
+
+ private:
+  void stand_by_loop();
+  void answer(const std::string& peer, const net::message& m);
+  std::string key(const std::string& rest) const { return "/cohort/" + o_.name + "/" + rest; }
+
+  ha_candidate_options o_;
+  std::unique_ptr<ha::etcd_client> client_;
+  std::unique_ptr<ha::leader_election> election_;
+  std::unique_ptr<net::zmq_bridge> standby_;
+  std::atomic<net::zmq_bridge*> standby_out_{nullptr};  // the bridge thread's view of it
+  std::string endpoint_;
+  std::atomic<bool> done_{false};
+  std::atomic<bool> leading_{false};
+  std::atomic<bool> stopping_{false};
+  mutable std::mutex mu_;
+  std::string leader_endpoint_;  // guarded by mu_: as etcd names it now
+  int64_t leader_term_ = 0;
+  std::vector<std::string> standbys_;
+  int64_t presence_lease_ = 0;  // this candidate's presence record's lease
+  std::thread watcher_;         // keeps the leader, the standbys and our presence fresh
+  std::vector<std::thread> writers_;
+  std::vector<nlohmann::json> recorded_;  // guarded by mu_
+};
+
+/// CLOCK_REALTIME in ns: the one clock two coordinators of a host share (failover times).
+int64_t ha_now_realtime_ns();
+
+}  // namespace cohort::actors

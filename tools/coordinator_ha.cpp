@@ -1,0 +1,146 @@
+// `cohort coordinator` with standbys: standing by, taking over, coordinator faults, failovers.
+#include "tools/coordinator_ha.hpp"
+
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+
+#include "actors/process.hpp"
+#include "runtime/core/error.hpp"
+
+namespace cohort::cli {
+
+namespace {
+
+std::vector<std::string> split_urls(const std::string& s) {
+  std::vector<std::string> out;
+  for (size_t at = 0; at <= s.size();) {
+    const size_t comma = std::min(s.find(',', at), s.size());
+    if (comma > at) out.push_back(s.substr(at, comma - at));
+    at = comma + 1;
+  }
+  return out;
+}
+
+// A leader deposed (its lease ran out or was revoked) must not say another word: a newer
+// leader's workers would ignore it (fencing), but nothing it does can help. launch starts
+// it again as a standby.
+[[noreturn]] void deposed(const char* why) {
+  std::fprintf(stderr, "coordinator: deposed: %s; exiting %d (a standby leads now)\n", why,
+               actors::exit_deposed);
+  std::fflush(stderr);
+  std::_Exit(actors::exit_deposed);
+}
+
+}  // namespace
+
+std::unique_ptr<actors::ha_candidate> stand_by(const config& c, const std::string& etcd_flag,
+                                               const std::string& name_flag,
+                                               const std::string& bind,
+                                               std::shared_ptr<const net::server_keys> keys,
+                                               actors::ha_run_record* record) {
+  actors::ha_candidate_options o;
+  o.etcd = etcd_flag.empty() ? c.ha.etcd_endpoints : split_urls(etcd_flag);
+  if (o.etcd.empty())
+    throw usage_error(
+        "ha.standbys is " + std::to_string(c.ha.standbys) +
+        " and ha.etcd is local: the etcd of a run is started by `cohort launch`; started alone, "
+        "a coordinator needs --ha-etcd URL[,URL...] or ha.etcd's list of URLs");
+  o.name = name_flag.empty() ? "run-" + config_hash(c).substr(0, 16) : name_flag;
+  o.ttl_s = c.ha.lease_ttl_s;
+  o.bind = bind;
+  o.max_message_bytes = static_cast<size_t>(c.control.max_message_bytes);
+  o.keys = std::move(keys);
+  auto cand = std::make_unique<actors::ha_candidate>(o);
+  std::printf("coordinator listening on %s\n", cand->endpoint().c_str());
+  std::fflush(stdout);
+  std::fprintf(stderr, "coordinator: standing by (run %s, etcd %s)\n", o.name.c_str(),
+               o.etcd.front().c_str());
+  cand->election().on_lost([] { deposed("the leader's etcd lease is gone"); });
+  std::atomic<bool> stop{false};
+  bool led = false;
+  {
+    actors::signal_watcher signals([&stop](int) { stop = true; });
+    led = cand->wait_for_leadership(stop);
+  }
+  if (!led) {
+    std::fprintf(stderr, "coordinator: %s; standby exits\n",
+                 cand->run_over() ? "the run is over" : "stopped");
+    return nullptr;
+  }
+  *record = cand->read_run();
+  std::fprintf(stderr, "coordinator: leading, term %lld (%s)\n",
+               static_cast<long long>(cand->term()),
+               record->job_id ? "taking over a running job" : "a new run");
+  return cand;
+}
+
+void ha_wire(actors::ha_candidate& cand, const actors::ha_run_record& record,
+             actors::coordinator_options& co, std::atomic<actors::coordinator_node*>& node,
+             std::optional<int64_t>& failover_from_ns) {
+  co.term = static_cast<uint64_t>(cand.term());
+  co.coordinator_status = [&cand] { return cand.status_json(); };
+  co.on_coordinator_fault = [&cand, &node](const faults::fault_spec& f, std::size_t index) {
+    // Recorded first, fenced: the next leader must not carry it out again, and a deposed
+    // leader carries out nothing.
+    if (!cand.record_fault(index)) deposed("a newer leader holds the run");
+    if (f.kind == faults::fault_kind::kill) {
+      std::fprintf(stderr, "coordinator: injecting '%s': SIGKILL to itself\n", f.text.c_str());
+      std::fflush(stderr);
+      ::raise(SIGKILL);
+    }
+    // partition: cut off from the workers and from etcd alike.
+    std::fprintf(stderr, "coordinator: injecting '%s': cut off from workers and etcd\n",
+                 f.text.c_str());
+    const auto ms = static_cast<uint32_t>(f.duration_ms);
+    if (auto* n = node.load()) n->cut_off(ms);
+    cand.election().cut_off(std::chrono::milliseconds(ms));
+  };
+  if (record.job_id)
+    failover_from_ns = record.fault_at_ns ? *record.fault_at_ns : actors::ha_now_realtime_ns();
+}
+
+uint64_t ha_job_id(actors::ha_candidate& cand, const actors::ha_run_record& record,
+                   uint64_t fresh) {
+  if (record.job_id) return *record.job_id;
+  if (!cand.record_job(fresh)) deposed("a newer leader holds the run");
+  return fresh;
+}
+
+void ha_first_commit(actors::ha_candidate& cand, const actors::job_actions& a,
+                     std::optional<int64_t>& failover_from_ns) {
+  if (!failover_from_ns) return;
+  const double ms = static_cast<double>(actors::ha_now_realtime_ns() - *failover_from_ns) / 1e6;
+  nlohmann::json ev = {{"kind", "failover"},
+                       {"worker", "coordinator"},
+                       {"step", a.step - 1},
+                       {"generation", 0},
+                       {"term", cand.term()},
+                       {"recover_ms", ms},
+                       {"spec", "leader of term " + std::to_string(cand.term()) +
+                                    ": from the old leader's end to this commit"}};
+  std::fprintf(stderr, "coordinator: failover done: step %lld committed %.0f ms after the "
+               "old leader's end\n", static_cast<long long>(a.step - 1), ms);
+  cand.record_failover(ev);
+  failover_from_ns.reset();
+}
+
+void ha_summary(actors::ha_candidate& cand, const actors::ha_run_record& record,
+                nlohmann::json& summary) {
+  // This leader's own failover was recorded in the background; it joins the earlier ones.
+  nlohmann::json all = nlohmann::json::array();
+  for (const auto& f : record.failovers) all.push_back(f);
+  for (const auto& f : cand.failovers_recorded()) all.push_back(f);
+  for (const auto& f : all) summary["events"].push_back(f);
+  nlohmann::json block = nlohmann::json::parse(cand.status_json());
+  block["failovers"] = all.size();
+  std::vector<double> ms;
+  for (const auto& f : all) ms.push_back(f.value("recover_ms", 0.0));
+  block["failover_recover_ms"] = ms;
+  summary["coordinator"] = block;
+}
+
+}  // namespace cohort::cli

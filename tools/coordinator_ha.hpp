@@ -1,0 +1,50 @@
+// `cohort coordinator` with standbys (ha.standbys >= 1): standing by until this candidate
+// leads, what a new leader takes from etcd (the job's id, the coordinator faults already
+// carried out, the failovers so far), carrying out coordinator faults on itself, and the
+// failover's event (fault to the new leader's first commit). The candidate itself is
+// actors/ha_candidate.hpp.
+#pragma once
+#include <atomic>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "actors/coordinator.hpp"
+#include "actors/ha_candidate.hpp"
+#include "runtime/core/config.hpp"
+
+namespace cohort::cli {
+
+/// Binds BIND as a standby, prints "coordinator listening on EP", and waits until this
+/// candidate leads: then its record of the run goes into RECORD and the candidate is
+/// returned. Null when the run is over or SIGINT / SIGTERM came first. A leader that loses
+/// its lease exits at once with actors::exit_deposed.
+std::unique_ptr<actors::ha_candidate> stand_by(const config& c, const std::string& etcd_flag,
+                                               const std::string& name_flag,
+                                               const std::string& bind,
+                                               std::shared_ptr<const net::server_keys> keys,
+                                               actors::ha_run_record* record);
+
+/// The leader's term, its status block and its coordinator faults, wired into CO. NODE is
+/// the coordinator node once it exists (a partition cuts it off). FAILOVER_FROM_NS: when
+/// this leader's predecessor went (its recorded fault; else this leader's election), kept
+/// until the first commit makes the failover's event.
+void ha_wire(actors::ha_candidate& cand, const actors::ha_run_record& record,
+             actors::coordinator_options& co, std::atomic<actors::coordinator_node*>& node,
+             std::optional<int64_t>& failover_from_ns);
+
+/// The run's job id: the one an earlier leader recorded, else FRESH, recorded now.
+uint64_t ha_job_id(actors::ha_candidate& cand, const actors::ha_run_record& record,
+                   uint64_t fresh);
+
+/// A step committed: the first one under a new leader ends its failover (recorded in etcd).
+void ha_first_commit(actors::ha_candidate& cand, const actors::job_actions& a,
+                     std::optional<int64_t>& failover_from_ns);
+
+/// The summary gains every failover of the run (events) and the coordinator block.
+void ha_summary(actors::ha_candidate& cand, const actors::ha_run_record& record,
+                nlohmann::json& summary);
+
+}  // namespace cohort::cli
