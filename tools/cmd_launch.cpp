@@ -8,6 +8,8 @@
 #include <poll.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -17,17 +19,24 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <algorithm>
 #include <map>
+#include <thread>
+#include <random>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "actors/fault_schedule.hpp"
+#include "actors/ha_candidate.hpp"
 #include "actors/process.hpp"
 #include "runtime/core/config.hpp"
 #include "runtime/core/error.hpp"
 #include "runtime/core/faults.hpp"
+#include "runtime/ha/election.hpp"
+#include "runtime/ha/etcd_client.hpp"
+#include "runtime/ha/local_etcd.hpp"
 #include "runtime/net/zmq_bridge.hpp"
 #include "tools/commands.hpp"
 
@@ -58,6 +67,7 @@ struct child {
   std::string name;
   bool coordinator = false;
   std::chrono::steady_clock::time_point started{};
+  std::string endpoint;  ///< ha: the coordinator's endpoint (restarted there)
 };
 
 std::string describe_exit(int code) {
@@ -106,12 +116,37 @@ class launcher {
     // and a library may own threads that predate any mask we set.
     signals_ = std::make_unique<actors::signal_pipe>(std::vector<int>{SIGINT, SIGTERM, SIGCHLD});
 
+    if (ha()) start_etcd();
     int fds[2];
     if (pipe2(fds, O_CLOEXEC) != 0) throw error("launch: pipe failed");
     out_fd_ = fds[0];
+    std::vector<std::string> args = coordinator_args();
+    args.insert(args.end(), {"--bind", opt_.bind.empty() ? cfg_.control.bind : opt_.bind});
+    const pid_t cpid = actors::spawn_self(args, fds[1]);
+    close(fds[1]);
+    children_[cpid] = child{"coordinator", true};
+
+    if (!wait_for_endpoint()) return finish();
+    candidates_ = {endpoint_};
+    children_[cpid].endpoint = endpoint_;
+    // Standbys: each on a port of its own, known before it starts (workers list them all).
+    for (int i = 0; i < (ha() ? cfg_.ha.standbys : 0); ++i) {
+      const std::string ep = free_endpoint();
+      candidates_.push_back(ep);
+      start_coordinator("standby-" + std::to_string(i + 1), ep);
+    }
+    std::printf("coordinator listening on %s\n", endpoint_.c_str());
+    if (ha())
+      std::printf("launch: %d standby coordinator(s) at %s (etcd %s, run %s)\n",
+                  cfg_.ha.standbys, join(candidates_, 1).c_str(), etcd_urls_.front().c_str(),
+                  ha_name_.c_str());
+    return after_start();
+  }
+
+  // The coordinator's command line, without --bind.
+  std::vector<std::string> coordinator_args() const {
     std::vector<std::string> args{"coordinator", "--config", opt_.config_path};
     for (const auto& s : opt_.overrides) args.insert(args.end(), {"--set", s});
-    args.insert(args.end(), {"--bind", opt_.bind.empty() ? cfg_.control.bind : opt_.bind});
     if (!opt_.summary.empty()) args.insert(args.end(), {"--summary", opt_.summary});
     if (!opt_.trace.empty()) args.insert(args.end(), {"--trace", opt_.trace});
     if (!opt_.metrics.empty()) args.insert(args.end(), {"--metrics", opt_.metrics});
@@ -121,20 +156,18 @@ class launcher {
     if (opt_.resume) args.push_back("--resume");
     if (!keys_dir_.empty()) args.insert(args.end(), {"--keys", keys_dir_});
     if (opt_.insecure) args.push_back("--insecure");
-    const pid_t cpid = actors::spawn_self(args, fds[1]);
-    close(fds[1]);
-    children_[cpid] = child{"coordinator", true};
+    if (ha()) {
+      std::string urls = join(etcd_urls_, 0);
+      args.insert(args.end(), {"--ha-etcd", urls, "--ha-name", ha_name_});
+    }
+    return args;
+  }
 
-    if (!wait_for_endpoint()) return finish();
-    std::printf("coordinator listening on %s\n", endpoint_.c_str());
+  int after_start() {
     std::fwrite(pipe_buf_.data(), 1, pipe_buf_.size(), stdout);
     pipe_buf_.clear();
     std::fflush(stdout);
-    client_ = std::make_unique<net::sync_client>(
-        endpoint_, static_cast<size_t>(cfg_.control.max_message_bytes),
-        net::make_identity("launch"), client_keys_.get());
-    net::register_request me{net::peer_role::client, "launch", static_cast<int64_t>(getpid())};
-    if (!client_->register_as(me, milliseconds(5000))) {
+    if (!(ha() ? follow_leader(milliseconds(15000)) : connect_client(endpoint_, 5000))) {
       spdlog::error("launch: coordinator at {} does not answer", endpoint_);
       begin_stop("coordinator does not answer");
       return finish();
@@ -158,6 +191,17 @@ class launcher {
 
   ~launcher() {
     if (out_fd_ >= 0) close(out_fd_);
+    for (int fd : extra_fds_) close(fd);
+    watch_.reset();
+    etcd_client_.reset();
+    if (etcd_) {
+      etcd_->stop();
+      etcd_.reset();
+    }
+    if (!etcd_dir_.empty()) {
+      std::error_code ec;
+      std::filesystem::remove_all(etcd_dir_, ec);
+    }
     if (temp_keys_) {
       std::error_code ec;
       std::filesystem::remove_all(keys_dir_, ec);
@@ -165,8 +209,112 @@ class launcher {
   }
 
  private:
+  bool ha() const { return cfg_.ha.standbys > 0 && !opt_.control_only; }
+
+  static std::string join(const std::vector<std::string>& v, size_t from) {
+    std::string out;
+    for (size_t i = from; i < v.size(); ++i) out += (out.empty() ? "" : ",") + v[i];
+    return out;
+  }
+
+  // ha.etcd: local starts one etcd for the run in a private folder, removed at exit.
+  void start_etcd() {
+    const char* rnd_src = "0123456789abcdef";
+    std::random_device rd;
+    ha_name_ = "launch-" + std::to_string(getpid()) + "-";
+    for (int i = 0; i < 8; ++i) ha_name_ += rnd_src[rd() % 16];
+    if (!cfg_.ha.etcd_local) {
+      etcd_urls_ = cfg_.ha.etcd_endpoints;
+    } else {
+      const char* tmp = std::getenv("TMPDIR");
+      std::string templ = std::string(tmp && *tmp ? tmp : "/tmp") + "/cohort-etcd-XXXXXX";
+      if (::mkdtemp(templ.data()) == nullptr)
+        throw io_error("launch: cannot make a folder for etcd under " + templ + ": " +
+                       std::strerror(errno));
+      etcd_dir_ = templ;
+      ha::local_etcd_options eo;
+      eo.dir = etcd_dir_;
+      eo.heartbeat_ms = cfg_.ha.etcd_heartbeat_ms;
+      eo.election_ms = cfg_.ha.etcd_election_ms;
+      etcd_ = std::make_unique<ha::local_etcd>(eo);
+      etcd_urls_ = {etcd_->endpoint()};
+      std::printf("launch: etcd for the run at %s (data in %s)\n", etcd_urls_[0].c_str(),
+                  etcd_dir_.c_str());
+    }
+    etcd_client_ = std::make_unique<ha::etcd_client>(etcd_urls_, ha::etcd_timeouts{300, 1000});
+    watch_ = std::make_unique<ha::leader_election>(*etcd_client_, "/cohort/" + ha_name_ + "/leader",
+                                                    "", std::max(1, cfg_.ha.lease_ttl_s), 100);
+  }
+
+  // A free port on control.bind's host, for a standby (known before it starts).
+  std::string free_endpoint() const {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+      if (fd >= 0) ::close(fd);
+      throw io_error("launch: no free port for a standby coordinator");
+    }
+    ::close(fd);
+    return "tcp://127.0.0.1:" + std::to_string(ntohs(a.sin_port));
+  }
+
+  // A coordinator (a standby, or one restarted) at EP; its stdout is passed through.
+  void start_coordinator(const std::string& name, const std::string& ep) {
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) != 0) throw error("launch: pipe failed");
+    std::vector<std::string> args = coordinator_args();
+    args.insert(args.end(), {"--bind", ep});
+    const pid_t pid = actors::spawn_self(args, fds[1]);
+    close(fds[1]);
+    children_[pid] = child{name, true, clock_type::now(), ep};
+    extra_fds_.push_back(fds[0]);
+  }
+
+  bool connect_client(const std::string& ep, int timeout_ms) {
+    auto c = std::make_unique<net::sync_client>(
+        ep, static_cast<size_t>(cfg_.control.max_message_bytes), net::make_identity("launch"),
+        client_keys_.get());
+    net::register_request me{net::peer_role::client, "launch", static_cast<int64_t>(getpid())};
+    const auto r = c->register_as(me, milliseconds(timeout_ms));
+    if (!r || !std::holds_alternative<net::register_ok>(*r)) return false;
+    client_ = std::move(c);
+    client_endpoint_ = ep;
+    return true;
+  }
+
+  // ha: talk to whoever leads (etcd names it); waits up to WAIT for a leader that answers.
+  bool follow_leader(milliseconds wait) {
+    const auto deadline = clock_type::now() + wait;
+    do {
+      try {
+        if (const auto l = watch_->observe()) {
+          const auto j = nlohmann::json::parse(l->value, nullptr, false);
+          const std::string ep = j.is_object() ? j.value("endpoint", std::string()) : "";
+          if (!ep.empty() && ep == client_endpoint_ && client_) return true;
+          if (!ep.empty() && connect_client(ep, 1000)) {
+            leader_pid_ = j.value("pid", int64_t{0});
+            leader_term_ = l->term;
+            return true;
+          }
+        }
+      } catch (const std::exception& e) {
+        spdlog::warn("launch: etcd: {}", e.what());
+      }
+      if (clock_type::now() >= deadline) break;
+      std::this_thread::sleep_for(milliseconds(50));
+    } while (true);
+    return client_ != nullptr && wait.count() == 0;
+  }
+
   void start_worker(const std::string& name) {
-    std::vector<std::string> args{"worker", "--join", endpoint_, "--name", name};
+    std::vector<std::string> args{"worker", "--join", ha() ? join(candidates_, 0) : endpoint_,
+                                  "--name", name};
+    if (ha())
+      args.insert(args.end(), {"--reattach-ms", std::to_string(cfg_.ha.reattach_ms)});
     if (!keys_dir_.empty()) args.insert(args.end(), {"--keys", keys_dir_});
     const pid_t pid = actors::spawn_self(args);
     children_[pid] = child{name, false, clock_type::now()};
@@ -237,6 +385,7 @@ class launcher {
         kill_at_ = clock_type::now() + milliseconds(1000);
       }
       if (!stopping_ && client_ && clock_type::now() >= next_status) {
+        if (ha()) follow_leader(milliseconds(0));
         client_->send(net::status_request{++status_seq_});
         next_status = clock_type::now() + milliseconds(250);
       }
@@ -248,8 +397,10 @@ class launcher {
   // Waits up to TIMEOUT for a signal or coordinator output; handles what came. False once
   // the coordinator has exited.
   bool step(milliseconds timeout) {
-    pollfd fds[2] = {{signals_->fd(), POLLIN, 0}, {out_fd_, POLLIN, 0}};
-    const int n = poll(fds, out_fd_ >= 0 ? 2 : 1, static_cast<int>(timeout.count()));
+    std::vector<pollfd> fds{{signals_->fd(), POLLIN, 0}};
+    if (out_fd_ >= 0) fds.push_back({out_fd_, POLLIN, 0});
+    for (int fd : extra_fds_) fds.push_back({fd, POLLIN, 0});
+    const int n = poll(fds.data(), fds.size(), static_cast<int>(timeout.count()));
     if (n > 0 && (fds[0].revents & POLLIN)) {
       for (int sig : signals_->take()) {
         if (sig == SIGCHLD) {
@@ -263,23 +414,44 @@ class launcher {
     }
     // A SIGCHLD that raced with the previous reap leaves a child to collect; cheap to check.
     reap();
-    if (out_fd_ >= 0 && n > 0 && (fds[1].revents & (POLLIN | POLLHUP))) {
+    for (size_t i = 1; n > 0 && i < fds.size(); ++i) {
+      if (!(fds[i].revents & (POLLIN | POLLHUP))) continue;
       char buf[4096];
-      const ssize_t got = read(out_fd_, buf, sizeof buf);
-      if (got > 0) {
-        pipe_buf_.append(buf, static_cast<size_t>(got));
-        // Until the endpoint is known the buffer is parsed; afterwards it is passed through.
-        if (!endpoint_.empty()) {
-          std::fwrite(pipe_buf_.data(), 1, pipe_buf_.size(), stdout);
-          std::fflush(stdout);
-          pipe_buf_.clear();
+      const ssize_t got = read(fds[i].fd, buf, sizeof buf);
+      if (fds[i].fd == out_fd_) {
+        if (got > 0) {
+          pipe_buf_.append(buf, static_cast<size_t>(got));
+          // Until the endpoint is known the buffer is parsed; afterwards it is passed through.
+          if (!endpoint_.empty()) {
+            std::fwrite(pipe_buf_.data(), 1, pipe_buf_.size(), stdout);
+            std::fflush(stdout);
+            pipe_buf_.clear();
+          }
+        } else {
+          close(out_fd_);
+          out_fd_ = -1;
         }
+      } else if (got > 0) {
+        pass_through(fds[i].fd, std::string(buf, static_cast<size_t>(got)));
       } else {
-        close(out_fd_);
-        out_fd_ = -1;
+        close(fds[i].fd);
+        extra_fds_.erase(std::find(extra_fds_.begin(), extra_fds_.end(), fds[i].fd));
       }
     }
     return coordinator_running();
+  }
+
+  // A standby's stdout, whole lines: its endpoint line is launch's to say (it said it).
+  void pass_through(int fd, const std::string& more) {
+    std::string& b = extra_buf_[fd];
+    b += more;
+    size_t eol;
+    while ((eol = b.find('\n')) != std::string::npos) {
+      const std::string line = b.substr(0, eol + 1);
+      b.erase(0, eol + 1);
+      if (line.rfind("coordinator listening on ", 0) != 0) std::fwrite(line.data(), 1, line.size(), stdout);
+    }
+    std::fflush(stdout);
   }
 
   bool coordinator_running() const {
@@ -301,6 +473,31 @@ class launcher {
       std::printf("launch: %s (pid %d) exited: %s\n", c.name.c_str(), static_cast<int>(pid),
                   describe_exit(code).c_str());
       std::fflush(stdout);
+      if (c.coordinator && ha() && !stopping_ &&
+          (code == actors::exit_deposed || code > 128)) {
+        // ha: a coordinator killed or deposed: the next leader carries on. Its lease goes
+        // now rather than when it runs out (the launcher saw it die), and it comes back as
+        // a standby at the same endpoint.
+        if (static_cast<int64_t>(pid) == leader_pid_) {
+          try {
+            if (watch_->depose(leader_term_))
+              std::printf("launch: deposed the dead leader (term %lld) in etcd\n",
+                          static_cast<long long>(leader_term_));
+          } catch (const std::exception& e) {
+            spdlog::warn("launch: etcd: {}", e.what());
+          }
+          leader_pid_ = 0;
+        }
+        const std::string ep = c.endpoint.empty() ? endpoint_ : c.endpoint;
+        int& quick = quick_deaths_[c.name];
+        quick = clock_type::now() - c.started < milliseconds(1000) ? quick + 1 : 0;
+        if (quick < 5) {
+          std::printf("launch: restarting %s as a standby at %s\n", c.name.c_str(), ep.c_str());
+          start_coordinator(c.name, ep);
+        }
+        std::fflush(stdout);
+        continue;
+      }
       if (c.coordinator) {
         // A usage error of the coordinator (bad --resume, bad fault) is the user's: exit 2.
         if (code != 0) rc_ = code == exit_usage ? exit_usage : exit_runtime;
@@ -387,6 +584,20 @@ class launcher {
   std::map<uint64_t, net::member_state> seen_;
   std::map<std::string, int> quick_deaths_;  // per worker name: deaths right after a start
   int next_index_ = 0;                       // worker-<index> of the next new worker
+  // ha (ha.standbys >= 1): the etcd, the run's name in it, every coordinator's endpoint,
+  // and the leader as etcd names it (launch's client follows it).
+  std::string etcd_dir_;
+  std::unique_ptr<ha::local_etcd> etcd_;
+  std::vector<std::string> etcd_urls_;
+  std::unique_ptr<ha::etcd_client> etcd_client_;
+  std::unique_ptr<ha::leader_election> watch_;
+  std::string ha_name_;
+  std::vector<std::string> candidates_;
+  std::vector<int> extra_fds_;
+  std::map<int, std::string> extra_buf_;
+  std::string client_endpoint_;
+  int64_t leader_pid_ = 0;
+  int64_t leader_term_ = 0;
 };
 
 }  // namespace
