@@ -54,6 +54,10 @@ nlohmann::json to_json(const net::status_reply& s) {
     const nlohmann::json job = nlohmann::json::parse(s.job, nullptr, false);
     if (job.is_object()) j["job"] = job;  // a coordinator's garbage is left out, not printed
   }
+  if (!s.coordinator.empty()) {  // ha: {"leader", "term", "pid", "standbys"}
+    const nlohmann::json c = nlohmann::json::parse(s.coordinator, nullptr, false);
+    if (c.is_object()) j["coordinator"] = c;
+  }
   return j;
 }
 
@@ -121,6 +125,17 @@ void print_table(const net::status_reply& s) {
   for (const auto& c : s.dropped) {
     std::printf("dropped frames (%s): %llu\n", c.name.c_str(),
                 static_cast<unsigned long long>(c.value));
+  }
+  const nlohmann::json co = nlohmann::json::parse(s.coordinator, nullptr, false);
+  if (co.is_object()) {
+    std::string standbys;
+    if (co.contains("standbys") && co["standbys"].is_array())
+      for (const auto& e : co["standbys"])
+        if (e.is_string()) standbys += (standbys.empty() ? "" : ", ") + e.get<std::string>();
+    std::printf("coordinator: leader %s, term %lld, pid %lld; standbys: %s\n",
+                co.value("leader", std::string("?")).c_str(), co.value("term", 0LL),
+                co["pid"].is_number() ? co["pid"].get<long long>() : -1LL,
+                standbys.empty() ? "none" : standbys.c_str());
   }
   print_job(s);
 }

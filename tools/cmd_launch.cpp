@@ -272,6 +272,8 @@ class launcher {
     close(fds[1]);
     children_[pid] = child{name, true, clock_type::now(), ep};
     extra_fds_.push_back(fds[0]);
+    std::printf("launch: started %s (pid %d) at %s\n", name.c_str(), static_cast<int>(pid),
+                ep.c_str());
   }
 
   bool connect_client(const std::string& ep, int timeout_ms) {

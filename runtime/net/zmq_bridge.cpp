@@ -516,7 +516,9 @@ message sync_client::request(const message& req, msg_type reply_type,
                                 " ms (is `cohort coordinator` running there? " +
                                 (curve_ ? "Are these keys the ones it authorizes?)"
                                         : "If it was started with keys, pass the same --keys DIR)");
-  if (!registered_) {
+  // A standby coordinator (ha) names the leader: the request goes there instead, and while
+  // no leader is known it is asked again.
+  for (int hops = 0; !registered_; ++hops) {
     register_request r;
     r.role = peer_role::client;
     r.name = "client";
@@ -524,7 +526,15 @@ message sync_client::request(const message& req, msg_type reply_type,
     auto reply = register_as(r, left());
     if (!reply) throw io_error(no_answer);
     if (auto* rej = std::get_if<register_reject>(&*reply)) {
-      throw io_error("coordinator at " + endpoint_ + " refused the client: " + rej->reason);
+      if (!rej->standby || hops >= 64 || left().count() == 0)
+        throw io_error("coordinator at " + endpoint_ + " refused the client: " + rej->reason);
+      if (!rej->leader.empty() && rej->leader != endpoint_) {
+        sock_.disconnect(endpoint_);
+        endpoint_ = rej->leader;
+        sock_.connect(endpoint_);
+      } else {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
     }
   }
   if (!send(req)) throw io_error(no_answer);
