@@ -8,8 +8,6 @@
 #include <poll.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -34,11 +32,9 @@
 #include "runtime/core/config.hpp"
 #include "runtime/core/error.hpp"
 #include "runtime/core/faults.hpp"
-#include "runtime/ha/election.hpp"
-#include "runtime/ha/etcd_client.hpp"
-#include "runtime/ha/local_etcd.hpp"
 #include "runtime/net/zmq_bridge.hpp"
 #include "tools/commands.hpp"
+#include "tools/launch_ha.hpp"
 
 namespace cohort::cli {
 namespace {
@@ -116,7 +112,7 @@ class launcher {
     // and a library may own threads that predate any mask we set.
     signals_ = std::make_unique<actors::signal_pipe>(std::vector<int>{SIGINT, SIGTERM, SIGCHLD});
 
-    if (ha()) start_etcd();
+    if (ha()) ha_ = std::make_unique<launch_ha>(cfg_);
     int fds[2];
     if (pipe2(fds, O_CLOEXEC) != 0) throw error("launch: pipe failed");
     out_fd_ = fds[0];
@@ -131,15 +127,15 @@ class launcher {
     children_[cpid].endpoint = endpoint_;
     // Standbys: each on a port of its own, known before it starts (workers list them all).
     for (int i = 0; i < (ha() ? cfg_.ha.standbys : 0); ++i) {
-      const std::string ep = free_endpoint();
+      const std::string ep = launch_ha::free_endpoint();
       candidates_.push_back(ep);
       start_coordinator("standby-" + std::to_string(i + 1), ep);
     }
     std::printf("coordinator listening on %s\n", endpoint_.c_str());
     if (ha())
       std::printf("launch: %d standby coordinator(s) at %s (etcd %s, run %s)\n",
-                  cfg_.ha.standbys, join(candidates_, 1).c_str(), etcd_urls_.front().c_str(),
-                  ha_name_.c_str());
+                  cfg_.ha.standbys, join(candidates_, 1).c_str(), ha_->etcd_urls().front().c_str(),
+                  ha_->name().c_str());
     return after_start();
   }
 
@@ -156,9 +152,9 @@ class launcher {
     if (opt_.resume) args.push_back("--resume");
     if (!keys_dir_.empty()) args.insert(args.end(), {"--keys", keys_dir_});
     if (opt_.insecure) args.push_back("--insecure");
-    if (ha()) {
-      std::string urls = join(etcd_urls_, 0);
-      args.insert(args.end(), {"--ha-etcd", urls, "--ha-name", ha_name_});
+    if (ha_) {
+      const auto more = ha_->coordinator_args();
+      args.insert(args.end(), more.begin(), more.end());
     }
     return args;
   }
@@ -192,16 +188,7 @@ class launcher {
   ~launcher() {
     if (out_fd_ >= 0) close(out_fd_);
     for (int fd : extra_fds_) close(fd);
-    watch_.reset();
-    etcd_client_.reset();
-    if (etcd_) {
-      etcd_->stop();
-      etcd_.reset();
-    }
-    if (!etcd_dir_.empty()) {
-      std::error_code ec;
-      std::filesystem::remove_all(etcd_dir_, ec);
-    }
+    ha_.reset();
     if (temp_keys_) {
       std::error_code ec;
       std::filesystem::remove_all(keys_dir_, ec);
@@ -215,51 +202,6 @@ class launcher {
     std::string out;
     for (size_t i = from; i < v.size(); ++i) out += (out.empty() ? "" : ",") + v[i];
     return out;
-  }
-
-  // ha.etcd: local starts one etcd for the run in a private folder, removed at exit.
-  void start_etcd() {
-    const char* rnd_src = "0123456789abcdef";
-    std::random_device rd;
-    ha_name_ = "launch-" + std::to_string(getpid()) + "-";
-    for (int i = 0; i < 8; ++i) ha_name_ += rnd_src[rd() % 16];
-    if (!cfg_.ha.etcd_local) {
-      etcd_urls_ = cfg_.ha.etcd_endpoints;
-    } else {
-      const char* tmp = std::getenv("TMPDIR");
-      std::string templ = std::string(tmp && *tmp ? tmp : "/tmp") + "/cohort-etcd-XXXXXX";
-      if (::mkdtemp(templ.data()) == nullptr)
-        throw io_error("launch: cannot make a folder for etcd under " + templ + ": " +
-                       std::strerror(errno));
-      etcd_dir_ = templ;
-      ha::local_etcd_options eo;
-      eo.dir = etcd_dir_;
-      eo.heartbeat_ms = cfg_.ha.etcd_heartbeat_ms;
-      eo.election_ms = cfg_.ha.etcd_election_ms;
-      etcd_ = std::make_unique<ha::local_etcd>(eo);
-      etcd_urls_ = {etcd_->endpoint()};
-      std::printf("launch: etcd for the run at %s (data in %s)\n", etcd_urls_[0].c_str(),
-                  etcd_dir_.c_str());
-    }
-    etcd_client_ = std::make_unique<ha::etcd_client>(etcd_urls_, ha::etcd_timeouts{300, 1000});
-    watch_ = std::make_unique<ha::leader_election>(*etcd_client_, "/cohort/" + ha_name_ + "/leader",
-                                                    "", std::max(1, cfg_.ha.lease_ttl_s), 100);
-  }
-
-  // A free port on control.bind's host, for a standby (known before it starts).
-  std::string free_endpoint() const {
-    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof a;
-    if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
-        ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
-      if (fd >= 0) ::close(fd);
-      throw io_error("launch: no free port for a standby coordinator");
-    }
-    ::close(fd);
-    return "tcp://127.0.0.1:" + std::to_string(ntohs(a.sin_port));
   }
 
   // A coordinator (a standby, or one restarted) at EP; its stdout is passed through.
@@ -292,19 +234,9 @@ class launcher {
   bool follow_leader(milliseconds wait) {
     const auto deadline = clock_type::now() + wait;
     do {
-      try {
-        if (const auto l = watch_->observe()) {
-          const auto j = nlohmann::json::parse(l->value, nullptr, false);
-          const std::string ep = j.is_object() ? j.value("endpoint", std::string()) : "";
-          if (!ep.empty() && ep == client_endpoint_ && client_) return true;
-          if (!ep.empty() && connect_client(ep, 1000)) {
-            leader_pid_ = j.value("pid", int64_t{0});
-            leader_term_ = l->term;
-            return true;
-          }
-        }
-      } catch (const std::exception& e) {
-        spdlog::warn("launch: etcd: {}", e.what());
+      if (const auto l = ha_->leader_now(); l && !l->endpoint.empty()) {
+        if (l->endpoint == client_endpoint_ && client_) return true;
+        if (connect_client(l->endpoint, 1000)) return true;
       }
       if (clock_type::now() >= deadline) break;
       std::this_thread::sleep_for(milliseconds(50));
@@ -480,16 +412,9 @@ class launcher {
         // ha: a coordinator killed or deposed: the next leader carries on. Its lease goes
         // now rather than when it runs out (the launcher saw it die), and it comes back as
         // a standby at the same endpoint.
-        if (static_cast<int64_t>(pid) == leader_pid_) {
-          try {
-            if (watch_->depose(leader_term_))
-              std::printf("launch: deposed the dead leader (term %lld) in etcd\n",
-                          static_cast<long long>(leader_term_));
-          } catch (const std::exception& e) {
-            spdlog::warn("launch: etcd: {}", e.what());
-          }
-          leader_pid_ = 0;
-        }
+        if (const auto term = ha_->depose_if_leader(pid))
+          std::printf("launch: deposed the dead leader (term %lld) in etcd\n",
+                      static_cast<long long>(*term));
         const std::string ep = c.endpoint.empty() ? endpoint_ : c.endpoint;
         int& quick = quick_deaths_[c.name];
         quick = clock_type::now() - c.started < milliseconds(1000) ? quick + 1 : 0;
@@ -588,18 +513,11 @@ class launcher {
   int next_index_ = 0;                       // worker-<index> of the next new worker
   // ha (ha.standbys >= 1): the etcd, the run's name in it, every coordinator's endpoint,
   // and the leader as etcd names it (launch's client follows it).
-  std::string etcd_dir_;
-  std::unique_ptr<ha::local_etcd> etcd_;
-  std::vector<std::string> etcd_urls_;
-  std::unique_ptr<ha::etcd_client> etcd_client_;
-  std::unique_ptr<ha::leader_election> watch_;
-  std::string ha_name_;
+  std::unique_ptr<launch_ha> ha_;
   std::vector<std::string> candidates_;
   std::vector<int> extra_fds_;
   std::map<int, std::string> extra_buf_;
   std::string client_endpoint_;
-  int64_t leader_pid_ = 0;
-  int64_t leader_term_ = 0;
 };
 
 }  // namespace
