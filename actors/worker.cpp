@@ -53,7 +53,7 @@ void leave_now(self_ptr self) {
 
 // With ha a candidate that does not answer is soon given up for the next one.
 int registration_timeout_ms(const worker_state& st) {
-  return st.opts.ha() ? std::min(st.opts.coordinator_timeout_ms, 1000)
+  return st.opts.ha() ? std::min(st.opts.coordinator_timeout_ms, 300)
                       : st.opts.coordinator_timeout_ms;
 }
 
@@ -344,10 +344,11 @@ caf::behavior worker_actor(caf::stateful_actor<worker_state>* self, worker_optio
       [=](co_lost_atom) {
         auto& st = self->state;
         if (st.opts.ha() && st.ph == worker_state::phase::active) {
-          reattach(self, "the leader was silent for " +
-                             std::to_string(st.shared->lost_after_ms.load()) + " ms");
+          reattach(self, "the leader is gone (its connection dropped, or it was silent for " +
+                             std::to_string(st.shared->lost_after_ms.load()) + " ms)");
           return;
         }
+        if (st.opts.ha()) return;  // registering already: the candidates are being tried
         spdlog::error("worker {}: coordinator silent for {} ms; giving up", self->state.opts.name,
                       self->state.opts.coordinator_timeout_ms);
         finish(self, 1);
@@ -463,6 +464,12 @@ worker_node::worker_node(const std::string& endpoint, worker_options opts, size_
   bo.identity = net::make_identity("worker");
   bo.spin_us = bridge_spin_us();
   bo.curve_client = opts.keys;
+  if (opts.ha()) {
+    // The leader's process died (its socket closed): look for the next one now, not after
+    // its silence.
+    caf::actor to = actor_;
+    bo.on_disconnect = [to] { caf::anon_send(to, co_lost_atom::value); };
+  }
   {
     caf::actor to = actor_;
     bo.on_version_mismatch = [to, endpoint](int version) {

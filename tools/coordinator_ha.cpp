@@ -72,8 +72,7 @@ std::unique_ptr<actors::ha_candidate> stand_by(const config& c, const std::strin
     return nullptr;
   }
   *record = cand->read_run();
-  std::fprintf(stderr, "coordinator: leading, term %lld (%s)\n",
-               static_cast<long long>(cand->term()),
+  spdlog::info("coordinator: leading, term {} ({})", cand->term(),
                record->job_id ? "taking over a running job" : "a new run");
   return cand;
 }

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <random>
 #include <zmq_addon.hpp>
 
@@ -252,6 +253,16 @@ void zmq_bridge::run(std::promise<std::string>* ready) {
   mark_caught_up();
   ready->set_value(router ? net.get(zmq::sockopt::last_endpoint) : opts_.endpoint);
 
+  // DEALER with on_disconnect: the socket's monitor reports a dropped connection.
+  std::unique_ptr<zmq::socket_t> monitor;
+  if (!router && opts_.on_disconnect) {
+    const std::string mon = pipe_name_ + "-monitor";
+    if (zmq_socket_monitor(net.handle(), mon.c_str(), ZMQ_EVENT_DISCONNECTED) == 0) {
+      monitor = std::make_unique<zmq::socket_t>(ctx_, zmq::socket_type::pair);
+      monitor->set(zmq::sockopt::linger, 0);
+      monitor->connect(mon);
+    }
+  }
   std::vector<zmq::message_t> parts;
   bool running = true;
   // After handling traffic, keep polling without blocking for a short while: an answer
@@ -260,12 +271,15 @@ void zmq_bridge::run(std::promise<std::string>* ready) {
   const auto spin = std::chrono::microseconds(opts_.spin_us);
   auto spin_until = std::chrono::steady_clock::now();
   while (running) {
-    zmq::pollitem_t items[] = {{net.handle(), 0, ZMQ_POLLIN, 0}, {pull.handle(), 0, ZMQ_POLLIN, 0}};
+    zmq::pollitem_t items[] = {{net.handle(), 0, ZMQ_POLLIN, 0},
+                               {pull.handle(), 0, ZMQ_POLLIN, 0},
+                               {monitor ? monitor->handle() : nullptr, 0, ZMQ_POLLIN, 0}};
     try {
       const bool spinning = std::chrono::steady_clock::now() < spin_until;
       // Blocked in poll, the thread has read everything that reached the socket.
       if (!spinning) waiting_ = true;
-      const int n = zmq::poll(items, 2, std::chrono::milliseconds(spinning ? 0 : -1));
+      const int n =
+          zmq::poll(items, monitor ? 3 : 2, std::chrono::milliseconds(spinning ? 0 : -1));
       if (!spinning) {
         mark_caught_up();
         waiting_ = false;
@@ -287,6 +301,19 @@ void zmq_bridge::run(std::promise<std::string>* ready) {
           break;
         }
         on_inbound(parts, net);
+      }
+    }
+    if (monitor && (items[2].revents & ZMQ_POLLIN)) {
+      // Two frames an event: (u16 event, u32 value), then the endpoint it concerns.
+      while (true) {
+        parts.clear();
+        if (!zmq::recv_multipart(*monitor, std::back_inserter(parts), zmq::recv_flags::dontwait))
+          break;
+        if (parts.size() == 2 && parts[0].size() >= 2 && parts[1].to_string() == connected) {
+          uint16_t event = 0;
+          std::memcpy(&event, parts[0].data(), sizeof event);
+          if (event == ZMQ_EVENT_DISCONNECTED) opts_.on_disconnect();
+        }
       }
     }
     if (items[1].revents & ZMQ_POLLIN) {

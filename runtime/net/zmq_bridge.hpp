@@ -78,6 +78,11 @@ struct bridge_options {
   std::shared_ptr<const client_keys> curve_client;
   /// The leadership term stamped on every outbound frame (set_term changes it).
   uint64_t term = 0;
+  /// DEALER: the connection to the endpoint dropped (the peer's process died: its kernel
+  /// closed the socket). Called on the bridge thread; must not block. ZeroMQ reconnects on
+  /// its own; a worker with standbys (ha) looks for the next leader at once instead of
+  /// waiting for the old one's silence.
+  std::function<void()> on_disconnect;
 };
 
 /// Owns one ZeroMQ socket on its own thread. Thread-safe: send/admit/forget/counters may be

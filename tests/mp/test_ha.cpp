@@ -1,0 +1,370 @@
+// Coordinator standbys across real processes (issue #21): `cohort launch` of
+// configs/quickstart_ha.yaml (one etcd, a leader and two standbys) whose leader is killed,
+// cut off, or dies in a run that also loses a worker and a standby; `cohort ctl status` names
+// the leader, its term and its standbys wherever it is asked; a run without ha shows none of
+// it. In bitwise mode every run ends on `cohort train`'s hash for the same overrides.
+// Without etcd every case exits 77 (CTest: skipped). Nothing here asserts on speed.
+#include <doctest/doctest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "tests/mp/dp_util.hpp"
+#include "tests/mp/mp_util.hpp"
+
+using namespace cohort::mp;
+using std::chrono::milliseconds;
+
+namespace {
+
+// Generous: two loaded cores, seven processes and an etcd per run.
+const milliseconds step_timeout(90000 * time_scale());
+const milliseconds run_timeout(240000 * time_scale());
+
+// Skips the case (exit 77, the reason on stdout) when this machine has no etcd: the same
+// places `cohort launch` looks (/usr/bin/etcd, then PATH).
+void require_etcd() {
+  if (::access("/usr/bin/etcd", X_OK) == 0) return;
+  const char* path = std::getenv("PATH");
+  std::string dirs = path != nullptr ? path : "";
+  for (size_t start = 0; start < dirs.size();) {
+    size_t end = dirs.find(':', start);
+    if (end == std::string::npos) end = dirs.size();
+    if (end > start && ::access((dirs.substr(start, end - start) + "/etcd").c_str(), X_OK) == 0)
+      return;
+    start = end + 1;
+  }
+  std::printf("skipped: no etcd (/usr/bin/etcd or on PATH; Debian: apt install etcd-server)\n");
+  std::fflush(stdout);
+  std::_Exit(77);
+}
+
+std::string config(const std::string& name) {
+  return std::string(COHORT_SOURCE_DIR) + "/configs/" + name;
+}
+
+// The overrides every run here shares (as `--set` pairs): STEPS steps, no scheduled faults,
+// no evals, no periodic checkpoints, and the final one under DIR/TAG.
+std::vector<std::string> overrides(const temp_dir& dir, const std::string& tag, int steps) {
+  return {"--set", "train.steps=" + std::to_string(steps),
+          "--set", "faults=[]",
+          "--set", "train.eval_every=0",
+          "--set", "fault_tolerance.checkpoint_every=0",
+          "--set", "fault_tolerance.checkpoint_dir=" + dir.path() + "/" + tag};
+}
+
+// `cohort train CFG` with the same overrides: the fault-free reference hash.
+std::string reference_hash(const temp_dir& dir, const std::string& cfg, int steps) {
+  std::string args = "train " + cfg + " -q --summary " + dir.path() + "/train.json";
+  for (const auto& a : overrides(dir, "train-ckpt", steps)) args += " '" + a + "'";
+  int rc = -1;
+  const std::string log = run_capture(args, &rc, true);
+  REQUIRE_MESSAGE(rc == 0, log);
+  const nlohmann::json s = read_json(dir.path() + "/train.json");
+  REQUIRE_MESSAGE(s.contains("params_sha256"), log);
+  return s["params_sha256"];
+}
+
+// `cohort launch CFG -q --summary OUT` with the shared overrides, then EXTRA.
+std::vector<std::string> launch_args(const temp_dir& dir, const std::string& cfg, int steps,
+                                     const std::string& out,
+                                     const std::vector<std::string>& extra) {
+  std::vector<std::string> args{"launch", cfg, "-q", "--summary", out};
+  for (const auto& a : overrides(dir, "launch-ckpt", steps)) args.push_back(a);
+  args.insert(args.end(), extra.begin(), extra.end());
+  return args;
+}
+
+// Waits for `cohort launch` to end (exit 0 expected); its summary at OUT.
+nlohmann::json finish(child_process& launch, const std::string& out) {
+  const auto code = launch.wait_exit(run_timeout);
+  REQUIRE_MESSAGE(code.has_value(), "launch did not finish: " << launch.out() << launch.err());
+  CHECK_MESSAGE(*code == 0, launch.out() << launch.err());
+  const nlohmann::json s = read_json(out);
+  REQUIRE_MESSAGE(s.is_object(), "no summary: " << launch.out() << launch.err());
+  return s;
+}
+
+// One "launch: started NAME (pid P) at EP" line: a coordinator launch started beside the
+// first one, or restarted.
+struct started_coordinator {
+  std::string name;
+  pid_t pid = 0;
+  std::string endpoint;
+};
+
+std::vector<started_coordinator> started_coordinators(const std::string& log) {
+  std::vector<started_coordinator> out;
+  std::istringstream in(log);
+  std::string line;
+  const std::string head = "launch: started ";
+  while (std::getline(in, line)) {
+    const auto pid_at = line.find(" (pid ");
+    const auto at_at = line.find(") at ");
+    if (line.rfind(head, 0) != 0 || pid_at == std::string::npos || at_at == std::string::npos)
+      continue;
+    out.push_back({line.substr(head.size(), pid_at - head.size()),
+                   static_cast<pid_t>(std::stol(line.substr(pid_at + 6))), line.substr(at_at + 5)});
+  }
+  return out;
+}
+
+// The endpoints of every coordinator of the run: the first one's, then the standbys'.
+std::vector<std::string> candidate_endpoints(const child_process& launch, const job_address& ep) {
+  std::vector<std::string> all{ep.ep};
+  for (const auto& c : started_coordinators(launch.out())) all.push_back(c.endpoint);
+  return all;
+}
+
+// Where in LOG the first line starting with PREFIX at or after FROM begins (npos: none).
+size_t line_at(const std::string& log, const std::string& prefix, size_t from = 0) {
+  for (size_t at = log.find(prefix, from); at != std::string::npos; at = log.find(prefix, at + 1))
+    if (at == 0 || log[at - 1] == '\n') return at;
+  return std::string::npos;
+}
+
+// Waits until the job (asked at A) has committed at least STEP steps; the status then.
+nlohmann::json wait_for_step(const job_address& a, int64_t step) {
+  nlohmann::json status;
+  const bool reached = eventually(step_timeout, [&] {
+    status = ctl_status(a);
+    return status.is_object() && status["step"].is_number() &&
+           status["step"].get<int64_t>() >= step;
+  });
+  REQUIRE_MESSAGE(reached, "the job never reached step " << step);
+  return status;
+}
+
+// The checks every failover scenario shares: the hash, N failover events recovered in a
+// measurable time with rising terms, and the summary's coordinator block agreeing.
+void check_failovers(const nlohmann::json& s, const std::string& hash, int steps,
+                     size_t failovers) {
+  check_fault_free(s, hash, steps);
+  MESSAGE("aborted_steps " << s["aborted_steps"].dump());
+  CHECK(s["aborted_steps"].is_number());
+  const auto fo = events_of(s, "failover");
+  REQUIRE_MESSAGE(fo.size() == failovers, s["events"].dump());
+  int64_t term = 0;
+  for (const auto& e : fo) {
+    CAPTURE(e.dump());
+    CHECK(e["worker"] == "coordinator");
+    REQUIRE(e["recover_ms"].is_number());
+    CHECK(e["recover_ms"].get<double>() > 0.0);
+    REQUIRE(e["term"].is_number());
+    CHECK(e["term"].get<int64_t>() > term);
+    term = e["term"].get<int64_t>();
+  }
+  const nlohmann::json& co = s["coordinator"];
+  REQUIRE_MESSAGE(co.is_object(), s.dump());
+  CHECK(co["failovers"] == failovers);
+  CHECK(co["failover_recover_ms"].size() == failovers);
+  CHECK(co["term"] == term);  // the last failover's leader wrote the summary
+}
+
+}  // namespace
+
+TEST_CASE("coordinator standbys: the leader killed twice, same hash as cohort train") {
+  require_etcd();
+  temp_dir dir;
+  const int steps = 240;
+  const std::string cfg = config("quickstart_ha.yaml");
+  const std::string hash = reference_hash(dir, cfg, steps);
+  const std::string out = dir.path() + "/kill-twice.json";
+  child_process launch(launch_args(dir, cfg, steps, out,
+                                   {"--inject", "kill coordinator at step=80", "--inject",
+                                    "kill coordinator at step=160"}),
+                       dir.path(), "launch-kill-twice");
+  const job_address ep = address_of(launch);
+  const nlohmann::json s = finish(launch, out);
+  check_failovers(s, hash, steps, 2);
+  const std::string log = launch.out();
+  CAPTURE(log);
+  // Each killed leader was restarted as a standby at its own endpoint.
+  size_t killed = 0, restarted = 0;
+  for (size_t at = 0; (at = log.find(") exited: killed by signal 9", at)) != std::string::npos;
+       ++at)
+    ++killed;
+  for (size_t at = 0; (at = line_at(log, "launch: restarting ", at)) != std::string::npos; ++at)
+    restarted += log.find(" as a standby at ", at) < log.find('\n', at);
+  CHECK(killed == 2);
+  CHECK(restarted == 2);
+  CHECK(log.find("launch: deposed the dead leader (term ") != std::string::npos);
+  // The summary names the last leader and its standbys among the run's three endpoints.
+  const auto all = candidate_endpoints(launch, ep);
+  const std::set<std::string> endpoints(all.begin(), all.end());
+  REQUIRE(endpoints.size() == 3);
+  const nlohmann::json& co = s["coordinator"];
+  CHECK(endpoints.count(co["leader"].get<std::string>()) == 1);
+  CHECK(co["pid"].get<int64_t>() > 0);
+  std::set<std::string> standbys;
+  for (const auto& e : co["standbys"]) standbys.insert(e.get<std::string>());
+  CHECK_MESSAGE(standbys.size() == 2, co.dump());
+  CHECK_MESSAGE(standbys.count(co["leader"].get<std::string>()) == 0, co.dump());
+  for (const auto& e : standbys) CHECK_MESSAGE(endpoints.count(e) == 1, co.dump());
+}
+
+TEST_CASE("coordinator standbys: the leader cut off for 2 s steps down, same hash") {
+  require_etcd();
+  temp_dir dir;
+  const int steps = 240;
+  const std::string cfg = config("quickstart_ha.yaml");
+  const std::string hash = reference_hash(dir, cfg, steps);
+  const std::string out = dir.path() + "/partition.json";
+  child_process launch(
+      launch_args(dir, cfg, steps, out, {"--inject", "partition coordinator at step=100 for=2s"}),
+      dir.path(), "launch-partition");
+  const nlohmann::json s = finish(launch, out);
+  check_failovers(s, hash, steps, 1);
+  const std::string log = launch.out();
+  CAPTURE(log);
+  // The cut-off leader noticed its lease was gone and exited 75 ("deposed"); launch brought
+  // it back as a standby under the same name.
+  size_t exited = std::string::npos;
+  std::string name;
+  for (size_t at = line_at(log, "launch: "); at != std::string::npos;
+       at = line_at(log, "launch: ", at + 1)) {
+    const std::string line = log.substr(at, log.find('\n', at) - at);
+    if (line.find(") exited: exit code 75") == std::string::npos) continue;
+    exited = at;
+    name = line.substr(8, line.find(" (pid ") - 8);
+    break;
+  }
+  REQUIRE_MESSAGE(exited != std::string::npos, "no coordinator exited with code 75");
+  CHECK(line_at(log, "launch: restarting " + name + " as a standby at ", exited) !=
+        std::string::npos);
+}
+
+TEST_CASE("coordinator standbys: a worker, a standby and the leader die in one run") {
+  require_etcd();
+  temp_dir dir;
+  const int steps = 300;
+  const std::string cfg = config("quickstart_ha.yaml");
+  const std::string hash = reference_hash(dir, cfg, steps);
+  const std::string out = dir.path() + "/three-deaths.json";
+  // min_workers 4: the job waits for the restarted worker instead of racing on without it.
+  child_process launch(
+      launch_args(dir, cfg, steps, out,
+                  {"--set", "elastic.respawn=true", "--set", "elastic.min_workers=4", "--inject",
+                   "kill rank=1 at step=60", "--inject", "kill coordinator at step=200"}),
+      dir.path(), "launch-three-deaths");
+  const job_address ep = address_of(launch);
+  // After the worker's death, well before the leader's: SIGKILL a standby that does not
+  // lead (the leader is the one ctl status names; ctl follows a standby to it).
+  const nlohmann::json st = wait_for_step(ep, 80);
+  REQUIRE_MESSAGE(st["coordinator"].is_object(), st.dump());
+  const int64_t leader_pid = st["coordinator"]["pid"].get<int64_t>();
+  REQUIRE_MESSAGE(st["step"].get<int64_t>() < 200, "too late for the standby kill: " << st.dump());
+  started_coordinator victim;
+  for (const auto& c : started_coordinators(launch.out()))
+    if (c.pid != leader_pid) victim = c;
+  REQUIRE_MESSAGE(victim.pid > 0, launch.out());
+  MESSAGE("leader pid " << leader_pid << "; killing " << victim.name << " (pid " << victim.pid
+                        << ") at step " << st["step"].get<int64_t>());
+  REQUIRE(::kill(victim.pid, SIGKILL) == 0);
+
+  const nlohmann::json s = finish(launch, out);
+  check_failovers(s, hash, steps, 1);
+  CHECK(s["dp"] == 4);
+  // Only failovers are kept in etcd for the next leader: the kill at step 60, recorded by
+  // the first leader, is not in the final summary's events (a known gap, not asserted).
+  WARN_MESSAGE(events_of(s, "kill").size() == 1, s["events"].dump());
+  const std::string log = launch.out();
+  CAPTURE(log);
+  const std::string died =
+      "launch: " + victim.name + " (pid " + std::to_string(victim.pid) + ") exited: ";
+  const size_t at = line_at(log, died);
+  REQUIRE(at != std::string::npos);
+  CHECK(log.substr(at, log.find('\n', at) - at).find("killed by signal 9") != std::string::npos);
+  CHECK(line_at(log, "launch: restarting " + victim.name + " as a standby at " + victim.endpoint,
+                at) != std::string::npos);
+  // The worker killed at step 60 was started again under its name.
+  CHECK(line_at(log, "launch: restarting worker-") != std::string::npos);
+}
+
+TEST_CASE("ctl status names the leader, its term and its standbys, also when asked at a standby") {
+  require_etcd();
+  temp_dir dir;
+  const std::string cfg = config("quickstart_ha.yaml");
+  const std::string out = dir.path() + "/status.json";
+  child_process launch(launch_args(dir, cfg, 100000, out, {"--set", "train.log_every=1000000"}),
+                       dir.path(), "launch-status");
+  const job_address ep = address_of(launch);
+  nlohmann::json st;
+  REQUIRE(eventually(step_timeout, [&] {
+    st = ctl_status(ep);
+    return st.is_object() && st["coordinator"].is_object() &&
+           st["coordinator"]["term"].get<int64_t>() > 0;
+  }));
+  const nlohmann::json co = st["coordinator"];
+  CAPTURE(co.dump());
+  const auto all = candidate_endpoints(launch, ep);
+  const std::set<std::string> endpoints(all.begin(), all.end());
+  REQUIRE(endpoints.size() == 3);
+  const std::string leader = co["leader"];
+  CHECK(endpoints.count(leader) == 1);
+  CHECK(co["pid"].get<int64_t>() > 0);
+  CHECK(co["standbys"].size() == 2);
+  std::set<std::string> standbys;
+  for (const auto& e : co["standbys"]) standbys.insert(e.get<std::string>());
+  CHECK(standbys.size() == co["standbys"].size());
+  CHECK(standbys.count(leader) == 0);
+  for (const auto& e : standbys) CHECK(endpoints.count(e) == 1);
+
+  // Asked at a standby, ctl follows it to the leader: the same leader and term.
+  job_address standby{"", ep.keys};
+  for (const auto& e : all)
+    if (e != leader) standby.ep = e;
+  const nlohmann::json at_standby = ctl_status(standby);
+  REQUIRE_MESSAGE(at_standby.is_object(), "ctl at " << standby.ep << " failed");
+  CHECK(at_standby["coordinator"]["leader"] == leader);
+  CHECK(at_standby["coordinator"]["term"] == co["term"]);
+  CHECK(at_standby["coordinator"]["pid"] == co["pid"]);
+
+  const std::string etcd =
+      launch.wait_line("launch: etcd for the run at ", milliseconds(1000)).value_or("");
+  const auto data_at = etcd.find("(data in ");
+  REQUIRE_MESSAGE(data_at != std::string::npos, launch.out());
+  const std::string etcd_dir = etcd.substr(data_at + 9, etcd.size() - data_at - 10);
+
+  int rc = -1;
+  const std::string said =
+      run_capture("ctl --coordinator " + leader + " --keys " + ep.keys + " stop", &rc, true);
+  CHECK_MESSAGE(rc == 0, said);
+  const auto code = launch.wait_exit(step_timeout);
+  REQUIRE_MESSAGE(code.has_value(), launch.out() << launch.err());
+  CHECK_MESSAGE(*code == 0, launch.out() << launch.err());
+  // Nothing left: coordinators, workers and the etcd shared launch's process group.
+  std::vector<pid_t> left;
+  eventually(milliseconds(3000), [&] {
+    left = processes_in_group(launch.pid());
+    return left.empty();
+  });
+  CHECK_MESSAGE(left.empty(), left.size() << " process(es) left in the launch group");
+  CHECK_MESSAGE(!std::filesystem::exists(etcd_dir), etcd_dir << " is still there");
+}
+
+TEST_CASE("without ha nothing changes: no etcd, no coordinator block") {
+  temp_dir dir;
+  const int steps = 300;
+  const std::string cfg = config("quickstart.yaml");
+  const std::string out = dir.path() + "/plain.json";
+  child_process launch(launch_args(dir, cfg, steps, out, {}), dir.path(), "launch-plain");
+  const job_address ep = address_of(launch);
+  const nlohmann::json st = wait_for_step(ep, 1);
+  CHECK_MESSAGE(!st.contains("coordinator"), st.dump());
+  const nlohmann::json s = finish(launch, out);
+  CHECK(s["steps_completed"] == steps);
+  CHECK_MESSAGE(!s.contains("coordinator"), s.dump());
+  CHECK(events_of(s, "failover").empty());
+  const std::string log = launch.out();
+  CHECK_MESSAGE(log.find("etcd") == std::string::npos, log);
+  CHECK_MESSAGE(log.find("standby") == std::string::npos, log);
+}
