@@ -1,5 +1,5 @@
-// Starting and stopping the run's own etcd. Spawned without a shell (posix_spawn) with the
-// signal mask and dispositions reset: cohort's threads block SIGTERM, and a child that
+// Starting and stopping the run's own etcd. Started without a shell (fork + exec; it dies
+// with the thread that started it: PR_SET_PDEATHSIG) with the signal mask and dispositions reset: cohort's threads block SIGTERM, and a child that
 // inherited that mask would ignore stop()'s SIGTERM until the SIGKILL.
 #include "runtime/ha/local_etcd.hpp"
 
@@ -7,7 +7,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
-#include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -90,20 +90,6 @@ std::string describe_status(int status) {
   return "status " + std::to_string(status);
 }
 
-// Owns posix_spawn's two helper objects on every path out.
-struct spawn_setup {
-  posix_spawn_file_actions_t actions{};
-  posix_spawnattr_t attr{};
-  spawn_setup() {
-    posix_spawn_file_actions_init(&actions);
-    posix_spawnattr_init(&attr);
-  }
-  ~spawn_setup() {
-    posix_spawn_file_actions_destroy(&actions);
-    posix_spawnattr_destroy(&attr);
-  }
-};
-
 }  // namespace
 
 std::string local_etcd::find_binary(const std::string& binary) {
@@ -173,23 +159,39 @@ bool local_etcd::try_start(const std::string& exe) {
     if (std::strncmp(*e, "ETCD_", 5) != 0) envp.push_back(*e);
   envp.push_back(nullptr);
 
-  spawn_setup s;
+  // fork + exec rather than posix_spawn: the child must carry PR_SET_PDEATHSIG, so that
+  // even a SIGKILLed launcher leaves no etcd behind (as it leaves no other child).
   const std::string log = log_path();
-  posix_spawn_file_actions_addopen(&s.actions, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&s.actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-  posix_spawn_file_actions_adddup2(&s.actions, 1, 2);
-  sigset_t none, defaults;
-  sigemptyset(&none);
-  sigemptyset(&defaults);
-  for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGPIPE}) sigaddset(&defaults, sig);
-  posix_spawnattr_setsigmask(&s.attr, &none);
-  posix_spawnattr_setsigdefault(&s.attr, &defaults);
-  posix_spawnattr_setflags(&s.attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-  pid_t pid = 0;
-  const int rc = ::posix_spawn(&pid, exe.c_str(), &s.actions, &s.attr, argv.data(), envp.data());
-  if (rc != 0)
-    throw error("local etcd: cannot start " + exe + ": " + std::strerror(rc) +
-                "; check that it runs (`" + exe + " --version`) and that " + log + " is writable");
+  const int in_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  const int log_fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (in_fd < 0 || log_fd < 0) {
+    const int err = errno;
+    if (in_fd >= 0) ::close(in_fd);
+    if (log_fd >= 0) ::close(log_fd);
+    throw error("local etcd: cannot open " + log + ": " + std::strerror(err));
+  }
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    // Only async-signal-safe calls here: another thread may hold malloc's lock.
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(1);
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGPIPE}) ::signal(sig, SIG_DFL);
+    ::dup2(in_fd, 0);
+    ::dup2(log_fd, 1);
+    ::dup2(log_fd, 2);
+    ::execve(exe.c_str(), argv.data(), envp.data());
+    ::_exit(127);
+  }
+  const int fork_errno = errno;
+  ::close(in_fd);
+  ::close(log_fd);
+  if (pid < 0)
+    throw error("local etcd: cannot start " + exe + ": " + std::strerror(fork_errno) +
+                "; check that it runs (`" + exe + " --version`)");
   pid_ = pid;
 
   etcd_client probe({client_url}, etcd_timeouts{100, 500});

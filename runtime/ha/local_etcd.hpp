@@ -28,9 +28,9 @@ struct local_etcd_options {
 };
 
 /// The running server. Starts in the constructor, stops in stop() or the destructor.
-/// The child stays in the caller's process group and is not killed by the kernel if the
-/// caller dies (posix_spawn cannot set PR_SET_PDEATHSIG): the owner must call stop(), or
-/// kill its process group on the way out.
+/// The child carries PR_SET_PDEATHSIG(SIGKILL): the kernel kills it when the thread that
+/// constructed this object ends (construct it on a thread that lives as long as the run,
+/// e.g. the main thread), so even a SIGKILLed owner leaves no etcd behind.
 class local_etcd {
  public:
   /// Starts etcd and waits until it is healthy. cohort::error when the binary is missing

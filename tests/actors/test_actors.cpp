@@ -308,17 +308,25 @@ struct worker_fixture : testing_system {
   std::shared_ptr<recorder> rec = std::make_shared<recorder>();
   std::shared_ptr<worker_shared> shared = std::make_shared<worker_shared>();
   std::shared_ptr<int> exit_code = std::make_shared<int>(-1);
+  /// ha: the endpoints the worker reconnected to, in order, and the term its bridge heard.
+  std::shared_ptr<std::vector<std::string>> reconnects = std::make_shared<std::vector<std::string>>();
+  std::shared_ptr<uint64_t> term = std::make_shared<uint64_t>(0);
   caf::actor worker;
 
-  worker_fixture() {
+  explicit worker_fixture(std::vector<std::string> candidates = {}) {
     worker_options o;
     o.name = "w";
     o.pid = 42;
+    o.candidates = std::move(candidates);
     worker_io io;
     auto r = rec;
     auto code = exit_code;
     io.send = [r](const net::message& m) { r->frames.push_back({"", m}); };
     io.on_exit = [code](int c) { *code = c; };
+    if (o.ha()) {
+      io.reconnect = [rc = reconnects](const std::string& ep) { rc->push_back(ep); };
+      io.term = [t = term] { return *t; };
+    }
     worker = sys.spawn(worker_actor, o, io, shared);
     caf::anon_send(worker, co_start_atom::value);
     sched.run();
@@ -382,6 +390,60 @@ TEST_CASE("worker: registers and follows generations and rejoins once when decla
   CHECK(pongs[0].sent_ns == 1234);
   f.deliver(net::stop{"done"});
   CHECK(*f.exit_code == 0);
+}
+
+TEST_CASE("worker with standbys: follows a standby to the leader, and re-attaches as who it was") {
+  worker_fixture f({"tcp://a:1", "tcp://b:2", "tcp://c:3"});
+  REQUIRE(f.rec->to<net::register_request>().size() == 1);
+  auto standby = [](const std::string& leader, uint64_t term) {
+    net::register_reject r("standby");
+    r.standby = true;
+    r.leader = leader;
+    r.leader_term = term;
+    return r;
+  };
+  auto tick = [&f] {
+    f.sched.trigger_timeouts();
+    f.sched.run();
+  };
+  // a is a standby: the worker goes to the leader it names and registers there.
+  f.deliver(standby("tcp://c:3", 4));
+  CHECK(*f.reconnects == std::vector<std::string>{"tcp://c:3"});
+  CHECK(*f.exit_code == -1);
+  tick();
+  REQUIRE(f.rec->to<net::register_request>().size() == 2);
+  *f.term = 4;
+  f.deliver(net::register_ok{7, "w", 0, net::coords{}, 5, 50, 300});
+  CHECK(f.shared->member_id == 7);
+  CHECK(f.shared->lost_after_ms == 300);
+
+  // The leader is lost: the model stays, the member id goes, the next candidate (after c:
+  // a) is asked, as member 7 of generation 5.
+  caf::anon_send(f.worker, co_lost_atom::value);
+  f.sched.run();
+  CHECK(f.shared->member_id == 0);
+  CHECK(f.reconnects->back() == "tcp://a:1");
+  auto regs = f.rec->to<net::register_request>();
+  REQUIRE(regs.size() == 3);
+  CHECK(regs.back().prev_member == 7);
+  CHECK(regs.back().prev_generation == 5);
+  CHECK(*f.exit_code == -1);  // without standbys a lost coordinator ends the worker
+
+  // A standby still names the lost leader (its lease has not gone): not followed; the next
+  // candidate instead. One naming a newer term is followed.
+  f.deliver(standby("tcp://c:3", 4));
+  CHECK(f.reconnects->back() == "tcp://b:2");
+  f.deliver(standby("tcp://b:2", 9));
+  CHECK(f.reconnects->back() == "tcp://b:2");
+  tick();
+  regs = f.rec->to<net::register_request>();
+  REQUIRE(regs.size() >= 4);
+  CHECK(regs.back().prev_member == 7);
+  *f.term = 9;
+  f.deliver(net::register_ok{12, "w", 1, net::coords{}, 8, 50, 300});
+  CHECK(f.shared->member_id == 12);
+  CHECK(f.shared->generation == 8);
+  CHECK(*f.exit_code == -1);
 }
 
 TEST_CASE("worker: a refused registration exits 1 and a leave request says goodbye") {

@@ -847,3 +847,61 @@ TEST_CASE(
     CHECK(asked.empty());
   }
 }
+
+TEST_CASE("a new leader takes a running job over at the newest state its members hold") {
+  const config c = job_config(3, 10);
+  training_job job(c, dump_config(c));
+  job.take_over({});
+  const mb::roster r = roster_of(8, 3);
+  // Members re-attached after a leader change stand apart (a commit window's last step
+  // applied by some): nothing opens until each has said where it stands.
+  CHECK(sent<net::step_open>(job.on_ready(r, net::worker_ready{1, 8, 5}, 0.0)).empty());
+  CHECK(sent<net::step_open>(job.on_ready(r, net::worker_ready{2, 8, 6}, 0.1)).empty());
+  const job_actions a = job.on_ready(r, net::worker_ready{3, 8, 5}, 0.2);
+  const auto opens = sent<net::step_open>(a);
+  REQUIRE(opens.size() == 3);
+  for (const auto& [id, o] : opens) {
+    CHECK(o.step == 6);        // the newest state: member 2's
+    CHECK(o.donor_rank == 1);  // member 2 is rank 1: the others take its state
+    CHECK(o.generation == 8);
+  }
+  CHECK(job.next_step() == 6);
+}
+
+TEST_CASE("a coordinator fault goes to the leader once, and not again after a takeover") {
+  config c = load_config_text(
+      "cluster:\n  workers: 2\ntrain:\n  steps: 5\n  global_batch: 64\n  micro_batch: 16\n"
+      "fault_tolerance:\n  commit_window: 0\nha:\n  standbys: 1\n",
+      "<test>");
+  training_job job(c, dump_config(c));
+  job.set_faults({faults::parse_fault("kill rank=0 at step=3"),
+                  faults::parse_fault("kill coordinator at step=1")});
+  const mb::roster r = roster_of(1, 2);
+  all_ready(job, r);
+  job.on_vote(r, ok_vote(1, 1, 0), 1.0);
+  const job_actions a = job.on_vote(r, ok_vote(2, 1, 0), 2.0);  // commits 0, opens 1
+  REQUIRE(a.coordinator_fault.has_value());
+  CHECK(a.coordinator_fault->coordinator);
+  CHECK(a.coordinator_fault_index == 1);
+  CHECK(sent<net::fault_order>(a).empty());  // no worker is ordered anything
+  CHECK(sent<net::step_open>(a).size() == 2);
+  REQUIRE(job.report().events().size() == 1);
+  CHECK(job.report().events()[0].worker == "coordinator");
+
+  // The next leader, told the fault fired (etcd's record), opens step 1 without it.
+  training_job next(c, dump_config(c));
+  next.set_faults({faults::parse_fault("kill rank=0 at step=3"),
+                   faults::parse_fault("kill coordinator at step=1")});
+  next.take_over({1});
+  const mb::roster r2 = roster_of(3, 2);
+  next.on_ready(r2, net::worker_ready{1, 3, 1}, 0.0);
+  const job_actions b = next.on_ready(r2, net::worker_ready{2, 3, 1}, 0.1);
+  CHECK_FALSE(b.coordinator_fault.has_value());
+  CHECK(sent<net::step_open>(b).size() == 2);
+
+  // Without a standby the fault is refused: losing the coordinator would end the run.
+  const config solo = job_config(2, 5);
+  training_job alone(solo, dump_config(solo));
+  CHECK_THROWS_AS(alone.set_faults({faults::parse_fault("kill coordinator at step=1")}),
+                  usage_error);
+}

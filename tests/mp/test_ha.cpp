@@ -3,7 +3,7 @@
 // cut off, or dies in a run that also loses a worker and a standby; `cohort ctl status` names
 // the leader, its term and its standbys wherever it is asked; a run without ha shows none of
 // it. In bitwise mode every run ends on `cohort train`'s hash for the same overrides.
-// Without etcd every case exits 77 (CTest: skipped). Nothing here asserts on speed.
+// Without etcd each ha case exits 77 (CTest: skipped). Nothing here asserts on speed.
 #include <doctest/doctest.h>
 #include <signal.h>
 #include <unistd.h>
@@ -34,7 +34,7 @@ const milliseconds run_timeout(240000 * time_scale());
 void require_etcd() {
   if (::access("/usr/bin/etcd", X_OK) == 0) return;
   const char* path = std::getenv("PATH");
-  std::string dirs = path != nullptr ? path : "";
+  const std::string dirs = path != nullptr ? path : "";
   for (size_t start = 0; start < dirs.size();) {
     size_t end = dirs.find(':', start);
     if (end == std::string::npos) end = dirs.size();
