@@ -54,12 +54,15 @@ ha_candidate::ha_candidate(ha_candidate_options o) : o_(std::move(o)) {
                                                     leader_value(endpoint_), o_.ttl_s, keepalive_ms);
   // Our presence, so the leader can list its standbys; it lapses with this process.
   presence_lease_ = client_->grant(std::max(2, o_.ttl_s));
-  client_->put(key("candidates/" + std::to_string(::getpid())), endpoint_, presence_lease_);
+  // Keyed by endpoint: a candidate restarted at its endpoint replaces its old record.
+  client_->put(key("candidates/" + endpoint_), endpoint_, presence_lease_);
   watcher_ = std::thread([this] { stand_by_loop(); });
 }
 
 ha_candidate::~ha_candidate() {
   stopping_ = true;
+  events_cv_.notify_all();
+  if (events_writer_.joinable()) events_writer_.join();
   if (watcher_.joinable()) watcher_.join();
   for (auto& w : writers_)
     if (w.joinable()) w.join();
@@ -78,20 +81,13 @@ void ha_candidate::stand_by_loop() {
     try {
       const auto leader = election_->observe();
       const bool done = client_->get(key("done")).has_value();
+      if (tick % 5 == 0) client_->keepalive(presence_lease_);
       std::vector<std::string> standbys;
-      if (tick % 5 == 0) {
-        client_->keepalive(presence_lease_);
-        for (const auto& kv : client_->get_prefix(key("candidates/")))
-          standbys.push_back(kv.value);
-      }
+      for (const auto& kv : client_->get_prefix(key("candidates/"))) standbys.push_back(kv.value);
       std::lock_guard<std::mutex> lock(mu_);
       leader_endpoint_ = leader ? endpoint_of(leader->value) : std::string();
       leader_term_ = leader ? leader->term : 0;
-      if (tick % 5 == 0) {
-        standbys_.clear();
-        for (auto& e : standbys)
-          if (e != leader_endpoint_) standbys_.push_back(std::move(e));
-      }
+      standbys_ = std::move(standbys);
       if (done) done_ = true;
     } catch (const std::exception& e) {
       spdlog::warn("coordinator: etcd: {}", e.what());
@@ -173,6 +169,12 @@ ha_run_record ha_candidate::read_run() {
     auto j = nlohmann::json::parse(kv.value, nullptr, false);
     if (j.is_object()) r.failovers.push_back(std::move(j));
   }
+  for (const auto& kv : client_->get_prefix(key("events/"))) {
+    const auto j = nlohmann::json::parse(kv.value, nullptr, false);
+    if (!j.is_array()) continue;
+    for (const auto& e : j)
+      if (e.is_object()) r.events.push_back(e);
+  }
   return r;
 }
 
@@ -203,6 +205,33 @@ void ha_candidate::record_failover(const nlohmann::json& event) {
   });
 }
 
+void ha_candidate::record_events(std::string events_json) {
+  char term[24];
+  std::snprintf(term, sizeof term, "%020lld", static_cast<long long>(election_->term()));
+  std::lock_guard<std::mutex> lock(mu_);
+  if (events_json == events_written_) return;
+  events_written_ = events_json;
+  events_pending_ = std::move(events_json);
+  if (!events_writer_.joinable())
+    events_writer_ = std::thread([this, k = key(std::string("events/") + term)] {
+      std::unique_lock<std::mutex> lock(mu_);
+      while (!stopping_.load()) {
+        events_cv_.wait(lock, [this] { return stopping_.load() || !events_pending_.empty(); });
+        if (events_pending_.empty()) continue;
+        std::string v;
+        v.swap(events_pending_);
+        lock.unlock();
+        try {
+          election_->fenced_put(k, v);
+        } catch (const std::exception& e) {
+          spdlog::warn("coordinator: cannot record the run's events in etcd: {}", e.what());
+        }
+        lock.lock();
+      }
+    });
+  events_cv_.notify_all();
+}
+
 void ha_candidate::record_done() {
   try {
     election_->fenced_put(key("done"), "1");
@@ -223,7 +252,12 @@ std::string ha_candidate::status_json() const {
     j["term"] = leader_term_;
     j["pid"] = nullptr;
   }
-  j["standbys"] = standbys_;
+  // Every candidate but the leader (the list may name the leader until the next refresh).
+  const std::string leader = leading_.load() ? endpoint_ : leader_endpoint_;
+  nlohmann::json standbys = nlohmann::json::array();
+  for (const auto& e : standbys_)
+    if (e != leader) standbys.push_back(e);
+  j["standbys"] = standbys;
   return j.dump();
 }
 

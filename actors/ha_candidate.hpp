@@ -17,6 +17,7 @@
 //                                                                        as a standby)
 #pragma once
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -52,6 +53,7 @@ struct ha_run_record {
   std::vector<std::size_t> fired;        ///< coordinator faults already carried out
   std::optional<int64_t> fault_at_ns;    ///< when the last one was (CLOCK_REALTIME)
   std::vector<nlohmann::json> failovers; ///< earlier failovers, as their events
+  std::vector<nlohmann::json> events;    ///< the earlier leaders' events (faults, joins...)
 };
 
 class ha_candidate {
@@ -80,6 +82,9 @@ class ha_candidate {
   bool record_fault(std::size_t index);
   /// A failover as its event (fenced, in the background: the step is not held up).
   void record_failover(const nlohmann::json& event);
+  /// This leader's events so far (the summary's form), kept in etcd for the leaders after
+  /// it: written in the background, the newest only.
+  void record_events(std::string events_json);
   /// The failovers this leader recorded.
   std::vector<nlohmann::json> failovers_recorded() const {
     std::lock_guard<std::mutex> lock(mu_);
@@ -112,6 +117,10 @@ class ha_candidate {
   std::thread watcher_;         // keeps the leader, the standbys and our presence fresh
   std::vector<std::thread> writers_;
   std::vector<nlohmann::json> recorded_;  // guarded by mu_
+  std::string events_pending_;           // guarded by mu_: the newest events not yet written
+  std::string events_written_;           // guarded by mu_: the last events handed over
+  std::condition_variable events_cv_;
+  std::thread events_writer_;
 };
 
 /// CLOCK_REALTIME in ns: the one clock two coordinators of a host share (failover times).

@@ -327,6 +327,22 @@ nlohmann::json run_report::pipeline_summary() const {
   return p;
 }
 
+nlohmann::json run_report::events_json() const {
+  nlohmann::json events = nlohmann::json::array();
+  for (const auto& e : events_) {
+    nlohmann::json x = {
+        {"kind", e.kind}, {"worker", e.worker}, {"step", e.step}, {"generation", e.generation}};
+    x["detect_ms"] = e.detect_ms >= 0 ? nlohmann::json(e.detect_ms) : nlohmann::json();
+    x["recover_ms"] = e.recover_ms >= 0 ? nlohmann::json(e.recover_ms) : nlohmann::json();
+    if (!e.detail.empty()) x["spec"] = e.detail;
+    if (e.transfer_mb_s >= 0) x["transfer_mb_s"] = e.transfer_mb_s;
+    if (e.kind == "scale") x["target"] = e.target;
+    x["t_s"] = first_open_s_ >= 0 ? e.at_s - first_open_s_ : 0.0;  // the curve's time base
+    events.push_back(x);
+  }
+  return events;
+}
+
 nlohmann::json run_report::summary(double wall_s) const {
   nlohmann::json j;
   const bool lm = units_per_sample_ > 1;
@@ -430,19 +446,7 @@ nlohmann::json run_report::summary(double wall_s) const {
   j["aborted_steps"] = aborted_;
   j["generation"] = generation_;
   j["workers"] = workers;
-  nlohmann::json events = nlohmann::json::array();
-  for (const auto& e : events_) {
-    nlohmann::json x = {
-        {"kind", e.kind}, {"worker", e.worker}, {"step", e.step}, {"generation", e.generation}};
-    x["detect_ms"] = e.detect_ms >= 0 ? nlohmann::json(e.detect_ms) : nlohmann::json();
-    x["recover_ms"] = e.recover_ms >= 0 ? nlohmann::json(e.recover_ms) : nlohmann::json();
-    if (!e.detail.empty()) x["spec"] = e.detail;
-    if (e.transfer_mb_s >= 0) x["transfer_mb_s"] = e.transfer_mb_s;
-    if (e.kind == "scale") x["target"] = e.target;
-    x["t_s"] = first_open_s_ >= 0 ? e.at_s - first_open_s_ : 0.0;  // the curve's time base
-    events.push_back(x);
-  }
-  j["events"] = events;
+  j["events"] = events_json();
   // The loss curve and the evaluations, for `cohort plot` (docs/observability.md).
   nlohmann::json curve = nlohmann::json::array();
   for (const curve_point& p : curve_) curve.push_back(to_json(p));

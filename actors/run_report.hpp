@@ -133,6 +133,8 @@ class run_report {
   // ---- what the report holds ----
 
   const std::vector<job_event>& events() const { return events_; }
+  /// The events as the summary's "events" holds them.
+  nlohmann::json events_json() const;
   const std::vector<curve_point>& curve() const { return curve_; }
   const std::vector<eval_point>& evals() const { return evals_; }
   int aborted_steps() const { return aborted_; }

@@ -289,6 +289,9 @@ void add_coordinator(CLI::App& app, int* rc) {
                        ? ", " + std::to_string(job.report().aborted_steps()) + " aborted"
                        : std::string()));
         if (a.committed && cand) ha_first_commit(*cand, a, failover_from_ns);
+        // Events (faults, joins, their detection and recovery) outlive this leader.
+        if (cand && (!a.notes.empty() || (a.committed && a.step % 100 == 0)))
+          ha_events(*cand, job);
         if (!a.failed.empty()) failure = a.failed;
         if (!a.finished) return;
         progress->finish();

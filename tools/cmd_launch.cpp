@@ -120,7 +120,7 @@ class launcher {
     args.insert(args.end(), {"--bind", opt_.bind.empty() ? cfg_.control.bind : opt_.bind});
     const pid_t cpid = actors::spawn_self(args, fds[1]);
     close(fds[1]);
-    children_[cpid] = child{"coordinator", true};
+    children_[cpid] = child{"coordinator", true, clock_type::now(), {}};
 
     if (!wait_for_endpoint()) return finish();
     candidates_ = {endpoint_};
@@ -251,7 +251,7 @@ class launcher {
       args.insert(args.end(), {"--reattach-ms", std::to_string(cfg_.ha.reattach_ms)});
     if (!keys_dir_.empty()) args.insert(args.end(), {"--keys", keys_dir_});
     const pid_t pid = actors::spawn_self(args);
-    children_[pid] = child{name, false, clock_type::now()};
+    children_[pid] = child{name, false, clock_type::now(), {}};
     std::printf("launch: started %s (pid %d)\n", name.c_str(), static_cast<int>(pid));
     std::fflush(stdout);
   }

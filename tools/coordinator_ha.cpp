@@ -6,6 +6,7 @@
 
 #include <csignal>
 #include <cstdio>
+#include <algorithm>
 #include <cstdlib>
 
 #include "actors/process.hpp"
@@ -127,13 +128,26 @@ void ha_first_commit(actors::ha_candidate& cand, const actors::job_actions& a,
   failover_from_ns.reset();
 }
 
+void ha_events(actors::ha_candidate& cand, const actors::training_job& job) {
+  if (!job.report().events().empty()) cand.record_events(job.report().events_json().dump());
+}
+
 void ha_summary(actors::ha_candidate& cand, const actors::ha_run_record& record,
                 nlohmann::json& summary) {
   // This leader's own failover was recorded in the background; it joins the earlier ones.
   nlohmann::json all = nlohmann::json::array();
   for (const auto& f : record.failovers) all.push_back(f);
   for (const auto& f : cand.failovers_recorded()) all.push_back(f);
-  for (const auto& f : all) summary["events"].push_back(f);
+  // The run's events: the earlier leaders' (from etcd), this one's, every failover; in
+  // step order (t_s counts from the first step each leader opened).
+  nlohmann::json events = nlohmann::json::array();
+  for (const auto& e : record.events) events.push_back(e);
+  for (const auto& e : summary["events"]) events.push_back(e);
+  for (const auto& f : all) events.push_back(f);
+  std::stable_sort(events.begin(), events.end(), [](const auto& a, const auto& b) {
+    return a.value("step", int64_t{0}) < b.value("step", int64_t{0});
+  });
+  summary["events"] = events;
   nlohmann::json block = nlohmann::json::parse(cand.status_json());
   block["failovers"] = all.size();
   std::vector<double> ms;

@@ -43,6 +43,9 @@ uint64_t ha_job_id(actors::ha_candidate& cand, const actors::ha_run_record& reco
 void ha_first_commit(actors::ha_candidate& cand, const actors::job_actions& a,
                      std::optional<int64_t>& failover_from_ns);
 
+/// The job's events changed (a fault, a join...): recorded in etcd for the next leaders.
+void ha_events(actors::ha_candidate& cand, const actors::training_job& job);
+
 /// The summary gains every failover of the run (events) and the coordinator block.
 void ha_summary(actors::ha_candidate& cand, const actors::ha_run_record& record,
                 nlohmann::json& summary);
