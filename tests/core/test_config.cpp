@@ -1659,13 +1659,16 @@ TEST_CASE("the shipped configs say what they promise") {
   gpt2.fault_tolerance.checkpoint_dir = gpt.fault_tolerance.checkpoint_dir;
   CHECK(cohort::dump_config(gpt2) == cohort::dump_config(gpt));
 
-  // The HA quickstart is the quickstart with two standbys and a local etcd.
+  // The HA quickstart is the quickstart with two standbys and a local etcd (and a
+  // checkpoint folder of its own).
   const config quick = cohort::load_config(source_dir + "/configs/quickstart.yaml");
   config ha = cohort::load_config(source_dir + "/configs/quickstart_ha.yaml");
   CHECK(quick.ha.standbys == 0);
   CHECK(ha.ha.standbys == 2);
   CHECK(ha.ha.etcd_local);
+  CHECK(ha.fault_tolerance.checkpoint_dir == "checkpoints/quickstart_ha");
   ha.ha = quick.ha;
+  ha.fault_tolerance.checkpoint_dir = quick.fault_tolerance.checkpoint_dir;
   CHECK(cohort::dump_config(ha) == cohort::dump_config(quick));
 }
 
