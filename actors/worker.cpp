@@ -51,10 +51,25 @@ void leave_now(self_ptr self) {
   finish(self, 0);
 }
 
-// With ha a candidate that does not answer is soon given up for the next one.
+// Everything learnt as a member (id, generation, rank, roster) is void; the training state
+// stays. Whatever the group is doing belongs to a generation that no longer includes us.
+void forget_generation(worker_state& st) {
+  st.member_id = 0;
+  st.generation = 0;
+  st.rank = -1;
+  st.at = net::coords{};
+  st.roster_generation = 0;
+  st.world_size = 0;
+  st.shared->generation = 0;
+  st.group_shared->abort_all();
+}
+
+// With ha a candidate tried blindly (the next in the list) that does not answer is soon
+// given up for the next one; the first candidate and a leader a standby named get longer
+// (a join window, a loaded machine).
 int registration_timeout_ms(const worker_state& st) {
-  return st.opts.ha() ? std::min(st.opts.coordinator_timeout_ms, 300)
-                      : st.opts.coordinator_timeout_ms;
+  if (!st.opts.ha()) return st.opts.coordinator_timeout_ms;
+  return std::min(st.opts.coordinator_timeout_ms, st.probing ? 300 : 2000);
 }
 
 void start_registration(self_ptr self) {
@@ -86,6 +101,7 @@ bool gave_up(self_ptr self) {
 void switch_to(self_ptr self, const std::string& endpoint) {
   auto& st = self->state;
   const auto& c = st.opts.candidates;
+  st.probing = endpoint.empty();
   if (endpoint.empty()) {
     st.candidate = (st.candidate + 1) % c.size();
   } else {
@@ -106,14 +122,7 @@ void reattach(self_ptr self, const std::string& why) {
   st.lost_term = st.io.term ? st.io.term() : 0;
   spdlog::warn("worker {}: {}; looking for the next leader, training state kept", st.opts.name,
                why);
-  st.member_id = 0;
-  st.generation = 0;
-  st.rank = -1;
-  st.at = net::coords{};
-  st.roster_generation = 0;
-  st.world_size = 0;
-  st.shared->generation = 0;
-  st.group_shared->abort_all();
+  forget_generation(st);
   switch_to(self, "");
   start_registration(self);
 }
@@ -123,15 +132,7 @@ void rejoin(self_ptr self) {
   auto& st = self->state;
   spdlog::warn("worker {}: coordinator declared member {} dead (generation {}); registering again",
                st.opts.name, st.member_id, st.generation);
-  st.member_id = 0;
-  st.generation = 0;
-  st.rank = -1;
-  st.at = net::coords{};
-  st.roster_generation = 0;
-  st.world_size = 0;
-  st.shared->generation = 0;
-  // Whatever the group is doing belongs to a generation that no longer includes us.
-  st.group_shared->abort_all();
+  forget_generation(st);
   start_registration(self);
 }
 

@@ -120,6 +120,7 @@ struct worker_state {
   /// ha: looking for a leader since then (a loss or the first registration); empty: not.
   std::optional<std::chrono::steady_clock::time_point> reattach_since;
   size_t candidate = 0;          ///< ha: index of the candidate spoken to now
+  bool probing = false;          ///< ha: that candidate was tried blindly (no standby named it)
   uint64_t lost_term = 0;        ///< ha: term of the leader last lost (a hint to it is stale)
   uint64_t prev_member = 0;      ///< ha: the member id held under the lost leader
   uint64_t prev_generation = 0;  ///< ha: the newest generation heard from it

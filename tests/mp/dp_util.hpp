@@ -50,6 +50,17 @@ inline nlohmann::json read_json(const std::string& path) {
   return nlohmann::json::parse(read_file(path), nullptr, false);
 }
 
+/// Waits up to TIMEOUT for `cohort launch` to end (exit 0 expected); its summary at OUT.
+inline nlohmann::json finish_launch(child_process& launch, const std::string& out,
+                                    std::chrono::milliseconds timeout) {
+  const auto code = launch.wait_exit(timeout);
+  REQUIRE_MESSAGE(code.has_value(), "launch did not finish: " << launch.out() << launch.err());
+  CHECK_MESSAGE(*code == 0, launch.out() << launch.err());
+  const nlohmann::json s = read_json(out);
+  REQUIRE_MESSAGE(s.is_object(), "no summary: " << launch.out() << launch.err());
+  return s;
+}
+
 /// Where `cohort launch` can be reached: its coordinator's endpoint and the folder of the
 /// keys launch wrote for the job (ctl and extra workers need both).
 struct job_address {

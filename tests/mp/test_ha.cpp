@@ -85,12 +85,7 @@ std::vector<std::string> launch_args(const temp_dir& dir, const std::string& cfg
 
 // Waits for `cohort launch` to end (exit 0 expected); its summary at OUT.
 nlohmann::json finish(child_process& launch, const std::string& out) {
-  const auto code = launch.wait_exit(run_timeout);
-  REQUIRE_MESSAGE(code.has_value(), "launch did not finish: " << launch.out() << launch.err());
-  CHECK_MESSAGE(*code == 0, launch.out() << launch.err());
-  const nlohmann::json s = read_json(out);
-  REQUIRE_MESSAGE(s.is_object(), "no summary: " << launch.out() << launch.err());
-  return s;
+  return finish_launch(launch, out, run_timeout);
 }
 
 // One "launch: started NAME (pid P) at EP" line: a coordinator launch started beside the
