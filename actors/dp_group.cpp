@@ -395,6 +395,9 @@ struct group {
       case worker_step::result_action::ignore:
         break;
       case worker_step::result_action::resend_report:
+        // Under this member's current id: after a leader change (ha) it registered anew.
+        last_report->member_id = member_id;
+        last_report->generation = r.generation;
         io.send(*last_report);
         break;
       case worker_step::result_action::commit:

@@ -190,7 +190,18 @@ job_actions training_job::try_open(const mb::roster& r, double now_s) {
     // applied it were given every member's gradients for it).
     for (const auto& m : r.members) next_step_ = std::max(next_step_, ready_[m.id]);
     resync_ = false;
-    if (next_step_ >= steps_) return out;
+    if (next_step_ >= steps_) {
+      // Taken over after the last step (the old leader died collecting the final reports):
+      // the last step's commit, sent again, asks every member for its report again.
+      last_commit_ = net::step_result{r.generation, steps_ - 1, true, 0.0, ""};
+      last_commit_sent_s_ = now_s;
+      last_voters_.clear();
+      for (const auto& m : r.members) {
+        last_voters_.insert(m.id);
+        out.sends.push_back({m.id, *last_commit_});
+      }
+      return out;
+    }
   }
   // A rollback: every member loads the newest checkpoint that holds the lost memory.
   int64_t restore = -1;

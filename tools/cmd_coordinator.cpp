@@ -60,8 +60,11 @@ void print_job_result(const nlohmann::json& j, bool lm) {
   if (!j["events"].empty()) {
     std::printf("%-9s %-12s %6s %5s %10s %11s  %s\n", "event", "worker", "step", "gen", "detect_ms",
                 "recover_ms", "spec / detail");
-    auto ms = [](const nlohmann::json& v) {
-      return v.is_number() ? std::to_string(static_cast<long>(v.get<double>())) : std::string("-");
+    // A field an event does not have (a failover's detection) shows as "-".
+    auto ms = [](const nlohmann::json& e, const char* key) {
+      const auto v = e.find(key);
+      return v != e.end() && v->is_number() ? std::to_string(static_cast<long>(v->get<double>()))
+                                            : std::string("-");
     };
     for (const auto& e : j["events"]) {
       // A joiner's line tells how fast its state came from the donor.
@@ -74,8 +77,8 @@ void print_job_result(const nlohmann::json& j, bool lm) {
       }
       std::printf("%-9s %-12s %6lld %5llu %10s %11s  %s\n", e["kind"].get<std::string>().c_str(),
                   e["worker"].get<std::string>().c_str(), e["step"].get<long long>(),
-                  e["generation"].get<unsigned long long>(), ms(e["detect_ms"]).c_str(),
-                  ms(e["recover_ms"]).c_str(), detail.c_str());
+                  e["generation"].get<unsigned long long>(), ms(e, "detect_ms").c_str(),
+                  ms(e, "recover_ms").c_str(), detail.c_str());
     }
   }
   if (j.contains("pipeline")) {

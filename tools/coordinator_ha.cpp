@@ -119,6 +119,7 @@ void ha_first_commit(actors::ha_candidate& cand, const actors::job_actions& a,
                        {"step", a.step - 1},
                        {"generation", 0},
                        {"term", cand.term()},
+                       {"detect_ms", nullptr},  // when a standby saw it: not measured
                        {"recover_ms", ms},
                        {"spec", "leader of term " + std::to_string(cand.term()) +
                                     ": from the old leader's end to this commit"}};

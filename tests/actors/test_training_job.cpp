@@ -905,3 +905,27 @@ TEST_CASE("a coordinator fault goes to the leader once, and not again after a ta
   CHECK_THROWS_AS(alone.set_faults({faults::parse_fault("kill coordinator at step=1")}),
                   usage_error);
 }
+
+TEST_CASE("a job taken over after its last step asks every member for its report again") {
+  const config c = job_config(2, 4);
+  training_job job(c, dump_config(c));
+  job.take_over({});
+  const mb::roster r = roster_of(6, 2);
+  job.on_ready(r, net::worker_ready{1, 6, 4}, 0.0);
+  const job_actions a = job.on_ready(r, net::worker_ready{2, 6, 4}, 0.1);
+  CHECK(sent<net::step_open>(a).empty());  // nothing is left to run
+  const auto commits = sent<net::step_result>(a);
+  REQUIRE(commits.size() == 2);
+  for (const auto& [id, res] : commits) {
+    CHECK(res.commit);
+    CHECK(res.step == 3);  // the last step: its commit makes a worker send its report again
+  }
+  net::train_report rep;
+  rep.member_id = 1;
+  rep.generation = 6;
+  rep.next_step = 4;
+  rep.params_sha256 = "ab";
+  CHECK_FALSE(job.on_report(r, rep, 0.2).finished);  // both members' reports are needed
+  rep.member_id = 2;
+  CHECK(job.on_report(r, rep, 0.3).finished);
+}
