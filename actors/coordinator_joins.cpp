@@ -138,15 +138,9 @@ void coord::on_register(self_ptr self, const std::string& peer, const net::regis
     return;
   }
   const auto t = now(self);
-  // A worker re-attaching after a leader change (ha): member ids and generations go on
-  // above what the old leader gave out, so no generation of its term is reused (workers
-  // and the data plane tell generations apart by number). Bounded: a value near the top
-  // of u64 would leave no room to count on.
-  if (st.opts.term > 0 && r.prev_generation < (uint64_t{1} << 48) &&
-      r.prev_member < (uint64_t{1} << 48)) {
-    if (r.prev_generation > st.roster.generation) st.roster.generation = r.prev_generation;
-    if (r.prev_member >= st.roster.next_id) st.roster.next_id = r.prev_member + 1;
-  }
+  // A worker re-attaching after a leader change (ha): ids and generations go on above what
+  // the old leader gave out.
+  if (st.opts.term > 0) st.roster = mb::continue_after(st.roster, r.prev_member, r.prev_generation);
   // The same socket registering again means its process restarted its worker state:
   // the old incarnation leaves first so the name is free and the roster stays honest.
   // Announced now: the registration itself waits for its join window.

@@ -60,12 +60,14 @@ ha_candidate::ha_candidate(ha_candidate_options o) : o_(std::move(o)) {
 }
 
 ha_candidate::~ha_candidate() {
-  stopping_ = true;
+  {
+    // Under the lock the writer waits with: it cannot miss the wake-up.
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
   events_cv_.notify_all();
   if (events_writer_.joinable()) events_writer_.join();
   if (watcher_.joinable()) watcher_.join();
-  for (auto& w : writers_)
-    if (w.joinable()) w.join();
   standby_out_ = nullptr;
   standby_.reset();
   try {
@@ -88,7 +90,10 @@ void ha_candidate::stand_by_loop() {
       leader_endpoint_ = leader ? endpoint_of(leader->value) : std::string();
       leader_term_ = leader ? leader->term : 0;
       standbys_ = std::move(standbys);
-      if (done) done_ = true;
+      if (done) {
+        done_ = true;
+        quit_ = true;
+      }
     } catch (const std::exception& e) {
       spdlog::warn("coordinator: etcd: {}", e.what());
     }
@@ -117,28 +122,16 @@ void ha_candidate::answer(const std::string& peer, const net::message& m) {
   }
 }
 
-bool ha_candidate::wait_for_leadership(const std::atomic<bool>& stop) {
-  std::atomic<bool> quit{false};
-  std::thread guard([&] {
-    while (!quit.load()) {
-      if (stop.load() || done_.load()) {
-        quit = true;
-        break;
-      }
-      std::this_thread::sleep_for(milliseconds(20));
-    }
-  });
+bool ha_candidate::wait_for_leadership() {
   std::optional<int64_t> won;
-  while (!quit.load() && !won) {
+  while (!quit_.load() && !won) {
     try {
-      won = election_->campaign(quit, 50);
+      won = election_->campaign(quit_, 50);
     } catch (const std::exception& e) {
       spdlog::warn("coordinator: campaign: {}; trying again", e.what());
       std::this_thread::sleep_for(milliseconds(200));
     }
   }
-  quit = true;
-  guard.join();
   if (!won) return false;
   // A run that ended while we won needs no leader.
   if (client_->get(key("done"))) {
@@ -165,10 +158,6 @@ ha_run_record ha_candidate::read_run() {
     const int64_t at = j.value("at_ns", int64_t{0});
     if (!r.fault_at_ns || at > *r.fault_at_ns) r.fault_at_ns = at;
   }
-  for (const auto& kv : client_->get_prefix(key("failovers/"))) {
-    auto j = nlohmann::json::parse(kv.value, nullptr, false);
-    if (j.is_object()) r.failovers.push_back(std::move(j));
-  }
   for (const auto& kv : client_->get_prefix(key("events/"))) {
     const auto j = nlohmann::json::parse(kv.value, nullptr, false);
     if (!j.is_array()) continue;
@@ -188,31 +177,29 @@ bool ha_candidate::record_fault(std::size_t index) {
       nlohmann::json{{"index", index}, {"at_ns", realtime_ns()}}.dump());
 }
 
-void ha_candidate::record_failover(const nlohmann::json& event) {
-  // Zero-padded: etcd lists keys in byte order, and the events stay in term order.
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    recorded_.push_back(event);
-  }
-  char term[24];
-  std::snprintf(term, sizeof term, "%020lld", static_cast<long long>(election_->term()));
-  writers_.emplace_back([this, k = key(std::string("failovers/") + term), v = event.dump()] {
-    try {
-      election_->fenced_put(k, v);
-    } catch (const std::exception& e) {
-      spdlog::warn("coordinator: cannot record the failover in etcd: {}", e.what());
-    }
-  });
+void ha_candidate::record_events(nlohmann::json job_events) {
+  std::lock_guard<std::mutex> lock(mu_);
+  job_events_ = std::move(job_events);
+  publish_events();
 }
 
-void ha_candidate::record_events(std::string events_json) {
-  char term[24];
-  std::snprintf(term, sizeof term, "%020lld", static_cast<long long>(election_->term()));
+void ha_candidate::record_failover(nlohmann::json event) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (events_json == events_written_) return;
-  events_written_ = events_json;
-  events_pending_ = std::move(events_json);
-  if (!events_writer_.joinable())
+  failover_ = std::move(event);
+  publish_events();
+}
+
+void ha_candidate::publish_events() {
+  nlohmann::json all = job_events_;
+  if (failover_) all.push_back(*failover_);
+  std::string text = all.dump();
+  if (text == events_written_) return;
+  events_written_ = text;
+  events_pending_ = std::move(text);
+  if (!events_writer_.joinable()) {
+    // Zero-padded: etcd lists keys in byte order, so the records come back in term order.
+    char term[24];
+    std::snprintf(term, sizeof term, "%020lld", static_cast<long long>(election_->term()));
     events_writer_ = std::thread([this, k = key(std::string("events/") + term)] {
       std::unique_lock<std::mutex> lock(mu_);
       while (!stopping_.load()) {
@@ -229,6 +216,7 @@ void ha_candidate::record_events(std::string events_json) {
         lock.lock();
       }
     });
+  }
   events_cv_.notify_all();
 }
 

@@ -52,8 +52,7 @@ struct ha_run_record {
   std::optional<uint64_t> job_id;        ///< set: an earlier leader led this run
   std::vector<std::size_t> fired;        ///< coordinator faults already carried out
   std::optional<int64_t> fault_at_ns;    ///< when the last one was (CLOCK_REALTIME)
-  std::vector<nlohmann::json> failovers; ///< earlier failovers, as their events
-  std::vector<nlohmann::json> events;    ///< the earlier leaders' events (faults, joins...)
+  std::vector<nlohmann::json> events;    ///< earlier leaders' events, failovers among them
 };
 
 class ha_candidate {
@@ -66,10 +65,12 @@ class ha_candidate {
 
   /// The endpoint bound (real port): the same as a standby and as the leader.
   const std::string& endpoint() const { return endpoint_; }
-  /// Blocks until this candidate leads (true), or STOP is set or the run is over (false;
-  /// run_over() says which). The standby's bridge is closed before it returns true, so the
-  /// coordinator can bind the endpoint.
-  bool wait_for_leadership(const std::atomic<bool>& stop);
+  /// Blocks until this candidate leads (true), or stop_waiting() was called or the run is
+  /// over (false; run_over() says which). The standby's bridge is closed before it returns
+  /// true, so the coordinator can bind the endpoint.
+  bool wait_for_leadership();
+  /// Ends wait_for_leadership (thread-safe; e.g. from a signal thread).
+  void stop_waiting() { quit_ = true; }
   bool run_over() const { return done_.load(); }
   int64_t term() const { return election_->term(); }
   ha::leader_election& election() { return *election_; }
@@ -80,15 +81,15 @@ class ha_candidate {
   bool record_job(uint64_t job_id);
   /// Coordinator fault I is carried out now (fenced; before it acts). False if deposed.
   bool record_fault(std::size_t index);
-  /// A failover as its event (fenced, in the background: the step is not held up).
-  void record_failover(const nlohmann::json& event);
-  /// This leader's events so far (the summary's form), kept in etcd for the leaders after
-  /// it: written in the background, the newest only.
-  void record_events(std::string events_json);
-  /// The failovers this leader recorded.
-  std::vector<nlohmann::json> failovers_recorded() const {
+  /// This leader's events so far (the job's, in the summary's form) and its own failover:
+  /// kept in etcd, one record per term, for the leaders after it. Written in the
+  /// background (the step is not held up), fenced, the newest only.
+  void record_events(nlohmann::json job_events);
+  void record_failover(nlohmann::json event);
+  /// This leader's failover event, once recorded.
+  std::optional<nlohmann::json> failover() const {
     std::lock_guard<std::mutex> lock(mu_);
-    return recorded_;
+    return failover_;
   }
   /// The run ended: every candidate that still stands by exits (fenced).
   void record_done();
@@ -108,17 +109,19 @@ class ha_candidate {
   std::string endpoint_;
   std::atomic<bool> done_{false};
   std::atomic<bool> leading_{false};
-  std::atomic<bool> stopping_{false};
+  std::atomic<bool> stopping_{false};  // set under mu_ (the events writer waits on it)
+  std::atomic<bool> quit_{false};      // wait_for_leadership gives up: stopped, or run over
   mutable std::mutex mu_;
   std::string leader_endpoint_;  // guarded by mu_: as etcd names it now
   int64_t leader_term_ = 0;
   std::vector<std::string> standbys_;
   int64_t presence_lease_ = 0;  // this candidate's presence record's lease
   std::thread watcher_;         // keeps the leader, the standbys and our presence fresh
-  std::vector<std::thread> writers_;
-  std::vector<nlohmann::json> recorded_;  // guarded by mu_
-  std::string events_pending_;           // guarded by mu_: the newest events not yet written
-  std::string events_written_;           // guarded by mu_: the last events handed over
+  void publish_events();  // with mu_ held: hands the newest events to the writer
+  nlohmann::json job_events_ = nlohmann::json::array();  // guarded by mu_
+  std::optional<nlohmann::json> failover_;               // guarded by mu_
+  std::string events_pending_;  // guarded by mu_: the newest events not yet written
+  std::string events_written_;  // guarded by mu_: the last events handed over
   std::condition_variable events_cv_;
   std::thread events_writer_;
 };

@@ -126,7 +126,7 @@ void add_coordinator(CLI::App& app, int* rc) {
     bool resume = false;
     std::string keys;
     bool insecure = false;
-    std::string ha_etcd;  // comma-separated etcd client URLs (launch passes its local etcd)
+    std::vector<std::string> ha_etcd;  // etcd client URLs (launch passes its local etcd)
     std::string ha_name;  // the run's name in etcd
   };
   auto opt = std::make_shared<options>();
@@ -170,7 +170,8 @@ void add_coordinator(CLI::App& app, int* rc) {
   cmd->add_option("--ha-etcd", opt->ha_etcd,
                   "With ha.standbys >= 1: the etcd cluster's client URLs, comma-separated "
                   "(default: ha.etcd's list; `cohort launch` passes the etcd it starts)")
-      ->type_name("URLS");
+      ->type_name("URLS")
+      ->delimiter(',');
   cmd->add_option("--ha-name", opt->ha_name,
                   "With ha.standbys >= 1: the run's name in etcd, the same for every "
                   "coordinator of the run (default: run-<config hash>)")

@@ -16,14 +16,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <algorithm>
+#include <filesystem>
 #include <map>
-#include <thread>
-#include <random>
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "actors/fault_schedule.hpp"
@@ -152,10 +151,7 @@ class launcher {
     if (opt_.resume) args.push_back("--resume");
     if (!keys_dir_.empty()) args.insert(args.end(), {"--keys", keys_dir_});
     if (opt_.insecure) args.push_back("--insecure");
-    if (ha_) {
-      const auto more = ha_->coordinator_args();
-      args.insert(args.end(), more.begin(), more.end());
-    }
+    if (ha_) args.insert(args.end(), {"--ha-etcd", join(ha_->etcd_urls(), 0), "--ha-name", ha_->name()});
     return args;
   }
 
@@ -214,6 +210,7 @@ class launcher {
     close(fds[1]);
     children_[pid] = child{name, true, clock_type::now(), ep};
     extra_fds_.push_back(fds[0]);
+    extra_first_line_[fds[0]].clear();
     std::printf("launch: started %s (pid %d) at %s\n", name.c_str(), static_cast<int>(pid),
                 ep.c_str());
   }
@@ -261,15 +258,20 @@ class launcher {
   // that keeps dying within a second of its start is given up after a few tries.
   void maybe_respawn(const child& c, int code) {
     if (!opt_.respawn || stopping_ || opt_.control_only || code == 0) return;
-    int& quick = quick_deaths_[c.name];
-    quick = clock_type::now() - c.started < milliseconds(1000) ? quick + 1 : 0;
-    if (quick >= 5) {
-      std::printf("launch: %s died %d times within a second of starting; not restarting it\n",
-                  c.name.c_str(), quick);
-      return;
-    }
+    if (!worth_restarting(c)) return;
     std::printf("launch: restarting %s\n", c.name.c_str());
     start_worker(c.name);
+  }
+
+  // A child (worker or coordinator) that keeps dying within a second of its start is given
+  // up after a few tries.
+  bool worth_restarting(const child& c) {
+    int& quick = quick_deaths_[c.name];
+    quick = clock_type::now() - c.started < milliseconds(1000) ? quick + 1 : 0;
+    if (quick < 5) return true;
+    std::printf("launch: %s died %d times within a second of starting; not restarting it\n",
+                c.name.c_str(), quick);
+    return false;
   }
 
   // The coordinator asks for more workers (ctl scale, a scale fault): new names, so that
@@ -369,22 +371,26 @@ class launcher {
         pass_through(fds[i].fd, std::string(buf, static_cast<size_t>(got)));
       } else {
         close(fds[i].fd);
+        extra_first_line_.erase(fds[i].fd);
         extra_fds_.erase(std::find(extra_fds_.begin(), extra_fds_.end(), fds[i].fd));
       }
     }
     return coordinator_running();
   }
 
-  // A standby's stdout, whole lines: its endpoint line is launch's to say (it said it).
+  // A standby's stdout, as it comes (progress lines end in '\r'), except its first line:
+  // the endpoint, which launch has said already.
   void pass_through(int fd, const std::string& more) {
-    std::string& b = extra_buf_[fd];
-    b += more;
-    size_t eol;
-    while ((eol = b.find('\n')) != std::string::npos) {
-      const std::string line = b.substr(0, eol + 1);
-      b.erase(0, eol + 1);
-      if (line.rfind("coordinator listening on ", 0) != 0) std::fwrite(line.data(), 1, line.size(), stdout);
+    auto held = extra_first_line_.find(fd);
+    std::string out = more;
+    if (held != extra_first_line_.end()) {
+      held->second += more;
+      const size_t eol = held->second.find('\n');
+      if (eol == std::string::npos) return;
+      out = held->second.substr(eol + 1);
+      extra_first_line_.erase(held);
     }
+    std::fwrite(out.data(), 1, out.size(), stdout);
     std::fflush(stdout);
   }
 
@@ -407,7 +413,8 @@ class launcher {
       std::printf("launch: %s (pid %d) exited: %s\n", c.name.c_str(), static_cast<int>(pid),
                   describe_exit(code).c_str());
       std::fflush(stdout);
-      if (c.coordinator && ha() && !stopping_ &&
+      // (A coordinator with no endpoint yet died starting: that is launch's failure below.)
+      if (c.coordinator && ha() && !stopping_ && !c.endpoint.empty() &&
           (code == actors::exit_deposed || code > 128)) {
         // ha: a coordinator killed or deposed: the next leader carries on. Its lease goes
         // now rather than when it runs out (the launcher saw it die), and it comes back as
@@ -415,12 +422,10 @@ class launcher {
         if (const auto term = ha_->depose_if_leader(pid))
           std::printf("launch: deposed the dead leader (term %lld) in etcd\n",
                       static_cast<long long>(*term));
-        const std::string ep = c.endpoint.empty() ? endpoint_ : c.endpoint;
-        int& quick = quick_deaths_[c.name];
-        quick = clock_type::now() - c.started < milliseconds(1000) ? quick + 1 : 0;
-        if (quick < 5) {
-          std::printf("launch: restarting %s as a standby at %s\n", c.name.c_str(), ep.c_str());
-          start_coordinator(c.name, ep);
+        if (worth_restarting(c)) {
+          std::printf("launch: restarting %s as a standby at %s\n", c.name.c_str(),
+                      c.endpoint.c_str());
+          start_coordinator(c.name, c.endpoint);
         }
         std::fflush(stdout);
         continue;
@@ -509,14 +514,14 @@ class launcher {
   uint64_t status_seq_ = 0;
   uint64_t generation_ = 0;
   std::map<uint64_t, net::member_state> seen_;
-  std::map<std::string, int> quick_deaths_;  // per worker name: deaths right after a start
+  std::map<std::string, int> quick_deaths_;  // per child name: deaths right after a start
   int next_index_ = 0;                       // worker-<index> of the next new worker
   // ha (ha.standbys >= 1): the etcd, the run's name in it, every coordinator's endpoint,
   // and the leader as etcd names it (launch's client follows it).
   std::unique_ptr<launch_ha> ha_;
   std::vector<std::string> candidates_;
   std::vector<int> extra_fds_;
-  std::map<int, std::string> extra_buf_;
+  std::map<int, std::string> extra_first_line_;  // fd -> its first line while incomplete
   std::string client_endpoint_;
 };
 

@@ -4,9 +4,9 @@
 #include <unistd.h>
 
 #include <csignal>
-#include <algorithm>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "actors/process.hpp"
 #include "actors/worker.hpp"
@@ -19,7 +19,7 @@ namespace cohort::cli {
 
 void add_worker(CLI::App& app, int* rc) {
   struct options {
-    std::string join;
+    std::vector<std::string> join;
     std::string name;
     int coordinator_timeout_ms = 10000;
     int64_t max_message_bytes = control_config{}.max_message_bytes;
@@ -36,6 +36,7 @@ void add_worker(CLI::App& app, int* rc) {
                   "(ha) every candidate's, comma-separated: the worker finds the leader and "
                   "re-attaches to the next one when it is lost")
       ->type_name("EP")
+      ->delimiter(',')
       ->required();
   cmd->add_option("--name", opt->name,
                   "Worker name, unique among live workers (default: the coordinator picks "
@@ -68,12 +69,9 @@ void add_worker(CLI::App& app, int* rc) {
     wo.name = opt->name;
     wo.pid = static_cast<int64_t>(::getpid());
     wo.coordinator_timeout_ms = opt->coordinator_timeout_ms;
-    for (size_t at = 0; at <= opt->join.size();) {
-      const size_t comma = std::min(opt->join.find(',', at), opt->join.size());
-      if (comma == at) throw usage_error("--join '" + opt->join + "': an empty endpoint");
-      wo.candidates.push_back(opt->join.substr(at, comma - at));
-      at = comma + 1;
-    }
+    for (const auto& ep : opt->join)
+      if (ep.empty()) throw usage_error("--join: an empty endpoint (EP[,EP...])");
+    wo.candidates = opt->join;
     wo.reattach_ms = opt->reattach_ms;
     if (!opt->keys.empty())
       wo.keys = std::make_shared<const net::client_keys>(

@@ -16,16 +16,6 @@ namespace cohort::cli {
 
 namespace {
 
-std::vector<std::string> split_urls(const std::string& s) {
-  std::vector<std::string> out;
-  for (size_t at = 0; at <= s.size();) {
-    const size_t comma = std::min(s.find(',', at), s.size());
-    if (comma > at) out.push_back(s.substr(at, comma - at));
-    at = comma + 1;
-  }
-  return out;
-}
-
 // A leader deposed (its lease ran out or was revoked) must not say another word: a newer
 // leader's workers would ignore it (fencing), but nothing it does can help. launch starts
 // it again as a standby.
@@ -38,13 +28,14 @@ std::vector<std::string> split_urls(const std::string& s) {
 
 }  // namespace
 
-std::unique_ptr<actors::ha_candidate> stand_by(const config& c, const std::string& etcd_flag,
+std::unique_ptr<actors::ha_candidate> stand_by(const config& c,
+                                               const std::vector<std::string>& etcd_flag,
                                                const std::string& name_flag,
                                                const std::string& bind,
                                                std::shared_ptr<const net::server_keys> keys,
                                                actors::ha_run_record* record) {
   actors::ha_candidate_options o;
-  o.etcd = etcd_flag.empty() ? c.ha.etcd_endpoints : split_urls(etcd_flag);
+  o.etcd = etcd_flag.empty() ? c.ha.etcd_endpoints : etcd_flag;
   if (o.etcd.empty())
     throw usage_error(
         "ha.standbys is " + std::to_string(c.ha.standbys) +
@@ -61,11 +52,10 @@ std::unique_ptr<actors::ha_candidate> stand_by(const config& c, const std::strin
   std::fprintf(stderr, "coordinator: standing by (run %s, etcd %s)\n", o.name.c_str(),
                o.etcd.front().c_str());
   cand->election().on_lost([] { deposed("the leader's etcd lease is gone"); });
-  std::atomic<bool> stop{false};
   bool led = false;
   {
-    actors::signal_watcher signals([&stop](int) { stop = true; });
-    led = cand->wait_for_leadership(stop);
+    actors::signal_watcher signals([&cand](int) { cand->stop_waiting(); });
+    led = cand->wait_for_leadership();
   }
   if (!led) {
     std::fprintf(stderr, "coordinator: %s; standby exits\n",
@@ -130,25 +120,25 @@ void ha_first_commit(actors::ha_candidate& cand, const actors::job_actions& a,
 }
 
 void ha_events(actors::ha_candidate& cand, const actors::training_job& job) {
-  if (!job.report().events().empty()) cand.record_events(job.report().events_json().dump());
+  if (!job.report().events().empty()) cand.record_events(job.report().events_json());
 }
 
 void ha_summary(actors::ha_candidate& cand, const actors::ha_run_record& record,
                 nlohmann::json& summary) {
-  // This leader's own failover was recorded in the background; it joins the earlier ones.
-  nlohmann::json all = nlohmann::json::array();
-  for (const auto& f : record.failovers) all.push_back(f);
-  for (const auto& f : cand.failovers_recorded()) all.push_back(f);
-  // The run's events: the earlier leaders' (from etcd), this one's, every failover; in
-  // step order (t_s counts from the first step each leader opened).
+  // The run's events: the earlier leaders' (from etcd, their failovers among them), this
+  // one's, its own failover; in step order (t_s counts from the first step each leader
+  // opened).
   nlohmann::json events = nlohmann::json::array();
   for (const auto& e : record.events) events.push_back(e);
   for (const auto& e : summary["events"]) events.push_back(e);
-  for (const auto& f : all) events.push_back(f);
+  if (const auto f = cand.failover()) events.push_back(*f);
   std::stable_sort(events.begin(), events.end(), [](const auto& a, const auto& b) {
     return a.value("step", int64_t{0}) < b.value("step", int64_t{0});
   });
   summary["events"] = events;
+  nlohmann::json all = nlohmann::json::array();
+  for (const auto& e : events)
+    if (e.value("kind", std::string()) == "failover") all.push_back(e);
   nlohmann::json block = nlohmann::json::parse(cand.status_json());
   block["failovers"] = all.size();
   std::vector<double> ms;

@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -21,7 +22,8 @@ namespace cohort::cli {
 /// candidate leads: then its record of the run goes into RECORD and the candidate is
 /// returned. Null when the run is over or SIGINT / SIGTERM came first. A leader that loses
 /// its lease exits at once with actors::exit_deposed.
-std::unique_ptr<actors::ha_candidate> stand_by(const config& c, const std::string& etcd_flag,
+std::unique_ptr<actors::ha_candidate> stand_by(const config& c,
+                                               const std::vector<std::string>& etcd_flag,
                                                const std::string& name_flag,
                                                const std::string& bind,
                                                std::shared_ptr<const net::server_keys> keys,

@@ -59,12 +59,6 @@ launch_ha::~launch_ha() {
   }
 }
 
-std::vector<std::string> launch_ha::coordinator_args() const {
-  std::string urls;
-  for (const auto& u : urls_) urls += (urls.empty() ? "" : ",") + u;
-  return {"--ha-etcd", urls, "--ha-name", name_};
-}
-
 std::string launch_ha::free_endpoint() {
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in a{};

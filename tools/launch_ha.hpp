@@ -30,8 +30,6 @@ class launch_ha {
 
   const std::vector<std::string>& etcd_urls() const { return urls_; }
   const std::string& name() const { return name_; }
-  /// What every coordinator of the run is given: --ha-etcd URLS --ha-name NAME.
-  std::vector<std::string> coordinator_args() const;
   /// A free TCP port on 127.0.0.1, as an endpoint (a standby's, known before it starts).
   static std::string free_endpoint();
 

@@ -273,6 +273,16 @@ decision on_leave(const roster& r, mono_time now, member_id id, const options& o
 /// new_generation true, reason WHY.
 decision bump_generation(const roster& r, const std::string& why);
 
+/// Values at or above this in a re-attaching worker's prev_member / prev_generation are
+/// ignored: no honest leader hands them out, and a counter there has no room left.
+constexpr std::uint64_t max_continued = std::uint64_t{1} << 48;
+
+/// A new leader (coordinator standbys) hears that an earlier leader gave out member ID and
+/// generation GENERATION: member ids and generations go on above them, so nothing of the
+/// earlier term is reused (workers and the data plane tell generations apart by number).
+/// Values >= max_continued are ignored. Pure: the roster's members are untouched.
+roster continue_after(const roster& r, member_id id, std::uint64_t generation);
+
 /// Whether enough members are alive to run, and if not what is missing.
 struct readiness {
   bool ready = false;

@@ -121,4 +121,11 @@ bool join_window_closed(mono_time first, mono_time last, mono_time now, const op
   return opts.join_window_ms <= 0 || now >= join_window_closes(first, last, opts);
 }
 
+roster continue_after(const roster& r, member_id id, std::uint64_t generation) {
+  roster next = r;
+  if (id < max_continued && id >= next.next_id) next.next_id = id + 1;
+  if (generation < max_continued && generation > next.generation) next.generation = generation;
+  return next;
+}
+
 }  // namespace cohort::net::membership

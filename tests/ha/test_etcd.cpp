@@ -17,6 +17,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <thread>
 
 #include "runtime/core/error.hpp"
@@ -62,17 +63,24 @@ const std::string& shared_endpoint() {
   return f.server.endpoint();
 }
 
-// A loopback port with nothing listening on it (bound, then closed).
-int closed_port() {
+// A TCP socket bound to a free loopback port (listening when LISTEN) and that port.
+std::pair<int, int> loopback_socket(bool listen) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   socklen_t len = sizeof a;
   REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  if (listen) REQUIRE(::listen(fd, 8) == 0);
   REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0);
+  return {fd, ntohs(a.sin_port)};
+}
+
+// A loopback port with nothing listening on it (bound, then closed).
+int closed_port() {
+  const auto [fd, port] = loopback_socket(false);
   ::close(fd);
-  return ntohs(a.sin_port);
+  return port;
 }
 
 std::string what_of(const std::function<void()>& f) {
@@ -353,15 +361,8 @@ TEST_CASE("a dead endpoint fails fast with a clear error and the next endpoint i
   CHECK_FALSE(c.healthy());
 
   // Accepts connections (the backlog) but never answers: the read timeout ends the call.
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-  REQUIRE(::listen(fd, 8) == 0);
-  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0);
-  const std::string silent = "http://127.0.0.1:" + std::to_string(ntohs(a.sin_port));
+  const auto [fd, port] = loopback_socket(true);
+  const std::string silent = "http://127.0.0.1:" + std::to_string(port);
   etcd_client s({silent}, etcd_timeouts{200, 500});
   t0 = steady_clock::now();
   const std::string mute_put = what_of([&] { s.put("k", "v"); });
