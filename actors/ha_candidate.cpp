@@ -6,7 +6,9 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <ctime>
+#include <thread>
 
 #include "runtime/core/error.hpp"
 
@@ -39,6 +41,7 @@ ha_candidate::ha_candidate(ha_candidate_options o) : o_(std::move(o)) {
     throw usage_error("coordinator standbys need etcd endpoints and a run name (--ha-etcd, "
                       "--ha-name)");
   client_ = std::make_unique<ha::etcd_client>(o_.etcd, ha::etcd_timeouts{300, 1000});
+  wait_for_etcd();
   net::bridge_options bo;
   bo.kind = net::bridge_options::socket_kind::router;
   bo.endpoint = o_.bind;
@@ -57,6 +60,21 @@ ha_candidate::ha_candidate(ha_candidate_options o) : o_(std::move(o)) {
   // Keyed by endpoint: a candidate restarted at its endpoint replaces its old record.
   client_->put(key("candidates/" + endpoint_), endpoint_, presence_lease_);
   watcher_ = std::thread([this] { stand_by_loop(); });
+}
+
+void ha_candidate::wait_for_etcd() {
+  // A coordinator (re)started while etcd is out of reach (its cluster electing, this host's
+  // link just back and its first SYN lost) waits for it a while, as a worker waits for a
+  // leader; then the grant below fails with the error that says what to check.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(etcd_patience_s);
+  bool said = false;
+  while (!client_->healthy() && std::chrono::steady_clock::now() < until) {
+    if (!said)
+      std::fprintf(stderr, "coordinator: etcd (%s) not reachable yet; waiting up to %d s\n",
+                   o_.etcd.front().c_str(), etcd_patience_s);
+    said = true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
 }
 
 ha_candidate::~ha_candidate() {

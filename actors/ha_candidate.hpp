@@ -97,6 +97,9 @@ class ha_candidate {
   std::string status_json() const;
 
  private:
+  /// How long a starting candidate waits for etcd to answer before it gives up.
+  static constexpr int etcd_patience_s = 10;
+  void wait_for_etcd();
   void stand_by_loop();
   void answer(const std::string& peer, const net::message& m);
   std::string key(const std::string& rest) const { return "/cohort/" + o_.name + "/" + rest; }

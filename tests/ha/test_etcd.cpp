@@ -25,6 +25,7 @@
 #include "runtime/ha/etcd_client.hpp"
 #include "runtime/ha/local_etcd.hpp"
 #include "tests/data/temp_dir.hpp"
+#include "tests/ha/require_etcd.hpp"
 #include "tests/eventually.hpp"
 
 using namespace cohort::ha;
@@ -34,16 +35,7 @@ using std::chrono::steady_clock;
 
 namespace {
 
-// Skips the case (exit 77, the reason on stdout) when this machine has no etcd.
-void require_etcd() {
-  try {
-    local_etcd::find_binary();
-  } catch (const cohort::error& e) {
-    std::printf("skipped: %s\n", e.what());
-    std::fflush(stdout);
-    std::_Exit(77);
-  }
-}
+using cohort::test::require_etcd;
 
 local_etcd_options options_in(const cohort::test::temp_dir& dir) {
   local_etcd_options o;

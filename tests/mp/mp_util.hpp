@@ -69,6 +69,11 @@ inline std::string read_file(const std::string& path) {
   return ss.str();
 }
 
+/// Another program than cohort for a child_process (an etcd, say): its path.
+struct program {
+  std::string path;
+};
+
 /// One `cohort ARGS...` child, leader of its own process group, stdout/stderr in files.
 /// ENV ("NAME=VALUE" entries) is added to the test's own environment for the child.
 /// The destructor SIGKILLs the whole group and reaps the child: no test leaves processes.
@@ -79,9 +84,15 @@ class child_process {
   child_process(const std::vector<std::string>& args, const std::string& dir,
                 const std::string& tag, const std::vector<std::string>& env = {},
                 const std::vector<std::string>& prefix = {})
+      : child_process(program{cohort_binary()}, args, dir, tag, env, prefix) {}
+  /// The same for PROG ARGS...
+  child_process(const program& prog, const std::vector<std::string>& args,
+                const std::string& dir, const std::string& tag,
+                const std::vector<std::string>& env = {},
+                const std::vector<std::string>& prefix = {})
       : out_path_(dir + "/" + tag + ".out"), err_path_(dir + "/" + tag + ".err") {
     std::vector<std::string> all(prefix);
-    all.push_back(cohort_binary());
+    all.push_back(prog.path);
     all.insert(all.end(), args.begin(), args.end());
     std::vector<char*> argv;
     for (auto& a : all) argv.push_back(a.data());

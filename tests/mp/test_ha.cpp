@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/ha/require_etcd.hpp"
 #include "tests/mp/dp_util.hpp"
 #include "tests/mp/mp_util.hpp"
 
@@ -29,23 +30,7 @@ namespace {
 const milliseconds step_timeout(90000 * time_scale());
 const milliseconds run_timeout(240000 * time_scale());
 
-// Skips the case (exit 77, the reason on stdout) when this machine has no etcd: the same
-// places `cohort launch` looks (/usr/bin/etcd, then PATH).
-void require_etcd() {
-  if (::access("/usr/bin/etcd", X_OK) == 0) return;
-  const char* path = std::getenv("PATH");
-  const std::string dirs = path != nullptr ? path : "";
-  for (size_t start = 0; start < dirs.size();) {
-    size_t end = dirs.find(':', start);
-    if (end == std::string::npos) end = dirs.size();
-    if (end > start && ::access((dirs.substr(start, end - start) + "/etcd").c_str(), X_OK) == 0)
-      return;
-    start = end + 1;
-  }
-  std::printf("skipped: no etcd (/usr/bin/etcd or on PATH; Debian: apt install etcd-server)\n");
-  std::fflush(stdout);
-  std::_Exit(77);
-}
+using cohort::test::require_etcd;
 
 std::string config(const std::string& name) {
   return std::string(COHORT_SOURCE_DIR) + "/configs/" + name;

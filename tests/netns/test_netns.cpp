@@ -19,6 +19,7 @@
 
 #include "tests/mp/dp_util.hpp"
 #include "tests/mp/mp_util.hpp"
+#include "tests/netns/netns_util.hpp"
 
 using namespace cohort::mp;
 using std::chrono::milliseconds;
@@ -27,71 +28,6 @@ namespace {
 
 const milliseconds start_timeout(20000);
 const milliseconds run_timeout(240000);
-
-std::string netns_script() { return std::string(COHORT_SOURCE_DIR) + "/tools/netns.sh"; }
-
-std::string ip_binary() {
-  for (const char* p : {"/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip"})
-    if (::access(p, X_OK) == 0) return p;
-  return "ip";
-}
-
-// Runs the shell command CMD; its exit code, its stdout into *OUT when given.
-int run_shell(const std::string& cmd, std::string* out = nullptr) {
-  FILE* p = ::popen(cmd.c_str(), "r");
-  std::string text;
-  char buf[4096];
-  size_t n;
-  while (p != nullptr && (n = std::fread(buf, 1, sizeof buf, p)) > 0) text.append(buf, n);
-  const int status = p != nullptr ? ::pclose(p) : -1;
-  if (out != nullptr) *out = text;
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
-// Runs SCRIPT ARGS; its exit code (stdout and stderr into *OUT when given).
-int run_script(const std::string& args, std::string* out = nullptr) {
-  return run_shell(netns_script() + " " + args + " 2>&1", out);
-}
-
-// Skips the case (exit 77, the reason on stdout) when this machine cannot make namespaces.
-void require_netns() {
-  std::string why;
-  if (run_script("check", &why) == 0) return;
-  std::printf("skipped: %s\n", why.c_str());
-  std::fflush(stdout);
-  std::_Exit(77);
-}
-
-// A bed of N emulated hosts, removed (with anything still running in it) on destruction.
-class bed {
- public:
-  explicit bed(int n, const std::string& shape = "") {
-    static int count = 0;
-    name_ = "cn" + std::to_string(::getpid()) + "-" + std::to_string(++count);
-    std::string out;
-    const int rc = run_script("up " + name_ + " " + std::to_string(n) + " " + shape, &out);
-    REQUIRE_MESSAGE(rc == 0, out);
-  }
-  ~bed() { run_script("down " + name_); }
-  bed(const bed&) = delete;
-  bed& operator=(const bed&) = delete;
-
-  /// Prefix that runs a child on host I.
-  std::vector<std::string> on(int i) const {
-    return {ip_binary(), "netns", "exec", name_ + "-h" + std::to_string(i)};
-  }
-  static std::string address(int i) { return "10.77.0." + std::to_string(i); }
-  /// Cuts host I's cable, or cables it back.
-  void link(int i, bool up) const {
-    std::string out;
-    REQUIRE_MESSAGE(
-        run_script("link " + name_ + " " + std::to_string(i) + (up ? " up" : " down"), &out) == 0,
-        out);
-  }
-
- private:
-  std::string name_;
-};
 
 // The coordinator on host 1, bound to its bed address (port picked by the OS). An address
 // other hosts reach needs keys: the job's are written into the test's folder, and every
