@@ -142,7 +142,7 @@ void coord::run_job(self_ptr self, job_actions a) {
     auto it = st.peer_of.find(s.to);
     if (it != st.peer_of.end()) send(self, it->second, s.m);
   }
-  st.step = st.opts.job->next_step();
+  st.step = st.opts.job->progress();
   if (st.opts.on_job) st.opts.on_job(a, *st.opts.job);
   if (!a.failed.empty()) {
     spdlog::error("coordinator: training failed: {}", a.failed);

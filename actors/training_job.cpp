@@ -464,6 +464,13 @@ void training_job::add_fault(faults::fault_spec f) {
   if (faults_.drop_control() != nullptr) report_.drops_control();
 }
 
+int64_t training_job::progress() const {
+  int64_t at = next_step_;
+  if (resync_)
+    for (const auto& [id, step] : ready_) at = std::max(at, step);
+  return at;
+}
+
 job_actions training_job::on_drain(const mb::roster& r, mb::member_id id, double now_s) {
   const mb::member* m = r.find(id);
   if (finished_ || m == nullptr || drained_.count(id) != 0) return {};

@@ -99,6 +99,10 @@ class training_job {
   void set_trace(bool on) { trace_ = on; }
 
   int64_t next_step() const { return next_step_; }
+  /// The first step not yet committed, as `ctl status` shows it: while a job taken over
+  /// (or resynced after an aborted window) waits for its members, the newest state any
+  /// member has reported, not the step it will open at (that is decided at the open).
+  int64_t progress() const;
   int64_t steps() const { return steps_; }
   bool finished() const { return finished_; }
   /// The run's events and summary, as far as it has gone.
@@ -200,9 +204,9 @@ class training_job {
   std::set<mb::member_id> last_voters_;  ///< members of the last committed step
   run_report report_;
   void resend(const mb::roster& r, double now_s, job_actions& out);
-  /// The job's next step and R's generation at NOW_S, for the report.
+  /// The job's progress and R's generation at NOW_S, for the report.
   job_moment moment(const mb::roster& r, double now_s) const {
-    return job_moment{next_step_, r.generation, now_s};
+    return job_moment{progress(), r.generation, now_s};
   }
   /// The roster a step runs on (or a new generation) to the report, its lines into OUT.
   void track_membership(const mb::roster& r, double now_s, job_actions& out);

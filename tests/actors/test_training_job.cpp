@@ -857,6 +857,8 @@ TEST_CASE("a new leader takes a running job over at the newest state its members
   // applied by some): nothing opens until each has said where it stands.
   CHECK(sent<net::step_open>(job.on_ready(r, net::worker_ready{1, 8, 5}, 0.0)).empty());
   CHECK(sent<net::step_open>(job.on_ready(r, net::worker_ready{2, 8, 6}, 0.1)).empty());
+  // While it waits, status shows the newest state reported so far, not step 0.
+  CHECK(job.progress() == 6);
   const job_actions a = job.on_ready(r, net::worker_ready{3, 8, 5}, 0.2);
   const auto opens = sent<net::step_open>(a);
   REQUIRE(opens.size() == 3);
@@ -866,6 +868,7 @@ TEST_CASE("a new leader takes a running job over at the newest state its members
     CHECK(o.generation == 8);
   }
   CHECK(job.next_step() == 6);
+  CHECK(job.progress() == 6);
 }
 
 TEST_CASE("a coordinator fault goes to the leader once, and not again after a takeover") {

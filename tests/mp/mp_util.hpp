@@ -46,7 +46,13 @@ class temp_dir {
     char tmpl[] = "/tmp/cohort-mp-XXXXXX";
     path_ = ::mkdtemp(tmpl);
   }
+  /// Removes the folder and its children's logs, unless COHORT_TEST_KEEP is set (to debug
+  /// a failing case: the folder is then named on stderr and left).
   ~temp_dir() {
+    if (std::getenv("COHORT_TEST_KEEP") != nullptr) {
+      std::fprintf(stderr, "kept %s (COHORT_TEST_KEEP)\n", path_.c_str());
+      return;
+    }
     std::error_code ec;
     std::filesystem::remove_all(path_, ec);
   }

@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -15,8 +16,10 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "runtime/ha/etcd_client.hpp"
 #include "tests/ha/require_etcd.hpp"
 #include "tests/mp/dp_util.hpp"
 #include "tests/mp/mp_util.hpp"
@@ -220,6 +223,105 @@ TEST_CASE("coordinator standbys: the leader cut off for 2 s steps down, same has
   REQUIRE_MESSAGE(exited != std::string::npos, "no coordinator exited with code 75");
   CHECK(line_at(log, "launch: restarting " + name + " as a standby at ", exited) !=
         std::string::npos);
+}
+
+TEST_CASE("coordinator standbys: a leader paused past its lease resumes deposed, same hash") {
+  // SIGSTOP: unlike a cut, a paused leader cannot step down on time. It resumes with its
+  // timers due and its lease long gone; it must not be obeyed, and must step down (exit 75)
+  // when it sees etcd again. The run must still be going when it resumes, whatever the
+  // speed: before the pause the test drains a worker, and three are below
+  // elastic.min_workers, so training waits. It goes on only when the test scales back to
+  // four, after launch has restarted the old leader as a standby. The order is the gate's,
+  // not a timing's.
+  require_etcd();
+  temp_dir dir;
+  const int steps = 600;
+  const std::string cfg = config("quickstart_ha.yaml");
+  const std::string hash = reference_hash(dir, cfg, steps);
+  const std::string out = dir.path() + "/paused.json";
+  child_process launch(launch_args(dir, cfg, steps, out, {"--set", "elastic.min_workers=4"}),
+                       dir.path(), "launch-paused");
+  const job_address ep = address_of(launch);
+  const nlohmann::json st = wait_for_step(ep, 10);
+  REQUIRE_MESSAGE(st["coordinator"].is_object(), st.dump());
+  const pid_t leader_pid = static_cast<pid_t>(st["coordinator"]["pid"].get<int64_t>());
+  const int64_t old_term = st["coordinator"]["term"];
+  const std::string old_leader = st["coordinator"]["leader"];
+  job_address standby{"", ep.keys};
+  for (const auto& e : candidate_endpoints(launch, ep))
+    if (e != old_leader) standby.ep = e;
+  // A short answer timeout: a question a standby forwards to the paused leader goes
+  // unanswered, and must not hold up the next one.
+  auto ctl = [&](const std::string& args, int* rc = nullptr) {
+    return run_capture("ctl " + standby.ctl_args() + " --timeout-ms 1000 " + args, rc, true);
+  };
+  int64_t shown_step = -1;
+  auto alive_workers = [&](int64_t above_term) {
+    int code = -1;
+    const std::string said =
+        run_capture("ctl " + standby.ctl_args() + " --timeout-ms 1000 status --json", &code);
+    const auto j = nlohmann::json::parse(code == 0 ? said : "", nullptr, false);
+    if (!j.is_object() || !j["coordinator"].is_object() ||
+        j["coordinator"]["term"].get<int64_t>() <= above_term)
+      return -1;
+    int alive = 0;
+    for (const auto& w : j["workers"]) alive += w["state"] == "alive";
+    shown_step = j["step"].get<int64_t>();
+    return alive;
+  };
+  int rc = -1;
+  const std::string drained = ctl("drain worker-3", &rc);
+  REQUIRE_MESSAGE(rc == 0, "the job ended before worker-3 was drained (raise `steps`): " << drained);
+  // Paused only once worker-3 has left (a drain still in progress is the old leader's
+  // alone), and the drain's event is in etcd: a leader records its events there within a
+  // write of them, and what a paused leader has not written yet is lost with it.
+  REQUIRE(eventually(step_timeout, [&] {
+    return launch.out().find("launch: worker-3 (pid ") != std::string::npos &&
+           alive_workers(old_term - 1) == 3;
+  }));
+  const auto held = wait_for_step(ep, 0);
+  REQUIRE_MESSAGE(held["step"].get<int64_t>() < steps, "the job ended before worker-3 left");
+  const std::string etcd = launch.wait_line("launch: etcd for the run at ", milliseconds(1000))
+                               .value_or("");
+  const std::string run = launch.out().substr(launch.out().find(", run ") + 6);
+  cohort::ha::etcd_client store({etcd.substr(0, etcd.find(' '))});
+  REQUIRE(eventually(step_timeout, [&] {
+    for (const auto& kv : store.get_prefix("/cohort/" + run.substr(0, run.find(')')) + "/events/"))
+      if (kv.value.find("\"drained\"") != std::string::npos) return true;
+    return false;
+  }));
+
+  const auto paused_at = std::chrono::steady_clock::now();
+  REQUIRE(::kill(leader_pid, SIGSTOP) == 0);
+  // A standby leads with a higher term, and the three workers re-attach to it.
+  const bool took_over = eventually(step_timeout, [&] { return alive_workers(old_term) == 3; });
+  if (std::chrono::steady_clock::now() < paused_at + milliseconds(3000))
+    std::this_thread::sleep_until(paused_at + milliseconds(3000));  // paused for 3 s at least
+  REQUIRE(::kill(leader_pid, SIGCONT) == 0);
+  REQUIRE_MESSAGE(took_over, "no standby took over with the workers: " << launch.out());
+  // Waiting for a fourth worker, the new leader shows the step the workers hold.
+  CHECK(shown_step == held["step"].get<int64_t>());
+
+  // It resumes deposed: exit 75, restarted by launch as a standby.
+  const std::string died = "(pid " + std::to_string(leader_pid) + ") exited: exit code 75";
+  const bool back = eventually(step_timeout, [&] {
+    const std::string log = launch.out();
+    const size_t at = log.find(died);
+    if (at == std::string::npos) return false;
+    const size_t from = log.rfind('\n', at) + 1;
+    const std::string name = log.substr(from + 8, log.find(" (pid ", from) - from - 8);
+    return line_at(log, "launch: restarting " + name + " as a standby at ", at) !=
+           std::string::npos;
+  });
+  REQUIRE_MESSAGE(back, "the resumed leader did not step down and stand by: " << launch.out());
+  const std::string scaled = ctl("scale 4", &rc);
+  REQUIRE_MESSAGE(rc == 0, scaled);
+
+  const nlohmann::json s = finish(launch, out);
+  check_failovers(s, hash, steps, 1);
+  CHECK(s["dp"] == 4);
+  CHECK_MESSAGE(events_of(s, "drained").size() == 1, s["events"].dump());
+  CHECK(s["coordinator"]["leader"] != old_leader);
 }
 
 TEST_CASE("coordinator standbys: a worker, a standby and the leader die in one run") {
