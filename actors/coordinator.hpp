@@ -70,6 +70,10 @@ struct coordinator_options {
   std::function<void(const faults::fault_spec&, std::size_t index)> on_coordinator_fault;
   /// ha: status_reply.coordinator ({"leader", "term", "pid", "standbys"}); null: none.
   std::function<std::string()> coordinator_status;
+  /// ha: `ctl inject SPEC` is about to add a fault: the host records it where the next
+  /// leader finds it (etcd), so that it outlives this leader. Empty: recorded; else why not
+  /// (the fault is then refused). Null: nothing to record.
+  std::function<std::string(const std::string& spec)> record_added_fault;
 };
 
 /// Options from a resolved config: fault_tolerance.* and parallel.*; tick = heartbeat / 2.

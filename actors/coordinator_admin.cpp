@@ -130,6 +130,12 @@ void on_admin(self_ptr self, const std::string& peer, const net::admin_request& 
             false, "fault '" + text + "': outside the elastic bounds [" + std::to_string(mo.min()) +
                        ", " + std::to_string(mo.max()) +
                        "]; change elastic.min_workers / elastic.max_workers in the config");
+      // Checked by the job before it is recorded: a fault the job refuses is not kept.
+      st.opts.job->check_fault(f);
+      if (st.opts.record_added_fault) {
+        const std::string why = st.opts.record_added_fault(text);
+        if (!why.empty()) return reply(false, "fault '" + text + "' not added: " + why);
+      }
       st.opts.job->add_fault(std::move(f));
       spdlog::info("coordinator: fault '{}' added by ctl", text);
       return reply(true, "fault '" + text + "' added");

@@ -32,6 +32,14 @@ void fault_schedule::set(std::vector<faults::fault_spec> f, int standbys) {
 }
 
 void fault_schedule::add(faults::fault_spec f, int64_t next_step, int64_t first_unopened) {
+  check(f, next_step, first_unopened);
+  if (f.kind == faults::fault_kind::drop_control) drop_ = f;
+  faults_.push_back(std::move(f));
+  fired_.push_back(false);
+}
+
+void fault_schedule::check(const faults::fault_spec& f, int64_t next_step,
+                           int64_t first_unopened) const {
   require_supported({f}, standbys_);
   const int64_t first = f.kind == faults::fault_kind::slow ? f.to_step : f.at_step;
   // Open steps have already had their faults ordered: the first step left is the next.
@@ -45,9 +53,6 @@ void fault_schedule::add(faults::fault_spec f, int64_t next_step, int64_t first_
   if (f.kind == faults::fault_kind::drop_control && drop_)
     throw usage_error("fault '" + f.text + "': the job already drops control frames ('" +
                       drop_->text + "')");
-  if (f.kind == faults::fault_kind::drop_control) drop_ = f;
-  faults_.push_back(std::move(f));
-  fired_.push_back(false);
 }
 
 int64_t fault_schedule::next_acting_step(int64_t from, int64_t limit) const {

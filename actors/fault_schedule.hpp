@@ -36,6 +36,15 @@ class fault_schedule {
   /// (their faults already ordered: the open step, or the rest of a commit window). Throws
   /// usage_error for an unsupported kind or a step already opened.
   void add(faults::fault_spec f, int64_t next_step, int64_t first_unopened);
+  /// A fault an earlier leader added (ha): appended at the same place in the list, even if
+  /// its step has passed (it never fires then: that step does not open again).
+  void restore(faults::fault_spec f) {
+    if (f.kind == faults::fault_kind::drop_control && !drop_) drop_ = f;
+    faults_.push_back(std::move(f));
+    fired_.push_back(false);
+  }
+  /// Throws what add would throw for F, and adds nothing.
+  void check(const faults::fault_spec& f, int64_t next_step, int64_t first_unopened) const;
   /// The first step in [FROM, LIMIT] on which a fault acts (orders something or scales),
   /// LIMIT + 1 when none does: a commit window ends before it, so that the step's opening
   /// carries the fault.

@@ -182,7 +182,18 @@ ha_run_record ha_candidate::read_run() {
     for (const auto& e : j)
       if (e.is_object()) r.events.push_back(e);
   }
+  // Zero-padded keys: etcd lists them in the order the faults were added.
+  for (const auto& kv : client_->get_prefix(key("added_faults/"))) r.added_faults.push_back(kv.value);
+  added_faults_ = r.added_faults.size();
   return r;
+}
+
+bool ha_candidate::record_added_fault(const std::string& spec) {
+  char place[24];
+  std::snprintf(place, sizeof place, "%010zu", added_faults_);
+  if (!election_->fenced_put(key(std::string("added_faults/") + place), spec)) return false;
+  ++added_faults_;
+  return true;
 }
 
 bool ha_candidate::record_job(uint64_t job_id) {

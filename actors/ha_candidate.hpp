@@ -53,6 +53,7 @@ struct ha_run_record {
   std::vector<std::size_t> fired;        ///< coordinator faults already carried out
   std::optional<int64_t> fault_at_ns;    ///< when the last one was (CLOCK_REALTIME)
   std::vector<nlohmann::json> events;    ///< earlier leaders' events, failovers among them
+  std::vector<std::string> added_faults; ///< faults `ctl inject` added, in order
 };
 
 class ha_candidate {
@@ -81,6 +82,9 @@ class ha_candidate {
   bool record_job(uint64_t job_id);
   /// Coordinator fault I is carried out now (fenced; before it acts). False if deposed.
   bool record_fault(std::size_t index);
+  /// A fault `ctl inject` added (SPEC), after those read_run found: the next leader adds it
+  /// too. False when this candidate no longer leads; throws cohort::error when etcd fails.
+  bool record_added_fault(const std::string& spec);
   /// This leader's events so far (the job's, in the summary's form) and its own failover:
   /// kept in etcd, one record per term, for the leaders after it. Written in the
   /// background (the step is not held up), fenced, the newest only.
@@ -125,6 +129,7 @@ class ha_candidate {
   std::optional<nlohmann::json> failover_;               // guarded by mu_
   std::string events_pending_;  // guarded by mu_: the newest events not yet written
   std::string events_written_;  // guarded by mu_: the last events handed over
+  std::size_t added_faults_ = 0;  // faults ctl added so far in this run (read_run, then ours)
   std::condition_variable events_cv_;
   std::thread events_writer_;
 };

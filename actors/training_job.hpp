@@ -53,6 +53,14 @@ class training_job {
   /// One more fault for the running job (`cohort ctl inject`). Throws usage_error for an
   /// unsupported kind or a step that has already opened.
   void add_fault(faults::fault_spec f);
+  /// A fault `ctl inject` added under an earlier leader (ha), at the same place in the list
+  /// (call before take_over, in the order they were added).
+  void restore_fault(faults::fault_spec f) {
+    faults_.restore(std::move(f));
+    if (faults_.drop_control() != nullptr) report_.drops_control();
+  }
+  /// Throws what add_fault would throw for F, and adds nothing.
+  void check_fault(const faults::fault_spec& f) const;
   /// Member ID (already marked leaving in R) is drained: it leaves at the next step
   /// boundary. Records the event; returns the leave now if no step is open.
   job_actions on_drain(const mb::roster& r, mb::member_id id, double now_s);
@@ -205,6 +213,9 @@ class training_job {
   run_report report_;
   void resend(const mb::roster& r, double now_s, job_actions& out);
   /// The job's progress and R's generation at NOW_S, for the report.
+  int64_t first_unopened() const {
+    return open_ ? std::max(open_->step, open_->through) + 1 : next_step_;
+  }
   job_moment moment(const mb::roster& r, double now_s) const {
     return job_moment{progress(), r.generation, now_s};
   }

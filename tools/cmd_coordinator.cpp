@@ -238,7 +238,10 @@ void add_coordinator(CLI::App& app, int* rc) {
       co.job =
           std::make_shared<actors::training_job>(c, dump_config(c), plan.step, plan.path, job_id);
       co.job->set_faults(job_faults(c, opt->inject));
-      if (cand && run_record.job_id) co.job->take_over(run_record.fired);
+      if (cand && run_record.job_id) {
+        ha_added_faults(run_record, *co.job);
+        co.job->take_over(run_record.fired);
+      }
       // Rollbacks (error feedback, bitwise) go to this run's checkpoints, or to the one it
       // resumed from: complete, with every DP rank's error-feedback part.
       co.job->set_checkpoints(

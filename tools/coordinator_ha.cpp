@@ -89,8 +89,23 @@ void ha_wire(actors::ha_candidate& cand, const actors::ha_run_record& record,
     if (auto* n = node.load()) n->cut_off(ms);
     cand.election().cut_off(std::chrono::milliseconds(ms));
   };
+  co.record_added_fault = [&cand](const std::string& spec) -> std::string {
+    try {
+      return cand.record_added_fault(spec) ? std::string()
+                                           : "this coordinator no longer leads the run";
+    } catch (const std::exception& e) {
+      return std::string("it could not be recorded in etcd for the next leader: ") + e.what();
+    }
+  };
   if (record.job_id)
     failover_from_ns = record.fault_at_ns ? *record.fault_at_ns : actors::ha_now_realtime_ns();
+}
+
+void ha_added_faults(const actors::ha_run_record& record, actors::training_job& job) {
+  // In the order the earlier leaders added them: each keeps its place in the job's fault
+  // list, the place a coordinator fault's record names. Each was parsed and checked when
+  // it was added; a record that no longer parses (another version wrote it) ends the run.
+  for (const auto& text : record.added_faults) job.restore_fault(faults::parse_fault(text));
 }
 
 uint64_t ha_job_id(actors::ha_candidate& cand, const actors::ha_run_record& record,

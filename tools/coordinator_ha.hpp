@@ -38,6 +38,10 @@ void ha_wire(actors::ha_candidate& cand, const actors::ha_run_record& record,
              std::optional<int64_t>& failover_from_ns);
 
 /// The run's job id: the one an earlier leader recorded, else FRESH, recorded now.
+/// The faults `ctl inject` added under earlier leaders, back into JOB (after set_faults,
+/// before take_over).
+void ha_added_faults(const actors::ha_run_record& record, actors::training_job& job);
+
 uint64_t ha_job_id(actors::ha_candidate& cand, const actors::ha_run_record& record,
                    uint64_t fresh);
 

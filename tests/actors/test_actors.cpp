@@ -481,3 +481,40 @@ TEST_CASE("coordinator: a stream of clients keeps the newest, never the launcher
   CHECK(f.rec->to<net::stop>("c" + std::to_string(n - 1)).size() == 1);
   CHECK(f.rec->to<net::stop>("c0").empty());
 }
+
+TEST_CASE("ha: ctl inject records a fault for the next leader before adding it, or refuses it") {
+  const config c = load_config_text(
+      "cluster:\n  workers: 2\ntrain:\n  steps: 50\n  global_batch: 64\n  micro_batch: 16\n"
+      "ha:\n  standbys: 1\n",
+      "<test>");
+  auto recorded = std::make_shared<std::vector<std::string>>();
+  auto answer = std::make_shared<std::string>();
+  coordinator_fixture f([&](coordinator_options& o, coordinator_io&) {
+    o.job = std::make_shared<training_job>(c, dump_config(c));
+    o.job->set_faults({});  // with ha.standbys 1: coordinator faults are allowed
+    o.record_added_fault = [recorded, answer](const std::string& spec) {
+      recorded->push_back(spec);
+      return *answer;
+    };
+  });
+  f.deliver("ctl", net::register_request{net::peer_role::client, "ctl", 1});
+  auto last_reply = [&] { return f.rec->to<net::admin_reply>("ctl").back(); };
+  // Recorded (as the canonical text the next leader parses), then added.
+  f.deliver("ctl", net::admin_request{1, "inject", "kill rank=1 at step=9"});
+  CHECK(last_reply().ok);
+  REQUIRE(recorded->size() == 1);
+  CHECK(recorded->back() == "kill rank=1 at step=9");
+  // etcd cannot take it: refused, with why, and not added.
+  *answer = "etcd unreachable";
+  f.deliver("ctl", net::admin_request{2, "inject", "kill coordinator at step=20"});
+  CHECK_FALSE(last_reply().ok);
+  CHECK(last_reply().text == "fault 'kill coordinator at step=20' not added: etcd unreachable");
+  CHECK(recorded->size() == 2);
+  // A fault the job refuses is never recorded: a second drop control.
+  *answer = "";
+  f.deliver("ctl", net::admin_request{3, "inject", "drop control p=0.1 seed=1"});
+  CHECK(last_reply().ok);
+  f.deliver("ctl", net::admin_request{4, "inject", "drop control p=0.2 seed=1"});
+  CHECK_FALSE(last_reply().ok);
+  CHECK(recorded->size() == 3);
+}

@@ -909,6 +909,28 @@ TEST_CASE("a coordinator fault goes to the leader once, and not again after a ta
                   usage_error);
 }
 
+TEST_CASE("faults ctl added under an earlier leader keep their places: a fired one stays fired") {
+  config c = load_config_text(
+      "cluster:\n  workers: 2\ntrain:\n  steps: 5\n  global_batch: 64\n  micro_batch: 16\n"
+      "fault_tolerance:\n  commit_window: 0\nha:\n  standbys: 1\n",
+      "<test>");
+  // The config's fault is place 0; ctl added 'kill coordinator at step=1' (place 1, fired
+  // by the old leader) and 'kill coordinator at step=2' (place 2, not yet).
+  training_job next(c, dump_config(c));
+  next.set_faults({faults::parse_fault("kill rank=0 at step=4")});
+  next.restore_fault(faults::parse_fault("kill coordinator at step=1"));
+  next.restore_fault(faults::parse_fault("kill coordinator at step=2"));
+  next.take_over({1});
+  const mb::roster r = roster_of(3, 2);
+  next.on_ready(r, net::worker_ready{1, 3, 1}, 0.0);
+  const job_actions a = next.on_ready(r, net::worker_ready{2, 3, 1}, 0.1);  // opens step 1
+  CHECK_FALSE(a.coordinator_fault.has_value());
+  next.on_vote(r, ok_vote(1, 3, 1), 1.0);
+  const job_actions b = next.on_vote(r, ok_vote(2, 3, 1), 2.0);  // commits 1, opens 2
+  REQUIRE(b.coordinator_fault.has_value());
+  CHECK(b.coordinator_fault_index == 2);
+}
+
 TEST_CASE("a job taken over after its last step asks every member for its report again") {
   const config c = job_config(2, 4);
   training_job job(c, dump_config(c));

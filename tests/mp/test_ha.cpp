@@ -154,7 +154,11 @@ void check_failovers(const nlohmann::json& s, const std::string& hash, int steps
 
 }  // namespace
 
-TEST_CASE("coordinator standbys: the leader killed twice, same hash as cohort train") {
+TEST_CASE("coordinator standbys: the leader killed twice, once by a fault ctl added; same hash") {
+  // The second kill is added with `ctl inject` while the first leader leads: recorded in
+  // etcd, it is the second leader that carries it out. It is added before the first kill
+  // whatever the speed: rank 3 dies at step 5 and four workers are elastic.min_workers, so
+  // training waits at step 5 until the test scales back to four, after the inject.
   require_etcd();
   temp_dir dir;
   const int steps = 240;
@@ -162,19 +166,36 @@ TEST_CASE("coordinator standbys: the leader killed twice, same hash as cohort tr
   const std::string hash = reference_hash(dir, cfg, steps);
   const std::string out = dir.path() + "/kill-twice.json";
   child_process launch(launch_args(dir, cfg, steps, out,
-                                   {"--inject", "kill coordinator at step=80", "--inject",
-                                    "kill coordinator at step=160"}),
+                                   {"--set", "elastic.min_workers=4", "--inject",
+                                    "kill rank=3 at step=5", "--inject",
+                                    "kill coordinator at step=80"}),
                        dir.path(), "launch-kill-twice");
   const job_address ep = address_of(launch);
+  REQUIRE(eventually(step_timeout, [&] {
+    const nlohmann::json st = ctl_status(ep);
+    if (!st.is_object() || !st["step"].is_number() || st["step"].get<int64_t>() < 5) return false;
+    int alive = 0;
+    for (const auto& w : st["workers"]) alive += w["state"] == "alive";
+    return alive == 3;
+  }));
+  int rc = -1;
+  const std::string added =
+      run_capture("ctl " + ep.ctl_args() + " inject 'kill coordinator at step=160'", &rc, true);
+  REQUIRE_MESSAGE(rc == 0, added);
+  const std::string scaled = run_capture("ctl " + ep.ctl_args() + " scale 4", &rc, true);
+  REQUIRE_MESSAGE(rc == 0, scaled);
   const nlohmann::json s = finish(launch, out);
   check_failovers(s, hash, steps, 2);
+  const auto fo = events_of(s, "failover");
+  CHECK(fo[0]["step"].get<int64_t>() >= 80);
+  CHECK(fo[1]["step"].get<int64_t>() >= 160);  // the kill ctl added, by the second leader
   const std::string log = launch.out();
   CAPTURE(log);
   // Each killed leader was restarted as a standby at its own endpoint.
   size_t killed = 0, restarted = 0;
   for (size_t at = 0; (at = log.find(") exited: killed by signal 9", at)) != std::string::npos;
        ++at)
-    ++killed;
+    killed += log.compare(log.rfind('\n', at) + 1, 15, "launch: worker-") != 0;
   for (size_t at = 0; (at = line_at(log, "launch: restarting ", at)) != std::string::npos; ++at)
     restarted += log.find(" as a standby at ", at) < log.find('\n', at);
   CHECK(killed == 2);
