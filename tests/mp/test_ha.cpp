@@ -154,7 +154,7 @@ void check_failovers(const nlohmann::json& s, const std::string& hash, int steps
 
 }  // namespace
 
-TEST_CASE("coordinator standbys: the leader killed twice, once by a fault ctl added; same hash") {
+TEST_CASE("coordinator standbys: the leader killed twice, once by a fault ctl added, same hash") {
   // The second kill is added with `ctl inject` while the first leader leads: recorded in
   // etcd, it is the second leader that carries it out. It is added before the first kill
   // whatever the speed: rank 3 dies at step 5 and four workers are elastic.min_workers, so
