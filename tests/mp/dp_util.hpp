@@ -86,6 +86,21 @@ inline nlohmann::json ctl_status(const job_address& a) {
   return nlohmann::json::parse(out, nullptr, false);
 }
 
+/// The summary's events as "KIND WORKER", in order.
+inline std::vector<std::string> event_order(const nlohmann::json& summary) {
+  std::vector<std::string> order;
+  for (const auto& e : summary["events"])
+    order.push_back(e["kind"].get<std::string>() + " " + e["worker"].get<std::string>());
+  return order;
+}
+
+/// How many workers a `ctl status --json` answer lists as alive.
+inline int alive_workers(const nlohmann::json& status) {
+  int alive = 0;
+  for (const auto& w : status["workers"]) alive += w["state"] == "alive";
+  return alive;
+}
+
 /// The summary's events of KIND, in order.
 inline std::vector<nlohmann::json> events_of(const nlohmann::json& summary,
                                              const std::string& kind) {

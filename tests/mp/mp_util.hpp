@@ -182,18 +182,26 @@ class child_process {
   int code_ = -1;
 };
 
+/// Runs the shell command CMD to completion: its exit code, its stdout into *OUT if given.
+inline int run_shell(const std::string& cmd, std::string* out = nullptr) {
+  FILE* p = ::popen(cmd.c_str(), "r");
+  std::string text;
+  char buf[4096];
+  size_t n;
+  while (p != nullptr && (n = std::fread(buf, 1, sizeof buf, p)) > 0) text.append(buf, n);
+  const int status = p != nullptr ? ::pclose(p) : -1;
+  if (out != nullptr) *out = text;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
 /// Runs `cohort ARGS...` to completion and returns its stdout; stderr is discarded, or
 /// with WITH_STDERR returned too (so that an error message can be checked).
 inline std::string run_capture(const std::string& args, int* exit_code = nullptr,
                                bool with_stderr = false) {
-  const std::string cmd = cohort_binary() + " " + args + (with_stderr ? " 2>&1" : " 2>/dev/null");
-  FILE* p = ::popen(cmd.c_str(), "r");
   std::string out;
-  char buf[4096];
-  size_t n;
-  while (p != nullptr && (n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  const int status = p != nullptr ? ::pclose(p) : -1;
-  if (exit_code != nullptr) *exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  const int code = run_shell(
+      cohort_binary() + " " + args + (with_stderr ? " 2>&1" : " 2>/dev/null"), &out);
+  if (exit_code != nullptr) *exit_code = code;
   return out;
 }
 

@@ -173,10 +173,8 @@ TEST_CASE("coordinator standbys: the leader killed twice, once by a fault ctl ad
   const job_address ep = address_of(launch);
   REQUIRE(eventually(step_timeout, [&] {
     const nlohmann::json st = ctl_status(ep);
-    if (!st.is_object() || !st["step"].is_number() || st["step"].get<int64_t>() < 5) return false;
-    int alive = 0;
-    for (const auto& w : st["workers"]) alive += w["state"] == "alive";
-    return alive == 3;
+    return st.is_object() && st["step"].is_number() && st["step"].get<int64_t>() >= 5 &&
+           alive_workers(st) == 3;
   }));
   int rc = -1;
   const std::string added =
@@ -276,8 +274,10 @@ TEST_CASE("coordinator standbys: a leader paused past its lease resumes deposed,
   auto ctl = [&](const std::string& args, int* rc = nullptr) {
     return run_capture("ctl " + standby.ctl_args() + " --timeout-ms 1000 " + args, rc, true);
   };
+  // The workers alive as a leader of a term above ABOVE_TERM lists them, asked at the
+  // standby (-1: no such leader answered); the step it shows into shown_step.
   int64_t shown_step = -1;
-  auto alive_workers = [&](int64_t above_term) {
+  auto alive_above_term = [&](int64_t above_term) {
     int code = -1;
     const std::string said =
         run_capture("ctl " + standby.ctl_args() + " --timeout-ms 1000 status --json", &code);
@@ -285,10 +285,8 @@ TEST_CASE("coordinator standbys: a leader paused past its lease resumes deposed,
     if (!j.is_object() || !j["coordinator"].is_object() ||
         j["coordinator"]["term"].get<int64_t>() <= above_term)
       return -1;
-    int alive = 0;
-    for (const auto& w : j["workers"]) alive += w["state"] == "alive";
     shown_step = j["step"].get<int64_t>();
-    return alive;
+    return alive_workers(j);
   };
   int rc = -1;
   const std::string drained = ctl("drain worker-3", &rc);
@@ -298,7 +296,7 @@ TEST_CASE("coordinator standbys: a leader paused past its lease resumes deposed,
   // write of them, and what a paused leader has not written yet is lost with it.
   REQUIRE(eventually(step_timeout, [&] {
     return launch.out().find("launch: worker-3 (pid ") != std::string::npos &&
-           alive_workers(old_term - 1) == 3;
+           alive_above_term(old_term - 1) == 3;
   }));
   const auto held = wait_for_step(ep, 0);
   REQUIRE_MESSAGE(held["step"].get<int64_t>() < steps, "the job ended before worker-3 left");
@@ -315,7 +313,8 @@ TEST_CASE("coordinator standbys: a leader paused past its lease resumes deposed,
   const auto paused_at = std::chrono::steady_clock::now();
   REQUIRE(::kill(leader_pid, SIGSTOP) == 0);
   // A standby leads with a higher term, and the three workers re-attach to it.
-  const bool took_over = eventually(step_timeout, [&] { return alive_workers(old_term) == 3; });
+  const bool took_over =
+      eventually(step_timeout, [&] { return alive_above_term(old_term) == 3; });
   if (std::chrono::steady_clock::now() < paused_at + milliseconds(3000))
     std::this_thread::sleep_until(paused_at + milliseconds(3000));  // paused for 3 s at least
   REQUIRE(::kill(leader_pid, SIGCONT) == 0);

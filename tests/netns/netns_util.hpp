@@ -23,18 +23,6 @@ inline std::string ip_binary() {
   return "ip";
 }
 
-// Runs the shell command CMD; its exit code, its stdout into *OUT when given.
-inline int run_shell(const std::string& cmd, std::string* out = nullptr) {
-  FILE* p = ::popen(cmd.c_str(), "r");
-  std::string text;
-  char buf[4096];
-  size_t n;
-  while (p != nullptr && (n = std::fread(buf, 1, sizeof buf, p)) > 0) text.append(buf, n);
-  const int status = p != nullptr ? ::pclose(p) : -1;
-  if (out != nullptr) *out = text;
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
 // Runs SCRIPT ARGS; its exit code (stdout and stderr into *OUT when given).
 inline int run_script(const std::string& args, std::string* out = nullptr) {
   return run_shell(netns_script() + " " + args + " 2>&1", out);

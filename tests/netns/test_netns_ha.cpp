@@ -182,11 +182,8 @@ TEST_CASE("the leader's host cut off for 2 s: a standby leads, the workers follo
   const nlohmann::json s = read_json(dir.path() + "/summary-" + tag + ".json");
   REQUIRE_MESSAGE(s.is_object(), winner.err());
   check_fault_free(s, hash, steps);
-  std::vector<std::string> order;
-  for (const auto& e : s["events"])
-    order.push_back(e["kind"].get<std::string>() + " " + e["worker"].get<std::string>());
   const std::vector<std::string> expected{"failover coordinator", "drained w-1", "joined w-2"};
-  CHECK_MESSAGE(order == expected, s["events"].dump());
+  CHECK_MESSAGE(event_order(s) == expected, s["events"].dump());
   const auto fo = events_of(s, "failover");
   REQUIRE(fo.size() == 1);
   REQUIRE(fo[0]["recover_ms"].is_number());
