@@ -12,7 +12,10 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <string>
 
 #include "runtime/core/error.hpp"
 
@@ -144,6 +147,31 @@ void log_to_stderr() {
     return true;
   }();
   (void)once;
+}
+
+std::string private_run_dir(const std::string& name) {
+  const char* tmp = std::getenv("TMPDIR");
+  const std::string base = tmp != nullptr && *tmp != 0 ? tmp : "/tmp";
+  const std::string head = name + "-";
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(base, ec)) {
+    const std::string leaf = e.path().filename().string();
+    if (leaf.rfind(head, 0) != 0 || !e.is_directory(ec)) continue;
+    // NAME-PID-XXXXXX, PID all digits: anything else is not ours.
+    const std::size_t dash = leaf.find('-', head.size());
+    const std::string pid = leaf.substr(head.size(), dash - head.size());
+    if (dash == std::string::npos || pid.empty() ||
+        pid.find_first_not_of("0123456789") != std::string::npos || pid.size() > 9)
+      continue;
+    // Gone: no such process. A pid reused since keeps its folder (never removes a live one).
+    if (::kill(static_cast<pid_t>(std::stol(pid)), 0) != 0 && errno == ESRCH)
+      std::filesystem::remove_all(e.path(), ec);
+  }
+  std::string templ = base + "/" + head + std::to_string(::getpid()) + "-XXXXXX";
+  if (::mkdtemp(templ.data()) == nullptr)
+    throw io_error("cannot make a private folder under " + base + " (" + templ +
+                   "): " + std::strerror(errno) + "; set TMPDIR to a writable folder");
+  return templ;
 }
 
 }  // namespace cohort::actors

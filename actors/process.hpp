@@ -60,6 +60,11 @@ pid_t spawn_self(const std::vector<std::string>& args, int stdout_fd = -1, int s
 /// Exit status of a waitpid() result as one number: the exit code, or 128 + signal.
 int exit_code_of(int wait_status);
 
+/// A private folder (0700) for this process's run files: $TMPDIR (else /tmp)/NAME-PID-XXXXXX.
+/// First removes the NAME-PID-* folders of processes that are gone (a launch killed
+/// outright cannot remove its own: its keys or etcd data would pile up). Throws io_error.
+std::string private_run_dir(const std::string& name);
+
 /// Routes spdlog's default logger to stderr (once per process).
 void log_to_stderr();
 

@@ -89,12 +89,7 @@ class launcher {
     }
     keys_dir_ = opt_.keys;
     if (keys_dir_.empty()) {
-      const char* tmp = std::getenv("TMPDIR");
-      std::string templ = std::string(tmp && *tmp ? tmp : "/tmp") + "/cohort-keys-XXXXXX";
-      if (::mkdtemp(templ.data()) == nullptr)
-        throw io_error("launch: cannot make a private key folder under " + templ + ": " +
-                       std::strerror(errno));
-      keys_dir_ = templ;
+      keys_dir_ = actors::private_run_dir("cohort-keys");
       temp_keys_ = true;
     }
     if (!net::has_job_keys(keys_dir_)) net::write_job_keys(keys_dir_);

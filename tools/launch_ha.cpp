@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "actors/process.hpp"
 #include "runtime/core/error.hpp"
 
 namespace cohort::cli {
@@ -26,12 +27,7 @@ launch_ha::launch_ha(const config& cfg) {
   if (!cfg.ha.etcd_local) {
     urls_ = cfg.ha.etcd_endpoints;
   } else {
-    const char* tmp = std::getenv("TMPDIR");
-    std::string templ = std::string(tmp && *tmp ? tmp : "/tmp") + "/cohort-etcd-XXXXXX";
-    if (::mkdtemp(templ.data()) == nullptr)
-      throw io_error("launch: cannot make a folder for etcd under " + templ + ": " +
-                     std::strerror(errno));
-    dir_ = templ;
+    dir_ = actors::private_run_dir("cohort-etcd");
     ha::local_etcd_options eo;
     eo.dir = dir_;
     eo.heartbeat_ms = cfg.ha.etcd_heartbeat_ms;
