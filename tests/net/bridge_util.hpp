@@ -16,11 +16,8 @@
 namespace cohort::test {
 
 /// Thread-safe inbox filled by a bridge callback.
-struct inbox {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::vector<std::pair<std::string, net::message>> items;
-
+class inbox {
+ public:
   net::zmq_bridge::inbound_fn fn() {
     return [this](const std::string& peer, net::message m) {
       std::lock_guard<std::mutex> lock(mu);
@@ -41,6 +38,12 @@ struct inbox {
     std::lock_guard<std::mutex> lock(mu);
     return items.at(i);
   }
+
+ private:
+  // Appended by the bridge's thread: read only under the lock (size, at, wait_for).
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::pair<std::string, net::message>> items;
 };
 
 }  // namespace cohort::test

@@ -65,19 +65,19 @@ TEST_CASE("bridge: register is admitted from anyone and the rest only from admit
                      [&] { return router.dropped(drop_reason::unknown_peer) == 1; }));
   dealer.send("", register_request{peer_role::worker, "w", 7});
   REQUIRE(at_router.wait_for(1));
-  const std::string peer = at_router.items[0].first;
+  const std::string peer = at_router.at(0).first;
   CHECK(peer == d.identity);  // the fixed routing id survives as the ROUTER's peer name
-  CHECK(std::get<register_request>(at_router.items[0].second).name == "w");
+  CHECK(std::get<register_request>(at_router.at(0).second).name == "w");
 
   // Admitted: the heartbeat passes, and the ROUTER can answer that peer.
   router.admit(peer);
   dealer.send("", heartbeat{1, 1, 2});
   REQUIRE(at_router.wait_for(2));
-  CHECK(std::get<heartbeat>(at_router.items[1].second).seq == 2);
+  CHECK(std::get<heartbeat>(at_router.at(1).second).seq == 2);
   router.send(peer, heartbeat_ack{1, 1, 2, false});
   REQUIRE(at_dealer.wait_for(1));
-  CHECK(at_dealer.items[0].first.empty());
-  CHECK(std::get<heartbeat_ack>(at_dealer.items[0].second).seq == 2);
+  CHECK(at_dealer.at(0).first.empty());
+  CHECK(std::get<heartbeat_ack>(at_dealer.at(0).second).seq == 2);
 
   // Forgotten: back to register only.
   router.forget(peer);
@@ -129,7 +129,7 @@ TEST_CASE("bridge: sends from many threads all arrive and stop is prompt and ide
   zmq_bridge dealer(d, at_dealer.fn());
   dealer.send("", register_request{});
   REQUIRE(at_router.wait_for(1));
-  router.admit(at_router.items[0].first);
+  router.admit(at_router.at(0).first);
   constexpr int threads = 4, per_thread = 250;
   std::vector<std::thread> ts;
   for (int t = 0; t < threads; ++t) {
@@ -143,8 +143,8 @@ TEST_CASE("bridge: sends from many threads all arrive and stop is prompt and ide
   REQUIRE_MESSAGE(at_router.wait_for(1 + threads * per_thread),
                   "send_failed " << dealer.dropped(drop_reason::send_failed));
   std::vector<bool> seen(threads * per_thread, false);
-  for (size_t i = 1; i < at_router.items.size(); ++i) {
-    seen[std::get<ping>(at_router.items[i].second).seq] = true;
+  for (size_t i = 1; i < at_router.size(); ++i) {
+    seen[std::get<ping>(at_router.at(i).second).seq] = true;
   }
   for (bool s : seen) CHECK(s);
   dealer.stop();
@@ -213,7 +213,7 @@ TEST_CASE("bridge: a peer of another protocol version is told which one this sid
                    [&] { return dealer.dropped(drop_reason::bad_version) == 2; }));
   CHECK(dealer_saw.load() == protocol_version + 2);
   CHECK(calls.load() == 1);
-  CHECK(at_dealer.items.empty());
+  CHECK(at_dealer.size() == 0);
 
   sync_client client(ep);
   REQUIRE(client.send(register_request{peer_role::client, "ctl", 1}));
@@ -253,7 +253,7 @@ TEST_CASE(
   CHECK(router.dropped(drop_reason::too_large) == 1);
   CHECK(router.delivered() == 1);
   // Once admitted, the same peer may send large messages up to max_message_bytes.
-  router.admit(in.items[0].first);
+  router.admit(in.at(0).first);
   REQUIRE(stranger.send(kv_set{1, 1, "k", std::string(100000, 'v')}));
   REQUIRE(in.wait_for(2));
   CHECK(router.dropped(drop_reason::too_large) == 1);
@@ -275,8 +275,8 @@ TEST_CASE("bridge: a dealer moves between leaders and drops what a lower term sa
 
   dealer.send("", register_request{peer_role::worker, "w", 7});
   REQUIRE(at_a.wait_for(1));
-  a.admit(at_a.items[0].first);
-  a.send(at_a.items[0].first, stop{"from term 2"});
+  a.admit(at_a.at(0).first);
+  a.send(at_a.at(0).first, stop{"from term 2"});
   REQUIRE(at_dealer.wait_for(1));
   CHECK(dealer.term_floor() == 2);
 
@@ -287,20 +287,20 @@ TEST_CASE("bridge: a dealer moves between leaders and drops what a lower term sa
     dealer.send("", register_request{peer_role::worker, "w", 7});
     return at_b.wait_for(1, milliseconds(50));
   }));
-  CHECK(at_b.items[0].first == d.identity);
+  CHECK(at_b.at(0).first == d.identity);
   b.admit(d.identity);
   b.send(d.identity, stop{"from term 1"});
   REQUIRE(eventually(milliseconds(5000),
                      [&] { return dealer.dropped(drop_reason::stale_term) == 1; }));
   b.send(d.identity, register_reject{"standby"});
   REQUIRE(at_dealer.wait_for(2));
-  CHECK(std::get<register_reject>(at_dealer.items[1].second).reason == "standby");
+  CHECK(std::get<register_reject>(at_dealer.at(1).second).reason == "standby");
   CHECK(dealer.term_floor() == 2);
 
   // A higher term raises the floor.
   b.set_term(3);
   b.send(d.identity, stop{"from term 3"});
   REQUIRE(at_dealer.wait_for(3));
-  CHECK(std::get<stop>(at_dealer.items[2].second).reason == "from term 3");
+  CHECK(std::get<stop>(at_dealer.at(2).second).reason == "from term 3");
   CHECK(dealer.term_floor() == 3);
 }
