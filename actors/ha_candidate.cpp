@@ -183,7 +183,8 @@ ha_run_record ha_candidate::read_run() {
       if (e.is_object()) r.events.push_back(e);
   }
   // Zero-padded keys: etcd lists them in the order the faults were added.
-  for (const auto& kv : client_->get_prefix(key("added_faults/"))) r.added_faults.push_back(kv.value);
+  for (const auto& kv : client_->get_prefix(key("added_faults/")))
+    r.added_faults.push_back(kv.value);
   added_faults_ = r.added_faults.size();
   return r;
 }

@@ -290,7 +290,8 @@ TEST_CASE("coordinator standbys: a leader paused past its lease resumes deposed,
   };
   int rc = -1;
   const std::string drained = ctl("drain worker-3", &rc);
-  REQUIRE_MESSAGE(rc == 0, "the job ended before worker-3 was drained (raise `steps`): " << drained);
+  REQUIRE_MESSAGE(rc == 0,
+                  "the job ended before worker-3 was drained (raise `steps`): " << drained);
   // Paused only once worker-3 has left (a drain still in progress is the old leader's
   // alone), and the drain's event is in etcd: a leader records its events there within a
   // write of them, and what a paused leader has not written yet is lost with it.
