@@ -481,7 +481,7 @@ job_actions training_job::on_drain(const mb::roster& r, mb::member_id id, double
   report_.drain_asked(m->name, moment(r, now_s));
   job_actions out = try_open(r, now_s);
   out.notes.insert(out.notes.begin(), m->name + " is draining: it leaves after step " +
-                                          std::to_string(open_ ? open_->step : next_step_ - 1));
+                                          std::to_string(open_ ? open_->step : progress() - 1));
   return out;
 }
 

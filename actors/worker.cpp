@@ -232,6 +232,15 @@ void on_inbound(self_ptr self, const net::message& m) {
                       x.name.c_str(), static_cast<unsigned long long>(x.member_id), x.rank,
                       static_cast<unsigned long long>(x.generation));
           std::fflush(stdout);
+          if (st.draining) {
+            // SIGTERM asked to drain, and the leader was lost (or declared this member dead)
+            // before its stop came: ask again here, with a new deadline (the old one lapsed
+            // with the old registration).
+            spdlog::info("worker {}: draining: asking again after registering anew", x.name);
+            st.io.send(net::admin_request{0, "drain", st.opts.name});
+            self->delayed_send(self, milliseconds(st.opts.coordinator_timeout_ms),
+                               co_dleft_atom::value, st.incarnation);
+          }
         } else if constexpr (std::is_same_v<T, net::register_reject>) {
           if (st.ph != worker_state::phase::registering) return;
           if (x.standby && st.opts.ha()) {
