@@ -136,7 +136,7 @@ void on_admin(self_ptr self, const std::string& peer, const net::admin_request& 
         const std::string why = st.opts.record_added_fault(text);
         if (!why.empty()) return reply(false, "fault '" + text + "' not added: " + why);
       }
-      st.opts.job->add_fault(std::move(f));
+      st.opts.job->append_fault(std::move(f));
       spdlog::info("coordinator: fault '{}' added by ctl", text);
       return reply(true, "fault '" + text + "' added");
     } catch (const usage_error& e) {

@@ -140,7 +140,7 @@ void coord::on_register(self_ptr self, const std::string& peer, const net::regis
   const auto t = now(self);
   // A worker re-attaching after a leader change (ha): ids and generations go on above what
   // the old leader gave out.
-  if (st.opts.term > 0) st.roster = mb::continue_after(st.roster, r.prev_member, r.prev_generation);
+  if (st.opts.term > 0) mb::continue_after(st.roster, r.prev_member, r.prev_generation);
   // The same socket registering again means its process restarted its worker state:
   // the old incarnation leaves first so the name is free and the roster stays honest.
   // Announced now: the registration itself waits for its join window.

@@ -31,13 +31,6 @@ void fault_schedule::set(std::vector<faults::fault_spec> f, int standbys) {
     if (x.kind == faults::fault_kind::drop_control) drop_ = x;
 }
 
-void fault_schedule::add(faults::fault_spec f, int64_t next_step, int64_t first_unopened) {
-  check(f, next_step, first_unopened);
-  if (f.kind == faults::fault_kind::drop_control) drop_ = f;
-  faults_.push_back(std::move(f));
-  fired_.push_back(false);
-}
-
 void fault_schedule::check(const faults::fault_spec& f, int64_t next_step,
                            int64_t first_unopened) const {
   require_supported({f}, standbys_);

@@ -32,19 +32,17 @@ class fault_schedule {
   void mark_fired(std::size_t i) {
     if (i < fired_.size()) fired_[i] = true;
   }
-  /// One more fault while the job runs at NEXT_STEP; steps before FIRST_UNOPENED are open
+  /// Whether F may join the job running at NEXT_STEP; steps before FIRST_UNOPENED are open
   /// (their faults already ordered: the open step, or the rest of a commit window). Throws
-  /// usage_error for an unsupported kind or a step already opened.
-  void add(faults::fault_spec f, int64_t next_step, int64_t first_unopened);
-  /// A fault an earlier leader added (ha): appended at the same place in the list, even if
-  /// its step has passed (it never fires then: that step does not open again).
-  void restore(faults::fault_spec f) {
+  /// usage_error for an unsupported kind, a step already opened, a second drop control.
+  void check(const faults::fault_spec& f, int64_t next_step, int64_t first_unopened) const;
+  /// A checked fault (check, now or under an earlier leader) at the next place in the
+  /// list. Its step may have passed since (an earlier leader's): it never fires then.
+  void append(faults::fault_spec f) {
     if (f.kind == faults::fault_kind::drop_control && !drop_) drop_ = f;
     faults_.push_back(std::move(f));
     fired_.push_back(false);
   }
-  /// Throws what add would throw for F, and adds nothing.
-  void check(const faults::fault_spec& f, int64_t next_step, int64_t first_unopened) const;
   /// The first step in [FROM, LIMIT] on which a fault acts (orders something or scales),
   /// LIMIT + 1 when none does: a commit window ends before it, so that the step's opening
   /// carries the fault.

@@ -458,11 +458,6 @@ void training_job::resend(const mb::roster& r, double now_s, job_actions& out) {
   }
 }
 
-void training_job::add_fault(faults::fault_spec f) {
-  faults_.add(std::move(f), next_step_, first_unopened());
-  if (faults_.drop_control() != nullptr) report_.drops_control();
-}
-
 void training_job::check_fault(const faults::fault_spec& f) const {
   faults_.check(f, next_step_, first_unopened());
 }

@@ -50,17 +50,21 @@ class training_job {
     resync_ = true;
     for (std::size_t i : fired) faults_.mark_fired(i);
   }
-  /// One more fault for the running job (`cohort ctl inject`). Throws usage_error for an
-  /// unsupported kind or a step that has already opened.
-  void add_fault(faults::fault_spec f);
-  /// A fault `ctl inject` added under an earlier leader (ha), at the same place in the list
-  /// (call before take_over, in the order they were added).
-  void restore_fault(faults::fault_spec f) {
-    faults_.restore(std::move(f));
+  /// One more fault for the running job (`cohort ctl inject`): check_fault, then
+  /// append_fault.
+  void add_fault(faults::fault_spec f) {
+    check_fault(f);
+    append_fault(std::move(f));
+  }
+  /// Throws usage_error for an unsupported kind or a step that has already opened.
+  void check_fault(const faults::fault_spec& f) const;
+  /// A fault checked by check_fault, at the next place in the list. Also a fault `ctl
+  /// inject` added under an earlier leader (ha): call before take_over, in the order they
+  /// were added, so each keeps its place.
+  void append_fault(faults::fault_spec f) {
+    faults_.append(std::move(f));
     if (faults_.drop_control() != nullptr) report_.drops_control();
   }
-  /// Throws what add_fault would throw for F, and adds nothing.
-  void check_fault(const faults::fault_spec& f) const;
   /// Member ID (already marked leaving in R) is drained: it leaves at the next step
   /// boundary. Records the event; returns the leave now if no step is open.
   job_actions on_drain(const mb::roster& r, mb::member_id id, double now_s);

@@ -146,7 +146,8 @@ class launcher {
     if (opt_.resume) args.push_back("--resume");
     if (!keys_dir_.empty()) args.insert(args.end(), {"--keys", keys_dir_});
     if (opt_.insecure) args.push_back("--insecure");
-    if (ha_) args.insert(args.end(), {"--ha-etcd", join(ha_->etcd_urls(), 0), "--ha-name", ha_->name()});
+    if (ha_)
+      args.insert(args.end(), {"--ha-etcd", join(ha_->etcd_urls(), 0), "--ha-name", ha_->name()});
     return args;
   }
 

@@ -4,9 +4,9 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
-#include <algorithm>
 #include <cstdlib>
 
 #include "actors/process.hpp"
@@ -105,7 +105,7 @@ void ha_added_faults(const actors::ha_run_record& record, actors::training_job& 
   // In the order the earlier leaders added them: each keeps its place in the job's fault
   // list, the place a coordinator fault's record names. Each was parsed and checked when
   // it was added; a record that no longer parses (another version wrote it) ends the run.
-  for (const auto& text : record.added_faults) job.restore_fault(faults::parse_fault(text));
+  for (const auto& text : record.added_faults) job.append_fault(faults::parse_fault(text));
 }
 
 uint64_t ha_job_id(actors::ha_candidate& cand, const actors::ha_run_record& record,

@@ -37,11 +37,11 @@ void ha_wire(actors::ha_candidate& cand, const actors::ha_run_record& record,
              actors::coordinator_options& co, std::atomic<actors::coordinator_node*>& node,
              std::optional<int64_t>& failover_from_ns);
 
-/// The run's job id: the one an earlier leader recorded, else FRESH, recorded now.
 /// The faults `ctl inject` added under earlier leaders, back into JOB (after set_faults,
 /// before take_over).
 void ha_added_faults(const actors::ha_run_record& record, actors::training_job& job);
 
+/// The run's job id: the one an earlier leader recorded, else FRESH, recorded now.
 uint64_t ha_job_id(actors::ha_candidate& cand, const actors::ha_run_record& record,
                    uint64_t fresh);
 

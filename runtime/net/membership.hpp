@@ -280,8 +280,9 @@ constexpr std::uint64_t max_continued = std::uint64_t{1} << 48;
 /// A new leader (coordinator standbys) hears that an earlier leader gave out member ID and
 /// generation GENERATION: member ids and generations go on above them, so nothing of the
 /// earlier term is reused (workers and the data plane tell generations apart by number).
-/// Values >= max_continued are ignored. Pure: the roster's members are untouched.
-roster continue_after(const roster& r, member_id id, std::uint64_t generation);
+/// Values >= max_continued are ignored. Only R's two counters change (in place: it runs on
+/// every registration a new leader hears, and its members are left alone).
+void continue_after(roster& r, member_id id, std::uint64_t generation);
 
 /// Whether enough members are alive to run, and if not what is missing.
 struct readiness {

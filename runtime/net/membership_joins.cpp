@@ -121,11 +121,9 @@ bool join_window_closed(mono_time first, mono_time last, mono_time now, const op
   return opts.join_window_ms <= 0 || now >= join_window_closes(first, last, opts);
 }
 
-roster continue_after(const roster& r, member_id id, std::uint64_t generation) {
-  roster next = r;
-  if (id < max_continued && id >= next.next_id) next.next_id = id + 1;
-  if (generation < max_continued && generation > next.generation) next.generation = generation;
-  return next;
+void continue_after(roster& r, member_id id, std::uint64_t generation) {
+  if (id < max_continued && id >= r.next_id) r.next_id = id + 1;
+  if (generation < max_continued && generation > r.generation) r.generation = generation;
 }
 
 }  // namespace cohort::net::membership

@@ -918,8 +918,8 @@ TEST_CASE("faults ctl added under an earlier leader keep their places: a fired o
   // by the old leader) and 'kill coordinator at step=2' (place 2, not yet).
   training_job next(c, dump_config(c));
   next.set_faults({faults::parse_fault("kill rank=0 at step=4")});
-  next.restore_fault(faults::parse_fault("kill coordinator at step=1"));
-  next.restore_fault(faults::parse_fault("kill coordinator at step=2"));
+  next.append_fault(faults::parse_fault("kill coordinator at step=1"));
+  next.append_fault(faults::parse_fault("kill coordinator at step=2"));
   next.take_over({1});
   const mb::roster r = roster_of(3, 2);
   next.on_ready(r, net::worker_ready{1, 3, 1}, 0.0);

@@ -209,17 +209,23 @@ TEST_CASE("a new leader continues member ids and generations above an earlier le
   r.generation = 3;
   r.next_id = 5;
   // Above the roster's own counters: both move past the earlier leader's.
-  mb::roster next = mb::continue_after(r, 11, 7);
+  mb::roster next = r;
+  mb::continue_after(next, 11, 7);
   CHECK(next.next_id == 12);
   CHECK(next.generation == 7);
   // Below them: nothing moves back.
-  next = mb::continue_after(next, 2, 1);
+  mb::continue_after(next, 2, 1);
   CHECK(next.next_id == 12);
   CHECK(next.generation == 7);
   // A first registration (zeros) changes nothing; a value with no room left is ignored.
-  CHECK(mb::continue_after(r, 0, 0).next_id == 5);
-  next = mb::continue_after(r, mb::max_continued, mb::max_continued);
+  next = r;
+  mb::continue_after(next, 0, 0);
+  CHECK(next.next_id == 5);
+  next = r;
+  mb::continue_after(next, mb::max_continued, mb::max_continued);
   CHECK(next.next_id == 5);
   CHECK(next.generation == 3);
-  CHECK(mb::continue_after(r, mb::max_continued - 1, 0).next_id == mb::max_continued);
+  next = r;
+  mb::continue_after(next, mb::max_continued - 1, 0);
+  CHECK(next.next_id == mb::max_continued);
 }
