@@ -199,6 +199,8 @@ TEST_CASE("coordinator standbys: the leader killed twice, once by a fault ctl ad
   CHECK(restarted == 2);
   CHECK(log.find("launch: deposed the dead leader (term ") != std::string::npos);
   // The summary names the last leader and its standbys among the run's three endpoints.
+  // How many standbys it lists is not fixed: the run does not wait for the leader killed
+  // second to be back and registered before it ends (the ctl status case waits for both).
   const auto all = candidate_endpoints(launch, ep);
   const std::set<std::string> endpoints(all.begin(), all.end());
   REQUIRE(endpoints.size() == 3);
@@ -207,7 +209,8 @@ TEST_CASE("coordinator standbys: the leader killed twice, once by a fault ctl ad
   CHECK(co["pid"].get<int64_t>() > 0);
   std::set<std::string> standbys;
   for (const auto& e : co["standbys"]) standbys.insert(e.get<std::string>());
-  CHECK_MESSAGE(standbys.size() == 2, co.dump());
+  CHECK_MESSAGE(standbys.size() == co["standbys"].size(), co.dump());
+  CHECK_MESSAGE(standbys.size() <= 2, co.dump());
   CHECK_MESSAGE(standbys.count(co["leader"].get<std::string>()) == 0, co.dump());
   for (const auto& e : standbys) CHECK_MESSAGE(endpoints.count(e) == 1, co.dump());
 }
@@ -396,12 +399,16 @@ TEST_CASE("ctl status names the leader, its term and its standbys, also when ask
   child_process launch(launch_args(dir, cfg, 100000, out, {"--set", "train.log_every=1000000"}),
                        dir.path(), "launch-status");
   const job_address ep = address_of(launch);
+  // The standbys start beside the leader and register in etcd on their own time (a loaded
+  // machine may elect the leader first): the status is read once all three are in.
   nlohmann::json st;
-  REQUIRE(eventually(step_timeout, [&] {
+  const bool all_in = eventually(step_timeout, [&] {
     st = ctl_status(ep);
     return st.is_object() && st["coordinator"].is_object() &&
-           st["coordinator"]["term"].get<int64_t>() > 0;
-  }));
+           st["coordinator"]["term"].get<int64_t>() > 0 &&
+           st["coordinator"]["standbys"].size() == 2;
+  });
+  REQUIRE_MESSAGE(all_in, "the leader never listed two standbys: " << st.dump());
   const nlohmann::json co = st["coordinator"];
   CAPTURE(co.dump());
   const auto all = candidate_endpoints(launch, ep);
