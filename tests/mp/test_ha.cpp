@@ -257,7 +257,7 @@ TEST_CASE("coordinator standbys: a leader paused past its lease resumes deposed,
   // is the gate's, not a timing's.
   require_etcd();
   temp_dir dir;
-  const int steps = 600;
+  const int steps = 200;
   const std::string cfg = config("quickstart_ha.yaml");
   const std::string hash = reference_hash(dir, cfg, steps);
   const std::string out = dir.path() + "/paused.json";
