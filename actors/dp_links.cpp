@@ -11,6 +11,7 @@
 #include "runtime/comm/factory.hpp"
 #include "runtime/comm/p2p.hpp"
 #include "runtime/core/config.hpp"
+#include "runtime/net/kv_store.hpp"
 #include "runtime/train/seat.hpp"
 
 namespace cohort::actors {
@@ -65,7 +66,12 @@ void dp_group_shared::shut() {
   abort_locked("the worker is exiting");
 }
 
-int collective_timeout_ms(int fault_timeout_ms) { return std::max(10000, 20 * fault_timeout_ms); }
+int collective_timeout_ms(int fault_timeout_ms) {
+  // 20 detection timeouts, at least 10 s, and never past what the rendezvous store accepts
+  // (a longer wait is refused there, and every build of the group would fail).
+  const int64_t ms = std::max<int64_t>(10000, 20 * int64_t{fault_timeout_ms});
+  return static_cast<int>(std::min<int64_t>(ms, net::kv::longest_wait.count()));
+}
 
 dp_links::dp_links() = default;
 dp_links::~dp_links() = default;

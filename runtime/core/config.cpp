@@ -422,10 +422,11 @@ const std::vector<key_spec>& schema() {
       {"fault_tolerance",
        "timeout_ms",
        COHORT_FIELD(fault_tolerance.timeout_ms),
-       at_least(1),
+       from_to(1, 3600000),
        {},
        nullptr,
-       "A worker silent this long is declared dead; must exceed heartbeat_ms."},
+       "A worker silent this long is declared dead; must exceed heartbeat_ms. At most one "
+       "hour."},
       {"fault_tolerance",
        "join_window_ms",
        COHORT_FIELD(fault_tolerance.join_window_ms),

@@ -44,6 +44,10 @@ enum class status : std::uint8_t {
 /// "ok", "pending", ...
 const char* to_string(status s);
 
+/// The longest wait the store accepts by default: whoever sizes a rendezvous wait (the
+/// collective timeout, actors/dp_links) keeps below it.
+inline constexpr std::chrono::milliseconds longest_wait = std::chrono::minutes(30);
+
 /// Limits, so a confused or hostile peer gets an error value instead of exhausting memory.
 struct options {
   std::size_t max_key_bytes = 512;
@@ -60,7 +64,7 @@ struct options {
   std::size_t max_keys_per_wait = 4096;
   /// Longest wait accepted: a later deadline is refused (Gloo's rendezvous waits for at
   /// most the collective timeout, seconds to minutes).
-  std::chrono::milliseconds max_wait = std::chrono::minutes(30);
+  std::chrono::milliseconds max_wait = longest_wait;
 };
 
 /// Answer to one request.

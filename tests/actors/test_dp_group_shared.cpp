@@ -3,11 +3,14 @@
 // two threads are played as tables: the roster first, or the build first. No sockets.
 #include <doctest/doctest.h>
 
+#include <chrono>
 #include <memory>
 
 #include "actors/dp_group.hpp"
+#include "actors/dp_links.hpp"
 #include "runtime/comm/build_abort.hpp"
 #include "runtime/comm/communicator.hpp"
+#include "runtime/net/kv_store.hpp"
 
 using cohort::actors::dp_group_shared;
 using namespace cohort::comm;
@@ -87,4 +90,21 @@ TEST_CASE("shut ends what is installed and every later build (process exit)") {
   s.shut();
   CHECK(c.aborts == 1);
   CHECK(s.begin_build(3)->aborted());
+}
+
+TEST_CASE("the collective timeout: 20 detection timeouts, at least 10 s, at most the store's") {
+  using cohort::actors::collective_timeout_ms;
+  namespace kv = cohort::net::kv;
+  CHECK(collective_timeout_ms(1) == 10000);
+  CHECK(collective_timeout_ms(500) == 10000);
+  CHECK(collective_timeout_ms(1000) == 20000);
+  CHECK(collective_timeout_ms(90000) == 1800000);
+  // Past the store's longest wait every rendezvous of the group was refused, and each new
+  // generation failed the same way (fault_tolerance.timeout_ms 180000 ran no step).
+  CHECK(collective_timeout_ms(180000) == kv::longest_wait.count());
+  CHECK(collective_timeout_ms(3600000) == kv::longest_wait.count());  // the config's largest
+  kv::store s;
+  const auto at = [](int ms) { return kv::mono_time{} + std::chrono::milliseconds(ms); };
+  CHECK(s.wait(1, 1, {"a"}, at(0), at(collective_timeout_ms(3600000))).code ==
+        kv::status::pending);
 }

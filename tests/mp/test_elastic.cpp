@@ -7,6 +7,7 @@
 #include <doctest/doctest.h>
 
 #include <csignal>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
@@ -24,6 +25,8 @@ namespace {
 const milliseconds start_timeout(15000);
 const milliseconds step_timeout(90000);
 const milliseconds run_timeout(240000);
+// timeout_ms of a run whose worker the test holds with SIGSTOP: never reached by the hold.
+const int held_timeout_ms = 180000;
 
 // Waits until the job at EP has committed at least STEP steps; returns the status then.
 nlohmann::json wait_for_step(const job_address& ep, int64_t step) {
@@ -46,6 +49,26 @@ int64_t pid_of(const nlohmann::json& status, const std::string& name) {
 // `cohort ctl --coordinator EP ARGS`: stdout and stderr together, exit code in *RC.
 std::string ctl(const job_address& ep, const std::string& args, int* rc) {
   return run_capture("ctl " + ep.ctl_args() + " " + args, rc, true);
+}
+
+// Holds training while the workers a scale-up asked for start and register: SIGSTOPs the
+// live worker NAME (the run's timeout_ms must be far longer than this takes, so that it is
+// not declared dead; its peers wait in their sum), waits until STATUS lists WANT live
+// workers, then SIGCONTs it. A scale-up does not hold training by itself (joiners join
+// the step after they register), so without this a short run could end before they come.
+void hold_until_members(const job_address& ep, const std::string& name, int want,
+                        const std::function<void()>& then = {}) {
+  const int64_t pid = pid_of(ctl_status(ep), name);
+  REQUIRE_MESSAGE(pid > 0, name << " is not alive");
+  REQUIRE(::kill(static_cast<pid_t>(pid), SIGSTOP) == 0);
+  if (then) then();
+  nlohmann::json st;
+  const bool in = eventually(step_timeout, [&] {
+    st = ctl_status(ep);
+    return st.is_object() && alive_workers(st) == want;
+  });
+  ::kill(static_cast<pid_t>(pid), SIGCONT);
+  REQUIRE_MESSAGE(in, "never " << want << " live workers: " << st.dump());
 }
 
 // Waits for `cohort launch` to end (exit 0 expected); its summary at OUT.
@@ -100,8 +123,12 @@ TEST_CASE("scale 2 -> 4 by a fault spec: joiners take their state from a peer, s
   const std::string hash = train_summary(dir, cfg)["params_sha256"];
   const std::string out = dir.path() + "/scale-spec.json";
   child_process launch({"launch", cfg, "-q", "--summary", out, "--set", "cluster.workers=2",
-                        "--set", "elastic.max_workers=4", "--inject", "scale to=4 at step=30"},
+                        "--set", "elastic.max_workers=4", "--set",
+                        "fault_tolerance.timeout_ms=" + std::to_string(held_timeout_ms),
+                        "--inject", "scale to=4 at step=30"},
                        dir.path(), "launch-scale-spec");
+  wait_for_step(address_of(launch), 30);
+  hold_until_members(address_of(launch), "worker-1", 4);
   const nlohmann::json s = finish(launch, out);
   check_fault_free(s, hash, steps);
   CHECK(s["dp"] == 4);
@@ -133,13 +160,16 @@ TEST_CASE("scale 2 -> 4 by `cohort ctl scale 4` while the job runs: same hash, 4
   const std::string hash = train_summary(dir, cfg)["params_sha256"];
   const std::string out = dir.path() + "/scale-ctl.json";
   child_process launch({"launch", cfg, "-q", "--summary", out, "--set", "cluster.workers=2",
-                        "--set", "elastic.max_workers=4"},
+                        "--set", "elastic.max_workers=4", "--set",
+                        "fault_tolerance.timeout_ms=" + std::to_string(held_timeout_ms)},
                        dir.path(), "launch-scale-ctl");
   const job_address ep = address_of(launch);
   wait_for_step(ep, 20);
-  int rc = -1;
-  const std::string said = ctl(ep, "scale 4", &rc);
-  CHECK_MESSAGE(rc == 0, said);
+  hold_until_members(ep, "worker-1", 4, [&] {
+    int rc = -1;
+    const std::string said = ctl(ep, "scale 4", &rc);
+    CHECK_MESSAGE(rc == 0, said);
+  });
   const nlohmann::json s = finish(launch, out);
   check_fault_free(s, hash, steps);
   CHECK(s["dp"] == 4);
