@@ -7,7 +7,9 @@
 #include <csignal>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
+#include <utility>
 
 #include "runtime/ckpt/checkpoint_dir.hpp"
 #include "tests/mp/mp_util.hpp"
@@ -68,11 +70,14 @@ TEST_CASE("cohort train killed inside a checkpoint write resumes from the one be
   int64_t before = -1;
   {
     child_process first({"train", cfg, "-q"}, dir.path(), "killed",
-                        {"COHORT_TEST_CHECKPOINT_DELAY_MS=3000"});
+                        {"COHORT_TEST_CHECKPOINT_DELAY_MS=" + std::to_string(3000 * time_scale())});
     // A complete checkpoint exists and the next one's shard is on disk without its marker.
-    REQUIRE_MESSAGE(eventually(milliseconds(60000), [&] { return in_flight(ckdir).has_value(); }),
+    // Read once: the shard seen without its marker is the one the kill must leave so.
+    std::optional<std::pair<int64_t, std::string>> seen;
+    REQUIRE_MESSAGE(eventually(milliseconds(60000),
+                               [&] { return (seen = in_flight(ckdir)).has_value(); }),
                     first.err());
-    killed_in = *in_flight(ckdir);
+    killed_in = *seen;
     before = newest_checkpoint(ckdir)->first;
     first.signal(SIGKILL);
     const auto code = first.wait_exit(milliseconds(10000));
@@ -136,10 +141,13 @@ TEST_CASE("a launch killed inside a checkpoint write resumes on another worker c
   {
     // Rank 0 of three workers writes; the whole launch dies while a marker is missing.
     child_process first({"launch", cfg, "-q", "--set", "cluster.workers=3"}, dir.path(),
-                        "launch-killed", {"COHORT_TEST_CHECKPOINT_DELAY_MS=3000"});
-    REQUIRE_MESSAGE(eventually(milliseconds(60000), [&] { return in_flight(ckdir).has_value(); }),
+                        "launch-killed", {"COHORT_TEST_CHECKPOINT_DELAY_MS=" + std::to_string(3000 * time_scale())});
+    // Read once: the shard seen without its marker is the one the kill must leave so.
+    std::optional<std::pair<int64_t, std::string>> seen;
+    REQUIRE_MESSAGE(eventually(milliseconds(60000),
+                               [&] { return (seen = in_flight(ckdir)).has_value(); }),
                     first.err());
-    killed_in = *in_flight(ckdir);
+    killed_in = *seen;
     before = newest_checkpoint(ckdir)->first;
     first.signal(SIGKILL);  // the children follow (PDEATHSIG)
     first.wait_exit(milliseconds(10000));
