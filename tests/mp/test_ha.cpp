@@ -125,6 +125,26 @@ nlohmann::json wait_for_step(const job_address& a, int64_t step) {
   return status;
 }
 
+// Waits until the job (asked at A) holds at step STEP or later with three live workers:
+// a rank killed there left it below elastic.min_workers 4. The status then.
+nlohmann::json wait_held(const job_address& a, int64_t step) {
+  nlohmann::json st;
+  const bool held = eventually(step_timeout, [&] {
+    st = ctl_status(a);
+    return st.is_object() && st["step"].is_number() && st["step"].get<int64_t>() >= step &&
+           alive_workers(st) == 3;
+  });
+  REQUIRE_MESSAGE(held, "the job never held at step " << step << " with 3 workers: " << st.dump());
+  return st;
+}
+
+// `cohort ctl ARGS` at A, which must succeed.
+void ctl_ok(const job_address& a, const std::string& args) {
+  int rc = -1;
+  const std::string said = run_capture("ctl " + a.ctl_args() + " " + args, &rc, true);
+  REQUIRE_MESSAGE(rc == 0, said);
+}
+
 // The checks every failover scenario shares: the hash, N failover events recovered in a
 // measurable time with rising terms, and the summary's coordinator block agreeing.
 void check_failovers(const nlohmann::json& s, const std::string& hash, int steps,
@@ -170,17 +190,9 @@ TEST_CASE("coordinator standbys: the leader killed twice, once by a fault ctl ad
                                     "kill coordinator at step=80"}),
                        dir.path(), "launch-kill-twice");
   const job_address ep = address_of(launch);
-  REQUIRE(eventually(step_timeout, [&] {
-    const nlohmann::json st = ctl_status(ep);
-    return st.is_object() && st["step"].is_number() && st["step"].get<int64_t>() >= 5 &&
-           alive_workers(st) == 3;
-  }));
-  int rc = -1;
-  const std::string added =
-      run_capture("ctl " + ep.ctl_args() + " inject 'kill coordinator at step=160'", &rc, true);
-  REQUIRE_MESSAGE(rc == 0, added);
-  const std::string scaled = run_capture("ctl " + ep.ctl_args() + " scale 4", &rc, true);
-  REQUIRE_MESSAGE(rc == 0, scaled);
+  wait_held(ep, 5);
+  ctl_ok(ep, "inject 'kill coordinator at step=160'");
+  ctl_ok(ep, "scale 4");
   const nlohmann::json s = finish(launch, out);
   check_failovers(s, hash, steps, 2);
   const auto fo = events_of(s, "failover");
@@ -360,12 +372,7 @@ TEST_CASE("coordinator standbys: a worker, a standby and the leader die in one r
                                     "kill rank=1 at step=5"}),
                        dir.path(), "launch-three-deaths");
   const job_address ep = address_of(launch);
-  nlohmann::json st;
-  REQUIRE(eventually(step_timeout, [&] {
-    st = ctl_status(ep);
-    return st.is_object() && st["step"].is_number() && st["step"].get<int64_t>() >= 5 &&
-           alive_workers(st) == 3;
-  }));
+  const nlohmann::json st = wait_held(ep, 5);
   // SIGKILL a standby that does not lead (the leader is the one ctl status names).
   REQUIRE_MESSAGE(st["coordinator"].is_object(), st.dump());
   const int64_t leader_pid = st["coordinator"]["pid"].get<int64_t>();
@@ -376,12 +383,8 @@ TEST_CASE("coordinator standbys: a worker, a standby and the leader die in one r
   MESSAGE("leader pid " << leader_pid << "; killing " << victim.name << " (pid " << victim.pid
                         << ") at step " << st["step"].get<int64_t>());
   REQUIRE(::kill(victim.pid, SIGKILL) == 0);
-  int rc = -1;
-  const std::string added =
-      run_capture("ctl " + ep.ctl_args() + " inject 'kill coordinator at step=200'", &rc, true);
-  REQUIRE_MESSAGE(rc == 0, added);
-  const std::string scaled = run_capture("ctl " + ep.ctl_args() + " scale 4", &rc, true);
-  REQUIRE_MESSAGE(rc == 0, scaled);
+  ctl_ok(ep, "inject 'kill coordinator at step=200'");
+  ctl_ok(ep, "scale 4");
 
   const nlohmann::json s = finish(launch, out);
   check_failovers(s, hash, steps, 1);
