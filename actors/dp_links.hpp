@@ -117,7 +117,8 @@ void build_links(dp_links& l, const link_context& ctx, const net::step_open& o, 
 /// Collective timeout a group uses, from fault_tolerance.timeout_ms: a peer that stops
 /// answering is normally noticed by the coordinator first (which aborts the collective
 /// through dp_group_shared); this bound only catches what the coordinator cannot see, and
-/// must cover compute skew between workers on a loaded machine.
+/// must cover compute skew between workers on a loaded machine. max(10 s, 20 x it), at most
+/// the rendezvous store's longest wait (net::kv::longest_wait), which the group's build asks.
 int collective_timeout_ms(int fault_timeout_ms);
 
 }  // namespace cohort::actors
