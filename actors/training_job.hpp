@@ -50,13 +50,8 @@ class training_job {
     resync_ = true;
     for (std::size_t i : fired) faults_.mark_fired(i);
   }
-  /// One more fault for the running job (`cohort ctl inject`): check_fault, then
-  /// append_fault.
-  void add_fault(faults::fault_spec f) {
-    check_fault(f);
-    append_fault(std::move(f));
-  }
-  /// Throws usage_error for an unsupported kind or a step that has already opened.
+  /// Whether F may join the running job (`cohort ctl inject`, then append_fault): throws
+  /// usage_error for an unsupported kind or a step that has already opened.
   void check_fault(const faults::fault_spec& f) const;
   /// A fault checked by check_fault, at the next place in the list. Also a fault `ctl
   /// inject` added under an earlier leader (ha): call before take_over, in the order they

@@ -52,6 +52,15 @@ void leave_now(self_ptr self) {
   finish(self, 0);
 }
 
+// Draining (SIGTERM): asks the leader to let this member leave at a step boundary, and
+// leaves on its own if no `stop` comes within the coordinator timeout.
+void ask_drain(self_ptr self) {
+  auto& st = self->state;
+  st.io.send(net::admin_request{0, "drain", st.opts.name});
+  self->delayed_send(self, milliseconds(st.opts.coordinator_timeout_ms), co_dleft_atom::value,
+                     st.incarnation);
+}
+
 // Everything learnt as a member (id, generation, rank, roster) is void; the training state
 // stays. Whatever the group is doing belongs to a generation that no longer includes us.
 void forget_generation(worker_state& st) {
@@ -237,9 +246,7 @@ void on_inbound(self_ptr self, const net::message& m) {
             // before its stop came: ask again here, with a new deadline (the old one lapsed
             // with the old registration).
             spdlog::info("worker {}: draining: asking again after registering anew", x.name);
-            st.io.send(net::admin_request{0, "drain", st.opts.name});
-            self->delayed_send(self, milliseconds(st.opts.coordinator_timeout_ms),
-                               co_dleft_atom::value, st.incarnation);
+            ask_drain(self);
           }
         } else if constexpr (std::is_same_v<T, net::register_reject>) {
           if (st.ph != worker_state::phase::registering) return;
@@ -333,9 +340,7 @@ caf::behavior worker_actor(caf::stateful_actor<worker_state>* self, worker_optio
           // at once.
           st.draining = true;
           spdlog::info("worker {}: draining: leaving after the current step", st.opts.name);
-          st.io.send(net::admin_request{0, "drain", st.opts.name});
-          self->delayed_send(self, milliseconds(st.opts.coordinator_timeout_ms),
-                             co_dleft_atom::value, st.incarnation);
+          ask_drain(self);
           return;
         }
         leave_now(self);

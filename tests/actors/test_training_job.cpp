@@ -63,6 +63,12 @@ job_actions all_ready(training_job& job, const mb::roster& r, int64_t next = 0) 
   return last;
 }
 
+// What `ctl inject` does to the job (coordinator_admin): check the fault, then append it.
+void add_fault(training_job& job, faults::fault_spec f) {
+  job.check_fault(f);
+  job.append_fault(std::move(f));
+}
+
 }  // namespace
 
 TEST_CASE("training job opens a step only when every configured worker is alive and ready") {
@@ -521,10 +527,10 @@ TEST_CASE("ctl inject adds a fault for a later step and refuses one already past
   all_ready(job, r);
   job.on_vote(r, ok_vote(1, 1, 0), 0.1);
   job.on_vote(r, ok_vote(2, 1, 0), 0.2);  // step 1 open
-  CHECK_THROWS_AS(job.add_fault(faults::parse_fault("kill rank=0 at step=1")), usage_error);
-  job.add_fault(faults::parse_fault("drop control p=0.1 seed=1"));
-  CHECK_THROWS_AS(job.add_fault(faults::parse_fault("drop control p=0.2 seed=1")), usage_error);
-  job.add_fault(faults::parse_fault("kill rank=0 at step=2"));
+  CHECK_THROWS_AS(add_fault(job, faults::parse_fault("kill rank=0 at step=1")), usage_error);
+  add_fault(job, faults::parse_fault("drop control p=0.1 seed=1"));
+  CHECK_THROWS_AS(add_fault(job, faults::parse_fault("drop control p=0.2 seed=1")), usage_error);
+  add_fault(job, faults::parse_fault("kill rank=0 at step=2"));
   job.on_vote(r, ok_vote(1, 1, 1), 0.3);
   job_actions a = job.on_vote(r, ok_vote(2, 1, 1), 0.4);
   auto orders = sent<net::fault_order>(a);
@@ -719,8 +725,8 @@ TEST_CASE("a window ends before a step a fault acts on, and ctl inject cannot na
   REQUIRE(!opens.empty());
   CHECK(opens[0].second.through == 4);
   // Steps 0..4 are open (the window): a fault can only name step 5 or later.
-  CHECK_THROWS_AS(job.add_fault(faults::parse_fault("hang rank=0 at step=3 for=1s")), usage_error);
-  job.add_fault(faults::parse_fault("hang rank=0 at step=7 for=1s"));
+  CHECK_THROWS_AS(add_fault(job, faults::parse_fault("hang rank=0 at step=3 for=1s")), usage_error);
+  add_fault(job, faults::parse_fault("hang rank=0 at step=7 for=1s"));
   // Step 5 opens by itself with the kill's order; its window ends before the hang at 7.
   // Both members vote the window's last step: the next one opens after the second.
   const auto through = [&](int64_t s, double t) {

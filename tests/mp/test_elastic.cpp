@@ -7,7 +7,6 @@
 #include <doctest/doctest.h>
 
 #include <csignal>
-#include <functional>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
@@ -51,23 +50,25 @@ std::string ctl(const job_address& ep, const std::string& args, int* rc) {
   return run_capture("ctl " + ep.ctl_args() + " " + args, rc, true);
 }
 
-// Holds training while the workers a scale-up asked for start and register: SIGSTOPs the
-// live worker NAME (the run's timeout_ms must be far longer than this takes, so that it is
-// not declared dead; its peers wait in their sum), waits until STATUS lists WANT live
-// workers, then SIGCONTs it. A scale-up does not hold training by itself (joiners join
-// the step after they register), so without this a short run could end before they come.
-void hold_until_members(const job_address& ep, const std::string& name, int want,
-                        const std::function<void()>& then = {}) {
-  const int64_t pid = pid_of(ctl_status(ep), name);
+// A scale-up does not hold training (joiners join the step after they register), so a
+// short run could end before they come. The test holds it instead: hold() SIGSTOPs the
+// live worker NAME (its peers wait in their sum; the run's timeout_ms must outlast the
+// hold, so that it is not declared dead) and returns its pid; release_at() waits until
+// ctl lists WANT live workers, then SIGCONTs it.
+pid_t hold(const job_address& ep, const std::string& name) {
+  const auto pid = static_cast<pid_t>(pid_of(ctl_status(ep), name));
   REQUIRE_MESSAGE(pid > 0, name << " is not alive");
-  REQUIRE(::kill(static_cast<pid_t>(pid), SIGSTOP) == 0);
-  if (then) then();
+  REQUIRE(::kill(pid, SIGSTOP) == 0);
+  return pid;
+}
+
+void release_at(const job_address& ep, pid_t held, int want) {
   nlohmann::json st;
   const bool in = eventually(step_timeout, [&] {
     st = ctl_status(ep);
     return st.is_object() && alive_workers(st) == want;
   });
-  ::kill(static_cast<pid_t>(pid), SIGCONT);
+  ::kill(held, SIGCONT);
   REQUIRE_MESSAGE(in, "never " << want << " live workers: " << st.dump());
 }
 
@@ -127,8 +128,9 @@ TEST_CASE("scale 2 -> 4 by a fault spec: joiners take their state from a peer, s
                         "fault_tolerance.timeout_ms=" + std::to_string(held_timeout_ms),
                         "--inject", "scale to=4 at step=30"},
                        dir.path(), "launch-scale-spec");
-  wait_for_step(address_of(launch), 30);
-  hold_until_members(address_of(launch), "worker-1", 4);
+  const job_address ep = address_of(launch);
+  wait_for_step(ep, 30);
+  release_at(ep, hold(ep, "worker-1"), 4);
   const nlohmann::json s = finish(launch, out);
   check_fault_free(s, hash, steps);
   CHECK(s["dp"] == 4);
@@ -165,11 +167,11 @@ TEST_CASE("scale 2 -> 4 by `cohort ctl scale 4` while the job runs: same hash, 4
                        dir.path(), "launch-scale-ctl");
   const job_address ep = address_of(launch);
   wait_for_step(ep, 20);
-  hold_until_members(ep, "worker-1", 4, [&] {
-    int rc = -1;
-    const std::string said = ctl(ep, "scale 4", &rc);
-    CHECK_MESSAGE(rc == 0, said);
-  });
+  const pid_t held = hold(ep, "worker-1");
+  int rc = -1;
+  const std::string said = ctl(ep, "scale 4", &rc);
+  CHECK_MESSAGE(rc == 0, said);
+  release_at(ep, held, 4);
   const nlohmann::json s = finish(launch, out);
   check_fault_free(s, hash, steps);
   CHECK(s["dp"] == 4);
