@@ -11,10 +11,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -125,8 +125,8 @@ class launcher {
     }
     std::printf("coordinator listening on %s\n", endpoint_.c_str());
     if (ha())
-      std::printf("launch: %d standby coordinator(s) at %s (etcd %s, run %s)\n",
-                  cfg_.ha.standbys, join(candidates_, 1).c_str(), ha_->etcd_urls().front().c_str(),
+      std::printf("launch: %d standby coordinator(s) at %s (etcd %s, run %s)\n", cfg_.ha.standbys,
+                  join(candidates_, 1).c_str(), ha_->etcd_urls().front().c_str(),
                   ha_->name().c_str());
     return after_start();
   }
@@ -210,9 +210,9 @@ class launcher {
   }
 
   bool connect_client(const std::string& ep, int timeout_ms) {
-    auto c = std::make_unique<net::sync_client>(
-        ep, static_cast<size_t>(cfg_.control.max_message_bytes), net::make_identity("launch"),
-        client_keys_.get());
+    auto c =
+        std::make_unique<net::sync_client>(ep, static_cast<size_t>(cfg_.control.max_message_bytes),
+                                           net::make_identity("launch"), client_keys_.get());
     net::register_request me{net::peer_role::client, "launch", static_cast<int64_t>(getpid())};
     const auto r = c->register_as(me, milliseconds(timeout_ms));
     if (!r || !std::holds_alternative<net::register_ok>(*r)) return false;
@@ -238,8 +238,7 @@ class launcher {
   void start_worker(const std::string& name) {
     std::vector<std::string> args{"worker", "--join", ha() ? join(candidates_, 0) : endpoint_,
                                   "--name", name};
-    if (ha())
-      args.insert(args.end(), {"--reattach-ms", std::to_string(cfg_.ha.reattach_ms)});
+    if (ha()) args.insert(args.end(), {"--reattach-ms", std::to_string(cfg_.ha.reattach_ms)});
     if (!keys_dir_.empty()) args.insert(args.end(), {"--keys", keys_dir_});
     const pid_t pid = actors::spawn_self(args);
     children_[pid] = child{name, false, clock_type::now(), {}};
@@ -527,7 +526,8 @@ void add_launch(CLI::App& app, int* rc) {
       "launch",
       "Train on one machine: start a coordinator and cluster.workers local worker processes, "
       "run the config's job on them (data parallel: each worker computes its share of every "
-      "global batch, gradients are summed with Gloo), show progress, evaluate at the end and "
+      "global batch; gradients are summed over shared memory within a host and Gloo between "
+      "hosts), show progress, evaluate at the end and "
       "exit. Tells the coordinator at once when a worker exits; stops everything on Ctrl-C / "
       "SIGTERM (no child is left behind).");
   cmd->add_option("config", opt->config_path, "YAML config")->type_name("CFG")->required();

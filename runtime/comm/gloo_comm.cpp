@@ -1,8 +1,8 @@
 #include "runtime/comm/gloo_comm.hpp"
 
 #include <gloo/allgather.h>
-#include <gloo/alltoall.h>
 #include <gloo/allreduce.h>
+#include <gloo/alltoall.h>
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
 #include <gloo/math.h>
@@ -19,24 +19,20 @@
 #include <exception>
 #include <memory>
 #include <mutex>
-#include <typeinfo>
 #include <unordered_set>
 #include <vector>
 
 #include "runtime/comm/build_abort.hpp"
 
-// Gloo's TCP transport fails every pending operation of a context when one wait times
-// out: tcp::Context::signalException(msg) hands an exception to every pair, which wakes
-// the waiting buffers and closes the sockets (so the peers fail at once too). That is
-// exactly what abort() needs, but the function is protected and Debian's libgloo-dev
-// lacks gloo/common/memory.h, so <gloo/transport/tcp/context.h> cannot be included. The
-// symbol is exported by libgloo.so; it is declared here under its Itanium name (a
-// non-virtual member function takes `this` as its first argument). If a future Gloo
-// drops it, linking fails loudly instead of abort() silently doing less.
-extern void
-cohort_gloo_tcp_context_signal_exception(void* tcp_context, const std::string& msg) __asm__(
-    "_ZN4gloo9transport3tcp7Context15signalExceptionERKNSt7__cxx1112basic_stringIcSt11char_"
-    "traitsIcESaIcEEE");
+// How a communicator fails its peers at once (abort, or a build whose generation is over):
+// it hard-closes every pair through Gloo's public Pair::close() (the same call as
+// gloo::Context::closeConnections). A TCP pair's close resets its socket (SO_LINGER 0), so
+// each peer's read fails with ECONNRESET and the peer's pending operations fail then, not
+// at their timeout; close also wakes a connect waiting on the pair. The local waits a
+// closed pair does not wake (a buffer mid-read, an algorithm's next segment) are cut by the
+// buffer registry below. Gloo's tcp::Context::signalException would do both halves, but it
+// is protected and its header cannot be included from Debian's libgloo-dev (it needs
+// gloo/common/memory.h, which the package lacks).
 
 namespace cohort::comm {
 
@@ -236,11 +232,15 @@ class recording_device final : public gloo::transport::Device {
   std::shared_ptr<gloo::transport::Context> created_;
 };
 
-// Fails every pair of TRANSPORT (a tcp::Context, as gloo_comm::abort_transport checks).
-void signal_tcp_context(gloo::transport::Context* transport, const std::string& why) {
-  if (transport != nullptr &&
-      std::strcmp(typeid(*transport).name(), "N4gloo9transport3tcp7ContextE") == 0)
-    cohort_gloo_tcp_context_signal_exception(transport, why);
+// Hard-closes every pair of TRANSPORT but SELF's (see the note at the top). Only called
+// once every pair exists: Gloo's context reads its pair list without a lock.
+void close_pairs(gloo::transport::Context* transport, int self, int size) {
+  if (transport == nullptr) return;
+  for (int r = 0; r < size; ++r) {
+    if (r == self) continue;
+    auto& pair = transport->getPair(r);
+    if (pair) pair->close();
+  }
 }
 
 // The store connectFullMesh talks to, seen through CANCEL: every call checks it first, and
@@ -262,10 +262,8 @@ class abortable_store final : public gloo::rendezvous::Store {
     check("rendezvous set '" + key + "'");
     if (cancel_ && key == std::to_string(rank_) && !armed_) {
       armed_ = true;
-      id_ = cancel_->arm([t = device_->created(), r = rank_] {
-        signal_tcp_context(t.get(), "cohort: rank " + std::to_string(r) +
-                                        " stopped connecting: its generation is over");
-      });
+      id_ = cancel_->arm(
+          [t = device_->created(), r = rank_, n = size_] { close_pairs(t.get(), r, n); });
       check("rendezvous set '" + key + "'");
     }
     inner_.set(key, data);
@@ -400,7 +398,7 @@ gloo_comm::gloo_comm(gloo::rendezvous::Store& store, int rank, int size, const g
     guarded.disarm();
     // An abort that came while the last connect completed still ends this generation.
     if (cancel && cancel->aborted()) {
-      signal_tcp_context(context->transport_context(), "cohort: build aborted");
+      close_pairs(context->transport_context(), rank, size);
       cancel->check(what);
     }
     context->setTimeout(opts.timeout);
@@ -419,8 +417,8 @@ gloo_comm::gloo_comm(gloo::rendezvous::Store& store, int rank, int size, const g
                        std::string(e.what()) + " (aborted: " + cancel->why() + ")");
     if (!last_peer.empty())
       throw comm_error(comm_failure::unreachable, what,
-                       "no connection between rank " + std::to_string(rank) + " at " +
-                           self_host + " and " + last_peer + ": " + e.what() +
+                       "no connection between rank " + std::to_string(rank) + " at " + self_host +
+                           " and " + last_peer + ": " + e.what() +
                            " (is that address reachable from here? comm.interface chooses "
                            "the address each worker advertises)");
     throw comm_error(classify(e.what()) == comm_failure::timeout ? comm_failure::timeout
@@ -461,34 +459,26 @@ void gloo_comm::run(const char* op, Fn&& fn) {
     dead_ = true;
     const comm_failure kind = aborted_.load() ? comm_failure::aborted : classify(e.what());
     // Close every pair so the peers stop waiting for us now, not at their own timeout.
-    abort_transport("cohort: rank " + std::to_string(rank_) + " failed in " + op);
+    abort_transport();
     throw comm_error(kind, where(), e.what());
   }
 }
 
-void gloo_comm::abort_transport(const std::string& why) {
+void gloo_comm::abort_transport() {
   std::lock_guard<std::mutex> lock(abort_mutex_);
   if (transport_signalled_ || !context_) return;
   transport_signalled_ = true;
   auto* transport = transport_.get();
   if (transport == nullptr) return;
-  // tcp::Context derives first from transport::Context (its primary base, at offset 0).
-  // Check the dynamic type by name since the TCP class cannot be named here.
-  if (std::strcmp(typeid(*transport).name(), "N4gloo9transport3tcp7ContextE") == 0) {
-    cohort_gloo_tcp_context_signal_exception(transport, why);
-  } else {
-    // Another transport: closing the pairs still fails the peers at once; a call blocked
-    // here then returns at its timeout.
-    context_->closeConnections();
-  }
-  // Last: waits the signal above cannot reach (a buffer mid-read) return now.
+  close_pairs(transport, rank_, size_);
+  // Last: waits the close above cannot reach (a buffer mid-read) return now.
   buffers_->abort_all();
 }
 
 void gloo_comm::abort() {
   aborted_ = true;
   dead_ = true;
-  abort_transport("cohort: communicator aborted on rank " + std::to_string(rank_));
+  abort_transport();
 }
 
 void gloo_comm::allreduce_sum(float* data, std::size_t n) {

@@ -89,7 +89,7 @@ class gloo_comm : public communicator {
   template <class Fn>
   void run(const char* op, Fn&& fn);
   // Fails every pending operation of the context and closes its sockets (once).
-  void abort_transport(const std::string& why);
+  void abort_transport();
   static std::shared_ptr<buffer_registry> make_registry();
   static std::shared_ptr<byte_counters> make_counters();
 
