@@ -370,10 +370,14 @@ TEST_CASE(
   const std::vector<std::string> sets = {"--set", "train.optimizer=onebit_adam",
                                          "--set", "train.onebit.freeze_step=4",
                                          "--set", "fault_tolerance.keep=5"};
-  // The reference: one flat Gloo group of 4 on one host, without checkpoints.
+  // The reference: one flat Gloo group of 4 on one host. Its final checkpoint goes to a
+  // folder of its own: a complete step 24 in ckpt/ would have the next job's first prune
+  // remove its step 16 while that is being written (prune_checkpoints drops incomplete
+  // folders older than the newest complete one).
   std::string launch = "launch " + cfg + " -q --summary " + dir.path() + "/flat.json" +
                        " --set cluster.workers=4 --set comm.transport=gloo" +
-                       " --set fault_tolerance.checkpoint_every=0";
+                       " --set fault_tolerance.checkpoint_every=0" +
+                       " --set fault_tolerance.checkpoint_dir=" + dir.path() + "/ckpt-flat";
   for (const std::string& a : sets) launch += " " + a;
   int rc = -1;
   run_capture(launch, &rc);
