@@ -109,31 +109,66 @@ void wait_for_step(const bed& b, const coordinator& c, int64_t step) {
   REQUIRE_MESSAGE(reached, "the job never reached step " << step);
 }
 
-// One job of C's config with four workers, rank i on host HOSTS[i]: each worker registers
-// before the next starts, so the ranks follow HOSTS. Every worker sums over the hierarchy
-// and exits 0; the job's summary.
+// Starts worker NAME on host HOST and waits until it has registered as RANK, so that the
+// next worker registers after it.
+std::unique_ptr<child_process> join_as(const bed& b, int host, const temp_dir& dir,
+                                       const coordinator& c, const std::string& name, int rank) {
+  auto w = worker(b, host, dir, c, name);
+  const auto said = w->wait_line("worker " + name + " registered: ", start_timeout);
+  REQUIRE_MESSAGE(said.has_value(), w->err());
+  REQUIRE_MESSAGE(said->find(", rank " + std::to_string(rank) + ",") != std::string::npos, *said);
+  return w;
+}
+
+// Worker W ended with exit code 0, having summed over a hierarchical group of 4.
+void check_hierarchical_exit(child_process& w) {
+  const auto code = w.wait_exit(start_timeout);
+  REQUIRE_MESSAGE(code.has_value(), w.err());
+  CHECK(*code == 0);
+  CHECK_MESSAGE(w.err().find("group 'dp' of 4 over hierarchical") != std::string::npos, w.err());
+}
+
+// One job of CFG with four workers, rank i on host HOSTS[i] (each registered before the
+// next starts); its summary.
 nlohmann::json run_on_hosts(const bed& b, const temp_dir& dir, const std::string& cfg,
                             const std::vector<int>& hosts, std::vector<std::string> extra,
                             const std::string& tag) {
   extra.insert(extra.end(), {"--set", "cluster.workers=4"});
   coordinator c(b, dir, cfg, extra, tag + "-");
   std::vector<std::unique_ptr<child_process>> ws;
-  for (int i = 0; i < 4; ++i) {
-    const std::string name = tag + "-" + std::to_string(i) + "-h" + std::to_string(hosts[i]);
-    ws.push_back(worker(b, hosts[i], dir, c, name));
-    const auto said = ws.back()->wait_line("worker " + name + " registered: ", start_timeout);
-    REQUIRE_MESSAGE(said.has_value(), ws.back()->err());
-    REQUIRE_MESSAGE(said->find(", rank " + std::to_string(i) + ",") != std::string::npos, *said);
-  }
+  for (int i = 0; i < 4; ++i)
+    ws.push_back(join_as(b, hosts[i], dir, c,
+                         tag + "-" + std::to_string(i) + "-h" + std::to_string(hosts[i]), i));
   const nlohmann::json s = c.finish();
-  for (auto& w : ws) {
-    const auto code = w->wait_exit(start_timeout);
-    REQUIRE_MESSAGE(code.has_value(), w->err());
-    CHECK(*code == 0);
-    CHECK_MESSAGE(w->err().find("group 'dp' of 4 over hierarchical") != std::string::npos,
-                  w->err());
-  }
+  for (auto& w : ws) check_hierarchical_exit(*w);
   return s;
+}
+
+// Bitwise 1-bit Adam for STEPS steps (the variance frozen after step 4), a checkpoint every
+// 8 steps, each holding every rank's error memory: the config's path.
+const std::vector<std::string> kOnebit = {"--set", "train.optimizer=onebit_adam",
+                                          "--set", "train.onebit.freeze_step=4",
+                                          "--set", "fault_tolerance.keep=5"};
+std::string onebit_config(const temp_dir& dir, int steps) {
+  std::string yaml = small_yaml(dir.path(), "bitwise", steps);
+  yaml.replace(yaml.find("checkpoint_every: 0"), 19, "checkpoint_every: 8");
+  return dir.write("cfg.yaml", yaml);
+}
+
+// The params_sha256 of CFG's 1-bit Adam job on one flat Gloo group of 4 on one host. Its
+// final checkpoint goes to a folder of its own: a complete later step in ckpt/ would have
+// the next job's first prune remove its step 16 while that is being written
+// (prune_checkpoints drops incomplete folders older than the newest complete one).
+std::string flat_onebit_hash(const temp_dir& dir, const std::string& cfg) {
+  std::string launch = "launch " + cfg + " -q --summary " + dir.path() + "/flat.json" +
+                       " --set cluster.workers=4 --set comm.transport=gloo" +
+                       " --set fault_tolerance.checkpoint_every=0" +
+                       " --set fault_tolerance.checkpoint_dir=" + dir.path() + "/ckpt-flat";
+  for (const std::string& a : kOnebit) launch += " " + a;
+  int rc = -1;
+  run_capture(launch, &rc);
+  REQUIRE(rc == 0);
+  return read_json(dir.path() + "/flat.json")["params_sha256"];
 }
 
 }  // namespace
@@ -364,29 +399,12 @@ TEST_CASE(
   require_netns();
   temp_dir dir;
   const int steps = 24;
-  std::string yaml = small_yaml(dir.path(), "bitwise", steps);
-  yaml.replace(yaml.find("checkpoint_every: 0"), 19, "checkpoint_every: 8");
-  const std::string cfg = dir.write("cfg.yaml", yaml);
-  const std::vector<std::string> sets = {"--set", "train.optimizer=onebit_adam",
-                                         "--set", "train.onebit.freeze_step=4",
-                                         "--set", "fault_tolerance.keep=5"};
-  // The reference: one flat Gloo group of 4 on one host. Its final checkpoint goes to a
-  // folder of its own: a complete step 24 in ckpt/ would have the next job's first prune
-  // remove its step 16 while that is being written (prune_checkpoints drops incomplete
-  // folders older than the newest complete one).
-  std::string launch = "launch " + cfg + " -q --summary " + dir.path() + "/flat.json" +
-                       " --set cluster.workers=4 --set comm.transport=gloo" +
-                       " --set fault_tolerance.checkpoint_every=0" +
-                       " --set fault_tolerance.checkpoint_dir=" + dir.path() + "/ckpt-flat";
-  for (const std::string& a : sets) launch += " " + a;
-  int rc = -1;
-  run_capture(launch, &rc);
-  REQUIRE(rc == 0);
-  const std::string flat = read_json(dir.path() + "/flat.json")["params_sha256"];
+  const std::string cfg = onebit_config(dir, steps);
+  const std::string flat = flat_onebit_hash(dir, cfg);
   bed b(3);
   const std::vector<int> blocked = {2, 2, 3, 3}, interleaved = {2, 3, 2, 3};
-  check_fault_free(run_on_hosts(b, dir, cfg, blocked, sets, "blocked"), flat, steps);
-  std::vector<std::string> apart = sets;
+  check_fault_free(run_on_hosts(b, dir, cfg, blocked, kOnebit, "blocked"), flat, steps);
+  std::vector<std::string> apart = kOnebit;
   apart.insert(apart.end(),
                {"--set", "fault_tolerance.checkpoint_dir=" + dir.path() + "/ckpt-interleaved"});
   check_fault_free(run_on_hosts(b, dir, cfg, interleaved, apart, "interleaved"), flat, steps);
@@ -398,7 +416,7 @@ TEST_CASE(
   for (int r = 0; r < 4; ++r)
     REQUIRE_MESSAGE(
         std::filesystem::exists(checkpoint_path(ckpt, 16) + "/" + feedback_file_name(r)), listing);
-  std::vector<std::string> resume = sets;
+  std::vector<std::string> resume = kOnebit;
   resume.push_back("--resume");
   for (const auto* layout : {&interleaved, &blocked}) {
     const std::string tag = layout == &blocked ? "resumed-blocked" : "resumed-interleaved";
@@ -408,4 +426,39 @@ TEST_CASE(
     CHECK(read_file(dir.path() + "/" + tag + "-coordinator.err").find("resuming from") !=
           std::string::npos);
   }
+}
+
+TEST_CASE(
+    "1-bit Adam on two hosts: a worker killed and replaced on the other host rolls back to the "
+    "flat group's bits") {
+  // Ranks 0, 1 on host 2 and 2, 3 on host 3; rank 3 is killed at step 20 and its
+  // replacement joins on host 2, so the group goes on as 0, 1, 3 | 2. Rank 3's error memory
+  // died with it: the whole group rolls back to the checkpoint of step 16 (every rank loads
+  // its part: the parts mean the same chunks on the new layout) and replays, ending on the
+  // flat group's bits, as if nothing had happened.
+  require_netns();
+  temp_dir dir;
+  const int steps = 28;
+  const std::string cfg = onebit_config(dir, steps);
+  const std::string flat = flat_onebit_hash(dir, cfg);
+  bed b(3);
+  std::vector<std::string> extra = kOnebit;
+  extra.insert(extra.end(),
+               {"--set", "cluster.workers=4", "--inject", "kill worker=k-3-h3 at step=20"});
+  coordinator c(b, dir, cfg, extra, "k-");
+  std::vector<std::unique_ptr<child_process>> ws;
+  const std::vector<int> hosts = {2, 2, 3, 3};
+  for (int i = 0; i < 4; ++i)
+    ws.push_back(join_as(b, hosts[i], dir, c,
+                         "k-" + std::to_string(i) + "-h" + std::to_string(hosts[i]), i));
+  const auto killed = ws[3]->wait_exit(run_timeout);
+  REQUIRE(killed.has_value());
+  CHECK(*killed != 0);
+  ws[3] = join_as(b, 2, dir, c, "k-4-h2", 3);
+  const nlohmann::json s = c.finish();
+  check_fault_free(s, flat, steps);
+  CHECK_MESSAGE(events_of(s, "kill").size() == 1, s["events"].dump());
+  CHECK_MESSAGE(c.proc->err().find("every member rolls back to it") != std::string::npos,
+                c.proc->err());
+  for (auto& w : ws) check_hierarchical_exit(*w);
 }
