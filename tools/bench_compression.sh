@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Compressed communication across slow links (docs/benchmarks.md, "Compressed
-# communication"): a bed of five emulated hosts (tools/netns.sh), the coordinator on host 1
-# and one worker on each of hosts 2-5, every worker's link shaped (default 100mbit and 5ms
-# each way). The Fashion-MNIST MLP data-parallel (configs/fashion_mlp_dp4.yaml, fast mode)
-# runs once per mode:
+# communication"): a bed of emulated hosts (tools/netns.sh), the coordinator on host 1
+# and four workers on hosts 2-5 (one each; --per-host 2: two on each of hosts 2 and 3,
+# registered blocked, ranks 0, 1 | 2, 3), every worker host's link shaped (default 100mbit
+# and 5ms each way). The Fashion-MNIST MLP data-parallel (configs/fashion_mlp_dp4.yaml,
+# fast mode) runs once per mode and per comm.hierarchy of --hierarchies (default auto):
 #   adamw   plain float sums (the reference)
 #   onebit  train.optimizer: onebit_adam (train.onebit.freeze_step: --freeze)
 #   fp8     comm.compression: fp8 with error feedback
@@ -11,10 +12,12 @@
 # and prints per mode: wall time, final accuracy, bytes sent per step (before and after
 # 1-bit Adam's freeze), and the seconds from the coordinator's start to the first held-out
 # evaluation at or above --target accuracy (evaluations every --eval-every steps, timed as
-# the rank-0 worker prints them), with each mode's ratio to adamw.
+# the rank-0 worker prints them), the median step time of the run's second half, with each
+# run's ratio to the first adamw run.
 #
 #   tools/bench_compression.sh [--steps S] [--eval-every E] [--freeze F] [--target A]
 #                              [--rate RATE] [--delay D] [--modes "adamw onebit fp8"]
+#                              [--per-host 1|2] [--hierarchies "flat hierarchical"]
 #                              [--set KEY=VALUE]...
 #
 # Needs root, build/cohort (tools/setup.sh) and python3. --delay needs the kernel's netem
@@ -22,6 +25,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 steps=1407 eval_every=67 freeze=200 target=0.88 rate=100mbit delay=5ms modes="adamw onebit fp8"
+per_host=1 hierarchies=auto
 extra=()
 while (($#)); do
   case "$1" in
@@ -32,24 +36,29 @@ while (($#)); do
     --rate) rate=$2; shift 2 ;;
     --delay) delay=$2; shift 2 ;;
     --modes) modes=$2; shift 2 ;;
+    --per-host) per_host=$2; shift 2 ;;
+    --hierarchies) hierarchies=$2; shift 2 ;;
     --set) extra+=(--set "$2"); shift 2 ;;
-    -h|--help) sed -n 2,21p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,24p "$0"; exit 0 ;;
     *) echo "bench_compression.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
 me=bench_compression.sh
+[[ $per_host == 1 || $per_host == 2 ]] ||
+  { echo "$me: --per-host must be 1 or 2 (four workers in all), not '$per_host'" >&2; exit 2; }
+worker_hosts=($(seq 2 $((1 + 4 / per_host))))
 . tools/bench_bed.sh
 bed_require
-bed_up bc compression 5 "$rate" "$delay" 2 3 4 5
+bed_up bc compression $((1 + ${#worker_hosts[@]})) "$rate" "$delay" "${worker_hosts[@]}"
 
 # Prefixes each line of standard input with the wall clock (seconds since the epoch).
 stamp() { while IFS= read -r line; do printf '%s %s\n' "$(date +%s.%N)" "$line"; done; }
 
-# One run of MODE; prints one JSON line with its figures.
+# One run of MODE with comm.hierarchy HIERARCHY; prints one JSON line with its figures.
 run_once() {
-  local mode=$1 run="$dir/$1"
+  local mode=$1 hierarchy=$2 run="$dir/$1-$2"
   mkdir -p "$run"
-  local sets=()
+  local sets=(--set comm.hierarchy="$hierarchy")
   case $mode in
     adamw) ;;
     onebit) sets+=(--set train.optimizer=onebit_adam --set train.onebit.freeze_step="$freeze") ;;
@@ -70,24 +79,28 @@ run_once() {
   local ep
   ep=$(coordinator_endpoint "$run") || return 1
   local pids=()
-  for h in 2 3 4 5; do
-    # The worker that joins first is rank 0: it evaluates and prints the accuracy.
-    on "$h" "$bin" worker --join "$ep" --keys "$run/keys" --name "w-h$h" \
-      > "$run/w$h.out" 2> >(stamp > "$run/w$h.err") &
-    pids+=($!)
-    wait_rank "$run/w$h.err" "$run/w$h.out"
+  local h i
+  for h in "${worker_hosts[@]}"; do
+    for ((i = 0; i < per_host; i++)); do
+      # The worker that joins first is rank 0: it evaluates and prints the accuracy. One
+      # after the other, so the ranks follow the hosts (blocked).
+      on "$h" "$bin" worker --join "$ep" --keys "$run/keys" --name "w-h$h-$i" \
+        > "$run/w$h-$i.out" 2> >(stamp > "$run/w$h-$i.err") &
+      pids+=($!)
+      wait_rank "$run/w$h-$i.err" "$run/w$h-$i.out"
+    done
   done
   local rc=0
   wait "$coord" || rc=$?
   for p in "${pids[@]}"; do wait "$p" || true; done
   sleep 0.2  # the stamping readers finish their last lines
   if ((rc != 0)) || [[ ! -s $run/summary.json ]]; then
-    echo "bench_compression.sh: $mode run failed (exit $rc)" >&2
+    echo "bench_compression.sh: $mode/$hierarchy run failed (exit $rc)" >&2
     tail -5 "$run/coord.err" >&2
     return 1
   fi
-  python3 - "$mode" "$t0" "$target" "$run" <<'EOF'
-import glob, json, re, sys
+  python3 - "$mode/$hierarchy" "$t0" "$target" "$run" <<'EOF'
+import glob, json, re, statistics, sys
 mode, t0, target, run = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
 s = json.load(open(run + "/summary.json"))
 reached = None
@@ -103,7 +116,9 @@ for t, step, acc in evals:
         reached = (t, step)
         break
 c = s.get("communication", {})
+late = [c["step_s"] for c in s["curve"][len(s["curve"]) // 2:]]
 print(json.dumps({"mode": mode, "wall_s": s["wall_s"], "accuracy": s["eval"]["accuracy"],
+                  "step_ms": 1000 * statistics.median(late) if late else None,
                   "samples_per_s": s["throughput"]["samples_per_s"],
                   "bytes_per_step": c.get("bytes_sent_per_step"),
                   "uncompressed_bytes_per_step": c.get("uncompressed_bytes_per_step"),
@@ -113,20 +128,22 @@ print(json.dumps({"mode": mode, "wall_s": s["wall_s"], "accuracy": s["eval"]["ac
 EOF
 }
 
-echo "bench_compression: 4 hosts x 1 worker, links ${shape[*]}, MLP fast, $steps steps," \
-     "eval every $eval_every, target accuracy $target"
+echo "bench_compression: ${#worker_hosts[@]} hosts x $per_host worker(s), links ${shape[*]}," \
+     "MLP fast, $steps steps, eval every $eval_every, target accuracy $target"
 results=()
 for mode in $modes; do
-  line=$(run_once "$mode")
-  echo "$line"
-  results+=("$line")
+  for hierarchy in $hierarchies; do
+    line=$(run_once "$mode" "$hierarchy")
+    echo "$line"
+    results+=("$line")
+  done
 done
 python3 - "${results[@]}" <<'EOF'
 import json, sys
 rows = [json.loads(a) for a in sys.argv[1:]]
-ref = next((r for r in rows if r["mode"] == "adamw"), None)
-print(f"{'mode':8s} {'wall s':>8s} {'acc':>7s} {'B/step':>10s} {'reach s':>8s} {'step':>6s} "
-      f"{'bytes fewer':>11s} {'reach faster':>12s}")
+ref = next((r for r in rows if r["mode"].startswith("adamw/")), None)
+print(f"{'mode':22s} {'wall s':>8s} {'acc':>7s} {'B/step':>10s} {'step ms':>8s} {'reach s':>8s} "
+      f"{'step':>6s} {'bytes fewer':>11s} {'reach faster':>12s}")
 for r in rows:
     fewer = faster = ""
     if ref:
@@ -138,6 +155,7 @@ for r in rows:
     reach = f"{r['reach_s']:.1f}" if r["reach_s"] else "never"
     step = str(r["reach_step"]) if r["reach_step"] else "-"
     bps = r["compressed_bytes_per_step"] or r["bytes_per_step"]
-    print(f"{r['mode']:8s} {r['wall_s']:8.1f} {r['accuracy']:7.4f} {bps:10.0f} {reach:>8s} "
-          f"{step:>6s} {fewer:>11s} {faster:>12s}")
+    ms = f"{r['step_ms']:.1f}" if r["step_ms"] else "-"
+    print(f"{r['mode']:22s} {r['wall_s']:8.1f} {r['accuracy']:7.4f} {bps:10.0f} {ms:>8s} "
+          f"{reach:>8s} {step:>6s} {fewer:>11s} {faster:>12s}")
 EOF

@@ -64,7 +64,7 @@ double overlap_seconds(std::vector<time_interval> a, std::vector<time_interval> 
 }
 
 bool wire_plan::operator==(const wire_plan& o) const {
-  if (memory.worker != o.memory.worker || memory.server != o.memory.server ||
+  if (memory.worker != o.memory.worker || memory.server != o.memory.server || plain != o.plain ||
       compressed.size() != o.compressed.size())
     return false;
   for (std::size_t i = 0; i < compressed.size(); ++i)
@@ -263,7 +263,7 @@ void bucket_engine::mark_ready(std::size_t offset, std::size_t count) {
 }
 
 void bucket_engine::run_collective(communicator& comm, const std::vector<std::size_t>& members,
-                                   void* grads, const error_memory& memory,
+                                   void* grads, const error_memory& memory, plain_sum plain,
                                    std::vector<float>& staging) {
   const bucket_range first = buckets_[members.front()];
   if (type_ == grad_type::i64) {
@@ -273,7 +273,9 @@ void bucket_engine::run_collective(communicator& comm, const std::vector<std::si
   }
   float* base = static_cast<float*>(grads);
   auto sum = [&](float* p, float* worker, float* server, std::size_t n) {
-    if (first.format == wire_format::f32)
+    if (first.format == wire_format::f32 && plain == plain_sum::rank_order)
+      ordered_allreduce_sum(comm, p, n);
+    else if (first.format == wire_format::f32)
       comm.allreduce_sum(p, n);
     else
       compressed_allreduce_sum(comm, p, n, first.format, {worker, server});
@@ -331,13 +333,14 @@ void bucket_engine::comm_loop(std::size_t lane) {
     const std::size_t c = next_[lane];
     const std::vector<std::size_t> members = collectives_[c];
     const error_memory memory = wire_.memory;
+    const plain_sum plain = wire_.plain;
     void* grads = grads_;
     lock.unlock();
 
     std::exception_ptr failure;
     const auto t0 = clock_type::now();
     try {
-      run_collective(comm, members, grads, memory, staging);
+      run_collective(comm, members, grads, memory, plain, staging);
     } catch (const comm_error&) {
       failure = std::current_exception();
     } catch (const std::exception& e) {

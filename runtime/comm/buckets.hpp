@@ -39,13 +39,20 @@ struct wire_segment {
   wire_format format = wire_format::f32;
 };
 
+/// How the plain (uncompressed) stretches of a float buffer are summed.
+enum class plain_sum {
+  transport,   ///< the communicator's allreduce_sum, in its own order (ring, shm, hierarchy)
+  rank_order,  ///< ordered_allreduce_sum: the same bits on every transport and host layout
+};
+
 /// How a float buffer travels: the compressed stretches (sorted, disjoint; everything
-/// else is summed as plain floats) and, optionally, their error memory (whole-buffer
-/// arrays indexed like the buffer, see compressed_allreduce.hpp). Training state: the
-/// owner (the seat) keeps the memory alive while an engine uses the plan.
+/// else is summed as plain floats, as `plain` says) and, optionally, their error memory
+/// (whole-buffer arrays indexed like the buffer, see compressed_allreduce.hpp). Training
+/// state: the owner (the seat) keeps the memory alive while an engine uses the plan.
 struct wire_plan {
   std::vector<wire_segment> compressed;
   error_memory memory;
+  plain_sum plain = plain_sum::transport;
   bool operator==(const wire_plan& o) const;
 };
 
@@ -167,7 +174,7 @@ class bucket_engine {
   std::size_t bucket_of(std::size_t element) const;
   void set_buckets(std::vector<bucket_range> buckets);
   void run_collective(communicator& comm, const std::vector<std::size_t>& members, void* grads,
-                      const error_memory& memory, std::vector<float>& staging);
+                      const error_memory& memory, plain_sum plain, std::vector<float>& staging);
 
   const std::vector<communicator*> lanes_;
   const std::size_t elements_;

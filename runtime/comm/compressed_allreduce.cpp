@@ -3,8 +3,6 @@
 #include <cstdint>
 #include <vector>
 
-#include "runtime/comm/hier_comm.hpp"
-
 namespace cohort::comm {
 
 std::size_t chunk_begin(std::size_t n, int ranks, int j) {
@@ -20,8 +18,10 @@ std::size_t compressed_bytes_sent(wire_format format, std::size_t n, int ranks) 
 
 namespace {
 
-// The flat algorithm over any communicator of two or more ranks.
-void flat_sum(communicator& c, float* data, std::size_t n, wire_format format, error_memory m) {
+// The algorithm over any communicator of two or more ranks. It uses only the alltoall and
+// the allgather, which move bytes, so every backend (the hierarchy too, whichever ranks
+// share a host) gives the same bits.
+void chunked_sum(communicator& c, float* data, std::size_t n, wire_format format, error_memory m) {
   const int ranks = c.size(), me = c.rank();
   // Every block has the size of the longest chunk, so one alltoall and one allgather carry
   // them (the ragged tail is a few bytes). Scratch per thread: the bucket engine's lanes
@@ -58,9 +58,11 @@ void compressed_allreduce_sum(communicator& c, float* data, std::size_t n, wire_
   if (c.size() == 1) return;
   if (format == wire_format::f32 && memory.worker == nullptr && memory.server == nullptr)
     return c.allreduce_sum(data, n);
-  if (auto* h = dynamic_cast<hier_comm*>(&c))
-    return h->allreduce_sum_compressed(data, n, format, memory);
-  flat_sum(c, data, n, format, memory);
+  chunked_sum(c, data, n, format, memory);
+}
+
+void ordered_allreduce_sum(communicator& c, float* data, std::size_t n) {
+  if (c.size() > 1) chunked_sum(c, data, n, wire_format::f32, {});
 }
 
 }  // namespace cohort::comm

@@ -6,9 +6,9 @@
 // layout of the error memory; not the memory itself (training state, held by the seat)
 // nor the formats (runtime/comm/compress.hpp).
 //
-// On a hierarchical communicator the sum inside each host is exact (fp32, shared memory)
-// and only the leaders' sum across hosts is compressed: the slow links carry the encoded
-// bytes, the fast ones the floats.
+// On a hierarchical communicator the same algorithm runs, its alltoall and allgather routed
+// through the host leaders: the slow links carry encoded bytes, and the result, the chunks
+// and the error memory are the flat group's, whichever ranks share a host.
 #pragma once
 #include <cstddef>
 
@@ -35,11 +35,19 @@ std::size_t chunk_begin(std::size_t n, int ranks, int j);
 /// In place: data becomes the sum over ranks of every rank's data, travelling as `format`
 /// (each rank's chunks once, their sums once). Every rank ends with the same bits; for a
 /// given group size and rank order the result does not depend on timing (sums in rank
-/// order). f32 without error memory is a plain allreduce_sum. A group of one sends
-/// nothing and leaves data (and the error memory) as they are. Throws comm_error like
-/// the communicator's own calls.
+/// order; nor on which ranks share a host). f32 without error memory is a plain allreduce_sum. A
+/// group of one sends nothing and leaves data (and the error memory) as they are. Throws comm_error
+/// like the communicator's own calls.
 void compressed_allreduce_sum(communicator& c, float* data, std::size_t n, wire_format format,
                               error_memory memory = {});
+
+/// In place: data becomes the sum over ranks, by the algorithm above at f32 without error
+/// memory: each chunk's owner adds the ranks' parts in rank order. The bytes of a ring
+/// allreduce; the same bits on every backend and host layout for one group size and rank
+/// order (a ring's, shared memory's and the hierarchy's float sums each have their own
+/// order). What bitwise jobs whose buffer is float (compression, 1-bit Adam) sum their
+/// plain stretches with. A group of one leaves data as it is.
+void ordered_allreduce_sum(communicator& c, float* data, std::size_t n);
 
 /// Bytes this rank hands to the transport for one compressed_allreduce_sum of n elements
 /// over a flat group of `ranks` (the alltoall and the allgather, each sending ranks - 1 of

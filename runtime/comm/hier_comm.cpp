@@ -83,7 +83,9 @@ hier_comm::hier_comm(int rank, host_layout layout, std::unique_ptr<communicator>
       layout_(std::move(layout)),
       host_(layout_.host_of.at(rank)),
       local_(std::move(local)),
-      leaders_(std::move(leaders)) {
+      leaders_(std::move(leaders)),
+      stride_(layout_.max_per_host()) {
+  for (int h = 0; h < layout_.hosts(); ++h) members_.push_back(layout_.ranks_of(h));
   const bool leader = layout_.local_rank(rank) == 0;
   if (!local_ || local_->rank() != layout_.local_rank(rank) ||
       local_->size() != static_cast<int>(layout_.ranks_of(host_).size()) ||
@@ -119,32 +121,57 @@ void hier_comm::allreduce_sum(float* data, std::size_t n) { allreduce(data, n); 
 
 void hier_comm::allreduce_sum(std::int64_t* data, std::size_t n) { allreduce(data, n); }
 
-void hier_comm::allreduce_sum_compressed(float* data, std::size_t n, wire_format format,
-                                         error_memory memory) {
+void hier_comm::allgather(const void* send, void* recv, std::size_t bytes) {
+  if (bytes == 0) return;  // as alltoall: an empty vector's data() may be null for memcpy
+  // Hosts may hold different numbers of ranks: every host's blocks travel in STRIDE slots,
+  // so the leaders' allgather has one block size.
+  const std::size_t slot = bytes * static_cast<std::size_t>(stride_);
+  std::vector<unsigned char> host(slot, 0);
+  auto* out = static_cast<unsigned char*>(recv);
   run([&] {
-    local_->allreduce_sum(data, n);
-    if (leaders_) compressed_allreduce_sum(*leaders_, data, n, format, memory);
-    local_->broadcast(data, n * sizeof(float), 0);
+    local_->allgather(send, host.data(), bytes);
+    if (leaders_) {
+      std::vector<unsigned char> all(slot * members_.size());
+      leaders_->allgather(host.data(), all.data(), slot);
+      for (std::size_t h = 0; h < members_.size(); ++h)
+        for (std::size_t i = 0; i < members_[h].size(); ++i)
+          std::memcpy(out + members_[h][i] * bytes, all.data() + h * slot + i * bytes, bytes);
+    }
+    local_->broadcast(out, bytes * layout_.host_of.size(), 0);
   });
 }
 
 void hier_comm::alltoall(const void* send, void* recv, std::size_t bytes) {
   if (bytes == 0) return;  // every rank holds the same size: nobody waits for a message
-  const std::size_t ranks = layout_.host_of.size();
-  std::vector<unsigned char> all(bytes * ranks * ranks);
-  allgather(send, all.data(), bytes * ranks);
-  auto* out = static_cast<unsigned char*>(recv);
-  for (std::size_t r = 0; r < ranks; ++r)
-    std::memcpy(out + r * bytes, all.data() + (r * ranks + rank_) * bytes, bytes);
-}
-
-void hier_comm::allgather(const void* send, void* recv, std::size_t bytes) {
-  if (bytes == 0) return;  // as alltoall: an empty vector's data() may be null for memcpy
-  const std::size_t total = bytes * layout_.host_of.size();
-  std::vector<std::int64_t> words((total + 7) / 8, 0);
-  std::memcpy(reinterpret_cast<unsigned char*>(words.data()) + bytes * rank_, send, bytes);
-  allreduce(words.data(), words.size());
-  std::memcpy(recv, words.data(), total);
+  const std::size_t ranks = layout_.host_of.size(), k = members_[host_].size();
+  const std::size_t K = static_cast<std::size_t>(stride_), hosts = members_.size();
+  const std::size_t row = bytes * ranks;  // one rank's send (or receive) buffer
+  // The host's send buffers, local rank i's at i * row (every local rank gets them: the
+  // shared-memory allgather is the gather there is).
+  std::vector<unsigned char> mine(row * k), theirs(row * k);
+  run([&] {
+    local_->allgather(send, mine.data(), row);
+    if (leaders_) {
+      // To host g: block [i][j] for i a rank of this host, j a rank of g, in K x K slots.
+      const std::size_t pair = K * K * bytes;
+      std::vector<unsigned char> out(pair * hosts, 0), in(pair * hosts);
+      for (std::size_t g = 0; g < hosts; ++g)
+        for (std::size_t i = 0; i < k; ++i)
+          for (std::size_t j = 0; j < members_[g].size(); ++j)
+            std::memcpy(out.data() + g * pair + (i * K + j) * bytes,
+                        mine.data() + i * row + members_[g][j] * bytes, bytes);
+      leaders_->alltoall(out.data(), in.data(), pair);
+      // From host g: block [i][j] is g's rank i's block for this host's rank j, which lands
+      // at slot (that rank's number) of local rank j's receive buffer.
+      for (std::size_t g = 0; g < hosts; ++g)
+        for (std::size_t i = 0; i < members_[g].size(); ++i)
+          for (std::size_t j = 0; j < k; ++j)
+            std::memcpy(theirs.data() + j * row + members_[g][i] * bytes,
+                        in.data() + g * pair + (i * K + j) * bytes, bytes);
+    }
+    local_->broadcast(theirs.data(), theirs.size(), 0);
+  });
+  std::memcpy(recv, theirs.data() + layout_.local_rank(rank_) * row, row);
 }
 
 void hier_comm::broadcast(void* data, std::size_t bytes, int root) {

@@ -2,15 +2,15 @@
 // hosts, with a fast communicator among the ranks of each host (shared memory) and one
 // among the first rank of each host, its leader (Gloo over TCP). An allreduce sums inside
 // each host, then among the leaders, then hands the result back inside each host, so the
-// slow links carry one leaders' ring instead of every rank's. Owns the composition only:
-// the two communicators are built (and chosen) by the factory, runtime/comm/factory.hpp.
+// slow links carry one leaders' ring instead of every rank's; allgather and alltoall move
+// the ranks' blocks through the leaders the same way. Owns the composition only: the two
+// communicators are built (and chosen) by the factory, runtime/comm/factory.hpp.
 #pragma once
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "runtime/comm/communicator.hpp"
-#include "runtime/comm/compressed_allreduce.hpp"
 
 namespace cohort::comm {
 
@@ -54,16 +54,16 @@ class hier_comm final : public communicator {
   /// int64 sums are exact and equal any other backend's.
   void allreduce_sum(float* data, std::size_t n) override;
   void allreduce_sum(std::int64_t* data, std::size_t n) override;
-  /// Block r lands at r * bytes on every rank (through a zero-filled int64 sum: exact).
+  /// Block r lands at r * bytes on every rank: the host's blocks gathered inside it, the
+  /// leaders' allgather of them (each link carries the other hosts' blocks once), the
+  /// whole handed back inside the host. Bytes are moved, never added: exact.
   void allgather(const void* send, void* recv, std::size_t bytes) override;
-  /// Rank r's block j lands at rank j's block r, through allgather (every rank's whole send
-  /// buffer travels to every rank): correct, not fast; compressed sums do not use it.
+  /// Rank r's block j lands at rank j's block r: the host's send buffers gathered at its
+  /// leader, one leaders' alltoall carrying host g's blocks for host h's ranks from g to
+  /// h, each host's received blocks handed out inside it. What a flat alltoall delivers,
+  /// so the compressed sum over this group is the flat one's, bit for bit, whichever
+  /// ranks share a host (docs/compression.md).
   void alltoall(const void* send, void* recv, std::size_t bytes) override;
-  /// compressed_allreduce_sum on this group: an exact fp32 sum inside the host, the
-  /// compressed sum among the leaders (with MEMORY: only leaders feed back; the other ranks'
-  /// memory is left as it is), the result handed back inside the host.
-  void allreduce_sum_compressed(float* data, std::size_t n, wire_format format,
-                                error_memory memory);
   /// Inside the root's host, then among leaders, then inside the other hosts.
   void broadcast(void* data, std::size_t bytes, int root) override;
   void barrier() override;
@@ -85,6 +85,8 @@ class hier_comm final : public communicator {
   int rank_;
   host_layout layout_;
   int host_;
+  std::vector<std::vector<int>> members_;  // members_[h]: layout_.ranks_of(h)
+  int stride_;                             // layout_.max_per_host(): a host's padded slots
   std::unique_ptr<communicator> local_;
   std::unique_ptr<communicator> leaders_;
 };

@@ -140,6 +140,9 @@ comm::wire_plan trainer::wire(int replicas, int rank) {
   replicas_ = replicas;
   rank_ = rank;
   comm::wire_plan plan;
+  // Bitwise with a float buffer: the plain stretches too are summed in rank order, so the
+  // bits do not depend on the transport nor on which ranks share a host.
+  if (bitwise_) plan.plain = comm::plain_sum::rank_order;
   const auto n = static_cast<std::size_t>(model_->num_params());
   if (onebit_ != nullptr) {
     if (!onebit_->frozen()) return plan;  // warm-up: plain float sums
@@ -503,7 +506,8 @@ class whole_seat final : public seat {
   // the step here, before the vote, so that the job ends at once and says why (every
   // member holds the same sum: a retry would fail the same).
   void finish_gradients(int64_t step) override {
-    if (tr_.reduction_type() != comm::grad_type::f32) return;  // fixed point cannot overflow silently
+    if (tr_.reduction_type() != comm::grad_type::f32)
+      return;  // fixed point cannot overflow silently
     const nn::tensor& g = tr_.model().flat_grads();
     if (!std::isfinite(cpu::sum_squares(g.data(), g.numel())))
       throw cohort::error("step " + std::to_string(step) +

@@ -1,6 +1,9 @@
 // The error-feedback memory as training state: each DP rank's part of a checkpoint, and
 // taking the parts back after a resume, at the same group size or another
-// (docs/compression.md, "Exact state").
+// (docs/compression.md, "Exact state"). A part is keyed by DP rank and group size alone:
+// the compressed sum's chunks depend on nothing else, not on the transport nor on which
+// ranks share a host (runtime/comm/compressed_allreduce.hpp), so a resume on another host
+// layout takes part R bit for bit.
 #include <string>
 #include <utility>
 #include <vector>

@@ -2,12 +2,15 @@
 // saturation, subnormals), encoded sizes, decoding with the block scale, error feedback that
 // loses nothing over many blocks, and compressed_allreduce_sum over shared memory, Gloo and
 // the hierarchy with ranks as threads: closed-form sums, the same bits on every rank, bytes
-// handed to the transport equal to the formula, and error memory that accounts for every
-// value fed in.
+// handed to the transport equal to the formula, error memory that accounts for every
+// value fed in, the hierarchy's bits equal to a flat group's on any host layout, and plain
+// float sums in rank order on every backend.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <string>
@@ -70,6 +73,11 @@ std::vector<std::string> hosts_for(const group_kind& k, int n) {
 }
 
 using group = std::vector<std::unique_ptr<communicator>>;
+
+// Equal bit for bit (== would take -0 for +0).
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
 
 // FN(kind, n, comms) for every backend (shm, Gloo, the hierarchy) at every group size 1..4
 // it can have, each group a new generation from GEN on.
@@ -273,7 +281,7 @@ TEST_CASE("sign sums: each chunk's owner sends the mean magnitude, and the memor
     })));
     for (int r = 1; r < n; ++r) REQUIRE(d[r] == d[0]);
     // The result plus every rank's memory is what was fed in (the memory accounts for
-    // everything compression lost, at the leaders only in the hierarchy).
+    // everything compression lost).
     for (std::size_t i = 0; i < count; ++i) {
       double fed = 0, kept = 0;
       for (int r = 0; r < n; ++r) {
@@ -282,12 +290,101 @@ TEST_CASE("sign sums: each chunk's owner sends the mean magnitude, and the memor
       }
       REQUIRE(d[0][i] + kept == doctest::Approx(fed).epsilon(1e-5).scale(10));
     }
-    // A flat group sends signs: every value of a chunk has one magnitude.
-    if (!kind.split_hosts)
-      for (int j = 0; j < n; ++j) {
-        const std::size_t b = chunk_begin(count, n, j), e = chunk_begin(count, n, j + 1);
-        for (std::size_t i = b; i < e; ++i) REQUIRE(std::fabs(d[0][i]) == std::fabs(d[0][b]));
+    // Every group sends signs: every value of a chunk has one magnitude.
+    for (int j = 0; j < n; ++j) {
+      const std::size_t b = chunk_begin(count, n, j), e = chunk_begin(count, n, j + 1);
+      for (std::size_t i = b; i < e; ++i) REQUIRE(std::fabs(d[0][i]) == std::fabs(d[0][b]));
+    }
+  }
+}
+
+TEST_CASE("the hierarchy's compressed sums are a flat group's bits, whichever ranks share a host") {
+  // Three rounds with error memory in each lossy format: the results and both memories of
+  // every rank, bit for bit, against one flat Gloo group of the same size. The chunk of
+  // rank r is summed and its server memory kept at rank r, wherever r runs, so a run's bits
+  // and its checkpointed memory do not depend on the order the workers registered in.
+  const std::vector<std::vector<std::string>> layouts = {{"h0", "h0", "h1", "h1"},
+                                                         {"h0", "h1", "h0", "h1"},
+                                                         {"h0", "h0", "h0", "h1"},
+                                                         {"a", "b", "a", "c", "b"}};
+  const std::size_t count = 1001;  // ragged chunks
+  std::uint64_t gen = 400;
+  for (const auto& hosts : layouts) {
+    const int n = static_cast<int>(hosts.size());
+    CAPTURE(n);
+    CAPTURE(hosts[1] + hosts[2]);
+    memory_kv kv;
+    auto flat = make_group(kv, std::vector<std::string>(n, "h0"), gen++, "gloo", "flat");
+    auto hier = make_group(kv, hosts, gen++, "auto", "hierarchical");
+    REQUIRE(std::string(hier[0]->backend()) == "hierarchical");
+    for (wire_format f : {wire_format::sign, wire_format::fp8, wire_format::bf16}) {
+      CAPTURE(std::string(name_of(f)));
+      using state = std::vector<std::vector<float>>;
+      state d[2], worker[2], server[2];
+      for (int g = 0; g < 2; ++g) {
+        worker[g] = server[g] = state(n, std::vector<float>(count, 0.0f));
+        d[g] = state(n, std::vector<float>(count));
       }
+      for (int round = 0; round < 3; ++round) {
+        CAPTURE(round);
+        for (int g = 0; g < 2; ++g) {
+          group& comms = g == 0 ? flat : hier;
+          REQUIRE_NOTHROW(rethrow_first(run_ranks(n, [&](int r) {
+            for (std::size_t i = 0; i < count; ++i)
+              d[g][r][i] = std::sin(0.013f * float(i) + float(r) + 0.7f * float(round)) *
+                           float(r + 1 + (i % 3));
+            compressed_allreduce_sum(*comms[r], d[g][r].data(), count, f,
+                                     {worker[g][r].data(), server[g][r].data()});
+          })));
+        }
+        for (int r = 0; r < n; ++r) {
+          CAPTURE(r);
+          REQUIRE(same_bits(d[1][r], d[0][r]));
+          REQUIRE(same_bits(worker[1][r], worker[0][r]));
+          REQUIRE(same_bits(server[1][r], server[0][r]));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("ordered sums add the ranks' floats in rank order on every backend and host layout") {
+  // Values whose float sum depends on its order: a ring's, shared memory's and the
+  // hierarchy's allreduce_sum differ in the last bits; ordered_allreduce_sum is
+  // ((0 + x0) + x1) + ... everywhere.
+  const std::vector<std::vector<std::string>> layouts = {{"h0", "h0", "h0", "h0"},
+                                                         {"h0", "h0", "h1", "h1"},
+                                                         {"h0", "h1", "h0", "h1"},
+                                                         {"a", "b", "a", "c", "b"}};
+  const std::size_t count = 1001;
+  std::uint64_t gen = 500;
+  for (const auto& hosts : layouts) {
+    const int n = static_cast<int>(hosts.size());
+    CAPTURE(n);
+    CAPTURE(hosts[1] + hosts[2]);
+    auto value = [](int r, std::size_t i) {
+      return std::sin(0.37f * float(i) + 1.1f * float(r)) *
+             std::ldexp(1.0f, int((i * 7 + std::size_t(r) * 13) % 24) - 12);
+    };
+    std::vector<float> expect(count, 0.0f);
+    for (std::size_t i = 0; i < count; ++i)
+      for (int r = 0; r < n; ++r) expect[i] += value(r, i);
+    for (const std::string transport : {"gloo", "shm", "auto"}) {
+      CAPTURE(transport);
+      memory_kv kv;
+      const bool hier = transport == "auto";
+      if (hier && std::count(hosts.begin(), hosts.end(), hosts[0]) == n) continue;  // one host
+      auto comms = make_group(kv, hier ? hosts : std::vector<std::string>(n, "h0"), gen++,
+                              transport, hier ? "hierarchical" : "flat");
+      std::vector<std::vector<float>> d(n, std::vector<float>(count));
+      REQUIRE_NOTHROW(rethrow_first(run_ranks(n, [&](int r) {
+        for (std::size_t i = 0; i < count; ++i) d[r][i] = value(r, i);
+        ordered_allreduce_sum(*comms[r], d[r].data(), count);
+      })));
+      bool ordered = true;
+      for (int r = 0; r < n; ++r) ordered = ordered && same_bits(d[r], expect);
+      CHECK(ordered);
+    }
   }
 }
 

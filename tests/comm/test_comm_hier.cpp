@@ -1,7 +1,7 @@
 // The hierarchical communicator (shared memory inside a host, Gloo among host leaders) with
 // ranks as threads whose host is set by transport_options::host_id: the host layout and its
 // text form, closed-form sums for even, uneven and interleaved layouts, broadcast from every
-// root, allgather, barrier, the factory's choice per comm.hierarchy, and a failure on one
+// root, allgather, alltoall, barrier, the factory's choice per comm.hierarchy, and a failure on one
 // host ending every rank's call promptly.
 #include <doctest/doctest.h>
 
@@ -104,7 +104,7 @@ TEST_CASE("hierarchical allreduce sums exactly for even, uneven and interleaved 
   }
 }
 
-TEST_CASE("hierarchical broadcast from every root, allgather and barrier") {
+TEST_CASE("hierarchical broadcast from every root, allgather, alltoall and barrier") {
   const std::vector<std::string> hosts = {"h0", "h1", "h0", "h1", "h1"};
   const int n = 5;
   memory_kv kv;
@@ -134,6 +134,20 @@ TEST_CASE("hierarchical broadcast from every root, allgather and barrier") {
       CHECK(all[r][3 * b + 1] == 200 + b);
       CHECK(all[r][3 * b + 2] == 255);
     }
+  // alltoall: rank r's block j lands at rank j's block r, across and inside the hosts.
+  const std::size_t bytes = 5;
+  std::vector<std::vector<std::uint8_t>> got(n, std::vector<std::uint8_t>(bytes * n, 0xAA));
+  REQUIRE_NOTHROW(rethrow_first(run_ranks(n, [&](int r) {
+    std::vector<std::uint8_t> send(bytes * n);
+    for (int j = 0; j < n; ++j)
+      for (std::size_t b = 0; b < bytes; ++b)
+        send[j * bytes + b] = std::uint8_t(r * 40 + j * 7 + b);
+    comms[r]->alltoall(send.data(), got[r].data(), bytes);
+  })));
+  for (int j = 0; j < n; ++j)
+    for (int r = 0; r < n; ++r)
+      for (std::size_t b = 0; b < bytes; ++b)
+        REQUIRE(got[j][r * bytes + b] == std::uint8_t(r * 40 + j * 7 + b));
   CHECK_THROWS_AS(comms[0]->broadcast(all[0].data(), 1, n), comm_error);
 }
 

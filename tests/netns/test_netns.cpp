@@ -2,7 +2,8 @@
 // with its own address on a private bridge (tools/netns.sh), the coordinator on host 1 and
 // the workers on hosts 2 and 3. Nothing may bind or advertise 127.0.0.1 here: a Gloo pair
 // or a pipeline channel that did would never be reached. In bitwise mode a DP sum does not
-// depend on the replica count, so every run must end on `cohort train`'s hash.
+// depend on the replica count, so every run must end on `cohort train`'s hash; a compressed
+// one (1-bit Adam) on the hash of a flat group of its size, whichever ranks share a host.
 // Needs root and network namespaces: without them each case exits 77 (CTest: skipped).
 #include <doctest/doctest.h>
 #include <unistd.h>
@@ -11,16 +12,19 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "runtime/ckpt/checkpoint_dir.hpp"
 #include "tests/mp/dp_util.hpp"
 #include "tests/mp/mp_util.hpp"
 #include "tests/netns/netns_util.hpp"
 
+using namespace cohort;
 using namespace cohort::mp;
 using std::chrono::milliseconds;
 
@@ -38,10 +42,11 @@ struct coordinator {
   std::string summary;
   std::string keys;
 
+  // TAG names this run's summary and keys, for cases that run several jobs in one folder.
   coordinator(const bed& b, const temp_dir& dir, const std::string& cfg,
-              const std::vector<std::string>& extra) {
-    summary = dir.path() + "/summary.json";
-    keys = dir.path() + "/keys";
+              const std::vector<std::string>& extra, const std::string& tag = "") {
+    summary = dir.path() + "/" + tag + "summary.json";
+    keys = dir.path() + "/" + tag + "keys";
     std::string said;
     REQUIRE_MESSAGE(run_shell(cohort_binary() + " keygen " + keys, &said) == 0, said);
     std::vector<std::string> args{
@@ -49,7 +54,7 @@ struct coordinator {
         "--summary",   summary,    "--bind", "tcp://" + bed::address(1) + ":0",
         "--keys",      keys};
     args.insert(args.end(), extra.begin(), extra.end());
-    proc = std::make_unique<child_process>(args, dir.path(), "coordinator",
+    proc = std::make_unique<child_process>(args, dir.path(), tag + "coordinator",
                                            std::vector<std::string>{}, b.on(1));
     const auto ep = proc->wait_line("coordinator listening on ", start_timeout);
     REQUIRE_MESSAGE(ep.has_value(), proc->out() << proc->err());
@@ -102,6 +107,68 @@ void wait_for_step(const bed& b, const coordinator& c, int64_t step) {
     return j.is_object() && j["step"].is_number() && j["step"].get<int64_t>() >= step;
   });
   REQUIRE_MESSAGE(reached, "the job never reached step " << step);
+}
+
+// Starts worker NAME on host HOST and waits until it has registered as RANK, so that the
+// next worker registers after it.
+std::unique_ptr<child_process> join_as(const bed& b, int host, const temp_dir& dir,
+                                       const coordinator& c, const std::string& name, int rank) {
+  auto w = worker(b, host, dir, c, name);
+  const auto said = w->wait_line("worker " + name + " registered: ", start_timeout);
+  REQUIRE_MESSAGE(said.has_value(), w->err());
+  REQUIRE_MESSAGE(said->find(", rank " + std::to_string(rank) + ",") != std::string::npos, *said);
+  return w;
+}
+
+// Worker W ended with exit code 0, having summed over a hierarchical group of 4.
+void check_hierarchical_exit(child_process& w) {
+  const auto code = w.wait_exit(start_timeout);
+  REQUIRE_MESSAGE(code.has_value(), w.err());
+  CHECK(*code == 0);
+  CHECK_MESSAGE(w.err().find("group 'dp' of 4 over hierarchical") != std::string::npos, w.err());
+}
+
+// One job of CFG with four workers, rank i on host HOSTS[i] (each registered before the
+// next starts); its summary.
+nlohmann::json run_on_hosts(const bed& b, const temp_dir& dir, const std::string& cfg,
+                            const std::vector<int>& hosts, std::vector<std::string> extra,
+                            const std::string& tag) {
+  extra.insert(extra.end(), {"--set", "cluster.workers=4"});
+  coordinator c(b, dir, cfg, extra, tag + "-");
+  std::vector<std::unique_ptr<child_process>> ws;
+  for (int i = 0; i < 4; ++i)
+    ws.push_back(join_as(b, hosts[i], dir, c,
+                         tag + "-" + std::to_string(i) + "-h" + std::to_string(hosts[i]), i));
+  const nlohmann::json s = c.finish();
+  for (auto& w : ws) check_hierarchical_exit(*w);
+  return s;
+}
+
+// Bitwise 1-bit Adam for STEPS steps (the variance frozen after step 4), a checkpoint every
+// 8 steps, each holding every rank's error memory: the config's path.
+const std::vector<std::string> kOnebit = {"--set", "train.optimizer=onebit_adam",
+                                          "--set", "train.onebit.freeze_step=4",
+                                          "--set", "fault_tolerance.keep=5"};
+std::string onebit_config(const temp_dir& dir, int steps) {
+  std::string yaml = small_yaml(dir.path(), "bitwise", steps);
+  yaml.replace(yaml.find("checkpoint_every: 0"), 19, "checkpoint_every: 8");
+  return dir.write("cfg.yaml", yaml);
+}
+
+// The params_sha256 of CFG's 1-bit Adam job on one flat Gloo group of 4 on one host. Its
+// final checkpoint goes to a folder of its own: a complete later step in ckpt/ would have
+// the next job's first prune remove its step 16 while that is being written
+// (prune_checkpoints drops incomplete folders older than the newest complete one).
+std::string flat_onebit_hash(const temp_dir& dir, const std::string& cfg) {
+  std::string launch = "launch " + cfg + " -q --summary " + dir.path() + "/flat.json" +
+                       " --set cluster.workers=4 --set comm.transport=gloo" +
+                       " --set fault_tolerance.checkpoint_every=0" +
+                       " --set fault_tolerance.checkpoint_dir=" + dir.path() + "/ckpt-flat";
+  for (const std::string& a : kOnebit) launch += " " + a;
+  int rc = -1;
+  run_capture(launch, &rc);
+  REQUIRE(rc == 0);
+  return read_json(dir.path() + "/flat.json")["params_sha256"];
 }
 
 }  // namespace
@@ -317,4 +384,81 @@ TEST_CASE("a pipeline with one stage per host is bit-identical to `cohort train`
   CHECK(s["steps_completed"] == steps);
   CHECK(s["params_sha256"] == hash);
   CHECK_MESSAGE(w2->err().find("data plane on " + bed::address(3)) != std::string::npos, w2->err());
+}
+
+TEST_CASE(
+    "1-bit Adam on two hosts x two workers: the flat group's bits in any rank layout, resumed "
+    "too") {
+  // Bitwise 1-bit Adam (variance frozen after step 4) with a checkpoint every 8 steps,
+  // each holding every rank's error memory. The hierarchy routes the compressed sum's
+  // alltoall and allgather through the host leaders, so chunk r is summed, and its server
+  // memory kept, at rank r wherever that rank runs: with ranks blocked by host (0, 1 | 2, 3)
+  // or interleaved (0, 2 | 1, 3), as two registration orders give, the run ends on the bits
+  // of one flat Gloo group of 4; and cut after step 16 and resumed, on the other layout or
+  // the same, it ends there again (rank R takes part R: its memory means the same chunks).
+  require_netns();
+  temp_dir dir;
+  const int steps = 24;
+  const std::string cfg = onebit_config(dir, steps);
+  const std::string flat = flat_onebit_hash(dir, cfg);
+  bed b(3);
+  const std::vector<int> blocked = {2, 2, 3, 3}, interleaved = {2, 3, 2, 3};
+  check_fault_free(run_on_hosts(b, dir, cfg, blocked, kOnebit, "blocked"), flat, steps);
+  std::vector<std::string> apart = kOnebit;
+  apart.insert(apart.end(),
+               {"--set", "fault_tolerance.checkpoint_dir=" + dir.path() + "/ckpt-interleaved"});
+  check_fault_free(run_on_hosts(b, dir, cfg, interleaved, apart, "interleaved"), flat, steps);
+
+  const std::string ckpt = dir.path() + "/ckpt";
+  std::string listing;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(ckpt))
+    listing += e.path().string() + "\n";
+  for (int r = 0; r < 4; ++r)
+    REQUIRE_MESSAGE(
+        std::filesystem::exists(checkpoint_path(ckpt, 16) + "/" + feedback_file_name(r)), listing);
+  std::vector<std::string> resume = kOnebit;
+  resume.push_back("--resume");
+  for (const auto* layout : {&interleaved, &blocked}) {
+    const std::string tag = layout == &blocked ? "resumed-blocked" : "resumed-interleaved";
+    CAPTURE(tag);
+    std::filesystem::remove_all(checkpoint_path(ckpt, 24));  // as a kill after step 16 leaves it
+    check_fault_free(run_on_hosts(b, dir, cfg, *layout, resume, tag), flat, steps);
+    CHECK(read_file(dir.path() + "/" + tag + "-coordinator.err").find("resuming from") !=
+          std::string::npos);
+  }
+}
+
+TEST_CASE(
+    "1-bit Adam on two hosts: a worker killed and replaced on the other host rolls back to the "
+    "flat group's bits") {
+  // Ranks 0, 1 on host 2 and 2, 3 on host 3; rank 3 is killed at step 20 and its
+  // replacement joins on host 2, so the group goes on as 0, 1, 3 | 2. Rank 3's error memory
+  // died with it: the whole group rolls back to the checkpoint of step 16 (every rank loads
+  // its part: the parts mean the same chunks on the new layout) and replays, ending on the
+  // flat group's bits, as if nothing had happened.
+  require_netns();
+  temp_dir dir;
+  const int steps = 28;
+  const std::string cfg = onebit_config(dir, steps);
+  const std::string flat = flat_onebit_hash(dir, cfg);
+  bed b(3);
+  std::vector<std::string> extra = kOnebit;
+  extra.insert(extra.end(),
+               {"--set", "cluster.workers=4", "--inject", "kill worker=k-3-h3 at step=20"});
+  coordinator c(b, dir, cfg, extra, "k-");
+  std::vector<std::unique_ptr<child_process>> ws;
+  const std::vector<int> hosts = {2, 2, 3, 3};
+  for (int i = 0; i < 4; ++i)
+    ws.push_back(join_as(b, hosts[i], dir, c,
+                         "k-" + std::to_string(i) + "-h" + std::to_string(hosts[i]), i));
+  const auto killed = ws[3]->wait_exit(run_timeout);
+  REQUIRE(killed.has_value());
+  CHECK(*killed != 0);
+  ws[3] = join_as(b, 2, dir, c, "k-4-h2", 3);
+  const nlohmann::json s = c.finish();
+  check_fault_free(s, flat, steps);
+  CHECK_MESSAGE(events_of(s, "kill").size() == 1, s["events"].dump());
+  CHECK_MESSAGE(c.proc->err().find("every member rolls back to it") != std::string::npos,
+                c.proc->err());
+  for (auto& w : ws) check_hierarchical_exit(*w);
 }
