@@ -61,7 +61,7 @@ metrics_connections::~metrics_connections() { shutdown(); }
 std::size_t metrics_connections::open() const {
   std::lock_guard<std::mutex> lock(mutex_);
   std::size_t n = 0;
-  for (const connection& c : connections_) n += c.state != phase::done ? 1 : 0;
+  for (const connection& c : connections_) n += c.state != phase::done && !c.cut ? 1 : 0;
   return n;
 }
 
@@ -132,7 +132,7 @@ void metrics_connections::enqueue(std::function<void()> fn) {
   c.accepted = now;
   c.fd = find_new_socket(&c.inode);
   std::size_t held = 0;
-  for (const connection& o : connections_) held += o.cut ? 0 : 1;
+  for (const connection& o : connections_) held += o.cut || o.state == phase::done ? 0 : 1;
   bool room = held < limits_.max_connections;
   // Full: the oldest connection that has not yet sent its head makes room. One being served
   // is answered in milliseconds and keeps its place; when all are, the new one is cut.

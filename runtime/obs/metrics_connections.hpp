@@ -56,7 +56,8 @@ class metrics_connections : public httplib::TaskQueue {
   /// Cuts every connection, then joins their threads.
   void shutdown() override;
 
-  /// Connections held now (accepted and not yet closed).
+  /// Connections held now: accepted, and neither closed nor cut (the count max_connections
+  /// bounds; a cut one's thread may take a moment more to end).
   std::size_t open() const;
 
  private:

@@ -72,7 +72,8 @@ class metrics_server {
   /// "http://HOST:PORT/metrics" of the running server (PORT as bound); empty when stopped.
   std::string url() const;
 
-  /// Connections the running server holds now (accepted, not yet closed); 0 when stopped.
+  /// Connections the running server holds now (accepted, neither closed nor cut); 0 when
+  /// stopped.
   std::size_t connections() const;
 
  private:

@@ -230,7 +230,7 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "a keyed coordinator warns when its metrics go beyond loopback; a bare port stays on it") {
+    "a keyed coordinator warns when its metrics go beyond loopback, a bare port stays on it") {
   temp_dir dir;
   const std::string keys = dir.path() + "/keys";
   int rc = -1;
