@@ -13,6 +13,7 @@
 #include <cstring>
 #include <set>
 #include <string>
+#include <system_error>
 #include <vector>
 
 namespace cohort::obs {
@@ -145,7 +146,15 @@ void metrics_connections::enqueue(std::function<void()> fn) {
   connection& added = connections_.emplace_back(std::move(c));
   if (!room) cut(added);
   // httplib's closure must run even for a cut connection: it is what closes httplib's socket.
-  added.thread = std::thread(&metrics_connections::serve, this, &added, std::move(fn));
+  try {
+    added.thread = std::thread(&metrics_connections::serve, this, &added, fn);
+  } catch (const std::system_error&) {
+    // No thread to be had (the process is at its limit): refuse this one here, where httplib
+    // then finds the socket shut down and closes it at once.
+    cut(added);
+    fn();
+    added.state = phase::done;
+  }
 }
 
 void metrics_connections::serve(connection* c, std::function<void()> fn) {
