@@ -80,7 +80,7 @@ std::string bind_failure_hint(int err) {
 // Only SO_REUSEADDR (a restart may bind while old connections sit in TIME_WAIT).
 // httplib's default adds SO_REUSEPORT, which would let a second server bind the same port
 // and silently share the scrapes instead of failing. LISTENER keeps the socket for start().
-void reuse_address_only(int sock, int* listener) {
+void reuse_address_only(int sock, const std::shared_ptr<int>& listener) {
   int yes = 1;
   setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
   *listener = sock;
@@ -133,7 +133,7 @@ void route(httplib::Server& s, const std::function<std::string()>& render) {
 // (runtime/obs/metrics_connections) when the listening loop starts.
 std::unique_ptr<httplib::Server> make_server(const std::function<std::string()>& render,
                                              std::function<httplib::TaskQueue*()> queue,
-                                             int* listener) {
+                                             std::shared_ptr<int> listener) {
   // The httplib::Server constructor also sets SIGPIPE to ignored: a scraper that hangs up
   // mid-answer must not kill the process (Debian's build sends without MSG_NOSIGNAL).
   auto server = std::make_unique<httplib::Server>();
@@ -213,7 +213,7 @@ int metrics_server::start(const std::string& host, int port) {
                 "; use an IPv4 address such as 127.0.0.1 or 0.0.0.0");
   }
 
-  int listener = -1;
+  auto listener = std::make_shared<int>(-1);
   auto server = make_server(
       render_,
       [this]() -> httplib::TaskQueue* {
@@ -221,7 +221,7 @@ int metrics_server::start(const std::string& host, int port) {
         queue_ = queue;
         return queue;
       },
-      &listener);
+      listener);
 
   errno = 0;
   const int bound =
@@ -234,7 +234,7 @@ int metrics_server::start(const std::string& host, int port) {
   // httplib 0.11 listens with a backlog of 5: a burst of connections (200 idle ones, say)
   // would overflow it, and the kernel would drop a scrape's SYN (a 1 s retransmission each
   // time, measured). Connections are taken off the queue at once; a deep one costs nothing.
-  if (listener >= 0) ::listen(listener, SOMAXCONN);
+  if (*listener >= 0) ::listen(*listener, SOMAXCONN);
 
   server_ = std::move(server);
   host_ = host;

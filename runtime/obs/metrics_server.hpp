@@ -5,7 +5,6 @@
 // nothing of the job. cpp-httplib stays out of this header.
 #pragma once
 #include <atomic>
-#include <chrono>
 #include <cstddef>
 #include <functional>
 #include <memory>
