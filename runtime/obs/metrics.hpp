@@ -60,8 +60,9 @@ class metrics {
   /// A counter or gauge series' value; nullopt when that series does not exist.
   std::optional<double> value(const std::string& name, const labels& l) const;
 
-  /// Every family in name order, its series in label order, as Prometheus text 0.0.4
-  /// (prometheus-cpp's TextSerializer).
+  /// Every family that has a series, in name order, its series in label order, as
+  /// Prometheus text 0.0.4 (prometheus-cpp's TextSerializer: NaN prints as "Nan", a
+  /// histogram as _count, _sum, then its buckets).
   std::string exposition() const;
 
  private:
