@@ -26,6 +26,7 @@
 #include "runtime/core/faults.hpp"
 #include "runtime/core/paths.hpp"
 #include "runtime/core/trace.hpp"
+#include "runtime/obs/metrics_server.hpp"
 #include "runtime/train/resume_plan.hpp"
 #include "tools/commands.hpp"
 #include "tools/coordinator_ha.hpp"
@@ -201,6 +202,12 @@ void add_coordinator(CLI::App& app, int* rc) {
                    "coordinator: warning: %s is bound without keys (--insecure): anyone who "
                    "reaches it can join, steer or read this run\n",
                    bind.c_str());
+    }
+    // The metrics endpoint is plain HTTP: say so before it serves beyond this machine.
+    if (!opt->metrics.empty()) {
+      const std::string host = obs::metrics_server::parse_host_port(opt->metrics).first;
+      const std::string w = obs::metrics_server::exposure_warning(host, keys != nullptr);
+      if (!w.empty()) std::fprintf(stderr, "coordinator: warning: %s\n", w.c_str());
     }
     // Coordinator standbys: stand by until this candidate leads (coordinator_ha.cpp).
     std::unique_ptr<actors::ha_candidate> cand;

@@ -44,8 +44,10 @@ void add_observe_options(CLI::App& cmd, std::string* trace, std::string* metrics
   if (metrics != nullptr)
     cmd.add_option("--metrics", *metrics,
                    "Serve Prometheus metrics at http://HOST:PORT/metrics while the job runs "
-                   "(PORT 0: any free port; the address is printed at start)")
-        ->type_name("HOST:PORT");
+                   "(PORT alone: 127.0.0.1, this machine only; PORT 0: any free port; the "
+                   "address is printed at start; beyond loopback it is unauthenticated HTTP, "
+                   "docs/security.md)")
+        ->type_name("[HOST:]PORT");
 }
 
 void add_validate(CLI::App& app, int* rc) {

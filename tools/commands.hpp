@@ -36,7 +36,7 @@ void add_bench_trace(CLI::App& bench, int* rc);
 /// Adds the shared `--keys DIR` option (default $COHORT_KEYS); WHAT says what it is for.
 CLI::Option* add_keys_option(CLI::App& cmd, std::string* dir, const std::string& what);
 
-/// Adds `--trace FILE` and (METRICS non-null) `--metrics HOST:PORT` (docs/observability.md).
+/// Adds `--trace FILE` and (METRICS non-null) `--metrics [HOST:]PORT` (docs/observability.md).
 void add_observe_options(CLI::App& cmd, std::string* trace, std::string* metrics);
 
 /// Adds the shared `--set dotted.key=value` option (repeatable) to a subcommand.

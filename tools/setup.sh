@@ -10,7 +10,7 @@ PACKAGES=(
   libopenblas-dev libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev
   zlib1g-dev libssl-dev
   dataset-fashion-mnist bible-kjv
-  libcpp-httplib-dev gnuplot-nox etcd-server
+  libcpp-httplib-dev prometheus-cpp-dev gnuplot-nox etcd-server
   clang libclang-rt-14-dev procps python3 iproute2
 )
 # The references of the benchmarks (PyTorch for tools/bench_vs_torch.py and tools/bench_ddp.py,

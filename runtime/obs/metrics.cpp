@@ -1,9 +1,17 @@
 #include "runtime/obs/metrics.hpp"
 
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+#include <prometheus/text_serializer.h>
+
 #include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <set>
+#include <tuple>
 
 #include "runtime/core/error.hpp"
 
@@ -22,6 +30,19 @@ bool valid_metric_name(const std::string& n) {
 
 bool valid_label_name(const std::string& n) {
   return valid_metric_name(n) && n.find(':') == std::string::npos;
+}
+
+// A number in a message: integers as integers, others as the shortest round trip.
+std::string format_number(double v) {
+  if (std::isnan(v)) return "NaN";
+  if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
+  constexpr double two_pow_53 = 9007199254740992.0;
+  if (std::fabs(v) < two_pow_53 && v == std::trunc(v)) {
+    return std::to_string(static_cast<long long>(v));
+  }
+  char buf[40];
+  const auto r = std::to_chars(buf, buf + sizeof buf, v);
+  return std::string(buf, r.ptr);
 }
 
 std::string quoted(const std::string& s) { return "\"" + s + "\""; }
@@ -49,22 +70,18 @@ std::string escape(const std::string& s, bool quote) {
   return out;
 }
 
-// `{a="x",b="y"}` with an optional trailing le="..." (histogram buckets); empty for none.
-std::string label_text(const labels& l, const std::string* le = nullptr) {
-  if (l.empty() && le == nullptr) return {};
+// `{a="x",b="y"}`, empty for none: the series as a user would write it in PromQL.
+std::string label_text(const labels& l) {
+  if (l.empty()) return {};
   std::string out = "{";
   for (const auto& [k, v] : l) {
     if (out.size() > 1) out += ',';
     out += k + "=\"" + escape(v, true) + "\"";
   }
-  if (le != nullptr) {
-    if (out.size() > 1) out += ',';
-    out += "le=\"" + *le + "\"";
-  }
   return out + "}";
 }
 
-// The series as a user would write it in PromQL, for error messages.
+// For error messages.
 std::string series_text(const std::string& name, const labels& l) { return name + label_text(l); }
 
 void check_metric_name(const std::string& name) {
@@ -121,17 +138,9 @@ void check_labels(const std::string& name, const labels& l, bool histogram) {
 
 }  // namespace
 
-std::string format_number(double v) {
-  if (std::isnan(v)) return "NaN";
-  if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
-  constexpr double two_pow_53 = 9007199254740992.0;
-  if (std::fabs(v) < two_pow_53 && v == std::trunc(v)) {
-    return std::to_string(static_cast<long long>(v));
-  }
-  char buf[40];
-  const auto r = std::to_chars(buf, buf + sizeof buf, v);
-  return std::string(buf, r.ptr);
-}
+metrics::metrics() : registry_(std::make_unique<prometheus::Registry>()) {}
+
+metrics::~metrics() = default;
 
 const char* metrics::kind_name(kind k) {
   switch (k) {
@@ -169,6 +178,19 @@ void metrics::declare(const std::string& name, kind type, const std::string& hel
     f.type = type;
     f.help = help;
     f.bounds = std::move(bounds);
+    // prometheus-cpp 1.0 writes HELP as given; the text format wants '\' and newline escaped.
+    const std::string text = escape(help, false);
+    switch (type) {
+      case kind::counter:
+        f.counters = &prometheus::BuildCounter().Name(name).Help(text).Register(*registry_);
+        break;
+      case kind::gauge:
+        f.gauges = &prometheus::BuildGauge().Name(name).Help(text).Register(*registry_);
+        break;
+      case kind::histogram:
+        f.histograms = &prometheus::BuildHistogram().Name(name).Help(text).Register(*registry_);
+        break;
+    }
     families_.emplace(name, std::move(f));
     return;
   }
@@ -216,85 +238,99 @@ const metrics::family& metrics::find(const std::string& name, std::initializer_l
   return it->second;
 }
 
-metrics::series& metrics::series_for(const std::string& name, family& f, const labels& l) {
-  const auto it = f.by_labels.find(l);
-  if (it != f.by_labels.end()) return it->second;
-  check_labels(name, l, f.type == kind::histogram);
-  series s;
-  s.in_bucket.assign(f.bounds.size(), 0);
-  return f.by_labels.emplace(l, std::move(s)).first->second;
+namespace {
+
+// The prometheus-cpp series of L in F, created on first use after checking L: prometheus-cpp
+// would throw a bare std::invalid_argument, or silently merge a label given twice.
+template <class T, class... Args>
+T& series_for(const std::string& name, prometheus::Family<T>& f, const labels& l, bool histogram,
+              Args&&... args) {
+  const prometheus::Labels key(l.begin(), l.end());
+  if (!f.Has(key)) check_labels(name, l, histogram);
+  return f.Add(key, std::forward<Args>(args)...);
 }
+
+}  // namespace
 
 void metrics::set(const std::string& name, const labels& l, double v) {
   std::lock_guard<std::mutex> lock(mutex_);
   family& f = find(name, {kind::gauge}, "set");
-  series_for(name, f, l).value = v;
+  series_for(name, *f.gauges, l, false).Set(v);
 }
 
 void metrics::add(const std::string& name, const labels& l, double delta) {
   std::lock_guard<std::mutex> lock(mutex_);
   family& f = find(name, {kind::counter, kind::gauge}, "add");
-  if (f.type == kind::counter && !(delta >= 0)) {
+  if (f.type == kind::gauge) {
+    series_for(name, *f.gauges, l, false).Increment(delta);
+    return;
+  }
+  // prometheus-cpp drops a negative increment without a word; say so instead.
+  if (!(delta >= 0)) {
     throw usage_error("metrics: add(" + quoted(series_text(name, l)) + ", " + format_number(delta) +
                       "): a counter only grows (delta >= 0); use a "
                       "gauge for a value that can fall");
   }
-  series_for(name, f, l).value += delta;
+  series_for(name, *f.counters, l, false).Increment(delta);
 }
 
 void metrics::observe(const std::string& name, const labels& l, double v) {
   std::lock_guard<std::mutex> lock(mutex_);
   family& f = find(name, {kind::histogram}, "observe");
-  series& s = series_for(name, f, l);
-  // A NaN observation (a diverged loss, say) still counts, in +Inf only: it is <= no bound.
+  prometheus::Histogram& h = series_for(name, *f.histograms, l, true, f.bounds);
   if (!std::isnan(v)) {
-    const auto b = std::lower_bound(f.bounds.begin(), f.bounds.end(), v);
-    if (b != f.bounds.end()) ++s.in_bucket[b - f.bounds.begin()];
+    h.Observe(v);
+    return;
   }
-  s.sum += v;
-  ++s.count;
+  // A NaN observation (a diverged loss, say) still counts, in +Inf only: it is <= no bound.
+  // (Observe would put it in the first bucket: lower_bound compares false against NaN.)
+  std::vector<double> in_bucket(f.bounds.size() + 1, 0.0);
+  in_bucket.back() = 1;
+  h.ObserveMultiple(in_bucket, v);
 }
 
 bool metrics::remove(const std::string& name, const labels& l) {
   std::lock_guard<std::mutex> lock(mutex_);
   family& f = find(name, {kind::counter, kind::gauge, kind::histogram}, "remove");
-  return f.by_labels.erase(l) > 0;
+  const prometheus::Labels key(l.begin(), l.end());
+  const auto drop = [&key](auto* fam) {
+    if (fam == nullptr || !fam->Has(key)) return false;
+    fam->Remove(&fam->Add(key));
+    return true;
+  };
+  if (f.type == kind::histogram) {
+    if (f.histograms == nullptr || !f.histograms->Has(key)) return false;
+    f.histograms->Remove(&f.histograms->Add(key, f.bounds));
+    return true;
+  }
+  return drop(f.counters) || drop(f.gauges);
 }
 
 std::optional<double> metrics::value(const std::string& name, const labels& l) const {
   std::lock_guard<std::mutex> lock(mutex_);
   const family& f = find(name, {kind::counter, kind::gauge}, "value");
-  const auto it = f.by_labels.find(l);
-  if (it == f.by_labels.end()) return std::nullopt;
-  return it->second.value;
-}
-
-void metrics::render_family(std::string& out, const std::string& name, const family& f) {
-  out += "# HELP " + name + " " + escape(f.help, false) + "\n";
-  out += "# TYPE " + name + " " + kind_name(f.type) + "\n";
-  for (const auto& [l, s] : f.by_labels) {
-    if (f.type != kind::histogram) {
-      out += name + label_text(l) + " " + format_number(s.value) + "\n";
-      continue;
-    }
-    unsigned long long cumulative = 0;
-    for (std::size_t i = 0; i < f.bounds.size(); ++i) {
-      cumulative += s.in_bucket[i];
-      const std::string le = format_number(f.bounds[i]);
-      out += name + "_bucket" + label_text(l, &le) + " " + std::to_string(cumulative) + "\n";
-    }
-    const std::string inf = "+Inf";
-    out += name + "_bucket" + label_text(l, &inf) + " " + std::to_string(s.count) + "\n";
-    out += name + "_sum" + label_text(l) + " " + format_number(s.sum) + "\n";
-    out += name + "_count" + label_text(l) + " " + std::to_string(s.count) + "\n";
-  }
+  const prometheus::Labels key(l.begin(), l.end());
+  if (f.counters != nullptr && f.counters->Has(key)) return f.counters->Add(key).Value();
+  if (f.gauges != nullptr && f.gauges->Has(key)) return f.gauges->Add(key).Value();
+  return std::nullopt;
 }
 
 std::string metrics::exposition() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  std::string out;
-  for (const auto& [name, f] : families_) render_family(out, name, f);
-  return out;
+  // prometheus-cpp collects families by kind, then in registration order, and a family's
+  // series in hash order; sort both so that a scrape reads the same way every time.
+  std::vector<prometheus::MetricFamily> families = registry_->Collect();
+  std::sort(families.begin(), families.end(),
+            [](const auto& a, const auto& b) { return a.name < b.name; });
+  for (auto& f : families) {
+    std::sort(f.metric.begin(), f.metric.end(), [](const auto& a, const auto& b) {
+      return std::lexicographical_compare(a.label.begin(), a.label.end(), b.label.begin(),
+                                          b.label.end(), [](const auto& x, const auto& y) {
+                                            return std::tie(x.name, x.value) <
+                                                   std::tie(y.name, y.value);
+                                          });
+    });
+  }
+  return prometheus::TextSerializer().Serialize(families);
 }
 
 }  // namespace cohort::obs

@@ -1,31 +1,42 @@
-// The process's metric registry: counters, gauges and histograms keyed by (family, labels),
-// rendered as Prometheus text exposition 0.0.4. It owns the values and their text; it does
-// not serve them (runtime/obs/metrics_server) nor decide what a job measures (the
-// coordinator declares its families). Every member is thread-safe: one mutex guards all.
+// The process's metric registry: counters, gauges and histograms looked up by family name
+// and labels, with the checks that turn misuse into a usage_error a person can act on. The
+// values, their series and the text exposition 0.0.4 are prometheus-cpp's (core only); this
+// file does not serve them (runtime/obs/metrics_server) nor decide what a job measures (the
+// coordinator declares its families). Every member is thread-safe.
 #pragma once
 #include <initializer_list>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+namespace prometheus {
+class Registry;
+class Counter;
+class Gauge;
+class Histogram;
+template <typename T>
+class Family;
+}  // namespace prometheus
+
 namespace cohort::obs {
 
-/// A series' labels as (name, value) pairs, in the caller's order. Two label lists name the
-/// same series only when they are equal element by element, order included.
+/// A series' labels as (name, value) pairs. A series is its label set, as in Prometheus: the
+/// order of the pairs does not matter (the text lists them by name).
 using labels = std::vector<std::pair<std::string, std::string>>;
-
-/// The Prometheus number format used by the exposition: an integral value below 2^53 in
-/// magnitude prints as an integer ("3"), others as the shortest round-trip ("0.1", "1e+300");
-/// NaN as "NaN", infinities as "+Inf" / "-Inf".
-std::string format_number(double v);
 
 /// A thread-safe registry of metric families and their series.
 class metrics {
  public:
   using labels = ::cohort::obs::labels;
+
+  metrics();
+  ~metrics();
+  metrics(const metrics&) = delete;
+  metrics& operator=(const metrics&) = delete;
 
   /// Declares a counter family (only ever grows: add() with a delta >= 0). Declaring the
   /// same name again with the same kind and help does nothing; anything else is a
@@ -49,24 +60,23 @@ class metrics {
   /// A counter or gauge series' value; nullopt when that series does not exist.
   std::optional<double> value(const std::string& name, const labels& l) const;
 
-  /// Every family in name order, its series in label order, as Prometheus text 0.0.4.
+  /// Every family that has a series, in name order, its series in label order, as
+  /// Prometheus text 0.0.4 (prometheus-cpp's TextSerializer: NaN prints as "Nan", a
+  /// histogram as _count, _sum, then its buckets).
   std::string exposition() const;
 
  private:
   enum class kind { counter, gauge, histogram };
 
-  struct series {
-    double value = 0;                           // counter, gauge
-    std::vector<unsigned long long> in_bucket;  // histogram: count per bound, not cumulative
-    double sum = 0;
-    unsigned long long count = 0;
-  };
-
+  // A declared family: what was declared (for redeclaration checks and messages) and the
+  // prometheus-cpp family that holds its series (owned by registry_; one of the three).
   struct family {
     kind type = kind::counter;
     std::string help;
     std::vector<double> bounds;  // histogram only
-    std::map<labels, series> by_labels;
+    prometheus::Family<prometheus::Counter>* counters = nullptr;
+    prometheus::Family<prometheus::Gauge>* gauges = nullptr;
+    prometheus::Family<prometheus::Histogram>* histograms = nullptr;
   };
 
   void declare(const std::string& name, kind type, const std::string& help,
@@ -76,13 +86,13 @@ class metrics {
   family& find(const std::string& name, std::initializer_list<kind> want, const char* verb);
   const family& find(const std::string& name, std::initializer_list<kind> want,
                      const char* verb) const;
-  // The series for L in F, created (after checking its labels) on first use.
-  series& series_for(const std::string& name, family& f, const labels& l);
 
   static const char* kind_name(kind k);
-  static void render_family(std::string& out, const std::string& name, const family& f);
 
+  // mutex_ guards families_ (the name -> family map); the series themselves are
+  // prometheus-cpp's, which locks its own.
   mutable std::mutex mutex_;
+  std::unique_ptr<prometheus::Registry> registry_;
   std::map<std::string, family> families_;
 };
 

@@ -11,15 +11,12 @@
 #include <cstring>
 
 #include "runtime/core/error.hpp"
+#include "runtime/obs/metrics_connections.hpp"
 
 namespace cohort::obs {
 namespace {
 
 constexpr const char* kExample = "--metrics 127.0.0.1:9400";
-
-// A scrape is small and rare; four workers serve Prometheus plus a person with curl while
-// each holds a keep-alive connection. httplib's default is one per core (at least 8).
-constexpr std::size_t kWorkers = 4;
 
 bool all_digits(const std::string& s) {
   return !s.empty() && s.find_first_not_of("0123456789") == std::string::npos;
@@ -82,13 +79,26 @@ std::string bind_failure_hint(int err) {
 
 // Only SO_REUSEADDR (a restart may bind while old connections sit in TIME_WAIT).
 // httplib's default adds SO_REUSEPORT, which would let a second server bind the same port
-// and silently share the scrapes instead of failing.
-void reuse_address_only(int sock) {
+// and silently share the scrapes instead of failing. LISTENER keeps the socket for start().
+void reuse_address_only(int sock, const std::shared_ptr<int>& listener) {
   int yes = 1;
   setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+  *listener = sock;
 }
 
 void route(httplib::Server& s, const std::function<std::string()>& render) {
+  // Before routing, so before httplib reads a body: nothing here takes one, and reading it
+  // would let a client make the process hold as much as it sends.
+  s.set_pre_routing_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (req.method == "GET" || req.method == "HEAD")
+      return httplib::Server::HandlerResponse::Unhandled;
+    res.status = 405;
+    res.set_header("Allow", "GET, HEAD");
+    res.set_content(
+        "method " + req.method + " not allowed: the metrics endpoint answers GET and HEAD\n",
+        "text/plain; charset=utf-8");
+    return httplib::Server::HandlerResponse::Handled;
+  });
   s.Get("/metrics", [render](const httplib::Request&, httplib::Response& res) {
     // Caught here rather than by httplib's exception handler so the 500 carries the
     // message and the worker thread goes on serving.
@@ -119,27 +129,43 @@ void route(httplib::Server& s, const std::function<std::string()>& render) {
   s.set_error_handler(not_found);
 }
 
-// A server with cohort's routes and socket policy, not yet bound.
-std::unique_ptr<httplib::Server> make_server(const std::function<std::string()>& render) {
+// A server with cohort's routes and socket policy, not yet bound. QUEUE makes the task queue
+// (runtime/obs/metrics_connections) when the listening loop starts.
+std::unique_ptr<httplib::Server> make_server(const std::function<std::string()>& render,
+                                             std::function<httplib::TaskQueue*()> queue,
+                                             std::shared_ptr<int> listener) {
   // The httplib::Server constructor also sets SIGPIPE to ignored: a scraper that hangs up
   // mid-answer must not kill the process (Debian's build sends without MSG_NOSIGNAL).
   auto server = std::make_unique<httplib::Server>();
-  server->new_task_queue = [] { return new httplib::ThreadPool(kWorkers); };
+  server->new_task_queue = std::move(queue);
   server->set_address_family(AF_INET);
-  server->set_socket_options(reuse_address_only);
-  // One request per connection: httplib 0.11's worker waits out the keep-alive timeout on
-  // an idle connection without looking at stop(), so a scraper's kept connection would hold
-  // stop() (and the process's exit) for up to that long (5 s measured with the default).
-  // Prometheus scrapes every few seconds at most; reconnecting costs it nothing that matters.
+  server->set_socket_options([listener](int sock) { reuse_address_only(sock, listener); });
+  // One request per connection, so a connection's life is one request and its deadlines
+  // (metrics_server_limits) are the request's. Prometheus scrapes every few seconds at most;
+  // reconnecting costs it nothing that matters.
   server->set_keep_alive_max_count(1);
-  server->set_keep_alive_timeout(1);  // bounds the same wait for a client that sends nothing
+  server->set_keep_alive_timeout(1);
+  // Per read and write; the whole request is bounded by the connection's deadlines.
+  server->set_read_timeout(2);
+  server->set_write_timeout(5);
+  // No route takes a body (the pre-routing handler answers 405 before one is read); this
+  // bound stands behind it.
+  server->set_payload_max_length(0);
+  // How often the listening loop, when no connection arrives, lets the queue cut what is past
+  // its deadline and reap what has closed.
+  server->set_idle_interval(0, 100000);
   route(*server, render);
   return server;
 }
 
 }  // namespace
 
-metrics_server::metrics_server(std::function<std::string()> render) : render_(std::move(render)) {}
+metrics_server::metrics_server(std::function<std::string()> render)
+    : metrics_server(std::move(render), metrics_server_limits{}) {}
+
+metrics_server::metrics_server(std::function<std::string()> render,
+                               const metrics_server_limits& limits)
+    : render_(std::move(render)), limits_(std::make_unique<metrics_server_limits>(limits)) {}
 
 metrics_server::~metrics_server() { stop(); }
 
@@ -150,11 +176,17 @@ std::pair<std::string, int> metrics_server::parse_host_port(const std::string& s
                        "0-65535 (0: any free port), e.g. " +
                        kExample);
   };
+  // A bare port is this machine only: serving beyond it is a choice the address states.
+  if (all_digits(spec) && spec.size() <= 5 && std::stoi(spec) <= 65535) {
+    return {"127.0.0.1", std::stoi(spec)};
+  }
   const std::size_t colon = spec.rfind(':');
   if (colon == std::string::npos) throw bad("no ':' between host and port");
   const std::string host = spec.substr(0, colon);
   const std::string port = spec.substr(colon + 1);
-  if (host.empty()) throw bad("the host is missing (0.0.0.0 listens on every interface)");
+  if (host.empty()) {
+    throw bad("the host is missing (127.0.0.1 serves this machine only, 0.0.0.0 every interface)");
+  }
   if (host.find(':') != std::string::npos || host.front() == '[') {
     throw bad("IPv6 addresses are not supported");
   }
@@ -181,7 +213,15 @@ int metrics_server::start(const std::string& host, int port) {
                 "; use an IPv4 address such as 127.0.0.1 or 0.0.0.0");
   }
 
-  auto server = make_server(render_);
+  auto listener = std::make_shared<int>(-1);
+  auto server = make_server(
+      render_,
+      [this]() -> httplib::TaskQueue* {
+        auto* queue = new metrics_connections(*limits_, port_);
+        queue_ = queue;
+        return queue;
+      },
+      listener);
 
   errno = 0;
   const int bound =
@@ -191,6 +231,10 @@ int metrics_server::start(const std::string& host, int port) {
     throw error("metrics server: cannot listen on " + where + ": " +
                 (err != 0 ? std::strerror(err) : "bind failed") + bind_failure_hint(err));
   }
+  // httplib 0.11 listens with a backlog of 5: a burst of connections (200 idle ones, say)
+  // would overflow it, and the kernel would drop a scrape's SYN (a 1 s retransmission each
+  // time, measured). Connections are taken off the queue at once; a deep one costs nothing.
+  if (*listener >= 0) ::listen(*listener, SOMAXCONN);
 
   server_ = std::move(server);
   host_ = host;
@@ -212,11 +256,46 @@ int metrics_server::start(const std::string& host, int port) {
 
 void metrics_server::stop() {
   if (!server_) return;
+  // Closes the listening socket; the loop then shuts the queue down, which cuts every
+  // connection before joining its thread, so this waits on no client.
   server_->stop();
   if (thread_.joinable()) thread_.join();
+  queue_ = nullptr;
   server_.reset();
   host_.clear();
   port_ = 0;
+}
+
+std::size_t metrics_server::connections() const {
+  const metrics_connections* q = queue_.load();
+  return q != nullptr ? q->open() : 0;
+}
+
+bool metrics_server::loopback_host(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(host.c_str(), nullptr, &hints, &found) != 0 || found == nullptr) return false;
+  bool loopback = true;
+  for (const addrinfo* a = found; a != nullptr; a = a->ai_next) {
+    const auto* in = reinterpret_cast<const sockaddr_in*>(a->ai_addr);
+    loopback = loopback && (ntohl(in->sin_addr.s_addr) >> 24) == 127;
+  }
+  freeaddrinfo(found);
+  return loopback;
+}
+
+std::string metrics_server::exposure_warning(const std::string& host, bool keyed) {
+  if (loopback_host(host)) return {};
+  std::string w = "metrics: serving on " + host +
+                  ", beyond this machine: the endpoint is plain HTTP without "
+                  "authentication, and anyone who reaches it reads the run's loss, step, worker "
+                  "names and traffic";
+  if (keyed) w += " (the job's keys protect its control plane, not this endpoint)";
+  return w +
+         ". Serve on loopback (--metrics 127.0.0.1:PORT, or just PORT) and let a local "
+         "Prometheus or an authenticating proxy reach it (docs/security.md)";
 }
 
 std::string metrics_server::url() const {

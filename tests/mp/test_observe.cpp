@@ -3,7 +3,9 @@
 // host every process reads the same CLOCK_MONOTONIC, so each estimated offset must lie
 // within its own error bound of 0); a kill shows as the fault, its detection and its
 // recovery, in that order; a Prometheus scrape in the middle of a run parses and its step
-// counter grows; `cohort plot` draws PNGs from a real run's summary and trace.
+// counter grows; a keyed coordinator serving metrics beyond loopback says the endpoint is
+// unauthenticated, a bare port serves loopback without a word; `cohort plot` draws PNGs from
+// a real run's summary and trace.
 #include <doctest/doctest.h>
 #include <httplib.h>
 
@@ -182,7 +184,7 @@ TEST_CASE(
   client.set_read_timeout(5, 0);
   // The exposition grammar: comments, or `name{labels} value`.
   const std::regex line(
-      R"((# (HELP|TYPE) [a-zA-Z_:][a-zA-Z0-9_:]* .*)|([a-zA-Z_:][a-zA-Z0-9_:]*(\{([a-zA-Z_][a-zA-Z0-9_]*="([^"\\]|\\.)*",?)*\})? (-?[0-9.e+-]+|NaN|\+Inf|-Inf)))");
+      R"((# (HELP|TYPE) [a-zA-Z_:][a-zA-Z0-9_:]* .*)|([a-zA-Z_:][a-zA-Z0-9_:]*(\{([a-zA-Z_][a-zA-Z0-9_]*="([^"\\]|\\.)*",?)*\})? (-?[0-9.e+-]+|NaN|Nan|\+Inf|-Inf)))");
   std::string body;
   auto scrape_steps = [&]() -> double {
     const auto res = client.Get("/metrics");
@@ -225,4 +227,45 @@ TEST_CASE(
   CHECK(top.find("a worker's step: compute ") != std::string::npos);
   p.signal(SIGTERM);  // a run of 100000 steps: stopped here (launch stops every child)
   CHECK(p.wait_exit(milliseconds(30000)).has_value());
+}
+
+TEST_CASE(
+    "a keyed coordinator warns when its metrics go beyond loopback, a bare port stays on it") {
+  temp_dir dir;
+  const std::string keys = dir.path() + "/keys";
+  int rc = -1;
+  run_capture("keygen " + keys, &rc);
+  REQUIRE(rc == 0);
+  const std::string cfg = dir.write("cfg.yaml", small_yaml(dir.path(), "fast", 100000));
+  const auto serve = [&](const std::string& metrics, const char* name, std::string* url) {
+    child_process c({"coordinator", "--config", cfg, "--keys", keys, "--metrics", metrics},
+                    dir.path(), name);
+    const auto ep = c.wait_line("coordinator listening on ", milliseconds(15000));
+    const auto at = c.wait_line("coordinator metrics at ", milliseconds(15000));
+    REQUIRE_MESSAGE((ep.has_value() && at.has_value()), c.out() << c.err());
+    *url = *at;
+    // The endpoint answers on loopback either way (0.0.0.0 includes it).
+    const std::regex parts("http://([0-9.]+):([0-9]+)/metrics");
+    std::smatch m;
+    REQUIRE(std::regex_match(*at, m, parts));
+    httplib::Client client("127.0.0.1", std::stoi(m[2].str()));
+    client.set_read_timeout(5, 0);
+    const auto res = client.Get("/metrics");
+    CHECK((res && res->status == 200));
+    const std::string said =
+        run_capture("ctl --coordinator " + *ep + " --keys " + keys + " stop", &rc, true);
+    CHECK_MESSAGE(rc == 0, said);
+    CHECK(c.wait_exit(milliseconds(15000)).has_value());
+    return c.err();
+  };
+  std::string url;
+  const std::string wide = serve("0.0.0.0:0", "wide", &url);
+  CHECK(url.rfind("http://0.0.0.0:", 0) == 0);
+  CHECK_MESSAGE(wide.find("coordinator: warning: metrics: serving on 0.0.0.0") != std::string::npos,
+                wide);
+  CHECK(wide.find("without authentication") != std::string::npos);
+  CHECK(wide.find("keys protect its control plane, not this endpoint") != std::string::npos);
+  const std::string local = serve("0", "local", &url);
+  CHECK(url.rfind("http://127.0.0.1:", 0) == 0);
+  CHECK_MESSAGE(local.find("metrics: serving on") == std::string::npos, local);
 }
