@@ -201,6 +201,7 @@ TEST_CASE("bridge with keys: strangers never get a frame through, each key only 
   REQUIRE(w.send(register_request{peer_role::worker, "w", 1}));
   REQUIRE(in.wait_for(1));
   CHECK(in.at(0).first == "w");
+  CHECK(in.role_at(0) == key_role::worker);  // what the coordinator decides authority by
   router.admit("w");
   REQUIRE(w.send(stop{"not a worker's to send"}));
   REQUIRE(eventually(milliseconds(10000),
@@ -225,10 +226,15 @@ TEST_CASE("bridge with keys: strangers never get a frame through, each key only 
   REQUIRE(a.send(admin_request{2, "scale", "3"}));
   REQUIRE(in.wait_for(4));
   CHECK(type_of(in.at(3).second) == msg_type::admin_request);
+  CHECK(in.role_at(3) == key_role::admin);
   // Nothing from the stranger or the keyless client ever reached the callback.
   for (size_t i = 0; i < in.size(); ++i) {
     CHECK(in.at(i).first != "intruder");
     CHECK(in.at(i).first != "plain");
   }
   CHECK(router.dropped(drop_reason::wrong_role) == 2);
+  // Refusals are logged a few a period; ctl status counts every one.
+  bool counted = false;
+  for (const auto& [name, n] : router.drop_counts()) counted |= name == "refused_key" && n >= 1;
+  CHECK(counted);
 }
