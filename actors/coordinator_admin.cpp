@@ -1,6 +1,7 @@
 // The coordinator's admin commands (docs/architecture.md, "Elasticity"): `cohort ctl drain
-// NAME | scale N | inject SPEC` and a worker's own drain on SIGTERM, each answered with an
-// admin_reply; and the drains and launcher requests they start.
+// NAME | scale N | inject SPEC` and a worker's own drain on SIGTERM, each decided by the role
+// of the key that opened the asking connection and answered with an admin_reply; and the
+// drains and launcher requests they start.
 #include <spdlog/spdlog.h>
 
 #include "actors/coordinator_internal.hpp"
