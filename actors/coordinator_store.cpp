@@ -1,8 +1,6 @@
 // The coordinator's side of the rendezvous store: who may ask (live members only: the store
 // holds the data plane's addresses), answering at once or parking a waiter, and answering
 // waiters later. The store's decisions are runtime/net/kv_store's.
-#include <spdlog/spdlog.h>
-
 #include <chrono>
 #include <functional>
 
