@@ -64,6 +64,11 @@ double coord::now_s(self_ptr self) {
   return std::chrono::duration<double>(now(self).time_since_epoch()).count();
 }
 
+void coord::warn_peer(self_ptr self, const std::string& text) {
+  if (const auto l = self->state.peer_warnings.admit())
+    spdlog::warn("coordinator: {}{}", text, net::log_limiter::suffix(*l, "such warnings"));
+}
+
 void coord::send(self_ptr self, const std::string& peer, const net::message& m) {
   if (drop_frame(self, peer, net::type_of(m))) return;
   self->state.io.send(peer, m);
@@ -110,7 +115,9 @@ std::vector<mb::member_id> announce(self_ptr self) {
 }
 
 // Forgets the connections of members that are neither live nor among the tombstones (which
-// are bounded), so a long run's churn does not grow the coordinator.
+// are bounded), so a long run's churn does not grow the coordinator. The transport forgets
+// such a connection too (back to register-only): it holds no member any more, and nothing
+// it sends may pass as that member's.
 void prune_peers(self_ptr self) {
   auto& st = self->state;
   if (st.peer_of.size() <= st.roster.members.size() + st.roster.departed.size()) return;
@@ -124,7 +131,10 @@ void prune_peers(self_ptr self) {
       continue;
     }
     auto at = st.member_at.find(it->second);
-    if (at != st.member_at.end() && at->second == it->first) st.member_at.erase(at);
+    if (at != st.member_at.end() && at->second == it->first) {
+      st.member_at.erase(at);
+      if (st.io.forget && st.clients.count(it->second) == 0) st.io.forget(it->second);
+    }
     it = st.peer_of.erase(it);
   }
 }
@@ -228,10 +238,8 @@ void on_heartbeat(self_ptr self, const std::string& peer, const net::heartbeat& 
   // spoof, or a confused process) would otherwise keep a dead member alive or, claiming a
   // generation to come, evict a live one.
   if (auto it = st.peer_of.find(hb.member_id); it != st.peer_of.end() && it->second != peer) {
-    spdlog::warn(
-        "coordinator: a heartbeat for member {} from a peer that did not register it "
-        "is ignored",
-        hb.member_id);
+    warn_peer(self, "a heartbeat for member " + std::to_string(hb.member_id) +
+                        " from a peer that did not register it is ignored");
     return;
   }
   // The common case touches the member's own entry: no copy of the roster per heartbeat.
@@ -314,8 +322,18 @@ void on_pong(self_ptr self, const std::string& peer, const net::pong& p) {
   send(self, peer, net::ping{++st.bench->seq, net::now_ns()});
 }
 
-void on_inbound(self_ptr self, const std::string& peer, const net::message& m) {
+void on_inbound(self_ptr self, const net::sender& from, const net::message& m) {
   auto& st = self->state;
+  const std::string& peer = from.peer;
+  // The bridge drops what a key's role may not send before it is decoded; the coordinator
+  // holds to the same rule where it decides, whatever transport fed it.
+  if (from.role) {
+    if (!net::role_may_send(*from.role, static_cast<int>(net::type_of(m)))) return;
+    if (const auto* r = std::get_if<net::register_request>(&m)) {
+      if (const std::string why = net::registration_problem(*from.role, *r); !why.empty())
+        return send(self, peer, net::register_reject{"refused: " + why, 0});
+    }
+  }
   if (drop_frame(self, peer, net::type_of(m))) return;
   std::visit(
       [&](const auto& x) {
@@ -334,10 +352,8 @@ void on_inbound(self_ptr self, const std::string& peer, const net::message& m) {
         } else if constexpr (std::is_same_v<T, net::exit_notice>) {
           // Only the launcher sees its children exit, and it always names the pid it reaped.
           if (st.launcher.empty() || peer != st.launcher || x.pid <= 0) {
-            spdlog::warn(
-                "coordinator: exit notice for '{}' ignored: not from the launcher, or "
-                "without a pid",
-                x.name);
+            warn_peer(self, "exit notice for '" + x.name +
+                                "' ignored: not from the launcher, or without a pid");
             return;
           }
           // A worker that died while its registration waited in the join window.
@@ -377,7 +393,7 @@ void on_inbound(self_ptr self, const std::string& peer, const net::message& m) {
             run_job(self, st.opts.job->on_report(st.roster, x, now_s(self)));
           }
         } else if constexpr (std::is_same_v<T, net::admin_request>) {
-          on_admin(self, peer, x);
+          on_admin(self, from, x);
         } else if constexpr (std::is_same_v<T, net::ping>) {
           // A worker's clock probe (tracing) reads our clock in reply_ns.
           send(self, peer, net::pong{x.seq, x.sent_ns, net::now_ns()});
@@ -385,7 +401,8 @@ void on_inbound(self_ptr self, const std::string& peer, const net::message& m) {
           on_pong(self, peer, x);
         } else {
           // Coordinator-to-worker messages arriving here mean a confused peer.
-          spdlog::warn("coordinator: ignoring unexpected {} from a peer", net::type_name(T::type));
+          warn_peer(self,
+                    std::string("ignoring unexpected ") + net::type_name(T::type) + " from a peer");
         }
       },
       m);
@@ -409,8 +426,8 @@ caf::behavior coordinator_actor(caf::stateful_actor<coordinator_state>* self,
   self->state.tick_due = now(self) + milliseconds(opts.tick_ms);
   self->delayed_send(self, milliseconds(opts.tick_ms), co_tick_atom::value);
   return {
-      [=](co_in_atom, const std::string& peer, const net::message& m) {
-        on_inbound(self, peer, m);
+      [=](co_in_atom, const net::sender& from, const net::message& m) {
+        on_inbound(self, from, m);
       },
       [=](co_tick_atom) {
         auto& st = self->state;

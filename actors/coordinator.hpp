@@ -20,6 +20,7 @@
 #include "actors/training_job.hpp"
 #include "runtime/net/heartbeat_table.hpp"
 #include "runtime/net/kv_store.hpp"
+#include "runtime/net/log_limiter.hpp"
 #include "runtime/net/membership.hpp"
 #include "runtime/net/protocol.hpp"
 #include "runtime/net/roster_changes.hpp"
@@ -137,10 +138,11 @@ struct coordinator_state {
   mb::mono_time tick_due{};
   bool tick_deferred = false;
   std::unique_ptr<bench_run> bench;
+  net::log_limiter peer_warnings;  ///< how often warnings a peer causes reach the log
 };
 
 /// The coordinator actor. Messages it handles:
-///   (co_in, peer, net::message)   a frame from the bridge (register, heartbeat, kv_*, ...)
+///   (co_in, net::sender, net::message)  a frame from the bridge (register, heartbeat, ...)
 ///   (co_tick)                     timer: check_timeouts, store expiry (self-scheduled)
 ///   (co_joins)                    timer: the join window may close (coordinator_joins.cpp)
 ///   (co_status) -> status_reply   local status

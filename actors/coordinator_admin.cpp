@@ -1,6 +1,7 @@
 // The coordinator's admin commands (docs/architecture.md, "Elasticity"): `cohort ctl drain
-// NAME | scale N | inject SPEC` and a worker's own drain on SIGTERM, each answered with an
-// admin_reply; and the drains and launcher requests they start.
+// NAME | scale N | inject SPEC` and a worker's own drain on SIGTERM, each decided by the role
+// of the key that opened the asking connection and answered with an admin_reply; and the
+// drains and launcher requests they start.
 #include <spdlog/spdlog.h>
 
 #include "actors/coordinator_internal.hpp"
@@ -14,6 +15,20 @@ int live_members(const mb::roster& r) {
   int n = 0;
   for (const auto& m : r.members) n += m.state != mb::member_state::leaving;
   return n;
+}
+
+// Whose authority a request carries: the role of the key that opened its connection.
+// Without keys there are no roles (docs/security.md): a connection that holds a member
+// speaks as that worker, any other as an admin.
+net::key_role authority(const coordinator_state& st, const net::sender& from) {
+  if (from.role) return *from.role;
+  return st.member_at.count(from.peer) != 0 ? net::key_role::worker : net::key_role::admin;
+}
+
+// The live member FROM's connection registered, or nullptr (none, or it left).
+const mb::member* own_member(const coordinator_state& st, const std::string& peer) {
+  const auto it = st.member_at.find(peer);
+  return it == st.member_at.end() ? nullptr : st.roster.find(it->second);
 }
 
 }  // namespace
@@ -60,25 +75,35 @@ std::string scale_to(self_ptr self, int target, const std::string& spec) {
   return {};
 }
 
-void on_admin(self_ptr self, const std::string& peer, const net::admin_request& a) {
+void on_admin(self_ptr self, const net::sender& from, const net::admin_request& a) {
   auto& st = self->state;
   auto reply = [&](bool ok, const std::string& text) {
-    send(self, peer, net::admin_reply{a.request_id, ok, text});
+    send(self, from.peer, net::admin_reply{a.request_id, ok, text});
   };
   if (st.stopping) return reply(false, "the coordinator is stopping");
-  // A worker's connection (SIGTERM to a training worker) may drain that worker and nothing
-  // else; scale and inject are the admin's.
-  if (st.member_at.count(peer) != 0 && a.command != "drain")
+  // A worker (SIGTERM to a training worker) may drain the member its own connection holds
+  // and nothing else; scale and inject are the admin's. Decided by the key, so a worker
+  // key's connection that holds no member (it left, its record was pruned) gains nothing.
+  const net::key_role who = authority(st, from);
+  if (who == net::key_role::worker && a.command != "drain")
     return reply(false, "a worker may only drain itself");
+  if (who != net::key_role::worker && who != net::key_role::admin)
+    return reply(false, std::string("a ") + net::to_string(who) +
+                            " key may not drain, scale or inject (the admin key may)");
   const mb::options& mo = st.opts.membership;
   if (a.command == "drain") {
     const mb::member* m = st.roster.find_name(a.argument);
     if (m == nullptr)
       return reply(false, "no live worker named '" + a.argument +
                               "' (`cohort ctl ... status` lists the workers)");
-    auto self_member = st.member_at.find(peer);
-    if (self_member != st.member_at.end() && self_member->second != m->id)
-      return reply(false, "a worker may only drain itself");
+    if (who == net::key_role::worker) {
+      const mb::member* own = own_member(st, from.peer);
+      if (own == nullptr)
+        return reply(false,
+                     "a worker may only drain itself, and this connection holds no live "
+                     "worker");
+      if (own->id != m->id) return reply(false, "a worker may only drain itself");
+    }
     const int live = live_members(st.roster);
     if (st.opts.job && live - 1 < mo.min())
       spdlog::warn(

@@ -16,6 +16,10 @@ using self_ptr = caf::stateful_actor<coordinator_state>*;
 /// The coordinator's clock (io.clock, or steady_clock), and the same in seconds for the job.
 mb::mono_time now(self_ptr self);
 double now_s(self_ptr self);
+/// Logs TEXT ("coordinator: TEXT"), a warning a peer's frame caused (a spoofed heartbeat, a
+/// refused registration): a peer may send such frames at will, so at most a few lines a
+/// period are written, the next one counting those left out (net::log_limiter).
+void warn_peer(self_ptr self, const std::string& text);
 /// Sends M to PEER unless `drop control` drops it.
 void send(self_ptr self, const std::string& peer, const net::message& m);
 /// Adopts a decision's roster; true when the generation grew (the caller then broadcasts).
@@ -55,7 +59,8 @@ void drain(self_ptr self, mb::member_id id);
 /// Moves the member count toward TARGET: asks the launcher for more workers, or drains
 /// the highest ranks. Returns why it cannot (empty: under way).
 std::string scale_to(self_ptr self, int target, const std::string& spec);
-/// ctl drain / scale / inject, and a worker's own drain on SIGTERM: answers PEER.
-void on_admin(self_ptr self, const std::string& peer, const net::admin_request& a);
+/// ctl drain / scale / inject, and a worker's own drain on SIGTERM: decided by the role of
+/// the key that opened FROM's connection, answered to it.
+void on_admin(self_ptr self, const net::sender& from, const net::admin_request& a);
 
 }  // namespace cohort::actors::coord

@@ -158,7 +158,7 @@ void coord::on_register(self_ptr self, const std::string& peer, const net::regis
   }
   if (!r.name.empty()) {
     if (const std::string problem = mb::name_problem(r.name); !problem.empty()) {
-      spdlog::warn("coordinator: registration refused: {}", problem);
+      warn_peer(self, "registration refused: " + problem);
       send(self, peer, net::register_reject{problem, 0});
       return;
     }
@@ -173,7 +173,7 @@ void coord::on_register(self_ptr self, const std::string& peer, const net::regis
     // A name held by a live member is final, whether or not there is room.
     if (!r.name.empty() && st.roster.find_name(r.name) != nullptr) {
       const mb::decision d = mb::on_register(st.roster, t, r.name, r.pid, st.opts.membership);
-      spdlog::warn("coordinator: registration of '{}' refused: {}", r.name, d.reason);
+      warn_peer(self, "registration of '" + r.name + "' refused: " + d.reason);
       send(self, peer, net::register_reject{d.reason, 0});
       return;
     }
@@ -228,7 +228,7 @@ void coord::close_joins(self_ptr self) {
       // departure freed): this one waits like any joiner of a full world.
       keep_spare(self, joiners[i].peer, joiners[i].name, joiners[i].pid, a.reason);
     } else {
-      spdlog::warn("coordinator: registration of '{}' refused: {}", joiners[i].name, a.reason);
+      warn_peer(self, "registration of '" + joiners[i].name + "' refused: " + a.reason);
       send(self, joiners[i].peer, net::register_reject{a.reason, 0});
     }
   }

@@ -72,7 +72,8 @@ coordinator_node::coordinator_node(coordinator_options opts, const std::string& 
   caf::actor target = actor_;
   try {
     bridge_ = std::make_unique<net::zmq_bridge>(
-        bo, [this, target, beats](const std::string& peer, net::message m) {
+        bo, [this, target, beats](const net::sender& from, net::message m) {
+          const std::string& peer = from.peer;
           if (cut_now()) return;            // partition coordinator: the link is down
           auto* self_bridge = out_.load();  // null until the constructor is done
           if (const auto* hb = std::get_if<net::heartbeat>(&m);
@@ -92,7 +93,7 @@ coordinator_node::coordinator_node(coordinator_options opts, const std::string& 
             self_bridge->reply(peer, net::pong{p->seq, p->sent_ns, net::now_ns()});
             return;
           }
-          caf::anon_send(target, co_in_atom::value, peer, std::move(m));
+          caf::anon_send(target, co_in_atom::value, from, std::move(m));
         });
   } catch (...) {
     caf::anon_send_exit(actor_, caf::exit_reason::user_shutdown);

@@ -1,8 +1,6 @@
 // The coordinator's side of the rendezvous store: who may ask (live members only: the store
 // holds the data plane's addresses), answering at once or parking a waiter, and answering
 // waiters later. The store's decisions are runtime/net/kv_store's.
-#include <spdlog/spdlog.h>
-
 #include <chrono>
 #include <functional>
 
@@ -44,8 +42,7 @@ void on_kv(self_ptr self, const std::string& peer, const net::message& m) {
   const auto at = st.member_at.find(peer);
   if (at == st.member_at.end() || st.roster.find(at->second) == nullptr) {
     const bool was_member = at != st.member_at.end();
-    if (!was_member)
-      spdlog::warn("coordinator: a store request from a peer that is not a member is refused");
+    if (!was_member) warn_peer(self, "a store request from a peer that is not a member is refused");
     send(self, peer,
          net::kv_reply{request_id,
                        was_member ? net::kv_status::superseded : net::kv_status::invalid, "",

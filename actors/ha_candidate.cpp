@@ -48,7 +48,7 @@ ha_candidate::ha_candidate(ha_candidate_options o) : o_(std::move(o)) {
   bo.max_message_bytes = o_.max_message_bytes;
   bo.curve_server = o_.keys;
   standby_ = std::make_unique<net::zmq_bridge>(
-      bo, [this](const std::string& peer, net::message m) { answer(peer, m); });
+      bo, [this](const net::sender& from, net::message m) { answer(from.peer, m); });
   endpoint_ = standby_->endpoint();
   standby_out_ = standby_.get();
   // Renewed every fifth of the lease: a leader rides out a missed renewal or two.

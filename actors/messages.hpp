@@ -7,11 +7,13 @@
 #include <vector>
 
 #include "runtime/net/protocol.hpp"
+#include "runtime/net/sender.hpp"
 
 namespace cohort::actors {
 
 // Atoms are <= 10 characters and prefixed `co_` so they never collide with CAF's own.
-using co_in_atom = caf::atom_constant<caf::atom("co_in")>;          ///< inbound (peer, message)
+/// Inbound frame: (peer, message) to a worker, (net::sender, message) to the coordinator.
+using co_in_atom = caf::atom_constant<caf::atom("co_in")>;
 using co_tick_atom = caf::atom_constant<caf::atom("co_tick")>;      ///< coordinator timer
 using co_joins_atom = caf::atom_constant<caf::atom("co_joins")>;    ///< coordinator: join window
 using co_stop_atom = caf::atom_constant<caf::atom("co_stop")>;      ///< stop (local request)
@@ -35,5 +37,6 @@ struct bench_result {
 // Protocol structs travel between local actors only (the wire uses codec.hpp), so CAF never
 // needs to serialize them: whitelisting is enough.
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(cohort::net::message)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(cohort::net::sender)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(cohort::net::status_reply)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(cohort::actors::bench_result)

@@ -116,13 +116,13 @@ worker_node::worker_node(const std::string& endpoint, worker_options opts, size_
   caf::actor target = actor_;
   try {
     bridge_ = std::make_unique<net::zmq_bridge>(
-        bo, [shared, kv, target](const std::string& peer, net::message m) {
+        bo, [shared, kv, target](const net::sender& from, net::message m) {
           if (shared->cut_now()) {  // injected partition: it arrives when the cut ends
             std::lock_guard<std::mutex> lock(shared->held_mu);
-            shared->held_in.emplace_back(peer, std::move(m));
+            shared->held_in.emplace_back(from.peer, std::move(m));
             return;
           }
-          deliver(*shared, *kv, target, peer, std::move(m));
+          deliver(*shared, *kv, target, from.peer, std::move(m));
         });
   } catch (...) {
     caf::anon_send_exit(actor_, caf::exit_reason::user_shutdown);

@@ -313,10 +313,15 @@ void zap_handler::run() {
     const std::string status = role ? "200" : "400", text = role ? "OK" : "refused",
                       user = role ? to_string(*role) : "";
     (role ? admitted_ : refused_).fetch_add(1);
-    if (!role)
-      spdlog::warn("authenticator: refused a {} connection from {} (credentials not authorized)",
-                   req.size() > 5 ? req[5].to_string() : std::string("?"),
-                   req.size() > 3 ? req[3].to_string() : std::string("?"));
+    if (!role) {
+      // Anyone who reaches the port can be refused at will: a few lines a period, counted.
+      if (const auto l = refusal_log_.admit())
+        spdlog::warn(
+            "authenticator: refused a {} connection from {} (credentials not authorized){}",
+            req.size() > 5 ? req[5].to_string() : std::string("?"),
+            req.size() > 3 ? req[3].to_string() : std::string("?"),
+            log_limiter::suffix(*l, "refused"));
+    }
     std::array<zmq::message_t, 6> reply{
         zmq::message_t(std::string("1.0")),
         zmq::message_t(req.size() > 1 ? req[1].to_string() : std::string()),

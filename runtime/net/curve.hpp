@@ -15,6 +15,8 @@
 #include <thread>
 #include <vector>
 
+#include "runtime/net/log_limiter.hpp"
+
 namespace zmq {
 class context_t;
 class message_t;
@@ -126,6 +128,7 @@ class zap_handler {
   std::thread thread_;
   std::atomic<uint64_t> admitted_{0};
   std::atomic<uint64_t> refused_{0};
+  log_limiter refusal_log_;  // the handler thread's: a flood of bad keys logs a few lines
 };
 
 /// The role stamped on a received message by a zap_handler (its "User-Id" property), or

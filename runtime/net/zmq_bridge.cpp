@@ -186,6 +186,8 @@ std::vector<std::pair<std::string, uint64_t>> zmq_bridge::drop_counts() const {
     const uint64_t v = counters_[i].load();
     if (v != 0) out.emplace_back(to_string(static_cast<drop_reason>(i)), v);
   }
+  // Refusals are logged a few a period (log_limiter): the count here is the whole of them.
+  if (const uint64_t v = refused_keys(); v != 0) out.emplace_back("refused_key", v);
   return out;
 }
 
@@ -357,10 +359,11 @@ void zmq_bridge::on_version_mismatch(const std::string& peer, int version, zmq::
   if (told_version_.count(peer) != 0) return;
   if (told_version_.size() >= 4096) told_version_.clear();  // bounded: a flood of identities
   told_version_.insert(peer);
-  spdlog::warn(
-      "zmq bridge: a peer speaks cohort protocol v{}, this build v{}: its frames are dropped "
-      "and it is told so",
-      version, protocol_version);
+  if (const auto l = version_log_.admit())
+    spdlog::warn(
+        "zmq bridge: a peer speaks cohort protocol v{}, this build v{}: its frames are dropped "
+        "and it is told so{}",
+        version, protocol_version, log_limiter::suffix(*l, "such peers"));
   const std::string reason = "protocol version mismatch: this side speaks cohort protocol v" +
                              std::to_string(protocol_version) + ", the peer v" +
                              std::to_string(version) + "; run the same cohort build everywhere";
@@ -437,7 +440,7 @@ void zmq_bridge::on_inbound(std::vector<zmq::message_t>& parts, zmq::socket_t& n
   }
   delivered_.fetch_add(1);
   try {
-    on_message_(peer, std::move(d.msg));
+    on_message_(sender{std::move(peer), role}, std::move(d.msg));
   } catch (const std::exception& e) {
     // The callback belongs to a higher layer; its failure must not take the socket down.
     spdlog::error("zmq bridge: inbound handler failed: {}", e.what());

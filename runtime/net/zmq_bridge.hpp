@@ -22,7 +22,9 @@
 #include "runtime/core/trace.hpp"
 #include "runtime/net/codec.hpp"
 #include "runtime/net/curve.hpp"
+#include "runtime/net/log_limiter.hpp"
 #include "runtime/net/protocol.hpp"
+#include "runtime/net/sender.hpp"
 
 namespace cohort::net {
 
@@ -90,8 +92,7 @@ struct bridge_options {
 class zmq_bridge {
  public:
   /// Called on the bridge thread for every frame that decoded and passed the peer check.
-  /// `peer` is the ROUTER identity of the sender (empty on a DEALER bridge).
-  using inbound_fn = std::function<void(const std::string& peer, message msg)>;
+  using inbound_fn = std::function<void(const sender& from, message msg)>;
 
   /// Binds or connects and starts the thread. Throws cohort::io_error when the endpoint
   /// cannot be bound/connected (message names the endpoint and the ZeroMQ reason).
@@ -133,7 +134,8 @@ class zmq_bridge {
 
   /// Frames dropped for reason R so far.
   uint64_t dropped(drop_reason r) const;
-  /// Every non-zero drop counter as (reason name, count).
+  /// Every non-zero drop counter as (reason name, count), and with CURVE the connections
+  /// whose key was refused ("refused_key").
   std::vector<std::pair<std::string, uint64_t>> drop_counts() const;
   /// Frames that decoded and were handed to the callback.
   uint64_t delivered() const { return delivered_.load(); }
@@ -167,6 +169,9 @@ class zmq_bridge {
   std::unordered_set<std::string> admitted_;
   /// ROUTER: peers already told of a version mismatch (bridge thread only; bounded).
   std::unordered_set<std::string> told_version_;
+  /// ROUTER: how often telling such a peer is logged (bridge thread only): new identities
+  /// cost nothing to make, so the set above does not bound the log.
+  log_limiter version_log_;
   bool version_reported_ = false;  ///< DEALER: on_version_mismatch already called
   std::array<std::atomic<uint64_t>, static_cast<size_t>(drop_reason::count_)> counters_{};
   std::atomic<uint64_t> delivered_{0};

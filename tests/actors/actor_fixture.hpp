@@ -90,8 +90,14 @@ struct coordinator_fixture : testing_system {
     sched.run();
   }
 
+  /// M from PEER's connection, opened without keys (no role).
   void deliver(const std::string& peer, net::message m) {
-    caf::anon_send(coord, co_in_atom::value, peer, std::move(m));
+    caf::anon_send(coord, co_in_atom::value, net::sender{peer, std::nullopt}, std::move(m));
+    sched.run();
+  }
+  /// M from PEER's connection, opened with a key of ROLE (CURVE).
+  void deliver_as(const std::string& peer, net::key_role role, net::message m) {
+    caf::anon_send(coord, co_in_atom::value, net::sender{peer, role}, std::move(m));
     sched.run();
   }
   void register_worker(const std::string& peer, const std::string& name) {

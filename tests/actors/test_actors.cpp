@@ -107,9 +107,9 @@ TEST_CASE("coordinator: a tick that comes late reads the heartbeats queued behin
   const uint64_t generation = f.rec->to<net::roster_update>("pa").back().generation;
   f.rec->now += milliseconds(400);
   f.sched.trigger_timeouts();  // the tick is queued, not yet handled
-  caf::anon_send(f.coord, co_in_atom::value, std::string("pa"),
+  caf::anon_send(f.coord, co_in_atom::value, net::sender{"pa", std::nullopt},
                  net::message(net::heartbeat{id_a, generation, 1}));
-  caf::anon_send(f.coord, co_in_atom::value, std::string("pb"),
+  caf::anon_send(f.coord, co_in_atom::value, net::sender{"pb", std::nullopt},
                  net::message(net::heartbeat{id_b, generation, 1}));
   f.sched.run();
   CHECK(f.rec->to<net::roster_update>("pa").back().generation == generation);

@@ -5,6 +5,7 @@
 #include <condition_variable>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -19,9 +20,10 @@ namespace cohort::test {
 class inbox {
  public:
   net::zmq_bridge::inbound_fn fn() {
-    return [this](const std::string& peer, net::message m) {
+    return [this](const net::sender& from, net::message m) {
       std::lock_guard<std::mutex> lock(mu);
-      items.emplace_back(peer, std::move(m));
+      items.emplace_back(from.peer, std::move(m));
+      roles.push_back(from.role);
       cv.notify_all();
     };
   }
@@ -38,12 +40,18 @@ class inbox {
     std::lock_guard<std::mutex> lock(mu);
     return items.at(i);
   }
+  /// The key role the bridge gave the I-th message's sender (nullopt without CURVE).
+  std::optional<net::key_role> role_at(size_t i) {
+    std::lock_guard<std::mutex> lock(mu);
+    return roles.at(i);
+  }
 
  private:
   // Appended by the bridge's thread: read only under the lock (size, at, wait_for).
   std::mutex mu;
   std::condition_variable cv;
   std::vector<std::pair<std::string, net::message>> items;
+  std::vector<std::optional<net::key_role>> roles;
 };
 
 }  // namespace cohort::test
