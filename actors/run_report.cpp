@@ -105,8 +105,11 @@ void run_report::step_aborted() {
   if (watch_) watch_->step_aborted(last_now_s_);
 }
 
-void run_report::generation_seen(uint64_t generation, int members) {
-  if (watch_ && generation != generation_) watch_->generation(generation, members, last_now_s_);
+void run_report::generation_seen(uint64_t generation, int members, double now_s) {
+  // Its own time: the generations that form the first roster come before any step, when
+  // no other call has carried a time yet.
+  last_now_s_ = std::max(last_now_s_, now_s);
+  if (watch_ && generation != generation_) watch_->generation(generation, members, now_s);
   generation_ = generation;
 }
 

@@ -90,8 +90,8 @@ class run_report {
 
   // ---- what the job did, in the order it did it ----
 
-  /// The roster moved to GENERATION, of MEMBERS workers.
-  void generation_seen(uint64_t generation, int members);
+  /// The roster moved to GENERATION, of MEMBERS workers, at NOW_S (the coordinator's clock).
+  void generation_seen(uint64_t generation, int members, double now_s);
   /// A step runs on roster R: members gone since the last roster are departures (or the
   /// detection of an injected kill / hang / partition), new ones joins, each with a line in
   /// NOTES. Before the first step (RUNNING false) only detections count; DRAINED members

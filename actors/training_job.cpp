@@ -115,7 +115,7 @@ job_actions training_job::on_generation(const mb::roster& r, double now_s) {
     if (lost || (!grew && seat_size_ == 1))
       abort_open(r, "the roster moved to generation " + std::to_string(r.generation), out);
   }
-  report_.generation_seen(r.generation, static_cast<int>(r.members.size()));
+  report_.generation_seen(r.generation, static_cast<int>(r.members.size()), now_s);
   track_membership(r, now_s, out);
   for (auto it = ready_.begin(); it != ready_.end();) {
     it = r.find(it->first) == nullptr ? ready_.erase(it) : std::next(it);

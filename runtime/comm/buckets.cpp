@@ -325,10 +325,14 @@ void bucket_engine::comm_loop(std::size_t lane) {
   std::vector<float> staging;  // this lane's stretch for collectives of several buckets
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
-    changed_.wait(lock, [&] {
+    auto go = [&] {
       return stop_ || (in_step_ && !error_ && next_[lane] < collectives_.size() &&
                        missing_[next_[lane]] == 0);
-    });
+    };
+    while (!go()) {
+      if (before_wait_) before_wait_(done_);
+      changed_.wait(lock);
+    }
     if (stop_) return;
     const std::size_t c = next_[lane];
     const std::vector<std::size_t> members = collectives_[c];
@@ -378,6 +382,11 @@ void bucket_engine::comm_loop(std::size_t lane) {
     }
     changed_.notify_all();
   }
+}
+
+void bucket_engine::set_before_wait(std::function<void(std::size_t)> hook) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  before_wait_ = std::move(hook);
 }
 
 bucket_timing bucket_engine::wait_all() {

@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -161,6 +162,12 @@ class bucket_engine {
   void set_wire(const wire_plan& plan);
   const wire_plan& wire() const { return wire_; }
 
+  /// Test seam, empty in production: HOOK runs on a lane's thread, with the engine's lock
+  /// held, each time the lane has nothing to run and waits; its argument is the number of
+  /// collectives run this step so far (tests wait for a lane that finished a collective and
+  /// looked at what is ready, instead of sleeping).
+  void set_before_wait(std::function<void(std::size_t done)> hook);
+
   const std::vector<bucket_range>& buckets() const { return buckets_; }
   /// The step's collectives (plan_collectives); lane l runs collectives l, l + L, ...
   const std::vector<std::vector<std::size_t>>& collectives() const { return collectives_; }
@@ -198,7 +205,8 @@ class bucket_engine {
   std::size_t done_ = 0;            // collectives run this step
   std::vector<time_interval> ran_;  // per collective: when it ran this step
   std::exception_ptr error_;
-  std::vector<std::thread> threads_;  // last: started after every member above exists
+  std::function<void(std::size_t)> before_wait_;  // test seam (set_before_wait)
+  std::vector<std::thread> threads_;              // last: started after every member above exists
 };
 
 }  // namespace cohort::comm

@@ -40,6 +40,7 @@ void memory_kv::set(const std::string& key, const std::vector<char>& value) {
 
 std::vector<char> memory_kv::get(const std::string& key, std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(mutex_);
+  if (values_.count(key) == 0 && before_wait) before_wait();
   if (!changed_.wait_for(lock, timeout, [&] { return values_.count(key) != 0; }))
     throw comm_error(comm_failure::timeout, "rendezvous get", missing_keys_detail({key}, timeout));
   return values_.at(key);
@@ -52,6 +53,7 @@ void memory_kv::wait(const std::vector<std::string>& keys, std::chrono::millisec
       if (values_.count(k) == 0) return false;
     return true;
   };
+  if (!all_set() && before_wait) before_wait();
   if (!changed_.wait_for(lock, timeout, all_set)) {
     std::vector<std::string> missing;
     for (const auto& k : keys)
@@ -103,13 +105,16 @@ bool exists(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0;
 }
 
-// Polls `ready` with a growing sleep until it is true or the deadline passes.
+// Polls `ready` with a growing sleep until it is true or the deadline passes; `before_wait`
+// (when set) runs once, when the first look found it false.
 template <class Pred>
-bool poll_until(Pred ready, std::chrono::milliseconds timeout) {
+bool poll_until(Pred ready, std::chrono::milliseconds timeout,
+                const std::function<void()>& before_wait) {
   const auto deadline = clock_type::now() + timeout;
   auto pause = std::chrono::milliseconds(1);
-  for (;;) {
+  for (bool first = true;; first = false) {
     if (ready()) return true;
+    if (first && before_wait) before_wait();
     const auto now = clock_type::now();
     if (now >= deadline) return false;
     std::this_thread::sleep_for(std::min<clock_type::duration>(pause, deadline - now));
@@ -178,7 +183,7 @@ void file_kv::set(const std::string& key, const std::vector<char>& value) {
 std::vector<char> file_kv::get(const std::string& key, std::chrono::milliseconds timeout) {
   const std::string path = path_of(key);
   std::vector<char> value;
-  if (!poll_until([&] { return read_whole(path, &value); }, timeout))
+  if (!poll_until([&] { return read_whole(path, &value); }, timeout, before_wait))
     throw comm_error(comm_failure::timeout, "rendezvous get",
                      missing_keys_detail({key}, timeout) + " in " + dir_);
   return value;
@@ -192,7 +197,7 @@ void file_kv::wait(const std::vector<std::string>& keys, std::chrono::millisecon
       if (!exists(p)) return false;
     return true;
   };
-  if (!poll_until(all, timeout)) {
+  if (!poll_until(all, timeout, before_wait)) {
     std::vector<std::string> missing;
     for (std::size_t i = 0; i < keys.size(); ++i)
       if (!exists(paths[i])) missing.push_back(keys[i]);

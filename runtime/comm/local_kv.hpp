@@ -3,6 +3,7 @@
 // tests and `cohort bench allreduce`). The coordinator-backed kv_client lives in actors/.
 #pragma once
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <string>
@@ -21,6 +22,11 @@ class memory_kv : public kv_client {
 
   /// Keys currently set (tests check what a rendezvous left behind).
   std::vector<std::string> keys() const;
+
+  /// Test seam, empty in production: called by a get or wait that finds a key missing, just
+  /// before it waits (with the store's lock held, so a set from the hook's signal lands
+  /// while the caller waits). Set before the store is shared.
+  std::function<void()> before_wait;
 
  private:
   mutable std::mutex mutex_;
@@ -43,6 +49,10 @@ class file_kv : public kv_client {
   void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
 
   const std::string& dir() const { return dir_; }
+
+  /// Test seam, empty in production: called by a get or wait that finds a key missing, just
+  /// before it starts polling. Set before the store is shared.
+  std::function<void()> before_wait;
   /// The file that holds `key` (percent-encoding keeps '/' and odd bytes out of names).
   std::string path_of(const std::string& key) const;
 

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -136,6 +137,11 @@ class p2p_channel {
   /// comm_error(aborted) promptly (shuts the ZeroMQ context down).
   void abort();
 
+  /// Test seam, empty in production: HOOK runs on the calling thread each time a send finds
+  /// the peer's socket full or unconnected, or a recv finds its frame not there, just before
+  /// the call waits (tests abort a call proven to be blocked). Set before any send/recv.
+  void set_before_wait(std::function<void()> hook) { before_wait_ = std::move(hook); }
+
   /// True once a call threw or abort() was called: only destruction is left.
   bool dead() const { return dead_.load(); }
   /// Frames dropped: malformed, of another generation, or of a size recv did not expect.
@@ -173,6 +179,7 @@ class p2p_channel {
   std::size_t stash_count_ = 0;
   std::size_t stash_bytes_ = 0;
   p2p_limits limits_;
+  std::function<void()> before_wait_;  ///< test seam (set_before_wait)
   std::atomic<bool> dead_{false};
   std::atomic<bool> aborted_{false};
   std::atomic<std::uint64_t> dropped_{0};

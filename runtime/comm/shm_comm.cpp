@@ -235,6 +235,7 @@ void shm_comm::sync(const char* op) {
     const auto left = std::min<clock_type::duration>(deadline - now, std::chrono::milliseconds(10));
     const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(left).count();
     timespec t{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
+    if (opts_.before_wait) opts_.before_wait();
     seg_->sleepers.fetch_add(1);
     futex(&seg_->wake, FUTEX_WAIT, seen, &t);
     seg_->sleepers.fetch_sub(1);

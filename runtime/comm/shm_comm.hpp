@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -28,6 +29,9 @@ struct shm_options {
   std::chrono::milliseconds rendezvous_timeout{5000};  ///< the store waits of construction
   std::size_t chunk_bytes = std::size_t(1) << 18;  ///< per rank and buffer (256 KiB: measured best)
   std::shared_ptr<build_abort> cancel;                 ///< optional: ends construction
+  /// Test seam, empty in production: runs on the calling thread each time a collective is
+  /// about to sleep waiting for a peer (tests abort a call proven to be blocked).
+  std::function<void()> before_wait;
 };
 
 /// This host's identity for "same host": host name, network namespace and boot id, so

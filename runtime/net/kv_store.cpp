@@ -199,6 +199,7 @@ reply store::add_waiter(request_id id, waiter w, mono_time now) {
   overhead_bytes_ += w.overhead;
   if (w.owner != 0) ++waiters_of_[w.owner];
   waiters_.emplace(id, std::move(w));
+  if (opts_.on_pending) opts_.on_pending();
   return fail(id, status::pending, "");
 }
 

@@ -5,6 +5,7 @@
 #pragma once
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -65,6 +66,9 @@ struct options {
   /// Longest wait accepted: a later deadline is refused (Gloo's rendezvous waits for at
   /// most the collective timeout, seconds to minutes).
   std::chrono::milliseconds max_wait = longest_wait;
+  /// Test seam, empty in production: runs on the caller's thread when a get or wait is left
+  /// pending (tests make a set that must complete a waiter, not find none).
+  std::function<void()> on_pending;
 };
 
 /// Answer to one request.
@@ -160,7 +164,7 @@ class store {
   std::map<request_id, waiter> waiters_;  // ordered: replies come out in request-id order
   std::size_t total_bytes_ = 0;
   std::size_t waiting_bytes_ = 0;
-  std::size_t overhead_bytes_ = 0;  // of entries and waiters
+  std::size_t overhead_bytes_ = 0;                   // of entries and waiters
   std::map<std::uint64_t, std::size_t> waiters_of_;  // owner -> pending waits (owner != 0)
   generation_t floor_ = 0;
   generation_t ceiling_ = ~generation_t{0};

@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <future>
@@ -21,7 +22,14 @@ using std::chrono::milliseconds;
 
 TEST_CASE("nodes: two workers register and rendezvous through the store and stop with code 0") {
   spdlog::set_level(spdlog::level::warn);
-  coordinator_node coord(two_workers(), "tcp://127.0.0.1:0", 1 << 20);
+  // The store's test seam says when a wait is left pending (on the coordinator's thread).
+  std::promise<void> pending;
+  std::atomic<int> pendings{0};
+  coordinator_options o = two_workers();
+  o.kv.on_pending = [&] {
+    if (pendings.fetch_add(1) == 0) pending.set_value();
+  };
+  coordinator_node coord(o, "tcp://127.0.0.1:0", 1 << 20);
   worker_node a(coord.endpoint(), named("a"), 1 << 20);
   worker_node b(coord.endpoint(), named("b"), 1 << 20);
   // Both see generation 2 (one per join) once the second roster reached them.
@@ -31,16 +39,18 @@ TEST_CASE("nodes: two workers register and rendezvous through the store and stop
   CHECK(b.member_id() != 0);
   CHECK(a.member_id() != b.member_id());
 
-  // b waits for a key that a publishes afterwards; b's wait completes with ok.
+  // b waits for a key that a publishes once b's wait is pending in the store; b's wait
+  // completes with ok, answered by the set.
   auto waiting = std::async(std::launch::async, [&] {
     return b.kv_call(net::kv_wait{0, 2, {"rank0/addr"}, 5000}, milliseconds(10000));
   });
-  std::this_thread::sleep_for(milliseconds(50));
+  pending.get_future().wait();
   const net::kv_reply set =
       a.kv_call(net::kv_set{0, 2, "rank0/addr", "127.0.0.1:7777"}, milliseconds(5000));
   CHECK(set.status == net::kv_status::ok);
   const net::kv_reply waited = waiting.get();
   CHECK(waited.status == net::kv_status::ok);
+  CHECK(pendings.load() == 1);
   const net::kv_reply got = b.kv_call(net::kv_get{0, 2, "rank0/addr", 0}, milliseconds(5000));
   CHECK(got.status == net::kv_status::ok);
   CHECK(got.value == "127.0.0.1:7777");

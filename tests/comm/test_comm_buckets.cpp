@@ -7,12 +7,15 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <functional>
+#include <future>
 #include <limits>
 #include <mutex>
 #include <random>
 
 #include "runtime/comm/buckets.hpp"
 #include "tests/comm/comm_test_util.hpp"
+#include "tests/eventually.hpp"
 
 using namespace cohort::comm;
 using namespace cohort::comm::test;
@@ -25,7 +28,9 @@ const double kMiB = double(1 << 20);
 
 // Forwards to a real communicator and records what reached it: the ranges reduced (as
 // offsets from `base`), whether any element was still unfinished (NaN) when its bucket
-// went out, and an optional delay that stands for a slow network.
+// went out, and an optional delay that stands for a slow network. `on_call` (optional) runs
+// on the communication thread as a float allreduce starts, after it was recorded: tests
+// hold a collective there, or learn that one is in flight.
 class recording_comm : public communicator {
  public:
   recording_comm(communicator& inner, const float* base, milliseconds delay = milliseconds(0))
@@ -40,6 +45,7 @@ class recording_comm : public communicator {
       for (std::size_t i = 0; i < n; ++i)
         if (std::isnan(data[i])) unfinished_seen = true;
     }
+    if (on_call) on_call(std::size_t(data - base_));
     std::this_thread::sleep_for(delay_);
     inner_.allreduce_sum(data, n);
   }
@@ -54,6 +60,12 @@ class recording_comm : public communicator {
 
   std::vector<bucket_range> calls;
   bool unfinished_seen = false;
+  std::function<void(std::size_t offset)> on_call;
+  /// Calls so far (from any thread).
+  std::size_t call_count() {
+    std::lock_guard<std::mutex> lock(m_);
+    return calls.size();
+  }
 
  private:
   communicator& inner_;
@@ -74,6 +86,27 @@ std::vector<bucket_range> random_chunks(std::size_t n, unsigned seed) {
   std::shuffle(chunks.begin(), chunks.end(), rng);
   return chunks;
 }
+
+// Arms an engine's before_wait seam: wait_done(k) returns once a lane, having run k
+// collectives this step, looked at what is ready and went to wait, so the test knows every
+// decision the engine could take from the ranges marked so far was taken.
+class engine_idle {
+ public:
+  explicit engine_idle(bucket_engine& e) {
+    e.set_before_wait([this](std::size_t done) {
+      done_.store(done);
+      ++waits_;
+    });
+  }
+  bool wait_done(std::size_t k) {
+    return cohort::test::eventually(milliseconds(30000), [&] { return done_.load() >= k; });
+  }
+  int waits() const { return waits_.load(); }
+
+ private:
+  std::atomic<std::size_t> done_{0};
+  std::atomic<int> waits_{0};
+};
 
 }  // namespace
 
@@ -166,24 +199,34 @@ TEST_CASE("buckets go out in reverse order and each only once its whole range is
   const std::size_t count = 1000;
   std::vector<float> grads(count, std::numeric_limits<float>::quiet_NaN());
   recording_comm rec(*comms[0], grads.data());
+  // Bucket 0's collective is held until the test lets it go.
+  std::promise<void> entered, release;
+  std::shared_future<void> released = release.get_future().share();
+  rec.on_call = [&, released](std::size_t offset) {
+    if (offset != 700) return;
+    entered.set_value();
+    released.wait();
+  };
   bucket_engine engine(rec, count, grad_type::f32, 300 * sizeof(float) / kMiB);
+  engine_idle idle(engine);
   // Buckets: [700,1000) [400,700) [100,400) [0,100).
   engine.begin(grads.data());
-  // Backward-like order, but with bucket 1's range finished before bucket 0's, and the
-  // ranges cut across bucket boundaries.
   auto finish = [&](std::size_t off, std::size_t n) {
     for (std::size_t i = off; i < off + n; ++i) grads[i] = 1.0f;
     engine.mark_ready(off, n);
   };
-  finish(450, 300);  // all of bucket 1 but 400..450, and 700..750 of bucket 0
-  finish(400, 50);   // bucket 1 complete: must still wait for bucket 0
-  std::this_thread::sleep_for(milliseconds(50));
-  {
-    // Nothing may have gone out yet: bucket 0 is not complete.
-    CHECK(rec.calls.empty());
-  }
-  finish(750, 250);
+  finish(700, 300);  // bucket 0 complete: it goes out
+  entered.get_future().wait();
+  // While bucket 0 is in flight, buckets 2 and 3 complete (one range across their edge) and
+  // bucket 1 all but 400..450.
+  finish(450, 250);
   finish(0, 400);
+  release.set_value();
+  // Bucket 0 done, the lane looked again: buckets 2 and 3 are ready, 1 is not, so nothing
+  // more may have gone out.
+  REQUIRE(idle.wait_done(1));
+  CHECK(rec.call_count() == 1);
+  finish(400, 50);
   engine.wait_all();
   REQUIRE(rec.calls.size() == 4);
   CHECK((rec.calls[0].offset == 700 && rec.calls[0].count == 300));
@@ -261,27 +304,28 @@ TEST_CASE("collective timestamps: hidden behind a slow backward, none when backw
   CHECK(exposed.collectives.front().begin >= bw1);
   CHECK(overlap_seconds(exposed.collectives, {{bw0, bw1}}) == 0.0);
 
-  // A synthetic backward: 100 ms of compute per bucket, last layers first.
+  // A backward that hands over buckets 0-2 one at a time, last layers first, each only
+  // after the previous one's collective ended and the lane looked for the next (the seam, not
+  // a sleep, so the order holds however loaded the machine is); bucket 3 after backward.
+  engine_idle idle(engine);
   engine.begin(grads.data());
   const auto start = clk::now();
-  auto last_mark = start;
-  for (int k = 0; k < 4; ++k) {
-    std::this_thread::sleep_for(milliseconds(100));
-    last_mark = clk::now();
+  for (int k = 0; k < 3; ++k) {
     engine.mark_ready(count - 1000 * (k + 1), 1000);
+    REQUIRE(idle.wait_done(k + 1));
   }
+  const auto last_mark = clk::now();
+  engine.mark_ready(0, 1000);
   t0 = clk::now();
   const bucket_timing hidden = engine.wait_all();
   check_identities(hidden, seconds_since(t0));
-  // Buckets 0-2 go out 100 ms apart and take ~40 ms: each runs inside backward. Bucket 3
-  // goes out when backward ends. Closed form: overlap = (b0 + b1 + b2) / (b0 + .. + b3),
-  // about 3/4 with equal buckets.
+  // Buckets 0-2 ran inside backward, bucket 3 after it. Closed form: overlap =
+  // (b0 + b1 + b2) / (b0 + .. + b3).
   const double overlap =
       overlap_seconds(hidden.collectives, {{start, last_mark}}) / hidden.allreduce_s;
   const auto& b = hidden.bucket_s;
-  CHECK(overlap == doctest::Approx((b[0] + b[1] + b[2]) / hidden.allreduce_s).epsilon(0.02));
-  CHECK(overlap > 0.6);
-  CHECK(overlap < 0.8);
+  CHECK(overlap == doctest::Approx((b[0] + b[1] + b[2]) / hidden.allreduce_s).epsilon(1e-9));
+  CHECK(hidden.collectives[2].end <= last_mark);
   CHECK(hidden.collectives.back().begin >= last_mark);
 }
 
@@ -314,11 +358,15 @@ TEST_CASE("abort() ends a step blocked on a silent peer at once") {
   auto comms = make_gloo_group(kv, 2, 1, milliseconds(60000));
   const std::size_t count = 5000;
   std::vector<float> grads(count, 1.0f);
-  bucket_engine engine(*comms[0], count, grad_type::f32, 2.0);
+  // The wrapper says when the collective is in flight (rank 1 never joins it).
+  recording_comm rec(*comms[0], grads.data());
+  std::promise<void> in_flight;
+  rec.on_call = [&](std::size_t) { in_flight.set_value(); };
+  bucket_engine engine(rec, count, grad_type::f32, 2.0);
   engine.begin(grads.data());
   engine.mark_ready(0, count);
   std::thread aborter([&] {
-    std::this_thread::sleep_for(milliseconds(150));
+    in_flight.get_future().wait();
     engine.abort();
   });
   const auto t0 = std::chrono::steady_clock::now();
@@ -331,6 +379,7 @@ TEST_CASE("abort() ends a step blocked on a silent peer at once") {
   aborter.join();
   CHECK(kind == comm_failure::aborted);
   CHECK(seconds_since(t0) < kSlackSeconds);  // the timeout is 60 s
+  CHECK(rec.call_count() == 1);              // aborted inside the collective
 }
 
 TEST_CASE("lanes: bucket k goes to lane k % L in order on each lane, and the sums are exact") {

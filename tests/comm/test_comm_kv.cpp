@@ -8,6 +8,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <functional>
+#include <future>
 #include <string>
 #include <thread>
 #include <vector>
@@ -46,8 +48,42 @@ struct temp_dir {
   }
 };
 
-// The contract every kv_client keeps; `a` and `b` are two clients of one store.
-void check_contract(kv_client& a, kv_client& b) {
+// Sets KEYS through `a` once `b` is waiting for them: B_BEFORE_WAIT is `b`'s test seam
+// (called when a get or wait finds a key missing, before it waits); the setter thread starts
+// only after it fired, so the call under test is proven to block and complete later.
+class set_while_waiting {
+ public:
+  set_while_waiting(kv_client& a, std::function<void()>& b_before_wait,
+                    std::vector<std::string> keys)
+      : hook_(b_before_wait) {
+    hook_ = [this] {
+      if (waits_++ == 0) waiting_.set_value();
+    };
+    setter_ = std::thread([this, &a, keys] {
+      waiting_.get_future().wait();
+      for (const auto& k : keys) a.set(k, bytes(k + "-value"));
+    });
+  }
+  ~set_while_waiting() {
+    if (setter_.joinable()) setter_.join();
+    hook_ = nullptr;
+  }
+  /// Joins the setter; how often the seam fired (at least once when the path ran).
+  int finish() {
+    setter_.join();
+    return waits_;
+  }
+
+ private:
+  std::function<void()>& hook_;
+  std::promise<void> waiting_;
+  std::thread setter_;
+  int waits_ = 0;  // written under b's lock (memory_kv) or by b's calling thread (file_kv)
+};
+
+// The contract every kv_client keeps; `a` and `b` are two clients of one store, B_BEFORE_WAIT
+// `b`'s test seam.
+void check_contract(kv_client& a, kv_client& b, std::function<void()>& b_before_wait) {
   a.set("k1", bytes("one"));
   CHECK(b.get("k1", milliseconds(1000)) == bytes("one"));
   a.set("k1", bytes("uno"));  // overwrite
@@ -60,22 +96,19 @@ void check_contract(kv_client& a, kv_client& b) {
   CHECK(b.get("bin", milliseconds(1000)) == binary);
   CHECK(b.get("empty", milliseconds(1000)).empty());
 
-  // get blocks until another thread sets the key.
-  std::thread later([&] {
-    std::this_thread::sleep_for(milliseconds(50));
-    a.set("late", bytes("here"));
-  });
-  CHECK(b.get("late", milliseconds(10000)) == bytes("here"));
-  later.join();
+  // get blocks until another thread sets the key: set only once get is waiting.
+  {
+    set_while_waiting later(a, b_before_wait, {"late"});
+    CHECK(b.get("late", milliseconds(10000)) == bytes("late-value"));
+    CHECK(later.finish() == 1);
+  }
 
-  // wait returns once all keys exist.
-  std::thread setter([&] {
-    std::this_thread::sleep_for(milliseconds(30));
-    a.set("w1", bytes("1"));
-    a.set("w2", bytes("2"));
-  });
-  CHECK_NOTHROW(b.wait({"w1", "w2", "k1"}, milliseconds(10000)));
-  setter.join();
+  // wait returns once all keys exist (k1 was there before; w1 and w2 come while it waits).
+  {
+    set_while_waiting setter(a, b_before_wait, {"w1", "w2"});
+    CHECK_NOTHROW(b.wait({"w1", "w2", "k1"}, milliseconds(10000)));
+    CHECK(setter.finish() == 1);
+  }
 
   // Timeouts throw comm_error(timeout) naming the missing key, and only it.
   try {
@@ -101,13 +134,13 @@ void check_contract(kv_client& a, kv_client& b) {
 
 TEST_CASE("memory_kv keeps the kv_client contract") {
   memory_kv kv;
-  check_contract(kv, kv);
+  check_contract(kv, kv, kv.before_wait);
 }
 
 TEST_CASE("file_kv keeps the kv_client contract across clients of one directory") {
   temp_dir dir;
   file_kv a(dir.path), b(dir.path);
-  check_contract(a, b);
+  check_contract(a, b, b.before_wait);
   for (const auto& e : dir.entries()) CHECK_MESSAGE(e[0] != '~', "temporary file left: " << e);
 }
 

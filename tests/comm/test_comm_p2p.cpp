@@ -5,10 +5,12 @@
 #include <doctest/doctest.h>
 
 #include <CLI/CLI.hpp>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <future>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -250,46 +252,80 @@ TEST_CASE("p2p: recv and send time out within the timeout plus slack") {
   CHECK(dt < 3.0);
 }
 
+namespace {
+
+// Arms a channel's before_wait seam: wait() returns once a send or recv of it is blocked, and
+// waits() says how often one was (so a case proves the blocked path ran, not the one where
+// abort() came first and the call failed at its entry).
+class blocked_call {
+ public:
+  /// Only waits for which WHEN holds count (default: all).
+  explicit blocked_call(
+      p2p_channel& c, std::function<bool()> when = [] { return true; })
+      : when_(std::move(when)) {
+    c.set_before_wait([this] {
+      if (when_() && waits_.fetch_add(1) == 0) blocked_.set_value();
+    });
+  }
+  void wait() { blocked_.get_future().wait(); }
+  int waits() const { return waits_.load(); }
+
+ private:
+  std::function<bool()> when_;
+  std::promise<void> blocked_;
+  std::atomic<int> waits_{0};
+};
+
+}  // namespace
+
 TEST_CASE("p2p: abort from another thread wakes a blocked recv and a blocked send") {
   SUBCASE("recv") {
     p2p_channel a("127.0.0.1", 0, 1, 30000);
+    blocked_call blocked_in(a);
     auto blocked = std::async(std::launch::async, [&] {
       std::uint32_t x = 0;
       return failure_of([&] { a.recv(1, 0, &x, sizeof x); });
     });
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    blocked_in.wait();
     const auto t0 = clock_type::now();
     a.abort();
     CHECK(blocked.get() == comm_failure::aborted);
     CHECK(seconds_since(t0) < 2.0);
+    CHECK(blocked_in.waits() >= 1);
   }
   SUBCASE("send to a peer that is not there") {
     p2p_channel a("127.0.0.1", 0, 1, 30000);
     a.connect(1, dead_endpoint());
+    blocked_call blocked_in(a);
     auto blocked = std::async(std::launch::async, [&] {
       std::uint32_t x = 0;
       return failure_of([&] { a.send(1, 0, &x, sizeof x); });
     });
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    blocked_in.wait();
     const auto t0 = clock_type::now();
     a.abort();
     CHECK(blocked.get() == comm_failure::aborted);
     CHECK(seconds_since(t0) < 2.0);
+    CHECK(blocked_in.waits() >= 1);
+    CHECK(a.bytes_sent() == 0);
   }
   SUBCASE("send to a live peer that stopped reading (queues full)") {
     p2p_channel a("127.0.0.1", 0, 1, 30000), b("127.0.0.1", 1, 1, 30000);
     a.connect(1, b.endpoint());
     const std::vector<unsigned char> mib(1u << 20, 7);
+    // A wait after frames went out: the queues are full, not the connection still being made.
+    blocked_call blocked_in(a, [&] { return a.bytes_sent() > 0; });
     auto blocked = std::async(std::launch::async, [&] {
       return failure_of([&] {
         for (std::uint64_t t = 0; t < 100000; ++t) a.send(1, t, mib.data(), mib.size());
       });
     });
-    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    blocked_in.wait();
     const auto t0 = clock_type::now();
     a.abort();
     CHECK(blocked.get() == comm_failure::aborted);
     CHECK(seconds_since(t0) < 2.0);
+    CHECK(blocked_in.waits() >= 1);
     CHECK(a.bytes_sent() > 0);
   }
 }

@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <functional>
+#include <future>
 #include <random>
 #include <vector>
 
@@ -38,13 +40,15 @@ struct temp_dir_guard {
 
 std::vector<std::unique_ptr<shm_comm>> make_shm_group(kv_client& kv, int n, std::uint64_t gen,
                                                       milliseconds timeout,
-                                                      std::size_t chunk = 4096) {
+                                                      std::size_t chunk = 4096,
+                                                      std::function<void()> rank0_waits = {}) {
   std::vector<std::unique_ptr<shm_comm>> comms(n);
   rethrow_first(run_ranks(n, [&](int r) {
     shm_options o;
     o.timeout = timeout;
     o.rendezvous_timeout = milliseconds(20000);
     o.chunk_bytes = chunk;
+    if (r == 0) o.before_wait = rank0_waits;
     comms[r] = std::make_unique<shm_comm>(kv, gen, r, n, o);
   }));
   return comms;
@@ -157,7 +161,12 @@ TEST_CASE("shm with more ranks than cores: every allreduce completes and sums ri
 
 TEST_CASE("shm abort() wakes a rank blocked on a silent peer, and the peer fails too") {
   memory_kv kv;
-  auto comms = make_shm_group(kv, 2, 1, milliseconds(60000));
+  // Rank 0's before_wait seam: abort() comes once its allreduce sleeps waiting for rank 1.
+  std::promise<void> sleeping;
+  std::atomic<int> waits{0};
+  auto comms = make_shm_group(kv, 2, 1, milliseconds(60000), 4096, [&] {
+    if (waits.fetch_add(1) == 0) sleeping.set_value();
+  });
   std::vector<float> buf(100, 1.0f);
   comm_failure kind = comm_failure::invalid;
   double took = -1;
@@ -170,9 +179,10 @@ TEST_CASE("shm abort() wakes a rank blocked on a silent peer, and the peer fails
     }
     took = seconds_since(t0);
   });
-  std::this_thread::sleep_for(milliseconds(200));
+  sleeping.get_future().wait();
   comms[0]->abort();
   blocked.join();
+  CHECK(waits.load() >= 1);
   CHECK(kind == comm_failure::aborted);
   CHECK(took < kSlackSeconds);  // the timeout is 60 s
   CHECK(comms[0]->dead());

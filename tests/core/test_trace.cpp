@@ -22,10 +22,12 @@ TEST_CASE("trace: off records nothing, on keeps spans and instants in order, up 
   const uint64_t dropped_before = trace::dropped();
   trace::complete("forward", "compute", 10, 30, trace::track::compute, trace::args({{"mb", 2}}));
   trace::instant("kill", "fault", 40, trace::track::control);
+  const int64_t before = trace::now_ns();
   {
     trace::span s("allreduce", "comm", trace::track::comm,
                   trace::args({{"bytes", 4096}, {"bucket", 1}}));
   }
+  const int64_t after = trace::now_ns();
   trace::complete("late", "compute", 50, 40, trace::track::compute);  // over the bound
   const std::vector<trace::event> got = trace::take();
   REQUIRE(got.size() == 3);
@@ -39,6 +41,9 @@ TEST_CASE("trace: off records nothing, on keeps spans and instants in order, up 
   CHECK(got[1].tid == trace::track::control);
   CHECK(got[2].name == "allreduce");
   CHECK(got[2].args == "\"bytes\":4096,\"bucket\":1");
+  // The scope's span lies within the clock readings around it.
+  CHECK(got[2].ts_ns >= before);
+  CHECK(got[2].ts_ns + got[2].dur_ns <= after);
   CHECK(got[2].dur_ns >= 0);
   CHECK(trace::dropped() == dropped_before + 1);
   // take() empties the buffer: the bound applies between two takes.

@@ -145,7 +145,9 @@ TEST_CASE("coordinator and three workers register and report through ctl and sto
     names.insert(w["name"].get<std::string>());
     // dp = 3, pp = tp = 1: the rank is the data-parallel coordinate.
     CHECK(w["seat"] == nlohmann::json::array({rank, 0, 0}));
+    // Listed alive: heard from within the time that would have declared it dead.
     CHECK(w["heartbeat_age_ms"].get<int64_t>() >= 0);
+    CHECK(w["heartbeat_age_ms"].get<int64_t>() <= promise_ms + load_slack_ms);
   }
   CHECK(ranks == std::set<int>{0, 1, 2});
   CHECK(names == std::set<std::string>{"w0", "w1", "w2"});

@@ -149,11 +149,17 @@ TEST_CASE("a stage's DP sum in many small buckets keeps the pipeline bit-identic
   // dp 2 x pp 2 of a 4-block GPT (d_model 64): each stage holds two blocks, about 0.4 MiB of
   // int64 sums, cut into 0.03 MiB buckets that the engine sums during the stage's last
   // backward (tests/train/test_seat.cpp shows the ranges are final when handed over). The
-  // sums must be the same bits as `cohort train`'s. How much of the sum backward hides is
-  // up to the scheduler on a loaded machine (tools/bench_pp_overlap.sh measures it): here
-  // only that the hidden time is part of each worker's compute.
+  // sums must be the same bits as `cohort train`'s. The design promises that some of the sum
+  // hides behind backward: a bucket goes out as soon as its range is final, while backward
+  // goes on below it (docs/pipeline.md, step 4). How much is up to the scheduler
+  // (tools/bench_pp_overlap.sh measures it): on a loaded 2-core machine one worker's comm
+  // thread may not get a core before its stage's last backward ends in any of the steps
+  // (seen: 0 for one of four workers over 6 steps, 2026-12-04), so the promise is checked
+  // over the job: over 12 steps of about 13 buckets on four workers, some collective starts
+  // inside its backward window (with one bucket the hidden time is exactly 0, above). Each
+  // worker's hidden time is a share of its DP time and part of its compute.
   temp_dir dir;
-  std::string yaml = gpt_yaml(dir.path(), 6, 4);
+  std::string yaml = gpt_yaml(dir.path(), 12, 4);
   yaml.replace(yaml.find("d_model: 32"), 11, "d_model: 64");
   const std::string cfg = dir.write("gpt.yaml", yaml);
   const nlohmann::json ref = train_summary(dir, cfg);
@@ -161,16 +167,19 @@ TEST_CASE("a stage's DP sum in many small buckets keeps the pipeline bit-identic
   REQUIRE(j["workers"].size() == 4);
   CHECK(j["params_sha256"] == ref["params_sha256"]);
   CHECK(j["params_consistent"] == true);
+  double hidden_s = 0;  // the job's DP time inside backward windows
   for (const auto& w : j["workers"]) {
     const double overlap = w["overlap"], allreduce = w["allreduce_s"], compute = w["compute_s"];
     CAPTURE(overlap);
     CAPTURE(allreduce);
     CAPTURE(compute);
     REQUIRE(allreduce > 0.0);
-    CHECK(overlap >= 0.0);
+    CHECK(overlap <= 1.0);
     CHECK(overlap * allreduce <= compute);
+    hidden_s += overlap * allreduce;
     MESSAGE(w["name"].get<std::string>() << " (stage " << w["stage"] << "): overlap " << overlap);
   }
+  CHECK(hidden_s > 0.0);
 }
 
 TEST_CASE("p2p channels that encrypt every frame keep the pipeline bit-identical") {
@@ -212,8 +221,8 @@ TEST_CASE("a slowed stage makes the other stage's measured bubble larger") {
   }
   REQUIRE(other_bubble >= 0);
   const double theory = slow["pipeline"]["theoretical_bubble"].get<double>();
-  MESSAGE("other stage's bubble " << other_bubble << " (theory without the slow stage "
-                                  << theory << "), compute " << other_compute
+  MESSAGE("other stage's bubble " << other_bubble << " (theory without the slow stage " << theory
+                                  << "), compute " << other_compute
                                   << " s against the slowed stage's " << slowed_compute << " s");
   // The slowed stage's compute grew with the factor (its stages hold comparable layers, so
   // 8x the work shows as well over 3x the other's), and the other stage idles most of the

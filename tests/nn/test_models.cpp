@@ -265,7 +265,7 @@ TEST_CASE("GPT eval counts argmax hits and rejects bad batches") {
   batch b = lm_batch(2, 5, 9, 52);
   const eval_result r = m.eval(b);
   CHECK(r.count == 10);
-  CHECK(r.correct >= 0);
+  CHECK(r.correct <= r.count);
   CHECK(r.loss > 0.0f);
   // Make the model always predict token 4 by a huge lm_head row: every target 4 is a hit.
   tensor& head = m.parameters().back().value;
@@ -274,6 +274,9 @@ TEST_CASE("GPT eval counts argmax hits and rejects bad batches") {
   m.param("transformer.ln_f.bias").value.fill(1.0f);
   for (auto& t : b.targets) t = 4;
   CHECK(m.eval(b).correct == 10);
+  // Every other target elsewhere: exactly those are misses.
+  for (std::size_t i = 0; i < b.targets.size(); i += 2) b.targets[i] = 3;
+  CHECK(m.eval(b).correct == 5);
   batch bad = lm_batch(1, 6, 9, 53);  // t > context
   CHECK_THROWS_AS(m.forward_backward(bad, 1.0f), usage_error);
   bad = lm_batch(1, 3, 9, 53);
