@@ -155,7 +155,8 @@ TEST_CASE("--resume does not go on from another run's checkpoint, --resume-from 
   // This run's own checkpoint: resumed, with a longer run, another worker count or grid.
   const config longer = load_config_text(
       "fault_tolerance:\n  checkpoint_dir: " + dir +
-          "\n  keep: 7\ntrain:\n  steps: 50\n  seed: 1\n  log_every: 3\ncluster:\n  workers: 4\n",
+          "\n  keep: 7\ntrain:\n  steps: 50\n  seed: 1\n  log_every: 3\n  micro_batch: 32\n"
+          "cluster:\n  workers: 4\n",
       "<test>");
   CHECK(train::plan_resume(longer, true, resume_by::job).step == 2);
 }
