@@ -39,6 +39,13 @@ std::string facts(const std::string& path, const struct stat& st) {
   return path + " is owned by " + user_name(st.st_uid) + " with mode " + mode_text(st.st_mode);
 }
 
+// `chown UID PATH`, and `chmod go-w PATH` too when others can also write it.
+std::string ownership_fix(const std::string& path, const struct stat& st) {
+  std::string fix = "`chown " + std::to_string(::geteuid()) + " " + path + "`";
+  if ((st.st_mode & 022) != 0 && !S_ISLNK(st.st_mode)) fix += " and `chmod go-w " + path + "`";
+  return fix;
+}
+
 [[noreturn]] void refuse(const std::string& what, const std::string& dir, const std::string& why,
                          const std::string& fix) {
   throw untrusted_folder_error(
@@ -94,7 +101,7 @@ void check_entry(const std::string& what, const std::string& dir, const fs::path
   const uid_t me = ::geteuid();
   if (st.st_uid != me)
     refuse(what, dir, facts(p, st) + ", not by you (" + user_name(me) + ")",
-           "`chown " + std::to_string(me) + " " + p + "` if it is yours, else remove it");
+           ownership_fix(p, st) + " if it is yours, else remove it");
   if (S_ISLNK(st.st_mode)) return;  // a link's own mode means nothing
   if ((st.st_mode & 022) != 0)
     refuse(what, dir, facts(p, st) + ": group or others can write it", "`chmod go-w " + p + "`");
@@ -142,7 +149,7 @@ void require_private_folder(const std::string& dir, const std::string& what, int
   if (!S_ISDIR(st.st_mode)) throw untrusted_folder_error(what + " " + dir + " is not a folder");
   if (st.st_uid != me)
     refuse(what, dir, facts(shown, st) + ", not by you (" + user_name(me) + ")",
-           "`chown " + std::to_string(me) + " " + real.string() + "` if it is yours");
+           ownership_fix(real.string(), st) + " if it is yours");
   if ((st.st_mode & 022) != 0)
     refuse(what, dir, facts(shown, st) + ": group or others can write it",
            "`chmod go-w " + real.string() + "`");

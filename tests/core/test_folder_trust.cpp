@@ -113,6 +113,11 @@ TEST_CASE("a folder, a file or a link owned by another user is refused with the 
   CHECK(m.find("owned by uid 65534") != std::string::npos);
   CHECK(m.find("mode 0700") != std::string::npos);
   CHECK(m.find("chown 0 " + d) != std::string::npos);
+  CHECK(m.find("chmod go-w") == std::string::npos);
+  // Another's and open to all: both fixes are named.
+  ::chmod(d.c_str(), 0777);
+  CHECK(refusal(d).find("`chown 0 " + d + "` and `chmod go-w " + d + "`") != std::string::npos);
+  ::chmod(d.c_str(), 0700);
   // Through a symbolic link of the user's own.
   fs::create_directory_symlink(d, tmp.file("link"));
   CHECK(refusal(tmp.file("link")).find("owned by uid 65534") != std::string::npos);
