@@ -128,8 +128,9 @@ int run_train(const train_args& a) {
   progress.finish();
   const double wall = std::chrono::duration<double>(clock::now() - t0).count();
   // A run resumed at its very end already has its final checkpoint: rewriting that folder
-  // would only put it at risk.
-  const bool final_exists = start == t.steps && plan.resume;
+  // would only put it at risk (one --resume-from took from elsewhere is written here).
+  const bool final_exists =
+      start == t.steps && plan.resume && plan.path == checkpoint_path(ckdir, t.steps);
   if (!final_exists) writer.save(tr, t.steps);
 
   auto ev = tr.evaluate();  // while the final checkpoint is written
