@@ -125,6 +125,7 @@ void add_coordinator(CLI::App& app, int* rc) {
     bool quiet = false;
     std::vector<std::string> inject;
     bool resume = false;
+    std::string resume_from;  // --resume-from: a checkpoint of any run, named by the user
     std::string keys;
     bool insecure = false;
     std::vector<std::string> ha_etcd;  // etcd client URLs (launch passes its local etcd)
@@ -155,7 +156,13 @@ void add_coordinator(CLI::App& app, int* rc) {
   cmd->add_flag("-q,--quiet", opt->quiet, "no progress lines");
   cmd->add_flag("--resume", opt->resume,
                 "Continue from the newest checkpoint in fault_tolerance.checkpoint_dir (with any "
-                "worker count: every worker loads it)");
+                "worker count: every worker loads it); only one this run wrote (same model, data "
+                "and seed; docs/checkpoints.md)");
+  cmd->add_option("--resume-from", opt->resume_from,
+                  "Continue from the checkpoint PATH (a step folder, or the newest of a "
+                  "checkpoint folder), even one another run wrote; the folder must be yours")
+      ->type_name("PATH")
+      ->excludes("--resume");
   cmd->add_option("--inject", opt->inject,
                   "Inject a fault into the training job, e.g. 'kill rank=1 at step=30' "
                   "(repeatable; the language is in docs/faults.md)")
@@ -230,7 +237,8 @@ void add_coordinator(CLI::App& app, int* rc) {
     std::shared_ptr<actors::job_telemetry> telemetry;
     const auto t0 = std::chrono::steady_clock::now();
     if (!opt->control_only) {
-      const train::resume_plan plan = train::plan_resume(c, opt->resume, train::resume_by::job);
+      const train::resume_plan plan =
+          train::plan_resume(c, opt->resume, train::resume_by::job, opt->resume_from);
       for (const auto& s : plan.skipped)
         std::fprintf(stderr, "coordinator: resume skipped %s\n", s.c_str());
       // A checkpoint that does not fit is refused here, before any worker starts and fails on it.
@@ -250,10 +258,13 @@ void add_coordinator(CLI::App& app, int* rc) {
         co.job->take_over(run_record.fired);
       }
       // Rollbacks (error feedback, bitwise) go to this run's checkpoints, or to the one it
-      // resumed from: complete, with every DP rank's error-feedback part.
+      // resumed from when it is in this run's folder (--resume-from may name another):
+      // complete, with every DP rank's error-feedback part.
+      const std::string ckdir = expand_user(c.fault_tolerance.checkpoint_dir);
+      const int64_t resumed_step =
+          plan.resume && plan.path == checkpoint_path(ckdir, plan.step) ? plan.step : -1;
       co.job->set_checkpoints(
-          [dir = expand_user(c.fault_tolerance.checkpoint_dir), job_id,
-           resumed = plan.resume ? plan.step : -1](int64_t at_most) -> std::optional<int64_t> {
+          [dir = ckdir, job_id, resumed = resumed_step](int64_t at_most) -> std::optional<int64_t> {
             const auto all = list_checkpoints(dir);
             for (auto it = all.rbegin(); it != all.rend(); ++it) {
               if (it->first > at_most) continue;

@@ -26,6 +26,7 @@
 #include "actors/fault_schedule.hpp"
 #include "actors/ha_candidate.hpp"
 #include "actors/process.hpp"
+#include "runtime/comm/shm_names.hpp"
 #include "runtime/core/config.hpp"
 #include "runtime/core/error.hpp"
 #include "runtime/core/faults.hpp"
@@ -51,6 +52,7 @@ struct launch_options {
   bool respawn = true;
   std::vector<std::string> inject;
   bool resume = false;
+  std::string resume_from;  // --resume-from, passed to the coordinator
   int stop_timeout_ms = 5000;
   std::string keys;  // --keys: use (or write) the job's keys there
   bool insecure = false;
@@ -142,6 +144,7 @@ class launcher {
     if (opt_.quiet) args.push_back("--quiet");
     for (const auto& f : opt_.inject) args.insert(args.end(), {"--inject", f});
     if (opt_.resume) args.push_back("--resume");
+    if (!opt_.resume_from.empty()) args.insert(args.end(), {"--resume-from", opt_.resume_from});
     if (!keys_dir_.empty()) args.insert(args.end(), {"--keys", keys_dir_});
     if (opt_.insecure) args.push_back("--insecure");
     if (ha_)
@@ -549,7 +552,12 @@ void add_launch(CLI::App& app, int* rc) {
                 "peer)");
   cmd->add_flag("--resume", opt->resume,
                 "Continue from the newest checkpoint in fault_tolerance.checkpoint_dir, with any "
-                "worker count");
+                "worker count; only one this run wrote (same model, data and seed)");
+  cmd->add_option("--resume-from", opt->resume_from,
+                  "Continue from the checkpoint PATH (a step folder, or the newest of a "
+                  "checkpoint folder), even one another run wrote; the folder must be yours")
+      ->type_name("PATH")
+      ->excludes("--resume");
   cmd->add_option("--inject", opt->inject,
                   "Inject a fault, e.g. 'kill rank=1 at step=30' or 'hang rank=0 at step=10 "
                   "for=2s' (repeatable; docs/faults.md)")
@@ -574,6 +582,14 @@ void add_launch(CLI::App& app, int* rc) {
     if (!opt->control_only) actors::require_supported(specs, c.ha.standbys);
     opt->respawn = opt->respawn && c.elastic.respawn;
     actors::log_to_stderr();
+    // A launch killed outright during a shared-memory rendezvous cannot unlink its segment;
+    // the next one on this host removes it (its maker's pid is in the name: shm_names.hpp).
+    const auto stale = comm::remove_stale_shm_segments();
+    if (!stale.empty())
+      std::fprintf(stderr,
+                   "launch: removed %zu shared-memory segment(s) of processes that are "
+                   "gone (/dev/shm/%s%s)\n",
+                   stale.size(), stale.front().c_str(), stale.size() > 1 ? ", ..." : "");
     launcher l(*opt, c);
     *rc = l.run();
   });

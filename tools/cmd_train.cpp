@@ -37,6 +37,7 @@ struct train_args {
   std::string summary;
   std::string trace;
   bool resume = false;
+  std::string resume_from;  // --resume-from: a checkpoint of any run, named by the user
   bool quiet = false;
 };
 
@@ -67,7 +68,8 @@ int run_train(const train_args& a) {
       static_cast<int64_t>(t.global_batch) * (lm ? tr.data().context() : 1);
   const std::string ckdir = expand_user(c.fault_tolerance.checkpoint_dir);
 
-  const train::resume_plan plan = train::plan_resume(c, a.resume, train::resume_by::trainer);
+  const train::resume_plan plan =
+      train::plan_resume(c, a.resume, train::resume_by::trainer, a.resume_from);
   int64_t start = 0;
   if (plan.resume) start = resume(tr, plan);
   plan.enforce();  // after the load, which names a checkpoint that does not fit first
@@ -126,8 +128,9 @@ int run_train(const train_args& a) {
   progress.finish();
   const double wall = std::chrono::duration<double>(clock::now() - t0).count();
   // A run resumed at its very end already has its final checkpoint: rewriting that folder
-  // would only put it at risk.
-  const bool final_exists = start == t.steps && a.resume;
+  // would only put it at risk (one --resume-from took from elsewhere is written here).
+  const bool final_exists =
+      start == t.steps && plan.resume && plan.path == checkpoint_path(ckdir, t.steps);
   if (!final_exists) writer.save(tr, t.steps);
 
   auto ev = tr.evaluate();  // while the final checkpoint is written
@@ -175,7 +178,13 @@ void add_train(CLI::App& app, int* rc) {
   cmd->add_option("--summary", a->summary, "write a JSON summary of the run to PATH");
   add_observe_options(*cmd, &a->trace, nullptr);
   cmd->add_flag("--resume", a->resume,
-                "continue from the newest checkpoint in fault_tolerance.checkpoint_dir");
+                "continue from the newest checkpoint in fault_tolerance.checkpoint_dir (one this "
+                "run wrote: same model, data and seed; docs/checkpoints.md)");
+  cmd->add_option("--resume-from", a->resume_from,
+                  "continue from the checkpoint PATH (a step folder, or the newest of a "
+                  "checkpoint folder), even one another run wrote; the folder must be yours")
+      ->type_name("PATH")
+      ->excludes("--resume");
   cmd->add_flag("-q,--quiet", a->quiet, "no progress lines");
   cmd->callback([a, rc] { *rc = run_train(*a); });
 }

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "runtime/core/error.hpp"
+#include "runtime/core/folder_trust.hpp"
 #include "runtime/core/sha256.hpp"
 
 namespace cohort {
@@ -399,6 +400,9 @@ checkpoint_manifest verify_checkpoint(const std::string& step_dir) {
 }
 
 resume_point checkpoint_to_resume(const std::string& dir) {
+  // Whatever another user could have put in DIR says nothing about who wrote it: the folder,
+  // its step folders and their files must be the user's alone before anything is offered.
+  require_private_folder(dir, "checkpoint folder", 2);
   const checkpoint_scan scan = scan_checkpoints(dir);
   resume_point out;
   // Odd step_* entries cannot be ordered against the folders (their step is unknown or
@@ -427,6 +431,16 @@ resume_point checkpoint_to_resume(const std::string& dir) {
       std::string(checkpoint_marker) + " marker whose shards pass their checks) in " + dir + why +
       "\n(run without --resume, or point fault_tolerance.checkpoint_dir at an "
       "earlier run)");
+}
+
+resume_point checkpoint_from(const std::string& path) {
+  std::error_code ec;
+  if (!fs::exists(fs::path(path) / checkpoint_marker, ec)) return checkpoint_to_resume(path);
+  require_private_folder(path, "checkpoint folder", 1);
+  resume_point out;
+  out.step = verify_checkpoint(path).step;
+  out.path = path;
+  return out;
 }
 
 }  // namespace cohort

@@ -161,7 +161,14 @@ struct resume_point {
 
 /// The newest checkpoint of DIR that is complete and passes verify_checkpoint, for
 /// --resume; the caller reports `skipped`. Throws usage_error (exit 2) when there is none,
-/// naming DIR, everything it skipped and why, and what to do.
+/// naming DIR, everything it skipped and why, and what to do; untrusted_folder_error (exit 2,
+/// runtime/core/folder_trust.hpp) when DIR, a step folder or a file in one is not the user's
+/// alone (owned by another user, writable by group or others, or under a folder that is).
 resume_point checkpoint_to_resume(const std::string& dir);
+
+/// The checkpoint `--resume-from PATH` names: PATH itself when it is a step folder (it holds a
+/// COMPLETE marker), else the newest one of the checkpoint folder PATH (checkpoint_to_resume).
+/// The same checks: the folder's trust, the marker, every shard's checksums and metadata.
+resume_point checkpoint_from(const std::string& path);
 
 }  // namespace cohort

@@ -18,6 +18,7 @@
 
 #include "runtime/core/atomic_file.hpp"
 #include "runtime/core/error.hpp"
+#include "runtime/core/folder_trust.hpp"
 
 namespace cohort {
 
@@ -135,6 +136,9 @@ void make_checkpoint_folders(const std::string& path) {
     const fs::path parent = it->parent_path();
     fsync_folder(parent.empty() ? "." : parent.string());
   }
+  // A folder another user can change (theirs, 0777, or under one they can swap) would let
+  // them read the model or plant a checkpoint for the next --resume: never written into.
+  require_private_folder(target.string(), "checkpoint folder", 0);
 }
 
 std::string checkpoint_path(const std::string& dir, int64_t step) {

@@ -64,7 +64,9 @@ inline constexpr unsigned checkpoint_file_mode = 0600;
 /// Creates PATH and its missing parents as folders of checkpoint_folder_mode, fsyncing the
 /// folder that holds each new one so the entry survives a crash. An existing folder (or a
 /// symbolic link to one: DIR may live on another disk) is kept as it is. Throws
-/// checkpoint_error naming PATH.
+/// checkpoint_error naming PATH, or untrusted_folder_error (exit 2) when PATH is not the
+/// user's alone (require_private_folder: another owner, writable by group or others, or
+/// under a folder others can swap it from).
 void make_checkpoint_folders(const std::string& path);
 
 /// A step folder of DIR: a real folder (not a symbolic link) named exactly as

@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "runtime/comm/build_abort.hpp"
+#include "runtime/comm/shm_names.hpp"
 
 namespace cohort::comm {
 
@@ -98,11 +99,7 @@ shm_comm::shm_comm(kv_client& kv, std::uint64_t generation, int rank, int size,
   int fd = -1;
   check();
   if (rank == 0) {
-    std::random_device rd;
-    std::ostringstream s;
-    s << "/cohort-" << ::getpid() << "-" << std::hex << rd() << rd() << "-g" << std::dec
-      << generation;
-    name = s.str();
+    name = shm_segment_name(generation);  // names its maker, for remove_stale_shm_segments
     fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
     if (fd < 0 || ::ftruncate(fd, static_cast<off_t>(mapped_bytes_)) != 0) {
       const std::string why = std::strerror(errno);

@@ -19,6 +19,7 @@
 
 #include "runtime/core/atomic_file.hpp"
 #include "runtime/core/error.hpp"
+#include "runtime/core/folder_trust.hpp"
 #include "runtime/core/sha256.hpp"
 #include "runtime/net/protocol.hpp"
 
@@ -134,6 +135,8 @@ void write_job_keys(const std::string& dir) {
   fs::create_directories(dir, ec);
   if (ec) throw usage_error("cannot create key folder " + dir + ": " + ec.message());
   ::chmod(dir.c_str(), 0700);
+  // Keys written into a folder another user can change would be theirs to replace.
+  require_private_folder(dir, "key folder", 1);
   const char* files[] = {"coordinator.key", "coordinator.pub", "worker.key",
                          "launcher.key",    "admin.key",       "authorized"};
   for (const char* f : files)
@@ -156,6 +159,9 @@ void write_job_keys(const std::string& dir) {
 }
 
 client_keys load_client_keys(const std::string& dir, key_role role) {
+  // A file's own mode says nothing when its folder is another's: they can replace the file
+  // (a coordinator.pub of theirs would make this client talk to their coordinator).
+  require_private_folder(dir, "key folder", 1);
   client_keys k;
   k.role = role;
   const std::string pub = file_of(dir, "coordinator.pub");
@@ -165,6 +171,8 @@ client_keys load_client_keys(const std::string& dir, key_role role) {
 }
 
 server_keys load_server_keys(const std::string& dir) {
+  // Whoever can replace `authorized` decides who is admin: the folder must be the user's.
+  require_private_folder(dir, "key folder", 1);
   server_keys k;
   k.self = read_pair(file_of(dir, "coordinator.key"));
   const std::string path = file_of(dir, "authorized");

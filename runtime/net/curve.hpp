@@ -71,9 +71,11 @@ bool has_job_keys(const std::string& dir);
 
 /// Loads the keys of ROLE from DIR: DIR/ROLE.key and DIR/coordinator.pub. Throws usage_error
 /// naming the file and the fix (a missing file, a malformed line, a secret file readable by
-/// group or others).
+/// group or others), untrusted_folder_error (exit 2) when DIR or a file in it is not the
+/// user's alone (require_private_folder: another owner, writable by group or others).
 client_keys load_client_keys(const std::string& dir, key_role role);
-/// Loads DIR/coordinator.key and DIR/authorized (same errors, with file:line).
+/// Loads DIR/coordinator.key and DIR/authorized (same errors, with file:line; DIR checked the
+/// same way, so that nobody else can have replaced `authorized`).
 server_keys load_server_keys(const std::string& dir);
 
 /// May a connection holding ROLE send a frame of wire type TYPE (msg_type's value) to the

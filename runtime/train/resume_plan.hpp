@@ -38,15 +38,32 @@ struct resume_plan {
   std::string fallback() const;
 };
 
-/// The plan of a run of C: a fresh start unless RESUME (--resume). With RESUME, the newest
+/// Metadata key of the run a checkpoint belongs to (run_identity of its config).
+inline constexpr const char* run_identity_key = "run.identity";
+
+/// The identity of C's run: SHA-256 of its config without what a resume may change (the
+/// length of the run, the worker count and grid, the optimizer, which is checked on its own,
+/// evaluation, logging, threads, micro-batch size, data paths, comm.*, fault_tolerance.*,
+/// elastic.*, control.*, ha.*, faults). Two configs share it when one goes on with the
+/// other's training: the same model, data set, seed and optimizer settings.
+std::string run_identity(const config& c);
+
+/// The plan of a run of C: a fresh start unless RESUME (--resume) or RESUME_FROM
+/// (--resume-from PATH, a step folder or a checkpoint folder). With RESUME, the newest
 /// checkpoint of C's fault_tolerance.checkpoint_dir whose every shard passes its checks
-/// (checkpoint_to_resume), refused when it cannot go on:
+/// (checkpoint_to_resume); it must carry C's run_identity, else plan_resume throws a
+/// usage_error (exit 2) naming the run that wrote it and asking for --resume-from, which takes
+/// a checkpoint of any run (checkpoint_from: the same folder and content checks). Always, and
+/// first, C's checkpoint_dir (which the run writes) must be the user's alone, and so must the
+/// folder of the checkpoint resumed (untrusted_folder_error, exit 2); the plan is refused when
+/// it cannot go on:
 ///   job:     its optimizer is not train.optimizer (checkpoint_error), its pp x tp grid is not
 ///            the config's (usage_error, train::require_layout), or it is at or past
 ///            train.steps (usage_error: nothing left to train);
 ///   trainer: it is past train.steps (usage_error); the load checks optimizer and grid.
 /// Throws usage_error (exit 2) when the folder holds no such checkpoint, naming what it
 /// skipped and why.
-resume_plan plan_resume(const config& c, bool resume, resume_by by);
+resume_plan plan_resume(const config& c, bool resume, resume_by by,
+                        const std::string& resume_from = "");
 
 }  // namespace cohort::train

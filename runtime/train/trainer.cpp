@@ -15,6 +15,7 @@
 #include "runtime/train/checkpoint_writer.hpp"
 #include "runtime/train/fixed_point.hpp"
 #include "runtime/train/param_stats.hpp"
+#include "runtime/train/resume_plan.hpp"
 #include "runtime/train/seat.hpp"
 
 namespace cohort::train {
@@ -410,6 +411,7 @@ shard_snapshot snapshot_state(const config& c, const cohort::dataset& data, cons
   for (auto& [k, v] : data.preprocessing_metadata()) meta.extra[k] = v;
   meta.extra["optimizer.steps"] = std::to_string(opt.steps());
   meta.extra["model.kind"] = c.model.kind;
+  meta.extra[run_identity_key] = run_identity(c);  // which run --resume may go on from
   meta.extra["train.determinism"] = c.train.determinism;
   meta.extra["parallel.pp"] = std::to_string(c.parallel.pp);
   meta.extra["parallel.tp"] = std::to_string(c.parallel.tp);

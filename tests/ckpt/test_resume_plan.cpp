@@ -34,8 +34,11 @@ config run_config(const std::string& dir, int steps, const std::string& optimize
                           "<test>");
 }
 
+// A checkpoint of the run run_config describes (train.steps and the optimizer are not part of
+// a run's identity: any steps and optimizer give the same one).
 void write_checkpoint(const std::string& dir, int64_t step, const std::string& pp = "") {
   shard_snapshot s = sample_shard(step);
+  s.meta.extra[train::run_identity_key] = train::run_identity(run_config(dir, 10));
   if (!pp.empty()) s.meta.extra["parallel.pp"] = pp;
   write_training_checkpoint(checkpoint_path(dir, step), {s});
 }
