@@ -24,6 +24,17 @@ launch_ha::launch_ha(const config& cfg, const std::string& keys_dir) {
   std::snprintf(tag, sizeof tag, "%08x", rd());
   name_ = "launch-" + std::to_string(::getpid()) + "-" + tag;
   dir_ = actors::private_run_dir("cohort-etcd");
+  try {
+    start(cfg, keys_dir);
+  } catch (...) {
+    etcd_.reset();
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);  // no half-made private folder left behind
+    throw;
+  }
+}
+
+void launch_ha::start(const config& cfg, const std::string& keys_dir) {
   ha::etcd_tls tls;
   if (!cfg.ha.etcd_local) {
     urls_ = cfg.ha.etcd_endpoints;

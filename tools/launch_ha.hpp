@@ -52,6 +52,9 @@ class launch_ha {
   std::optional<int64_t> depose_if_leader(pid_t pid);
 
  private:
+  // The constructor's work once the private folder exists.
+  void start(const config& cfg, const std::string& keys_dir);
+
   std::string name_;
   std::string dir_;  // private (0700): the local etcd's data and TLS files, a record key
   std::unique_ptr<ha::local_etcd> etcd_;
