@@ -56,10 +56,8 @@ void launch_ha::start(const config& cfg, const std::string& keys_dir) {
     urls_ = {etcd_->endpoint()};
     tls = etcd_->client_tls();
     tls_dir_ = dir_;
-    std::printf(
-        "launch: etcd for the run at %s (data and its TLS client key in %s, removed "
-        "at exit)\n",
-        urls_[0].c_str(), dir_.c_str());
+    std::printf("launch: etcd for the run at %s (data in %s, removed at exit)\n", urls_[0].c_str(),
+                dir_.c_str());
   }
   if (!keys_dir.empty()) {
     record_key_ = std::make_unique<ha::record_key>(

@@ -2,7 +2,8 @@
 // (the leader, the end of the run, faults added or carried out, the job id, the events,
 // the candidates) carries an HMAC-SHA256 under the run's record key, over the etcd key
 // name and the value, and is opened (checked) before it is acted on. It owns the key (made,
-// loaded, derived) and the record's encoding; which records exist is actors/ha_candidate's.
+// loaded, derived), the record's encoding and how a refused record is logged; which records
+// exist is actors/ha_candidate's.
 #pragma once
 #include <chrono>
 #include <map>

@@ -1,6 +1,7 @@
 // runtime/ha against a real etcd (Debian's etcd-server, started by local_etcd with the
 // one-machine tuning): the client's calls, lease expiry, leader election with fencing terms,
-// and the errors a user sees. Not tested here: several etcd members, TLS, etcd restarts.
+// the errors a user sees, and TLS (only the run's client certificate gets in, only the
+// run's etcd is trusted). Not tested here: several etcd members, etcd restarts.
 // Cases in one process share one etcd (each under its own key prefix); CTest runs each case
 // in its own process, so each then starts its own. Without etcd every case exits 77.
 #include <doctest/doctest.h>
