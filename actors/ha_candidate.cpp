@@ -38,9 +38,14 @@ std::string endpoint_of(const std::string& value) {
 
 ha_candidate::ha_candidate(ha_candidate_options o) : o_(std::move(o)) {
   if (o_.etcd.empty() || o_.name.empty())
-    throw usage_error("coordinator standbys need etcd endpoints and a run name (--ha-etcd, "
-                      "--ha-name)");
-  client_ = std::make_unique<ha::etcd_client>(o_.etcd, ha::etcd_timeouts{300, 1000});
+    throw usage_error(
+        "coordinator standbys need etcd endpoints and a run name (--ha-etcd, "
+        "--ha-name)");
+  if (!o_.record_key)
+    throw usage_error(
+        "coordinator standbys need the run's record key: --keys DIR (derived "
+        "from coordinator.key) or --ha-record-key FILE");
+  client_ = std::make_unique<ha::etcd_client>(o_.etcd, ha::etcd_timeouts{300, 1000}, o_.tls);
   wait_for_etcd();
   net::bridge_options bo;
   bo.kind = net::bridge_options::socket_kind::router;
@@ -53,12 +58,13 @@ ha_candidate::ha_candidate(ha_candidate_options o) : o_(std::move(o)) {
   standby_out_ = standby_.get();
   // Renewed every fifth of the lease: a leader rides out a missed renewal or two.
   const int keepalive_ms = std::max(50, o_.ttl_s * 1000 / 5);
-  election_ = std::make_unique<ha::leader_election>(*client_, key("leader"),
-                                                    leader_value(endpoint_), o_.ttl_s, keepalive_ms);
+  election_ = std::make_unique<ha::leader_election>(
+      *client_, key("leader"), o_.record_key->seal(key("leader"), leader_value(endpoint_)),
+      o_.ttl_s, keepalive_ms);
   // Our presence, so the leader can list its standbys; it lapses with this process.
   presence_lease_ = client_->grant(std::max(2, o_.ttl_s));
   // Keyed by endpoint: a candidate restarted at its endpoint replaces its old record.
-  client_->put(key("candidates/" + endpoint_), endpoint_, presence_lease_);
+  put_sealed(key("candidates/" + endpoint_), endpoint_, presence_lease_);
   watcher_ = std::thread([this] { stand_by_loop(); });
 }
 
@@ -95,17 +101,54 @@ ha_candidate::~ha_candidate() {
   }
 }
 
+void ha_candidate::put_sealed(const std::string& k, const std::string& value, int64_t lease) {
+  client_->put(k, o_.record_key->seal(k, value), lease);
+}
+
+bool ha_candidate::fenced_sealed(const std::string& k, const std::string& value) {
+  return election_->fenced_put(k, o_.record_key->seal(k, value));
+}
+
+std::optional<std::string> ha_candidate::opened(const ha::kv& kv) {
+  auto o = o_.record_key->open(kv.key, kv.value);
+  if (!o.value) refusals_.refuse("coordinator", kv.key, kv.mod_revision, o.problem);
+  return std::move(o.value);
+}
+
+bool ha_candidate::done_recorded() {
+  const auto d = client_->get(key("done"));
+  if (!d) return false;
+  const auto v = opened(*d);
+  return v && *v == "1";
+}
+
+std::string ha_candidate::verified_leader(const std::optional<ha::leader_info>& leader) {
+  if (!leader) return {};
+  ha::kv kv;
+  kv.key = key("leader");
+  kv.value = leader->value;
+  kv.mod_revision = leader->term;  // a leader record is written once, at its creation
+  if (const auto v = opened(kv)) return endpoint_of(*v);
+  // Not the run's: it names nobody, and it must not hold the election key either (a
+  // stranger's key there would keep every candidate standing by). Deleted only if it is
+  // still the record we read.
+  client_->del_if_created_at(kv.key, leader->term);
+  return {};
+}
+
 void ha_candidate::stand_by_loop() {
   int tick = 0;
   while (!stopping_.load()) {
     try {
       const auto leader = election_->observe();
-      const bool done = client_->get(key("done")).has_value();
+      const std::string leader_endpoint = verified_leader(leader);
+      const bool done = done_recorded();
       if (tick % 5 == 0) client_->keepalive(presence_lease_);
       std::vector<std::string> standbys;
-      for (const auto& kv : client_->get_prefix(key("candidates/"))) standbys.push_back(kv.value);
+      for (const auto& kv : client_->get_prefix(key("candidates/")))
+        if (auto v = opened(kv)) standbys.push_back(std::move(*v));
       std::lock_guard<std::mutex> lock(mu_);
-      leader_endpoint_ = leader ? endpoint_of(leader->value) : std::string();
+      leader_endpoint_ = leader_endpoint;
       leader_term_ = leader ? leader->term : 0;
       standbys_ = std::move(standbys);
       if (done) {
@@ -152,7 +195,7 @@ bool ha_candidate::wait_for_leadership() {
   }
   if (!won) return false;
   // A run that ended while we won needs no leader.
-  if (client_->get(key("done"))) {
+  if (done_recorded()) {
     done_ = true;
     election_->resign();
     return false;
@@ -166,25 +209,27 @@ bool ha_candidate::wait_for_leadership() {
 ha_run_record ha_candidate::read_run() {
   ha_run_record r;
   if (const auto job = client_->get(key("job"))) {
-    const auto j = nlohmann::json::parse(job->value, nullptr, false);
-    if (j.is_object() && j.contains("job_id")) r.job_id = j["job_id"].get<uint64_t>();
+    const auto j = nlohmann::json::parse(opened(*job).value_or(""), nullptr, false);
+    if (j.is_object() && j.contains("job_id") && j["job_id"].is_number_unsigned())
+      r.job_id = j["job_id"].get<uint64_t>();
   }
   for (const auto& kv : client_->get_prefix(key("fired/"))) {
-    const auto j = nlohmann::json::parse(kv.value, nullptr, false);
+    const auto j = nlohmann::json::parse(opened(kv).value_or(""), nullptr, false);
     if (!j.is_object()) continue;
     r.fired.push_back(j.value("index", std::size_t{0}));
     const int64_t at = j.value("at_ns", int64_t{0});
     if (!r.fault_at_ns || at > *r.fault_at_ns) r.fault_at_ns = at;
   }
   for (const auto& kv : client_->get_prefix(key("events/"))) {
-    const auto j = nlohmann::json::parse(kv.value, nullptr, false);
+    const auto j = nlohmann::json::parse(opened(kv).value_or(""), nullptr, false);
     if (!j.is_array()) continue;
     for (const auto& e : j)
       if (e.is_object()) r.events.push_back(e);
   }
-  // Zero-padded keys: etcd lists them in the order the faults were added.
+  // Zero-padded keys: etcd lists them in the order the faults were added. A record that
+  // does not open takes no place: the next fault added writes over it.
   for (const auto& kv : client_->get_prefix(key("added_faults/")))
-    r.added_faults.push_back(kv.value);
+    if (auto v = opened(kv)) r.added_faults.push_back(std::move(*v));
   added_faults_ = r.added_faults.size();
   return r;
 }
@@ -192,19 +237,18 @@ ha_run_record ha_candidate::read_run() {
 bool ha_candidate::record_added_fault(const std::string& spec) {
   char place[24];
   std::snprintf(place, sizeof place, "%010zu", added_faults_);
-  if (!election_->fenced_put(key(std::string("added_faults/") + place), spec)) return false;
+  if (!fenced_sealed(key(std::string("added_faults/") + place), spec)) return false;
   ++added_faults_;
   return true;
 }
 
 bool ha_candidate::record_job(uint64_t job_id) {
-  return election_->fenced_put(key("job"), nlohmann::json{{"job_id", job_id}}.dump());
+  return fenced_sealed(key("job"), nlohmann::json{{"job_id", job_id}}.dump());
 }
 
 bool ha_candidate::record_fault(std::size_t index) {
-  return election_->fenced_put(
-      key("fired/" + std::to_string(index)),
-      nlohmann::json{{"index", index}, {"at_ns", realtime_ns()}}.dump());
+  return fenced_sealed(key("fired/" + std::to_string(index)),
+                       nlohmann::json{{"index", index}, {"at_ns", realtime_ns()}}.dump());
 }
 
 void ha_candidate::record_events(nlohmann::json job_events) {
@@ -239,7 +283,7 @@ void ha_candidate::publish_events() {
         v.swap(events_pending_);
         lock.unlock();
         try {
-          election_->fenced_put(k, v);
+          fenced_sealed(k, v);
         } catch (const std::exception& e) {
           spdlog::warn("coordinator: cannot record the run's events in etcd: {}", e.what());
         }
@@ -252,7 +296,7 @@ void ha_candidate::publish_events() {
 
 void ha_candidate::record_done() {
   try {
-    election_->fenced_put(key("done"), "1");
+    fenced_sealed(key("done"), "1");
   } catch (const std::exception& e) {
     spdlog::warn("coordinator: cannot record the run's end in etcd: {}", e.what());
   }

@@ -4,9 +4,12 @@
 // so that the leader can list its standbys. Once it leads, it hands the endpoint to the
 // coordinator proper (coordinator_node, bound again at the same address) and keeps the
 // run's small records in etcd: the job's id, the coordinator faults already carried out,
-// the failovers and the end of the run. Leadership, terms and fencing are
+// the failovers and the end of the run. Every record it writes is sealed with the run's
+// record key and every record it reads is opened before it is acted on: a record that does
+// not open (a stranger's) is logged once and ignored, and a leader record that does not open
+// is deleted so that the run's candidates can campaign. Leadership, terms and fencing are
 // runtime/ha/election's; what a leader does is the coordinator's (docs/architecture.md,
-// "Coordinator standbys").
+// "Coordinator standbys"); what holds against whom is docs/security.md's.
 //
 //   start --bind, print endpoint--> STANDBY --won the key (term T)--> LEADER --run over--> done
 //                                     |  ^ registrations answered            |
@@ -21,15 +24,15 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "runtime/ha/election.hpp"
 #include "runtime/ha/etcd_client.hpp"
+#include "runtime/ha/record_key.hpp"
 #include "runtime/net/curve.hpp"
 #include "runtime/net/zmq_bridge.hpp"
 
@@ -45,15 +48,17 @@ struct ha_candidate_options {
   std::string bind;               ///< endpoint to bind (the same one again as leader)
   size_t max_message_bytes = 64u << 20;
   std::shared_ptr<const net::server_keys> keys;
+  std::shared_ptr<const ha::record_key> record_key;  ///< seals and opens the run's records
+  ha::etcd_tls tls;  ///< the client certificate for https endpoints (empty: http only)
 };
 
 /// What a leader learns of the run from etcd when it takes over.
 struct ha_run_record {
-  std::optional<uint64_t> job_id;        ///< set: an earlier leader led this run
-  std::vector<std::size_t> fired;        ///< coordinator faults already carried out
-  std::optional<int64_t> fault_at_ns;    ///< when the last one was (CLOCK_REALTIME)
-  std::vector<nlohmann::json> events;    ///< earlier leaders' events, failovers among them
-  std::vector<std::string> added_faults; ///< faults `ctl inject` added, in order
+  std::optional<uint64_t> job_id;         ///< set: an earlier leader led this run
+  std::vector<std::size_t> fired;         ///< coordinator faults already carried out
+  std::optional<int64_t> fault_at_ns;     ///< when the last one was (CLOCK_REALTIME)
+  std::vector<nlohmann::json> events;     ///< earlier leaders' events, failovers among them
+  std::vector<std::string> added_faults;  ///< faults `ctl inject` added, in order
 };
 
 class ha_candidate {
@@ -107,6 +112,16 @@ class ha_candidate {
   void stand_by_loop();
   void answer(const std::string& peer, const net::message& m);
   std::string key(const std::string& rest) const { return "/cohort/" + o_.name + "/" + rest; }
+  // Sealed writes of the run's records: plain, and fenced by our term.
+  void put_sealed(const std::string& k, const std::string& value, int64_t lease = 0);
+  bool fenced_sealed(const std::string& k, const std::string& value);
+  // KV's value when its seal holds under its own key name; otherwise refused (logged once).
+  std::optional<std::string> opened(const ha::kv& kv);
+  // Whether the run is over: a done record that opens.
+  bool done_recorded();
+  // The leader's endpoint as its record names it; a leader record that does not open is
+  // deleted (unless it changed meanwhile) and names nobody.
+  std::string verified_leader(const std::optional<ha::leader_info>& leader);
 
   ha_candidate_options o_;
   std::unique_ptr<ha::etcd_client> client_;
@@ -124,12 +139,13 @@ class ha_candidate {
   std::vector<std::string> standbys_;
   int64_t presence_lease_ = 0;  // this candidate's presence record's lease
   std::thread watcher_;         // keeps the leader, the standbys and our presence fresh
-  void publish_events();  // with mu_ held: hands the newest events to the writer
+  void publish_events();        // with mu_ held: hands the newest events to the writer
   nlohmann::json job_events_ = nlohmann::json::array();  // guarded by mu_
   std::optional<nlohmann::json> failover_;               // guarded by mu_
-  std::string events_pending_;  // guarded by mu_: the newest events not yet written
-  std::string events_written_;  // guarded by mu_: the last events handed over
+  std::string events_pending_;    // guarded by mu_: the newest events not yet written
+  std::string events_written_;    // guarded by mu_: the last events handed over
   std::size_t added_faults_ = 0;  // faults ctl added so far in this run (read_run, then ours)
+  ha::refusal_log refusals_;
   std::condition_variable events_cv_;
   std::thread events_writer_;
 };

@@ -130,6 +130,8 @@ void add_coordinator(CLI::App& app, int* rc) {
     bool insecure = false;
     std::vector<std::string> ha_etcd;  // etcd client URLs (launch passes its local etcd)
     std::string ha_name;  // the run's name in etcd
+    std::string ha_tls;   // folder with etcd's CA and our client certificate (https etcd)
+    std::string ha_record_key;  // the run's record key (runs without --keys)
   };
   auto opt = std::make_shared<options>();
   CLI::App* cmd = app.add_subcommand(
@@ -184,6 +186,15 @@ void add_coordinator(CLI::App& app, int* rc) {
                   "With ha.standbys >= 1: the run's name in etcd, the same for every "
                   "coordinator of the run (default: run-<config hash>)")
       ->type_name("NAME");
+  cmd->add_option("--ha-tls", opt->ha_tls,
+                  "With ha.standbys >= 1 and https etcd endpoints: the folder holding "
+                  "etcd-ca.crt, etcd-client.crt and etcd-client.key (default: --keys DIR)")
+      ->type_name("DIR");
+  cmd->add_option("--ha-record-key", opt->ha_record_key,
+                  "With ha.standbys >= 1: the file holding the key that seals the run's etcd "
+                  "records (default: derived from --keys DIR's coordinator.key; needed "
+                  "without --keys)")
+      ->type_name("FILE");
   cmd->callback([opt, rc] {
     const config c = opt->config_path.empty() ? load_config_text("{}", "<defaults>", opt->overrides)
                                               : load_config(opt->config_path, opt->overrides);
@@ -221,7 +232,8 @@ void add_coordinator(CLI::App& app, int* rc) {
     actors::ha_run_record run_record;
     std::string bind_at = bind;
     if (c.ha.standbys > 0 && !opt->control_only) {
-      cand = stand_by(c, opt->ha_etcd, opt->ha_name, bind, keys, &run_record);
+      cand = stand_by(c, {opt->ha_etcd, opt->ha_name, opt->ha_tls, opt->ha_record_key, opt->keys},
+                      bind, keys, &run_record);
       if (!cand) {
         *rc = exit_ok;  // the run is over, or a signal ended the wait
         return;

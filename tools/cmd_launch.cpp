@@ -106,7 +106,7 @@ class launcher {
     // and a library may own threads that predate any mask we set.
     signals_ = std::make_unique<actors::signal_pipe>(std::vector<int>{SIGINT, SIGTERM, SIGCHLD});
 
-    if (ha()) ha_ = std::make_unique<launch_ha>(cfg_);
+    if (ha()) ha_ = std::make_unique<launch_ha>(cfg_, keys_dir_);
     int fds[2];
     if (pipe2(fds, O_CLOEXEC) != 0) throw error("launch: pipe failed");
     out_fd_ = fds[0];
@@ -147,8 +147,10 @@ class launcher {
     if (!opt_.resume_from.empty()) args.insert(args.end(), {"--resume-from", opt_.resume_from});
     if (!keys_dir_.empty()) args.insert(args.end(), {"--keys", keys_dir_});
     if (opt_.insecure) args.push_back("--insecure");
-    if (ha_)
-      args.insert(args.end(), {"--ha-etcd", join(ha_->etcd_urls(), 0), "--ha-name", ha_->name()});
+    if (ha_) {
+      const auto more = ha_->coordinator_args();
+      args.insert(args.end(), more.begin(), more.end());
+    }
     return args;
   }
 

@@ -28,20 +28,40 @@ namespace {
 
 }  // namespace
 
-std::unique_ptr<actors::ha_candidate> stand_by(const config& c,
-                                               const std::vector<std::string>& etcd_flag,
-                                               const std::string& name_flag,
+std::unique_ptr<actors::ha_candidate> stand_by(const config& c, const ha_flags& flags,
                                                const std::string& bind,
                                                std::shared_ptr<const net::server_keys> keys,
                                                actors::ha_run_record* record) {
   actors::ha_candidate_options o;
-  o.etcd = etcd_flag.empty() ? c.ha.etcd_endpoints : etcd_flag;
+  o.etcd = flags.etcd.empty() ? c.ha.etcd_endpoints : flags.etcd;
   if (o.etcd.empty())
     throw usage_error(
         "ha.standbys is " + std::to_string(c.ha.standbys) +
         " and ha.etcd is local: the etcd of a run is started by `cohort launch`; started alone, "
         "a coordinator needs --ha-etcd URL[,URL...] or ha.etcd's list of URLs");
-  o.name = name_flag.empty() ? "run-" + config_hash(c).substr(0, 16) : name_flag;
+  o.name = flags.name.empty() ? "run-" + config_hash(c).substr(0, 16) : flags.name;
+  if (std::any_of(o.etcd.begin(), o.etcd.end(),
+                  [](const std::string& u) { return u.rfind("https://", 0) == 0; })) {
+    const std::string dir = flags.tls_dir.empty() ? flags.keys_dir : flags.tls_dir;
+    if (dir.empty())
+      throw usage_error(
+          "etcd over https needs a client certificate: pass --keys DIR (or "
+          "--ha-tls DIR) with etcd-ca.crt, etcd-client.crt and etcd-client.key");
+    o.tls = ha::etcd_tls_in(dir);
+  }
+  // The run's record key: every candidate of the run holds the same one.
+  if (!flags.record_key_file.empty()) {
+    o.record_key =
+        std::make_shared<const ha::record_key>(ha::record_key::load(flags.record_key_file));
+  } else if (keys) {
+    o.record_key = std::make_shared<const ha::record_key>(
+        ha::record_key::from_coordinator_secret(keys->self.secret_key));
+  } else {
+    throw usage_error("ha.standbys is " + std::to_string(c.ha.standbys) +
+                      ": the run's etcd records are sealed with a key every coordinator of the "
+                      "run holds; pass --keys DIR (it is derived from coordinator.key) or "
+                      "--ha-record-key FILE");
+  }
   o.ttl_s = c.ha.lease_ttl_s;
   o.bind = bind;
   o.max_message_bytes = static_cast<size_t>(c.control.max_message_bytes);
@@ -128,8 +148,10 @@ void ha_first_commit(actors::ha_candidate& cand, const actors::job_actions& a,
                        {"recover_ms", ms},
                        {"spec", "leader of term " + std::to_string(cand.term()) +
                                     ": from the old leader's end to this commit"}};
-  std::fprintf(stderr, "coordinator: failover done: step %lld committed %.0f ms after the "
-               "old leader's end\n", static_cast<long long>(a.step - 1), ms);
+  std::fprintf(stderr,
+               "coordinator: failover done: step %lld committed %.0f ms after the "
+               "old leader's end\n",
+               static_cast<long long>(a.step - 1), ms);
   cand.record_failover(ev);
   failover_from_ns.reset();
 }

@@ -6,11 +6,10 @@
 #pragma once
 #include <atomic>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "actors/coordinator.hpp"
 #include "actors/ha_candidate.hpp"
@@ -18,13 +17,24 @@
 
 namespace cohort::cli {
 
+/// What `cohort coordinator`'s command line says of the run's etcd (launch passes it all).
+struct ha_flags {
+  std::vector<std::string> etcd;  ///< --ha-etcd (empty: ha.etcd's list)
+  std::string name;               ///< --ha-name (empty: run-<config hash>)
+  /// --ha-tls: the folder with etcd-ca.crt, etcd-client.crt and etcd-client.key for https
+  /// endpoints (empty: the --keys folder).
+  std::string tls_dir;
+  /// --ha-record-key: the run's record key (empty: derived from --keys' coordinator.key).
+  std::string record_key_file;
+  std::string keys_dir;  ///< --keys
+};
+
 /// Binds BIND as a standby, prints "coordinator listening on EP", and waits until this
 /// candidate leads: then its record of the run goes into RECORD and the candidate is
 /// returned. Null when the run is over or SIGINT / SIGTERM came first. A leader that loses
-/// its lease exits at once with actors::exit_deposed.
-std::unique_ptr<actors::ha_candidate> stand_by(const config& c,
-                                               const std::vector<std::string>& etcd_flag,
-                                               const std::string& name_flag,
+/// its lease exits at once with actors::exit_deposed. usage_error when the run's record
+/// key or the client certificate an https etcd needs cannot be found.
+std::unique_ptr<actors::ha_candidate> stand_by(const config& c, const ha_flags& flags,
                                                const std::string& bind,
                                                std::shared_ptr<const net::server_keys> keys,
                                                actors::ha_run_record* record);
@@ -42,8 +52,7 @@ void ha_wire(actors::ha_candidate& cand, const actors::ha_run_record& record,
 void ha_added_faults(const actors::ha_run_record& record, actors::training_job& job);
 
 /// The run's job id: the one an earlier leader recorded, else FRESH, recorded now.
-uint64_t ha_job_id(actors::ha_candidate& cand, const actors::ha_run_record& record,
-                   uint64_t fresh);
+uint64_t ha_job_id(actors::ha_candidate& cand, const actors::ha_run_record& record, uint64_t fresh);
 
 /// A step committed: the first one under a new leader ends its failover (recorded in etcd).
 void ha_first_commit(actors::ha_candidate& cand, const actors::job_actions& a,

@@ -535,7 +535,8 @@ const std::vector<key_spec>& schema() {
        nullptr,
        "Where the coordinators elect their leader (used with standbys >= 1): local = `cohort "
        "launch` starts one etcd for the run, tuned by etcd_heartbeat_ms and etcd_election_ms; "
-       "or a list of the client URLs of an etcd you run, http://HOST:PORT each (no https)."},
+       "or a list of the client URLs of an etcd you run, https://HOST:PORT (with etcd-ca.crt, "
+       "etcd-client.crt and etcd-client.key in the job's key folder) or http://HOST:PORT each."},
       {"ha",
        "lease_ttl_s",
        COHORT_FIELD(ha.lease_ttl_s),

@@ -180,7 +180,7 @@ std::string allowed_text(const key_spec& k) {
   if (k.path() == "control.bind") return "tcp://HOST:PORT | ipc://PATH";
   if (k.path() == "comm.interface") return "auto | NAME | ADDRESS";
   if (k.path() == "comm.host_id") return "auto | TEXT";
-  if (k.path() == "ha.etcd") return "local | [http://HOST:PORT, ...]";
+  if (k.path() == "ha.etcd") return "local | [http(s)://HOST:PORT, ...]";
   config scratch;
   const field_ref f = k.field(scratch);
   if (std::holds_alternative<std::vector<int>*>(f)) return "each " + describe(k.range);

@@ -48,22 +48,23 @@ bool looks_special_float(const std::string& s) {
   return l == ".inf" || l == ".nan";
 }
 
-/// What is wrong with an etcd client URL, "" when it is http://HOST:PORT (HOST a name, an
-/// IPv4 address or an IPv6 one in brackets; PORT 1..65535; nothing after it), the form
-/// ha::etcd_client takes.
+/// What is wrong with an etcd client URL, "" when it is http(s)://HOST:PORT (HOST a name,
+/// an IPv4 address or an IPv6 one in brackets; PORT 1..65535; nothing after it), the form
+/// ha::etcd_client takes. https: the coordinators present the key folder's etcd client
+/// certificate (docs/security.md).
 std::string etcd_url_problem(const std::string& u) {
-  const std::string form = " (write http://HOST:PORT, e.g. http://10.0.0.5:2379)";
+  const std::string form =
+      " (write https://HOST:PORT or http://HOST:PORT, e.g. "
+      "https://10.0.0.5:2379)";
   if (u.find_first_of(" \t\r\n") != std::string::npos)
     return "'" + u + "' has a space in it" + form;
-  if (u.rfind("https://", 0) == 0) {
-    return "'" + u + "': https is not supported (the coordinators speak plain http to etcd; " +
-           "write http://" + u.substr(8) + ")";
+  const bool https = u.rfind("https://", 0) == 0;
+  if (!https && u.rfind("http://", 0) != 0) {
+    return u.find("://") == std::string::npos
+               ? "'" + u + "' has no scheme (write https://" + u + " or http://" + u + ")"
+               : "'" + u + "' is not an http(s) URL" + form;
   }
-  if (u.rfind("http://", 0) != 0) {
-    return u.find("://") == std::string::npos ? "'" + u + "' has no scheme (write http://" + u + ")"
-                                              : "'" + u + "' is not an http URL" + form;
-  }
-  const std::string rest = u.substr(7);
+  const std::string rest = u.substr(https ? 8 : 7);
   if (rest.find_first_of("/?#") != std::string::npos)
     return "'" + u + "' has something after the port" + form;
   size_t colon = std::string::npos;
@@ -81,8 +82,8 @@ std::string etcd_url_problem(const std::string& u) {
       return "'" + u + "': write an IPv6 address in brackets (e.g. http://[::1]:2379)";
   }
   if (colon == std::string::npos || colon + 1 == rest.size())
-    return "'" + u + "' has no port (write http://" + rest.substr(0, colon) + ":2379 for etcd's " +
-           "client port)";
+    return "'" + u + "' has no port (write " + (https ? "https://" : "http://") +
+           rest.substr(0, colon) + ":2379 for etcd's " + "client port)";
   if (host.empty()) return "'" + u + "' has no host" + form;
   const std::string port = rest.substr(colon + 1);
   const bool digits = all_digits(port, 0);

@@ -8,6 +8,7 @@
 #include "runtime/ha/etcd_client.hpp"
 
 #include <httplib.h>
+#include <signal.h>
 
 #include <algorithm>
 #include <cstring>
@@ -80,15 +81,26 @@ std::string prefix_end(std::string prefix) {
   return std::string(1, '\0');
 }
 
-// "http://HOST:PORT" -> (HOST, PORT), or usage_error.
-std::pair<std::string, int> parse_endpoint(std::string url) {
-  const std::string how = "; write endpoints as http://HOST:PORT, e.g. http://127.0.0.1:2379";
-  const std::string scheme = "http://";
-  if (url.rfind("https://", 0) == 0)
-    throw usage_error("etcd endpoint '" + url + "': https is not supported" + how);
-  if (url.rfind(scheme, 0) != 0)
-    throw usage_error("etcd endpoint '" + url + "' does not start with http://" + how);
-  std::string rest = url.substr(scheme.size());
+// "http[s]://HOST:PORT" -> (whether https, HOST, PORT), or usage_error.
+struct parsed_endpoint {
+  bool https = false;
+  std::string host;
+  int port = 0;
+};
+
+parsed_endpoint parse_endpoint(std::string url) {
+  const std::string how =
+      "; write endpoints as http://HOST:PORT or https://HOST:PORT, e.g. https://127.0.0.1:2379";
+  parsed_endpoint out;
+  std::string rest;
+  if (url.rfind("https://", 0) == 0) {
+    out.https = true;
+    rest = url.substr(8);
+  } else if (url.rfind("http://", 0) == 0) {
+    rest = url.substr(7);
+  } else {
+    throw usage_error("etcd endpoint '" + url + "' does not start with http:// or https://" + how);
+  }
   while (!rest.empty() && rest.back() == '/') rest.pop_back();
   const auto colon = rest.rfind(':');
   const std::string port = colon == std::string::npos ? "" : rest.substr(colon + 1);
@@ -96,7 +108,9 @@ std::pair<std::string, int> parse_endpoint(std::string url) {
       port.find_first_not_of("0123456789") != std::string::npos || std::stoi(port) > 65535 ||
       rest.find('/') != std::string::npos)
     throw usage_error("etcd endpoint '" + url + "' is not HOST:PORT" + how);
-  return {rest.substr(0, colon), std::stoi(port)};
+  out.host = rest.substr(0, colon);
+  out.port = std::stoi(port);
+  return out;
 }
 
 // httplib's error, in words, with the timeout that ended it.
@@ -110,6 +124,13 @@ std::string why(httplib::Error e, const etcd_timeouts& t) {
       return "no answer within " + std::to_string(t.read_ms) + " ms";
     case httplib::Error::Write:
       return "could not send the request";
+    case httplib::Error::SSLConnection:
+      return "TLS handshake failed (is the endpoint https, and does it accept our client "
+             "certificate?)";
+    case httplib::Error::SSLServerVerification:
+      return "etcd's certificate is not signed by our etcd-ca.crt for this address";
+    case httplib::Error::SSLLoadingCerts:
+      return "cannot load the CA certificate";
     default:
       return "HTTP client error " + httplib::to_string(e);
   }
@@ -155,6 +176,23 @@ reply post(httplib::Client& client, const std::string& path, const std::string& 
                          "); is this an etcd v3.4+ client URL?");
   }
   return out;
+}
+
+// OpenSSL writes to its socket with write(2), which raises SIGPIPE when etcd has closed the
+// connection (a refused client certificate, a restart): the default action would kill the
+// coordinator instead of letting it see the error and fail over. Ignored once, and only if
+// nobody installed a handler (as the Gloo communicator does for its sockets).
+void ignore_sigpipe_once() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    struct sigaction current {};
+    if (sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) {
+      struct sigaction ignore {};
+      ignore.sa_handler = SIG_IGN;
+      sigemptyset(&ignore.sa_mask);
+      sigaction(SIGPIPE, &ignore, nullptr);
+    }
+  });
 }
 
 }  // namespace
@@ -205,15 +243,33 @@ struct etcd_client::endpoint {
   std::unique_ptr<httplib::Client> client;
 };
 
-etcd_client::etcd_client(std::vector<std::string> endpoints, etcd_timeouts timeouts)
+etcd_client::etcd_client(std::vector<std::string> endpoints, etcd_timeouts timeouts, etcd_tls tls)
     : endpoints_(std::move(endpoints)), timeouts_(timeouts) {
   if (endpoints_.empty())
-    throw usage_error("etcd_client: no endpoints; give at least one http://HOST:PORT");
+    throw usage_error("etcd_client: no endpoints; give at least one http(s)://HOST:PORT");
   for (const auto& url : endpoints_) {
-    const auto [host, port] = parse_endpoint(url);
+    const parsed_endpoint p = parse_endpoint(url);
     auto ep = std::make_unique<endpoint>();
     ep->url = url;
-    ep->client = std::make_unique<httplib::Client>(host, port);
+    if (p.https) {
+      ignore_sigpipe_once();
+      if (tls.empty())
+        throw usage_error("etcd endpoint '" + url +
+                          "' is https, and no client certificate was "
+                          "given: put etcd-ca.crt, etcd-client.crt and etcd-client.key in the "
+                          "job's key folder (--keys DIR)");
+      // The client certificate is how etcd (--client-cert-auth) tells the run from anyone
+      // else who reaches its port; the CA is how we tell etcd from anyone else.
+      ep->client = std::make_unique<httplib::Client>(
+          "https://" + p.host + ":" + std::to_string(p.port), tls.cert_file, tls.key_file);
+      ep->client->set_ca_cert_path(tls.ca_file);
+      ep->client->enable_server_certificate_verification(true);
+    } else {
+      ep->client = std::make_unique<httplib::Client>(p.host, p.port);
+    }
+    if (!ep->client->is_valid())
+      throw usage_error("etcd endpoint '" + url + "': cannot set up its client (a TLS file of " +
+                        tls.cert_file + ", " + tls.key_file + " unreadable or malformed?)");
     ep->client->set_connection_timeout(std::chrono::milliseconds(timeouts_.connect_ms));
     ep->client->set_read_timeout(std::chrono::milliseconds(timeouts_.read_ms));
     ep->client->set_write_timeout(std::chrono::milliseconds(timeouts_.read_ms));
@@ -237,7 +293,9 @@ json etcd_client::call(const char* what, const std::string& subject, const std::
     if (!res.answered) {
       const httplib::Error e = res.failure;
       // Connect failures mean etcd never saw the request: another endpoint may take it.
-      const bool unsent = e == httplib::Error::Connection || e == httplib::Error::ConnectionTimeout;
+      const bool unsent =
+          e == httplib::Error::Connection || e == httplib::Error::ConnectionTimeout ||
+          e == httplib::Error::SSLConnection || e == httplib::Error::SSLServerVerification;
       tried += (tried.empty() ? "" : ", ") + ep.url + " (" + why(e, timeouts_) + ")";
       if (unsent || idempotent) continue;
       throw error(op + " at " + ep.url + ": sent, but " + why(e, timeouts_) +
@@ -359,6 +417,19 @@ bool etcd_client::put_if_created_at(const std::string& key, const std::string& v
   const json j =
       call("put_if_created_at", "key " + printable(key) + " guarded by " + printable(guard_key),
            "/v3/kv/txn", body, false);
+  return j.value("succeeded", false);
+}
+
+bool etcd_client::del_if_created_at(const std::string& key, int64_t create_revision) {
+  if (create_revision <= 0) return false;  // 0 would match an absent key
+  const std::string k = base64_encode(key);
+  const json body = {
+      {"compare", json::array({{{"key", k},
+                                {"target", "CREATE"},
+                                {"result", "EQUAL"},
+                                {"create_revision", std::to_string(create_revision)}}})},
+      {"success", json::array({{{"request_delete_range", {{"key", k}}}}})}};
+  const json j = call("del_if_created_at", "key " + printable(key), "/v3/kv/txn", body, false);
   return j.value("succeeded", false);
 }
 

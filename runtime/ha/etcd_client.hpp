@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "runtime/ha/etcd_certs.hpp"
+
 namespace cohort::ha {
 
 /// One key as etcd stores it. Revisions are etcd's store revisions (they only grow);
@@ -45,9 +47,11 @@ struct etcd_timeouts {
 /// transaction then fails instead, since it may have been applied.
 class etcd_client {
  public:
-  /// ENDPOINTS: "http://HOST:PORT" each (https is not supported). usage_error when the list
-  /// is empty or an entry is malformed.
-  explicit etcd_client(std::vector<std::string> endpoints, etcd_timeouts timeouts = {});
+  /// ENDPOINTS: "http://HOST:PORT" or "https://HOST:PORT" each; an https one presents TLS's
+  /// client certificate and checks etcd's against TLS's CA. usage_error when the list is
+  /// empty, an entry is malformed, or an https entry has no TLS files.
+  explicit etcd_client(std::vector<std::string> endpoints, etcd_timeouts timeouts = {},
+                       etcd_tls tls = {});
   ~etcd_client();
   etcd_client(const etcd_client&) = delete;
   etcd_client& operator=(const etcd_client&) = delete;
@@ -75,6 +79,10 @@ class etcd_client {
   /// GUARD_CREATE_REVISION (a fenced write: "only while I still lead term T"); whether applied.
   bool put_if_created_at(const std::string& key, const std::string& value,
                          const std::string& guard_key, int64_t guard_create_revision);
+
+  /// Atomically: deletes KEY only if it exists with create revision CREATE_REVISION (a
+  /// record read earlier, not one written since); whether deleted.
+  bool del_if_created_at(const std::string& key, int64_t create_revision);
 
   /// Whether an endpoint answers GET /health with {"health":"true"}. Never throws.
   bool healthy();

@@ -1,6 +1,7 @@
 // Starting and stopping the run's own etcd. Started without a shell (fork + exec; it dies
-// with the thread that started it: PR_SET_PDEATHSIG) with the signal mask and dispositions reset: cohort's threads block SIGTERM, and a child that
-// inherited that mask would ignore stop()'s SIGTERM until the SIGKILL.
+// with the thread that started it: PR_SET_PDEATHSIG) with the signal mask and dispositions
+// reset: cohort's threads block SIGTERM, and a child that inherited that mask would ignore
+// stop()'s SIGTERM until the SIGKILL.
 #include "runtime/ha/local_etcd.hpp"
 
 #include <arpa/inet.h>
@@ -23,6 +24,7 @@
 #include <vector>
 
 #include "runtime/core/error.hpp"
+#include "runtime/ha/etcd_certs.hpp"
 #include "runtime/ha/etcd_client.hpp"
 
 extern char** environ;
@@ -126,6 +128,12 @@ local_etcd::local_etcd(local_etcd_options opts) : opts_(std::move(opts)) {
   if (ec)
     throw error("local etcd: cannot create " + opts_.dir + ": " + ec.message() +
                 "; choose a writable folder");
+  // Only this user may enter: the client key below is what lets a process into etcd.
+  if (::chmod(opts_.dir.c_str(), 0700) != 0)
+    throw error("local etcd: cannot make " + opts_.dir +
+                " private (chmod 700): " + std::strerror(errno));
+  make_etcd_certs(opts_.dir);
+  tls_ = etcd_tls_in(opts_.dir);
   for (int attempt = 1; attempt <= start_attempts; ++attempt)
     if (try_start(exe)) return;
   throw error("local etcd: its ports were taken " + std::to_string(start_attempts) +
@@ -138,18 +146,22 @@ std::string local_etcd::log_path() const { return opts_.dir + "/etcd.log"; }
 
 bool local_etcd::try_start(const std::string& exe) {
   const auto [client_port, peer_port] = two_free_ports();
-  const std::string client_url = "http://127.0.0.1:" + std::to_string(client_port);
-  const std::string peer_url = "http://127.0.0.1:" + std::to_string(peer_port);
-  std::vector<std::string> args = {"etcd",
-                                   "--name=cohort",
-                                   "--data-dir=" + opts_.dir + "/data",
-                                   "--listen-client-urls=" + client_url,
-                                   "--advertise-client-urls=" + client_url,
-                                   "--listen-peer-urls=" + peer_url,
-                                   "--initial-advertise-peer-urls=" + peer_url,
-                                   "--initial-cluster=cohort=" + peer_url,
-                                   "--heartbeat-interval=" + std::to_string(opts_.heartbeat_ms),
-                                   "--election-timeout=" + std::to_string(opts_.election_ms)};
+  const std::string client_url = "https://127.0.0.1:" + std::to_string(client_port);
+  const std::string peer_url = "https://127.0.0.1:" + std::to_string(peer_port);
+  const std::string cert = opts_.dir + "/" + etcd_server_cert_name;
+  const std::string key = opts_.dir + "/" + etcd_server_key_name;
+  std::vector<std::string> args = {
+      "etcd", "--name=cohort", "--data-dir=" + opts_.dir + "/data",
+      "--listen-client-urls=" + client_url, "--advertise-client-urls=" + client_url,
+      "--listen-peer-urls=" + peer_url, "--initial-advertise-peer-urls=" + peer_url,
+      "--initial-cluster=cohort=" + peer_url,
+      "--heartbeat-interval=" + std::to_string(opts_.heartbeat_ms),
+      "--election-timeout=" + std::to_string(opts_.election_ms),
+      // Both listeners speak TLS and admit only a certificate
+      // of the run's CA, whose key no longer exists.
+      "--cert-file=" + cert, "--key-file=" + key, "--trusted-ca-file=" + tls_.ca_file,
+      "--client-cert-auth", "--peer-cert-file=" + cert, "--peer-key-file=" + key,
+      "--peer-trusted-ca-file=" + tls_.ca_file, "--peer-client-cert-auth"};
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -194,7 +206,7 @@ bool local_etcd::try_start(const std::string& exe) {
                 "; check that it runs (`" + exe + " --version`)");
   pid_ = pid;
 
-  etcd_client probe({client_url}, etcd_timeouts{100, 500});
+  etcd_client probe({client_url}, etcd_timeouts{100, 500}, tls_);
   const auto deadline = steady_clock::now() + milliseconds(opts_.start_timeout_ms);
   while (true) {
     int status = 0;

@@ -1,11 +1,15 @@
 // One etcd server process for a run (`ha.etcd: local`): a single-member cluster on
-// 127.0.0.1 with ports the OS picked, its data and log in a folder we are given. It owns
-// that process; it is not a cluster manager (no members, TLS, auth or backups), and it does
-// not talk etcd's API beyond waiting for /health (etcd_client does).
+// 127.0.0.1 with ports the OS picked, its data, log and TLS files in a private folder we are
+// given. Both of its listeners speak TLS and admit only the client certificate made for it
+// (etcd_certs), so another user of the host cannot reach it. It owns that process; it is not
+// a cluster manager (no members, auth or backups), and it does not talk etcd's API beyond
+// waiting for /health (etcd_client does).
 #pragma once
 #include <sys/types.h>
 
 #include <string>
+
+#include "runtime/ha/etcd_certs.hpp"
 
 namespace cohort::ha {
 
@@ -19,7 +23,9 @@ namespace cohort::ha {
 /// until it is empty (6 runs each). etcd checks for expired leases every 500 ms, hence the
 /// spread above the TTL.
 struct local_etcd_options {
-  std::string dir;               ///< created if missing; etcd's data in DIR/data, log DIR/etcd.log
+  /// Created if missing and made 0700; etcd's data in DIR/data, log DIR/etcd.log, the TLS
+  /// files (etcd_certs.hpp's names) in DIR. Must not hold TLS files already.
+  std::string dir;
   std::string binary;            ///< etcd executable; empty: /usr/bin/etcd, else `etcd` on PATH
   int heartbeat_ms = 10;         ///< --heartbeat-interval
   int election_ms = 100;         ///< --election-timeout (etcd wants >= 5 heartbeats)
@@ -41,8 +47,10 @@ class local_etcd {
   local_etcd(const local_etcd&) = delete;
   local_etcd& operator=(const local_etcd&) = delete;
 
-  /// "http://127.0.0.1:PORT", the client URL.
+  /// "https://127.0.0.1:PORT", the client URL.
   const std::string& endpoint() const { return endpoint_; }
+  /// What a client presents to it (files in DIR, 0600).
+  const etcd_tls& client_tls() const { return tls_; }
   /// The server's process id; 0 once stopped.
   pid_t pid() const { return pid_; }
   /// DIR/etcd.log.
@@ -60,6 +68,7 @@ class local_etcd {
 
   local_etcd_options opts_;
   std::string endpoint_;
+  etcd_tls tls_;
   pid_t pid_ = 0;
 };
 

@@ -1,32 +1,36 @@
 // runtime/ha against a real etcd (Debian's etcd-server, started by local_etcd with the
 // one-machine tuning): the client's calls, lease expiry, leader election with fencing terms,
-// and the errors a user sees. Not tested here: several etcd members, TLS, etcd restarts.
+// the errors a user sees, and TLS (only the run's client certificate gets in, only the
+// run's etcd is trusted). Not tested here: several etcd members, etcd restarts.
 // Cases in one process share one etcd (each under its own key prefix); CTest runs each case
 // in its own process, so each then starts its own. Without etcd every case exits 77.
 #include <doctest/doctest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <functional>
 #include <future>
 #include <memory>
 #include <optional>
 #include <string>
-#include <utility>
 #include <thread>
+#include <utility>
 
 #include "runtime/core/error.hpp"
 #include "runtime/ha/election.hpp"
+#include "runtime/ha/etcd_certs.hpp"
 #include "runtime/ha/etcd_client.hpp"
 #include "runtime/ha/local_etcd.hpp"
 #include "tests/data/temp_dir.hpp"
-#include "tests/ha/require_etcd.hpp"
 #include "tests/eventually.hpp"
+#include "tests/ha/require_etcd.hpp"
 
 using namespace cohort::ha;
 using cohort::test::eventually;
@@ -49,11 +53,14 @@ struct etcd_fixture {
 };
 
 // The etcd this process's cases share; stopped and removed at exit.
-const std::string& shared_endpoint() {
+etcd_fixture& shared_etcd() {
   require_etcd();
   static etcd_fixture f;
-  return f.server.endpoint();
+  return f;
 }
+const std::string& shared_endpoint() { return shared_etcd().server.endpoint(); }
+// The client certificate it admits.
+const etcd_tls& shared_tls() { return shared_etcd().server.client_tls(); }
 
 // A TCP socket bound to a free loopback port (listening when LISTEN) and that port.
 std::pair<int, int> loopback_socket(bool listen) {
@@ -104,7 +111,7 @@ std::optional<int64_t> wait_term(std::future<std::optional<int64_t>>& result,
 }  // namespace
 
 TEST_CASE("kv round trip: put, get, get_prefix, del, with binary keys and values") {
-  etcd_client c({shared_endpoint()});
+  etcd_client c({shared_endpoint()}, etcd_timeouts{}, shared_tls());
   std::string all_bytes;
   for (int i = 0; i < 256; ++i) all_bytes += static_cast<char>(i);
   const std::string nul_key("rt/\0k", 5);
@@ -145,7 +152,7 @@ TEST_CASE("kv round trip: put, get, get_prefix, del, with binary keys and values
 }
 
 TEST_CASE("revisions grow with every write: create revision stays, mod revision moves") {
-  etcd_client c({shared_endpoint()});
+  etcd_client c({shared_endpoint()}, etcd_timeouts{}, shared_tls());
   const int64_t r1 = c.put("rev/k", "a");
   const int64_t r2 = c.put("rev/k", "b");
   const int64_t r3 = c.put("rev/other", "c");
@@ -160,7 +167,7 @@ TEST_CASE("revisions grow with every write: create revision stays, mod revision 
 }
 
 TEST_CASE("create_if_absent creates once and a second candidate sees the holder") {
-  etcd_client c({shared_endpoint()});
+  etcd_client c({shared_endpoint()}, etcd_timeouts{}, shared_tls());
   const int64_t l1 = c.grant(10), l2 = c.grant(10);
   const txn_result first = c.create_if_absent("cia/k", "one", l1);
   CHECK(first.created);
@@ -181,7 +188,7 @@ TEST_CASE("create_if_absent creates once and a second candidate sees the holder"
 }
 
 TEST_CASE("keepalive reports the TTL and revoke deletes the lease's keys, idempotently") {
-  etcd_client c({shared_endpoint()});
+  etcd_client c({shared_endpoint()}, etcd_timeouts{}, shared_tls());
   const int64_t lease = c.grant(5);
   CHECK(c.keepalive(lease) == 5);
   c.put("rv/k", "v", lease);
@@ -197,7 +204,7 @@ TEST_CASE("keepalive reports the TTL and revoke deletes the lease's keys, idempo
 }
 
 TEST_CASE("an expired lease takes its key with it") {
-  etcd_client c({shared_endpoint()});
+  etcd_client c({shared_endpoint()}, etcd_timeouts{}, shared_tls());
   const int64_t lease = c.grant(1);
   c.put("exp/k", "v", lease);
   REQUIRE(c.get("exp/k"));
@@ -208,7 +215,8 @@ TEST_CASE("an expired lease takes its key with it") {
 }
 
 TEST_CASE("two campaigners: one wins, the other only after it resigns, with a higher term") {
-  etcd_client ca({shared_endpoint()}), cb({shared_endpoint()});
+  etcd_client ca({shared_endpoint()}, etcd_timeouts{}, shared_tls()),
+      cb({shared_endpoint()}, etcd_timeouts{}, shared_tls());
   leader_election a(ca, "el2/leader", "tcp://a:1 11", 5, 500);
   leader_election b(cb, "el2/leader", "tcp://b:2 22", 5, 500);
   std::atomic<bool> stop{false};
@@ -249,7 +257,7 @@ TEST_CASE("two campaigners: one wins, the other only after it resigns, with a hi
 }
 
 TEST_CASE("a revoked lease fires on_lost once") {
-  etcd_client c({shared_endpoint()});
+  etcd_client c({shared_endpoint()}, etcd_timeouts{}, shared_tls());
   leader_election a(c, "lost/leader", "a", 5, 50);
   std::atomic<int> fired{0};
   a.on_lost([&] { ++fired; });
@@ -264,7 +272,9 @@ TEST_CASE("a revoked lease fires on_lost once") {
 }
 
 TEST_CASE("depose of an old term ends it, and later leaves the new leader alone") {
-  etcd_client ca({shared_endpoint()}), cb({shared_endpoint()}), cc({shared_endpoint()});
+  etcd_client ca({shared_endpoint()}, etcd_timeouts{}, shared_tls()),
+      cb({shared_endpoint()}, etcd_timeouts{}, shared_tls()),
+      cc({shared_endpoint()}, etcd_timeouts{}, shared_tls());
   leader_election a(ca, "dep/leader", "a", 5, 50);
   leader_election b(cb, "dep/leader", "b", 5, 50);
   leader_election standby(cc, "dep/leader", "c", 5, 50);
@@ -289,7 +299,8 @@ TEST_CASE("depose of an old term ends it, and later leaves the new leader alone"
 }
 
 TEST_CASE("fenced_put with a stale term is refused") {
-  etcd_client ca({shared_endpoint()}), cb({shared_endpoint()});
+  etcd_client ca({shared_endpoint()}, etcd_timeouts{}, shared_tls()),
+      cb({shared_endpoint()}, etcd_timeouts{}, shared_tls());
   leader_election a(ca, "fp/leader", "a", 5, 500);
   leader_election b(cb, "fp/leader", "b", 5, 500);
   std::atomic<bool> stop{false};
@@ -312,7 +323,7 @@ TEST_CASE("a leader that cannot reach etcd counts itself lost within the TTL") {
   cohort::test::temp_dir dir;
   local_etcd server(options_in(dir));
   CHECK(server.pid() > 0);
-  etcd_client c({server.endpoint()}, etcd_timeouts{100, 300});
+  etcd_client c({server.endpoint()}, etcd_timeouts{100, 300}, server.client_tls());
   leader_election a(c, "gone/leader", "a", 1, 200);
   std::atomic<bool> stop{false};
   REQUIRE(a.campaign(stop, 10));
@@ -362,7 +373,7 @@ TEST_CASE("a dead endpoint fails fast with a clear error and the next endpoint i
   CHECK(mute_put.find("may have been applied") != std::string::npos);
   ::close(fd);
 
-  etcd_client both({dead, shared_endpoint()}, etcd_timeouts{200, 2000});
+  etcd_client both({dead, shared_endpoint()}, etcd_timeouts{200, 2000}, shared_tls());
   both.put("fo/k", "v");
   CHECK(both.get("fo/k")->value == "v");
   CHECK(both.healthy());
@@ -370,4 +381,47 @@ TEST_CASE("a dead endpoint fails fast with a clear error and the next endpoint i
   CHECK_THROWS_AS(etcd_client({"127.0.0.1:2379"}), cohort::usage_error);
   CHECK_THROWS_AS(etcd_client({"https://127.0.0.1:2379"}), cohort::usage_error);
   CHECK_THROWS_AS(etcd_client({}), cohort::usage_error);
+}
+
+TEST_CASE("the run's etcd admits only its own client certificate") {
+  // What another user of the host holds: the address, and at best a certificate of its own
+  // (here one from another CA, as good as any it could make). etcd ends the handshake.
+  const std::string& ep = shared_endpoint();
+  cohort::test::temp_dir other;
+  make_etcd_certs(other.path().string());
+  const etcd_tls mine = etcd_tls_in(other.path().string());
+  etcd_tls stranger = shared_tls();  // trusts the run's etcd, presents its own certificate
+  stranger.cert_file = mine.cert_file;
+  stranger.key_file = mine.key_file;
+  etcd_client s({ep}, etcd_timeouts{300, 1000}, stranger);
+  // (With TLS 1.3 the refusal of a client certificate reaches the client after its request
+  // is sent: the call fails as unanswered rather than at the handshake.)
+  const std::string refused = what_of([&] { s.put("trust/k", "v"); });
+  CHECK_MESSAGE(refused.find("etcd put key 'trust/k'") != std::string::npos, refused);
+  CHECK_FALSE(s.healthy());
+
+  // Plain HTTP to the same port gets nothing either.
+  etcd_client plain({"http://" + ep.substr(std::string("https://").size())},
+                    etcd_timeouts{300, 1000});
+  CHECK_THROWS_AS(plain.put("trust/k", "v"), cohort::error);
+
+  // An etcd that is not the run's (its certificate from another CA) is refused by the run.
+  etcd_tls wrong_ca = shared_tls();
+  wrong_ca.ca_file = mine.ca_file;
+  etcd_client w({ep}, etcd_timeouts{300, 1000}, wrong_ca);
+  const std::string unverified = what_of([&] { w.get("trust/k"); });
+  CHECK_MESSAGE(unverified.find("unreachable") != std::string::npos, unverified);
+
+  etcd_client c({ep}, etcd_timeouts{}, shared_tls());
+  CHECK_FALSE(c.get("trust/k").has_value());  // nothing of the above got through
+  c.put("trust/k", "v");
+  CHECK(c.get("trust/k")->value == "v");
+
+  // The files: private, and no CA key to mint more certificates with.
+  for (const char* f : {etcd_client_key_name, etcd_server_key_name, etcd_ca_name}) {
+    struct stat st {};
+    REQUIRE(::stat((other.path().string() + "/" + f).c_str(), &st) == 0);
+    CHECK((st.st_mode & 077) == 0);
+  }
+  CHECK_FALSE(std::filesystem::exists(other.path() / "etcd-ca.key"));
 }

@@ -451,7 +451,10 @@ TEST_CASE("ctl status names the leader, its term and its standbys, also when ask
       launch.wait_line("launch: etcd for the run at ", milliseconds(1000)).value_or("");
   const auto data_at = etcd.find("(data in ");
   REQUIRE_MESSAGE(data_at != std::string::npos, launch.out());
-  const std::string etcd_dir = etcd.substr(data_at + 9, etcd.size() - data_at - 10);
+  const auto dir_end = etcd.find(", removed at exit)", data_at);
+  REQUIRE_MESSAGE(dir_end != std::string::npos, launch.out());
+  const std::string etcd_dir = etcd.substr(data_at + 9, dir_end - data_at - 9);
+  REQUIRE(std::filesystem::exists(etcd_dir));  // so that its absence below means something
 
   int rc = -1;
   const std::string said =
