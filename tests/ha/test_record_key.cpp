@@ -67,7 +67,7 @@ TEST_CASE("a tampered value, another key, another name or a plain value does not
   }
 }
 
-TEST_CASE("the key: at least 32 bytes; derived the same from the same coordinator secret") {
+TEST_CASE("the key: at least 32 bytes, derived the same from the same coordinator secret") {
   CHECK_THROWS_AS(record_key(std::string(31, 'k')), cohort::usage_error);
   const auto a = record_key::from_coordinator_secret("secret-z85-of-the-coordinator-key-0000000");
   const auto b = record_key::from_coordinator_secret("secret-z85-of-the-coordinator-key-0000000");
