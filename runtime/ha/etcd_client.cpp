@@ -8,6 +8,7 @@
 #include "runtime/ha/etcd_client.hpp"
 
 #include <httplib.h>
+#include <openssl/evp.h>
 #include <signal.h>
 
 #include <algorithm>
@@ -23,8 +24,6 @@ using nlohmann::json;
 namespace {
 
 constexpr int grpc_not_found = 5;
-
-const char* const b64_alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
 // A key or lease for a message: quoted, bytes outside printable ASCII as \xNN.
 std::string printable(const std::string& s) {
@@ -197,44 +196,33 @@ void ignore_sigpipe_once() {
 
 }  // namespace
 
+// OpenSSL's block coder (RFC 4648 with padding, no line breaks), which cohort already links.
 std::string base64_encode(const std::string& bytes) {
-  std::string out;
-  out.reserve((bytes.size() + 2) / 3 * 4);
-  std::size_t i = 0;
-  for (; i + 2 < bytes.size(); i += 3) {
-    const uint32_t n = uint32_t(uint8_t(bytes[i])) << 16 | uint32_t(uint8_t(bytes[i + 1])) << 8 |
-                       uint8_t(bytes[i + 2]);
-    for (int s = 18; s >= 0; s -= 6) out += b64_alphabet[(n >> s) & 63];
-  }
-  const std::size_t left = bytes.size() - i;
-  if (left > 0) {
-    uint32_t n = uint32_t(uint8_t(bytes[i])) << 16;
-    if (left == 2) n |= uint32_t(uint8_t(bytes[i + 1])) << 8;
-    out += b64_alphabet[(n >> 18) & 63];
-    out += b64_alphabet[(n >> 12) & 63];
-    out += left == 2 ? b64_alphabet[(n >> 6) & 63] : '=';
-    out += '=';
-  }
+  std::string out((bytes.size() + 2) / 3 * 4 + 1, '\0');
+  const int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(&out[0]),
+                                reinterpret_cast<const unsigned char*>(bytes.data()),
+                                static_cast<int>(bytes.size()));
+  out.resize(static_cast<std::size_t>(n));
   return out;
 }
 
 std::string base64_decode(const std::string& text) {
-  std::string out;
-  uint32_t acc = 0;
-  int bits = 0;
-  for (const char c : text) {
-    if (c == '=') break;
-    const char* at = c == '\0' ? nullptr : std::strchr(b64_alphabet, c);
-    if (at == nullptr)
-      throw protocol_error("etcd sent invalid base64 (" + printable(text) +
-                           "): is the endpoint an etcd v3 gateway?");
-    acc = acc << 6 | uint32_t(at - b64_alphabet);
-    bits += 6;
-    if (bits >= 8) {
-      bits -= 8;
-      out += char((acc >> bits) & 0xff);
-    }
-  }
+  auto invalid = [&] {
+    return protocol_error("etcd sent invalid base64 (" + printable(text) +
+                          "): is the endpoint an etcd v3 gateway?");
+  };
+  // EVP_DecodeBlock takes whole quads only and counts the padding as zero bytes.
+  if (text.size() % 4 != 0 ||
+      text.find_first_of(std::string(1, '\0') + " \t\r\n") != std::string::npos)
+    throw invalid();
+  std::string out(text.size() / 4 * 3, '\0');
+  const int n = EVP_DecodeBlock(reinterpret_cast<unsigned char*>(&out[0]),
+                                reinterpret_cast<const unsigned char*>(text.data()),
+                                static_cast<int>(text.size()));
+  if (n < 0) throw invalid();
+  std::size_t pad = 0;
+  while (pad < 2 && pad < text.size() && text[text.size() - 1 - pad] == '=') ++pad;
+  out.resize(static_cast<std::size_t>(n) - pad);
   return out;
 }
 

@@ -425,3 +425,25 @@ TEST_CASE("the run's etcd admits only its own client certificate") {
   }
   CHECK_FALSE(std::filesystem::exists(other.path() / "etcd-ca.key"));
 }
+
+TEST_CASE("base64 of the gateway: RFC 4648 vectors, padding, and refusals") {
+  // RFC 4648, section 10.
+  const std::pair<const char*, const char*> vectors[] = {{"", ""},
+                                                         {"f", "Zg=="},
+                                                         {"fo", "Zm8="},
+                                                         {"foo", "Zm9v"},
+                                                         {"foob", "Zm9vYg=="},
+                                                         {"fooba", "Zm9vYmE="},
+                                                         {"foobar", "Zm9vYmFy"}};
+  for (const auto& [plain, coded] : vectors) {
+    CHECK(base64_encode(plain) == coded);
+    CHECK(base64_decode(coded) == plain);
+  }
+  std::string all;
+  for (int b = 0; b < 256; ++b) all += char(b);
+  for (std::size_t n = 0; n <= all.size(); n += 37)
+    CHECK(base64_decode(base64_encode(all.substr(0, n))) == all.substr(0, n));
+  CHECK_THROWS_WITH(base64_decode("Zm9v!A=="), doctest::Contains("invalid base64"));
+  CHECK_THROWS_WITH(base64_decode("Zm9vY"), doctest::Contains("invalid base64"));
+  CHECK_THROWS_WITH(base64_decode("Zm9v Zg=="), doctest::Contains("invalid base64"));
+}
