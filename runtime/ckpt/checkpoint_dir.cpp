@@ -341,8 +341,11 @@ bool remove_checkpoint(const std::string& step_dir) {
   return fs::symlink_status(step_dir, ec).type() == fs::file_type::not_found;
 }
 
-void prune_checkpoints(const std::string& dir, int keep) {
-  const auto all = scan_checkpoints(dir).folders;
+void prune_checkpoints(const std::string& dir, int keep, int64_t upto) {
+  auto all = scan_checkpoints(dir).folders;
+  all.erase(std::remove_if(all.begin(), all.end(),
+                           [upto](const checkpoint_entry& c) { return c.step > upto; }),
+            all.end());
   int64_t newest_complete = -1;
   std::size_t complete = 0;
   for (const auto& c : all) {

@@ -8,6 +8,7 @@
 // and never deleted: pruning removes only the files it writes, inside step folders it names.
 #pragma once
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <string>
 #include <utility>
@@ -103,11 +104,15 @@ std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string&
 /// checkpoint_to_resume, checkpoint.hpp, also checks the contents).
 std::optional<std::pair<int64_t, std::string>> newest_checkpoint(const std::string& dir);
 
-/// Keeps the newest KEEP complete checkpoints of DIR and removes the older ones, plus
-/// incomplete folders older than the newest complete one (left by a killed write; newer
-/// ones may still be being written). Only step folders scan_checkpoints lists are touched,
-/// and in them only what remove_checkpoint removes. Best effort: never throws.
-void prune_checkpoints(const std::string& dir, int keep);
+/// Keeps the newest KEEP complete checkpoints of DIR at or below step UPTO and removes the
+/// older ones, plus incomplete folders older than the newest of those (left by a killed
+/// write). Folders above UPTO are never touched: the writer passes the step it just
+/// completed, and a later step is either still being written or another run's (a job
+/// started afresh in a folder where an earlier job got further must not lose its own
+/// checkpoints, nor the one in flight, to that job's). Only step folders scan_checkpoints
+/// lists are touched, and in them only what remove_checkpoint removes. Never throws.
+void prune_checkpoints(const std::string& dir, int keep,
+                       int64_t upto = std::numeric_limits<int64_t>::max());
 
 /// Removes the files a checkpoint write makes in STEP_DIR (COMPLETE first, so that it never
 /// looks complete while half removed; shard_p<P>_t<T>.safetensors; their temporaries), then

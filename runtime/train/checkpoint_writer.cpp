@@ -50,10 +50,11 @@ void checkpoint_writer::save_parts(std::vector<shard_snapshot> snaps,
 void checkpoint_writer::start(std::vector<shard_snapshot> snaps, std::vector<std::string> all) {
   COHORT_CHECK(!snaps.empty());
   wait();
-  const std::string step_dir = checkpoint_path(dir_, snaps.front().meta.step);
+  const int64_t step = snaps.front().meta.step;
+  const std::string step_dir = checkpoint_path(dir_, step);
   inflight_ = std::async(
       std::launch::async,
-      [step_dir, dir = dir_, keep = keep_, all = std::move(all),
+      [step_dir, dir = dir_, keep = keep_, all = std::move(all), step,
        snaps = std::move(snaps)]() -> std::string {
         const shard_snapshot* at = &snaps.front();  // the file being written, for the log
         trace::span traced("checkpoint write", "checkpoint", trace::track::control,
@@ -67,7 +68,7 @@ void checkpoint_writer::start(std::vector<shard_snapshot> snaps, std::vector<std
             at = &snaps[i];
             complete = write_checkpoint_files(step_dir, snaps[i], all) || complete;
           }
-          if (complete) prune_checkpoints(dir, keep);
+          if (complete) prune_checkpoints(dir, keep, step);
           return step_dir;
         } catch (const std::exception& e) {
           spdlog::error("checkpoint {} of {} was not written: {}", at->file_name(), step_dir,

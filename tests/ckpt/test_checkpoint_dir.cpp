@@ -280,3 +280,21 @@ TEST_CASE("shards written by several workers: the last one in completes the chec
     CHECK(listed_steps(dir) == std::vector<int64_t>{8});
   }
 }
+
+TEST_CASE("prune leaves steps above the one just written: a later job's own, or one in flight") {
+  // An earlier job got to step 20 in this folder; a job started afresh has completed step 4
+  // and is writing step 8. Pruning after step 4 must keep both of its steps and the
+  // earlier job's (before, the earlier step 20 counted as the newest: 4 and 8 went).
+  temp_dir tmp;
+  const std::string dir = tmp.file("ck");
+  for (int64_t s : {4, 8, 20})
+    write_training_checkpoint(checkpoint_path(dir, s), {sample_shard(s)});
+  fs::remove(checkpoint_path(dir, 8) + "/COMPLETE");  // being written
+  prune_checkpoints(dir, 1, 4);
+  CHECK(listed_steps(dir) == std::vector<int64_t>{4, 20});
+  CHECK(fs::exists(shard0(checkpoint_path(dir, 8))));
+  // Once step 8 completes, step 4 is the older one below it and goes (keep 1).
+  write_training_checkpoint(checkpoint_path(dir, 8), {sample_shard(8)});
+  prune_checkpoints(dir, 1, 8);
+  CHECK(listed_steps(dir) == std::vector<int64_t>{8, 20});
+}

@@ -156,9 +156,8 @@ std::string onebit_config(const temp_dir& dir, int steps) {
 }
 
 // The params_sha256 of CFG's 1-bit Adam job on one flat Gloo group of 4 on one host. Its
-// final checkpoint goes to a folder of its own: a complete later step in ckpt/ would have
-// the next job's first prune remove its step 16 while that is being written
-// (prune_checkpoints drops incomplete folders older than the newest complete one).
+// final checkpoint goes to a folder of its own, so that the jobs after it resume only from
+// their own checkpoints.
 std::string flat_onebit_hash(const temp_dir& dir, const std::string& cfg) {
   std::string launch = "launch " + cfg + " -q --summary " + dir.path() + "/flat.json" +
                        " --set cluster.workers=4 --set comm.transport=gloo" +
