@@ -10,10 +10,13 @@
 #include <vector>
 
 #include "tests/comm/comm_test_util.hpp"
+#include "tests/eventually.hpp"
 
 using namespace cohort::comm;
 using namespace cohort::comm::test;
 using std::chrono::milliseconds;
+
+using cohort::test::eventually;
 
 namespace {
 
@@ -221,21 +224,27 @@ TEST_CASE("abort() makes a blocked collective return promptly and far before the
   std::vector<float> buf(1000, 1.0f);
   double took = -1;
   comm_failure kind = comm_failure::invalid;
+  std::string what;
   std::thread blocked([&] {
     const auto t0 = std::chrono::steady_clock::now();
     try {
       comms[0]->allreduce_sum(buf.data(), buf.size());  // rank 1 never joins
     } catch (const comm_error& e) {
       kind = e.kind();
+      what = e.what();
     }
     took = seconds_since(t0);
   });
-  std::this_thread::sleep_for(milliseconds(200));
+  // The abort comes once the call is inside the collective: it has posted its first send
+  // (counted as it is handed to the transport), so from here it waits for rank 1.
+  REQUIRE(eventually(milliseconds(30000), [&] { return comms[0]->traffic().sent > 0; }));
   comms[0]->abort();
   blocked.join();
   CHECK(took >= 0.0);
   CHECK(took < kSlackSeconds);  // the timeout is 60 s
   CHECK(kind == comm_failure::aborted);
+  // Cut short inside the call, not refused at its start as a dead communicator's would be.
+  CHECK(what.find("is dead") == std::string::npos);
   CHECK(comms[0]->dead());
   // The peer's pairs were closed by the abort: its next collective fails, not hangs.
   const auto t1 = std::chrono::steady_clock::now();
@@ -245,38 +254,43 @@ TEST_CASE("abort() makes a blocked collective return promptly and far before the
 }
 
 // Rank 0 aborts in the middle of back-to-back 4 MiB allreduces (often mid-read, the case
-// Gloo's own signal does not wake: gloo_comm.cpp, buffer_registry), and rank 1 is aborted
-// 200 ms later, as the coordinator's new roster aborts every member. Each must return long
-// before the 60 s collective timeout. (A peer that is never aborted is failed by the closed
-// socket, which test_comm_mp checks with a killed process.)
+// Gloo's own signal does not wake: gloo_comm.cpp, buffer_registry) once both ranks have
+// moved more than one whole buffer, and rank 1 is aborted after rank 0's call has returned,
+// as the coordinator's new roster aborts every member. Each must return long before the
+// 60 s collective timeout. (A peer that is never aborted is failed by the closed socket,
+// which test_comm_mp checks with a killed process.)
 TEST_CASE("abort() during large transfers unblocks both ranks long before the timeout") {
   memory_kv kv;
   auto comms = make_gloo_group(kv, 2, 1, milliseconds(60000));
-  std::atomic<bool> started{false};
+  constexpr std::uint64_t kBytes = std::uint64_t(4) << 20;
   std::vector<double> took(2, -1.0);
+  std::atomic<bool> rank0_returned{false};
+  bool in_flight = false, rank0_first = false;  // the order the aborter saw
   std::vector<std::string> what(2);
   const auto t0 = std::chrono::steady_clock::now();
   std::thread aborter([&] {
-    while (!started.load()) std::this_thread::yield();
-    std::this_thread::sleep_for(milliseconds(150));
+    // Transfers in flight on both ranks: each has received more than one whole buffer.
+    in_flight = eventually(milliseconds(30000), [&] {
+      return comms[0]->traffic().received > kBytes && comms[1]->traffic().received > kBytes;
+    });
     comms[0]->abort();
-    std::this_thread::sleep_for(milliseconds(200));
+    rank0_first = eventually(milliseconds(30000), [&] { return rank0_returned.load(); });
     comms[1]->abort();
   });
   auto errors = run_ranks(2, [&](int r) {
     std::vector<float> buf(std::size_t(1) << 20, 1.0f);  // 4 MiB: segments are always in flight
     try {
-      for (int it = 0; it < 100000; ++it) {
-        started = true;
-        comms[r]->allreduce_sum(buf.data(), buf.size());
-      }
+      for (int it = 0; it < 100000; ++it) comms[r]->allreduce_sum(buf.data(), buf.size());
     } catch (const comm_error& e) {
       took[r] = seconds_since(t0);
       what[r] = e.what();
+      if (r == 0) rank0_returned = true;
       throw;
     }
   });
   aborter.join();
+  CHECK(in_flight);
+  CHECK(rank0_first);
   for (int r = 0; r < 2; ++r) {
     CAPTURE(r);
     CAPTURE(what[r]);
