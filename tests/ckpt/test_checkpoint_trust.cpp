@@ -16,6 +16,7 @@
 #include "runtime/core/folder_trust.hpp"
 #include "runtime/train/resume_plan.hpp"
 #include "tests/ckpt/sample_shard.hpp"
+#include "tests/core/untrusted.hpp"
 #include "tests/data/temp_dir.hpp"
 
 using namespace cohort;
@@ -23,6 +24,8 @@ using cohort::test::sample_shard;
 using cohort::test::temp_dir;
 using train::resume_by;
 namespace fs = std::filesystem;
+
+using cohort::test::untrusted;
 
 namespace {
 
@@ -39,17 +42,6 @@ void write_checkpoint(const std::string& dir, int64_t step, const config& c) {
   shard_snapshot s = sample_shard(step);
   s.meta.extra[train::run_identity_key] = train::run_identity(c);
   write_training_checkpoint(checkpoint_path(dir, step), {s});
-}
-
-// The message of what F throws as untrusted_folder_error, or "".
-template <class F>
-std::string untrusted(F f) {
-  try {
-    f();
-  } catch (const untrusted_folder_error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 std::string usage_refusal(const config& c, const std::string& from = "") {

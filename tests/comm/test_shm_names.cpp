@@ -15,8 +15,10 @@
 #include <vector>
 
 #include "runtime/comm/shm_names.hpp"
+#include "tests/comm/killed_segment.hpp"
 
 using namespace cohort::comm;
+using cohort::test::segment_of_a_killed_child;
 
 namespace {
 
@@ -29,38 +31,10 @@ void make_segment(const std::string& name) {
   ::close(fd);
 }
 
-// A child that makes a segment named by shm_segment_name, reports the name through a pipe and
-// waits to be killed (as a worker is when its launch is SIGKILLed mid-rendezvous); returns
-// the name once the child is dead and reaped.
-std::string segment_of_a_killed_child() {
-  int fds[2];
-  REQUIRE(::pipe(fds) == 0);
-  const pid_t pid = ::fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    ::close(fds[0]);
-    const std::string name = shm_segment_name(3);
-    const int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
-    if (fd < 0 || ::ftruncate(fd, 4096) != 0) ::_exit(1);
-    const std::string line = name + "\n";
-    if (::write(fds[1], line.data(), line.size()) != static_cast<ssize_t>(line.size())) ::_exit(1);
-    for (;;) ::pause();
-  }
-  ::close(fds[1]);
-  std::string name;
-  char c = 0;
-  while (::read(fds[0], &c, 1) == 1 && c != '\n') name += c;
-  ::close(fds[0]);
-  ::kill(pid, SIGKILL);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  return name;
-}
-
 }  // namespace
 
 TEST_CASE("a dead maker's segment is removed, a live one's and foreign names are kept") {
-  const std::string dead = segment_of_a_killed_child();
+  const std::string dead = segment_of_a_killed_child(3, 4096);
   REQUIRE(dead.rfind("/cohort-", 0) == 0);
   REQUIRE(exists(dead));                         // SIGKILL left it, as the issue saw
   const std::string live = shm_segment_name(3);  // this process: alive

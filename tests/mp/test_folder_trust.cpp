@@ -14,47 +14,23 @@
 #include <string>
 
 #include "runtime/comm/shm_names.hpp"
+#include "tests/comm/killed_segment.hpp"
 #include "tests/mp/dp_util.hpp"
 
 using namespace cohort::mp;
+using cohort::test::segment_of_a_killed_child;
 namespace fs = std::filesystem;
 
 namespace {
 
 bool segment_exists(const std::string& name) { return fs::exists("/dev/shm" + name); }
 
-// A segment named as shm_comm names them, made by a child that is then SIGKILLed (as the
-// workers of a launch killed during the rendezvous are); the name once the child is reaped.
-std::string segment_of_a_killed_child() {
-  int fds[2];
-  REQUIRE(::pipe(fds) == 0);
-  const pid_t pid = ::fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    ::close(fds[0]);
-    const std::string name = cohort::comm::shm_segment_name(1);
-    const int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
-    if (fd < 0 || ::ftruncate(fd, 2 << 20) != 0) ::_exit(1);
-    const std::string line = name + "\n";
-    if (::write(fds[1], line.data(), line.size()) != static_cast<ssize_t>(line.size())) ::_exit(1);
-    for (;;) ::pause();
-  }
-  ::close(fds[1]);
-  std::string name;
-  char c = 0;
-  while (::read(fds[0], &c, 1) == 1 && c != '\n') name += c;
-  ::close(fds[0]);
-  ::kill(pid, SIGKILL);
-  ::waitpid(pid, nullptr, 0);
-  return name;
-}
-
 }  // namespace
 
 TEST_CASE("a launch removes the shared-memory segment of a killed process, not a live one's") {
   temp_dir dir;
   const std::string cfg = dir.write("cfg.yaml", small_yaml(dir.path(), "fast", 2));
-  const std::string dead = segment_of_a_killed_child();
+  const std::string dead = segment_of_a_killed_child(1, std::size_t(2) << 20);
   REQUIRE(segment_exists(dead));
   const std::string live = cohort::comm::shm_segment_name(1);  // this test process: alive
   const int fd = ::shm_open(live.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);

@@ -9,25 +9,17 @@
 
 #include "runtime/core/folder_trust.hpp"
 #include "runtime/net/curve.hpp"
+#include "tests/core/untrusted.hpp"
 #include "tests/data/temp_dir.hpp"
 
 using namespace cohort;
 using cohort::test::temp_dir;
+using cohort::test::untrusted;
 using cohort::test::write_all;
 
 namespace {
 
 constexpr uid_t nobody = 65534;
-
-template <class F>
-std::string untrusted(F f) {
-  try {
-    f();
-  } catch (const untrusted_folder_error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 }  // namespace
 
