@@ -125,8 +125,8 @@ TEST_CASE("scale 2 -> 4 by a fault spec: joiners take their state from a peer, s
   const std::string out = dir.path() + "/scale-spec.json";
   child_process launch({"launch", cfg, "-q", "--summary", out, "--set", "cluster.workers=2",
                         "--set", "elastic.max_workers=4", "--set",
-                        "fault_tolerance.timeout_ms=" + std::to_string(held_timeout_ms),
-                        "--inject", "scale to=4 at step=30"},
+                        "fault_tolerance.timeout_ms=" + std::to_string(held_timeout_ms), "--inject",
+                        "scale to=4 at step=30"},
                        dir.path(), "launch-scale-spec");
   const job_address ep = address_of(launch);
   wait_for_step(ep, 30);
@@ -314,10 +314,15 @@ TEST_CASE("ctl refuses a scale outside elastic bounds and a drain of an unknown 
   const std::string hash = train_summary(dir, cfg)["params_sha256"];
   const std::string out = dir.path() + "/ctl-errors.json";
   child_process launch({"launch", cfg, "-q", "--summary", out, "--set", "cluster.workers=3",
-                        "--set", "elastic.min_workers=2", "--set", "elastic.max_workers=3"},
+                        "--set", "elastic.min_workers=2", "--set", "elastic.max_workers=3", "--set",
+                        "fault_tolerance.timeout_ms=" + std::to_string(held_timeout_ms)},
                        dir.path(), "launch-ctl-errors");
   const job_address ep = address_of(launch);
   wait_for_step(ep, 20);
+  // The job is held while ctl is refused (a short run could otherwise end before the last
+  // request; seen under ASan beside a busy core): worker-1 is stopped, its peers wait in
+  // their sum, and it goes on once the three requests have been answered.
+  const pid_t held = hold(ep, "worker-1");
   int rc = -1;
   std::string said = ctl(ep, "scale 4", &rc);
   CHECK_MESSAGE(rc == 2, said);
@@ -328,6 +333,7 @@ TEST_CASE("ctl refuses a scale outside elastic bounds and a drain of an unknown 
   said = ctl(ep, "drain nobody-here", &rc);
   CHECK_MESSAGE(rc == 2, said);
   CHECK_MESSAGE(said.find("nobody-here") != std::string::npos, said);
+  release_at(ep, held, 3);
   // Refused requests change nothing: the job ends as if none had been made.
   const nlohmann::json s = finish(launch, out);
   check_fault_free(s, hash, steps);
