@@ -56,7 +56,14 @@ std::string ctl(const job_address& ep, const std::string& args, int* rc) {
 // hold, so that it is not declared dead) and returns its pid; release_at() waits until
 // ctl lists WANT live workers, then SIGCONTs it.
 pid_t hold(const job_address& ep, const std::string& name) {
-  const auto pid = static_cast<pid_t>(pid_of(ctl_status(ep), name));
+  // ctl may find no answer for a while (a coordinator starting the joiners of a scale-up
+  // under ASan answered nothing within ctl's 5 s): ask until it lists NAME alive.
+  pid_t pid = 0;
+  eventually(step_timeout, [&] {
+    const nlohmann::json st = ctl_status(ep);
+    pid = st.is_object() ? static_cast<pid_t>(pid_of(st, name)) : 0;
+    return pid > 0;
+  });
   REQUIRE_MESSAGE(pid > 0, name << " is not alive");
   REQUIRE(::kill(pid, SIGSTOP) == 0);
   return pid;
@@ -119,7 +126,9 @@ TEST_CASE(
 
 TEST_CASE("scale 2 -> 4 by a fault spec: joiners take their state from a peer, same hash") {
   temp_dir dir;
-  const int steps = 200;
+  // Long enough that the hold below comes before the end: under ASan with nothing beside
+  // it a 200-step run ended before ctl could name worker-1 (2026-12-04).
+  const int steps = 1000;
   const std::string cfg = dir.write("cfg.yaml", small_yaml(dir.path(), "bitwise", steps));
   const std::string hash = train_summary(dir, cfg)["params_sha256"];
   const std::string out = dir.path() + "/scale-spec.json";
@@ -180,7 +189,9 @@ TEST_CASE("scale 2 -> 4 by `cohort ctl scale 4` while the job runs: same hash, 4
 
 TEST_CASE("4 -> 2 by `ctl drain` and SIGTERM: no step aborted, drained workers stay gone") {
   temp_dir dir;
-  const int steps = 400;
+  // Long enough for the drains to come before the end (a 400-step run under ASan took 3.6 s
+  // and ended first, 2026-12-04); the drains themselves are ordered by polling, not timed.
+  const int steps = 1500;
   const std::string cfg = dir.write("cfg.yaml", small_yaml(dir.path(), "bitwise", steps));
   const std::string hash = train_summary(dir, cfg)["params_sha256"];
   const std::string out = dir.path() + "/drain.json";
