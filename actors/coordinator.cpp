@@ -66,7 +66,7 @@ double coord::now_s(self_ptr self) {
 
 void coord::warn_peer(self_ptr self, const std::string& text) {
   if (const auto l = self->state.peer_warnings.admit())
-    spdlog::warn("coordinator: {}{}", text, net::log_limiter::suffix(*l, "such warnings"));
+    spdlog::warn("coordinator: {}{}", text, log_limiter::suffix(*l, "such warnings"));
 }
 
 void coord::send(self_ptr self, const std::string& peer, const net::message& m) {

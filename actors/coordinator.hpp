@@ -20,7 +20,7 @@
 #include "actors/training_job.hpp"
 #include "runtime/net/heartbeat_table.hpp"
 #include "runtime/net/kv_store.hpp"
-#include "runtime/net/log_limiter.hpp"
+#include "runtime/core/log_limiter.hpp"
 #include "runtime/net/membership.hpp"
 #include "runtime/net/protocol.hpp"
 #include "runtime/net/roster_changes.hpp"
@@ -138,7 +138,7 @@ struct coordinator_state {
   mb::mono_time tick_due{};
   bool tick_deferred = false;
   std::unique_ptr<bench_run> bench;
-  net::log_limiter peer_warnings;  ///< how often warnings a peer causes reach the log
+  log_limiter peer_warnings;  ///< how often warnings a peer causes reach the log
 };
 
 /// The coordinator actor. Messages it handles:

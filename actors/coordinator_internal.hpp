@@ -18,7 +18,7 @@ mb::mono_time now(self_ptr self);
 double now_s(self_ptr self);
 /// Logs TEXT ("coordinator: TEXT"), a warning a peer's frame caused (a spoofed heartbeat, a
 /// refused registration): a peer may send such frames at will, so at most a few lines a
-/// period are written, the next one counting those left out (net::log_limiter).
+/// period are written, the next one counting those left out (log_limiter).
 void warn_peer(self_ptr self, const std::string& text);
 /// Sends M to PEER unless `drop control` drops it.
 void send(self_ptr self, const std::string& peer, const net::message& m);

@@ -149,18 +149,11 @@ void refusal_log::refuse(const char* who, const std::string& key, long long revi
   if (it != seen_.end() && it->second == revision) return;
   if (seen_.size() >= 4096 && it == seen_.end()) seen_.clear();  // bounded under a flood
   seen_[key] = revision;
-  const auto now = std::chrono::steady_clock::now();
-  if (logged_ > 0 && now - last_ < period_) {
-    ++held_;
-    return;
-  }
-  last_ = now;
+  const auto line = limiter_.admit();
+  if (!line) return;
   ++logged_;
-  std::string more;
-  if (held_ > 0) more = " (" + std::to_string(held_) + " more refused records not shown)";
-  held_ = 0;
   spdlog::warn("{}: ignoring etcd key '{}' (revision {}): {}{}", who, printable(key), revision, why,
-               more);
+               log_limiter::suffix(*line, "refused records"));
 }
 
 long long refusal_log::logged() const {

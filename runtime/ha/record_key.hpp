@@ -11,6 +11,8 @@
 #include <optional>
 #include <string>
 
+#include "runtime/core/log_limiter.hpp"
+
 namespace cohort::ha {
 
 /// A record as read: its value when its seal holds, else why not.
@@ -48,12 +50,12 @@ class record_key {
 };
 
 /// Says a refused record once: the first refusal of each (key, revision) is logged as a
-/// warning, at most one line per PERIOD (the ones held back are counted in the next line),
-/// so a stranger writing in a loop cannot flood the log. Thread-safe.
+/// warning, at most one line per PERIOD (log_limiter: the ones held back are counted in the
+/// next line), so a stranger writing in a loop cannot flood the log. Thread-safe.
 class refusal_log {
  public:
   explicit refusal_log(std::chrono::milliseconds period = std::chrono::milliseconds(1000))
-      : period_(period) {}
+      : limiter_(log_limiter::options{1, period}) {}
   /// WHO (e.g. "coordinator") refuses KEY at REVISION for WHY.
   void refuse(const char* who, const std::string& key, long long revision, const std::string& why);
   /// How many refusals were logged (tests).
@@ -61,10 +63,8 @@ class refusal_log {
 
  private:
   mutable std::mutex mu_;
-  std::chrono::milliseconds period_;
+  log_limiter limiter_;
   std::map<std::string, long long> seen_;  // key -> revision refused last
-  std::chrono::steady_clock::time_point last_{};
-  long long held_ = 0;
   long long logged_ = 0;
 };
 

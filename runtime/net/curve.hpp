@@ -15,7 +15,7 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/net/log_limiter.hpp"
+#include "runtime/core/log_limiter.hpp"
 
 namespace zmq {
 class context_t;

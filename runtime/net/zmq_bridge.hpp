@@ -22,7 +22,7 @@
 #include "runtime/core/trace.hpp"
 #include "runtime/net/codec.hpp"
 #include "runtime/net/curve.hpp"
-#include "runtime/net/log_limiter.hpp"
+#include "runtime/core/log_limiter.hpp"
 #include "runtime/net/protocol.hpp"
 #include "runtime/net/sender.hpp"
 

@@ -1,13 +1,13 @@
-// log_limiter (runtime/net/log_limiter.*) on a manual clock: which occurrences of a flooded
+// log_limiter (runtime/core/log_limiter.*) on a manual clock: which occurrences of a flooded
 // warning are logged, and that the counts of those left out add up. No sleeps.
 #include <doctest/doctest.h>
 
 #include <chrono>
 #include <memory>
 
-#include "runtime/net/log_limiter.hpp"
+#include "runtime/core/log_limiter.hpp"
 
-using namespace cohort::net;
+using namespace cohort;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 using std::chrono::steady_clock;

@@ -9,7 +9,7 @@
 #include <optional>
 #include <string>
 
-namespace cohort::net {
+namespace cohort {
 
 /// Decides which occurrences of one repeated warning are logged: at most `burst` in each
 /// `period`, the rest counted. The first line after some were left out says how many, so
@@ -52,4 +52,4 @@ class log_limiter {
   bool logged_any_ = false;
 };
 
-}  // namespace cohort::net
+}  // namespace cohort

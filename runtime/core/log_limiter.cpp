@@ -1,12 +1,12 @@
 // Windows are fixed, not sliding: a window opens at the first occurrence after the last one
 // ended, so a quiet limiter logs the next occurrence at once, and a steady flood costs
 // `burst` lines a period.
-#include "runtime/net/log_limiter.hpp"
+#include "runtime/core/log_limiter.hpp"
 
 #include <cstdio>
 #include <utility>
 
-namespace cohort::net {
+namespace cohort {
 
 log_limiter::log_limiter() : log_limiter(options{}) {}
 
@@ -42,4 +42,4 @@ std::string log_limiter::suffix(const line& l, const std::string& what) {
          " s ago), not logged";
 }
 
-}  // namespace cohort::net
+}  // namespace cohort
