@@ -148,6 +148,7 @@ void coord::run_job(self_ptr self, job_actions a) {
   if (!st.opts.job) return;
   if (a.coordinator_fault && st.opts.on_coordinator_fault)
     st.opts.on_coordinator_fault(*a.coordinator_fault, a.coordinator_fault_index);
+  if (!a.fired_faults.empty() && st.opts.on_worker_faults) st.opts.on_worker_faults(a.fired_faults);
   for (auto& s : a.sends) {
     auto it = st.peer_of.find(s.to);
     if (it != st.peer_of.end()) send(self, it->second, s.m);

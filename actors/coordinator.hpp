@@ -69,6 +69,9 @@ struct coordinator_options {
   /// ha: a coordinator fault is due (its place in the job's fault list): the host records
   /// it and carries it out, before the step's messages go out. Null: none can be.
   std::function<void(const faults::fault_spec&, std::size_t index)> on_coordinator_fault;
+  /// ha: worker faults are about to act (job_actions::fired_faults): the host records them
+  /// before their orders go out. Null: nothing to record.
+  std::function<void(const std::vector<fault_fired>&)> on_worker_faults;
   /// ha: status_reply.coordinator ({"leader", "term", "pid", "standbys"}); null: none.
   std::function<std::string()> coordinator_status;
   /// ha: `ctl inject SPEC` is about to add a fault: the host records it where the next

@@ -107,6 +107,7 @@ void fault_schedule::inject_due(const mb::roster& r, int64_t s, double now_s, jo
       case faults::fault_kind::scale:
         if (fired_[i] || f.at_step != s) continue;
         fired_[i] = true;
+        out.fired_faults.push_back({i, -1});
         out.scale_to = f.to_workers;
         out.scale_spec = f.text;
         out.notes.push_back("injecting '" + f.text + "' at step " + std::to_string(s));
@@ -122,6 +123,7 @@ void fault_schedule::inject_due(const mb::roster& r, int64_t s, double now_s, jo
         // Retries of an aborted step must not draw again: once per step.
         if (!faults::random_kill_fires(f, s) || random_fired_.count({i, s}) != 0) continue;
         random_fired_.insert({i, s});
+        out.fired_faults.push_back({i, s});
         rank = faults::random_kill_victim(f, s, static_cast<int>(r.members.size()));
         name.clear();
         break;
@@ -137,6 +139,8 @@ void fault_schedule::inject_due(const mb::roster& r, int64_t s, double now_s, jo
       continue;
     }
     out.sends.push_back({target->id, order});
+    if (f.kind != faults::fault_kind::slow && f.kind != faults::fault_kind::random_kill)
+      out.fired_faults.push_back({i, -1});
     if (!first) continue;
     const char* kind = order.action == net::fault_action::slow        ? "slow"
                        : order.action == net::fault_action::kill      ? "kill"

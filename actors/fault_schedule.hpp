@@ -27,10 +27,14 @@ class fault_schedule {
   /// The job's faults, with STANDBYS coordinator standbys. Throws usage_error
   /// (require_supported).
   void set(std::vector<faults::fault_spec> f, int standbys);
-  /// Fault I (of the list given to set) already fired under an earlier leader (ha): it
-  /// does not fire again.
-  void mark_fired(std::size_t i) {
-    if (i < fired_.size()) fired_[i] = true;
+  /// Fault F.index (of the list given to set) already fired under an earlier leader (ha),
+  /// at step F.step for a random kill: it does not fire there again.
+  void mark_fired(const fault_fired& f) {
+    if (f.index >= fired_.size()) return;
+    if (f.step < 0)
+      fired_[f.index] = true;
+    else
+      random_fired_.insert({f.index, f.step});
   }
   /// Whether F may join the job running at NEXT_STEP; steps before FIRST_UNOPENED are open
   /// (their faults already ordered: the open step, or the rest of a commit window). Throws

@@ -226,6 +226,12 @@ ha_run_record ha_candidate::read_run() {
     for (const auto& e : j)
       if (e.is_object()) r.events.push_back(e);
   }
+  for (const auto& kv : client_->get_prefix(key("worker_faults/"))) {
+    const auto j = nlohmann::json::parse(opened(kv).value_or(""), nullptr, false);
+    if (!j.is_object() || !j["index"].is_number_unsigned() || !j["step"].is_number_integer())
+      continue;
+    r.worker_faults.push_back({j["index"].get<std::size_t>(), j["step"].get<int64_t>()});
+  }
   // Zero-padded keys: etcd lists them in the order the faults were added. A record that
   // does not open takes no place: the next fault added writes over it.
   for (const auto& kv : client_->get_prefix(key("added_faults/")))
@@ -239,6 +245,17 @@ bool ha_candidate::record_added_fault(const std::string& spec) {
   std::snprintf(place, sizeof place, "%010zu", added_faults_);
   if (!fenced_sealed(key(std::string("added_faults/") + place), spec)) return false;
   ++added_faults_;
+  return true;
+}
+
+bool ha_candidate::record_worker_faults(const std::vector<fault_fired>& fired) {
+  for (const fault_fired& f : fired) {
+    std::string place = std::to_string(f.index);
+    if (f.step >= 0) place += "@" + std::to_string(f.step);
+    if (!fenced_sealed(key("worker_faults/" + place),
+                       nlohmann::json{{"index", f.index}, {"step", f.step}}.dump()))
+      return false;
+  }
   return true;
 }
 

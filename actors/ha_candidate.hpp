@@ -30,6 +30,7 @@
 #include <thread>
 #include <vector>
 
+#include "actors/job_actions.hpp"
 #include "runtime/ha/election.hpp"
 #include "runtime/ha/etcd_client.hpp"
 #include "runtime/ha/record_key.hpp"
@@ -59,6 +60,7 @@ struct ha_run_record {
   std::optional<int64_t> fault_at_ns;     ///< when the last one was (CLOCK_REALTIME)
   std::vector<nlohmann::json> events;     ///< earlier leaders' events, failovers among them
   std::vector<std::string> added_faults;  ///< faults `ctl inject` added, in order
+  std::vector<fault_fired> worker_faults; ///< worker faults that acted (job_actions)
 };
 
 class ha_candidate {
@@ -87,6 +89,8 @@ class ha_candidate {
   bool record_job(uint64_t job_id);
   /// Coordinator fault I is carried out now (fenced; before it acts). False if deposed.
   bool record_fault(std::size_t index);
+  /// Records worker faults that acted (fenced, as record_fault): false when deposed.
+  bool record_worker_faults(const std::vector<fault_fired>& fired);
   /// A fault `ctl inject` added (SPEC), after those read_run found: the next leader adds it
   /// too. False when this candidate no longer leads; throws cohort::error when etcd fails.
   bool record_added_fault(const std::string& spec);

@@ -14,6 +14,13 @@
 
 namespace cohort::actors {
 
+/// A fault that acted: its place in the job's fault list, and for a random kill the step
+/// drawn (each of its steps fires once); -1 for the faults that act once.
+struct fault_fired {
+  std::size_t index = 0;
+  int64_t step = -1;
+};
+
 namespace mb = net::membership;
 
 /// One message for one member.
@@ -45,6 +52,10 @@ struct job_actions {
   /// records it as fired (etcd) and carries it out on itself before sending anything else.
   std::optional<faults::fault_spec> coordinator_fault;
   std::size_t coordinator_fault_index = 0;  ///< its place in the job's fault list
+  /// Worker faults that act at this opening (orders in sends): ha records them, fenced,
+  /// before the orders go out, so that a later leader re-running the step does not carry
+  /// them out a second time.
+  std::vector<fault_fired> fired_faults;
 };
 
 }  // namespace cohort::actors

@@ -23,6 +23,8 @@ void merge(job_actions& out, job_actions&& more) {
     out.scale_to = more.scale_to;
     out.scale_spec = more.scale_spec;
   }
+  out.fired_faults.insert(out.fired_faults.end(), more.fired_faults.begin(),
+                          more.fired_faults.end());
   if (more.coordinator_fault) {
     out.coordinator_fault = std::move(more.coordinator_fault);
     out.coordinator_fault_index = more.coordinator_fault_index;

@@ -44,11 +44,11 @@ class training_job {
   void set_faults(std::vector<faults::fault_spec> f);
   /// This job continues a run an earlier leader led (ha): the members that re-attach
   /// hold its state, so the first step opens, once every one has said where it stands
-  /// (worker_ready), at the newest of them; faults FIRED (places in set_faults' list)
-  /// already acted under an earlier leader and act no more.
-  void take_over(const std::vector<std::size_t>& fired) {
+  /// (worker_ready), at the newest of them; faults FIRED (places in set_faults' list, with
+  /// the step for random kills) already acted under an earlier leader and act no more there.
+  void take_over(const std::vector<fault_fired>& fired) {
     resync_ = true;
-    for (std::size_t i : fired) faults_.mark_fired(i);
+    for (const fault_fired& f : fired) faults_.mark_fired(f);
   }
   /// Whether F may join the running job (`cohort ctl inject`, then append_fault): throws
   /// usage_error for an unsupported kind or a step that has already opened.

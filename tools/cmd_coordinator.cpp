@@ -267,7 +267,9 @@ void add_coordinator(CLI::App& app, int* rc) {
       co.job->set_faults(job_faults(c, opt->inject));
       if (cand && run_record.job_id) {
         ha_added_faults(run_record, *co.job);
-        co.job->take_over(run_record.fired);
+        std::vector<actors::fault_fired> fired = run_record.worker_faults;
+        for (const std::size_t i : run_record.fired) fired.push_back({i, -1});
+        co.job->take_over(fired);
       }
       // Rollbacks (error feedback, bitwise) go to this run's checkpoints, or to the one it
       // resumed from when it is in this run's folder (--resume-from may name another):

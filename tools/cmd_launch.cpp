@@ -214,7 +214,7 @@ class launcher {
                 ep.c_str());
   }
 
-  bool connect_client(const std::string& ep, int timeout_ms) {
+  bool connect_client(const std::string& ep, int timeout_ms, int64_t term = 0) {
     auto c =
         std::make_unique<net::sync_client>(ep, static_cast<size_t>(cfg_.control.max_message_bytes),
                                            net::make_identity("launch"), client_keys_.get());
@@ -223,16 +223,20 @@ class launcher {
     if (!r || !std::holds_alternative<net::register_ok>(*r)) return false;
     client_ = std::move(c);
     client_endpoint_ = ep;
+    client_term_ = term;
     return true;
   }
 
   // ha: talk to whoever leads (etcd names it); waits up to WAIT for a leader that answers.
+  // A leader is its term, not its endpoint: a deposed coordinator comes back as a standby at
+  // the same endpoint and may win again, and that new process never saw our registration
+  // (ZeroMQ reconnects to it silently), so a new term means registering again.
   bool follow_leader(milliseconds wait) {
     const auto deadline = clock_type::now() + wait;
     do {
       if (const auto l = ha_->leader_now(); l && !l->endpoint.empty()) {
-        if (l->endpoint == client_endpoint_ && client_) return true;
-        if (connect_client(l->endpoint, 1000)) return true;
+        if (l->endpoint == client_endpoint_ && l->term == client_term_ && client_) return true;
+        if (connect_client(l->endpoint, 1000, l->term)) return true;
       }
       if (clock_type::now() >= deadline) break;
       std::this_thread::sleep_for(milliseconds(50));
@@ -521,6 +525,7 @@ class launcher {
   std::vector<int> extra_fds_;
   std::map<int, std::string> extra_first_line_;  // fd -> its first line while incomplete
   std::string client_endpoint_;
+  int64_t client_term_ = 0;  ///< ha: the term of the leader registered with
 };
 
 }  // namespace

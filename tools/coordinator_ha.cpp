@@ -93,6 +93,10 @@ void ha_wire(actors::ha_candidate& cand, const actors::ha_run_record& record,
              std::optional<int64_t>& failover_from_ns) {
   co.term = static_cast<uint64_t>(cand.term());
   co.coordinator_status = [&cand] { return cand.status_json(); };
+  co.on_worker_faults = [&cand](const std::vector<actors::fault_fired>& fired) {
+    // Fenced: a deposed leader orders nothing (its orders would be a second firing).
+    if (!cand.record_worker_faults(fired)) deposed("a newer leader holds the run");
+  };
   co.on_coordinator_fault = [&cand, &node](const faults::fault_spec& f, std::size_t index) {
     // Recorded first, fenced: the next leader must not carry it out again, and a deposed
     // leader carries out nothing.

@@ -901,7 +901,7 @@ TEST_CASE("a coordinator fault goes to the leader once, and not again after a ta
   training_job next(c, dump_config(c));
   next.set_faults({faults::parse_fault("kill rank=0 at step=3"),
                    faults::parse_fault("kill coordinator at step=1")});
-  next.take_over({1});
+  next.take_over({{1, -1}});
   const mb::roster r2 = roster_of(3, 2);
   next.on_ready(r2, net::worker_ready{1, 3, 1}, 0.0);
   const job_actions b = next.on_ready(r2, net::worker_ready{2, 3, 1}, 0.1);
@@ -915,6 +915,39 @@ TEST_CASE("a coordinator fault goes to the leader once, and not again after a ta
                   usage_error);
 }
 
+TEST_CASE("a worker fault that acted is reported once, and a next leader re-running its step skips it") {
+  config c = load_config_text(
+      "cluster:\n  workers: 2\ntrain:\n  steps: 5\n  global_batch: 64\n  micro_batch: 16\n"
+      "fault_tolerance:\n  commit_window: 0\nha:\n  standbys: 1\n",
+      "<test>");
+  const std::vector<faults::fault_spec> specs{faults::parse_fault("slow rank=1 factor=2 from step=0 to step=4"),
+                                              faults::parse_fault("kill rank=0 at step=1")};
+  training_job job(c, dump_config(c));
+  job.set_faults(specs);
+  const mb::roster r = roster_of(1, 2);
+  all_ready(job, r);
+  job.on_vote(r, ok_vote(1, 1, 0), 1.0);
+  const job_actions a = job.on_vote(r, ok_vote(2, 1, 0), 2.0);  // commits 0, opens 1
+  // The kill acted (a place to record); the slow range acts on every step and is not one.
+  REQUIRE(a.fired_faults.size() == 1);
+  CHECK(a.fired_faults[0].index == 1);
+  CHECK(a.fired_faults[0].step == -1);
+  CHECK(sent<net::fault_order>(a).size() == 2);  // the kill, and the slow order
+
+  // The leader dies before step 1 commits: the next one opens step 1 again, without the kill.
+  training_job next(c, dump_config(c));
+  next.set_faults(specs);
+  next.take_over(a.fired_faults);
+  const mb::roster r2 = roster_of(3, 2);
+  next.on_ready(r2, net::worker_ready{1, 3, 1}, 0.0);
+  const job_actions b = next.on_ready(r2, net::worker_ready{2, 3, 1}, 0.1);
+  CHECK(sent<net::step_open>(b).size() == 2);
+  const auto orders = sent<net::fault_order>(b);
+  REQUIRE(orders.size() == 1);
+  CHECK(orders[0].second.action == net::fault_action::slow);
+  CHECK(b.fired_faults.empty());
+}
+
 TEST_CASE("faults ctl added under an earlier leader keep their places: a fired one stays fired") {
   config c = load_config_text(
       "cluster:\n  workers: 2\ntrain:\n  steps: 5\n  global_batch: 64\n  micro_batch: 16\n"
@@ -926,7 +959,7 @@ TEST_CASE("faults ctl added under an earlier leader keep their places: a fired o
   next.set_faults({faults::parse_fault("kill rank=0 at step=4")});
   next.append_fault(faults::parse_fault("kill coordinator at step=1"));
   next.append_fault(faults::parse_fault("kill coordinator at step=2"));
-  next.take_over({1});
+  next.take_over({{1, -1}});
   const mb::roster r = roster_of(3, 2);
   next.on_ready(r, net::worker_ready{1, 3, 1}, 0.0);
   const job_actions a = next.on_ready(r, net::worker_ready{2, 3, 1}, 0.1);  // opens step 1

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -489,4 +490,75 @@ TEST_CASE("without ha nothing changes: no etcd, no coordinator block") {
   const std::string log = launch.out();
   CHECK_MESSAGE(log.find("etcd") == std::string::npos, log);
   CHECK_MESSAGE(log.find("standby") == std::string::npos, log);
+}
+
+TEST_CASE("coordinator standbys: a leader restarted at its endpoint that leads again hears from launch") {
+  // The leader is SIGKILLed while both standbys are SIGSTOPped, so the one to win next is the
+  // leader's own restart, at the same endpoint. launch must register with that new process
+  // (its old connection reconnects there silently and names no launcher): `ctl scale 4`
+  // needs the launcher, and the run must end on `cohort train`'s hash.
+  require_etcd();
+  temp_dir dir;
+  const int steps = 200;
+  const std::string cfg = config("quickstart_ha.yaml");
+  const std::string hash = reference_hash(dir, cfg, steps);
+  const std::string out = dir.path() + "/same-endpoint.json";
+  child_process launch(launch_args(dir, cfg, steps, out,
+                                   {"--set", "elastic.min_workers=4", "--inject",
+                                    "kill rank=1 at step=5"}),
+                       dir.path(), "launch-same-endpoint");
+  const job_address first = address_of(launch);
+  nlohmann::json st;
+  // Held at step 5 with three workers, and both standbys in (the leader lists them).
+  REQUIRE_MESSAGE(eventually(step_timeout,
+                             [&] {
+                               st = ctl_status(first);
+                               return st.is_object() && st["step"].is_number() &&
+                                      st["step"].get<int64_t>() >= 5 && alive_workers(st) == 3 &&
+                                      st["coordinator"].is_object() &&
+                                      st["coordinator"]["standbys"].size() == 2;
+                             }),
+                  st.dump());
+  const nlohmann::json co = st["coordinator"];
+  const pid_t old_pid = static_cast<pid_t>(co["pid"].get<int64_t>());
+  const int64_t old_term = co["term"].get<int64_t>();
+  const job_address leader{co["leader"].get<std::string>(), first.keys};
+  std::vector<pid_t> standbys;
+  for (const auto& c : started_coordinators(launch.out()))
+    if (c.pid != old_pid) standbys.push_back(c.pid);
+  // The first coordinator has no "started" line: it is the leader, or one of the two.
+  if (standbys.size() == 1) {
+    for (const pid_t p : processes_in_group(launch.pid())) {
+      std::ifstream in("/proc/" + std::to_string(p) + "/cmdline");
+      std::string arg;
+      bool coordinator = false;
+      while (std::getline(in, arg, '\0')) coordinator = coordinator || arg == "coordinator";
+      if (p != old_pid && p != standbys[0] && coordinator) standbys.push_back(p);
+    }
+  }
+  REQUIRE_MESSAGE(standbys.size() == 2, launch.out());
+  for (const pid_t p : standbys) REQUIRE(::kill(p, SIGSTOP) == 0);
+  REQUIRE(::kill(old_pid, SIGKILL) == 0);
+
+  // The restart at the old endpoint leads (a new pid and a newer term there).
+  const bool again = eventually(step_timeout, [&] {
+    st = ctl_status(leader);
+    return st.is_object() && st["coordinator"].is_object() &&
+           st["coordinator"]["pid"].get<int64_t>() != old_pid &&
+           st["coordinator"]["term"].get<int64_t>() > old_term;
+  });
+  for (const pid_t p : standbys) ::kill(p, SIGCONT);
+  REQUIRE_MESSAGE(again, "the restarted leader never led: " << st.dump() << launch.out());
+  CHECK(st["coordinator"]["leader"] == leader.ep);
+
+  std::string said;
+  const bool scaled = eventually(step_timeout, [&] {
+    int rc = -1;
+    said = run_capture("ctl " + leader.ctl_args() + " scale 4", &rc, true);
+    return rc == 0;
+  });
+  REQUIRE_MESSAGE(scaled, said);
+  const nlohmann::json s = finish(launch, out);
+  check_failovers(s, hash, steps, 1);
+  CHECK(s["dp"] == 4);
 }
