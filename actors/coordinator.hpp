@@ -1,7 +1,7 @@
 // The coordinator actor (roster, heartbeat monitor, rendezvous store, status, stop, ping
 // benchmark, training steps, admin commands) and coordinator_node, which wires it to a ROUTER
 // zmq_bridge in one process. Membership, store and step decisions are pure functions
-// (runtime/net, actors/training_job.hpp); the actor only keeps their state, reads the clock
+// (runtime/net, runtime/step/training_job.hpp); the actor only keeps their state, reads the clock
 // and sends what they decide (coordinator.cpp; ctl drain / scale / inject in
 // coordinator_admin.cpp; the process in coordinator_node.cpp).
 #pragma once
@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "actors/messages.hpp"
-#include "actors/training_job.hpp"
+#include "runtime/step/training_job.hpp"
 #include "runtime/net/heartbeat_table.hpp"
 #include "runtime/net/kv_store.hpp"
 #include "runtime/core/log_limiter.hpp"
@@ -31,6 +31,10 @@ struct config;
 }
 
 namespace cohort::actors {
+
+// The step's logic lives in runtime/step/; the coordinator actor drives it.
+using step::job_actions;
+using step::training_job;
 
 namespace mb = net::membership;
 
@@ -71,7 +75,7 @@ struct coordinator_options {
   std::function<void(const faults::fault_spec&, std::size_t index)> on_coordinator_fault;
   /// ha: worker faults are about to act (job_actions::fired_faults): the host records them
   /// before their orders go out. Null: nothing to record.
-  std::function<void(const std::vector<fault_fired>&)> on_worker_faults;
+  std::function<void(const std::vector<faults::fault_fired>&)> on_worker_faults;
   /// ha: status_reply.coordinator ({"leader", "term", "pid", "standbys"}); null: none.
   std::function<std::string()> coordinator_status;
   /// ha: `ctl inject SPEC` is about to add a fault: the host records it where the next

@@ -14,9 +14,9 @@
 #include <cstdio>
 #include <optional>
 
-#include "actors/remote_kv.hpp"
-#include "actors/step_faults.hpp"
-#include "actors/worker_step.hpp"
+#include "runtime/step/remote_kv.hpp"
+#include "runtime/step/step_faults.hpp"
+#include "runtime/step/worker_step.hpp"
 #include "runtime/comm/buckets.hpp"
 #include "runtime/ckpt/checkpoint_dir.hpp"
 #include "runtime/comm/comm_error.hpp"
@@ -31,6 +31,12 @@
 #include "runtime/train/seat.hpp"
 
 namespace cohort::actors {
+
+using step::fault_hooks;
+using step::fault_seat;
+using step::link_context;
+using step::remote_kv;
+using step::worker_step;
 
 namespace {
 

@@ -1,11 +1,11 @@
 // The allreduce_group actor: a worker's place in its data-parallel group. It owns the
 // worker's seat (train::seat: the whole model, or one pipeline stage / TP shard, wrapped
-// for fault injection), the links of the current generation (actors/dp_links.hpp) and the
+// for fault injection), the links of the current generation (runtime/step/dp_links.hpp) and the
 // rank-0 checkpoint writer, and runs on its own thread (a detached CAF actor) because a
 // step blocks for as long as compute and collectives take. The worker actor forwards it
 // the job, step openings and step results; it answers the coordinator directly (ready,
 // vote, report). Decisions about commit and abort are the coordinator's
-// (actors/training_job.hpp).
+// (runtime/step/training_job.hpp).
 #pragma once
 #include <caf/all.hpp>
 #include <chrono>
@@ -16,12 +16,16 @@
 #include <string>
 #include <vector>
 
-#include "actors/dp_links.hpp"
+#include "runtime/step/dp_links.hpp"
 #include "actors/messages.hpp"
 #include "runtime/core/clock_sync.hpp"
 #include "runtime/net/protocol.hpp"
 
 namespace cohort::actors {
+
+// The step's logic lives in runtime/step/; the group's thread drives it.
+using step::dp_group_shared;
+using step::dp_links;
 
 /// Atoms of the worker -> group protocol.
 using co_job_atom = caf::atom_constant<caf::atom("co_job")>;    ///< (job_spec, member, gen)

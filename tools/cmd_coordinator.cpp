@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "actors/coordinator.hpp"
-#include "actors/ha_candidate.hpp"
-#include "actors/job_telemetry.hpp"
+#include "runtime/ha/ha_candidate.hpp"
+#include "runtime/step/job_telemetry.hpp"
 #include "actors/process.hpp"
 #include "runtime/ckpt/checkpoint.hpp"
 #include "runtime/core/atomic_file.hpp"
@@ -228,8 +228,8 @@ void add_coordinator(CLI::App& app, int* rc) {
       if (!w.empty()) std::fprintf(stderr, "coordinator: warning: %s\n", w.c_str());
     }
     // Coordinator standbys: stand by until this candidate leads (coordinator_ha.cpp).
-    std::unique_ptr<actors::ha_candidate> cand;
-    actors::ha_run_record run_record;
+    std::unique_ptr<ha::ha_candidate> cand;
+    ha::ha_run_record run_record;
     std::string bind_at = bind;
     if (c.ha.standbys > 0 && !opt->control_only) {
       cand = stand_by(c, {opt->ha_etcd, opt->ha_name, opt->ha_tls, opt->ha_record_key, opt->keys},
@@ -246,7 +246,7 @@ void add_coordinator(CLI::App& app, int* rc) {
     if (cand) ha_wire(*cand, run_record, co, node_at, failover_from_ns);
     std::string failure;
     std::unique_ptr<progress_line> progress;
-    std::shared_ptr<actors::job_telemetry> telemetry;
+    std::shared_ptr<step::job_telemetry> telemetry;
     const auto t0 = std::chrono::steady_clock::now();
     if (!opt->control_only) {
       const train::resume_plan plan =
@@ -263,11 +263,11 @@ void add_coordinator(CLI::App& app, int* rc) {
       uint64_t job_id = rd() * 0x100000000ull + rd();
       if (cand) job_id = ha_job_id(*cand, run_record, job_id);
       co.job =
-          std::make_shared<actors::training_job>(c, dump_config(c), plan.step, plan.path, job_id);
+          std::make_shared<step::training_job>(c, dump_config(c), plan.step, plan.path, job_id);
       co.job->set_faults(job_faults(c, opt->inject));
       if (cand && run_record.job_id) {
         ha_added_faults(run_record, *co.job);
-        std::vector<actors::fault_fired> fired = run_record.worker_faults;
+        std::vector<faults::fault_fired> fired = run_record.worker_faults;
         for (const std::size_t i : run_record.fired) fired.push_back({i, -1});
         co.job->take_over(fired);
       }
@@ -298,8 +298,8 @@ void add_coordinator(CLI::App& app, int* rc) {
       // The trace and the metrics endpoint are opened now: a bad path or a taken port fails
       // the command before any worker is waited for.
       if (!opt->trace.empty() || !opt->metrics.empty()) {
-        telemetry = std::make_shared<actors::job_telemetry>(
-            actors::telemetry_options{opt->trace, opt->metrics}, trace::now_ns());
+        telemetry = std::make_shared<step::job_telemetry>(
+            step::telemetry_options{opt->trace, opt->metrics}, trace::now_ns());
         co.job->set_watch(telemetry);
         co.job->set_trace(telemetry->wants_spans());
       }
@@ -312,7 +312,7 @@ void add_coordinator(CLI::App& app, int* rc) {
                    c.model.kind.c_str(), static_cast<long long>(c.train.steps),
                    c.train.global_batch, c.cluster.workers, c.train.determinism.c_str(),
                    c.comm.backend.c_str(), static_cast<double>(c.comm.bucket_mb));
-      co.on_job = [&, lm](const actors::job_actions& a, const actors::training_job& job) {
+      co.on_job = [&, lm](const step::job_actions& a, const step::training_job& job) {
         // Aborts, waits and state transfers are events, shown even without progress lines.
         for (const auto& n : a.notes) {
           if (opt->quiet)

@@ -23,8 +23,8 @@
 #include <thread>
 #include <vector>
 
-#include "actors/fault_schedule.hpp"
-#include "actors/ha_candidate.hpp"
+#include "runtime/step/fault_schedule.hpp"
+#include "runtime/ha/ha_candidate.hpp"
 #include "actors/process.hpp"
 #include "runtime/comm/shm_names.hpp"
 #include "runtime/core/config.hpp"
@@ -417,7 +417,7 @@ class launcher {
       std::fflush(stdout);
       // (A coordinator with no endpoint yet died starting: that is launch's failure below.)
       if (c.coordinator && ha() && !stopping_ && !c.endpoint.empty() &&
-          (code == actors::exit_deposed || code > 128)) {
+          (code == ha::exit_deposed || code > 128)) {
         // ha: a coordinator killed or deposed: the next leader carries on. Its lease goes
         // now rather than when it runs out (the launcher saw it die), and it comes back as
         // a standby at the same endpoint.
@@ -586,7 +586,7 @@ void add_launch(CLI::App& app, int* rc) {
     const config c = load_config(opt->config_path, opt->overrides);
     // Bad or unsupported specs stop here, before any process starts (exit 2).
     const std::vector<faults::fault_spec> specs = job_faults(c, opt->inject);
-    if (!opt->control_only) actors::require_supported(specs, c.ha.standbys);
+    if (!opt->control_only) step::require_supported(specs, c.ha.standbys);
     opt->respawn = opt->respawn && c.elastic.respawn;
     actors::log_to_stderr();
     // A launch killed outright during a shared-memory rendezvous cannot unlink its segment;

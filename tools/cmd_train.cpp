@@ -12,7 +12,7 @@
 #include <regex>
 
 #include "actors/process.hpp"
-#include "actors/run_report.hpp"
+#include "runtime/step/run_report.hpp"
 #include "runtime/ckpt/checkpoint.hpp"
 #include "runtime/ckpt/checkpoint_dir.hpp"
 #include "runtime/core/atomic_file.hpp"
@@ -103,8 +103,8 @@ int run_train(const train_args& a) {
     const double step_s = std::chrono::duration<double>(clock::now() - ts).count();
     compute_s += step_s;
     last_loss = loss_rows / t.global_batch;
-    curve.push_back(actors::to_json(
-        actors::curve_point{s + 1, std::chrono::duration<double>(clock::now() - t0).count(),
+    curve.push_back(step::to_json(
+        step::curve_point{s + 1, std::chrono::duration<double>(clock::now() - t0).count(),
                             last_loss, step_s, step_s > 0 ? t.global_batch / step_s : 0.0, 1}));
     if (traced) {
       trace::complete("step", "job", trace::ns(ts), trace::now_ns(), trace::control,

@@ -21,18 +21,18 @@ namespace {
 // it again as a standby.
 [[noreturn]] void deposed(const char* why) {
   std::fprintf(stderr, "coordinator: deposed: %s; exiting %d (a standby leads now)\n", why,
-               actors::exit_deposed);
+               ha::exit_deposed);
   std::fflush(stderr);
-  std::_Exit(actors::exit_deposed);
+  std::_Exit(ha::exit_deposed);
 }
 
 }  // namespace
 
-std::unique_ptr<actors::ha_candidate> stand_by(const config& c, const ha_flags& flags,
+std::unique_ptr<ha::ha_candidate> stand_by(const config& c, const ha_flags& flags,
                                                const std::string& bind,
                                                std::shared_ptr<const net::server_keys> keys,
-                                               actors::ha_run_record* record) {
-  actors::ha_candidate_options o;
+                                               ha::ha_run_record* record) {
+  ha::ha_candidate_options o;
   o.etcd = flags.etcd.empty() ? c.ha.etcd_endpoints : flags.etcd;
   if (o.etcd.empty())
     throw usage_error(
@@ -66,7 +66,7 @@ std::unique_ptr<actors::ha_candidate> stand_by(const config& c, const ha_flags& 
   o.bind = bind;
   o.max_message_bytes = static_cast<size_t>(c.control.max_message_bytes);
   o.keys = std::move(keys);
-  auto cand = std::make_unique<actors::ha_candidate>(o);
+  auto cand = std::make_unique<ha::ha_candidate>(o);
   std::printf("coordinator listening on %s\n", cand->endpoint().c_str());
   std::fflush(stdout);
   std::fprintf(stderr, "coordinator: standing by (run %s, etcd %s)\n", o.name.c_str(),
@@ -88,12 +88,12 @@ std::unique_ptr<actors::ha_candidate> stand_by(const config& c, const ha_flags& 
   return cand;
 }
 
-void ha_wire(actors::ha_candidate& cand, const actors::ha_run_record& record,
+void ha_wire(ha::ha_candidate& cand, const ha::ha_run_record& record,
              actors::coordinator_options& co, std::atomic<actors::coordinator_node*>& node,
              std::optional<int64_t>& failover_from_ns) {
   co.term = static_cast<uint64_t>(cand.term());
   co.coordinator_status = [&cand] { return cand.status_json(); };
-  co.on_worker_faults = [&cand](const std::vector<actors::fault_fired>& fired) {
+  co.on_worker_faults = [&cand](const std::vector<faults::fault_fired>& fired) {
     // Fenced: a deposed leader orders nothing (its orders would be a second firing).
     if (!cand.record_worker_faults(fired)) deposed("a newer leader holds the run");
   };
@@ -122,27 +122,27 @@ void ha_wire(actors::ha_candidate& cand, const actors::ha_run_record& record,
     }
   };
   if (record.job_id)
-    failover_from_ns = record.fault_at_ns ? *record.fault_at_ns : actors::ha_now_realtime_ns();
+    failover_from_ns = record.fault_at_ns ? *record.fault_at_ns : ha::ha_now_realtime_ns();
 }
 
-void ha_added_faults(const actors::ha_run_record& record, actors::training_job& job) {
+void ha_added_faults(const ha::ha_run_record& record, step::training_job& job) {
   // In the order the earlier leaders added them: each keeps its place in the job's fault
   // list, the place a coordinator fault's record names. Each was parsed and checked when
   // it was added; a record that no longer parses (another version wrote it) ends the run.
   for (const auto& text : record.added_faults) job.append_fault(faults::parse_fault(text));
 }
 
-uint64_t ha_job_id(actors::ha_candidate& cand, const actors::ha_run_record& record,
+uint64_t ha_job_id(ha::ha_candidate& cand, const ha::ha_run_record& record,
                    uint64_t fresh) {
   if (record.job_id) return *record.job_id;
   if (!cand.record_job(fresh)) deposed("a newer leader holds the run");
   return fresh;
 }
 
-void ha_first_commit(actors::ha_candidate& cand, const actors::job_actions& a,
+void ha_first_commit(ha::ha_candidate& cand, const step::job_actions& a,
                      std::optional<int64_t>& failover_from_ns) {
   if (!failover_from_ns) return;
-  const double ms = static_cast<double>(actors::ha_now_realtime_ns() - *failover_from_ns) / 1e6;
+  const double ms = static_cast<double>(ha::ha_now_realtime_ns() - *failover_from_ns) / 1e6;
   nlohmann::json ev = {{"kind", "failover"},
                        {"worker", "coordinator"},
                        {"step", a.step - 1},
@@ -160,11 +160,11 @@ void ha_first_commit(actors::ha_candidate& cand, const actors::job_actions& a,
   failover_from_ns.reset();
 }
 
-void ha_events(actors::ha_candidate& cand, const actors::training_job& job) {
+void ha_events(ha::ha_candidate& cand, const step::training_job& job) {
   if (!job.report().events().empty()) cand.record_events(job.report().events_json());
 }
 
-void ha_summary(actors::ha_candidate& cand, const actors::ha_run_record& record,
+void ha_summary(ha::ha_candidate& cand, const ha::ha_run_record& record,
                 nlohmann::json& summary) {
   // The run's events: the earlier leaders' (from etcd, their failovers among them), this
   // one's, its own failover; in step order (t_s counts from the first step each leader

@@ -4,6 +4,7 @@
 // opens, seeded random kills; faults.cpp). Executing a fault (signals, dropped frames,
 // scaling) belongs to the coordinator and the launcher, not here. Reference: docs/faults.md.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -99,5 +100,12 @@ bool random_kill_fires(const fault_spec& spec, int64_t step);
 /// random kill: the rank to kill at `step`, uniform in [0, workers) (workers > 0), a pure
 /// function of (seed, step) independent of random_kill_fires' draw.
 int random_kill_victim(const fault_spec& spec, int64_t step, int workers);
+
+/// A fault that acted: its place in the job's fault list, and for a random kill the step
+/// drawn (each of its steps fires once); -1 for the faults that act once.
+struct fault_fired {
+  std::size_t index = 0;
+  int64_t step = -1;
+};
 
 }  // namespace cohort::faults

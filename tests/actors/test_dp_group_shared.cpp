@@ -7,12 +7,12 @@
 #include <memory>
 
 #include "actors/dp_group.hpp"
-#include "actors/dp_links.hpp"
+#include "runtime/step/dp_links.hpp"
 #include "runtime/comm/build_abort.hpp"
 #include "runtime/comm/communicator.hpp"
 #include "runtime/net/kv_store.hpp"
 
-using cohort::actors::dp_group_shared;
+using cohort::step::dp_group_shared;
 using namespace cohort::comm;
 
 namespace {
@@ -93,7 +93,7 @@ TEST_CASE("shut ends what is installed and every later build (process exit)") {
 }
 
 TEST_CASE("the collective timeout: 20 detection timeouts, at least 10 s, at most the store's") {
-  using cohort::actors::collective_timeout_ms;
+  using cohort::step::collective_timeout_ms;
   namespace kv = cohort::net::kv;
   CHECK(collective_timeout_ms(1) == 10000);
   CHECK(collective_timeout_ms(500) == 10000);

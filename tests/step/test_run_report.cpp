@@ -9,11 +9,11 @@
 #include <string>
 #include <vector>
 
-#include "actors/run_report.hpp"
+#include "runtime/step/run_report.hpp"
 #include "runtime/core/config.hpp"
 
 using namespace cohort;
-using namespace cohort::actors;
+using namespace cohort::step;
 
 namespace {
 

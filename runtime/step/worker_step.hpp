@@ -2,7 +2,7 @@
 // machine: what a DP group member does with each step_open and step_result it receives,
 // including the repeats a lost frame causes. No sockets, no clock, no model: the group actor
 // (actors/dp_group.cpp) carries out the actions it returns; the coordinator's side is
-// actors/training_job.hpp.
+// runtime/step/training_job.hpp.
 //
 //            open(g, s): run            vote ok                 result(g, s, commit)
 //   [ready] ────────────────► [step] ────────────► [voted g,s] ─────────────────────► [ready]
@@ -37,7 +37,7 @@
 #include <cstdint>
 #include <optional>
 
-namespace cohort::actors {
+namespace cohort::step {
 
 class worker_step {
  public:
@@ -106,4 +106,4 @@ class worker_step {
   int64_t vote_step_ = 0;
 };
 
-}  // namespace cohort::actors
+}  // namespace cohort::step

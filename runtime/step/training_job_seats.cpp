@@ -4,9 +4,9 @@
 // training_job.cpp's.
 #include <algorithm>
 
-#include "actors/training_job.hpp"
+#include "runtime/step/training_job.hpp"
 
-namespace cohort::actors {
+namespace cohort::step {
 
 std::optional<std::array<int, 3>> training_job::seat_of(mb::member_id id) const {
   auto it = seat_.find(id);
@@ -171,4 +171,4 @@ bool training_job::open_hybrid(const mb::roster& r, double now_s, job_actions& o
   return true;
 }
 
-}  // namespace cohort::actors
+}  // namespace cohort::step

@@ -1,4 +1,4 @@
-#include "actors/step_faults.hpp"
+#include "runtime/step/step_faults.hpp"
 
 #include <signal.h>
 #include <spdlog/spdlog.h>
@@ -9,7 +9,7 @@
 #include <cstdlib>
 #include <thread>
 
-namespace cohort::actors {
+namespace cohort::step {
 
 fault_seat::fault_seat(std::unique_ptr<train::seat> inner, fault_hooks hooks)
     : forwarding_seat(std::move(inner)), hooks_(std::move(hooks)) {
@@ -74,4 +74,4 @@ void fault_seat::carry_out(const net::fault_order& f) {
   }
 }
 
-}  // namespace cohort::actors
+}  // namespace cohort::step

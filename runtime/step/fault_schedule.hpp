@@ -11,11 +11,11 @@
 #include <utility>
 #include <vector>
 
-#include "actors/job_actions.hpp"
-#include "actors/run_report.hpp"
+#include "runtime/step/job_actions.hpp"
+#include "runtime/step/run_report.hpp"
 #include "runtime/core/faults.hpp"
 
-namespace cohort::actors {
+namespace cohort::step {
 
 /// Throws usage_error for a fault list the runtime cannot carry out as written: every kind
 /// is carried out, but at most one `drop control`, and a coordinator fault only with
@@ -29,7 +29,7 @@ class fault_schedule {
   void set(std::vector<faults::fault_spec> f, int standbys);
   /// Fault F.index (of the list given to set) already fired under an earlier leader (ha),
   /// at step F.step for a random kill: it does not fire there again.
-  void mark_fired(const fault_fired& f) {
+  void mark_fired(const faults::fault_fired& f) {
     if (f.index >= fired_.size()) return;
     if (f.step < 0)
       fired_[f.index] = true;
@@ -67,4 +67,4 @@ class fault_schedule {
   int standbys_ = 0;
 };
 
-}  // namespace cohort::actors
+}  // namespace cohort::step

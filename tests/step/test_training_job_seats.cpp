@@ -10,13 +10,13 @@
 #include <string>
 #include <vector>
 
-#include "actors/training_job.hpp"
+#include "runtime/step/training_job.hpp"
 #include "runtime/core/config.hpp"
 #include "runtime/core/sha256.hpp"
 #include "runtime/train/param_stats.hpp"
 
 using namespace cohort;
-using namespace cohort::actors;
+using namespace cohort::step;
 
 namespace {
 

@@ -1,11 +1,11 @@
-#include "actors/dp_links.hpp"
+#include "runtime/step/dp_links.hpp"
 
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <limits>
 
-#include "actors/remote_kv.hpp"
+#include "runtime/step/remote_kv.hpp"
 #include "runtime/comm/buckets.hpp"
 #include "runtime/comm/build_abort.hpp"
 #include "runtime/comm/factory.hpp"
@@ -14,7 +14,7 @@
 #include "runtime/net/kv_store.hpp"
 #include "runtime/train/seat.hpp"
 
-namespace cohort::actors {
+namespace cohort::step {
 
 std::shared_ptr<comm::build_abort> dp_group_shared::begin_build(uint64_t generation) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -220,4 +220,4 @@ void build_links(dp_links& l, const link_context& ctx, const net::step_open& o, 
       static_cast<double>(cfg.comm.bucket_mb), 1.0f);
 }
 
-}  // namespace cohort::actors
+}  // namespace cohort::step

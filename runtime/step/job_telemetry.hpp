@@ -1,7 +1,7 @@
 // What the coordinator shows of a run beyond its summary: the job's Chrome trace (--trace
 // FILE: the coordinator's own track of steps, faults, detections, recoveries, joins and
 // drains, and every worker's spans shifted onto the coordinator's clock) and its Prometheus
-// metrics (--metrics HOST:PORT). It watches the run report (actors/run_report.hpp: a
+// metrics (--metrics HOST:PORT). It watches the run report (runtime/step/run_report.hpp: a
 // job_watch) and the workers' telemetry; it decides nothing. docs/observability.md says
 // how to read both.
 #pragma once
@@ -10,12 +10,12 @@
 #include <optional>
 #include <string>
 
-#include "actors/run_report.hpp"
+#include "runtime/step/run_report.hpp"
 #include "runtime/obs/metrics.hpp"
 #include "runtime/obs/metrics_server.hpp"
 #include "runtime/obs/trace_file.hpp"
 
-namespace cohort::actors {
+namespace cohort::step {
 
 struct telemetry_options {
   std::string trace_path;    ///< empty: no trace
@@ -64,4 +64,4 @@ class job_telemetry : public job_watch {
   bool started_ = false;  ///< a step opened: the trace has something to show
 };
 
-}  // namespace cohort::actors
+}  // namespace cohort::step

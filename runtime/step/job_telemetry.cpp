@@ -1,8 +1,8 @@
-#include "actors/job_telemetry.hpp"
+#include "runtime/step/job_telemetry.hpp"
 
 #include <cmath>
 
-namespace cohort::actors {
+namespace cohort::step {
 
 namespace {
 
@@ -227,4 +227,4 @@ void job_telemetry::telemetry(const std::string& worker, const net::telemetry& t
                   static_cast<double>(bubble_ns) / static_cast<double>(step_end - step_begin));
 }
 
-}  // namespace cohort::actors
+}  // namespace cohort::step

@@ -2,11 +2,11 @@
 // what aborts, who donates state, when the job ends. Pure: no sockets, no clock.
 #include <doctest/doctest.h>
 
-#include "actors/training_job.hpp"
+#include "runtime/step/training_job.hpp"
 #include "runtime/core/config.hpp"
 
 using namespace cohort;
-using namespace cohort::actors;
+using namespace cohort::step;
 
 namespace {
 

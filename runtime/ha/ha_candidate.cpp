@@ -1,6 +1,6 @@
 // A coordinator candidate: standing by (answering registrations with the leader's address),
 // campaigning, and the run's small records in etcd once it leads.
-#include "actors/ha_candidate.hpp"
+#include "runtime/ha/ha_candidate.hpp"
 
 #include <spdlog/spdlog.h>
 #include <unistd.h>
@@ -12,7 +12,7 @@
 
 #include "runtime/core/error.hpp"
 
-namespace cohort::actors {
+namespace cohort::ha {
 
 namespace {
 
@@ -248,8 +248,8 @@ bool ha_candidate::record_added_fault(const std::string& spec) {
   return true;
 }
 
-bool ha_candidate::record_worker_faults(const std::vector<fault_fired>& fired) {
-  for (const fault_fired& f : fired) {
+bool ha_candidate::record_worker_faults(const std::vector<faults::fault_fired>& fired) {
+  for (const faults::fault_fired& f : fired) {
     std::string place = std::to_string(f.index);
     if (f.step >= 0) place += "@" + std::to_string(f.step);
     if (!fenced_sealed(key("worker_faults/" + place),
@@ -342,4 +342,4 @@ std::string ha_candidate::status_json() const {
 
 int64_t ha_now_realtime_ns() { return realtime_ns(); }
 
-}  // namespace cohort::actors
+}  // namespace cohort::ha

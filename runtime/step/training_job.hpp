@@ -5,7 +5,7 @@
 // fault_tolerance.commit_window steps that the members commit in the data (each applies a
 // step once its DP sum completes, and its vote marked applied says so); an abort of a
 // window asks every member where it stands (worker_ready) before the next opens. The
-// run's events and summary are its run_report's (actors/run_report.hpp), its faults'
+// run's events and summary are its run_report's (runtime/step/run_report.hpp), its faults'
 // timing its fault_schedule's. Pure: no clock, no sockets, no CAF, no randomness. The
 // coordinator actor feeds it events with the current roster and the time, and sends what
 // it returns.
@@ -19,15 +19,15 @@
 #include <string>
 #include <vector>
 
-#include "actors/fault_schedule.hpp"
-#include "actors/job_actions.hpp"
-#include "actors/run_report.hpp"
+#include "runtime/step/fault_schedule.hpp"
+#include "runtime/step/job_actions.hpp"
+#include "runtime/step/run_report.hpp"
 #include "runtime/core/config.hpp"
 #include "runtime/core/faults.hpp"
 #include "runtime/net/membership.hpp"
 #include "runtime/net/protocol.hpp"
 
-namespace cohort::actors {
+namespace cohort::step {
 
 class training_job {
  public:
@@ -46,9 +46,9 @@ class training_job {
   /// hold its state, so the first step opens, once every one has said where it stands
   /// (worker_ready), at the newest of them; faults FIRED (places in set_faults' list, with
   /// the step for random kills) already acted under an earlier leader and act no more there.
-  void take_over(const std::vector<fault_fired>& fired) {
+  void take_over(const std::vector<faults::fault_fired>& fired) {
     resync_ = true;
-    for (const fault_fired& f : fired) faults_.mark_fired(f);
+    for (const faults::fault_fired& f : fired) faults_.mark_fired(f);
   }
   /// Whether F may join the running job (`cohort ctl inject`, then append_fault): throws
   /// usage_error for an unsupported kind or a step that has already opened.
@@ -222,4 +222,4 @@ class training_job {
   void track_membership(const mb::roster& r, double now_s, job_actions& out);
 };
 
-}  // namespace cohort::actors
+}  // namespace cohort::step

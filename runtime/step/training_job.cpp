@@ -2,13 +2,13 @@
 // consistent lives here: a step commits only when every member of its generation voted ok
 // (by result, or in the data within a commit window: a vote marked applied), and any
 // failure aborts it for everyone and moves to a new generation.
-#include "actors/training_job.hpp"
+#include "runtime/step/training_job.hpp"
 
 #include <algorithm>
 
 #include "runtime/core/sha256.hpp"
 
-namespace cohort::actors {
+namespace cohort::step {
 
 namespace {
 
@@ -510,4 +510,4 @@ job_actions training_job::on_tick(const mb::roster& r, double now_s) {
   return out;
 }
 
-}  // namespace cohort::actors
+}  // namespace cohort::step

@@ -13,7 +13,7 @@
 #include "runtime/comm/kv_client.hpp"
 #include "runtime/net/protocol.hpp"
 
-namespace cohort::actors {
+namespace cohort::step {
 
 /// comm::kv_client over the coordinator's rendezvous store, reached through a worker's own
 /// connection. Every request is tagged with `generation` (the store scopes keys by it, and
@@ -60,4 +60,4 @@ class remote_kv : public comm::kv_client {
   std::chrono::milliseconds slack_;
 };
 
-}  // namespace cohort::actors
+}  // namespace cohort::step

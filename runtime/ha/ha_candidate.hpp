@@ -30,14 +30,14 @@
 #include <thread>
 #include <vector>
 
-#include "actors/job_actions.hpp"
+#include "runtime/core/faults.hpp"
 #include "runtime/ha/election.hpp"
 #include "runtime/ha/etcd_client.hpp"
 #include "runtime/ha/record_key.hpp"
 #include "runtime/net/curve.hpp"
 #include "runtime/net/zmq_bridge.hpp"
 
-namespace cohort::actors {
+namespace cohort::ha {
 
 /// Exit code of a coordinator that lost its leadership (its lease ran out or was revoked).
 inline constexpr int exit_deposed = 75;
@@ -60,7 +60,7 @@ struct ha_run_record {
   std::optional<int64_t> fault_at_ns;     ///< when the last one was (CLOCK_REALTIME)
   std::vector<nlohmann::json> events;     ///< earlier leaders' events, failovers among them
   std::vector<std::string> added_faults;  ///< faults `ctl inject` added, in order
-  std::vector<fault_fired> worker_faults; ///< worker faults that acted (job_actions)
+  std::vector<faults::fault_fired> worker_faults; ///< worker faults that acted (job_actions)
 };
 
 class ha_candidate {
@@ -90,7 +90,7 @@ class ha_candidate {
   /// Coordinator fault I is carried out now (fenced; before it acts). False if deposed.
   bool record_fault(std::size_t index);
   /// Records worker faults that acted (fenced, as record_fault): false when deposed.
-  bool record_worker_faults(const std::vector<fault_fired>& fired);
+  bool record_worker_faults(const std::vector<faults::fault_fired>& fired);
   /// A fault `ctl inject` added (SPEC), after those read_run found: the next leader adds it
   /// too. False when this candidate no longer leads; throws cohort::error when etcd fails.
   bool record_added_fault(const std::string& spec);
@@ -157,4 +157,4 @@ class ha_candidate {
 /// CLOCK_REALTIME in ns: the one clock two coordinators of a host share (failover times).
 int64_t ha_now_realtime_ns();
 
-}  // namespace cohort::actors
+}  // namespace cohort::ha

@@ -1,6 +1,6 @@
 // What the coordinator must do after one event of the training job: the messages to send,
 // the lines for the operator, and the coordinator's own moves (new generation, leave,
-// scale, stop). Only the shape; the decisions are actors/training_job.cpp's.
+// scale, stop). Only the shape; the decisions are runtime/step/training_job.cpp's.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -12,14 +12,7 @@
 #include "runtime/net/membership.hpp"
 #include "runtime/net/protocol.hpp"
 
-namespace cohort::actors {
-
-/// A fault that acted: its place in the job's fault list, and for a random kill the step
-/// drawn (each of its steps fires once); -1 for the faults that act once.
-struct fault_fired {
-  std::size_t index = 0;
-  int64_t step = -1;
-};
+namespace cohort::step {
 
 namespace mb = net::membership;
 
@@ -55,7 +48,7 @@ struct job_actions {
   /// Worker faults that act at this opening (orders in sends): ha records them, fenced,
   /// before the orders go out, so that a later leader re-running the step does not carry
   /// them out a second time.
-  std::vector<fault_fired> fired_faults;
+  std::vector<faults::fault_fired> fired_faults;
 };
 
-}  // namespace cohort::actors
+}  // namespace cohort::step

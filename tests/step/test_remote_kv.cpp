@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "actors/coordinator.hpp"
-#include "actors/remote_kv.hpp"
+#include "runtime/step/remote_kv.hpp"
 #include "actors/worker.hpp"
 #include "runtime/comm/comm_error.hpp"
 #include "runtime/comm/factory.hpp"
@@ -25,6 +25,7 @@
 
 using namespace cohort;
 using namespace cohort::actors;
+using namespace cohort::step;
 using namespace cohort::actors::testing;
 using comm::comm_error;
 using comm::comm_failure;

@@ -27,7 +27,7 @@ namespace cohort::train {
 class seat;
 }
 
-namespace cohort::actors {
+namespace cohort::step {
 
 class remote_kv;
 
@@ -121,4 +121,4 @@ void build_links(dp_links& l, const link_context& ctx, const net::step_open& o, 
 /// the rendezvous store's longest wait (net::kv::longest_wait), which the group's build asks.
 int collective_timeout_ms(int fault_timeout_ms);
 
-}  // namespace cohort::actors
+}  // namespace cohort::step

@@ -1,11 +1,11 @@
-#include "actors/remote_kv.hpp"
+#include "runtime/step/remote_kv.hpp"
 
 #include <limits>
 #include <utility>
 
 #include "runtime/comm/comm_error.hpp"
 
-namespace cohort::actors {
+namespace cohort::step {
 
 namespace {
 
@@ -99,4 +99,4 @@ void remote_kv::wait(const std::vector<std::string>& keys, milliseconds timeout)
     fail(r, "rendezvous wait " + quoted_keys(keys), generation_, rank_hint);
 }
 
-}  // namespace cohort::actors
+}  // namespace cohort::step

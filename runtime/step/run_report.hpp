@@ -1,7 +1,7 @@
 // The run's report: the event table (injected faults and membership changes, with when each
 // was detected and recovered from) and the summary JSON (cohort train's keys plus the time
 // split per worker, the events and, with pp * tp > 1, the pipeline's stages). It observes
-// the training job: actors/training_job.cpp calls one method per thing it did, and reads
+// the training job: runtime/step/training_job.cpp calls one method per thing it did, and reads
 // nothing back to decide. Pure: no clock, no sockets; times are the job's coordinator clock.
 #pragma once
 #include <cstdint>
@@ -18,7 +18,7 @@
 #include "runtime/net/membership.hpp"
 #include "runtime/net/protocol.hpp"
 
-namespace cohort::actors {
+namespace cohort::step {
 
 namespace mb = net::membership;
 
@@ -66,7 +66,7 @@ struct eval_point {
 };
 
 /// What else watches the run as the report records it: the coordinator's trace and
-/// metrics (actors/job_telemetry.hpp). Times are the job's coordinator clock, in seconds.
+/// metrics (runtime/step/job_telemetry.hpp). Times are the job's coordinator clock, in seconds.
 class job_watch {
  public:
   virtual ~job_watch() = default;
@@ -184,4 +184,4 @@ class run_report {
   std::map<mb::member_id, report> reports_;
 };
 
-}  // namespace cohort::actors
+}  // namespace cohort::step

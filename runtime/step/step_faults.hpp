@@ -16,7 +16,7 @@
 #include "runtime/net/protocol.hpp"
 #include "runtime/train/seat.hpp"
 
-namespace cohort::actors {
+namespace cohort::step {
 
 /// A seat that forwards every call to the seat it holds (a base for wrappers).
 class forwarding_seat : public train::seat {
@@ -93,4 +93,4 @@ class fault_seat final : public forwarding_seat {
   bool abort_done_ = false;
 };
 
-}  // namespace cohort::actors
+}  // namespace cohort::step

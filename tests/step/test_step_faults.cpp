@@ -1,4 +1,4 @@
-// fault_seat (actors/step_faults.hpp): the wrapper that carries out injected faults around a
+// fault_seat (runtime/step/step_faults.hpp): the wrapper that carries out injected faults around a
 // seat, against a fake seat that records what it was asked. kill is not tried here (it
 // SIGKILLs the process): the multi-process fault tests cover it.
 #include <doctest/doctest.h>
@@ -8,11 +8,11 @@
 #include <string>
 #include <vector>
 
-#include "actors/step_faults.hpp"
+#include "runtime/step/step_faults.hpp"
 
 using namespace cohort;
-using cohort::actors::fault_hooks;
-using cohort::actors::fault_seat;
+using cohort::step::fault_hooks;
+using cohort::step::fault_seat;
 
 namespace {
 

@@ -1,6 +1,6 @@
-#include "actors/worker_step.hpp"
+#include "runtime/step/worker_step.hpp"
 
-namespace cohort::actors {
+namespace cohort::step {
 
 worker_step::open_plan worker_step::on_open(uint64_t generation, int64_t step, int64_t through) {
   open_plan p;
@@ -71,4 +71,4 @@ worker_step::pending_step worker_step::take_pending() {
   return p;
 }
 
-}  // namespace cohort::actors
+}  // namespace cohort::step

@@ -1,12 +1,12 @@
 // Which of the job's faults act when a step opens, and on whom.
-#include "actors/fault_schedule.hpp"
+#include "runtime/step/fault_schedule.hpp"
 
 #include <algorithm>
 #include <string>
 
 #include "runtime/core/error.hpp"
 
-namespace cohort::actors {
+namespace cohort::step {
 
 void require_supported(const std::vector<faults::fault_spec>& specs, int standbys) {
   int drops = 0;
@@ -152,4 +152,4 @@ void fault_schedule::inject_due(const mb::roster& r, int64_t s, double now_s, jo
   }
 }
 
-}  // namespace cohort::actors
+}  // namespace cohort::step

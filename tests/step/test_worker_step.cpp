@@ -1,10 +1,10 @@
-// worker_step (actors/worker_step.hpp): the worker's side of the step protocol, as tables of
+// worker_step (runtime/step/worker_step.hpp): the worker's side of the step protocol, as tables of
 // (message in -> action out), including the repeats lost frames cause.
 #include <doctest/doctest.h>
 
-#include "actors/worker_step.hpp"
+#include "runtime/step/worker_step.hpp"
 
-using cohort::actors::worker_step;
+using cohort::step::worker_step;
 using action = worker_step::result_action;
 
 namespace {

@@ -1,6 +1,6 @@
 // The run report (docs/data_parallel.md, "The summary"): events as the job reports its
 // actions, and the summary JSON from the events, the commits and the workers' reports.
-#include "actors/run_report.hpp"
+#include "runtime/step/run_report.hpp"
 
 #include <algorithm>
 #include <tuple>
@@ -8,7 +8,7 @@
 #include "runtime/train/param_stats.hpp"
 #include "runtime/train/pipeline_schedule.hpp"
 
-namespace cohort::actors {
+namespace cohort::step {
 
 namespace {
 
@@ -465,4 +465,4 @@ nlohmann::json run_report::summary(double wall_s) const {
   return j;
 }
 
-}  // namespace cohort::actors
+}  // namespace cohort::step
