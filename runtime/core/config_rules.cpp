@@ -290,7 +290,7 @@ class rules {
     }
   }
 
-  // ---- elastic: membership bounds (runtime/net/membership, actors/training_job) ----
+  // ---- elastic: membership bounds (runtime/net/membership, runtime/step/training_job) ----
 
   // Elastic bounds: 0 resolves to cluster.workers; the bounds must hold the starting
   // size, and at the largest size every replica still needs a micro-batch.
@@ -349,8 +349,8 @@ class rules {
     }
   }
 
-  // ---- faults: the injected faults against the run they act on (actors/step_faults,
-  // actors/training_job; the spec language is runtime/core/faults) ----
+  // ---- faults: the injected faults against the run they act on (runtime/step/step_faults,
+  // runtime/step/training_job; the spec language is runtime/core/faults) ----
 
   // Faults that could never act are mistakes: a step past the run, a rank beyond the
   // largest roster, a scale outside the elastic bounds.

@@ -3,7 +3,7 @@
 // the candidates) carries an HMAC-SHA256 under the run's record key, over the etcd key
 // name and the value, and is opened (checked) before it is acted on. It owns the key (made,
 // loaded, derived), the record's encoding and how a refused record is logged; which records
-// exist is actors/ha_candidate's.
+// exist is runtime/ha/ha_candidate's.
 #pragma once
 #include <chrono>
 #include <map>

@@ -46,7 +46,7 @@ enum class status : std::uint8_t {
 const char* to_string(status s);
 
 /// The longest wait the store accepts by default: whoever sizes a rendezvous wait (the
-/// collective timeout, actors/dp_links) keeps below it.
+/// collective timeout, runtime/step/dp_links) keeps below it.
 inline constexpr std::chrono::milliseconds longest_wait = std::chrono::minutes(30);
 
 /// Limits, so a confused or hostile peer gets an error value instead of exhausting memory.

@@ -2,7 +2,7 @@
 // throughput with fault events, per-worker time split) or its Chrome trace (one step's
 // pipeline schedule). Owns the JSON -> table rows extraction (plot.cpp), the gnuplot
 // scripts and data files (plot_draw.cpp) and running gnuplot (plot_gnuplot.cpp).
-// Does not own the summary or the trace: actors/run_report and runtime/obs/trace_file write them.
+// Does not own the summary or the trace: runtime/step/run_report and runtime/obs/trace_file write them.
 #pragma once
 #include <cstdint>
 #include <nlohmann/json.hpp>
