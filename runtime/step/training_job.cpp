@@ -78,6 +78,13 @@ void training_job::abort_open(const mb::roster& r, const std::string& why, job_a
   open_.reset();
 }
 
+training_job::phase training_job::state() const {
+  if (finished_) return phase::done;
+  if (open_) return open_->through >= 0 ? phase::window : phase::open;
+  if (resync_) return phase::resync;
+  return next_step_ >= steps_ ? phase::reporting : phase::waiting;
+}
+
 bool training_job::rolls_back() const {
   return keeps_error_feedback(cfg_) && cfg_.train.determinism == "bitwise" &&
          cfg_.fault_tolerance.checkpoint_every > 0 && seat_size_ == 1 && checkpoints_ != nullptr;

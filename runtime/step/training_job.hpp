@@ -9,6 +9,65 @@
 // timing its fault_schedule's. Pure: no clock, no sockets, no CAF, no randomness. The
 // coordinator actor feeds it events with the current roster and the time, and sends what
 // it returns.
+//
+// The machine (pp = tp = 1; with pp * tp > 1 the same states, the guard of an open being
+// open_hybrid's in training_job_seats.cpp: whole replicas, a donor per seat). state()
+// names the state; tests/step/test_training_job_machine.cpp has one table row per arrow.
+//
+//                T1 guard              T5 all ok, T6 a failed vote, T7 a voter lost
+//   [waiting s] ─────────► [open g,s] ────────────────────────────────► [waiting]
+//    ⟲ T20 T21 │            ⟲ T4 T22 T23 T24
+//              │ T2 guard, windows on
+//              ├─────────► [window g,s..t] ──T10 every member through t──► [waiting]
+//              │            ⟲ T9     │ T11 a failed vote, a voter lost
+//              │ T12 take_over       ▼
+//              └─────────────────► [resync] ⟲ T13
+//                                    │ T14 every member ready: at the newest step
+//                                    └─────────────► [open] or [window]
+//   [open g,last] ──T8 all ok──► [reporting] ◄──T15 all ready at the end── [resync]
+//                                 ⟲ T16 T25 │ T17 the last report
+//                                           ▼
+//   [waiting] ──T3 T18──────────────────► [done] ⟲ T26 ◄──T19── [open]
+//
+//   The guard (try_open, after every event but a vote that leaves the step open): every
+//   member alive and ready (worker_ready), at least elastic.min_workers, none leaving.
+//
+//   T1  waiting  guard holds                  → open     step_open(g, s) to every member
+//                                                        (donor: the first rank at s when
+//                                                        some are behind; faults due fire)
+//   T2  waiting  guard holds, windows on       → window  step_open(g, s, through t)
+//   T3  waiting  guard holds, every member behind s → done   failed: restart from a checkpoint
+//   T4  open     on_vote ok, others still out  → open     counted
+//   T5  open     on_vote ok, every voter ok    → waiting  step_result(commit), s + 1; T1 at once
+//   T6  open     on_vote failed                → waiting  step_result(abort) to the voters,
+//                                                         bump (the actor moves the roster on)
+//   T7  open     on_generation without a voter → waiting  step_result(abort) to those left;
+//                (or with the same members)               T1 at once if the guard holds
+//   T8  open     on_vote ok, every voter ok, s the last → reporting  step_result(commit)
+//   T9  window   on_vote applied, some not through t → window  the steps all applied commit
+//   T10 window   on_vote applied, every member through t → waiting  commits; T1/T2 at once
+//   T11 window   on_vote failed / on_generation without a voter → resync  step_result(abort)
+//                (bump for a vote); every member must say where it stands again
+//   T12 waiting  take_over (a new leader)      → resync
+//   T13 resync   on_ready, some still silent   → resync
+//   T14 resync   on_ready, the last            → open / window at the newest step, a donor
+//   T15 resync   on_ready, the last, newest = the end → reporting  step_result(commit) of the
+//                                                        last step again: the reports again
+//   T16 reporting on_report, others still out  → reporting
+//   T17 reporting on_report of the last voter  → done     finished
+//   T18 waiting  on_tick, below min_workers past elastic.pause_timeout_ms → done  failed
+//   T19 open     on_vote failed: fatal, the 3rd unreachable or the 51st abort in a row
+//                                              → done     step_result(abort), failed
+//   T20 waiting  guard fails (too few ready)   → waiting  a note once (not at the start)
+//   T21 waiting  a member leaving (on_drain)   → waiting  leave: stop it at the boundary
+//   T22 open     on_generation that only grew the roster → open  (joiners wait for s + 1)
+//   T23 open     on_tick, resend_interval_s quiet → open  step_open again to non-voters
+//   T24 open     a stale or foreign vote       → open     ignored
+//   T25 reporting on_tick, resend_interval_s quiet → reporting  the last commit again to
+//                                                        members that have not reported
+//   T26 done     any event                     → done     nothing
+//   Any state: on_scale and on_telemetry are only recorded (run_report); on_heartbeat
+//   runs the guard; on_tick also sends job_spec again to members not ready.
 #pragma once
 #include <array>
 #include <cstdint>
@@ -19,13 +78,13 @@
 #include <string>
 #include <vector>
 
-#include "runtime/step/fault_schedule.hpp"
-#include "runtime/step/job_actions.hpp"
-#include "runtime/step/run_report.hpp"
 #include "runtime/core/config.hpp"
 #include "runtime/core/faults.hpp"
 #include "runtime/net/membership.hpp"
 #include "runtime/net/protocol.hpp"
+#include "runtime/step/fault_schedule.hpp"
+#include "runtime/step/job_actions.hpp"
+#include "runtime/step/run_report.hpp"
 
 namespace cohort::step {
 
@@ -104,6 +163,17 @@ class training_job {
   void set_watch(std::shared_ptr<job_watch> w) { report_.set_watch(std::move(w)); }
   /// Workers record trace spans and ship them with their telemetry (--trace).
   void set_trace(bool on) { trace_ = on; }
+
+  /// The state of the machine drawn above.
+  enum class phase {
+    waiting,    ///< no step open: the next opens once its guard holds
+    open,       ///< step (g, s) open, committed by step_result
+    window,     ///< a commit window (g, s..t) open, committed in the data
+    resync,     ///< after take_over or an aborted window: waiting for every worker_ready
+    reporting,  ///< the last step committed: waiting for the final reports
+    done,       ///< finished, or failed
+  };
+  phase state() const;
 
   int64_t next_step() const { return next_step_; }
   /// The first step not yet committed, as `ctl status` shows it: while a job taken over
