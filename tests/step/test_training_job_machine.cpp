@@ -372,11 +372,12 @@ const std::vector<row>& table() {
 
 TEST_CASE("every arrow of training_job's diagram, as a table row") {
   for (const row& t : table()) {
-    CAPTURE(t.arrow);
+    const std::string arrow = t.arrow;
+    CAPTURE(arrow);
     bench b = t.setup();
-    REQUIRE(name(b.job->state()) == std::string(name(t.from)));
+    REQUIRE(std::string(name(b.job->state())) == name(t.from));
     const seen s = observe(t.event(b));
-    CHECK(name(b.job->state()) == std::string(name(t.to)));
+    CHECK(std::string(name(b.job->state())) == name(t.to));
     CHECK(s.opens == t.expect.opens);
     CHECK(s.commits == t.expect.commits);
     CHECK(s.aborts == t.expect.aborts);
