@@ -154,8 +154,8 @@ job_actions training_job::try_open(const mb::roster& r, double now_s) {
   std::map<mb::member_id, net::step_open> opens;
   if (seat_size_ > 1) {
     if (!open_hybrid(r, now_s, out, opens)) return out;
-    waiting_noted_ = false;
-    pause_since_s_ = -1;
+    waiting_.noted = false;
+    waiting_.paused_since_s = -1;
     track_membership(r, now_s, out);
     faults_.inject_due(r, next_step_, now_s, out, report_);
     open_state o;
@@ -180,19 +180,20 @@ job_actions training_job::try_open(const mb::roster& r, double now_s) {
     if (m.state == mb::member_state::alive && ready_.count(m.id) != 0) ++ready;
   }
   if (ready < expected || static_cast<int>(r.members.size()) != ready) {
-    if (!waiting_noted_ && next_step_ > start_step_ && !resync_) {
+    if (!waiting_.noted && next_step_ > start_step_ && !resync_) {
       out.notes.push_back(ready < expected
                               ? "waiting for workers: " + std::to_string(ready) + " ready, " +
                                     std::to_string(expected) + " needed (elastic.min_workers)"
                               : "waiting for " + std::to_string(r.members.size() - ready) +
                                     " joining worker(s) to load the job");
-      waiting_noted_ = true;
+      waiting_.noted = true;
     }
-    if (ready < expected && first_open_s_ >= 0 && pause_since_s_ < 0) pause_since_s_ = now_s;
+    if (ready < expected && first_open_s_ >= 0 && waiting_.paused_since_s < 0)
+      waiting_.paused_since_s = now_s;
     return out;
   }
-  waiting_noted_ = false;
-  pause_since_s_ = -1;
+  waiting_.noted = false;
+  waiting_.paused_since_s = -1;
   if (resync_) {
     // After an aborted window the job goes on from the newest state a live member holds
     // (a step some applied but whose votes did not all come in counts as done: those who
@@ -202,12 +203,12 @@ job_actions training_job::try_open(const mb::roster& r, double now_s) {
     if (next_step_ >= steps_) {
       // Taken over after the last step (the old leader died collecting the final reports):
       // the last step's commit, sent again, asks every member for its report again.
-      last_commit_ = net::step_result{r.generation, steps_ - 1, true, 0.0, ""};
-      last_commit_sent_s_ = now_s;
+      reporting_.last_commit = net::step_result{r.generation, steps_ - 1, true, 0.0, ""};
+      reporting_.last_commit_sent_s = now_s;
       last_voters_.clear();
       for (const auto& m : r.members) {
         last_voters_.insert(m.id);
-        out.sends.push_back({m.id, *last_commit_});
+        out.sends.push_back({m.id, *reporting_.last_commit});
       }
       return out;
     }
@@ -299,18 +300,18 @@ job_actions training_job::on_vote(const mb::roster& r, const net::step_vote& v, 
     }
     // A peer that every rank found in the store but nobody could connect to will not
     // become reachable by trying again: after a few tries the job fails and says why.
-    if (v.unreachable && ++consecutive_unreachable_ >= max_unreachable_attempts) {
+    if (v.unreachable && ++streak_.unreachable >= max_unreachable_attempts) {
       out.failed = "step " + std::to_string(v.step) + ": the data plane could not connect " +
-                   std::to_string(consecutive_unreachable_) +
+                   std::to_string(streak_.unreachable) +
                    " times in a row (check comm.interface and the firewall between the "
                    "hosts); last: " +
                    why;
       finished_ = true;
       return out;
     }
-    if (++consecutive_aborts_ > max_consecutive_aborts) {
-      out.failed = "step " + std::to_string(v.step) + " aborted " +
-                   std::to_string(consecutive_aborts_) + " times in a row; last: " + why;
+    if (++streak_.aborts > max_consecutive_aborts) {
+      out.failed = "step " + std::to_string(v.step) + " aborted " + std::to_string(streak_.aborts) +
+                   " times in a row; last: " + why;
       finished_ = true;
       return out;
     }
@@ -329,8 +330,8 @@ job_actions training_job::on_vote(const mb::roster& r, const net::step_vote& v, 
   const net::step_result res{open_->generation, open_->step, true, loss, ""};
   for (const auto& [id, ok] : open_->votes) out.sends.push_back({id, res});
   if (open_->step + 1 == steps_) {
-    last_commit_ = res;
-    last_commit_sent_s_ = now_s;
+    reporting_.last_commit = res;
+    reporting_.last_commit_sent_s = now_s;
   }
   commit(r, open_->step, loss, now_s, out);
   open_.reset();
@@ -392,8 +393,8 @@ void training_job::commit(const mb::roster& r, int64_t step, double loss, double
     last_voters_.insert(id);
     if (ready_.count(id) != 0) ready_[id] = next_step_;
   }
-  consecutive_aborts_ = 0;
-  consecutive_unreachable_ = 0;
+  streak_.aborts = 0;
+  streak_.unreachable = 0;
   report_.step_committed(next_step_, loss, r, last_voters_, now_s, out.notes);
   out.committed = true;
   out.step = next_step_;
@@ -414,11 +415,11 @@ job_actions training_job::on_report(const mb::roster& r, const net::train_report
   const mb::member* m = r.find(rep.member_id);
   if (finished_ || m == nullptr || next_step_ < steps_ || rep.next_step != steps_) return out;
   // A report sent again (the frame was doubled) says nothing new.
-  if (!reported_.insert(rep.member_id).second) return out;
+  if (!reporting_.reported.insert(rep.member_id).second) return out;
   report_.report_received(*m, rep);
   // Every member of the last step reports (a broken replica's members never ran it).
   for (const auto& mem : r.members) {
-    if (reported_.count(mem.id) == 0 && last_voters_.count(mem.id) != 0) return out;
+    if (reporting_.reported.count(mem.id) == 0 && last_voters_.count(mem.id) != 0) return out;
   }
   finished_ = true;
   out.finished = true;
@@ -460,10 +461,12 @@ void training_job::resend(const mb::roster& r, double now_s, job_actions& out) {
       it->second = now_s;
     }
   }
-  if (last_commit_ && next_step_ >= steps_ && now_s - last_commit_sent_s_ >= every) {
+  if (reporting_.last_commit && next_step_ >= steps_ &&
+      now_s - reporting_.last_commit_sent_s >= every) {
     for (const auto& m : r.members)
-      if (reported_.count(m.id) == 0) out.sends.push_back({m.id, *last_commit_});
-    last_commit_sent_s_ = now_s;
+      if (reporting_.reported.count(m.id) == 0)
+        out.sends.push_back({m.id, *reporting_.last_commit});
+    reporting_.last_commit_sent_s = now_s;
   }
 }
 
@@ -505,8 +508,8 @@ int training_job::min_workers() const {
 job_actions training_job::on_tick(const mb::roster& r, double now_s) {
   job_actions out = try_open(r, now_s);
   if (!finished_) resend(r, now_s, out);
-  if (finished_ || open_ || pause_since_s_ < 0) return out;
-  const double waited_ms = 1000.0 * (now_s - pause_since_s_);
+  if (finished_ || open_ || waiting_.paused_since_s < 0) return out;
+  const double waited_ms = 1000.0 * (now_s - waiting_.paused_since_s);
   if (waited_ms > static_cast<double>(cfg_.elastic.pause_timeout_ms)) {
     out.failed = "fewer than elastic.min_workers (" + std::to_string(min_workers()) +
                  ") workers for " + std::to_string(static_cast<long>(waited_ms)) +

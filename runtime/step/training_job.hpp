@@ -259,26 +259,40 @@ class training_job {
   bool rolls_back() const;
   std::optional<open_state> open_;
   int replicas_ = 0;
-  static constexpr int max_consecutive_aborts = 50;
-  int consecutive_aborts_ = 0;
-  /// Aborts whose vote said a peer's data-plane address could not be connected: the job
-  /// fails at this many in a row (a route does not appear by retrying).
-  static constexpr int max_unreachable_attempts = 3;
-  int consecutive_unreachable_ = 0;
   double first_open_s_ = -1;
-  double pause_since_s_ = -1;  ///< training waits below min_workers since then (-1: not)
   int min_workers() const;
-  bool waiting_noted_ = false;
-  std::set<mb::member_id> reported_;  ///< members whose final report is in
-  bool finished_ = false;
+  /// [waiting] (T18, T20): since when training waits below min_workers, and whether the
+  /// operator was told what it waits for.
+  struct waiting_state {
+    double paused_since_s = -1;  ///< -1: not paused
+    bool noted = false;
+  };
+  waiting_state waiting_;
+  /// T19's guard: aborts in a row since the last commit, and those among them whose vote
+  /// said a peer's data-plane address could not be connected (a route does not appear by
+  /// retrying).
+  struct abort_streak {
+    int aborts = 0;
+    int unreachable = 0;
+  };
+  static constexpr int max_consecutive_aborts = 50;
+  static constexpr int max_unreachable_attempts = 3;
+  abort_streak streak_;
+  /// [reporting] (T8, T15..T17, T25): the last step's commit, sent again to members that
+  /// have not reported, and the members whose final report is in.
+  struct reporting_state {
+    std::optional<net::step_result> last_commit;
+    double last_commit_sent_s = 0;
+    std::set<mb::member_id> reported;
+  };
+  reporting_state reporting_;
+  bool finished_ = false;  ///< [done]
   fault_schedule faults_;
   std::set<mb::member_id> drained_;              ///< members that left by drain (not "departed")
   std::map<mb::member_id, double> spec_sent_s_;  ///< members not ready: when the job went out
-  std::optional<net::step_result> last_commit_;  ///< of the last step, resent for reports
-  double last_commit_sent_s_ = 0;
-  int seat_size_ = 1;                    ///< pp * tp: workers of one replica
-  std::map<mb::member_id, int> seat_;    ///< member -> d * seat_size_ + p * tp + t
-  std::set<mb::member_id> last_voters_;  ///< members of the last committed step
+  int seat_size_ = 1;                            ///< pp * tp: workers of one replica
+  std::map<mb::member_id, int> seat_;            ///< member -> d * seat_size_ + p * tp + t
+  std::set<mb::member_id> last_voters_;          ///< members of the last committed step
   run_report report_;
   void resend(const mb::roster& r, double now_s, job_actions& out);
   /// The job's progress and R's generation at NOW_S, for the report.

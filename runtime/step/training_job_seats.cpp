@@ -106,17 +106,18 @@ bool training_job::open_hybrid(const mb::roster& r, double now_s, job_actions& o
     for (const auto* m : v)
       if (m->state != mb::member_state::alive || ready_.count(m->id) == 0) ++not_ready;
   if (static_cast<int>(whole.size()) < needed || not_ready > 0) {
-    if (!waiting_noted_ && next_step_ > start_step_) {
+    if (!waiting_.noted && next_step_ > start_step_) {
       out.notes.push_back(static_cast<int>(whole.size()) < needed
                               ? "waiting for replicas: " + std::to_string(whole.size()) +
                                     " whole, " + std::to_string(needed) +
                                     " needed (elastic.min_workers / (pp * tp))"
                               : "waiting for " + std::to_string(not_ready) +
                                     " worker(s) of whole replicas to load the job");
-      waiting_noted_ = true;
+      waiting_.noted = true;
     }
-    if (static_cast<int>(whole.size()) < needed && first_open_s_ >= 0 && pause_since_s_ < 0)
-      pause_since_s_ = now_s;
+    if (static_cast<int>(whole.size()) < needed && first_open_s_ >= 0 &&
+        waiting_.paused_since_s < 0)
+      waiting_.paused_since_s = now_s;
     return false;
   }
   // Per DP group (seat k = (p, t)): the first replica holding the step's state donates to
@@ -142,11 +143,11 @@ bool training_job::open_hybrid(const mb::roster& r, double now_s, job_actions& o
             ready_.at(id) == next_step_)
           held = true;
       if (held) {
-        if (!waiting_noted_) {
+        if (!waiting_.noted) {
           out.notes.push_back("waiting for a joiner: the state of stage " +
                               std::to_string(k / cfg_.parallel.tp) +
                               " is held only by a replica that is not whole");
-          waiting_noted_ = true;
+          waiting_.noted = true;
         }
         return false;
       }
