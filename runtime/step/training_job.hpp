@@ -29,8 +29,9 @@
 //                                           ▼
 //   [waiting] ──T3 T18──────────────────► [done] ⟲ T26 ◄──T19── [open]
 //
-//   The guard (try_open, after every event but a vote that leaves the step open): every
-//   member alive and ready (worker_ready), at least elastic.min_workers, none leaving.
+//   The guard (try_open: run by on_ready, on_generation, on_heartbeat, on_drain, on_tick
+//   and after a commit that leaves no step open): every member alive and ready
+//   (worker_ready), at least elastic.min_workers of them, none leaving.
 //
 //   T1  waiting  guard holds                  → open     step_open(g, s) to every member
 //                                                        (donor: the first rank at s when
