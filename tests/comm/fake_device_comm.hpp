@@ -1,10 +1,8 @@
 // Test-only CPU stand-in for the NCCL communicator (runtime/comm/nccl_communicator.*): the
-// same communicator interface, shaped like gpu::nccl_comm::run: a call enqueues its
-// collective on the rank's stream (a thread that runs them in order and records an event
-// each), then waits for that event until the timeout or an abort. Ranks are threads of one
-// process over host memory; a fake_nccl_group stands for one unique id. Faults (a stream
-// that hangs or fails at collective k, an abort or shrink that does not return) are set on
-// the group. It owns no elastic rule: those are runtime/comm/nccl_elastic.*.
+// communicator interface shaped like gpu::nccl_comm::run (a call enqueues on its rank's
+// stream thread, which runs collectives in order and records an event each, and waits for
+// that event until the timeout or an abort), a fake shrink, and injected hangs / failures
+// on the group (one unique id). Ranks are threads over host memory; no elastic rule here.
 #pragma once
 #include <chrono>
 #include <condition_variable>
