@@ -128,7 +128,7 @@ TEST_CASE("fake device comm: an abort during a collective ends every rank's call
   auto comms = make_group(3, &g, milliseconds(10000));
   g->hang_at(2, 0);  // rank 2's stream is stuck in the first collective
   std::vector<comm_failure> kinds(3, comm_failure::invalid);
-  std::vector<bool> threw(3, false);
+  std::vector<int> threw(3, 0);  // not vector<bool>: ranks write their own element
   std::thread coordinator([&] {
     g->wait_running(3);                // every rank's collective is in flight
     for (auto& c : comms) c->abort();  // the elastic path aborts every survivor (and the hung one)
@@ -138,7 +138,7 @@ TEST_CASE("fake device comm: an abort during a collective ends every rank's call
     try {
       comms[r]->allreduce_sum(v.data(), v.size());
     } catch (const comm_error& e) {
-      threw[r] = true;
+      threw[r] = 1;
       kinds[r] = e.kind();
     }
   });
