@@ -1,7 +1,5 @@
 #include "runtime/train/trainer.hpp"
 
-#include <fnmatch.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -51,109 +49,50 @@ trainer::trainer(const config& c) : cfg_(c) {
   nn::optim_options o = optim_options_from(c.train);
   if (o.kind == "onebit_adam") o.compressed = onebit_ranges(*model_, c.train.onebit_exclude);
   opt_ = nn::make_optimizer(model_->flat_values(), model_->flat_grads(), o);
-  onebit_ = dynamic_cast<nn::onebit_adam*>(opt_.get());
-  wire_format_ = comm::parse_wire_format(c.comm.compression);
-  error_feedback_ = keeps_error_feedback(c);  // 1-bit Adam always feeds back what signs lose
+  mode_.bitwise = bitwise_;
+  mode_.compression = comm::parse_wire_format(c.comm.compression);
+  mode_.error_feedback = keeps_error_feedback(c);  // 1-bit Adam always feeds back what signs lose
+  mode_.grad_clip = c.train.grad_clip;
+  error_feedback_ = mode_.error_feedback;
   if (error_feedback_) kept_.reset(static_cast<std::size_t>(model_->num_params()));
+  mode_.onebit = onebit_phase_of(*opt_);
+  pipeline_ = choose_grad_pipeline(mode_, model_->num_params(), *opt_);
 }
 
-std::vector<std::pair<int64_t, int64_t>> onebit_ranges(const nn::model& m,
-                                                       const std::vector<std::string>& exclude) {
-  std::vector<std::pair<int64_t, int64_t>> out;
-  for (const auto& p : m.parameters()) {
-    bool kept = false;
-    for (const std::string& pattern : exclude)
-      kept = kept || fnmatch(pattern.c_str(), p.name.c_str(), 0) == 0;
-    if (kept) continue;
-    const int64_t n = p.value.numel();
-    if (!out.empty() && out.back().first + out.back().second == p.offset)
-      out.back().second += n;  // neighbours merge: fewer, larger segments
-    else
-      out.emplace_back(p.offset, n);
-  }
-  return out;
+void trainer::choose_pipeline() {
+  const onebit_phase now = onebit_phase_of(*opt_);
+  // The phase moves only with the optimizer's step count; the stages hold no per-step state.
+  if (pipeline_.phase == now) return;
+  mode_.onebit = now;
+  pipeline_ = choose_grad_pipeline(mode_, model_->num_params(), *opt_);
 }
 
-void trainer::add_momentum(int64_t offset, int64_t count) {
-  float* g = model_->flat_grads().data();
-  const float* m = onebit_->momentum();
-  const float beta1 = cfg_.train.beta1;
-  const float a = beta1 / static_cast<float>(replicas_), b = 1.0f - beta1;
-  for (const auto& [off, n] : onebit_->options().compressed) {
-    const int64_t from = std::max(off, offset), to = std::min(off + n, offset + count);
-    for (int64_t i = from; i < to; ++i) g[i] = a * m[i] + b * g[i];
-  }
+grad_buffers trainer::buffers(int64_t step) {
+  grad_buffers b;
+  b.grads = model_->flat_grads().data();
+  b.fixed = fixed_.empty() ? nullptr : fixed_.data();
+  b.size = model_->num_params();
+  b.step = step;
+  b.replicas = replicas_;
+  return b;
 }
-
-namespace {
-
-// 1-bit Adam after its freeze sends each momentum share divided by its frozen Adam
-// denominator d = sqrt(v) / sqrt(1 - beta2^T) + eps (T: the freeze step), and multiplies
-// the sum back by d: the signs then carry the update direction m / d, whose elements Adam
-// has already brought to one scale, so one magnitude per chunk fits them all. Sent as m
-// itself, a weight whose gradients were always small gets the chunk's magnitude, divided by
-// its small d (docs/compression.md has the figures).
-// v is frozen and the same on every replica, so the map is one fixed diagonal scaling:
-// error feedback works in its space as in any other. An element with v = 0 never had a
-// gradient: it sends 0 (divided by eps alone it would swamp its chunk's magnitude).
-void scale_by_denominator(nn::onebit_adam& opt, float* g, int64_t offset, int64_t count,
-                          bool divide) {
-  const nn::optim_options& o = opt.options();
-  const float* v = opt.state()[1].second.data();
-  const float eps = o.eps;  // a local: g could alias o for all the compiler knows
-  const float sqrt_bc2 = static_cast<float>(
-      std::sqrt(1.0 - std::pow(static_cast<double>(o.beta2), static_cast<double>(o.freeze_step))));
-  for (const auto& [off, n] : o.compressed) {
-    const int64_t from = std::max(off, offset), to = std::min(off + n, offset + count);
-    // Selects rather than branches, and the direction chosen outside the loop (one
-    // instantiation each): the loop vectorizes (sqrt and division are exact in SIMD too, so
-    // the bits are the scalar loop's).
-    auto scaled = [&](auto apply) {
-      for (int64_t i = from; i < to; ++i) {
-        const float gi = v[i] == 0.0f ? 0.0f : g[i];
-        g[i] = apply(gi, std::sqrt(v[i]) / sqrt_bc2 + eps);
-      }
-    };
-    if (divide)
-      scaled([](float x, float d) { return x / d; });
-    else
-      scaled([](float x, float d) { return x * d; });
-  }
-}
-
-}  // namespace
 
 void trainer::begin_step() {
   model_->zero_grad();
   if (bitwise_) std::fill(fixed_.begin(), fixed_.end(), 0);
-  converted_ = false;
-  momentum_in_ = false;
+  sent_ = false;
   if (error_feedback_) next_ = kept_;  // an aborted step leaves kept_ as it was
 }
 
-comm::grad_type trainer::reduction_type() const {
-  return bitwise_ && wire_format_ == comm::wire_format::f32 && onebit_ == nullptr
-             ? comm::grad_type::i64
-             : comm::grad_type::f32;
-}
+comm::grad_type trainer::reduction_type() const { return pipeline_.sum.type; }
 
 comm::wire_plan trainer::wire(int replicas, int rank) {
   replicas_ = replicas;
   rank_ = rank;
   comm::wire_plan plan;
-  // Bitwise with a float buffer: the plain stretches too are summed in rank order, so the
-  // bits do not depend on the transport nor on which ranks share a host.
-  if (bitwise_) plan.plain = comm::plain_sum::rank_order;
-  const auto n = static_cast<std::size_t>(model_->num_params());
-  if (onebit_ != nullptr) {
-    if (!onebit_->frozen()) return plan;  // warm-up: plain float sums
-    for (const auto& [off, count] : onebit_->options().compressed)
-      plan.compressed.push_back({static_cast<std::size_t>(off), static_cast<std::size_t>(count),
-                                 comm::wire_format::sign});
-  } else if (wire_format_ != comm::wire_format::f32) {
-    plan.compressed.push_back({0, n, wire_format_});
-  }
-  if (!error_feedback_ || plan.compressed.empty()) return plan;
+  plan.plain = pipeline_.sum.plain;
+  plan.compressed = pipeline_.sum.compressed;
+  if (!pipeline_.sum.error_feedback) return plan;
   if (pending_.replicas > 0) restore_feedback(replicas, rank);
   // The chunks this worker owned belong to others now: what it kept for them becomes part of
   // what it feeds back as a sender (both are in the units of the sum).
@@ -179,11 +118,6 @@ std::vector<int> replica_micro_batches(int micro_batches, int dp, int d) {
   return out;
 }
 
-void trainer::accumulate_fixed(int64_t step, int64_t offset, int64_t count) {
-  accumulate_gradients(fixed_.data(), model_->flat_grads().data(), offset, count,
-                       "step " + std::to_string(step));
-}
-
 double trainer::run_micro_batch(int64_t step, int i, const nn::grads_ready_fn* ready) {
   const auto& t = cfg_.train;
   // The model's forward and backward spans say which step and micro-batch they belong to.
@@ -193,28 +127,21 @@ double trainer::run_micro_batch(int64_t step, int i, const nn::grads_ready_fn* r
   // Each micro-batch's loss is a mean over its rows; weighting it by rows/global_batch
   // makes the sum over all micro-batches the gradient of the global-batch mean loss.
   const float scale = static_cast<float>(rows) / static_cast<float>(t.global_batch);
-  // Bitwise mode converts each micro-batch's gradient on its own, so it starts from zero.
-  if (bitwise_) model_->flat_grads().zero();
+  grad_buffers b = buffers(step);
+  for (const auto& s : pipeline_.micro_batch) s->begin_micro_batch(b);
   if (ready == nullptr) {
     // No hook: the plain path costs what it always did.
     const double loss_rows = static_cast<double>(model_->forward_backward(batch_, scale)) * rows;
-    if (bitwise_) accumulate_fixed(step, 0, model_->num_params());
+    run_stages(pipeline_.micro_batch, b, 0, model_->num_params());
     return loss_rows;
   }
   // Every range the model reports, to check afterwards that they tile the buffer once.
   std::vector<std::pair<int64_t, int64_t>> seen;
-  const bool to_float = bitwise_ && reduction_type() == comm::grad_type::f32;
-  const bool with_momentum = onebit_ != nullptr && onebit_->frozen();
   model_->set_grads_ready_hook([&](int64_t offset, int64_t count) {
     seen.emplace_back(offset, count);
-    if (bitwise_) accumulate_fixed(step, offset, count);
-    // The range is final: a float wire carries the exact fixed-point sum, rounded once.
-    if (to_float)
-      fixed_to_float(model_->flat_grads().data() + offset, fixed_.data() + offset, count);
-    if (with_momentum) {
-      add_momentum(offset, count);
-      scale_by_denominator(*onebit_, model_->flat_grads().data(), offset, count, true);
-    }
+    // The range is final: this micro-batch's stages, then what goes before the sum.
+    run_stages(pipeline_.micro_batch, b, offset, count);
+    run_stages(pipeline_.before_sum, b, offset, count);
     (*ready)(static_cast<std::size_t>(offset), static_cast<std::size_t>(count));
   });
   // The hook captures locals: it must be gone however forward_backward ends.
@@ -255,14 +182,11 @@ double trainer::compute_gradients(int64_t step, const std::vector<int>& micro,
   if (micro.empty()) {
     if (report == nullptr) return 0.0;
     // Nothing to compute: the buffer holds begin_step's zeros, all final now.
-    converted_ = bitwise_ && reduction_type() == comm::grad_type::f32;
-    momentum_in_ = onebit_ != nullptr && onebit_->frozen();
+    sent_ = true;
+    grad_buffers buf = buffers(step);
     for (std::size_t b = model_->blocks().size(); b-- > 0;) {
       const auto [offset, count] = model_->block_elements(b);
-      if (momentum_in_) {
-        add_momentum(offset, count);
-        scale_by_denominator(*onebit_, model_->flat_grads().data(), offset, count, true);
-      }
+      run_stages(pipeline_.before_sum, buf, offset, count);
       if (count > 0) ready(static_cast<std::size_t>(offset), static_cast<std::size_t>(count));
     }
     return 0.0;
@@ -270,8 +194,7 @@ double trainer::compute_gradients(int64_t step, const std::vector<int>& micro,
   double loss_rows = 0.0;
   for (std::size_t k = 0; k < micro.size(); ++k)
     loss_rows += run_micro_batch(step, micro[k], k + 1 == micro.size() ? report : nullptr);
-  converted_ = report != nullptr && bitwise_ && reduction_type() == comm::grad_type::f32;
-  momentum_in_ = report != nullptr && onebit_ != nullptr && onebit_->frozen();
+  sent_ = report != nullptr;
   return loss_rows;
 }
 
@@ -309,23 +232,17 @@ nn::optim_options optim_options_from(const train_config& t) {
 }
 
 double trainer::apply_step(int64_t step) {
-  nn::tensor& grads = model_->flat_grads();
-  if (bitwise_ && !converted_) fixed_to_float(grads.data(), fixed_.data(), grads.numel());
-  const bool frozen = onebit_ != nullptr && onebit_->frozen();
-  if (frozen) {
-    if (!momentum_in_) {  // one process: a group of one, whose sum is its own share
-      add_momentum(0, grads.numel());
-      scale_by_denominator(*onebit_, grads.data(), 0, grads.numel(), true);
-    }
-    scale_by_denominator(*onebit_, grads.data(), 0, grads.numel(), false);  // the momentum
-  }
+  const int64_t n = model_->num_params();
+  grad_buffers b = buffers(step);
+  // Nothing reported range by range (one process, no hook): a group of one, whose sum is
+  // its own buffer, sent and received whole.
+  if (!sent_) run_stages(pipeline_.before_sum, b, 0, n);
+  run_stages(pipeline_.after_sum, b, 0, n);
   // Per-parameter sums added in parameter order: pipeline stages reproduce these bits by
   // continuing each other's running sum (runtime/train/param_stats.hpp).
   const double norm = std::sqrt(ordered_sum(grad_sum_squares_by_param(*model_)));
-  // After 1-bit Adam's freeze the buffer holds momentum on most ranges: no global gradient
-  // exists to clip (DeepSpeed's 1-bit Adam does not clip either); the norm still tells
-  // whether the run diverged.
-  if (!frozen) clip_grads(*model_, norm, cfg_.train.grad_clip);
+  b.norm = norm;
+  run_stages(pipeline_.before_optimizer, b, 0, n);
   if (!std::isfinite(norm))
     throw cohort::error("step " + std::to_string(step) +
                         ": gradient norm is not finite (the run diverged: lower train.lr or "
@@ -337,6 +254,7 @@ double trainer::apply_step(int64_t step) {
   if (error_feedback_) std::swap(kept_, next_);  // the step is committed, and so is its memory
   committed_replicas_ = replicas_;
   committed_rank_ = rank_;
+  choose_pipeline();  // the step may have ended 1-bit Adam's warm-up
   return norm;
 }
 
@@ -462,6 +380,7 @@ int64_t trainer::load_checkpoint(const std::string& step_dir) {
   config whole = cfg_;
   whole.parallel.pp = whole.parallel.tp = 1;
   const int64_t step = load_state(step_dir, whole, *model_, *opt_, 0, 0);
+  choose_pipeline();
   pending_ = {};
   if (error_feedback_) {
     kept_.reset(static_cast<std::size_t>(model_->num_params()));

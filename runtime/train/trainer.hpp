@@ -20,6 +20,8 @@
 #include "runtime/data/dataset.hpp"
 #include "runtime/nn/model.hpp"
 #include "runtime/nn/optim.hpp"
+#include "runtime/train/grad_pipeline.hpp"
+#include "runtime/train/onebit.hpp"
 
 namespace cohort::train {
 
@@ -66,10 +68,6 @@ std::vector<tensor_target> param_targets(const nn::model& m, float* base);
 /// then each optimizer slot (optimizer::state() order), each num_params() long; views into
 /// the live tensors (what a joiner receives from a donor).
 std::vector<std::pair<float*, std::size_t>> state_buffers_of(nn::model& m, nn::optimizer& opt);
-/// onebit_adam's compressed ranges of M: every parameter whose name matches none of the
-/// EXCLUDE glob patterns (fnmatch), neighbours merged, in offset order.
-std::vector<std::pair<int64_t, int64_t>> onebit_ranges(const nn::model& m,
-                                                       const std::vector<std::string>& exclude);
 /// The optimizer settings of train.* (kind, betas, eps, weight decay, momentum).
 nn::optim_options optim_options_from(const train_config& t);
 
@@ -101,7 +99,8 @@ class trainer {
   /// offsets. With an empty list every block range is reported at once (the zeros
   /// begin_step left), last block first. Every element is reported exactly once per call.
   /// After a fixed-point overflow error fixed_grads() holds a partial sum: begin_step again.
-  double compute_gradients(int64_t step, const std::vector<int>& micro, const nn::grads_ready_fn& ready);
+  double compute_gradients(int64_t step, const std::vector<int>& micro,
+                           const nn::grads_ready_fn& ready);
   /// In bitwise mode, the step's int64 gradient sum (what peers add together); empty in
   /// fast mode, where model().flat_grads() holds the float sum.
   std::vector<int64_t>& fixed_grads() { return fixed_; }
@@ -115,6 +114,8 @@ class trainer {
   void* reduction_buffer();
   /// reduction_buffer()'s element type (int64 only in bitwise mode without compression).
   comm::grad_type reduction_type() const;
+  /// The gradient path chosen for this config and 1-bit phase (grad_pipeline.hpp).
+  const grad_pipeline& pipeline() const { return pipeline_; }
   /// How reduction_buffer() travels this step in a data-parallel group of `replicas` where
   /// this worker is `rank` (comm.compression, comm.error_feedback); call after begin_step.
   /// The error memory is this worker's training state: a step changes it only when
@@ -164,7 +165,10 @@ class trainer {
   /// Optimizer updates applied so far (AdamW's bias correction reads it).
   int64_t optimizer_steps() const { return opt_->steps(); }
   /// Restores the optimizer step count (together with state_buffers()).
-  void set_optimizer_steps(int64_t steps) { opt_->set_steps(steps); }
+  void set_optimizer_steps(int64_t steps) {
+    opt_->set_steps(steps);
+    choose_pipeline();
+  }
 
   /// combine_param_digests(param_digests(model())): SHA-256 over the per-parameter SHA-256
   /// digests in name order (so pipeline stages' digests combine to the same value).
@@ -176,8 +180,6 @@ class trainer {
   /// Forward and backward of micro-batch `i`, added into the step's sum; returns
   /// mean loss * rows. With `ready` set, reports each range the model says is final.
   double run_micro_batch(int64_t step, int i, const nn::grads_ready_fn* ready);
-  /// Bitwise mode: adds flat_grads()[offset, offset + count) into fixed_ or throws.
-  void accumulate_fixed(int64_t step, int64_t offset, int64_t count);
 
   config cfg_;
   std::unique_ptr<cohort::dataset> data_;
@@ -185,9 +187,18 @@ class trainer {
   int micro_batches_ = 1;
   bool bitwise_ = false;
   std::vector<int64_t> fixed_;
-  /// Compression of the DP sum (comm.compression) and its error memory: the committed one,
-  /// and the one the step in flight advances (a copy taken by begin_step).
-  comm::wire_format wire_format_ = comm::wire_format::f32;
+  /// The gradient path's choices (read once from the config) and the pipeline of stages
+  /// they chose (again whenever 1-bit Adam's phase changes: choose_pipeline).
+  grad_mode mode_;
+  grad_pipeline pipeline_;
+  /// Chooses pipeline_ for mode_ and the optimizer's 1-bit phase now, unless it already is.
+  void choose_pipeline();
+  /// The buffers the stages work on during step STEP.
+  grad_buffers buffers(int64_t step);
+  /// This step's before-sum stages ran (range by range, as compute_gradients reported them).
+  bool sent_ = false;
+  /// The error memory of the compressed sum (comm.compression, 1-bit Adam): the committed
+  /// one, and the one the step in flight advances (a copy taken by begin_step).
   struct feedback {
     std::vector<float> worker, server;
     int replicas = 0, rank = -1;  ///< the group it was kept in (0: none yet)
@@ -199,12 +210,8 @@ class trainer {
   };
   bool error_feedback_ = false;
   feedback kept_, next_;
-  bool converted_ = false;  ///< bitwise + compression: flat_grads() holds the step's floats
-  /// train.optimizer: onebit_adam (null otherwise): once its variance froze, the compressed
-  /// ranges of the buffer carry each replica's share of the new momentum, not its gradient.
-  nn::onebit_adam* onebit_ = nullptr;
-  int replicas_ = 1;        ///< the DP group of the step (wire() sets it; 1 in one process)
-  int rank_ = 0;            ///< this worker's rank in it
+  int replicas_ = 1;  ///< the DP group of the step (wire() sets it; 1 in one process)
+  int rank_ = 0;      ///< this worker's rank in it
   int committed_replicas_ = 1, committed_rank_ = 0;  ///< the same for the last applied step
   /// Feedback parts of the checkpoint loaded last, not yet taken (step folder, the size of
   /// the group that wrote them; 0: nothing pending).
@@ -214,11 +221,6 @@ class trainer {
   } pending_;
   /// Turns pending_ into kept_ and next_ for rank RANK of REPLICAS (load_checkpoint says how).
   void restore_feedback(int replicas, int rank);
-  bool momentum_in_ = false;  ///< this step's compressed ranges hold the momentum shares
-
-  /// onebit_adam after the freeze: grads[i] = beta1 / replicas * m[i] + (1 - beta1) * grads[i]
-  /// on the compressed ranges inside [offset, offset + count).
-  void add_momentum(int64_t offset, int64_t count);
   std::unique_ptr<nn::optimizer> opt_;
   cohort::batch batch_;
 };
