@@ -109,7 +109,7 @@ TEST_CASE("clip: scales down to max_norm only when the norm is larger") {
   CHECK(h == std::vector<float>{3, 4});
 }
 
-TEST_CASE("momentum_share: beta1 / replicas * m + (1 - beta1) * g on compressed ranges only") {
+TEST_CASE("momentum_share: beta1 / replicas times m plus (1 - beta1) times g, on compressed ranges only") {
   frozen_onebit o({4, 8, 100}, {1, 1, 1});
   std::vector<float> g = {2, 2, 7};
   grad_buffers b = view(g);
