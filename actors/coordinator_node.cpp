@@ -51,9 +51,10 @@ coordinator_node::coordinator_node(coordinator_options opts, const std::string& 
     return b != nullptr ? b->caught_up() : std::chrono::steady_clock::now();
   };
   // Live members' heartbeats are answered on the bridge thread, never behind the actor's
-  // mailbox. Not under `drop control`: its frame counter must see every heartbeat, in order.
+  // mailbox. Not where a fault filter decides on heartbeats: it must see every one, in order.
+  if (!opts.control_filter) opts.control_filter = step::job_frame_filter(opts.job);
   std::shared_ptr<net::heartbeat_table> beats;
-  if (!(opts.job && opts.job->drop_control())) {
+  if (!(opts.control_filter && opts.control_filter->decides(net::msg_type::heartbeat))) {
     const auto& m = opts.membership;
     beats = std::make_shared<net::heartbeat_table>(std::chrono::milliseconds(m.heartbeat_ms),
                                                    std::chrono::milliseconds(m.timeout_ms),
