@@ -189,8 +189,7 @@ class coordinator_node {
   void cut_off(uint32_t ms);
 
  private:
-  bool cut_now() const;
-  std::atomic<int64_t> cut_until_ns_{0};
+  step::link_cut cut_;
   std::unique_ptr<caf::actor_system_config> caf_cfg_;
   std::unique_ptr<caf::actor_system> system_;
   std::atomic<net::zmq_bridge*> out_{nullptr};  // set once the bridge exists

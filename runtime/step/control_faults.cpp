@@ -59,6 +59,17 @@ class job_filter final : public frame_filter {
 
 }  // namespace
 
+int64_t link_cut::now_ns() const {
+  const auto t = now_ ? now_() : std::chrono::steady_clock::now();
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+}
+
+void link_cut::cut_for(std::chrono::milliseconds ms) {
+  until_ns_ = now_ns() + std::chrono::duration_cast<std::chrono::nanoseconds>(ms).count();
+}
+
+bool link_cut::down() const { return now_ns() < until_ns_.load(); }
+
 std::shared_ptr<frame_filter> job_frame_filter(std::shared_ptr<training_job> job) {
   if (!job) return nullptr;
   return std::make_shared<job_filter>(std::move(job));

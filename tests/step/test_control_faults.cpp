@@ -1,8 +1,10 @@
 // The control plane's injected faults as a frame filter (runtime/step/control_faults.hpp):
 // which frames `drop control` may lose, its draw as a pure function of (seed, frame number),
-// and the job's filter, which reads a drop control added mid-run and counts what it drops.
+// the job's filter, which reads a drop control added mid-run and counts what it drops, and
+// the coordinator's link cut on a fake clock.
 #include <doctest/doctest.h>
 
+#include <chrono>
 #include <vector>
 
 #include "runtime/core/config.hpp"
@@ -78,4 +80,20 @@ TEST_CASE("the job's filter drops nothing until a drop control is set, then draw
   REQUIRE(counters.size() == 1);
   CHECK(counters[0].name == "drop_control");
   CHECK(counters[0].value == lost);
+}
+
+TEST_CASE("a link cut is down from the cut until its deadline, and a later cut replaces it") {
+  std::chrono::steady_clock::time_point now{};
+  link_cut cut([&] { return now; });
+  CHECK_FALSE(cut.down());
+  cut.cut_for(std::chrono::milliseconds(100));
+  CHECK(cut.down());
+  now += std::chrono::milliseconds(99);
+  CHECK(cut.down());
+  now += std::chrono::milliseconds(1);
+  CHECK_FALSE(cut.down());  // the deadline itself: up again
+  cut.cut_for(std::chrono::milliseconds(50));
+  cut.cut_for(std::chrono::milliseconds(10));  // replaces, does not extend
+  now += std::chrono::milliseconds(10);
+  CHECK_FALSE(cut.down());
 }
