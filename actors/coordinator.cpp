@@ -14,7 +14,6 @@
 #include "actors/coordinator_internal.hpp"
 #include "runtime/core/config.hpp"
 #include "runtime/core/faults.hpp"
-#include "runtime/core/rng.hpp"
 
 namespace cohort::actors {
 
@@ -24,33 +23,11 @@ namespace {
 
 using std::chrono::milliseconds;
 
-// drop control (fault injection, docs/faults.md): frames of the step protocol, rosters
-// and heartbeats between the coordinator and its members are lost with probability p, a
-// pure function of (seed, frame number). Registration, the rendezvous store, stop and the
-// admin channel are never dropped.
+// Injected control-plane faults (the job's frame filter, runtime/step/control_faults.hpp)
+// act on frames between the coordinator and its members only.
 bool drop_frame(self_ptr self, const std::string& peer, net::msg_type t) {
   auto& st = self->state;
-  const faults::fault_spec* d = st.opts.job ? st.opts.job->drop_control() : nullptr;
-  if (d == nullptr || st.member_at.count(peer) == 0) return false;
-  switch (t) {
-    case net::msg_type::roster_update:
-    case net::msg_type::heartbeat:
-    case net::msg_type::heartbeat_ack:
-    case net::msg_type::job_spec:
-    case net::msg_type::worker_ready:
-    case net::msg_type::step_open:
-    case net::msg_type::step_vote:
-    case net::msg_type::step_result:
-    case net::msg_type::train_report:
-    case net::msg_type::fault_order:
-      break;
-    default:
-      return false;
-  }
-  const uint64_t h = hash_coords(d->seed, 0x64726f70u, st.drop_draws++);
-  if (static_cast<double>(h >> 11) * (1.0 / 9007199254740992.0) >= d->p) return false;
-  st.opts.job->note_dropped_frame();
-  return true;
+  return st.opts.control_filter && st.member_at.count(peer) != 0 && st.opts.control_filter->drop(t);
 }
 
 }  // namespace
@@ -304,8 +281,8 @@ net::status_reply make_status(self_ptr self, uint64_t request_id) {
     out.workers.push_back(std::move(w));
   }
   if (st.io.drop_counts) out.dropped = st.io.drop_counts();
-  if (st.opts.job && st.opts.job->drop_control())
-    out.dropped.push_back(net::counter{"drop_control", st.opts.job->report().dropped_frames()});
+  if (st.opts.control_filter)
+    for (auto& c : st.opts.control_filter->counters()) out.dropped.push_back(std::move(c));
   if (st.opts.job) out.job = st.opts.job->report().live().dump();
   if (st.opts.coordinator_status) out.coordinator = st.opts.coordinator_status();
   return out;
@@ -421,6 +398,7 @@ coordinator_options coordinator_options_from(const config& cfg) {
 
 caf::behavior coordinator_actor(caf::stateful_actor<coordinator_state>* self,
                                 coordinator_options opts, coordinator_io io) {
+  if (!opts.control_filter) opts.control_filter = step::job_frame_filter(opts.job);
   self->state.opts = opts;
   self->state.io = std::move(io);
   self->state.store = net::kv::store(opts.kv);

@@ -17,14 +17,15 @@
 #include <vector>
 
 #include "actors/messages.hpp"
-#include "runtime/step/training_job.hpp"
+#include "runtime/core/log_limiter.hpp"
 #include "runtime/net/heartbeat_table.hpp"
 #include "runtime/net/kv_store.hpp"
-#include "runtime/core/log_limiter.hpp"
 #include "runtime/net/membership.hpp"
 #include "runtime/net/protocol.hpp"
 #include "runtime/net/roster_changes.hpp"
 #include "runtime/net/zmq_bridge.hpp"
+#include "runtime/step/control_faults.hpp"
+#include "runtime/step/training_job.hpp"
 
 namespace cohort {
 struct config;
@@ -82,6 +83,9 @@ struct coordinator_options {
   /// leader finds it (etcd), so that it outlives this leader. Empty: recorded; else why not
   /// (the fault is then refused). Null: nothing to record.
   std::function<std::string(const std::string& spec)> record_added_fault;
+  /// Every frame between the coordinator and a member, in and out, passes through it
+  /// (injected faults); null: the job's (step::job_frame_filter), none without a job.
+  std::shared_ptr<step::frame_filter> control_filter;
 };
 
 /// Options from a resolved config: fault_tolerance.* and parallel.*; tick = heartbeat / 2.
@@ -134,8 +138,7 @@ struct coordinator_state {
   mb::change_log changes;                            ///< who left in each announced generation
   std::vector<mb::member_id> announced;              ///< members of the last announced generation
   std::unordered_map<mb::member_id, uint64_t> held;  ///< generation each member was last told
-  std::string launcher;     ///< the client registered as "launch" (starts workers on scale)
-  uint64_t drop_draws = 0;  ///< frames `drop control` has decided on (its counter)
+  std::string launcher;  ///< the client registered as "launch" (starts workers on scale)
   std::unordered_map<uint64_t, kv_waiter> kv_waiters;  ///< store request id -> requester
   uint64_t next_kv_id = 1;
   int64_t step = 0;  ///< next training step (the job's), 0 without a job
@@ -186,8 +189,7 @@ class coordinator_node {
   void cut_off(uint32_t ms);
 
  private:
-  bool cut_now() const;
-  std::atomic<int64_t> cut_until_ns_{0};
+  step::link_cut cut_;
   std::unique_ptr<caf::actor_system_config> caf_cfg_;
   std::unique_ptr<caf::actor_system> system_;
   std::atomic<net::zmq_bridge*> out_{nullptr};  // set once the bridge exists

@@ -30,7 +30,7 @@ coordinator_node::coordinator_node(coordinator_options opts, const std::string& 
     : caf_cfg_(make_caf_config()), system_(std::make_unique<caf::actor_system>(*caf_cfg_)) {
   coordinator_io io;
   io.send = [this](const std::string& peer, const net::message& m) {
-    if (cut_now()) return;
+    if (cut_.down()) return;
     if (auto* b = out_.load()) b->send(peer, m);
   };
   io.admit = [this](const std::string& peer) {
@@ -51,9 +51,10 @@ coordinator_node::coordinator_node(coordinator_options opts, const std::string& 
     return b != nullptr ? b->caught_up() : std::chrono::steady_clock::now();
   };
   // Live members' heartbeats are answered on the bridge thread, never behind the actor's
-  // mailbox. Not under `drop control`: its frame counter must see every heartbeat, in order.
+  // mailbox. Not where a fault filter decides on heartbeats: it must see every one, in order.
+  if (!opts.control_filter) opts.control_filter = step::job_frame_filter(opts.job);
   std::shared_ptr<net::heartbeat_table> beats;
-  if (!(opts.job && opts.job->drop_control())) {
+  if (!(opts.control_filter && opts.control_filter->decides(net::msg_type::heartbeat))) {
     const auto& m = opts.membership;
     beats = std::make_shared<net::heartbeat_table>(std::chrono::milliseconds(m.heartbeat_ms),
                                                    std::chrono::milliseconds(m.timeout_ms),
@@ -74,7 +75,7 @@ coordinator_node::coordinator_node(coordinator_options opts, const std::string& 
     bridge_ = std::make_unique<net::zmq_bridge>(
         bo, [this, target, beats](const net::sender& from, net::message m) {
           const std::string& peer = from.peer;
-          if (cut_now()) return;            // partition coordinator: the link is down
+          if (cut_.down()) return;          // injected cut (partition coordinator)
           auto* self_bridge = out_.load();  // null until the constructor is done
           if (const auto* hb = std::get_if<net::heartbeat>(&m);
               hb != nullptr && beats && self_bridge != nullptr) {
@@ -113,19 +114,7 @@ coordinator_node::~coordinator_node() {
   system_.reset();
 }
 
-namespace {
-int64_t steady_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-}  // namespace
-
-bool coordinator_node::cut_now() const { return steady_ns() < cut_until_ns_.load(); }
-
-void coordinator_node::cut_off(uint32_t ms) {
-  cut_until_ns_ = steady_ns() + static_cast<int64_t>(ms) * 1000000;
-}
+void coordinator_node::cut_off(uint32_t ms) { cut_.cut_for(std::chrono::milliseconds(ms)); }
 
 void coordinator_node::request_stop(const std::string& reason) {
   caf::anon_send(actor_, co_stop_atom::value, reason);

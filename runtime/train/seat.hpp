@@ -14,13 +14,11 @@
 //   s.finish_gradients(step);           // a stage: the whole model's gradient norm
 //   ... vote; on commit: s.apply_step(step);
 #pragma once
-#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -84,9 +82,6 @@ class seat {
   /// Whether this seat's loss and rows are its replica's (the whole model; the last stage's
   /// TP rank 0).
   virtual bool speaks_for_loss() const = 0;
-  /// The next compute_gradients runs each compute pass `factor` times as long (an injected
-  /// `slow`; 1: normal speed). Applies to one call.
-  virtual void stretch_compute(double factor) = 0;
 
   /// The training state a joiner takes from a donor (parameters, optimizer slots).
   virtual std::vector<std::pair<float*, std::size_t>> state_buffers() = 0;
@@ -108,14 +103,6 @@ class seat {
   /// The most bytes the seat's memory pool has held so far (cheap: telemetry each step).
   virtual int64_t peak_pool_bytes() const = 0;
 };
-
-/// What an injected `slow` adds after a pass that took SPENT: (FACTOR - 1) x SPENT of sleep
-/// (nothing for FACTOR <= 1). Both seats stretch their compute with it.
-inline void stretch_sleep(std::chrono::steady_clock::duration spent, double factor) {
-  if (factor > 1)
-    std::this_thread::sleep_for(
-        std::chrono::duration_cast<std::chrono::steady_clock::duration>(spent * (factor - 1)));
-}
 
 /// The whole model on one worker (the adapter lives with trainer, in trainer.cpp).
 std::unique_ptr<seat> make_whole_seat(const config& c);

@@ -362,20 +362,11 @@ class stage_seat final : public seat {
   // comm.compression is refused for pipeline and TP jobs (config rules): plain sums.
   comm::wire_plan wire(int, int) override { return {}; }
   std::size_t elements() override { return static_cast<std::size_t>(st_.model().num_params()); }
-  void set_links(stage_links l) override {
-    // An injected `slow` stretches the stage's passes where they run, inside the schedule,
-    // so the neighbours wait for it as they would for a slower device.
-    l.after_compute = [this](clock_type::duration spent) { stretch_sleep(spent, stretch_); };
-    st_.set_links(std::move(l));
-  }
+  void set_links(stage_links l) override { st_.set_links(std::move(l)); }
 
   void begin_step() override { st_.begin_step(); }
   double compute_gradients(int64_t step, const std::vector<int>& micro,
                            const nn::grads_ready_fn& ready) override {
-    struct reset {
-      double& f;
-      ~reset() { f = 1; }
-    } r{stretch_};
     return st_.compute_gradients(step, micro, ready);
   }
   void* reduction_buffer() override { return st_.reduction_buffer(); }
@@ -384,8 +375,6 @@ class stage_seat final : public seat {
   bool speaks_for_loss() const override {
     return st_.stage() == st_.stages() - 1 && st_.tp_rank() == 0;
   }
-  void stretch_compute(double factor) override { stretch_ = factor; }
-
   std::vector<std::pair<float*, std::size_t>> state_buffers() override {
     return st_.state_buffers();
   }
@@ -428,7 +417,6 @@ class stage_seat final : public seat {
 
  private:
   stage_trainer st_;
-  double stretch_ = 1;
 };
 
 }  // namespace

@@ -399,8 +399,6 @@ int64_t trainer::peak_pool_bytes() const {
 namespace {
 
 // The whole model as a DP group's seat (runtime/train/seat.hpp).
-using clock_type = std::chrono::steady_clock;
-
 class whole_seat final : public seat {
  public:
   explicit whole_seat(const config& c) : tr_(c) {}
@@ -414,12 +412,7 @@ class whole_seat final : public seat {
   void begin_step() override { tr_.begin_step(); }
   double compute_gradients(int64_t step, const std::vector<int>& micro,
                            const nn::grads_ready_fn& ready) override {
-    const auto t0 = clock_type::now();
-    const double loss_rows = tr_.compute_gradients(step, micro, ready);
-    // The whole step's compute at once: the model has no per-pass callback.
-    stretch_sleep(clock_type::now() - t0, stretch_);
-    stretch_ = 1;
-    return loss_rows;
+    return tr_.compute_gradients(step, micro, ready);
   }
   void* reduction_buffer() override { return tr_.reduction_buffer(); }
   comm::wire_plan wire(int replicas, int rank) override { return tr_.wire(replicas, rank); }
@@ -437,7 +430,6 @@ class whole_seat final : public seat {
   }
   void apply_step(int64_t step) override { tr_.apply_step(step); }
   bool speaks_for_loss() const override { return true; }
-  void stretch_compute(double factor) override { stretch_ = factor; }
 
   std::vector<std::pair<float*, std::size_t>> state_buffers() override {
     return tr_.state_buffers();
@@ -466,7 +458,6 @@ class whole_seat final : public seat {
 
  private:
   trainer tr_;
-  double stretch_ = 1;
 };
 
 }  // namespace
