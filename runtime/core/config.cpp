@@ -323,7 +323,7 @@ const std::vector<key_spec>& schema() {
        "backend",
        COHORT_FIELD(comm.backend),
        unbounded(),
-       {"auto", "gloo", "nccl"},
+       choice_words<comm_backend>(),
        nullptr,
        "Collective library for gradients; auto = NCCL when the worker's device is a GPU, "
        "else Gloo. Training runs on the CPU in this version, so nccl is refused."},
@@ -348,7 +348,7 @@ const std::vector<key_spec>& schema() {
        "transport",
        COHORT_FIELD(comm.transport),
        unbounded(),
-       {"auto", "gloo", "shm"},
+       choice_words<comm_transport>(),
        nullptr,
        "How each DP / TP group moves tensors on the CPU: shm = a shared-memory segment (every "
        "rank of the group on one host); gloo = Gloo over TCP; auto = shm for a group whose "
@@ -358,7 +358,7 @@ const std::vector<key_spec>& schema() {
        "hierarchy",
        COHORT_FIELD(comm.hierarchy),
        unbounded(),
-       {"auto", "flat", "hierarchical"},
+       choice_words<comm_hierarchy>(),
        nullptr,
        "With transport auto, for a group spread over several hosts: hierarchical = sum over "
        "shared memory inside each host, allreduce among one leader per host over Gloo, "
@@ -377,7 +377,7 @@ const std::vector<key_spec>& schema() {
        "compression",
        COHORT_FIELD(comm.compression),
        unbounded(),
-       {"none", "bf16", "fp16", "fp8"},
+       choice_words<comm_compression>(),
        nullptr,
        "Wire format of the data-parallel gradient sum: none = fp32; bf16 / fp16 = 2 bytes a "
        "value, fp8 = 1 (E4M3, fp16 and fp8 scaled by a power of two per chunk). Each chunk's "

@@ -425,7 +425,7 @@ nlohmann::json run_report::summary(double wall_s) const {
     }
     nlohmann::json c = {
         {"compression", cfg_.train.optimizer == "onebit_adam" ? std::string("sign (onebit_adam)")
-                                                              : cfg_.comm.compression},
+                                                              : std::string(to_string(cfg_.comm.compression))},
         {"error_feedback", keeps_error_feedback(cfg_)},
         {"bytes_sent_per_step", n_all > 0 ? all / n_all : 0.0}};
     if (n_plain > 0) c["uncompressed_bytes_per_step"] = plain / n_plain;

@@ -52,7 +52,7 @@ trainer::trainer(const config& c) : cfg_(c) {
   if (o.kind == "onebit_adam") o.compressed = onebit_ranges(*model_, c.train.onebit_exclude);
   opt_ = nn::make_optimizer(model_->flat_values(), model_->flat_grads(), o);
   onebit_ = dynamic_cast<nn::onebit_adam*>(opt_.get());
-  wire_format_ = comm::parse_wire_format(c.comm.compression);
+  wire_format_ = comm::wire_format_of(c.comm.compression);
   error_feedback_ = keeps_error_feedback(c);  // 1-bit Adam always feeds back what signs lose
   if (error_feedback_) kept_.reset(static_cast<std::size_t>(model_->num_params()));
 }
