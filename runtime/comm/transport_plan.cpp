@@ -1,5 +1,6 @@
 #include "runtime/comm/transport_plan.hpp"
 
+#include <algorithm>
 #include <sstream>
 
 #include "runtime/comm/comm_error.hpp"
@@ -34,8 +35,13 @@ std::vector<char> encode_plan(const transport_plan& p) {
 
 transport_plan decode_plan(const std::vector<char>& record, int size) {
   const std::string text(record.begin(), record.begin() + std::min(record.size(), longest_record));
+  // What the message shows of the record: its start, with bytes a terminal or a C string
+  // would mangle (a NUL ends what() early) shown as '?'.
+  std::string shown = text.substr(0, 64);
+  for (char& ch : shown)
+    if (static_cast<unsigned char>(ch) < 0x20 || static_cast<unsigned char>(ch) >= 0x7f) ch = '?';
   const auto bad = [&](const std::string& why) {
-    return comm_error(comm_failure::invalid, "transport plan '" + text.substr(0, 64) + "'",
+    return comm_error(comm_failure::invalid, "transport plan '" + shown + "'",
                       why + " (rank 0 of the group writes it; every worker of a job must run "
                             "the same cohort build)");
   };

@@ -64,7 +64,9 @@ TEST_CASE("a record that is not a plan of this version is refused with what is w
   CHECK(refusal("shm", 2).find("does not start with 'cohort.plan'") != std::string::npos);
   CHECK(refusal("hier:0,0,1,1", 4).find("does not start with 'cohort.plan'") != std::string::npos);
   CHECK(refusal("", 2).find("does not start with 'cohort.plan'") != std::string::npos);
-  CHECK(refusal(std::string("cohort.plan\0 1 gloo", 19), 2).find("does not start with") !=
+  // A NUL in the record neither ends the message early nor reaches it.
+  const std::string nul = refusal(std::string("cohort.plan\0 1 gloo", 19), 2);
+  CHECK(nul.find("transport plan 'cohort.plan? 1 gloo' failed (invalid): it does not start with") !=
         std::string::npos);
   CHECK(refusal("cohort.plan", 2).find("version is ''") != std::string::npos);
   // An unknown kind, or a kind with what does not belong to it.
