@@ -15,8 +15,8 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
-#include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -167,8 +167,7 @@ void add_bench_dp(CLI::App& bench, int* rc) {
                                {"overlap", p.overlap}});
       std::printf("%s\n", j.dump(2).c_str());
     } else {
-      std::printf("bench dp: %s, transport %s\n", o->config.c_str(),
-                  transport.c_str());
+      std::printf("bench dp: %s, transport %s\n", o->config.c_str(), transport.c_str());
       std::printf("%8s %10s %8s %11s %13s %13s %9s %8s\n", "workers", "step_ms", "ratio",
                   "compute_ms", "comm_wait_ms", "allreduce_ms", "idle_ms", "overlap");
       for (const auto& p : pts)

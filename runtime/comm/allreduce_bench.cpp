@@ -84,22 +84,23 @@ std::vector<allreduce_bench_row> run_allreduce_bench_rank(const allreduce_bench_
   transport_options t;
   t.rendezvous_timeout_ms = opts.timeout_ms;
   t.group = "control";
-  auto control =
-      make_communicator(comm_backend::gloo, "cpu", kv, rank, n, /*generation=*/1, opts.timeout_ms, t);
+  auto control = make_communicator(comm_backend::gloo, "cpu", kv, rank, n, /*generation=*/1,
+                                   opts.timeout_ms, t);
 
   // cohort's path: the factory over the file store, as a worker builds it.
   t.group = "dp";
   t.transport = opts.transport.kind;
   t.hierarchy = opts.transport.hierarchy;
   if (opts.hosts > 1) t.host_id = "bench-host-" + std::to_string(rank * opts.hosts / n);
-  auto comm = make_communicator(comm_backend::gloo, "cpu", kv, rank, n, /*generation=*/1, opts.timeout_ms, t);
+  auto comm = make_communicator(comm_backend::gloo, "cpu", kv, rank, n, /*generation=*/1,
+                                opts.timeout_ms, t);
   // The bucket path's further lanes, as a worker builds them (none over shared memory alone).
   std::vector<std::unique_ptr<communicator>> extra;
   std::vector<communicator*> lanes{comm.get()};
   for (int l = 1; l < opts.lanes && !comm->memory_bound(); ++l) {
     t.group = "dp.l" + std::to_string(l);
-    extra.push_back(
-        make_communicator(comm_backend::gloo, "cpu", kv, rank, n, /*generation=*/1, opts.timeout_ms, t));
+    extra.push_back(make_communicator(comm_backend::gloo, "cpu", kv, rank, n, /*generation=*/1,
+                                      opts.timeout_ms, t));
     lanes.push_back(extra.back().get());
   }
 

@@ -62,9 +62,9 @@ transport_plan decide_plan(const std::vector<std::string>& ids, comm_hierarchy h
 
 }  // namespace
 
-std::unique_ptr<communicator> make_communicator(comm_backend backend,
-                                                const std::string& device, kv_client& kv, int rank,
-                                                int size, std::uint64_t generation, int timeout_ms,
+std::unique_ptr<communicator> make_communicator(comm_backend backend, const std::string& device,
+                                                kv_client& kv, int rank, int size,
+                                                std::uint64_t generation, int timeout_ms,
                                                 const transport_options& transport) {
   if (timeout_ms <= 0) throw usage_error("communicator timeout must be > 0 ms");
   const std::chrono::milliseconds timeout(timeout_ms);
@@ -98,8 +98,7 @@ std::unique_ptr<communicator> make_communicator(comm_backend backend,
       if (rank == 0) {
         std::vector<std::string> ids{me};
         for (int r = 1; r < size; ++r) {
-          const std::vector<char> v =
-              kv.get(key("host/" + std::to_string(r)), rendezvous_timeout);
+          const std::vector<char> v = kv.get(key("host/" + std::to_string(r)), rendezvous_timeout);
           ids.emplace_back(v.begin(), v.end());
         }
         plan = decide_plan(ids, transport.hierarchy);

@@ -53,9 +53,9 @@ comm_backend resolve_backend(comm_backend backend, const std::string& device);
 /// until every rank has joined). `timeout_ms` bounds every collective (config-derived,
 /// never a library default). Throws usage_error (bad backend/device, a hierarchy the
 /// transport leaves no room for) or comm_error (a plan record it cannot read among them).
-std::unique_ptr<communicator> make_communicator(comm_backend backend,
-                                                const std::string& device, kv_client& kv, int rank,
-                                                int size, std::uint64_t generation, int timeout_ms,
+std::unique_ptr<communicator> make_communicator(comm_backend backend, const std::string& device,
+                                                kv_client& kv, int rank, int size,
+                                                std::uint64_t generation, int timeout_ms,
                                                 const transport_options& transport = {});
 
 }  // namespace cohort::comm

@@ -27,8 +27,8 @@ const char* to_string(plan_kind k) {
 }
 
 std::vector<char> encode_plan(const transport_plan& p) {
-  std::string s = std::string(magic) + " " + std::to_string(transport_plan::version) + " " +
-                  to_string(p.kind);
+  std::string s =
+      std::string(magic) + " " + std::to_string(transport_plan::version) + " " + to_string(p.kind);
   if (p.kind == plan_kind::hier) s += " " + p.layout.to_text();
   return {s.begin(), s.end()};
 }
@@ -42,8 +42,9 @@ transport_plan decode_plan(const std::vector<char>& record, int size) {
     if (static_cast<unsigned char>(ch) < 0x20 || static_cast<unsigned char>(ch) >= 0x7f) ch = '?';
   const auto bad = [&](const std::string& why) {
     return comm_error(comm_failure::invalid, "transport plan '" + shown + "'",
-                      why + " (rank 0 of the group writes it; every worker of a job must run "
-                            "the same cohort build)");
+                      why +
+                          " (rank 0 of the group writes it; every worker of a job must run "
+                          "the same cohort build)");
   };
   if (record.size() > longest_record)
     throw bad("the record is " + std::to_string(record.size()) + " bytes, more than any plan");

@@ -28,7 +28,9 @@ struct choice_spellings;
 template <>
 struct choice_spellings<comm_backend> {
   static constexpr std::array<std::pair<comm_backend, const char*>, 3> words{
-      {{comm_backend::automatic, "auto"}, {comm_backend::gloo, "gloo"}, {comm_backend::nccl, "nccl"}}};
+      {{comm_backend::automatic, "auto"},
+       {comm_backend::gloo, "gloo"},
+       {comm_backend::nccl, "nccl"}}};
 };
 template <>
 struct choice_spellings<comm_transport> {

@@ -232,8 +232,8 @@ class rules {
 
   void check_compression() {
     const config& c = c_;
-    if (fine({"comm.compression", "parallel.pp", "parallel.tp"}) && c.comm.compression != comm_compression::none &&
-        (c.parallel.pp > 1 || c.parallel.tp > 1))
+    if (fine({"comm.compression", "parallel.pp", "parallel.tp"}) &&
+        c.comm.compression != comm_compression::none && (c.parallel.pp > 1 || c.parallel.tp > 1))
       complain({"comm.compression", "parallel.pp", "parallel.tp"},
                "compression of the gradient sum is built for whole-model jobs; this one has pp = " +
                    std::to_string(c.parallel.pp) + " x tp = " + std::to_string(c.parallel.tp) +
@@ -263,7 +263,8 @@ class rules {
       complain({"comm.hierarchy", "comm.transport"},
                "hierarchical combines shared memory inside a host with Gloo between hosts, so "
                "it needs comm.transport: auto (it is " +
-                   std::string(to_string(c.comm.transport)) + "); set transport to auto or hierarchy to flat");
+                   std::string(to_string(c.comm.transport)) +
+                   "); set transport to auto or hierarchy to flat");
     if (fine({"comm.host_id"}) &&
         (c.comm.host_id.size() > 200 || c.comm.host_id.find_first_of("\r\n") != std::string::npos))
       complain({"comm.host_id"}, "must be one line of at most 200 characters (or auto: detected)");

@@ -22,10 +22,9 @@ namespace cohort::config_schema {
 /// (comm_choices.hpp), read and written as its spellings.
 using fault_list = std::vector<faults::fault_spec>;
 using string_list = std::vector<std::string>;
-using field_ref =
-    std::variant<int*, int64_t*, uint64_t*, float*, bool*, std::string*, std::vector<int>*,
-                 string_list*, fault_list*, ha_config*, comm_backend*, comm_transport*,
-                 comm_hierarchy*, comm_compression*>;
+using field_ref = std::variant<int*, int64_t*, uint64_t*, float*, bool*, std::string*,
+                               std::vector<int>*, string_list*, fault_list*, ha_config*,
+                               comm_backend*, comm_transport*, comm_hierarchy*, comm_compression*>;
 
 /// Allowed numeric interval; for lists it applies to every element.
 struct bounds {

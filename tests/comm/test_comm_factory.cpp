@@ -42,7 +42,8 @@ TEST_CASE("make_communicator builds Gloo for auto on a CPU device") {
   bool found = false;
   for (const auto& k : kv.keys()) found |= k.rfind("gen/5/dp/gloo/", 0) == 0;
   CHECK(found);
-  CHECK_THROWS_AS(make_communicator(comm_backend::automatic, "cpu", kv, 0, 1, 5, 0), cohort::usage_error);
+  CHECK_THROWS_AS(make_communicator(comm_backend::automatic, "cpu", kv, 0, 1, 5, 0),
+                  cohort::usage_error);
 }
 
 TEST_CASE("the NCCL backend is compiled and without a GPU says it cannot run") {

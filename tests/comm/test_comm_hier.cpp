@@ -16,9 +16,9 @@
 #include "tests/comm/comm_test_util.hpp"
 
 using namespace cohort::comm;
-using cohort::comm_transport;
-using cohort::comm_hierarchy;
 using cohort::comm_backend;
+using cohort::comm_hierarchy;
+using cohort::comm_transport;
 using cohort::parse_choice;
 using namespace cohort::comm::test;
 

@@ -87,8 +87,9 @@ TEST_CASE("a record that is not a plan of this version is refused with what is w
   CHECK(refusal("cohort.plan 1 hier " + std::string(1 << 20, '0'), 4).find("more than any plan") !=
         std::string::npos);
   // Every refusal says where the record comes from and what to do.
-  CHECK(refusal("cohort.plan 9 shm", 2).find("every worker of a job must run the same cohort "
-                                             "build") != std::string::npos);
+  CHECK(refusal("cohort.plan 9 shm", 2)
+            .find("every worker of a job must run the same cohort "
+                  "build") != std::string::npos);
 }
 
 TEST_CASE("a rank that reads a plan it cannot decode refuses to build the group") {

@@ -20,8 +20,8 @@
 #include "tests/comm/comm_test_util.hpp"
 
 using namespace cohort::comm;
-using cohort::comm_transport;
 using cohort::comm_backend;
+using cohort::comm_transport;
 using namespace cohort::comm::test;
 using std::chrono::milliseconds;
 

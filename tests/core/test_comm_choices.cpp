@@ -51,8 +51,9 @@ void spells_back(const std::vector<std::pair<std::string, E>>& table) {
 }  // namespace
 
 TEST_CASE("each comm choice has one spelling per value, read and printed the same") {
-  spells_back<comm_backend>(
-      {{"auto", comm_backend::automatic}, {"gloo", comm_backend::gloo}, {"nccl", comm_backend::nccl}});
+  spells_back<comm_backend>({{"auto", comm_backend::automatic},
+                             {"gloo", comm_backend::gloo},
+                             {"nccl", comm_backend::nccl}});
   spells_back<comm_transport>({{"auto", comm_transport::automatic},
                                {"gloo", comm_transport::gloo},
                                {"shm", comm_transport::shm}});
