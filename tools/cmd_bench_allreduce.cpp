@@ -143,7 +143,7 @@ void print_table(const comm::allreduce_bench_options& o,
       "(cohort and raw interleaved "
       "call by call) of the slowest rank's time; GB/s: algbw = bytes/time, busbw = "
       "algbw*2(n-1)/n; x/raw = median over calls of raw_i/x_i (the busbw ratio)\n",
-      o.ranks, o.hosts, o.transport.c_str(), o.bucket_mb, o.lanes);
+      o.ranks, o.hosts, o.transport.word().c_str(), o.bucket_mb, o.lanes);
   std::printf("%10s %6s | %10s %7s %7s | %10s %7s | %10s %7s %7s | %10s %11s\n", "size", "iters",
               "cohort us", "algbw", "busbw", "bucket us", "busbw", "raw us", "algbw", "busbw",
               "cohort/raw", "buckets/raw");
@@ -156,14 +156,14 @@ void print_table(const comm::allreduce_bench_options& o,
         w * 1e6, comm::algbw_gbps(r.bytes, w), comm::busbw_gbps(r.bytes, w, o.ranks),
         r.ratio_cohort_raw, r.ratio_buckets_raw);
   }
-  if (o.compression == "none") return;
+  if (o.compression == comm::wire_format::f32) return;
   std::printf(
       "\ncompressed_allreduce_sum (%s%s) over the same communicator, interleaved call by call "
       "with raw Gloo; busbw-eq = the fp32 busbw of a sum that took this long; sent = bytes "
       "per rank per call handed to the transport, measured, for the compressed sum and for "
       "cohort's "
       "fp32 allreduce_sum on the same communicator\n",
-      o.compression.c_str(), o.error_feedback ? ", error feedback" : "");
+      comm::name_of(o.compression), o.error_feedback ? ", error feedback" : "");
   std::printf("%10s | %10s %9s | %12s %12s %7s | %10s\n", "size", "comp us", "busbw-eq", "sent B",
               "fp32 sent B", "fewer", "raw/comp");
   for (const auto& r : rows) {
@@ -185,7 +185,7 @@ void print_json(const comm::allreduce_bench_options& o,
                           {"busbw_gbps", comm::busbw_gbps(bytes, p.median, o.ranks)}};
   };
   nlohmann::json j{{"bench", "allreduce"},     {"ranks", o.ranks},
-                   {"backend", "gloo"},        {"transport", o.transport},
+                   {"backend", "gloo"},        {"transport", o.transport.word()},
                    {"hosts", o.hosts},         {"lanes", o.lanes},
                    {"dtype", "float32"},       {"time", "median over calls of the slowest rank"},
                    {"bucket_mb", o.bucket_mb}, {"rows", nlohmann::json::array()}};
@@ -197,8 +197,8 @@ void print_json(const comm::allreduce_bench_options& o,
                          {"raw_gloo", path(r.bytes, r.raw)},
                          {"ratio_cohort_raw", r.ratio_cohort_raw},
                          {"ratio_buckets_raw", r.ratio_buckets_raw}});
-  if (o.compression != "none") {
-    j["compression"] = o.compression;
+  if (o.compression != comm::wire_format::f32) {
+    j["compression"] = comm::name_of(o.compression);
     j["error_feedback"] = o.error_feedback;
     for (std::size_t i = 0; i < rows.size(); ++i) {
       const auto& r = rows[i];
@@ -223,6 +223,8 @@ void add_bench_allreduce(CLI::App& bench, int* rc) {
   auto json = std::make_shared<bool>(false);
   auto child_rank = std::make_shared<int>(-1);
   auto child_dir = std::make_shared<std::string>();
+  auto transport_word = std::make_shared<std::string>("gloo");
+  auto compression_word = std::make_shared<std::string>("none");
   CLI::App* cmd = bench.add_subcommand(
       "allreduce",
       "Allreduce across N local processes: cohort's communicator, its bucket engine and raw "
@@ -247,12 +249,12 @@ void add_bench_allreduce(CLI::App& bench, int* rc) {
   cmd->add_option("--timeout-ms", opts->timeout_ms, "collective and rendezvous timeout")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  cmd->add_option("--transport", opts->transport,
+  cmd->add_option("--transport", *transport_word,
                   "what the cohort and bucket rows use: gloo (TCP), shm (shared memory), "
                   "hierarchical (shared memory inside each host, Gloo among the hosts' "
                   "leaders), auto (as comm.transport and comm.hierarchy auto decide); the raw "
                   "row is always flat Gloo")
-      ->check(CLI::IsMember({"gloo", "shm", "hierarchical", "auto"}))
+      ->check(CLI::IsMember(comm::bench_transport::words()))
       ->capture_default_str();
   cmd->add_option("--lanes", opts->lanes,
                   "communicators the bucket row spreads its buckets over (comm.lanes; one "
@@ -264,7 +266,7 @@ void add_bench_allreduce(CLI::App& bench, int* rc) {
                   "comm.host_id sets); with hierarchical or auto")
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
-  cmd->add_option("--compression", opts->compression,
+  cmd->add_option("--compression", *compression_word,
                   "also time compressed_allreduce_sum in this wire format (comm.compression; "
                   "sign = 1-bit Adam's), paired with raw Gloo: time, busbw-equivalent, bytes "
                   "sent per rank")
@@ -277,7 +279,11 @@ void add_bench_allreduce(CLI::App& bench, int* rc) {
   cmd->add_option("--child-rank", *child_rank)->group("");
   cmd->add_option("--child-dir", *child_dir)->group("");
 
-  cmd->callback([cmd, opts, sizes, json, child_rank, child_dir, rc] {
+  cmd->callback([cmd, opts, sizes, json, child_rank, child_dir, transport_word, compression_word,
+                 rc] {
+    // The words become the options' types here, once.
+    opts->transport = comm::bench_transport::parse(*transport_word);
+    opts->compression = comm::parse_wire_format(*compression_word);
     opts->sizes.clear();
     for (const auto& s : *sizes) opts->sizes.push_back(parse_size(s));
     if (opts->sizes.empty()) opts->sizes = comm::default_bench_sizes();
@@ -287,7 +293,7 @@ void add_bench_allreduce(CLI::App& bench, int* rc) {
     if (opts->hosts > opts->ranks)
       throw usage_error("--hosts " + std::to_string(opts->hosts) + " is more than --ranks " +
                         std::to_string(opts->ranks) + " (each host needs a rank)");
-    if (opts->hosts > 1 && opts->transport != "hierarchical" && opts->transport != "auto")
+    if (opts->hosts > 1 && opts->transport.kind != comm_transport::automatic)
       throw usage_error(
           "--hosts needs --transport hierarchical or auto (gloo and shm do not "
           "look at hosts)");
@@ -316,10 +322,10 @@ void add_bench_allreduce(CLI::App& bench, int* rc) {
                                    std::string("--warmup"),      std::to_string(opts->warmup),
                                    std::string("--bucket-mb"),   std::to_string(opts->bucket_mb),
                                    std::string("--timeout-ms"),  std::to_string(opts->timeout_ms),
-                                   std::string("--transport"),   opts->transport,
+                                   std::string("--transport"),   *transport_word,
                                    std::string("--hosts"),       std::to_string(opts->hosts),
                                    std::string("--lanes"),       std::to_string(opts->lanes),
-                                   std::string("--compression"), opts->compression,
+                                   std::string("--compression"), *compression_word,
                                    std::string("--child-rank"),  std::to_string(r),
                                    std::string("--child-dir"),   dir})
         a.push_back(s);

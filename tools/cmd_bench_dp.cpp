@@ -16,11 +16,13 @@
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "actors/process.hpp"
+#include "runtime/comm/allreduce_bench.hpp"
 #include "runtime/core/config.hpp"
 #include "runtime/core/error.hpp"
 #include "tools/bench_util.hpp"
@@ -36,7 +38,8 @@ struct bench_dp_options {
   int batch = 0;  // per worker; 0: the config's micro_batch
   int64_t steps = 200;
   double bucket_mb = 0;   // 0: the config's comm.bucket_mb
-  std::string transport;  // empty: the config's comm.transport / comm.hierarchy
+  std::string transport_word;  // empty: the config's comm.transport / comm.hierarchy
+  std::optional<comm::bench_transport> transport;  // transport_word, parsed
   std::vector<std::string> overrides;
   bool json = false;
 };
@@ -68,11 +71,10 @@ dp_point run_point(const bench_dp_options& o, const config& base, int n,
   for (const auto& s : sets) args.insert(args.end(), {"--set", s});
   if (o.bucket_mb > 0)
     args.insert(args.end(), {"--set", "comm.bucket_mb=" + std::to_string(o.bucket_mb)});
-  if (!o.transport.empty()) {
-    const bool hier = o.transport == "hierarchical";
-    args.insert(args.end(), {"--set", "comm.transport=" + (hier ? "auto" : o.transport), "--set",
-                             "comm.hierarchy=" + std::string(hier ? "hierarchical" : "auto")});
-  }
+  if (o.transport)
+    args.insert(args.end(),
+                {"--set", "comm.transport=" + std::string(to_string(o.transport->kind)), "--set",
+                 "comm.hierarchy=" + std::string(to_string(o.transport->hierarchy))});
   const std::string log = (dir / ("dp" + std::to_string(n) + ".log")).string();
   const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   const pid_t pid = actors::spawn_self(args, fd, fd);
@@ -123,16 +125,20 @@ void add_bench_dp(CLI::App& bench, int* rc) {
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 40))
       ->capture_default_str();
   cmd->add_option("--bucket-mb", o->bucket_mb, "comm.bucket_mb for every run; 0: the config's");
-  cmd->add_option("--transport", o->transport,
+  cmd->add_option("--transport", o->transport_word,
                   "every run's DP transport: gloo, shm, auto or hierarchical (comm.transport "
                   "and comm.hierarchy; the workers of `launch` share one host, so "
                   "hierarchical is shared memory here: tools/bench_hier.sh measures it across "
                   "emulated hosts); default: the config's")
-      ->check(CLI::IsMember({"gloo", "shm", "auto", "hierarchical"}));
+      ->check(CLI::IsMember(comm::bench_transport::words()));
   add_set_option(*cmd, &o->overrides);
   cmd->add_flag("--json", o->json, "one JSON object instead of the table");
   cmd->callback([o, rc] {
     const config base = load_config(o->config, o->overrides);
+    if (!o->transport_word.empty()) o->transport = comm::bench_transport::parse(o->transport_word);
+    // The transport every run uses, as the summary spells it.
+    const std::string transport =
+        o->transport ? o->transport->word() : std::string(to_string(base.comm.transport));
     if (o->workers.empty()) throw usage_error("bench dp: --workers needs at least one count");
     for (int n : o->workers)
       if (n < 1) throw usage_error("bench dp: worker counts must be >= 1");
@@ -147,7 +153,7 @@ void add_bench_dp(CLI::App& bench, int* rc) {
     if (o->json) {
       nlohmann::json j;
       j["config"] = o->config;
-      j["transport"] = o->transport.empty() ? base.comm.transport : o->transport;
+      j["transport"] = transport;
       j["steps"] = o->steps;
       j["batch_per_worker"] = o->batch > 0 ? o->batch : base.train.micro_batch;
       for (const auto& p : pts)
@@ -161,8 +167,7 @@ void add_bench_dp(CLI::App& bench, int* rc) {
                                {"overlap", p.overlap}});
       std::printf("%s\n", j.dump(2).c_str());
     } else {
-      std::printf("bench dp: %s, transport %s\n", o->config.c_str(),
-                  (o->transport.empty() ? base.comm.transport : o->transport).c_str());
+      std::printf("bench dp: %s, transport %s\n", o->config.c_str(), transport.c_str());
       std::printf("%8s %10s %8s %11s %13s %13s %9s %8s\n", "workers", "step_ms", "ratio",
                   "compute_ms", "comm_wait_ms", "allreduce_ms", "idle_ms", "overlap");
       for (const auto& p : pts)

@@ -311,7 +311,7 @@ void add_coordinator(CLI::App& app, int* rc) {
                    "comm %s (buckets of %g MiB)\n",
                    c.model.kind.c_str(), static_cast<long long>(c.train.steps),
                    c.train.global_batch, c.cluster.workers, c.train.determinism.c_str(),
-                   c.comm.backend.c_str(), static_cast<double>(c.comm.bucket_mb));
+                   to_string(c.comm.backend), static_cast<double>(c.comm.bucket_mb));
       co.on_job = [&, lm](const step::job_actions& a, const step::training_job& job) {
         // Aborts, waits and state transfers are events, shown even without progress lines.
         for (const auto& n : a.notes) {

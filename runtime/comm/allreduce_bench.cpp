@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstring>
 #include <functional>
+#include <optional>
 
 #include "runtime/comm/buckets.hpp"
 #include "runtime/comm/compressed_allreduce.hpp"
@@ -33,6 +34,28 @@ int default_iters(std::size_t bytes) {
 }
 
 }  // namespace
+
+std::vector<std::string> bench_transport::words() {
+  return {"gloo", "shm", "hierarchical", "auto"};
+}
+
+bench_transport bench_transport::parse(const std::string& word) {
+  bench_transport b;
+  if (word == "hierarchical") {  // not a comm.transport word: automatic, per host
+    b.kind = comm_transport::automatic;
+    b.hierarchy = comm_hierarchy::hierarchical;
+    return b;
+  }
+  const std::optional<comm_transport> t = parse_choice<comm_transport>(word);
+  if (!t)
+    throw usage_error("--transport '" + word + "' is not one of: gloo, shm, hierarchical, auto");
+  b.kind = *t;
+  return b;
+}
+
+std::string bench_transport::word() const {
+  return hierarchy == comm_hierarchy::hierarchical ? "hierarchical" : to_string(kind);
+}
 
 std::vector<std::size_t> default_bench_sizes() {
   std::vector<std::size_t> s;
@@ -61,22 +84,23 @@ std::vector<allreduce_bench_row> run_allreduce_bench_rank(const allreduce_bench_
   transport_options t;
   t.rendezvous_timeout_ms = opts.timeout_ms;
   t.group = "control";
-  auto control =
-      make_communicator("gloo", "cpu", kv, rank, n, /*generation=*/1, opts.timeout_ms, t);
+  auto control = make_communicator(comm_backend::gloo, "cpu", kv, rank, n, /*generation=*/1,
+                                   opts.timeout_ms, t);
 
   // cohort's path: the factory over the file store, as a worker builds it.
   t.group = "dp";
-  t.transport = opts.transport == "hierarchical" ? "auto" : opts.transport;
-  t.hierarchy = opts.transport == "hierarchical" ? "hierarchical" : "auto";
+  t.transport = opts.transport.kind;
+  t.hierarchy = opts.transport.hierarchy;
   if (opts.hosts > 1) t.host_id = "bench-host-" + std::to_string(rank * opts.hosts / n);
-  auto comm = make_communicator("gloo", "cpu", kv, rank, n, /*generation=*/1, opts.timeout_ms, t);
+  auto comm = make_communicator(comm_backend::gloo, "cpu", kv, rank, n, /*generation=*/1,
+                                opts.timeout_ms, t);
   // The bucket path's further lanes, as a worker builds them (none over shared memory alone).
   std::vector<std::unique_ptr<communicator>> extra;
   std::vector<communicator*> lanes{comm.get()};
-  for (int l = 1; l < opts.lanes && std::string(comm->backend()) != "shm"; ++l) {
+  for (int l = 1; l < opts.lanes && !comm->memory_bound(); ++l) {
     t.group = "dp.l" + std::to_string(l);
-    extra.push_back(
-        make_communicator("gloo", "cpu", kv, rank, n, /*generation=*/1, opts.timeout_ms, t));
+    extra.push_back(make_communicator(comm_backend::gloo, "cpu", kv, rank, n, /*generation=*/1,
+                                      opts.timeout_ms, t));
     lanes.push_back(extra.back().get());
   }
 
@@ -113,7 +137,7 @@ std::vector<allreduce_bench_row> run_allreduce_bench_rank(const allreduce_bench_
     // Zeros stay zeros however often they are summed: no overflow to inf over iterations.
     std::vector<float> a(count, 0.0f), b(count, 0.0f), c(count, 0.0f), z(count, 0.0f);
     bucket_engine engine(lanes, count, grad_type::f32, opts.bucket_mb);
-    const wire_format format = parse_wire_format(opts.compression);
+    const wire_format format = opts.compression;
     std::vector<float> worker(opts.error_feedback ? count : 0), server(worker.size());
     const error_memory memory{opts.error_feedback ? worker.data() : nullptr,
                               opts.error_feedback ? server.data() : nullptr};

@@ -7,7 +7,23 @@
 #include <string>
 #include <vector>
 
+#include "runtime/comm/compress.hpp"
+#include "runtime/core/comm_choices.hpp"
+
 namespace cohort::comm {
+
+/// A bench's `--transport` word as the factory's two choices: gloo | shm | auto (transport
+/// and hierarchy automatic) | hierarchical (transport automatic, hierarchy hierarchical).
+struct bench_transport {
+  comm_transport kind = comm_transport::gloo;
+  comm_hierarchy hierarchy = comm_hierarchy::automatic;
+  /// Every word, for the command line's check.
+  static std::vector<std::string> words();
+  /// The choices `word` names; usage_error for anything else.
+  static bench_transport parse(const std::string& word);
+  /// The word that names these choices (for output and the child processes' arguments).
+  std::string word() const;
+};
 
 struct allreduce_bench_options {
   int ranks = 2;
@@ -19,10 +35,9 @@ struct allreduce_bench_options {
   int warmup = 2;          ///< untimed allreduces per path and size
   double bucket_mb = 2.0;  ///< bucket size of the bucket-engine path (comm.bucket_mb)
   int timeout_ms = 60000;
-  /// The cohort and bucket paths' transport: gloo | shm | auto (transport_options, with
-  /// hierarchy auto) | hierarchical (transport auto, hierarchy hierarchical). Raw Gloo
+  /// The cohort and bucket paths' transport and hierarchy (transport_options). Raw Gloo
   /// stays the reference.
-  std::string transport = "gloo";
+  bench_transport transport;
   /// Emulated hosts (hierarchical / auto only): rank r sits on host r * hosts / ranks,
   /// named by transport_options::host_id.
   int hosts = 1;
@@ -30,8 +45,8 @@ struct allreduce_bench_options {
   /// is one call on one communicator whatever this says.
   int lanes = 1;
   /// A fourth path, compressed_allreduce_sum on cohort's communicator in this wire format
-  /// ("none": not measured; bf16 | fp16 | fp8 | sign), with error memory when asked.
-  std::string compression = "none";
+  /// (f32: not measured; bf16 | fp16 | fp8 | sign), with error memory when asked.
+  wire_format compression = wire_format::f32;
   bool error_feedback = false;
 };
 

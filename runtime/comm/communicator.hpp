@@ -46,8 +46,12 @@ class communicator {
   virtual int rank() const = 0;
   /// Ranks in the group.
   virtual int size() const = 0;
-  /// "gloo" or "nccl".
+  /// "gloo", "shm", "hierarchical" or "nccl": for logs and summaries.
   virtual const char* backend() const = 0;
+  /// True when every collective is a copy through one host's memory (shared memory): more
+  /// communicators beside it buy nothing, since copies are bound by memory bandwidth, not
+  /// by round trips (comm.lanes).
+  virtual bool memory_bound() const { return false; }
 
   /// In place: data[i] becomes the sum over ranks of data[i]. Float sums depend on the
   /// backend's order (Gloo's ring); use the int64 overload for order-free sums.

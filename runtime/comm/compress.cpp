@@ -202,6 +202,21 @@ wire_format parse_wire_format(const std::string& name) {
   throw usage_error("unknown wire format '" + name + "' (expected none, bf16, fp16, fp8 or sign)");
 }
 
+wire_format wire_format_of(comm_compression c) {
+  switch (c) {
+    case comm_compression::none:
+      return wire_format::f32;
+    case comm_compression::bf16:
+      return wire_format::bf16;
+    case comm_compression::fp16:
+      return wire_format::fp16;
+    case comm_compression::fp8:
+      return wire_format::fp8;
+  }
+  throw usage_error("comm.compression " + std::to_string(static_cast<int>(c)) +
+                    " is not one of: none, bf16, fp16, fp8");
+}
+
 const char* name_of(wire_format f) {
   switch (f) {
     case wire_format::f32:

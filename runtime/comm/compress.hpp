@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <string>
 
+#include "runtime/core/comm_choices.hpp"
+
 namespace cohort::comm {
 
 /// How floats travel. f32: as they are (no loss). bf16: the upper 16 bits, rounded to
@@ -23,6 +25,8 @@ enum class wire_format { f32, bf16, fp16, fp8, sign };
 /// "none" | "f32" -> f32, "bf16", "fp16", "fp8", "sign"; throws usage_error otherwise.
 wire_format parse_wire_format(const std::string& name);
 const char* name_of(wire_format f);
+/// The wire format of comm.compression (none: f32), as the config layer parsed it.
+wire_format wire_format_of(comm_compression c);
 
 /// Bytes of one encoded block of n values: a 4-byte float header (the scale: the power
 /// of two of fp16/fp8, the magnitude of sign, 1 for f32/bf16) and the values.

@@ -6,6 +6,7 @@
 #include "runtime/comm/hier_comm.hpp"
 #include "runtime/comm/nccl_communicator.hpp"
 #include "runtime/comm/shm_comm.hpp"
+#include "runtime/comm/transport_plan.hpp"
 #include "runtime/core/rules.hpp"
 
 namespace cohort::comm {
@@ -24,84 +25,100 @@ int parse_device(const std::string& device) {
   throw usage_error("device '" + device + "' is not one of: cpu, cuda, cuda:N");
 }
 
-std::string resolve_backend(const std::string& backend, const std::string& device) {
+comm_backend resolve_backend(comm_backend backend, const std::string& device) {
   const bool gpu = parse_device(device) >= 0;
-  if (backend == "auto") return gpu ? "nccl" : "gloo";
-  if (backend == "gloo") return "gloo";
-  if (backend == "nccl") {
-    if (!gpu)
-      throw usage_error("comm.backend: nccl needs a CUDA device, but the device is '" + device +
-                        "'; use comm.backend: gloo or auto");
-    return "nccl";
+  switch (backend) {
+    case comm_backend::automatic:
+      return gpu ? comm_backend::nccl : comm_backend::gloo;
+    case comm_backend::gloo:
+      return comm_backend::gloo;
+    case comm_backend::nccl:
+      if (!gpu)
+        throw usage_error("comm.backend: nccl needs a CUDA device, but the device is '" + device +
+                          "'; use comm.backend: gloo or auto");
+      return comm_backend::nccl;
   }
-  throw usage_error("comm.backend '" + backend + "' is not one of: auto, gloo, nccl");
+  throw usage_error("comm.backend " + std::to_string(static_cast<int>(backend)) +
+                    " is not one of: auto, gloo, nccl");
 }
 
-std::unique_ptr<communicator> make_communicator(const std::string& backend,
-                                                const std::string& device, kv_client& kv, int rank,
-                                                int size, std::uint64_t generation, int timeout_ms,
+namespace {
+
+// Rank 0's decision for a group with transport automatic, from every rank's host.
+transport_plan decide_plan(const std::vector<std::string>& ids, comm_hierarchy hierarchy) {
+  transport_plan p;
+  p.layout = host_layout::from_identities(ids);
+  if (ids.size() == 1)
+    p.kind = plan_kind::gloo;
+  else if (p.layout.hosts() == 1)
+    p.kind = plan_kind::shm;
+  else if (hierarchy == comm_hierarchy::hierarchical ||
+           (hierarchy == comm_hierarchy::automatic && p.layout.max_per_host() >= 2))
+    p.kind = plan_kind::hier;
+  else
+    p.kind = plan_kind::gloo;
+  return p;
+}
+
+}  // namespace
+
+std::unique_ptr<communicator> make_communicator(comm_backend backend, const std::string& device,
+                                                kv_client& kv, int rank, int size,
+                                                std::uint64_t generation, int timeout_ms,
                                                 const transport_options& transport) {
   if (timeout_ms <= 0) throw usage_error("communicator timeout must be > 0 ms");
   const std::chrono::milliseconds timeout(timeout_ms);
   const std::chrono::milliseconds rendezvous_timeout(
       transport.rendezvous_timeout_ms > 0 ? transport.rendezvous_timeout_ms : timeout_ms);
   if (transport.cancel) transport.cancel->check("build of group '" + transport.group + "'");
-  if (resolve_backend(backend, device) == "nccl")
+  if (resolve_backend(backend, device) == comm_backend::nccl)
     return std::make_unique<nccl_communicator>(kv, generation, rank, size, parse_device(device),
                                                timeout, rendezvous_timeout,
                                                transport.group + "/nccl");
-  if (transport.hierarchy != "auto" && transport.hierarchy != "flat" &&
-      transport.hierarchy != "hierarchical")
-    throw usage_error("comm.hierarchy '" + transport.hierarchy +
-                      "' is not one of: auto, flat, hierarchical");
   if (!rules::hierarchy_fits_transport(transport.hierarchy, transport.transport))
     throw usage_error(
         "comm.hierarchy: hierarchical combines shared memory and Gloo, so it needs "
         "comm.transport: auto (it is '" +
-        transport.transport + "')");
-  std::string transport_kind = transport.transport;
-  host_layout layout;
-  if (transport_kind == "auto") {
-    // Every rank says where it runs; rank 0 decides for the group and publishes the plan:
-    // "shm", "gloo" or "hier:<host of each rank>".
-    const auto key = [&](const std::string& k) {
-      return generation_key(generation, transport.group + "/transport/" + k);
-    };
-    const std::string me = transport.host_id.empty() ? host_identity() : transport.host_id;
-    std::string plan;
-    if (rank == 0) {
-      std::vector<std::string> ids{me};
-      for (int r = 1; r < size; ++r) {
-        const std::vector<char> v = kv.get(key("host/" + std::to_string(r)), rendezvous_timeout);
-        ids.emplace_back(v.begin(), v.end());
+        std::string(to_string(transport.transport)) + "')");
+  transport_plan plan;
+  switch (transport.transport) {
+    case comm_transport::gloo:
+      plan.kind = plan_kind::gloo;
+      break;
+    case comm_transport::shm:
+      plan.kind = plan_kind::shm;
+      break;
+    case comm_transport::automatic: {
+      // Every rank says where it runs; rank 0 decides for the group and publishes the plan
+      // as a versioned record (transport_plan.hpp), which every other rank reads back.
+      const auto key = [&](const std::string& k) {
+        return generation_key(generation, transport.group + "/transport/" + k);
+      };
+      const std::string me = transport.host_id.empty() ? host_identity() : transport.host_id;
+      if (rank == 0) {
+        std::vector<std::string> ids{me};
+        for (int r = 1; r < size; ++r) {
+          const std::vector<char> v = kv.get(key("host/" + std::to_string(r)), rendezvous_timeout);
+          ids.emplace_back(v.begin(), v.end());
+        }
+        plan = decide_plan(ids, transport.hierarchy);
+        kv.set(key("kind"), encode_plan(plan));
+      } else {
+        kv.set(key("host/" + std::to_string(rank)), std::vector<char>(me.begin(), me.end()));
+        if (transport.cancel) transport.cancel->check("build of group '" + transport.group + "'");
+        plan = decode_plan(kv.get(key("kind"), rendezvous_timeout), size);
       }
-      layout = host_layout::from_identities(ids);
-      if (size == 1)
-        plan = "gloo";
-      else if (layout.hosts() == 1)
-        plan = "shm";
-      else if (transport.hierarchy == "hierarchical" ||
-               (transport.hierarchy == "auto" && layout.max_per_host() >= 2))
-        plan = "hier:" + layout.to_text();
-      else
-        plan = "gloo";
-      kv.set(key("kind"), std::vector<char>(plan.begin(), plan.end()));
-    } else {
-      kv.set(key("host/" + std::to_string(rank)), std::vector<char>(me.begin(), me.end()));
-      if (transport.cancel) transport.cancel->check("build of group '" + transport.group + "'");
-      const std::vector<char> v = kv.get(key("kind"), rendezvous_timeout);
-      plan.assign(v.begin(), v.end());
+      break;
     }
-    transport_kind = plan.rfind("hier:", 0) == 0 ? "hier" : plan;
-    if (transport_kind == "hier" && rank != 0) layout = host_layout::parse(plan.substr(5), size);
   }
-  if (transport_kind == "hier") {
+  if (plan.kind == plan_kind::hier) {
     // This host's ranks over shared memory, then (on the host's leader) the leaders over
     // Gloo; non-leaders never meet the other hosts.
+    host_layout& layout = plan.layout;
     const int host = layout.host_of[rank];
     transport_options local = transport;
-    local.transport = "shm";
-    local.hierarchy = "flat";
+    local.transport = comm_transport::shm;
+    local.hierarchy = comm_hierarchy::flat;
     local.group = transport.group + "/host" + std::to_string(host);
     auto local_comm = make_communicator(backend, device, kv, layout.local_rank(rank),
                                         static_cast<int>(layout.ranks_of(host).size()), generation,
@@ -109,8 +126,8 @@ std::unique_ptr<communicator> make_communicator(const std::string& backend,
     std::unique_ptr<communicator> leaders;
     if (layout.local_rank(rank) == 0) {
       transport_options lead = transport;
-      lead.transport = "gloo";
-      lead.hierarchy = "flat";
+      lead.transport = comm_transport::gloo;
+      lead.hierarchy = comm_hierarchy::flat;
       lead.group = transport.group + "/leaders";
       leaders = make_communicator(backend, device, kv, host, layout.hosts(), generation, timeout_ms,
                                   lead);
@@ -118,7 +135,7 @@ std::unique_ptr<communicator> make_communicator(const std::string& backend,
     return std::make_unique<hier_comm>(rank, std::move(layout), std::move(local_comm),
                                        std::move(leaders));
   }
-  if (transport_kind == "shm") {
+  if (plan.kind == plan_kind::shm) {
     shm_options o;
     o.prefix = transport.group + "/shm";
     o.timeout = timeout;
@@ -126,9 +143,6 @@ std::unique_ptr<communicator> make_communicator(const std::string& backend,
     o.cancel = transport.cancel;
     return std::make_unique<shm_comm>(kv, generation, rank, size, o);
   }
-  if (transport_kind != "gloo")
-    throw usage_error("comm.transport '" + transport.transport +
-                      "' is not one of: auto, gloo, shm");
   // The store adapter is needed only while gloo_comm connects.
   kv_gloo_store store(kv, generation, rendezvous_timeout);
   gloo_options o;

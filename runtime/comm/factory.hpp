@@ -11,6 +11,7 @@
 #include "runtime/comm/build_abort.hpp"
 #include "runtime/comm/communicator.hpp"
 #include "runtime/comm/kv_client.hpp"
+#include "runtime/core/comm_choices.hpp"
 
 namespace cohort::comm {
 
@@ -22,15 +23,15 @@ struct transport_options {
   std::string hostname = "127.0.0.1";  ///< Gloo: address to listen on and advertise
   std::string iface;                   ///< Gloo: interface instead of hostname
   int rendezvous_timeout_ms = 0;       ///< 0: timeout_ms (peers may start later)
-  /// CPU groups: "gloo" (TCP), "shm" (shared memory: every rank on this host), or "auto"
+  /// CPU groups: gloo (TCP), shm (shared memory: every rank on this host), or automatic
   /// (shm when every rank of the group has this host's identity, else gloo; decided by
-  /// rank 0 through the store, so every rank builds the same kind).
-  std::string transport = "gloo";
-  /// Only with transport "auto", for a group whose ranks span several hosts: "flat" (one
-  /// Gloo group over every rank), "hierarchical" (shared memory inside each host, Gloo
-  /// among one leader per host: hier_comm), or "auto" (hierarchical when some host holds
-  /// two or more of the group's ranks, else flat). Decided by rank 0 with the transport.
-  std::string hierarchy = "auto";
+  /// rank 0 and sent to the others as a transport_plan, so every rank builds the same kind).
+  comm_transport transport = comm_transport::gloo;
+  /// Only with transport automatic, for a group whose ranks span several hosts: flat (one
+  /// Gloo group over every rank), hierarchical (shared memory inside each host, Gloo among
+  /// one leader per host: hier_comm), or automatic (hierarchical when some host holds two
+  /// or more of the group's ranks, else flat). Decided by rank 0 with the transport.
+  comm_hierarchy hierarchy = comm_hierarchy::automatic;
   /// This rank's host for "same host" decisions; empty: host_identity() (host name,
   /// network namespace, boot id). Ranks with equal ids must really share /dev/shm.
   std::string host_id;
@@ -44,16 +45,17 @@ struct transport_options {
 /// "cuda"). Throws usage_error for anything else.
 int parse_device(const std::string& device);
 
-/// The backend `backend` resolves to on `device`: "gloo" or "nccl" ("auto": nccl when the
-/// device is a GPU). Throws usage_error for an unknown backend, or nccl on a CPU device.
-std::string resolve_backend(const std::string& backend, const std::string& device);
+/// The backend `backend` resolves to on `device`: gloo or nccl (automatic: nccl when the
+/// device is a GPU). Throws usage_error for nccl on a CPU device or a bad device.
+comm_backend resolve_backend(comm_backend backend, const std::string& device);
 
 /// Builds this rank's communicator for `generation`, rendezvousing through `kv` (blocks
 /// until every rank has joined). `timeout_ms` bounds every collective (config-derived,
-/// never a library default). Throws usage_error (bad backend/device) or comm_error.
-std::unique_ptr<communicator> make_communicator(const std::string& backend,
-                                                const std::string& device, kv_client& kv, int rank,
-                                                int size, std::uint64_t generation, int timeout_ms,
+/// never a library default). Throws usage_error (bad backend/device, a hierarchy the
+/// transport leaves no room for) or comm_error (a plan record it cannot read among them).
+std::unique_ptr<communicator> make_communicator(comm_backend backend, const std::string& device,
+                                                kv_client& kv, int rank, int size,
+                                                std::uint64_t generation, int timeout_ms,
                                                 const transport_options& transport = {});
 
 }  // namespace cohort::comm

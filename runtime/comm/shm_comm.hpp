@@ -48,6 +48,7 @@ class shm_comm final : public communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   const char* backend() const override { return "shm"; }
+  bool memory_bound() const override { return true; }
 
   /// Float sums in rank order (0 + 1 + ... + n-1): the same bits on every rank; they may
   /// differ in the last bits from Gloo's ring, whose order is another. int64 sums are exact

@@ -319,11 +319,7 @@ const std::vector<key_spec>& schema() {
        "onebit_adam: glob patterns of parameter names (fnmatch) kept at full precision: their "
        "gradients are summed as floats and AdamW updates them all along. The default keeps "
        "biases, LayerNorms and embeddings."},
-      {"comm",
-       "backend",
-       COHORT_FIELD(comm.backend),
-       unbounded(),
-       {"auto", "gloo", "nccl"},
+      {"comm", "backend", COHORT_FIELD(comm.backend), unbounded(), choice_words<comm_backend>(),
        nullptr,
        "Collective library for gradients; auto = NCCL when the worker's device is a GPU, "
        "else Gloo. Training runs on the CPU in this version, so nccl is refused."},
@@ -344,22 +340,14 @@ const std::vector<key_spec>& schema() {
        "Communicators per DP group that reduce buckets at once (bucket k on lane k % lanes), "
        "so several buckets are in flight; a group entirely over shared memory uses one "
        "(its copies are bound by memory bandwidth, not by round trips)."},
-      {"comm",
-       "transport",
-       COHORT_FIELD(comm.transport),
-       unbounded(),
-       {"auto", "gloo", "shm"},
-       nullptr,
+      {"comm", "transport", COHORT_FIELD(comm.transport), unbounded(),
+       choice_words<comm_transport>(), nullptr,
        "How each DP / TP group moves tensors on the CPU: shm = a shared-memory segment (every "
        "rank of the group on one host); gloo = Gloo over TCP; auto = shm for a group whose "
        "ranks all share a host (host name, network namespace and boot id), else gloo, or both "
        "combined as comm.hierarchy says."},
-      {"comm",
-       "hierarchy",
-       COHORT_FIELD(comm.hierarchy),
-       unbounded(),
-       {"auto", "flat", "hierarchical"},
-       nullptr,
+      {"comm", "hierarchy", COHORT_FIELD(comm.hierarchy), unbounded(),
+       choice_words<comm_hierarchy>(), nullptr,
        "With transport auto, for a group spread over several hosts: hierarchical = sum over "
        "shared memory inside each host, allreduce among one leader per host over Gloo, "
        "broadcast back inside the host; flat = one Gloo group over every rank; auto = "
@@ -373,12 +361,8 @@ const std::vector<key_spec>& schema() {
        "What makes two workers one host for shared memory and the hierarchy: auto = "
        "detected (host name, network namespace and boot id), or any other text, the same on "
        "the workers that share a host (they must share /dev/shm)."},
-      {"comm",
-       "compression",
-       COHORT_FIELD(comm.compression),
-       unbounded(),
-       {"none", "bf16", "fp16", "fp8"},
-       nullptr,
+      {"comm", "compression", COHORT_FIELD(comm.compression), unbounded(),
+       choice_words<comm_compression>(), nullptr,
        "Wire format of the data-parallel gradient sum: none = fp32; bf16 / fp16 = 2 bytes a "
        "value, fp8 = 1 (E4M3, fp16 and fp8 scaled by a power of two per chunk). Each chunk's "
        "owner adds the ranks' parts in fp32 in rank order and sends the sum back in the same "

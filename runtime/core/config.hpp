@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/core/comm_choices.hpp"
 #include "runtime/core/error.hpp"
 #include "runtime/core/faults.hpp"
 
@@ -71,8 +72,9 @@ struct train_config {
 };
 
 struct comm_config {
-  std::string backend = "auto";  ///< auto | gloo | nccl (nccl refused: training is on the CPU)
-  float bucket_mb = 4.0f;        ///< gradient bucket size in MiB, in (0, 1024]
+  /// auto | gloo | nccl (nccl refused: training is on the CPU)
+  comm_backend backend = comm_backend::automatic;
+  float bucket_mb = 4.0f;  ///< gradient bucket size in MiB, in (0, 1024]
   /// Communicators per DP group reducing buckets at once (1..8); shared memory alone: 1.
   int lanes = 2;
   /// Where each worker's data plane listens and what it advertises: "auto" (the local
@@ -80,9 +82,9 @@ struct comm_config {
   std::string interface = "auto";
   /// CPU collectives of each group: auto (shared memory when every rank of the group is on
   /// one host, else Gloo over TCP) | gloo | shm.
-  std::string transport = "auto";
+  comm_transport transport = comm_transport::automatic;
   /// With transport auto and several hosts: auto | flat | hierarchical (comm::hier_comm).
-  std::string hierarchy = "auto";
+  comm_hierarchy hierarchy = comm_hierarchy::automatic;
   /// What makes workers one host (shared memory, hierarchy); "auto": detected.
   std::string host_id = "auto";
   /// With job keys, how a pipeline's p2p channels admit senders: authenticate (once per
@@ -90,7 +92,7 @@ struct comm_config {
   std::string p2p_security = "authenticate";
   /// How the DP gradient sum travels: none | bf16 | fp16 | fp8 (comm::wire_format; summed
   /// in fp32 by each chunk's owner).
-  std::string compression = "none";
+  comm_compression compression = comm_compression::none;
   /// Carry what compression loses into the next step's sum (comm::error_memory).
   bool error_feedback = false;
 };

@@ -223,7 +223,7 @@ class rules {
     const config& c = c_;
     // The trainer computes on the CPU; NCCL reduces GPU memory only. Say so here rather
     // than at the first communicator build, minutes into a launch.
-    if (fine({"comm.backend"}) && c.comm.backend == "nccl") {
+    if (fine({"comm.backend"}) && c.comm.backend == comm_backend::nccl) {
       complain({"comm.backend"},
                "nccl needs the workers' model on a GPU; training runs on the CPU in this "
                "version (use auto or gloo)");
@@ -232,8 +232,8 @@ class rules {
 
   void check_compression() {
     const config& c = c_;
-    if (fine({"comm.compression", "parallel.pp", "parallel.tp"}) && c.comm.compression != "none" &&
-        (c.parallel.pp > 1 || c.parallel.tp > 1))
+    if (fine({"comm.compression", "parallel.pp", "parallel.tp"}) &&
+        c.comm.compression != comm_compression::none && (c.parallel.pp > 1 || c.parallel.tp > 1))
       complain({"comm.compression", "parallel.pp", "parallel.tp"},
                "compression of the gradient sum is built for whole-model jobs; this one has pp = " +
                    std::to_string(c.parallel.pp) + " x tp = " + std::to_string(c.parallel.tp) +
@@ -245,12 +245,12 @@ class rules {
                    std::to_string(c.parallel.pp) + " x tp = " + std::to_string(c.parallel.tp) +
                    " (use adamw, or parallel.pp and parallel.tp = 1)");
     if (fine({"train.optimizer", "comm.compression"}) && c.train.optimizer == "onebit_adam" &&
-        c.comm.compression != "none")
+        c.comm.compression != comm_compression::none)
       complain({"train.optimizer", "comm.compression"},
                "onebit_adam compresses its own sums (signs after train.onebit.freeze_step, "
                "floats before); set comm.compression: none");
     if (fine({"comm.error_feedback", "comm.compression"}) && c.comm.error_feedback &&
-        c.comm.compression == "none")
+        c.comm.compression == comm_compression::none)
       complain({"comm.error_feedback", "comm.compression"},
                "error feedback keeps what compression loses, and comm.compression is none "
                "(choose bf16, fp16 or fp8, or remove error_feedback)");
@@ -263,7 +263,8 @@ class rules {
       complain({"comm.hierarchy", "comm.transport"},
                "hierarchical combines shared memory inside a host with Gloo between hosts, so "
                "it needs comm.transport: auto (it is " +
-                   c.comm.transport + "); set transport to auto or hierarchy to flat");
+                   std::string(to_string(c.comm.transport)) +
+                   "); set transport to auto or hierarchy to flat");
     if (fine({"comm.host_id"}) &&
         (c.comm.host_id.size() > 200 || c.comm.host_id.find_first_of("\r\n") != std::string::npos))
       complain({"comm.host_id"}, "must be one line of at most 200 characters (or auto: detected)");

@@ -18,11 +18,13 @@ namespace cohort::config_schema {
 /// Where a key's value lives inside `config`; the pointer type is the key's YAML type.
 /// A key whose section is "" lives at the top level of the file (`faults:`). ha.etcd, the
 /// word `local` or a list of URLs, is the one key over two fields: its ha_config* reads and
-/// writes etcd_local and etcd_endpoints only.
+/// writes etcd_local and etcd_endpoints only. A choice of the comm section is its enum
+/// (comm_choices.hpp), read and written as its spellings.
 using fault_list = std::vector<faults::fault_spec>;
 using string_list = std::vector<std::string>;
 using field_ref = std::variant<int*, int64_t*, uint64_t*, float*, bool*, std::string*,
-                               std::vector<int>*, string_list*, fault_list*, ha_config*>;
+                               std::vector<int>*, string_list*, fault_list*, ha_config*,
+                               comm_backend*, comm_transport*, comm_hierarchy*, comm_compression*>;
 
 /// Allowed numeric interval; for lists it applies to every element.
 struct bounds {

@@ -143,6 +143,11 @@ std::string format_value(const field_ref& f, bool enum_key) {
     std::string operator()(ha_config* p) const {
       return p->etcd_local ? "local" : (*this)(&p->etcd_endpoints);
     }
+    // A comm choice: its spelling, a plain word like any enum.
+    std::string operator()(comm_backend* p) const { return to_string(*p); }
+    std::string operator()(comm_transport* p) const { return to_string(*p); }
+    std::string operator()(comm_hierarchy* p) const { return to_string(*p); }
+    std::string operator()(comm_compression* p) const { return to_string(*p); }
   } visitor{enum_key};
   return std::visit(visitor, f);
 }
@@ -159,6 +164,10 @@ std::string type_name(const key_spec& k) {
     std::string operator()(string_list*) const { return "list of strings"; }
     std::string operator()(fault_list*) const { return "list of fault specs"; }
     std::string operator()(ha_config*) const { return "local or list of URLs"; }
+    std::string operator()(comm_backend*) const { return "enum"; }
+    std::string operator()(comm_transport*) const { return "enum"; }
+    std::string operator()(comm_hierarchy*) const { return "enum"; }
+    std::string operator()(comm_compression*) const { return "enum"; }
   } visitor;
   config scratch;
   return k.choices.empty() ? std::visit(visitor, k.field(scratch)) : "enum";
@@ -251,7 +260,7 @@ std::string config_hash(const config& c) { return sha256_hex(dump_config(c)); }
 
 bool keeps_error_feedback(const config& c) {
   return c.train.optimizer == "onebit_adam" ||
-         (c.comm.compression != "none" && c.comm.error_feedback);
+         (c.comm.compression != comm_compression::none && c.comm.error_feedback);
 }
 
 std::string closest_name(const std::string& word, const std::vector<std::string>& candidates) {

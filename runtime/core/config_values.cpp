@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <limits>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <variant>
@@ -248,6 +249,23 @@ class value_reader {
       return false;
     }
     *out = s;
+    return true;
+  }
+
+  // A comm choice: the word is checked against the schema's choices (its spellings) by the
+  // string reader, with its message and suggestion, and becomes the enum here, once.
+  template <class E, class = std::enable_if_t<is_choice<E>::value>>
+  bool read_value(const key_spec& k, const entry& e, E* out) {
+    std::string word;
+    if (!read_value(k, e, &word)) return false;
+    const std::optional<E> v = parse_choice<E>(word);
+    if (!v) {  // the schema row lists a word the enum does not spell: a bug of config.cpp
+      report(e.at, k.path(),
+             "'" + word + "' is listed but not known to this build (report it; use one of " +
+                 join(choice_words<E>(), ", ") + ")");
+      return false;
+    }
+    *out = *v;
     return true;
   }
 

@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <string_view>
 
+#include "runtime/core/comm_choices.hpp"
+
 namespace cohort::rules {
 
 /// runtime/net/membership: a worker is declared dead after timeout_ms without a heartbeat,
@@ -33,8 +35,8 @@ inline bool model_splits(std::string_view kind) { return kind == "gpt"; }
 
 /// runtime/comm/factory: hierarchical combines shared memory inside a host with Gloo among
 /// hosts, which is what transport auto picks per pair; a forced transport leaves no room.
-inline bool hierarchy_fits_transport(std::string_view hierarchy, std::string_view transport) {
-  return hierarchy != "hierarchical" || transport == "auto";
+constexpr bool hierarchy_fits_transport(comm_hierarchy hierarchy, comm_transport transport) {
+  return hierarchy != comm_hierarchy::hierarchical || transport == comm_transport::automatic;
 }
 
 /// runtime/ha: a new leader rebuilds a data-parallel job's roster from the workers that

@@ -206,7 +206,7 @@ void build_links(dp_links& l, const link_context& ctx, const net::step_open& o, 
   // More lanes only where a bucket's time is round trips and wire, not memory copies;
   // every rank sees the same backend (rank 0's plan), so all build the same lanes.
   std::vector<comm::communicator*> all{l.comm.get()};
-  const int extra = std::string(l.comm->backend()) == "shm" ? 0 : cfg.comm.lanes - 1;
+  const int extra = l.comm->memory_bound() ? 0 : cfg.comm.lanes - 1;
   for (int k = 1; k <= extra && o.replicas > 1; ++k) {
     l.lanes.push_back(comm::make_communicator(
         cfg.comm.backend, "cpu", ctx.kv, rank, o.replicas, o.generation, timeout,

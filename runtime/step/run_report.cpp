@@ -423,11 +423,11 @@ nlohmann::json run_report::summary(double wall_s) const {
       if (cs > 0) packed += cb / static_cast<double>(cs), ++n_packed;
       if (ps > 0) plain += (bytes - cb) / static_cast<double>(ps), ++n_plain;
     }
-    nlohmann::json c = {
-        {"compression", cfg_.train.optimizer == "onebit_adam" ? std::string("sign (onebit_adam)")
-                                                              : cfg_.comm.compression},
-        {"error_feedback", keeps_error_feedback(cfg_)},
-        {"bytes_sent_per_step", n_all > 0 ? all / n_all : 0.0}};
+    nlohmann::json c = {{"compression", cfg_.train.optimizer == "onebit_adam"
+                                            ? std::string("sign (onebit_adam)")
+                                            : std::string(to_string(cfg_.comm.compression))},
+                        {"error_feedback", keeps_error_feedback(cfg_)},
+                        {"bytes_sent_per_step", n_all > 0 ? all / n_all : 0.0}};
     if (n_plain > 0) c["uncompressed_bytes_per_step"] = plain / n_plain;
     if (n_packed > 0) c["compressed_bytes_per_step"] = packed / n_packed;
     if (n_plain > 0 && n_packed > 0 && packed > 0)

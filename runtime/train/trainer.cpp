@@ -50,7 +50,7 @@ trainer::trainer(const config& c) : cfg_(c) {
   if (o.kind == "onebit_adam") o.compressed = onebit_ranges(*model_, c.train.onebit_exclude);
   opt_ = nn::make_optimizer(model_->flat_values(), model_->flat_grads(), o);
   mode_.bitwise = bitwise_;
-  mode_.compression = comm::parse_wire_format(c.comm.compression);
+  mode_.compression = comm::wire_format_of(c.comm.compression);
   mode_.error_feedback = keeps_error_feedback(c);  // 1-bit Adam always feeds back what signs lose
   mode_.grad_clip = c.train.grad_clip;
   error_feedback_ = mode_.error_feedback;

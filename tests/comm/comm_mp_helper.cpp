@@ -17,6 +17,7 @@
 #include "runtime/comm/local_kv.hpp"
 
 using namespace cohort::comm;
+using cohort::comm_backend;
 
 namespace {
 
@@ -76,7 +77,7 @@ int main(int argc, char** argv) {
     file_kv kv(argv[4]);
     transport_options t;
     t.rendezvous_timeout_ms = 30000;  // processes start at different times on a busy machine
-    auto c = make_communicator("gloo", "cpu", kv, rank, size, 1, timeout_ms, t);
+    auto c = make_communicator(comm_backend::gloo, "cpu", kv, rank, size, 1, timeout_ms, t);
     if (mode == "sum") return run_sum(*c);
     if (mode == "die") return run_failure(*c, SIGKILL);
     if (mode == "hang") return run_failure(*c, SIGSTOP);

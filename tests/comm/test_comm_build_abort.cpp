@@ -17,6 +17,7 @@
 #include "tests/comm/comm_test_util.hpp"
 
 using namespace cohort::comm;
+using cohort::comm_backend;
 using namespace cohort::comm::test;
 using std::chrono::milliseconds;
 
@@ -64,7 +65,7 @@ build_result build_rank0(memory_kv& kv, const std::shared_ptr<build_abort>& canc
     t.group = "dp";
     t.cancel = cancel;
     t.rendezvous_timeout_ms = 60000;
-    auto c = make_communicator("gloo", "cpu", kv, 0, 2, 5, 60000, t);
+    auto c = make_communicator(comm_backend::gloo, "cpu", kv, 0, 2, 5, 60000, t);
     r.built = c != nullptr;
   } catch (const comm_error& e) {
     r.kind = e.kind();

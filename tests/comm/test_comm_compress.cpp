@@ -23,6 +23,10 @@
 #include "tests/comm/comm_test_util.hpp"
 
 using namespace cohort::comm;
+using cohort::comm_backend;
+using cohort::comm_hierarchy;
+using cohort::comm_transport;
+using cohort::parse_choice;
 using namespace cohort::comm::test;
 
 namespace {
@@ -46,11 +50,11 @@ std::vector<std::unique_ptr<communicator>> make_group(kv_client& kv,
   rethrow_first(run_ranks(n, [&](int r) {
     transport_options t;
     t.group = "dp";
-    t.transport = transport;
-    t.hierarchy = hierarchy;
+    t.transport = parse_choice<comm_transport>(transport).value();
+    t.hierarchy = parse_choice<comm_hierarchy>(hierarchy).value();
     t.host_id = hosts[r];
     t.rendezvous_timeout_ms = 20000;
-    comms[r] = make_communicator("gloo", "cpu", kv, r, n, gen, 20000, t);
+    comms[r] = make_communicator(comm_backend::gloo, "cpu", kv, r, n, gen, 20000, t);
   }));
   return comms;
 }

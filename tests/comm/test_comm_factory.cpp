@@ -9,6 +9,7 @@
 #include "runtime/comm/nccl_communicator.hpp"
 
 using namespace cohort::comm;
+using cohort::comm_backend;
 
 TEST_CASE("parse_device and resolve_backend") {
   CHECK(parse_device("cpu") == -1);
@@ -18,17 +19,19 @@ TEST_CASE("parse_device and resolve_backend") {
   for (const char* bad : {"gpu", "cuda:", "cuda:x", "cuda:-1", "CPU", "", "cuda:1:2"})
     CHECK_THROWS_AS(parse_device(bad), cohort::usage_error);
 
-  CHECK(resolve_backend("auto", "cpu") == "gloo");
-  CHECK(resolve_backend("auto", "cuda:1") == "nccl");
-  CHECK(resolve_backend("gloo", "cuda:0") == "gloo");  // Gloo on host copies is allowed
-  CHECK(resolve_backend("nccl", "cuda") == "nccl");
-  CHECK_THROWS_AS(resolve_backend("nccl", "cpu"), cohort::usage_error);
-  CHECK_THROWS_AS(resolve_backend("mpi", "cpu"), cohort::usage_error);
+  CHECK(resolve_backend(comm_backend::automatic, "cpu") == comm_backend::gloo);
+  CHECK(resolve_backend(comm_backend::automatic, "cuda:1") == comm_backend::nccl);
+  // Gloo on host copies is allowed
+  CHECK(resolve_backend(comm_backend::gloo, "cuda:0") == comm_backend::gloo);
+  CHECK(resolve_backend(comm_backend::nccl, "cuda") == comm_backend::nccl);
+  CHECK_THROWS_WITH_AS(resolve_backend(comm_backend::nccl, "cpu"),
+                       doctest::Contains("nccl needs a CUDA device"), cohort::usage_error);
+  CHECK_THROWS_AS(resolve_backend(comm_backend::gloo, "tpu"), cohort::usage_error);
 }
 
 TEST_CASE("make_communicator builds Gloo for auto on a CPU device") {
   memory_kv kv;
-  auto c = make_communicator("auto", "cpu", kv, 0, 1, 5, 1000);
+  auto c = make_communicator(comm_backend::automatic, "cpu", kv, 0, 1, 5, 1000);
   REQUIRE(c != nullptr);
   CHECK(std::string(c->backend()) == "gloo");
   CHECK(c->rank() == 0);
@@ -39,7 +42,8 @@ TEST_CASE("make_communicator builds Gloo for auto on a CPU device") {
   bool found = false;
   for (const auto& k : kv.keys()) found |= k.rfind("gen/5/dp/gloo/", 0) == 0;
   CHECK(found);
-  CHECK_THROWS_AS(make_communicator("auto", "cpu", kv, 0, 1, 5, 0), cohort::usage_error);
+  CHECK_THROWS_AS(make_communicator(comm_backend::automatic, "cpu", kv, 0, 1, 5, 0),
+                  cohort::usage_error);
 }
 
 TEST_CASE("the NCCL backend is compiled and without a GPU says it cannot run") {
@@ -63,7 +67,7 @@ TEST_CASE("the NCCL backend is compiled and without a GPU says it cannot run") {
 
   memory_kv kv;
   try {
-    make_communicator("auto", "cuda:0", kv, 0, 1, 1, 1000);
+    make_communicator(comm_backend::automatic, "cuda:0", kv, 0, 1, 1, 1000);
     FAIL("an NCCL communicator was built without a GPU");
   } catch (const comm_error& e) {
     CHECK(e.kind() == comm_failure::unavailable);

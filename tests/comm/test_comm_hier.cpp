@@ -16,6 +16,10 @@
 #include "tests/comm/comm_test_util.hpp"
 
 using namespace cohort::comm;
+using cohort::comm_backend;
+using cohort::comm_hierarchy;
+using cohort::comm_transport;
+using cohort::parse_choice;
 using namespace cohort::comm::test;
 
 namespace {
@@ -33,11 +37,11 @@ std::vector<std::unique_ptr<communicator>> make_group(kv_client& kv,
   rethrow_first(run_ranks(n, [&](int r) {
     transport_options t;
     t.group = "dp";
-    t.transport = "auto";
-    t.hierarchy = hierarchy;
+    t.transport = comm_transport::automatic;
+    t.hierarchy = parse_choice<comm_hierarchy>(hierarchy).value();
     t.host_id = hosts[r];
     t.rendezvous_timeout_ms = 20000;
-    comms[r] = make_communicator("gloo", "cpu", kv, r, n, gen, timeout_ms, t);
+    comms[r] = make_communicator(comm_backend::gloo, "cpu", kv, r, n, gen, timeout_ms, t);
   }));
   return comms;
 }
@@ -171,12 +175,11 @@ TEST_CASE("the factory follows comm.hierarchy across hosts and refuses hierarchi
 
   memory_kv kv;
   transport_options t;
-  t.transport = "gloo";
-  t.hierarchy = "hierarchical";
-  CHECK_THROWS_AS(make_communicator("gloo", "cpu", kv, 0, 1, 1, 1000, t), cohort::usage_error);
-  t.transport = "auto";
-  t.hierarchy = "ring";
-  CHECK_THROWS_AS(make_communicator("gloo", "cpu", kv, 0, 1, 1, 1000, t), cohort::usage_error);
+  t.transport = comm_transport::gloo;
+  t.hierarchy = comm_hierarchy::hierarchical;
+  CHECK_THROWS_WITH_AS(make_communicator(comm_backend::gloo, "cpu", kv, 0, 1, 1, 1000, t),
+                       doctest::Contains("needs comm.transport: auto (it is 'gloo')"),
+                       cohort::usage_error);
 }
 
 TEST_CASE("a failure on one host ends every rank's hierarchical call promptly") {

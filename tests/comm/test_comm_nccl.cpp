@@ -15,6 +15,7 @@
 
 using namespace cohort;
 using namespace cohort::comm;
+using cohort::comm_backend;
 using std::chrono::milliseconds;
 
 namespace {
@@ -45,7 +46,7 @@ struct device_vec {
 
 TEST_CASE("nccl group of one: allreduce float and int64 and allgather and broadcast and barrier") {
   memory_kv kv;
-  auto c = make_communicator("auto", "cuda:0", kv, 0, 1, 1, 10000);
+  auto c = make_communicator(comm_backend::automatic, "cuda:0", kv, 0, 1, 1, 10000);
   CHECK(std::string(c->backend()) == "nccl");
   std::vector<float> f(1 << 20);
   for (std::size_t i = 0; i < f.size(); ++i) f[i] = float(i % 97);

@@ -20,6 +20,8 @@
 #include "tests/comm/comm_test_util.hpp"
 
 using namespace cohort::comm;
+using cohort::comm_backend;
+using cohort::comm_transport;
 using namespace cohort::comm::test;
 using std::chrono::milliseconds;
 
@@ -250,11 +252,11 @@ TEST_CASE("the factory's auto transport picks shm for ranks of one host, gloo wh
   REQUIRE_NOTHROW(rethrow_first(run_ranks(2, [&](int r) {
     transport_options t;
     t.group = "dp";
-    t.transport = "auto";
-    keep[r] = make_communicator("gloo", "cpu", kv, r, 2, 1, 20000, t);
+    t.transport = comm_transport::automatic;
+    keep[r] = make_communicator(comm_backend::gloo, "cpu", kv, r, 2, 1, 20000, t);
     kinds[r] = keep[r]->backend();
-    t.transport = "gloo";
-    keep[2 + r] = make_communicator("gloo", "cpu", kv, r, 2, 2, 20000, t);
+    t.transport = comm_transport::gloo;
+    keep[2 + r] = make_communicator(comm_backend::gloo, "cpu", kv, r, 2, 2, 20000, t);
     forced[r] = keep[2 + r]->backend();
   })));
   CHECK(kinds == std::vector<std::string>{"shm", "shm"});

@@ -17,6 +17,7 @@
 
 namespace {
 
+using cohort::comm_backend;
 using cohort::config;
 using cohort::config_error;
 using cohort::config_issue;
@@ -1397,15 +1398,15 @@ TEST_CASE("dump_config prints every key of the schema, sections in a fixed order
 
 TEST_CASE("comm keys: defaults, accepted values, --set, and nccl refused on the CPU trainer") {
   config c = cohort::load_config_text("train:\n  lr: 0.1\n", "t");
-  CHECK(c.comm.backend == "auto");
+  CHECK(c.comm.backend == comm_backend::automatic);
   CHECK(c.comm.bucket_mb == 4.0f);
 
   c = cohort::load_config_text("comm:\n  backend: gloo\n  bucket_mb: 0.5\n", "t");
-  CHECK(c.comm.backend == "gloo");
+  CHECK(c.comm.backend == comm_backend::gloo);
   CHECK(c.comm.bucket_mb == 0.5f);
   // Both ends of (0, 1024]: the top is allowed, the smallest positive float too.
   c = cohort::load_config_text("comm:\n  backend: auto\n  bucket_mb: 1024\n", "t");
-  CHECK(c.comm.backend == "auto");
+  CHECK(c.comm.backend == comm_backend::automatic);
   CHECK(c.comm.bucket_mb == 1024.0f);
   c = cohort::load_config_text("comm:\n  bucket_mb: 1e-6\n", "t");
   CHECK(c.comm.bucket_mb == 1e-6f);
@@ -1416,7 +1417,7 @@ TEST_CASE("comm keys: defaults, accepted values, --set, and nccl refused on the 
   // --set wins over the file, and can repair a refused backend.
   c = cohort::load_config_text("comm:\n  backend: nccl\n  bucket_mb: 8\n", "t",
                                {"comm.backend=gloo", "comm.bucket_mb=16"});
-  CHECK(c.comm.backend == "gloo");
+  CHECK(c.comm.backend == comm_backend::gloo);
   CHECK(c.comm.bucket_mb == 16.0f);
 
   // nccl is a config error (usage, exit 2) at the key's own line and column, and names

@@ -326,7 +326,7 @@ TEST_CASE("two ranks rendezvous a Gloo communicator over remote_kv and allreduce
           return nodes[rank]->kv_call(std::move(m), t);
         },
         gen);
-    auto c = comm::make_communicator("gloo", "cpu", kv, rank, 2, gen, 10000);
+    auto c = comm::make_communicator(comm_backend::gloo, "cpu", kv, rank, 2, gen, 10000);
     CHECK(std::string(c->backend()) == "gloo");
     CHECK(c->rank() == rank);
     CHECK(c->size() == 2);

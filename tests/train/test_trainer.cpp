@@ -171,7 +171,7 @@ TEST_CASE("onebit_adam: its compressed ranges skip biases, and warm-up is AdamW 
 
 TEST_CASE("bitwise with compression: the float wire carries the fixed-point sum, rounded once") {
   config c = small_mlp("bitwise", 3);
-  c.comm.compression = "fp8";
+  c.comm.compression = comm_compression::fp8;
   train::trainer tr(c), plain(small_mlp("bitwise", 3));
   CHECK(tr.reduction_type() == comm::grad_type::f32);
   CHECK(plain.reduction_type() == comm::grad_type::i64);
@@ -219,7 +219,7 @@ TEST_CASE("error memory is checkpointed per rank and regrouped without losing an
   fs::remove_all(dir);
   const std::string step_dir = (dir / "step_00000001").string();
   config c = small_mlp("fast", 4);
-  c.comm.compression = "fp8";
+  c.comm.compression = comm_compression::fp8;
   c.comm.error_feedback = true;
   // Three ranks of a group of 3 commit one step with known memory: rank r keeps r + 1 as a
   // sender and 10 (r + 1) as a chunk owner, everywhere; each writes its checkpoint parts.
