@@ -432,7 +432,7 @@ TEST_CASE("replica_step: a joiner takes the donor's parameters, counters and ste
   CHECK(r.step->next_step() == 4);
 }
 
-TEST_CASE("replica_step: the donor sends its state; one that lacks the step is refused") {
+TEST_CASE("replica_step: the donor sends its state, one that lacks the step is refused") {
   rig donor(0, 2);
   donor.job();
   donor.open(0);
@@ -481,7 +481,7 @@ TEST_CASE("replica_step: a rollback loads the named checkpoint before the step")
   }
 }
 
-TEST_CASE("replica_step: repeats get the same answers; refusals are votes, not crashes") {
+TEST_CASE("replica_step: repeats get the same answers, refusals are votes and not crashes") {
   rig r(0, 1);
   r.job(job_yaml(2));
   r.open(0);
