@@ -1,11 +1,10 @@
-// The allreduce_group actor: a worker's place in its data-parallel group. It owns the
-// worker's seat (train::seat: the whole model, or one pipeline stage / TP shard, wrapped
-// for fault injection), the links of the current generation (runtime/step/dp_links.hpp) and the
-// rank-0 checkpoint writer, and runs on its own thread (a detached CAF actor) because a
-// step blocks for as long as compute and collectives take. The worker actor forwards it
-// the job, step openings and step results; it answers the coordinator directly (ready,
-// vote, report). Decisions about commit and abort are the coordinator's
-// (runtime/step/training_job.hpp).
+// The allreduce_group actor: a worker's place in its data-parallel group, as a thread and a
+// mailbox around runtime/step/replica_step.hpp, which owns the step (the seat, the links of the
+// generation, state transfer, restore, commit, checkpoint and evaluation cadence, reports).
+// It runs on its own thread (a detached CAF actor) because a step blocks for as long as
+// compute and collectives take. The worker actor forwards it the job, step openings and step
+// results; it answers the coordinator directly (ready, vote, report). Decisions about commit
+// and abort are the coordinator's (runtime/step/training_job.hpp).
 #pragma once
 #include <caf/all.hpp>
 #include <chrono>
@@ -16,10 +15,10 @@
 #include <string>
 #include <vector>
 
-#include "runtime/step/dp_links.hpp"
 #include "actors/messages.hpp"
 #include "runtime/core/clock_sync.hpp"
 #include "runtime/net/protocol.hpp"
+#include "runtime/step/dp_links.hpp"
 
 namespace cohort::actors {
 
