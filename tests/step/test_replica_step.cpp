@@ -66,7 +66,6 @@ class fake_seat final : public train::seat {
     ++r_.optimizer_steps;
   }
   bool speaks_for_loss() const override { return true; }
-  void stretch_compute(double) override {}
   std::vector<std::pair<float*, std::size_t>> state_buffers() override {
     return {{r_.params.data(), r_.params.size()}};
   }
