@@ -17,13 +17,6 @@
 
 namespace cohort::actors {
 
-bool worker_shared::cut_now() const {
-  const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                          std::chrono::steady_clock::now().time_since_epoch())
-                          .count();
-  return now < cut_until_ns.load();
-}
-
 namespace {
 
 using self_ptr = caf::stateful_actor<worker_state>*;
@@ -187,15 +180,8 @@ void on_job(self_ptr self, const net::job_spec& spec) {
     caf::actor me = caf::actor_cast<caf::actor>(self);
     gio.fatal = [me](const std::string& why) { caf::anon_send(me, co_fatal_atom::value, why); };
     auto shared = st.shared;
-    auto until_ns = [](uint32_t ms) {
-      const auto until = std::chrono::steady_clock::now() + milliseconds(ms);
-      return std::chrono::duration_cast<std::chrono::nanoseconds>(until.time_since_epoch()).count();
-    };
-    gio.mute_heartbeats = [shared, until_ns](uint32_t ms) { shared->mute_until_ns = until_ns(ms); };
-    gio.cut_off = [shared, until_ns](uint32_t ms) {
-      shared->mute_until_ns = until_ns(ms);
-      shared->cut_until_ns = until_ns(ms);
-    };
+    gio.mute_heartbeats = [shared](uint32_t ms) { shared->link.mute_for(milliseconds(ms)); };
+    gio.cut_off = [shared](uint32_t ms) { shared->link.cut_for(milliseconds(ms)); };
     st.group = self->spawn<caf::detached>(dp_group_actor, gio, st.group_shared);
   }
   self->send(st.group, co_job_atom::value, spec, st.member_id, st.generation);
@@ -226,8 +212,8 @@ void on_inbound(self_ptr self, const net::message& m) {
           if (st.opts.ha()) {
             st.shared->lost_after_ms = x.timeout_ms;
             if (st.reattach_since && st.prev_member != 0)
-              spdlog::info("worker {}: re-attached to the leader of term {} after {} ms",
-                           x.name, st.io.term ? st.io.term() : 0,
+              spdlog::info("worker {}: re-attached to the leader of term {} after {} ms", x.name,
+                           st.io.term ? st.io.term() : 0,
                            std::chrono::duration_cast<milliseconds>(
                                std::chrono::steady_clock::now() - *st.reattach_since)
                                .count());

@@ -32,6 +32,7 @@
 #include "actors/messages.hpp"
 #include "runtime/net/protocol.hpp"
 #include "runtime/net/zmq_bridge.hpp"
+#include "runtime/step/control_faults.hpp"
 
 namespace cohort::actors {
 
@@ -62,19 +63,11 @@ struct worker_shared {
   /// ha: silence after which the leader counts as lost (its register_ok's timeout_ms);
   /// 0: the worker's coordinator_timeout_ms.
   std::atomic<uint32_t> lost_after_ms{0};
-  /// Fault injection (hang): no heartbeats before this steady-clock time (ns since epoch).
-  std::atomic<int64_t> mute_until_ns{0};
-  /// Fault injection (partition): no control frames in or out before this time. Frames
-  /// are held, not lost, as TCP would hold them across a cut: they arrive late (stale
-  /// generations are ignored on both sides).
-  std::atomic<int64_t> cut_until_ns{0};
-  /// True while cut off (partition).
-  bool cut_now() const;
+  /// The control link as injected faults leave it (muted: no heartbeats; cut: frames held,
+  /// not lost; they arrive late and stale generations are ignored on both sides).
+  step::held_link link;
   /// The coordinator's clock against ours (tracing: probes with the heartbeats).
   clock_sync clock;
-  std::mutex held_mu;
-  std::vector<net::message> held_out;                         ///< to the coordinator
-  std::vector<std::pair<std::string, net::message>> held_in;  ///< from it
 };
 
 /// A worker asks the coordinator to answer one heartbeat in this many at most (fewer when
@@ -124,7 +117,7 @@ struct worker_state {
   uint64_t lost_term = 0;        ///< ha: term of the leader last lost (a hint to it is stale)
   uint64_t prev_member = 0;      ///< ha: the member id held under the lost leader
   uint64_t prev_generation = 0;  ///< ha: the newest generation heard from it
-  caf::actor group;       ///< the allreduce_group, once a job arrived
+  caf::actor group;              ///< the allreduce_group, once a job arrived
   std::shared_ptr<dp_group_shared> group_shared = std::make_shared<dp_group_shared>();
 };
 

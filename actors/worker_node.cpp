@@ -41,24 +41,13 @@ void worker_node::deliver(worker_shared& shared, kv_pending& kv, const caf::acto
 }
 
 void worker_node::send_out(const net::message& m) {
-  if (shared_->cut_now()) {
-    std::lock_guard<std::mutex> lock(shared_->held_mu);
-    shared_->held_out.push_back(m);
-    return;
-  }
+  if (shared_->link.hold_out(m)) return;
   flush_held();
   if (auto* b = out_.load()) b->send(std::string(), m);
 }
 
 void worker_node::flush_held() {
-  if (shared_->cut_now()) return;
-  std::vector<net::message> out;
-  std::vector<std::pair<std::string, net::message>> in;
-  {
-    std::lock_guard<std::mutex> lock(shared_->held_mu);
-    out.swap(shared_->held_out);
-    in.swap(shared_->held_in);
-  }
+  auto [out, in] = shared_->link.release();
   if (auto* b = out_.load())
     for (const auto& m : out) b->send(std::string(), m);
   for (auto& [peer, m] : in) deliver(*shared_, *kv_, actor_, peer, std::move(m));
@@ -117,11 +106,7 @@ worker_node::worker_node(const std::string& endpoint, worker_options opts, size_
   try {
     bridge_ = std::make_unique<net::zmq_bridge>(
         bo, [shared, kv, target](const net::sender& from, net::message m) {
-          if (shared->cut_now()) {  // injected partition: it arrives when the cut ends
-            std::lock_guard<std::mutex> lock(shared->held_mu);
-            shared->held_in.emplace_back(from.peer, std::move(m));
-            return;
-          }
+          if (shared->link.hold_in(from.peer, m)) return;  // it arrives when the cut ends
           deliver(*shared, *kv, target, from.peer, std::move(m));
         });
   } catch (...) {
@@ -209,14 +194,13 @@ void worker_node::heartbeat_loop() {
     const uint64_t id = shared_->member_id.load();
     if (id == 0) continue;
     // An injected hang: silent, as a stopped process would be.
-    if (std::chrono::duration_cast<std::chrono::nanoseconds>(clock::now().time_since_epoch())
-            .count() < shared_->mute_until_ns.load())
-      continue;
+    if (shared_->link.muted()) continue;
     lock.unlock();
     // An ack every few beats proves the coordinator alive well within the timeout (any frame
     // from it counts too); the beats between cost it no answer.
     const uint32_t lost_ms = shared_->lost_after_ms.load();
-    const uint64_t limit_ms = lost_ms > 0 ? lost_ms : static_cast<uint64_t>(coordinator_timeout_ms_);
+    const uint64_t limit_ms =
+        lost_ms > 0 ? lost_ms : static_cast<uint64_t>(coordinator_timeout_ms_);
     const uint64_t ack_every = std::clamp<uint64_t>(
         limit_ms / (4 * static_cast<uint64_t>(period.count())), 1, max_beats_per_ack);
     ++seq;

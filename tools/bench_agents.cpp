@@ -28,7 +28,7 @@
 #include <vector>
 #include <zmq.hpp>
 
-#include "actors/process.hpp"
+#include "runtime/core/process.hpp"
 #include "actors/worker.hpp"
 #include "runtime/core/config.hpp"
 #include "runtime/core/error.hpp"
@@ -92,7 +92,7 @@ class coordinator_child {
     int fds[2];
     if (pipe2(fds, O_CLOEXEC) != 0) throw error("bench control: pipe failed");
     const int log = open((dir + "/coordinator.log").c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
-    pid_ = actors::spawn_self(args, fds[1], log);
+    pid_ = proc::spawn_self(args, fds[1], log);
     close(fds[1]);
     if (log >= 0) close(log);
     std::string line;

@@ -23,7 +23,7 @@
 #include <zmq.hpp>
 
 #include "actors/coordinator.hpp"
-#include "actors/process.hpp"
+#include "runtime/core/process.hpp"
 #include "runtime/core/config.hpp"
 #include "runtime/core/error.hpp"
 #include "runtime/net/codec.hpp"
@@ -102,7 +102,7 @@ class actor_path {
     if (!keys_dir.empty()) args.insert(args.end(), {"--keys", keys_dir});
     // The worker's own chatter (registration line, logs) must not mix into our output.
     const int devnull = open("/dev/null", O_WRONLY | O_CLOEXEC);
-    pid_ = actors::spawn_self(args, devnull, devnull);
+    pid_ = proc::spawn_self(args, devnull, devnull);
     if (devnull >= 0) close(devnull);
     self_ = std::make_unique<caf::scoped_actor>(node_->system());
     bool registered = false;
@@ -188,7 +188,7 @@ paths run_paths(int warmup, int iters, int blocks, const std::string& frame) {
     }
   };
 
-  actors::log_to_stderr();
+  proc::log_to_stderr();
   spdlog::set_level(spdlog::level::warn);
   // The job's keys for the CURVE path, in a private folder removed at the end.
   char templ[] = "/tmp/cohort-bench-keys-XXXXXX";

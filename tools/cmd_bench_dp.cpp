@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "actors/process.hpp"
+#include "runtime/core/process.hpp"
 #include "runtime/comm/allreduce_bench.hpp"
 #include "runtime/core/config.hpp"
 #include "runtime/core/error.hpp"
@@ -77,12 +77,12 @@ dp_point run_point(const bench_dp_options& o, const config& base, int n,
                  "comm.hierarchy=" + std::string(to_string(o.transport->hierarchy))});
   const std::string log = (dir / ("dp" + std::to_string(n) + ".log")).string();
   const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  const pid_t pid = actors::spawn_self(args, fd, fd);
+  const pid_t pid = proc::spawn_self(args, fd, fd);
   if (fd >= 0) ::close(fd);
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
-  const int code = actors::exit_code_of(status);
+  const int code = proc::exit_code_of(status);
   if (code != 0)
     throw error("bench dp: launch with " + std::to_string(n) + " worker(s) exited " +
                 std::to_string(code) + "; its output is in " + log);

@@ -18,7 +18,7 @@
 #include "actors/coordinator.hpp"
 #include "runtime/ha/ha_candidate.hpp"
 #include "runtime/step/job_telemetry.hpp"
-#include "actors/process.hpp"
+#include "runtime/core/process.hpp"
 #include "runtime/ckpt/checkpoint.hpp"
 #include "runtime/core/atomic_file.hpp"
 #include "runtime/core/config.hpp"
@@ -203,8 +203,8 @@ void add_coordinator(CLI::App& app, int* rc) {
           "--trace and --metrics watch a training job, and --control-only runs "
           "none: drop one or the other");
     // Before any thread exists, so only the watcher below ever sees SIGINT / SIGTERM.
-    actors::block_termination_signals();
-    actors::log_to_stderr();
+    proc::block_termination_signals();
+    proc::log_to_stderr();
     const std::string bind = opt->bind.empty() ? c.control.bind : opt->bind;
     std::shared_ptr<const net::server_keys> keys;
     if (!opt->keys.empty()) {
@@ -367,7 +367,7 @@ void add_coordinator(CLI::App& app, int* rc) {
     if (telemetry && !telemetry->metrics_url().empty())
       std::printf("coordinator metrics at %s\n", telemetry->metrics_url().c_str());
     std::fflush(stdout);
-    actors::signal_watcher signals(
+    proc::signal_watcher signals(
         [&node](int sig) { node.request_stop(sig == SIGINT ? "SIGINT" : "SIGTERM"); });
     node.wait();
     if (cand && failure.empty() && co.job && co.job->finished()) cand->record_done();

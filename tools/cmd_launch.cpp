@@ -25,7 +25,7 @@
 
 #include "runtime/step/fault_schedule.hpp"
 #include "runtime/ha/ha_candidate.hpp"
-#include "actors/process.hpp"
+#include "runtime/core/process.hpp"
 #include "runtime/comm/shm_names.hpp"
 #include "runtime/core/config.hpp"
 #include "runtime/core/error.hpp"
@@ -89,7 +89,7 @@ class launcher {
     }
     keys_dir_ = opt_.keys;
     if (keys_dir_.empty()) {
-      keys_dir_ = actors::private_run_dir("cohort-keys");
+      keys_dir_ = proc::private_run_dir("cohort-keys");
       temp_keys_ = true;
     }
     if (!net::has_job_keys(keys_dir_)) net::write_job_keys(keys_dir_);
@@ -104,7 +104,7 @@ class launcher {
     prepare_keys();
     // A handler-fed pipe, not signalfd: signalfd needs the signals blocked in every thread,
     // and a library may own threads that predate any mask we set.
-    signals_ = std::make_unique<actors::signal_pipe>(std::vector<int>{SIGINT, SIGTERM, SIGCHLD});
+    signals_ = std::make_unique<proc::signal_pipe>(std::vector<int>{SIGINT, SIGTERM, SIGCHLD});
 
     if (ha()) ha_ = std::make_unique<launch_ha>(cfg_, keys_dir_);
     int fds[2];
@@ -112,7 +112,7 @@ class launcher {
     out_fd_ = fds[0];
     std::vector<std::string> args = coordinator_args();
     args.insert(args.end(), {"--bind", opt_.bind.empty() ? cfg_.control.bind : opt_.bind});
-    const pid_t cpid = actors::spawn_self(args, fds[1]);
+    const pid_t cpid = proc::spawn_self(args, fds[1]);
     close(fds[1]);
     children_[cpid] = child{"coordinator", true, clock_type::now(), {}};
 
@@ -205,7 +205,7 @@ class launcher {
     if (pipe2(fds, O_CLOEXEC) != 0) throw error("launch: pipe failed");
     std::vector<std::string> args = coordinator_args();
     args.insert(args.end(), {"--bind", ep});
-    const pid_t pid = actors::spawn_self(args, fds[1]);
+    const pid_t pid = proc::spawn_self(args, fds[1]);
     close(fds[1]);
     children_[pid] = child{name, true, clock_type::now(), ep};
     extra_fds_.push_back(fds[0]);
@@ -249,7 +249,7 @@ class launcher {
                                   "--name", name};
     if (ha()) args.insert(args.end(), {"--reattach-ms", std::to_string(cfg_.ha.reattach_ms)});
     if (!keys_dir_.empty()) args.insert(args.end(), {"--keys", keys_dir_});
-    const pid_t pid = actors::spawn_self(args);
+    const pid_t pid = proc::spawn_self(args);
     children_[pid] = child{name, false, clock_type::now(), {}};
     std::printf("launch: started %s (pid %d)\n", name.c_str(), static_cast<int>(pid));
     std::fflush(stdout);
@@ -411,7 +411,7 @@ class launcher {
       if (it == children_.end()) continue;
       const child c = it->second;
       children_.erase(it);
-      const int code = actors::exit_code_of(status);
+      const int code = proc::exit_code_of(status);
       std::printf("launch: %s (pid %d) exited: %s\n", c.name.c_str(), static_cast<int>(pid),
                   describe_exit(code).c_str());
       std::fflush(stdout);
@@ -503,7 +503,7 @@ class launcher {
   std::string keys_dir_;  // empty: no keys (--insecure)
   bool temp_keys_ = false;
   std::unique_ptr<net::client_keys> client_keys_;
-  std::unique_ptr<actors::signal_pipe> signals_;
+  std::unique_ptr<proc::signal_pipe> signals_;
   int out_fd_ = -1;
   std::string pipe_buf_;
   std::string endpoint_;
@@ -588,7 +588,7 @@ void add_launch(CLI::App& app, int* rc) {
     const std::vector<faults::fault_spec> specs = job_faults(c, opt->inject);
     if (!opt->control_only) step::require_supported(specs, c.ha.standbys);
     opt->respawn = opt->respawn && c.elastic.respawn;
-    actors::log_to_stderr();
+    proc::log_to_stderr();
     // A launch killed outright during a shared-memory rendezvous cannot unlink its segment;
     // the next one on this host removes it (its maker's pid is in the name: shm_names.hpp).
     const auto stale = comm::remove_stale_shm_segments();

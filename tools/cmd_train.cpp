@@ -11,7 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <regex>
 
-#include "actors/process.hpp"
+#include "runtime/core/process.hpp"
 #include "runtime/step/run_report.hpp"
 #include "runtime/ckpt/checkpoint.hpp"
 #include "runtime/ckpt/checkpoint_dir.hpp"
@@ -59,7 +59,7 @@ int64_t resume(train::trainer& tr, const train::resume_plan& plan) {
 }
 
 int run_train(const train_args& a) {
-  actors::log_to_stderr();  // stdout carries the final line other programs parse
+  proc::log_to_stderr();  // stdout carries the final line other programs parse
   config c = load_config(a.config, a.overrides);
   train::trainer tr(c);
   const auto& t = c.train;

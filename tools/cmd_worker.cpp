@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "actors/process.hpp"
+#include "runtime/core/process.hpp"
 #include "actors/worker.hpp"
 #include "runtime/core/config.hpp"
 #include "runtime/core/error.hpp"
@@ -63,8 +63,8 @@ void add_worker(CLI::App& app, int* rc) {
     if (!opt->name.empty())
       if (const std::string problem = net::membership::name_problem(opt->name); !problem.empty())
         throw usage_error("--name: " + problem);
-    actors::block_termination_signals();
-    actors::log_to_stderr();
+    proc::block_termination_signals();
+    proc::log_to_stderr();
     actors::worker_options wo;
     wo.name = opt->name;
     wo.pid = static_cast<int64_t>(::getpid());
@@ -77,7 +77,7 @@ void add_worker(CLI::App& app, int* rc) {
       wo.keys = std::make_shared<const net::client_keys>(
           net::load_client_keys(opt->keys, net::key_role::worker));
     actors::worker_node node(wo.candidates.front(), wo, static_cast<size_t>(opt->max_message_bytes));
-    actors::signal_watcher signals([&node](int) { node.request_leave(); });
+    proc::signal_watcher signals([&node](int) { node.request_leave(); });
     *rc = node.wait();
   });
 }

@@ -9,7 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "actors/process.hpp"
+#include "runtime/core/process.hpp"
 #include "runtime/core/error.hpp"
 
 namespace cohort::cli {
@@ -74,7 +74,7 @@ std::unique_ptr<ha::ha_candidate> stand_by(const config& c, const ha_flags& flag
   cand->election().on_lost([] { deposed("the leader's etcd lease is gone"); });
   bool led = false;
   {
-    actors::signal_watcher signals([&cand](int) { cand->stop_waiting(); });
+    proc::signal_watcher signals([&cand](int) { cand->stop_waiting(); });
     led = cand->wait_for_leadership();
   }
   if (!led) {

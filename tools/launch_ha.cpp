@@ -12,7 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
-#include "actors/process.hpp"
+#include "runtime/core/process.hpp"
 #include "runtime/core/error.hpp"
 #include "runtime/net/curve.hpp"
 
@@ -23,7 +23,7 @@ launch_ha::launch_ha(const config& cfg, const std::string& keys_dir) {
   char tag[16];
   std::snprintf(tag, sizeof tag, "%08x", rd());
   name_ = "launch-" + std::to_string(::getpid()) + "-" + tag;
-  dir_ = actors::private_run_dir("cohort-etcd");
+  dir_ = proc::private_run_dir("cohort-etcd");
   try {
     start(cfg, keys_dir);
   } catch (...) {

@@ -1,7 +1,7 @@
 // A segment's name is unlinked by its group once every rank has mapped it; until then only the
 // name keeps it, so a maker killed during the rendezvous leaves it for good unless a later
 // process removes it. The maker's pid in the name says whether it is gone, as the private run
-// folders of `cohort launch` do (actors::private_run_dir).
+// folders of `cohort launch` do (proc::private_run_dir).
 #include "runtime/comm/shm_names.hpp"
 
 #include <signal.h>

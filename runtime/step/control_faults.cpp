@@ -75,4 +75,32 @@ std::shared_ptr<frame_filter> job_frame_filter(std::shared_ptr<training_job> job
   return std::make_shared<job_filter>(std::move(job));
 }
 
+void held_link::cut_for(std::chrono::milliseconds ms) {
+  mute_.cut_for(ms);
+  cut_.cut_for(ms);
+}
+
+bool held_link::hold_out(const net::message& m) {
+  if (!cut_.down()) return false;
+  const std::lock_guard<std::mutex> lock(mu_);
+  out_.push_back(m);
+  return true;
+}
+
+bool held_link::hold_in(const std::string& peer, net::message& m) {
+  if (!cut_.down()) return false;
+  const std::lock_guard<std::mutex> lock(mu_);
+  in_.emplace_back(peer, std::move(m));
+  return true;
+}
+
+std::pair<std::vector<net::message>, std::vector<held_link::held_in>> held_link::release() {
+  std::pair<std::vector<net::message>, std::vector<held_link::held_in>> out;
+  if (cut_.down()) return out;
+  const std::lock_guard<std::mutex> lock(mu_);
+  out.first.swap(out_);
+  out.second.swap(in_);
+  return out;
+}
+
 }  // namespace cohort::step

@@ -97,3 +97,45 @@ TEST_CASE("a link cut is down from the cut until its deadline, and a later cut r
   now += std::chrono::milliseconds(10);
   CHECK_FALSE(cut.down());
 }
+
+TEST_CASE(
+    "a worker's held link: muted sends no heartbeats, cut holds frames and gives them back in "
+    "order") {
+  std::chrono::steady_clock::time_point now{};
+  held_link link([&] { return now; });
+  CHECK_FALSE(link.muted());
+  net::message a = net::heartbeat{};
+  CHECK_FALSE(link.hold_out(a));  // up: the caller sends it
+
+  // hang: silent, but frames still go.
+  link.mute_for(std::chrono::milliseconds(30));
+  CHECK(link.muted());
+  CHECK_FALSE(link.cut());
+  CHECK_FALSE(link.hold_out(a));
+  now += std::chrono::milliseconds(30);
+  CHECK_FALSE(link.muted());
+
+  // partition: muted and every frame held, each direction in order.
+  link.cut_for(std::chrono::milliseconds(100));
+  CHECK(link.muted());
+  net::heartbeat h1{};
+  h1.seq = 1;
+  net::heartbeat h2{};
+  h2.seq = 2;
+  CHECK(link.hold_out(h1));
+  CHECK(link.hold_out(h2));
+  net::message in = net::heartbeat_ack{};
+  CHECK(link.hold_in("coordinator", in));
+  auto nothing = link.release();  // still cut: nothing comes back
+  CHECK(nothing.first.empty());
+  CHECK(nothing.second.empty());
+  now += std::chrono::milliseconds(100);
+  auto [out, back] = link.release();
+  REQUIRE(out.size() == 2);
+  CHECK(std::get<net::heartbeat>(out[0]).seq == 1);
+  CHECK(std::get<net::heartbeat>(out[1]).seq == 2);
+  REQUIRE(back.size() == 1);
+  CHECK(back[0].first == "coordinator");
+  CHECK(std::holds_alternative<net::heartbeat_ack>(back[0].second));
+  CHECK(link.release().first.empty());  // given back once
+}

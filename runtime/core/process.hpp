@@ -10,7 +10,7 @@
 #include <thread>
 #include <vector>
 
-namespace cohort::actors {
+namespace cohort::proc {
 
 /// Blocks SIGINT and SIGTERM in the calling thread. Call it before starting threads, so
 /// the signals are delivered to a thread that is not busy (any thread runs the handler).
@@ -68,4 +68,4 @@ std::string private_run_dir(const std::string& name);
 /// Routes spdlog's default logger to stderr (once per process).
 void log_to_stderr();
 
-}  // namespace cohort::actors
+}  // namespace cohort::proc

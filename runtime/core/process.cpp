@@ -1,6 +1,6 @@
 // Signal handlers only write a byte to a pipe; a normal thread (or poll loop) reads it, so
 // reacting to a signal may allocate, log and send messages.
-#include "actors/process.hpp"
+#include "runtime/core/process.hpp"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -19,7 +19,7 @@
 
 #include "runtime/core/error.hpp"
 
-namespace cohort::actors {
+namespace cohort::proc {
 namespace {
 
 sigset_t termination_set() {
@@ -174,4 +174,4 @@ std::string private_run_dir(const std::string& name) {
   return templ;
 }
 
-}  // namespace cohort::actors
+}  // namespace cohort::proc

@@ -9,7 +9,7 @@
 #include <filesystem>
 #include <string>
 
-#include "actors/process.hpp"
+#include "runtime/core/process.hpp"
 #include "tests/data/temp_dir.hpp"
 
 namespace fs = std::filesystem;
@@ -29,7 +29,7 @@ std::string run_dir_under(const std::string& base, const std::string& name) {
   const char* old = std::getenv("TMPDIR");
   const std::string saved = old != nullptr ? old : "";
   ::setenv("TMPDIR", base.c_str(), 1);
-  const std::string made = cohort::actors::private_run_dir(name);
+  const std::string made = cohort::proc::private_run_dir(name);
   if (old != nullptr)
     ::setenv("TMPDIR", saved.c_str(), 1);
   else
