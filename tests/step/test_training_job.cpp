@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include "runtime/step/training_job.hpp"
+#include "tests/step/roster_util.hpp"
 #include "runtime/core/config.hpp"
 
 using namespace cohort;
@@ -21,20 +22,7 @@ config job_config(int workers, int steps = 3, int window = 0) {
                           "<test>");
 }
 
-mb::roster roster_of(uint64_t generation, int n, mb::member_id first_id = 1) {
-  mb::roster r;
-  r.generation = generation;
-  for (int i = 0; i < n; ++i) {
-    mb::member m;
-    m.id = first_id + static_cast<mb::member_id>(i);
-    m.name = "w" + std::to_string(m.id);
-    m.rank = i;
-    m.at.d = i;
-    m.state = mb::member_state::alive;
-    r.members.push_back(m);
-  }
-  return r;
-}
+using test::roster_of;
 
 template <class T>
 std::vector<std::pair<mb::member_id, T>> sent(const job_actions& a) {

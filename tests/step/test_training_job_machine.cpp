@@ -13,6 +13,7 @@
 
 #include "runtime/core/config.hpp"
 #include "runtime/step/training_job.hpp"
+#include "tests/step/roster_util.hpp"
 
 using namespace cohort;
 using namespace cohort::step;
@@ -27,20 +28,7 @@ struct bench {
   mb::roster r;
 };
 
-mb::roster roster_of(uint64_t generation, int n, mb::member_id first_id = 1) {
-  mb::roster r;
-  r.generation = generation;
-  for (int i = 0; i < n; ++i) {
-    mb::member m;
-    m.id = first_id + static_cast<mb::member_id>(i);
-    m.name = "w" + std::to_string(m.id);
-    m.rank = i;
-    m.at.d = i;
-    m.state = mb::member_state::alive;
-    r.members.push_back(m);
-  }
-  return r;
-}
+using test::roster_of;
 
 // Two workers (elastic.min_workers 2), STEPS steps, commit_window WINDOW, members 1 and 2 of
 // generation 1.
