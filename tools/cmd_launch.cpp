@@ -23,16 +23,17 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/step/fault_schedule.hpp"
-#include "runtime/ha/ha_candidate.hpp"
-#include "runtime/core/process.hpp"
 #include "runtime/comm/shm_names.hpp"
 #include "runtime/core/config.hpp"
 #include "runtime/core/error.hpp"
 #include "runtime/core/faults.hpp"
+#include "runtime/core/process.hpp"
+#include "runtime/ha/ha_candidate.hpp"
 #include "runtime/net/zmq_bridge.hpp"
+#include "runtime/step/fault_schedule.hpp"
 #include "tools/commands.hpp"
 #include "tools/launch_ha.hpp"
+#include "tools/launch_roster_lines.hpp"
 
 namespace cohort::cli {
 namespace {
@@ -467,35 +468,10 @@ class launcher {
   void drain_client() {
     if (!client_) return;
     while (auto m = client_->recv(milliseconds(0))) {
-      if (const auto* s = std::get_if<net::status_reply>(&*m)) show(*s);
+      if (const auto* s = std::get_if<net::status_reply>(&*m))
+        roster_lines_.show(*s, cfg_.cluster.workers);
       if (const auto* o = std::get_if<net::scale_order>(&*m)) scale_up(*o);
     }
-  }
-
-  // Prints registrations, deaths and generation changes as the coordinator reports them.
-  void show(const net::status_reply& s) {
-    int alive = 0, live = 0;
-    for (const auto& w : s.workers) {
-      const auto& m = w.member;
-      alive += m.state == net::member_state::alive;
-      live += m.state != net::member_state::dead;
-      auto [it, fresh] = seen_.emplace(m.member_id, m.state);
-      if (fresh && m.state != net::member_state::dead) {
-        // No seat here: the job seats a member once it has loaded (`cohort ctl status`).
-        std::printf("launch: %s registered: member %llu, rank %d\n", m.name.c_str(),
-                    static_cast<unsigned long long>(m.member_id), m.rank);
-      } else if (!fresh && it->second != m.state && m.state == net::member_state::dead) {
-        std::printf("launch: %s (member %llu) is dead\n", m.name.c_str(),
-                    static_cast<unsigned long long>(m.member_id));
-      }
-      it->second = m.state;
-    }
-    if (s.generation != generation_) {
-      generation_ = s.generation;
-      std::printf("launch: generation %llu, %d of %d worker(s) registered, %d alive\n",
-                  static_cast<unsigned long long>(s.generation), live, cfg_.cluster.workers, alive);
-    }
-    std::fflush(stdout);
   }
 
   launch_options opt_;
@@ -514,8 +490,7 @@ class launcher {
   std::optional<clock_type::time_point> term_at_;  // SIGTERM to workers that outlive it
   int rc_ = exit_ok;
   uint64_t status_seq_ = 0;
-  uint64_t generation_ = 0;
-  std::map<uint64_t, net::member_state> seen_;
+  roster_lines roster_lines_;                // what launch has printed of the membership
   std::map<std::string, int> quick_deaths_;  // per child name: deaths right after a start
   int next_index_ = 0;                       // worker-<index> of the next new worker
   // ha (ha.standbys >= 1): the etcd, the run's name in it, every coordinator's endpoint,
