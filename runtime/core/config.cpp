@@ -303,6 +303,24 @@ const std::vector<key_spec>& schema() {
        nullptr,
        "Compute (OpenBLAS) threads per worker process."},
       {"train",
+       "device",
+       COHORT_FIELD(train.device),
+       unbounded(),
+       {},
+       nullptr,
+       "Where each worker's step computes: cpu; cuda (the GPU of the worker's local rank, "
+       "modulo the GPUs it sees); cuda:N; auto (cuda when the worker sees a GPU, else cpu). "
+       "Parameters, gradients and optimizer state live on that device (docs/gpu.md)."},
+      {"train",
+       "precision",
+       COHORT_FIELD(train.precision),
+       unbounded(),
+       {"fp32", "bf16"},
+       nullptr,
+       "Precision of matrix products. fp32; bf16: bf16 inputs with fp32 accumulation on a "
+       "GPU's tensor cores (master weights, optimizer state, norms and the loss stay fp32). "
+       "bf16 on the CPU is not built yet."},
+      {"train",
        "onebit.freeze_step",
        COHORT_FIELD(train.onebit_freeze_step),
        at_least(1),
@@ -321,8 +339,9 @@ const std::vector<key_spec>& schema() {
        "biases, LayerNorms and embeddings."},
       {"comm", "backend", COHORT_FIELD(comm.backend), unbounded(), choice_words<comm_backend>(),
        nullptr,
-       "Collective library for gradients; auto = NCCL when the worker's device is a GPU, "
-       "else Gloo. Training runs on the CPU in this version, so nccl is refused."},
+       "Collective library for gradients; auto = Gloo (or shared memory, comm.transport). "
+       "GPU workers stage their gradient buckets through host memory to it. nccl: NCCL "
+       "between the workers' GPUs (train.device must name a GPU)."},
       {"comm",
        "bucket_mb",
        COHORT_FIELD(comm.bucket_mb),

@@ -64,6 +64,9 @@ struct train_config {
   int64_t eval_tokens = 0;               ///< language models: held-out tokens evaluated; 0: all
   int64_t log_every = 50;
   int threads = 1;  ///< OpenBLAS / compute threads per process
+  /// Where the step computes: cpu | cuda | cuda:N | auto (runtime/nn/device.hpp).
+  std::string device = "cpu";
+  std::string precision = "fp32";  ///< fp32 | bf16: the precision of matrix products
   /// onebit_adam: optimizer steps of plain AdamW (uncompressed sums) before the variance
   /// freezes and the momentum travels as signs (train.onebit.freeze_step).
   int64_t onebit_freeze_step = 100;

@@ -221,13 +221,33 @@ class rules {
 
   void check_backend() {
     const config& c = c_;
-    // The trainer computes on the CPU; NCCL reduces GPU memory only. Say so here rather
-    // than at the first communicator build, minutes into a launch.
-    if (fine({"comm.backend"}) && c.comm.backend == comm_backend::nccl) {
-      complain({"comm.backend"},
-               "nccl needs the workers' model on a GPU; training runs on the CPU in this "
-               "version (use auto or gloo)");
-    }
+    const std::string& d = c.train.device;
+    if (fine({"train.device"}) && !cohort::rules::device_spec_valid(d))
+      complain({"train.device"}, "'" + d +
+                                     "' is not one of: cpu, cuda, cuda:N (N a device number), "
+                                     "auto");
+    const bool gpu = cohort::rules::device_spec_names_gpu(d);
+    if (fine({"train.precision", "train.device"}) && c.train.precision == "bf16" && d == "cpu")
+      complain({"train.precision", "train.device"},
+               "bf16 matrix products run on a GPU in this version; the CPU's bf16 path is not "
+               "built yet (set train.device: cuda, or train.precision: fp32)");
+    if (fine({"train.device", "parallel.pp", "parallel.tp"}) && gpu &&
+        (c.parallel.pp > 1 || c.parallel.tp > 1))
+      complain({"train.device", "parallel.pp", "parallel.tp"},
+               "pipeline and tensor parallel stages run on the CPU in this version; this job has "
+               "pp = " + std::to_string(c.parallel.pp) + " x tp = " +
+                   std::to_string(c.parallel.tp) +
+                   " on " + d + " (set train.device: cpu, or pp and tp to 1)");
+    if (fine({"train.device", "train.optimizer"}) && gpu && c.train.optimizer == "onebit_adam")
+      complain({"train.device", "train.optimizer"},
+               "onebit_adam runs on the CPU only in this version (set train.device: cpu, or "
+               "train.optimizer: adamw)");
+    // NCCL sums GPU memory only: say so here rather than at the first communicator build.
+    if (fine({"comm.backend", "train.device"}) && c.comm.backend == comm_backend::nccl && !gpu &&
+        d != "auto")
+      complain({"comm.backend", "train.device"},
+               "nccl sums gradients between GPUs, but train.device is " + d +
+                   " (set train.device: cuda, or comm.backend: auto)");
   }
 
   void check_compression() {

@@ -27,6 +27,19 @@ constexpr bool heads_divide_width(int64_t d_model, int64_t n_head) {
 /// heads_divide_width, an equal slice of the 4 * d_model MLP width).
 constexpr bool tp_divides_heads(int64_t n_head, int64_t tp) { return tp >= 1 && n_head % tp == 0; }
 
+/// runtime/nn/device: train.device is cpu, auto, cuda or cuda:N (N a device number).
+inline bool device_spec_valid(std::string_view spec) {
+  if (spec == "cpu" || spec == "auto" || spec == "cuda") return true;
+  if (spec.substr(0, 5) != "cuda:" || spec.size() == 5 || spec.size() > 9) return false;
+  for (char ch : spec.substr(5))
+    if (ch < '0' || ch > '9') return false;
+  return true;
+}
+/// runtime/nn/device: a spec that names a GPU whatever the machine has (auto may not).
+inline bool device_spec_names_gpu(std::string_view spec) {
+  return spec != "cpu" && spec != "auto" && device_spec_valid(spec);
+}
+
 /// runtime/nn/gpt_partition: every pipeline stage holds at least one transformer block.
 constexpr bool stages_fit_blocks(int64_t pp, int64_t n_layer) { return pp >= 1 && pp <= n_layer; }
 

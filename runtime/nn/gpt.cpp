@@ -13,14 +13,14 @@ void gpt_block::forward(gpt_block_acts& a, const float* x, int b, int t) const {
   const int rows = b * t, c = ln_1.c;
   ln_1.forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x, rows);
   c_attn.forward(a.qkv.data(), a.ln1.data(), rows);
-  cpu::attention_fwd(a.atty.data(), a.att.data(), a.qkv.data(), b, t, c, n_head);
+  dev->attention_fwd(a.atty.data(), a.att.data(), a.qkv.data(), b, t, c, n_head);
   attn_proj.forward(a.res2.data(), a.atty.data(), rows);
-  cpu::add_inplace(a.res2.data(), x, static_cast<int64_t>(rows) * c);
+  dev->add_inplace(a.res2.data(), x, static_cast<int64_t>(rows) * c);
   ln_2.forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.res2.data(), rows);
   c_fc.forward(a.fch.data(), a.ln2.data(), rows);
-  cpu::gelu_fwd(a.fch_gelu.data(), a.fch.data(), static_cast<int64_t>(rows) * 4 * c);
+  dev->gelu_fwd(a.fch_gelu.data(), a.fch.data(), static_cast<int64_t>(rows) * 4 * c);
   mlp_proj.forward(a.out.data(), a.fch_gelu.data(), rows);
-  cpu::add_inplace(a.out.data(), a.res2.data(), static_cast<int64_t>(rows) * c);
+  dev->add_inplace(a.out.data(), a.res2.data(), static_cast<int64_t>(rows) * c);
 }
 
 void gpt_block::backward(gpt_block_acts& a, gpt_grad_scratch& s, float* dres, const float* x, int b,
@@ -31,18 +31,18 @@ void gpt_block::backward(gpt_block_acts& a, gpt_grad_scratch& s, float* dres, co
   // come out in descending offsets. MLP branch: the residual passes dres through unchanged, the
   // branch adds its part.
   mlp_proj.backward(s.dfch_gelu.data(), dres, a.fch_gelu.data(), rows, report);
-  cpu::gelu_bwd(s.dfch.data(), s.dfch_gelu.data(), a.fch.data(), 4 * n);
+  dev->gelu_bwd(s.dfch.data(), s.dfch_gelu.data(), a.fch.data(), 4 * n);
   c_fc.backward(s.dln.data(), s.dfch.data(), a.ln2.data(), rows, report);
   ln_2.backward(s.dtmp.data(), s.dln.data(), a.res2.data(), a.ln2_mean.data(), a.ln2_rstd.data(),
                 rows, report);
-  cpu::add_inplace(dres, s.dtmp.data(), n);
+  dev->add_inplace(dres, s.dtmp.data(), n);
   // Attention branch.
   attn_proj.backward(s.datty.data(), dres, a.atty.data(), rows, report);
-  cpu::attention_bwd(s.dqkv.data(), s.datt.data(), s.datty.data(), a.qkv.data(), a.att.data(), b, t,
+  dev->attention_bwd(s.dqkv.data(), s.datt.data(), s.datty.data(), a.qkv.data(), a.att.data(), b, t,
                      c, n_head);
   c_attn.backward(s.dln.data(), s.dqkv.data(), a.ln1.data(), rows, report);
   ln_1.backward(s.dtmp.data(), s.dln.data(), x, a.ln1_mean.data(), a.ln1_rstd.data(), rows, report);
-  cpu::add_inplace(dres, s.dtmp.data(), n);
+  dev->add_inplace(dres, s.dtmp.data(), n);
 }
 
 std::vector<gpt_param_spec> gpt_param_specs(const gpt_shape& s) {
@@ -128,6 +128,7 @@ gpt::gpt(int vocab, int context, int n_layer, int n_head, int d_model, int max_b
          pool& p)
     : model(p), shape_{vocab, context, n_layer, n_head, d_model} {
   const int C = d_model;
+  device* dev = &p.dev();
   for (const gpt_param_spec& spec : gpt_param_specs(shape_)) {
     if (blocks().empty() || blocks().back().name != spec.block) begin_block(spec.block);
     add_param(spec.name, spec.shape, spec.init);
@@ -148,6 +149,7 @@ gpt::gpt(int vocab, int context, int n_layer, int n_head, int d_model, int max_b
     }
     l.in = in;
     l.out = out;
+    l.dev = dev;
   };
   auto bind_ln = [&](layernorm& ln) {
     parameter& w = next();
@@ -157,6 +159,7 @@ gpt::gpt(int vocab, int context, int n_layer, int n_head, int d_model, int max_b
     ln.b = b.value;
     ln.db = b.grad;
     ln.c = C;
+    ln.dev = dev;
   };
   {
     parameter& wte = next();
@@ -166,10 +169,12 @@ gpt::gpt(int vocab, int context, int n_layer, int n_head, int d_model, int max_b
     emb_.wpe = wpe.value;
     emb_.dwpe = wpe.grad;
     emb_.c = C;
+    emb_.dev = dev;
   }
   layers_.resize(n_layer);
   for (gpt_block& blk : layers_) {
     blk.n_head = n_head;
+    blk.dev = dev;
     bind_ln(blk.ln_1);
     bind_linear(blk.c_attn, C, 3 * C, true);
     bind_linear(blk.attn_proj, C, C, true);
@@ -224,7 +229,9 @@ float gpt::forward(const batch& b) {
   check(b);
   reserve(b.n);
   const int rows = b.n * b.t;
-  emb_.forward(encoded_.data(), b.ids.data(), b.n, b.t);
+  ids_ = on_device(b.ids, ids_dev_);
+  targets_ = on_device(b.targets, targets_dev_);
+  emb_.forward(encoded_.data(), ids_, b.n, b.t);
   const float* x = encoded_.data();
   for (std::size_t l = 0; l < layers_.size(); ++l) {
     layers_[l].forward(acts_[l], x, b.n, b.t);
@@ -232,8 +239,8 @@ float gpt::forward(const batch& b) {
   }
   ln_f_.forward(lnf_.data(), lnf_mean_.data(), lnf_rstd_.data(), x, rows);
   lm_head_.forward(logits_.data(), lnf_.data(), rows);
-  return cpu::softmax_xent_fwd(probs_.data(), losses_.data(), logits_.data(), b.targets.data(),
-                               rows, shape_.vocab);
+  return dev().softmax_xent_fwd(probs_.data(), losses_.data(), logits_.data(), targets_, rows,
+                                shape_.vocab);
 }
 
 float gpt::forward_backward(const batch& b, float loss_scale) {
@@ -244,8 +251,8 @@ float gpt::forward_backward(const batch& b, float loss_scale) {
   }
   trace::span s("backward", "compute", trace::track::compute);
   const int rows = b.n * b.t;
-  cpu::softmax_xent_bwd(dlogits_.data(), probs_.data(), b.targets.data(), rows, shape_.vocab,
-                        loss_scale / rows);
+  dev().softmax_xent_bwd(dlogits_.data(), probs_.data(), targets_, rows, shape_.vocab,
+                         loss_scale / rows);
   // Memory order is wte, wpe, h.0 .. h.{L-1}, ln_f, lm_head and backward walks it from the
   // end, so every report lies below the previous one.
   const grads_ready_span& report = reporter();
@@ -257,7 +264,7 @@ float gpt::forward_backward(const batch& b, float loss_scale) {
     const float* x = l == 0 ? encoded_.data() : acts_[l - 1].out.data();
     layers_[l].backward(acts_[l], scratch_, dres_.data(), x, b.n, b.t, report);
   }
-  emb_.backward(dres_.data(), b.ids.data(), b.n, b.t, report);
+  emb_.backward(dres_.data(), ids_, b.n, b.t, report);
   return loss;
 }
 
@@ -266,7 +273,8 @@ eval_result gpt::eval(const batch& b) {
   r.loss = forward(b);
   const int rows = b.n * b.t, V = shape_.vocab;
   r.count = rows;
-  const float* logits = logits_.data();
+  std::vector<float> copy;
+  const float* logits = on_host(logits_, static_cast<int64_t>(rows) * V, copy);
   for (int i = 0; i < rows; ++i) {
     const float* row = logits + static_cast<int64_t>(i) * V;
     r.correct += static_cast<int>(std::max_element(row, row + V) - row) == b.targets[i];

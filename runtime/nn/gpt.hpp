@@ -67,6 +67,7 @@ struct gpt_block {
   layernorm ln_1, ln_2;
   linear c_attn, attn_proj, c_fc, mlp_proj;  ///< attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj
   int n_head = 0;
+  device* dev = &cpu_device();  ///< attention, GELU and the residual adds run here
 
   /// Reads x [b*t, C], fills a (a.out is the block output).
   void forward(gpt_block_acts& a, const float* x, int b, int t) const;
@@ -111,6 +112,9 @@ class gpt : public model {
   tensor lnf_, lnf_mean_, lnf_rstd_, logits_, probs_, losses_;
   gpt_grad_scratch scratch_;
   tensor dres_, dlogits_;
+  itensor ids_dev_, targets_dev_;     // the batch on the device (unused on the CPU)
+  const int32_t* ids_ = nullptr;      // the forwarded batch's ids and targets, where the
+  const int32_t* targets_ = nullptr;  // device reads them
 };
 
 }  // namespace cohort::nn

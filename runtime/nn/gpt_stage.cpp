@@ -133,8 +133,8 @@ void allocate_tp_scratch(gpt_grad_scratch& g, int64_t sequences, const gpt_shape
 }
 
 /// y[r, :] += b for every row: a row-parallel layer's bias, added once after the sum.
-void add_bias_rows(float* y, const float* b, int rows, int c) {
-  for (int r = 0; r < rows; ++r) cpu::add_inplace(y + static_cast<int64_t>(r) * c, b, c);
+void add_bias_rows(device& dev, float* y, const float* b, int rows, int c) {
+  for (int r = 0; r < rows; ++r) dev.add_inplace(y + static_cast<int64_t>(r) * c, b, c);
 }
 
 using allreduce_fn = std::function<void(float*, int64_t)>;
@@ -149,18 +149,18 @@ void tp_block_forward(const gpt_block& k, gpt_block_acts& a, const float* x, int
   const int64_t n = static_cast<int64_t>(rows) * c;
   k.ln_1.forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x, rows);
   k.c_attn.forward(a.qkv.data(), a.ln1.data(), rows);
-  cpu::attention_fwd(a.atty.data(), a.att.data(), a.qkv.data(), b, t, cl, k.n_head);
-  cpu::linear_fwd(a.res2.data(), a.atty.data(), k.attn_proj.w.data(), nullptr, rows, cl, c);
+  k.dev->attention_fwd(a.atty.data(), a.att.data(), a.qkv.data(), b, t, cl, k.n_head);
+  k.dev->linear_fwd(a.res2.data(), a.atty.data(), k.attn_proj.w.data(), nullptr, rows, cl, c);
   allreduce(a.res2.data(), n);
-  add_bias_rows(a.res2.data(), k.attn_proj.b.data(), rows, c);
-  cpu::add_inplace(a.res2.data(), x, n);
+  add_bias_rows(*k.dev, a.res2.data(), k.attn_proj.b.data(), rows, c);
+  k.dev->add_inplace(a.res2.data(), x, n);
   k.ln_2.forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.res2.data(), rows);
   k.c_fc.forward(a.fch.data(), a.ln2.data(), rows);
-  cpu::gelu_fwd(a.fch_gelu.data(), a.fch.data(), static_cast<int64_t>(rows) * fl);
-  cpu::linear_fwd(a.out.data(), a.fch_gelu.data(), k.mlp_proj.w.data(), nullptr, rows, fl, c);
+  k.dev->gelu_fwd(a.fch_gelu.data(), a.fch.data(), static_cast<int64_t>(rows) * fl);
+  k.dev->linear_fwd(a.out.data(), a.fch_gelu.data(), k.mlp_proj.w.data(), nullptr, rows, fl, c);
   allreduce(a.out.data(), n);
-  add_bias_rows(a.out.data(), k.mlp_proj.b.data(), rows, c);
-  cpu::add_inplace(a.out.data(), a.res2.data(), n);
+  add_bias_rows(*k.dev, a.out.data(), k.mlp_proj.b.data(), rows, c);
+  k.dev->add_inplace(a.out.data(), a.res2.data(), n);
 }
 
 /// gpt_block::backward of one TP rank. A row-parallel layer needs no communication: its
@@ -174,20 +174,20 @@ void tp_block_backward(gpt_block& k, gpt_block_acts& a, gpt_grad_scratch& s, flo
   const int rows = b * t, c = k.ln_1.c, cl = k.attn_proj.in, fl = k.c_fc.out;
   const int64_t n = static_cast<int64_t>(rows) * c;
   k.mlp_proj.backward(s.dfch_gelu.data(), dres, a.fch_gelu.data(), rows, report);
-  cpu::gelu_bwd(s.dfch.data(), s.dfch_gelu.data(), a.fch.data(), static_cast<int64_t>(rows) * fl);
+  k.dev->gelu_bwd(s.dfch.data(), s.dfch_gelu.data(), a.fch.data(), static_cast<int64_t>(rows) * fl);
   k.c_fc.backward(s.dln.data(), s.dfch.data(), a.ln2.data(), rows, report);
   allreduce(s.dln.data(), n);
   k.ln_2.backward(s.dtmp.data(), s.dln.data(), a.res2.data(), a.ln2_mean.data(), a.ln2_rstd.data(),
                   rows, report);
-  cpu::add_inplace(dres, s.dtmp.data(), n);
+  k.dev->add_inplace(dres, s.dtmp.data(), n);
   k.attn_proj.backward(s.datty.data(), dres, a.atty.data(), rows, report);
-  cpu::attention_bwd(s.dqkv.data(), s.datt.data(), s.datty.data(), a.qkv.data(), a.att.data(), b, t,
+  k.dev->attention_bwd(s.dqkv.data(), s.datt.data(), s.datty.data(), a.qkv.data(), a.att.data(), b, t,
                      cl, k.n_head);
   k.c_attn.backward(s.dln.data(), s.dqkv.data(), a.ln1.data(), rows, report);
   allreduce(s.dln.data(), n);
   k.ln_1.backward(s.dtmp.data(), s.dln.data(), x, a.ln1_mean.data(), a.ln1_rstd.data(), rows,
                   report);
-  cpu::add_inplace(dres, s.dtmp.data(), n);
+  k.dev->add_inplace(dres, s.dtmp.data(), n);
 }
 
 std::string range_str(const stage_range& r) {
@@ -208,6 +208,10 @@ gpt_stage::gpt_stage(const gpt_shape& shape, const stage_range& range,
                      const gpt_stage_options& options, uint64_t seed, pool& p)
     : model(p), shape_(shape), range_(range), options_(options), acts_(pool::account, p) {
   const std::vector<gpt_param_spec> specs = gpt_param_specs(shape);  // validates the shape
+  // Stage inputs, outputs and TP sums travel through host memory today.
+  if (!p.dev().host_visible())
+    throw usage_error("gpt_stage: pipeline and tensor parallel stages run on the CPU in this "
+                      "version, not on " + p.dev().name() + " (use train.device: cpu with pp or tp > 1)");
   const int L = shape.n_layer;
   if (range.first_layer < 0 || range.end_layer > L || range.first_layer >= range.end_layer)
     throw usage_error("gpt_stage: " + range_str(range) + " is not a non-empty range of the " +
@@ -256,6 +260,7 @@ gpt_stage::gpt_stage(const gpt_shape& shape, const stage_range& range,
     }
     l.in = in;
     l.out = out;
+    l.dev = &p.dev();
   };
   auto bind_ln = [&](layernorm& ln, const std::string& name) {
     parameter& w = param(name + ".weight");
@@ -265,6 +270,7 @@ gpt_stage::gpt_stage(const gpt_shape& shape, const stage_range& range,
     ln.b = b.value;
     ln.db = b.grad;
     ln.c = C;
+    ln.dev = &p.dev();
   };
   if (range.has_embedding) {
     parameter& wte = param("transformer.wte.weight");
@@ -274,6 +280,7 @@ gpt_stage::gpt_stage(const gpt_shape& shape, const stage_range& range,
     emb_.wpe = wpe.value;
     emb_.dwpe = wpe.grad;
     emb_.c = C;
+    emb_.dev = &p.dev();
   }
   layers_.resize(range.layers());
   for (int k = 0; k < range.layers(); ++k) {
@@ -282,6 +289,7 @@ gpt_stage::gpt_stage(const gpt_shape& shape, const stage_range& range,
     // A TP rank holds n_head / T heads (3C/T rows of c_attn, C/T input columns of
     // attn.c_proj) and 4C/T of the MLP width; T = 1 gives the whole block.
     blk.n_head = shape.n_head / T;
+    blk.dev = &p.dev();
     bind_ln(blk.ln_1, h + "ln_1");
     bind_linear(blk.c_attn, h + "attn.c_attn", C, 3 * C / T, true);
     bind_linear(blk.attn_proj, h + "attn.c_proj", C / T, C, true);
@@ -423,7 +431,7 @@ float gpt_stage::run_forward(const slot_state& s, act_set& a, int64_t* correct) 
       *correct += static_cast<int>(std::max_element(row, row + V) - row) == s.targets[i];
     }
   }
-  return cpu::softmax_xent_fwd(a.probs.data(), losses_.data(), logits_.data(), s.targets.data(),
+  return dev().softmax_xent_fwd(a.probs.data(), losses_.data(), logits_.data(), s.targets.data(),
                                rows, V);
 }
 
@@ -484,7 +492,7 @@ const float* gpt_stage::backward(int slot, const float* d_out, float loss_scale)
   const grads_ready_span& report = reporter();
   // Parameters are walked from the end of memory down, as in gpt::forward_backward.
   if (range_.has_head) {
-    cpu::softmax_xent_bwd(dlogits_.data(), a.probs.data(), s.targets.data(), rows, shape_.vocab,
+    dev().softmax_xent_bwd(dlogits_.data(), a.probs.data(), s.targets.data(), rows, shape_.vocab,
                           loss_scale / rows);
     lm_head_.backward(scratch_.dln.data(), dlogits_.data(), a.lnf.data(), rows, report);
     ln_f_.backward(dres_.data(), scratch_.dln.data(), a.blocks.back().out.data(), a.lnf_mean.data(),

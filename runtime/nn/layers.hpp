@@ -1,5 +1,6 @@
-// Layers of the CPU path as thin, stateless wrappers over runtime/cpu/kernels.hpp: each binds
-// views of its parameters and gradients and runs forward / backward on caller-owned
+// Layers as thin, stateless wrappers over their device's kernels (runtime/nn/device.hpp, the
+// contract of runtime/cpu/kernels.hpp): each binds views of its parameters and gradients and
+// its device, and runs forward / backward on caller-owned
 // activation buffers (models pre-allocate those once). Activation gradients are assigned,
 // parameter gradients accumulated; backward tells a reporter which parameter-gradient spans
 // are final, highest addresses first. Owns no memory and no model structure.
@@ -8,7 +9,7 @@
 #include <cstdint>
 #include <functional>
 
-#include "runtime/cpu/kernels.hpp"
+#include "runtime/nn/device.hpp"
 #include "runtime/nn/tensor.hpp"
 
 namespace cohort::nn {
@@ -39,6 +40,7 @@ inline void report_pair(const grads_ready_span& report, const tensor& lo, const 
 struct linear {
   tensor w, b, dw, db;  ///< b and db empty when the layer has no bias
   int in = 0, out = 0;
+  device* dev = &cpu_device();  ///< where w, b and the activations live
 
   /// Rows of W per dW chunk in backward: ceil(k_chunk_elements / in) rounded up to a
   /// multiple of k_chunk_row_multiple (at least one multiple), or all `out` rows when that
@@ -58,7 +60,7 @@ struct linear {
   static constexpr int k_chunk_row_multiple = 16;
 
   void forward(float* y, const float* x, int rows) const {
-    cpu::linear_fwd(y, x, w.data(), b.empty() ? nullptr : b.data(), rows, in, out);
+    dev->linear_fwd(y, x, w.data(), b.empty() ? nullptr : b.data(), rows, in, out);
   }
   /// db and dW accumulated, dx assigned (skipped when null): db first, then dW in row
   /// chunks from the LAST rows to the first, each reported right after its sgemm, so spans
@@ -79,23 +81,19 @@ inline void linear::backward(float* dx, const float* dy, const float* x, int row
                              const grads_ready_span& report) {
   if (!db.empty()) {
     // Column sums of dy added row by row, the order cpu::linear_bwd uses.
-    float* g = db.data();
-    for (int r = 0; r < rows; ++r) {
-      const float* d = dy + static_cast<int64_t>(r) * out;
-      for (int j = 0; j < out; ++j) g[j] += d[j];
-    }
-    if (report) report(g, out);
+    dev->bias_grad(db.data(), dy, rows, out);
+    if (report) report(db.data(), out);
   }
   // dW[r0, r1) += dy[:, r0:r1]^T x, last rows first; the lowest chunk takes the remainder.
   const int step = dw_chunk_rows(out, in);
   for (int r1 = out; r1 > 0;) {
     const int r0 = std::max(0, r1 - step);
     float* g = dw.data() + static_cast<int64_t>(r0) * in;
-    cpu::gemm(true, false, r1 - r0, in, rows, 1.0f, dy + r0, out, x, in, 1.0f, g, in);
+    dev->gemm(true, false, r1 - r0, in, rows, 1.0f, dy + r0, out, x, in, 1.0f, g, in);
     if (report) report(g, static_cast<int64_t>(r1 - r0) * in);
     r1 = r0;
   }
-  if (dx) cpu::gemm(false, false, rows, in, out, 1.0f, dy, out, w.data(), in, 0.0f, dx, in);
+  if (dx) dev->gemm(false, false, rows, in, out, 1.0f, dy, out, w.data(), in, 0.0f, dx, in);
 }
 
 /// LayerNorm over the last dimension with affine weight and bias (nn.LayerNorm).
@@ -103,16 +101,17 @@ struct layernorm {
   tensor w, b, dw, db;
   int c = 0;
   float eps = 1e-5f;
+  device* dev = &cpu_device();
 
   /// mean and rstd [rows] are saved for backward.
   void forward(float* y, float* mean, float* rstd, const float* x, int rows) const {
-    cpu::layernorm_fwd(y, mean, rstd, x, w.data(), b.data(), rows, c, eps);
+    dev->layernorm_fwd(y, mean, rstd, x, w.data(), b.data(), rows, c, eps);
   }
   /// dx assigned, dW and db accumulated; then reports them: one span when db follows dW
   /// in memory (one kernel writes both), else db then dW.
   void backward(float* dx, const float* dy, const float* x, const float* mean, const float* rstd,
                 int rows, const grads_ready_span& report = {}) {
-    cpu::layernorm_bwd(dx, dw.data(), db.data(), dy, x, w.data(), mean, rstd, rows, c);
+    dev->layernorm_bwd(dx, dw.data(), db.data(), dy, x, w.data(), mean, rstd, rows, c);
     report_pair(report, dw, db);
   }
 };
@@ -121,15 +120,16 @@ struct layernorm {
 struct embedding {
   tensor wte, wpe, dwte, dwpe;
   int c = 0;
+  device* dev = &cpu_device();
 
   void forward(float* out, const int32_t* ids, int b, int t) const {
-    cpu::embedding_fwd(out, ids, wte.data(), wpe.data(), b, t, c);
+    dev->embedding_fwd(out, ids, wte.data(), wpe.data(), b, t, c);
   }
   /// dwte and dwpe accumulated; then reports them: one span when dwpe follows dwte in
   /// memory (one kernel writes both), else dwpe then dwte.
   void backward(const float* dout, const int32_t* ids, int b, int t,
                 const grads_ready_span& report = {}) {
-    cpu::embedding_bwd(dwte.data(), dwpe.data(), dout, ids, b, t, c);
+    dev->embedding_bwd(dwte.data(), dwpe.data(), dout, ids, b, t, c);
     report_pair(report, dwte, dwpe);
   }
 };

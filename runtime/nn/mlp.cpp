@@ -38,6 +38,7 @@ mlp::mlp(int in, std::vector<int> hidden, int classes, int max_batch, uint64_t s
     l.db = parameters()[idx[i].second].grad;
     l.in = fan_in;
     l.out = widths[i];
+    l.dev = &p.dev();
     layers_.push_back(l);
     fan_in = widths[i];
   }
@@ -76,15 +77,17 @@ void mlp::check(const batch& b) const {
 float mlp::forward(const batch& b) {
   check(b);
   reserve(b.n);
-  const float* x = b.x.data();
+  x_ = on_device(b.x, x_dev_);
+  targets_ = on_device(b.targets, targets_dev_);
+  const float* x = x_;
   for (std::size_t i = 0; i < layers_.size(); ++i) {
     float* y = acts_[i].data();
     layers_[i].forward(y, x, b.n);
-    if (i + 1 < layers_.size()) cpu::relu_fwd(y, y, static_cast<int64_t>(b.n) * layers_[i].out);
+    if (i + 1 < layers_.size()) dev().relu_fwd(y, y, static_cast<int64_t>(b.n) * layers_[i].out);
     x = y;
   }
-  return cpu::softmax_xent_fwd(probs_.data(), losses_.data(), acts_.back().data(), b.targets.data(),
-                               b.n, classes_);
+  return dev().softmax_xent_fwd(probs_.data(), losses_.data(), acts_.back().data(), targets_, b.n,
+                                classes_);
 }
 
 float mlp::forward_backward(const batch& b, float loss_scale) {
@@ -97,9 +100,9 @@ float mlp::forward_backward(const batch& b, float loss_scale) {
   const int n = b.n;
   float* dcur = dcur_.data();
   float* dnext = dnext_.data();
-  cpu::softmax_xent_bwd(dcur, probs_.data(), b.targets.data(), n, classes_, loss_scale / n);
+  dev().softmax_xent_bwd(dcur, probs_.data(), targets_, n, classes_, loss_scale / n);
   for (std::size_t i = layers_.size(); i-- > 0;) {
-    const float* input = i == 0 ? b.x.data() : acts_[i - 1].data();
+    const float* input = i == 0 ? x_ : acts_[i - 1].data();
     float* dx = i == 0 ? nullptr : dnext;
     // Reports layer i's bias, then its weight rows from the last down: the layers
     // below never touch them again.
@@ -107,7 +110,7 @@ float mlp::forward_backward(const batch& b, float loss_scale) {
     if (i > 0) {
       // ReLU's output is positive exactly where its input was, so the saved output
       // serves as the mask.
-      cpu::relu_bwd(dx, dx, acts_[i - 1].data(), static_cast<int64_t>(n) * layers_[i].in);
+      dev().relu_bwd(dx, dx, acts_[i - 1].data(), static_cast<int64_t>(n) * layers_[i].in);
       std::swap(dcur, dnext);
     }
   }
@@ -118,7 +121,8 @@ eval_result mlp::eval(const batch& b) {
   eval_result r;
   r.loss = forward(b);
   r.count = b.n;
-  const float* logits = acts_.back().data();
+  std::vector<float> copy;
+  const float* logits = on_host(acts_.back(), static_cast<int64_t>(b.n) * classes_, copy);
   for (int i = 0; i < b.n; ++i) {
     const float* row = logits + static_cast<int64_t>(i) * classes_;
     const int arg = static_cast<int>(std::max_element(row, row + classes_) - row);

@@ -86,10 +86,13 @@ void model::finalize(uint64_t seed) {
 }
 
 void model::init_parameters(uint64_t seed) {
+  // Drawn on the host (the same draws on every device), then copied once to a GPU.
+  const bool direct = values_.host_visible();
+  std::vector<float> host(direct ? 0 : static_cast<std::size_t>(values_.numel()));
   for (std::size_t i = 0; i < params_.size(); ++i) {
     parameter& p = params_[i];
     rng r(hash_coords(seed, i));
-    float* v = p.value.data();
+    float* v = direct ? p.value.data() : host.data() + p.offset;
     const int64_t n = p.value.numel();
     switch (p.init.kind) {
       case init_spec::uniform:
@@ -99,10 +102,11 @@ void model::init_parameters(uint64_t seed) {
         for (int64_t k = 0; k < n; ++k) v[k] = r.normal() * p.init.a;
         break;
       case init_spec::constant:
-        p.value.fill(p.init.a);
+        for (int64_t k = 0; k < n; ++k) v[k] = p.init.a;
         break;
     }
   }
+  if (!direct) values_.copy_from_host(host.data());
 }
 
 std::unique_ptr<model> make_model(const model_config& cfg, int vocab, int max_batch, uint64_t seed,

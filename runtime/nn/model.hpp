@@ -92,6 +92,8 @@ class model {
   void init_parameters(uint64_t seed);
   /// The pool tensors of this model come from.
   pool& memory() { return *pool_; }
+  /// The device the model computes on (its pool's).
+  device& dev() const { return pool_->dev(); }
   /// Elements [first, first + count) of flat_values() / flat_grads() that block `i` holds
   /// (its parameters are consecutive, so the range is contiguous).
   std::pair<int64_t, int64_t> block_elements(std::size_t i) const;
@@ -117,6 +119,16 @@ class model {
   void grads_ready(int64_t offset, int64_t count);
   /// The same for a span given by its first element inside flat_grads().
   void grads_ready(const float* first, int64_t count);
+  /// HOST's elements where the device reads them: HOST itself on the CPU, else copied into
+  /// STAGING (grown as needed, from this model's pool).
+  template <class T>
+  const T* on_device(const std::vector<T>& host, basic_tensor<T>& staging) {
+    if (dev().host_visible()) return host.data();
+    if (staging.numel() < static_cast<int64_t>(host.size()))
+      staging = basic_tensor<T>({static_cast<int64_t>(host.size())}, *pool_);
+    dev().from_host(staging.data(), host.data(), host.size() * sizeof(T));
+    return staging.data();
+  }
   /// What layers report through: empty when no hook is set, so layers skip the calls.
   const grads_ready_span& reporter() const { return reporter_; }
   explicit model(pool& p) : pool_(&p) {}

@@ -3,7 +3,6 @@
 #include <cmath>
 
 #include "runtime/core/error.hpp"
-#include "runtime/cpu/kernels.hpp"
 
 namespace cohort::nn {
 
@@ -12,12 +11,14 @@ adamw::adamw(tensor params, tensor grads, const optim_options& o, pool& p)
   COHORT_CHECK(params_.numel() == grads_.numel());
   m_ = tensor({params_.numel()}, p);
   v_ = tensor({params_.numel()}, p);
+  COHORT_CHECK(&p.dev() == &params_.dev());  // state lives where the parameters do
 }
 
 void adamw::step(float lr) {
   ++steps_;
-  cpu::adamw_step(params_.data(), grads_.data(), m_.data(), v_.data(), params_.numel(), lr,
-                  o_.beta1, o_.beta2, o_.eps, o_.weight_decay, static_cast<int>(steps_));
+  params_.dev().adamw_step(params_.data(), grads_.data(), m_.data(), v_.data(), params_.numel(),
+                           lr, o_.beta1, o_.beta2, o_.eps, o_.weight_decay,
+                           static_cast<int>(steps_));
 }
 
 std::vector<std::pair<std::string, tensor>> adamw::state() {
@@ -28,12 +29,13 @@ sgd::sgd(tensor params, tensor grads, const optim_options& o, pool& p)
     : optimizer(std::move(params), std::move(grads)), o_(o) {
   COHORT_CHECK(params_.numel() == grads_.numel());
   buf_ = tensor({params_.numel()}, p);
+  COHORT_CHECK(&p.dev() == &params_.dev());  // state lives where the parameters do
 }
 
 void sgd::step(float lr) {
   ++steps_;
-  cpu::sgd_step(params_.data(), grads_.data(), buf_.data(), params_.numel(), lr, o_.momentum,
-                o_.weight_decay);
+  params_.dev().sgd_step(params_.data(), grads_.data(), buf_.data(), params_.numel(), lr,
+                         o_.momentum, o_.weight_decay);
 }
 
 std::vector<std::pair<std::string, tensor>> sgd::state() { return {{"momentum_buffer", buf_}}; }
@@ -49,6 +51,7 @@ onebit_adam::onebit_adam(tensor params, tensor grads, const optim_options& o, po
   }
   m_ = tensor({params_.numel()}, p);
   v_ = tensor({params_.numel()}, p);
+  COHORT_CHECK(&p.dev() == &params_.dev());  // state lives where the parameters do
 }
 
 void onebit_adam::step(float lr) {
@@ -59,17 +62,18 @@ void onebit_adam::step(float lr) {
   float* m = m_.data();
   float* v = v_.data();
   const int t = static_cast<int>(steps_);
+  device& dev = params_.dev();
   auto adamw_range = [&](int64_t off, int64_t count) {
     if (count > 0)
-      cpu::adamw_step(p + off, g + off, m + off, v + off, count, lr, o_.beta1, o_.beta2, o_.eps,
-                      o_.weight_decay, t);
+      dev.adamw_step(p + off, g + off, m + off, v + off, count, lr, o_.beta1, o_.beta2, o_.eps,
+                     o_.weight_decay, t);
   };
   if (!compressed) return adamw_range(0, params_.numel());
   int64_t at = 0;
   for (const auto& [off, count] : o_.compressed) {
     adamw_range(at, off - at);
-    cpu::onebit_adam_frozen_step(p + off, g + off, m + off, v + off, count, lr, o_.beta1, o_.beta2,
-                                 o_.eps, o_.weight_decay, t, static_cast<int>(o_.freeze_step));
+    dev.onebit_adam_frozen_step(p + off, g + off, m + off, v + off, count, lr, o_.beta1, o_.beta2,
+                                o_.eps, o_.weight_decay, t, static_cast<int>(o_.freeze_step));
     at = off + count;
   }
   adamw_range(at, params_.numel() - at);
@@ -89,7 +93,7 @@ std::unique_ptr<optimizer> make_optimizer(tensor params, tensor grads, const opt
 }
 
 double grad_sum_squares(const tensor& grads) {
-  return cpu::sum_squares(grads.data(), grads.numel());
+  return grads.dev().sum_squares(grads.data(), grads.numel());
 }
 
 float clip_coefficient(double total_norm, float max_norm) {
@@ -101,7 +105,7 @@ float clip_coefficient(double total_norm, float max_norm) {
 double clip_grad_norm(tensor& grads, float max_norm) {
   const double norm = std::sqrt(grad_sum_squares(grads));
   const float coef = clip_coefficient(norm, max_norm);
-  if (coef < 1.0f) cpu::scale(grads.data(), coef, grads.numel());
+  if (coef < 1.0f) grads.dev().scale(grads.data(), coef, grads.numel());
   return norm;
 }
 

@@ -1,5 +1,6 @@
-// Optimizers of the CPU path (AdamW, SGD with momentum, PyTorch conventions) and global
-// gradient-norm clipping. They update one contiguous range of parameters (a model's flat
+// Optimizers (AdamW, SGD with momentum, 1-bit Adam; PyTorch conventions) and global
+// gradient-norm clipping, on the parameters' device (state tensors come from a pool of the
+// same device). They update one contiguous range of parameters (a model's flat
 // tensors, or the slice a pipeline stage owns) in place; they own their state tensors and
 // step count, not the parameters, learning-rate schedules or any communication.
 #pragma once

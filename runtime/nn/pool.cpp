@@ -4,6 +4,7 @@
 #include <new>
 
 #include "runtime/core/error.hpp"
+#include "runtime/nn/device.hpp"
 
 namespace cohort::nn {
 
@@ -16,17 +17,23 @@ void allocation::reset() {
 }
 
 pool::pool(std::size_t page_bytes, std::size_t chunk_pages)
-    : page_bytes_(page_bytes), chunk_pages_(chunk_pages < 1 ? 1 : chunk_pages) {
+    : pool(cpu_device(), page_bytes, chunk_pages) {}
+
+pool::pool(device& dev, std::size_t page_bytes, std::size_t chunk_pages)
+    : dev_(&dev), page_bytes_(page_bytes), chunk_pages_(chunk_pages < 1 ? 1 : chunk_pages) {
   COHORT_CHECK(page_bytes_ >= 64 && (page_bytes_ & (page_bytes_ - 1)) == 0);
 }
 
 pool::pool(account_t, pool& parent)
-    : page_bytes_(parent.page_bytes_), chunk_pages_(parent.chunk_pages_), parent_(&parent) {}
+    : dev_(parent.dev_),
+      page_bytes_(parent.page_bytes_),
+      chunk_pages_(parent.chunk_pages_),
+      parent_(&parent) {}
 
 pool::~pool() {
   // Live allocations would dangle: that is a bug of the owner, not a runtime condition.
   COHORT_CHECK(allocations_ == 0);
-  for (auto& c : chunks_) std::free(c.first);
+  for (auto& c : chunks_) dev_->free_chunk(c.first);
 }
 
 pool& pool::global() {
@@ -61,8 +68,7 @@ allocation pool::allocate(std::size_t bytes) {
   auto fit = free_by_size_.lower_bound({need, nullptr});
   if (fit == free_by_size_.end()) {
     const std::size_t pages = need > chunk_pages_ ? need : chunk_pages_;
-    void* mem = std::aligned_alloc(page_bytes_, pages * page_bytes_);
-    if (!mem) throw std::bad_alloc();
+    void* mem = dev_->allocate_chunk(pages * page_bytes_, page_bytes_);
     chunks_.emplace_back(static_cast<char*>(mem), pages);
     blocks_total_ += pages;
     insert_free(static_cast<char*>(mem), pages, chunks_.size() - 1);

@@ -1,7 +1,7 @@
-// The host memory pool behind every tensor of the CPU path: fixed-size pages carved out of
-// page-aligned chunks taken from the OS and kept for the whole run. Owns allocation,
-// reuse and the statistics a user can read; does not know tensors, shapes or devices
-// (the device pool lives in gpu/).
+// The memory pool behind every tensor: fixed-size pages carved out of chunks taken from one
+// device (the host's memory by default, a GPU's for a model on it) and kept for the whole
+// run. Owns allocation, reuse and the statistics a user can read; does not know tensors or
+// shapes, and leaves what memory is to its device (runtime/nn/device.hpp).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -12,6 +12,8 @@
 #include <vector>
 
 namespace cohort::nn {
+
+class device;
 
 /// What the pool holds, read at one instant.
 ///
@@ -103,8 +105,12 @@ class pool {
   struct account_t {};
   static constexpr account_t account{};
 
-  /// page_bytes must be a power of two >= 64.
+  /// Host memory; page_bytes must be a power of two >= 64.
   explicit pool(std::size_t page_bytes = default_page_bytes,
+                std::size_t chunk_pages = default_chunk_pages);
+  /// Memory of DEVICE (which must outlive the pool); chunks are aligned to the page size on
+  /// the host, to at least 256 bytes on a GPU.
+  explicit pool(device& dev, std::size_t page_bytes = default_page_bytes,
                 std::size_t chunk_pages = default_chunk_pages);
   /// An account of `parent`, which must outlive it.
   pool(account_t, pool& parent);
@@ -124,6 +130,8 @@ class pool {
   /// Restarts peak tracking from the current bytes_in_use.
   void reset_peak();
   std::size_t page_bytes() const { return page_bytes_; }
+  /// The device whose memory this pool hands out.
+  device& dev() const { return *dev_; }
 
  private:
   friend class allocation;
@@ -135,6 +143,7 @@ class pool {
   void insert_free(char* start, std::size_t pages, std::size_t chunk);
   void erase_free(std::map<char*, run>::iterator it);
 
+  device* const dev_;
   const std::size_t page_bytes_;
   const std::size_t chunk_pages_;
   pool* const parent_ = nullptr;  // an account's pool (the pages are its)

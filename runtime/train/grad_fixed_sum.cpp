@@ -8,11 +8,12 @@
 namespace cohort::train {
 
 void fixed_sum_stage::begin_micro_batch(grad_buffers& b) {
-  std::fill(b.grads, b.grads + b.size, 0.0f);
+  b.dev->zero(b.grads, static_cast<std::size_t>(b.size) * sizeof(float));  // 0.0f is all zero bits
 }
 
 void fixed_sum_stage::run(grad_buffers& b, int64_t offset, int64_t count) {
-  accumulate_gradients(b.fixed, b.grads, offset, count, "step " + std::to_string(b.step));
+  accumulate_gradients(b.fixed, b.host_read(offset, count), offset, count,
+                       "step " + std::to_string(b.step));
 }
 
 }  // namespace cohort::train

@@ -5,7 +5,8 @@
 namespace cohort::train {
 
 void fixed_to_float_stage::run(grad_buffers& b, int64_t offset, int64_t count) {
-  fixed_to_float(b.grads + offset, b.fixed + offset, count);
+  fixed_to_float(b.host_write() + offset, b.fixed + offset, count);
+  b.host_written(offset, count);
 }
 
 }  // namespace cohort::train

@@ -5,16 +5,35 @@
 #pragma once
 #include <cstdint>
 
+#include "runtime/nn/device.hpp"
+
 namespace cohort::train {
 
 /// The buffers and facts of the step in flight a stage works on (views, owned by the trainer).
 struct grad_buffers {
-  float* grads = nullptr;    ///< the float gradient buffer (model().flat_grads())
+  float* grads = nullptr;    ///< the float gradient buffer (model().flat_grads()), on `dev`
+  nn::device* dev = &nn::cpu_device();  ///< where grads live
+  float* host = nullptr;  ///< a GPU's gradients where the host reads them (null on the CPU)
   int64_t* fixed = nullptr;  ///< bitwise mode's int64 fixed-point sum (null otherwise)
   int64_t size = 0;          ///< elements of each
   int64_t step = 0;          ///< the step in flight (error messages name it)
   int replicas = 1;          ///< the DP group of the step (1 in one process)
   double norm = 0.0;         ///< the gradient norm (known only to before_optimizer stages)
+
+  /// The float gradients where the host reads them, elements [offset, offset + count)
+  /// brought there first (copied from a GPU); index the result by the same offsets as grads.
+  const float* host_read(int64_t offset, int64_t count) {
+    if (host == nullptr) return grads;
+    dev->to_host(host + offset, grads + offset, static_cast<std::size_t>(count) * sizeof(float));
+    return host;
+  }
+  /// Where the host writes float gradients (index by offset); call host_written after.
+  float* host_write() { return host == nullptr ? grads : host; }
+  /// Elements [offset, offset + count) written through host_write() go to the device.
+  void host_written(int64_t offset, int64_t count) {
+    if (host != nullptr)
+      dev->from_host(grads + offset, host + offset, static_cast<std::size_t>(count) * sizeof(float));
+  }
 };
 
 class grad_stage {

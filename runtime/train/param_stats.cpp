@@ -4,7 +4,6 @@
 
 #include "runtime/core/error.hpp"
 #include "runtime/core/sha256.hpp"
-#include "runtime/cpu/kernels.hpp"
 #include "runtime/nn/optim.hpp"
 
 namespace cohort::train {
@@ -13,7 +12,7 @@ std::vector<double> grad_sum_squares_by_param(const nn::model& m) {
   std::vector<double> out;
   out.reserve(m.parameters().size());
   for (const auto& p : m.parameters())
-    out.push_back(cpu::sum_squares(p.grad.data(), p.grad.numel()));
+    out.push_back(p.grad.dev().sum_squares(p.grad.data(), p.grad.numel()));
   return out;
 }
 
@@ -26,14 +25,15 @@ double ordered_sum(const std::vector<double>& parts, double start) {
 void clip_grads(nn::model& m, double norm, float max_norm) {
   const float coef = nn::clip_coefficient(norm, max_norm);
   nn::tensor& g = m.flat_grads();
-  if (coef < 1.0f) cpu::scale(g.data(), coef, g.numel());
+  if (coef < 1.0f) g.dev().scale(g.data(), coef, g.numel());
 }
 
 std::map<std::string, std::string> param_digests(const nn::model& m) {
   std::map<std::string, std::string> out;
   for (const auto& p : m.parameters()) {
     sha256 h;
-    h.update(p.value.data(), p.value.bytes());
+    std::vector<float> copy;
+    h.update(nn::on_host(p.value, p.value.numel(), copy), p.value.bytes());
     out[p.name] = h.hex_digest();
   }
   return out;

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 
+#include "runtime/cpu/kernels.hpp"
 #include "runtime/core/error.hpp"
 #include "runtime/core/rules.hpp"
 #include "runtime/core/trace.hpp"

@@ -40,7 +40,14 @@ trainer::trainer(const config& c) : cfg_(c) {
   cpu::set_flush_denormals(true);
   data_ = make_dataset(c);
   const int vocab = data_->is_language_model() ? data_->num_classes() : 0;
-  model_ = nn::make_model(c.model, vocab, c.train.micro_batch, c.train.seed);
+  // The one step on the device train.device names: the model's tensors come from its pool.
+  nn::device& dev =
+      nn::open_device(nn::resolve_device(c.train.device, nn::local_rank_from_env()));
+  dev.set_matmul_precision(nn::parse_precision(c.train.precision));
+  if (!dev.host_visible()) device_pool_ = std::make_unique<nn::pool>(dev);
+  nn::pool& memory = device_pool_ ? *device_pool_ : nn::pool::global();
+  model_ = nn::make_model(c.model, vocab, c.train.micro_batch, c.train.seed, memory);
+  if (!dev.host_visible()) host_grads_.assign(static_cast<std::size_t>(model_->num_params()), 0.0f);
   micro_batches_ = (c.train.global_batch + c.train.micro_batch - 1) / c.train.micro_batch;
   bitwise_ = c.train.determinism == "bitwise";
   if (bitwise_) {
@@ -48,7 +55,7 @@ trainer::trainer(const config& c) : cfg_(c) {
   }
   nn::optim_options o = optim_options_from(c.train);
   if (o.kind == "onebit_adam") o.compressed = onebit_ranges(*model_, c.train.onebit_exclude);
-  opt_ = nn::make_optimizer(model_->flat_values(), model_->flat_grads(), o);
+  opt_ = nn::make_optimizer(model_->flat_values(), model_->flat_grads(), o, memory);
   mode_.bitwise = bitwise_;
   mode_.compression = comm::wire_format_of(c.comm.compression);
   mode_.error_feedback = keeps_error_feedback(c);  // 1-bit Adam always feeds back what signs lose
@@ -70,6 +77,8 @@ void trainer::choose_pipeline() {
 grad_buffers trainer::buffers(int64_t step) {
   grad_buffers b;
   b.grads = model_->flat_grads().data();
+  b.dev = &model_->dev();
+  b.host = host_grads_.empty() ? nullptr : host_grads_.data();
   b.fixed = fixed_.empty() ? nullptr : fixed_.data();
   b.size = model_->num_params();
   b.step = step;
@@ -79,6 +88,7 @@ grad_buffers trainer::buffers(int64_t step) {
 
 void trainer::begin_step() {
   model_->zero_grad();
+  host_sum_pending_ = false;
   if (bitwise_) std::fill(fixed_.begin(), fixed_.end(), 0);
   sent_ = false;
   if (error_feedback_) next_ = kept_;  // an aborted step leaves kept_ as it was
@@ -142,6 +152,7 @@ double trainer::run_micro_batch(int64_t step, int i, const nn::grads_ready_fn* r
     // The range is final: this micro-batch's stages, then what goes before the sum.
     run_stages(pipeline_.micro_batch, b, offset, count);
     run_stages(pipeline_.before_sum, b, offset, count);
+    stage_for_sum(offset, count);
     (*ready)(static_cast<std::size_t>(offset), static_cast<std::size_t>(count));
   });
   // The hook captures locals: it must be gone however forward_backward ends.
@@ -187,6 +198,7 @@ double trainer::compute_gradients(int64_t step, const std::vector<int>& micro,
     for (std::size_t b = model_->blocks().size(); b-- > 0;) {
       const auto [offset, count] = model_->block_elements(b);
       run_stages(pipeline_.before_sum, buf, offset, count);
+      stage_for_sum(offset, count);
       if (count > 0) ready(static_cast<std::size_t>(offset), static_cast<std::size_t>(count));
     }
     return 0.0;
@@ -200,7 +212,21 @@ double trainer::compute_gradients(int64_t step, const std::vector<int>& micro,
 
 void* trainer::reduction_buffer() {
   if (reduction_type() == comm::grad_type::i64) return fixed_.data();
-  return model_->flat_grads().data();
+  // A GPU's float gradients are summed in host memory (the transports are the host's).
+  return host_grads_.empty() ? model_->flat_grads().data() : host_grads_.data();
+}
+
+void trainer::stage_for_sum(int64_t offset, int64_t count) {
+  if (host_grads_.empty() || reduction_type() != comm::grad_type::f32 || count == 0) return;
+  model_->dev().to_host(host_grads_.data() + offset, model_->flat_grads().data() + offset,
+                        static_cast<std::size_t>(count) * sizeof(float));
+  host_sum_pending_ = true;
+}
+
+void trainer::take_host_sum() {
+  if (!host_sum_pending_) return;
+  model_->flat_grads().copy_from_host(host_grads_.data());
+  host_sum_pending_ = false;
 }
 
 std::vector<std::pair<float*, std::size_t>> state_buffers_of(nn::model& m, nn::optimizer& opt) {
@@ -216,7 +242,29 @@ std::vector<std::pair<float*, std::size_t>> state_buffers_of(nn::model& m, nn::o
 }
 
 std::vector<std::pair<float*, std::size_t>> trainer::state_buffers() {
-  return state_buffers_of(*model_, *opt_);
+  std::vector<std::pair<float*, std::size_t>> views = state_buffers_of(*model_, *opt_);
+  if (model_->dev().host_visible()) return views;
+  // A GPU's state travels through host copies; set_optimizer_steps puts them back.
+  state_host_.clear();
+  for (auto& [ptr, n] : views) {
+    state_host_.emplace_back(n);
+    model_->dev().to_host(state_host_.back().data(), ptr, n * sizeof(float));
+  }
+  std::vector<std::pair<float*, std::size_t>> out;
+  for (auto& v : state_host_) out.emplace_back(v.data(), v.size());
+  return out;
+}
+
+void trainer::set_optimizer_steps(int64_t steps) {
+  if (!state_host_.empty()) {
+    std::vector<std::pair<float*, std::size_t>> views = state_buffers_of(*model_, *opt_);
+    COHORT_CHECK(views.size() == state_host_.size());
+    for (std::size_t i = 0; i < views.size(); ++i)
+      model_->dev().from_host(views[i].first, state_host_[i].data(), views[i].second * sizeof(float));
+    state_host_.clear();
+  }
+  opt_->set_steps(steps);
+  choose_pipeline();
 }
 
 nn::optim_options optim_options_from(const train_config& t) {
@@ -233,6 +281,7 @@ nn::optim_options optim_options_from(const train_config& t) {
 
 double trainer::apply_step(int64_t step) {
   const int64_t n = model_->num_params();
+  take_host_sum();
   grad_buffers b = buffers(step);
   // Nothing reported range by range (one process, no hook): a group of one, whose sum is
   // its own buffer, sent and received whole.
@@ -315,12 +364,9 @@ shard_snapshot snapshot_state(const config& c, const cohort::dataset& data, cons
   s.stage = stage;
   s.tp_rank = tp_rank;
   s.layout = param_layout(m);
-  const auto& flat = const_cast<nn::model&>(m).flat_values();
-  s.params.assign(flat.data(), flat.data() + flat.numel());
-  for (auto& [slot, t] : opt.state()) {
-    const float* d = static_cast<const float*>(t.data());
-    s.optimizer_state.emplace_back(slot, std::vector<float>(d, d + t.numel()));
-  }
+  // Copies on the host whatever the device: the checkpoint layout is the same for both.
+  s.params = const_cast<nn::model&>(m).flat_values().to_vector();
+  for (auto& [slot, t] : opt.state()) s.optimizer_state.emplace_back(slot, t.to_vector());
   training_metadata& meta = s.meta;
   meta.step = next_step;
   meta.config_hash = config_hash(c);
@@ -344,11 +390,22 @@ int64_t load_state(const std::string& step_dir, const config& c, nn::model& m, n
     throw checkpoint_error("checkpoint " + step_dir + ": holds " + head.optimizer +
                            " optimizer state but the config says train.optimizer: " +
                            c.train.optimizer + " (use the config the checkpoint was written with)");
-  std::vector<tensor_target> params = param_targets(m, m.flat_values().data());
+  // Loaded into host memory, then copied to a GPU: the same files load on either device.
+  const bool direct = m.flat_values().host_visible();
+  const auto n = static_cast<std::size_t>(m.num_params());
+  std::vector<std::pair<std::string, nn::tensor>> slots = opt.state();
+  std::vector<std::vector<float>> host(direct ? 0 : 1 + slots.size(), std::vector<float>(n));
+  std::vector<tensor_target> params =
+      param_targets(m, direct ? m.flat_values().data() : host[0].data());
   std::vector<optimizer_state_target> state;
-  for (auto& [slot, t] : opt.state())
-    for (auto& v : param_targets(m, t.data())) state.push_back({slot, v});
+  for (std::size_t i = 0; i < slots.size(); ++i)
+    for (auto& v : param_targets(m, direct ? slots[i].second.data() : host[1 + i].data()))
+      state.push_back({slots[i].first, v});
   training_metadata meta = load_checkpoint_shard(step_dir, stage, tp_rank, params, state);
+  if (!direct) {
+    m.flat_values().copy_from_host(host[0].data());
+    for (std::size_t i = 0; i < slots.size(); ++i) slots[i].second.copy_from_host(host[1 + i].data());
+  }
   auto it = meta.extra.find("optimizer.steps");
   int64_t steps = meta.step;
   if (it != meta.extra.end()) {
@@ -422,8 +479,9 @@ class whole_seat final : public seat {
   void finish_gradients(int64_t step) override {
     if (tr_.reduction_type() != comm::grad_type::f32)
       return;  // fixed point cannot overflow silently
+    tr_.take_host_sum();
     const nn::tensor& g = tr_.model().flat_grads();
-    if (!std::isfinite(cpu::sum_squares(g.data(), g.numel())))
+    if (!std::isfinite(g.dev().sum_squares(g.data(), g.numel())))
       throw cohort::error("step " + std::to_string(step) +
                           ": the replicas' summed gradient is not finite (the run diverged: "
                           "lower train.lr or set train.grad_clip)");

@@ -164,11 +164,15 @@ class trainer {
   std::vector<std::pair<float*, std::size_t>> state_buffers();
   /// Optimizer updates applied so far (AdamW's bias correction reads it).
   int64_t optimizer_steps() const { return opt_->steps(); }
-  /// Restores the optimizer step count (together with state_buffers()).
-  void set_optimizer_steps(int64_t steps) {
-    opt_->set_steps(steps);
-    choose_pipeline();
-  }
+  /// Restores the optimizer step count (together with state_buffers(); on a GPU it also
+  /// puts the host copies state_buffers() handed out back on the device).
+  void set_optimizer_steps(int64_t steps);
+  /// On a GPU whose DP sum ran in host memory: the sum goes to the device's gradients (once
+  /// per step; a no-op otherwise). apply_step calls it; call it before reading
+  /// model().flat_grads() after the sum.
+  void take_host_sum();
+  /// The device the step computes on (train.device).
+  nn::device& dev() const { return model_->dev(); }
 
   /// combine_param_digests(param_digests(model())): SHA-256 over the per-parameter SHA-256
   /// digests in name order (so pipeline stages' digests combine to the same value).
@@ -183,7 +187,16 @@ class trainer {
 
   config cfg_;
   std::unique_ptr<cohort::dataset> data_;
+  /// A GPU's memory (null on the CPU, whose tensors come from pool::global()); declared
+  /// before everything that holds its tensors.
+  std::unique_ptr<nn::pool> device_pool_;
   std::unique_ptr<nn::model> model_;
+  /// On a GPU: the gradients where the host works on them (the DP sum over a host
+  /// transport, the fixed-point conversion), whether that copy holds a sum the device has
+  /// not got yet, and the state copies state_buffers() handed out.
+  std::vector<float> host_grads_;
+  bool host_sum_pending_ = false;
+  std::vector<std::vector<float>> state_host_;
   int micro_batches_ = 1;
   bool bitwise_ = false;
   std::vector<int64_t> fixed_;
@@ -195,6 +208,9 @@ class trainer {
   void choose_pipeline();
   /// The buffers the stages work on during step STEP.
   grad_buffers buffers(int64_t step);
+  /// On a GPU: elements [offset, offset + count) of the gradients, final for this step, to
+  /// the host copy the DP sum reads (float sums only; fixed point lives on the host).
+  void stage_for_sum(int64_t offset, int64_t count);
   /// This step's before-sum stages ran (range by range, as compute_gradients reported them).
   bool sent_ = false;
   /// The error memory of the compressed sum (comm.compression, 1-bit Adam): the committed
