@@ -1,5 +1,6 @@
-// `cohort bench train`: training throughput of the CPU compute path (full steps: forward,
-// backward, AdamW) on synthetic data, printed as samples/s or tokens/s and ms/step. The
+// `cohort bench train`: training throughput of the step (full steps: forward, backward,
+// AdamW) on the CPU or a GPU on synthetic data, printed as samples/s or tokens/s, ms/step and
+// model FLOP utilisation. The
 // work is runtime/nn/bench.cpp; this file only parses options and prints.
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -48,6 +49,16 @@ void add_bench_train(CLI::App& bench, int* rc) {
   cmd->add_option("--d-model", opts->d_model, "gpt width")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  cmd->add_option("--device", opts->device, "cpu | cuda | cuda:N | auto (as train.device)")
+      ->capture_default_str();
+  cmd->add_option("--precision", opts->precision, "fp32 | bf16 (as train.precision)")
+      ->check(CLI::IsMember({"fp32", "bf16"}))
+      ->capture_default_str();
+  cmd->add_option("--peak-tflops", opts->peak_tflops,
+                  "the device's peak for the precision, for the utilisation; 0: the table's "
+                  "figure for a known GPU (H100/H200, A100)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   cmd->add_flag("--json", *json, "print one JSON object instead of a line");
   cmd->callback([opts, json, rc] {
     const nn::bench_result r = nn::bench_train(*opts);
@@ -67,7 +78,13 @@ void add_bench_train(CLI::App& bench, int* rc) {
                        {"tokens_per_s", r.tokens_per_s},
                        {"first_loss", r.first_loss},
                        {"last_loss", r.last_loss},
-                       {"pool_peak_bytes", r.pool_peak_bytes}};
+                       {"pool_peak_bytes", r.pool_peak_bytes},
+                       {"device", r.device},
+                       {"precision", r.precision},
+                       {"flops_per_step", r.flops_per_step},
+                       {"achieved_tflops", r.achieved_tflops},
+                       {"peak_tflops", r.peak_tflops},
+                       {"mfu", r.mfu}};
       std::printf("%s\n", j.dump().c_str());
     } else {
       char unit[64];
@@ -76,10 +93,14 @@ void add_bench_train(CLI::App& bench, int* rc) {
       else
         std::snprintf(unit, sizeof unit, "%.0f samples/s", r.samples_per_s);
       std::printf(
-          "cohort %s batch %d: %.3f ms/step (best %.3f, cpu %.3f), %s, params %lld, loss %.4f -> "
-          "%.4f\n",
-          r.model.c_str(), r.batch, r.ms_per_step, r.best_ms, r.cpu_ms_per_step, unit,
-          static_cast<long long>(r.params), r.first_loss, r.last_loss);
+          "cohort %s batch %d on %s: %.3f ms/step (best %.3f, cpu %.3f), %s, params %lld, loss "
+          "%.4f -> %.4f, %.2f TFLOP/s",
+          r.model.c_str(), r.batch, r.device.c_str(), r.ms_per_step, r.best_ms, r.cpu_ms_per_step,
+          unit, static_cast<long long>(r.params), r.first_loss, r.last_loss, r.achieved_tflops);
+      if (r.peak_tflops > 0)
+        std::printf(", MFU %.1f%% of %.0f TFLOP/s %s peak", 100 * r.mfu, r.peak_tflops,
+                    r.precision.c_str());
+      std::printf("\n");
     }
     *rc = exit_ok;
   });

@@ -75,9 +75,10 @@ int run_train(const train_args& a) {
   plan.enforce();  // after the load, which names a checkpoint that does not fit first
 
   std::fprintf(
-      stderr, "train: %s, %lld parameters, %lld steps of %d samples (%d micro-batches), %s\n",
+      stderr, "train: %s, %lld parameters, %lld steps of %d samples (%d micro-batches), %s, on %s\n",
       c.model.kind.c_str(), static_cast<long long>(tr.model().num_params()),
-      static_cast<long long>(t.steps), t.global_batch, tr.micro_batches(), t.determinism.c_str());
+      static_cast<long long>(t.steps), t.global_batch, tr.micro_batches(), t.determinism.c_str(),
+      tr.dev().describe().c_str());
   progress_line progress(t.steps, lm ? "tok/s" : "samples/s", a.quiet, t.log_every);
   using clock = std::chrono::steady_clock;
   const auto t0 = clock::now();
@@ -153,6 +154,8 @@ int run_train(const train_args& a) {
     j["memory"] = {{"peak_pool_bytes", tr.peak_pool_bytes()}};
     j["wall_s"] = wall;
     j["model"] = c.model.kind;
+    j["device"] = tr.dev().name();
+    j["precision"] = t.precision;
     j["num_params"] = tr.model().num_params();
     j["config_hash"] = config_hash(c);
     j["curve"] = curve;

@@ -9,6 +9,7 @@
 #include "runtime/core/error.hpp"
 #include "runtime/core/rng.hpp"
 #include "runtime/cpu/kernels.hpp"
+#include "runtime/nn/device.hpp"
 #include "runtime/nn/gpt.hpp"
 #include "runtime/nn/mlp.hpp"
 #include "runtime/nn/optim.hpp"
@@ -82,6 +83,15 @@ std::vector<batch> synth_gpt(int n, int t, int vocab, uint64_t seed) {
 
 }  // namespace
 
+double peak_tflops(const std::string& name, const std::string& precision) {
+  const bool bf16 = precision == "bf16";
+  // Dense (no sparsity) tensor-core bf16 and plain (non-tensor) fp32 rates.
+  if (name.find("H100") != std::string::npos || name.find("H200") != std::string::npos)
+    return name.find("PCIe") != std::string::npos ? (bf16 ? 756 : 51) : (bf16 ? 989 : 67);
+  if (name.find("A100") != std::string::npos) return bf16 ? 312 : 19.5;
+  return 0;
+}
+
 bench_result bench_train(const bench_options& o) {
   if (o.steps < 1 || o.warmup < 0) throw usage_error("bench train: --steps must be >= 1");
   cpu::set_num_threads(o.threads);
@@ -91,10 +101,14 @@ bench_result bench_train(const bench_options& o) {
     ~restore_ftz() { cpu::set_flush_denormals(was); }
   } restore;
   cpu::set_flush_denormals(o.flush_denormals);
-  // A pool of its own: its peak is the benchmark's whole tensor footprint. Declared before
-  // the model and optimizer so it outlives them.
-  pool mem;
+  device& dev = open_device(resolve_device(o.device, 0));
+  dev.set_matmul_precision(parse_precision(o.precision));
+  // A pool of its own on the device: its peak is the benchmark's whole tensor footprint.
+  // Declared before the model and optimizer so it outlives them.
+  pool mem(dev);
   bench_result res;
+  res.device = dev.describe();
+  res.precision = o.precision;
   res.model = o.model;
   res.steps = o.steps;
   res.threads = o.threads;
@@ -127,12 +141,14 @@ bench_result bench_train(const bench_options& o) {
     return loss;
   };
   for (int i = 0; i < o.warmup; ++i) train_step(i);
+  dev.synchronize();
   double best = 1e300;
   const double c0 = process_cpu_seconds();
   const auto t0 = clock::now();
   for (int i = 0; i < o.steps; ++i) {
     const auto s0 = clock::now();
     const float loss = train_step(o.warmup + i);
+    dev.synchronize();  // a step's time includes its optimizer kernels
     best = std::min(best, std::chrono::duration<double>(clock::now() - s0).count());
     if (i == 0) res.first_loss = loss;
     res.last_loss = loss;
@@ -145,6 +161,15 @@ bench_result bench_train(const bench_options& o) {
   res.samples_per_s = res.batch * o.steps / res.seconds;
   if (o.model == "gpt")
     res.tokens_per_s = static_cast<double>(res.tokens_per_step) * o.steps / res.seconds;
+  if (o.model == "gpt") {
+    const double n = static_cast<double>(res.params) - static_cast<double>(o.context) * o.d_model;
+    res.flops_per_step = res.tokens_per_step * (6.0 * n + 12.0 * o.n_layer * o.d_model * o.context);
+  } else {
+    res.flops_per_step = 6.0 * static_cast<double>(res.params) * res.batch;
+  }
+  res.achieved_tflops = res.flops_per_step * o.steps / res.seconds / 1e12;
+  res.peak_tflops = o.peak_tflops > 0 ? o.peak_tflops : peak_tflops(dev.describe(), o.precision);
+  if (res.peak_tflops > 0) res.mfu = res.achieved_tflops / res.peak_tflops;
   return res;
 }
 

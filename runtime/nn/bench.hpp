@@ -1,7 +1,8 @@
 // The training-throughput benchmark behind `cohort bench train`: full train steps
 // (zero_grad, forward, backward, AdamW) of the MLP or the GPT on synthetic data drawn
-// from a fixed seed, timed after warm-up. Owns data synthesis and timing; the CLI wrapper
-// (tools/cmd_bench_train.cpp) owns parsing and printing.
+// from a fixed seed, on the CPU or a GPU, timed after warm-up, with the GPT's model FLOP
+// utilisation against the device's peak. Owns data synthesis, timing and the FLOP count;
+// the CLI wrapper (tools/cmd_bench_train.cpp) owns parsing and printing.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -19,6 +20,11 @@ struct bench_options {
   uint64_t seed = 1;
   bool flush_denormals = true;  ///< FTZ/DAZ on the benchmark thread (see cpu::set_flush_denormals)
   float lr = 1e-3f;
+  std::string device = "cpu";       ///< cpu | cuda | cuda:N | auto (train.device)
+  std::string precision = "fp32";  ///< fp32 | bf16 (train.precision)
+  /// The device's peak in TFLOP/s for the precision in use; 0: the table's figure for a
+  /// known GPU (peak_tflops), else no utilisation is reported.
+  double peak_tflops = 0;
   std::vector<int> hidden{256, 128};                                      ///< mlp
   int vocab = 80, context = 128, n_layer = 4, n_head = 4, d_model = 128;  ///< gpt
 };
@@ -40,7 +46,16 @@ struct bench_result {
   double tokens_per_s = 0;  ///< gpt only (0 for mlp)
   float first_loss = 0, last_loss = 0;
   std::size_t pool_peak_bytes = 0;  ///< tensors of model, activations and optimizer
+  std::string device;               ///< what the steps ran on (device::describe)
+  std::string precision;
+  /// Model FLOPs per step (gpt: PaLM's 6 N + 12 L C T per token, N without wpe; mlp: 6 N
+  /// per sample), what they make a second, and that against peak_tflops (0 when unknown).
+  double flops_per_step = 0, achieved_tflops = 0, peak_tflops = 0, mfu = 0;
 };
+
+/// The dense peak (TFLOP/s) of a GPU called NAME for PRECISION from NVIDIA's datasheets
+/// (H100 / H200 SXM: 989 bf16, 67 fp32; A100: 312 bf16, 19.5 fp32), 0 when not in the table.
+double peak_tflops(const std::string& name, const std::string& precision);
 
 /// Runs the benchmark; throws usage_error for a bad model name or size.
 bench_result bench_train(const bench_options& o);
