@@ -48,10 +48,14 @@ trainer::trainer(const config& c) : cfg_(c) {
   nn::pool& memory = device_pool_ ? *device_pool_ : nn::pool::global();
   model_ = nn::make_model(c.model, vocab, c.train.micro_batch, c.train.seed, memory);
   if (!dev.host_visible()) host_grads_.assign(static_cast<std::size_t>(model_->num_params()), 0.0f);
+  // NCCL sums the gradients where they are; every other transport in host memory.
+  sum_on_device_ = !dev.host_visible() && c.comm.backend == comm_backend::nccl;
   micro_batches_ = (c.train.global_batch + c.train.micro_batch - 1) / c.train.micro_batch;
   bitwise_ = c.train.determinism == "bitwise";
   if (bitwise_) {
     fixed_.assign(static_cast<std::size_t>(model_->num_params()), 0);
+    if (sum_on_device_)
+      fixed_dev_ = nn::basic_tensor<int64_t>({model_->num_params()}, *device_pool_);
   }
   nn::optim_options o = optim_options_from(c.train);
   if (o.kind == "onebit_adam") o.compressed = onebit_ranges(*model_, c.train.onebit_exclude);
@@ -88,7 +92,7 @@ grad_buffers trainer::buffers(int64_t step) {
 
 void trainer::begin_step() {
   model_->zero_grad();
-  host_sum_pending_ = false;
+  sum_pending_ = false;
   if (bitwise_) std::fill(fixed_.begin(), fixed_.end(), 0);
   sent_ = false;
   if (error_feedback_) next_ = kept_;  // an aborted step leaves kept_ as it was
@@ -211,22 +215,43 @@ double trainer::compute_gradients(int64_t step, const std::vector<int>& micro,
 }
 
 void* trainer::reduction_buffer() {
-  if (reduction_type() == comm::grad_type::i64) return fixed_.data();
+  const bool i64 = reduction_type() == comm::grad_type::i64;
+  // NCCL sums device memory: the gradients, or a device copy of the fixed-point sum.
+  if (sum_on_device_) return i64 ? static_cast<void*>(fixed_dev_.data()) : model_->flat_grads().data();
+  if (i64) return fixed_.data();
   // A GPU's float gradients are summed in host memory (the transports are the host's).
   return host_grads_.empty() ? model_->flat_grads().data() : host_grads_.data();
 }
 
 void trainer::stage_for_sum(int64_t offset, int64_t count) {
-  if (host_grads_.empty() || reduction_type() != comm::grad_type::f32 || count == 0) return;
-  model_->dev().to_host(host_grads_.data() + offset, model_->flat_grads().data() + offset,
-                        static_cast<std::size_t>(count) * sizeof(float));
-  host_sum_pending_ = true;
+  if (host_grads_.empty() || count == 0) return;  // the CPU: the sum reads what backward wrote
+  const bool i64 = reduction_type() == comm::grad_type::i64;
+  nn::device& dev = model_->dev();
+  if (sum_on_device_) {
+    if (i64)
+      dev.from_host(fixed_dev_.data() + offset, fixed_.data() + offset,
+                    static_cast<std::size_t>(count) * sizeof(int64_t));
+    // NCCL runs on a stream of its own: the range must be final there too. (One wait per
+    // range; a CUDA event the communicator's stream waits on would spare the host the wait.)
+    dev.synchronize();
+  } else if (!i64) {
+    dev.to_host(host_grads_.data() + offset, model_->flat_grads().data() + offset,
+                static_cast<std::size_t>(count) * sizeof(float));
+  } else {
+    return;  // the fixed-point sum lives on the host already
+  }
+  sum_pending_ = true;
 }
 
-void trainer::take_host_sum() {
-  if (!host_sum_pending_) return;
+void trainer::take_sum() {
+  if (!sum_pending_) return;
+  sum_pending_ = false;
+  const bool i64 = reduction_type() == comm::grad_type::i64;
+  if (sum_on_device_) {
+    if (i64) model_->dev().to_host(fixed_.data(), fixed_dev_.data(), fixed_.size() * sizeof(int64_t));
+    return;  // float sums are already in the gradients
+  }
   model_->flat_grads().copy_from_host(host_grads_.data());
-  host_sum_pending_ = false;
 }
 
 std::vector<std::pair<float*, std::size_t>> state_buffers_of(nn::model& m, nn::optimizer& opt) {
@@ -243,8 +268,9 @@ std::vector<std::pair<float*, std::size_t>> state_buffers_of(nn::model& m, nn::o
 
 std::vector<std::pair<float*, std::size_t>> trainer::state_buffers() {
   std::vector<std::pair<float*, std::size_t>> views = state_buffers_of(*model_, *opt_);
-  if (model_->dev().host_visible()) return views;
-  // A GPU's state travels through host copies; set_optimizer_steps puts them back.
+  if (model_->dev().host_visible() || sum_on_device_) return views;
+  // A GPU's state travels through host copies over host transports; set_optimizer_steps
+  // puts them back.
   state_host_.clear();
   for (auto& [ptr, n] : views) {
     state_host_.emplace_back(n);
@@ -281,7 +307,7 @@ nn::optim_options optim_options_from(const train_config& t) {
 
 double trainer::apply_step(int64_t step) {
   const int64_t n = model_->num_params();
-  take_host_sum();
+  take_sum();
   grad_buffers b = buffers(step);
   // Nothing reported range by range (one process, no hook): a group of one, whose sum is
   // its own buffer, sent and received whole.
@@ -479,7 +505,7 @@ class whole_seat final : public seat {
   void finish_gradients(int64_t step) override {
     if (tr_.reduction_type() != comm::grad_type::f32)
       return;  // fixed point cannot overflow silently
-    tr_.take_host_sum();
+    tr_.take_sum();
     const nn::tensor& g = tr_.model().flat_grads();
     if (!std::isfinite(g.dev().sum_squares(g.data(), g.numel())))
       throw cohort::error("step " + std::to_string(step) +

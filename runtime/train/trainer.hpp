@@ -167,10 +167,10 @@ class trainer {
   /// Restores the optimizer step count (together with state_buffers(); on a GPU it also
   /// puts the host copies state_buffers() handed out back on the device).
   void set_optimizer_steps(int64_t steps);
-  /// On a GPU whose DP sum ran in host memory: the sum goes to the device's gradients (once
-  /// per step; a no-op otherwise). apply_step calls it; call it before reading
-  /// model().flat_grads() after the sum.
-  void take_host_sum();
+  /// On a GPU: the DP sum goes where the step reads it (a sum in host memory to the device's
+  /// gradients, a fixed-point sum NCCL made on the device to fixed_grads()); once per step, a
+  /// no-op otherwise. apply_step calls it; call it before reading the gradients after the sum.
+  void take_sum();
   /// The device the step computes on (train.device).
   nn::device& dev() const { return model_->dev(); }
 
@@ -195,7 +195,11 @@ class trainer {
   /// transport, the fixed-point conversion), whether that copy holds a sum the device has
   /// not got yet, and the state copies state_buffers() handed out.
   std::vector<float> host_grads_;
-  bool host_sum_pending_ = false;
+  bool sum_pending_ = false;
+  /// comm.backend: nccl on a GPU: the sum runs on the device (the fixed-point one in
+  /// fixed_dev_, a device copy of fixed_).
+  bool sum_on_device_ = false;
+  nn::basic_tensor<int64_t> fixed_dev_;
   std::vector<std::vector<float>> state_host_;
   int micro_batches_ = 1;
   bool bitwise_ = false;
@@ -208,8 +212,8 @@ class trainer {
   void choose_pipeline();
   /// The buffers the stages work on during step STEP.
   grad_buffers buffers(int64_t step);
-  /// On a GPU: elements [offset, offset + count) of the gradients, final for this step, to
-  /// the host copy the DP sum reads (float sums only; fixed point lives on the host).
+  /// On a GPU: elements [offset, offset + count) of the reduction buffer, final for this
+  /// step, to where the DP sum reads them (host memory, or the device for NCCL).
   void stage_for_sum(int64_t offset, int64_t count);
   /// This step's before-sum stages ran (range by range, as compute_gradients reported them).
   bool sent_ = false;
