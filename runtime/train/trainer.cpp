@@ -32,7 +32,7 @@ float learning_rate(const train_config& t, int64_t step) {
   return t.lr;
 }
 
-trainer::trainer(const config& c) : cfg_(c) {
+trainer::trainer(const config& c, nn::device* given) : cfg_(c) {
   // One BLAS thread by default: results must not depend on the machine's core count.
   // Denormals flushed to zero: tiny late-training gradients otherwise slow every step
   // several-fold; the setting is the same in every process, so results stay reproducible.
@@ -41,8 +41,9 @@ trainer::trainer(const config& c) : cfg_(c) {
   data_ = make_dataset(c);
   const int vocab = data_->is_language_model() ? data_->num_classes() : 0;
   // The one step on the device train.device names: the model's tensors come from its pool.
-  nn::device& dev =
-      nn::open_device(nn::resolve_device(c.train.device, nn::local_rank_from_env()));
+  nn::device& dev = given ? *given
+                          : nn::open_device(nn::resolve_device(c.train.device,
+                                                               nn::local_rank_from_env()));
   dev.set_matmul_precision(nn::parse_precision(c.train.precision));
   if (!dev.host_visible()) device_pool_ = std::make_unique<nn::pool>(dev);
   nn::pool& memory = device_pool_ ? *device_pool_ : nn::pool::global();

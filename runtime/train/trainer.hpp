@@ -73,9 +73,11 @@ nn::optim_options optim_options_from(const train_config& t);
 
 class trainer {
  public:
-  /// Builds the data set and the model (initialised from train.seed) the config names,
-  /// and sets the compute thread count. Throws data_error when a data package is missing.
-  explicit trainer(const config& c);
+  /// Builds the data set and the model (initialised from train.seed) the config names, on
+  /// the device train.device names (or DEV when given: tests run the device path on a
+  /// stand-in), and sets the compute thread count. Throws data_error when a data package is
+  /// missing, cohort::error when the device cannot be opened.
+  explicit trainer(const config& c, nn::device* dev = nullptr);
 
   const config& cfg() const { return cfg_; }
   nn::model& model() { return *model_; }
