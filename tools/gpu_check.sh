@@ -44,6 +44,8 @@ case "$scope" in gpu|all) ;; *) echo "gpu_check.sh: --scope '$scope': use gpu or
 for n in "$steps_gpt" "$budget"; do
   [[ $n =~ ^[1-9][0-9]*$ ]] || { echo "gpu_check.sh: '$n' is not a positive whole number" >&2; exit 2; }
 done
+[[ -z $bundle || -d $bundle ]] ||
+  { echo "gpu_check.sh: --bundle $bundle: no such folder (make it with tools/gpu_bundle.sh)" >&2; exit 2; }
 for r in "$fp32_rtol" "$bf16_rtol"; do
   awk -v r="$r" 'BEGIN { exit !(r + 0 > 0) }' ||
     { echo "gpu_check.sh: tolerance '$r' is not a positive number" >&2; exit 2; }
@@ -76,14 +78,14 @@ record() {  # step result seconds note
 
 # Is there a GPU? nvidia-smi is the driver's own tool; the tests decide for themselves
 # (exit 77), this only turns a skip into a failure where a GPU is listed.
+# (A driver mounted under /usr/local/nvidia may be off the PATH.)
 gpus=0
-if command -v nvidia-smi >/dev/null 2>&1; then
-  gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)
-fi
-device_note="no GPU listed (nvidia-smi $(command -v nvidia-smi >/dev/null && echo 'lists none' || echo 'absent'))"
+smi=$(command -v nvidia-smi || ls /usr/local/nvidia/bin/nvidia-smi 2>/dev/null)
+[[ -n $smi ]] && gpus=$("$smi" -L 2>/dev/null | grep -c '^GPU ' || true)
+device_note="no GPU listed (nvidia-smi ${smi:+lists none}${smi:-absent})"
 if ((gpus > 0)); then
-  device_note="$gpus GPU(s): $(nvidia-smi -L | head -1), driver $(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -1)"
-  nvidia-smi -L
+  device_note="$gpus GPU(s): $("$smi" -L | head -1), driver $("$smi" --query-gpu=driver_version --format=csv,noheader | head -1)"
+  "$smi" -L
 fi
 echo "[gpu_check] $device_note"
 
@@ -127,7 +129,7 @@ t.extractall(sys.argv[2], **({"filter": "fully_trusted"} if hasattr(tarfile, "fu
     t=$(now)
     site=$(python3 -c 'import site; print("\n".join(site.getsitepackages()))' 2>/dev/null)
     mapfile -t where < <( (ls -d /usr/local/cuda*/lib64 /usr/local/cuda*/lib /usr/local/cuda*/targets \
-      /usr/lib/x86_64-linux-gnu 2>/dev/null; echo "$site"; ls -d /usr/local/lib /opt 2>/dev/null) | grep .)
+      /usr/lib/x86_64-linux-gnu 2>/dev/null; echo "$site"; ls -d /usr/local/lib /usr/local/nvidia /opt 2>/dev/null) | grep .)
     cands=$(timeout 30 find -H "${where[@]}" -maxdepth 10 \( -name 'libcudart.so.13' \
       -o -name 'libcublas.so.13' -o -name 'libcublasLt.so.13' -o -name 'libnccl.so.2' \
       -o -name 'libcuda.so.1' \) 2>/dev/null | awk '!seen[$0]++')
@@ -140,6 +142,12 @@ t.extractall(sys.argv[2], **({"filter": "fully_trusted"} if hasattr(tarfile, "fu
     for f in "$cudart" "$cublas" "$cublaslt" "$nccl"; do
       [[ -n $f && :$cudadirs: != *":${f%/*}:"* ]] && cudadirs=${cudadirs:+$cudadirs:}${f%/*}
     done
+    # The driver's libcuda.so.1: the loader must find it (cudart and NCCL open it by name).
+    libcuda=$(pick libcuda.so.1)
+    if [[ -n $libcuda ]] && ! ldconfig -p 2>/dev/null | grep -q 'libcuda\.so\.1 ' &&
+       [[ :${LD_LIBRARY_PATH:-}: != *":${libcuda%/*}:"* ]]; then
+      cudadirs=${cudadirs:+$cudadirs:}${libcuda%/*}
+    fi
     ldpath=$root/lib${cudadirs:+:$cudadirs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
     nccl_version=unknown
     if [[ -n $nccl ]]; then
@@ -148,7 +156,7 @@ v = ctypes.c_int()
 ctypes.CDLL(sys.argv[1]).ncclGetVersion(ctypes.byref(v))
 print("%d.%d.%d" % (v.value // 10000, v.value // 100 % 100, v.value % 100))' "$nccl" 2>/dev/null || echo unknown)
     fi
-    found="cudart ${cudart:-MISSING}, cublas ${cublas:-MISSING}, cublasLt ${cublaslt:-MISSING}, nccl ${nccl:-MISSING} (NCCL $nccl_version)"
+    found="cudart ${cudart:-MISSING}, cublas ${cublas:-MISSING}, cublasLt ${cublaslt:-MISSING}, nccl ${nccl:-MISSING} (NCCL $nccl_version), driver ${libcuda:-libcuda.so.1 not found}"
     echo "$cands" >"$logs/cuda_libs.log"
     if [[ -n $cudart && -n $cublas && -n $cublaslt && -n $nccl ]]; then
       record cuda_libs pass "$(elapsed "$t")" "$found"
@@ -207,6 +215,9 @@ else
     record build skipped 0 "configure failed"
   fi
 fi
+# Getting the binaries failed: nothing below can run. A failed test below does not stop the
+# steps after it (the GPU machine is lent for minutes: every figure it can give counts).
+broken=$failed
 # A test binary: flat in a bundle, under tests/AREA/ in a build.
 test_bin() { if [[ -n $tbin ]]; then echo "$tbin/${1##*/}"; else echo "$build/tests/$1"; fi; }
 # Runs a program of ours with its libraries; the rest of the script keeps the system's.
@@ -244,7 +255,7 @@ run_test() {  # step binary timeout_s needs_gpu
     record "$step" FAIL "$s" "exit $rc: $(grep -m1 -E 'ERROR|FAILED|error' "$logs/$step.log")"
   fi
 }
-if ((failed == 0)); then
+if ((broken == 0)); then
   run_test gpu_device gpu/test_gpu_device 120 no
   run_test nccl_elastic comm/test_comm_nccl_elastic 120 no
   run_test fake_device_comm comm/test_comm_fake_device 120 no
@@ -259,12 +270,13 @@ cfg=configs/kjv_gpt.yaml
 [[ -n $bundle ]] && cfg=${root:-}/configs/kjv_gpt.yaml
 runs=$logs/runs
 gpt_sets=(--set "train.steps=$steps_gpt" --set model.context=64 --set train.eval_tokens=8192
-  --set train.eval_every=0 --set fault_tolerance.checkpoint_every=0)
+  --set train.eval_every=0 --set fault_tolerance.checkpoint_every=0
+  --set "train.warmup_steps=$((steps_gpt / 3))")
 [[ -n $kjv ]] && gpt_sets+=(--set "data.cache_dir=$kjv")
 cpu_threads=$(($(nproc) >= 8 ? 4 : 1))
 # Does this cohort know train.device / train.precision (and bench train --device)?
 device_keys=no bench_device=no
-if ((failed == 0)) && [[ -x $cohort ]]; then
+if ((broken == 0)) && [[ -x $cohort ]]; then
   ours "$cohort" validate "$cfg" --set train.device=cpu --set train.precision=fp32 >/dev/null 2>&1 && device_keys=yes
   ours "$cohort" bench train --help 2>/dev/null | grep -q -- '--device' && bench_device=yes
 fi
@@ -286,7 +298,7 @@ train_run() {  # step summary_name limit_s sets...
     record "$step" FAIL "$s" "no result within ${lim} s (see $logs/$step.log)"
     return 1
   elif ((rc != 0)); then
-    record "$step" FAIL "$s" "exit $rc: $(grep -m1 -iE 'error|what' "$logs/$step.log")"
+    record "$step" FAIL "$s" "exit $rc: $(grep -v '^\s*$' "$logs/$step.log" | tail -2 | paste -sd ' ' -)"
     return 1
   fi
   step_s=$s
@@ -309,8 +321,8 @@ compare() {  # step how run ref [rtol]
   fi
 }
 mkdir -p "$runs"
-if ((failed)); then
-  record gpt_cpu skipped 0 "an earlier step failed"
+if ((broken)); then
+  record gpt_cpu skipped 0 "no binaries (an earlier step failed)"
 elif [[ ! -x $cohort ]]; then
   record gpt_cpu skipped 0 "no cohort binary (--scope gpu builds only the tests)"
 else
@@ -342,12 +354,16 @@ for p in fp32 bf16; do
   step=bench_cuda_$p
   if ((gpus == 0)); then
     record "$step" skipped 0 "no GPU listed"
-  elif [[ ! -x $cohort ]]; then
+  elif ((broken)) || [[ ! -x $cohort ]]; then
     record "$step" skipped 0 "no cohort binary"
   elif [[ $bench_device == no ]]; then
     record "$step" skipped 0 "this cohort's bench train has no --device (bundle a build that has it)"
   else
     lim=$(limit 90)
+    if ((lim < 5)); then
+      record "$step" FAIL 0 "no time left in the ${budget} s budget"
+      continue
+    fi
     t=$(now)
     ours timeout "$lim" "$cohort" bench train --model gpt --device cuda --precision "$p" >"$logs/$step.log" 2>&1
     rc=$?
