@@ -38,6 +38,9 @@ class device {
   virtual std::string describe() const = 0;
   /// True when the host reads and writes this device's memory directly (the CPU).
   virtual bool host_visible() const = 0;
+  /// Whether a linear layer's weight gradient is computed in row chunks, each reported ready
+  /// at once (the CPU: buckets fill while backward runs), or as one product (a GPU).
+  virtual bool chunked_weight_grads() const { return host_visible(); }
 
   // ---- memory ----
   /// `bytes` of device memory aligned to ALIGNMENT (a power of two; a GPU gives at least 256

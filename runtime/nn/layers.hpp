@@ -42,9 +42,11 @@ struct linear {
   int in = 0, out = 0;
   device* dev = &cpu_device();  ///< where w, b and the activations live
 
-  /// Rows of W per dW chunk in backward: ceil(k_chunk_elements / in) rounded up to a
-  /// multiple of k_chunk_row_multiple (at least one multiple), or all `out` rows when that
-  /// is not fewer. Chunks are cut from the last row down, so the lowest chunk (computed
+  /// Rows of W per dW chunk in backward on the CPU: ceil(k_chunk_elements / in) rounded up
+  /// to a multiple of k_chunk_row_multiple (at least one multiple), or all `out` rows when
+  /// that is not fewer. A device that wants whole matrices (device::chunked_weight_grads()
+  /// false: a GPU, where one large product is far faster than many thin ones) takes all
+  /// `out` rows in one chunk. Chunks are cut from the last row down, so the lowest chunk (computed
   /// last) takes what is left and the tail after the last report is short. A pure function
   /// of the shape, never of whether a reporter listens: chunking decides which sgemm
   /// computes an element and so, possibly, its bits, and a run with a hook must reproduce
@@ -85,7 +87,7 @@ inline void linear::backward(float* dx, const float* dy, const float* x, int row
     if (report) report(db.data(), out);
   }
   // dW[r0, r1) += dy[:, r0:r1]^T x, last rows first; the lowest chunk takes the remainder.
-  const int step = dw_chunk_rows(out, in);
+  const int step = dev->chunked_weight_grads() ? dw_chunk_rows(out, in) : std::max(1, out);
   for (int r1 = out; r1 > 0;) {
     const int r0 = std::max(0, r1 - step);
     float* g = dw.data() + static_cast<int64_t>(r0) * in;

@@ -23,6 +23,10 @@ class shifted_device final : public nn::device {
   std::string name() const override { return "shifted"; }
   std::string describe() const override { return "shifted (a stand-in GPU: CPU kernels)"; }
   bool host_visible() const override { return false; }
+  /// The CPU's row chunks by default, so that results are the CPU's bits whatever OpenBLAS
+  /// does with a thinner product; false takes a GPU's whole-matrix products.
+  bool chunked = true;
+  bool chunked_weight_grads() const override { return chunked; }
 
   void* allocate_chunk(std::size_t bytes, std::size_t alignment) override {
     void* p = std::aligned_alloc(alignment, (bytes + alignment - 1) / alignment * alignment);

@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -120,6 +121,25 @@ TEST_CASE("device: the step on a stand-in GPU ends on the CPU's bits") {
       CHECK(run(gpu, 0, 5) == run(cpu, 0, 5));
       CHECK(gpu.evaluate().loss == cpu.evaluate().loss);
     }
+}
+
+TEST_CASE("device: whole-matrix weight gradients (a GPU's) report every element once") {
+  // The trainer checks that the reported ranges tile the buffer exactly once (COHORT_CHECK);
+  // the parameters stay within float rounding of the CPU's chunked products.
+  test::shifted_device d0, d1;
+  d0.chunked = d1.chunked = false;
+  train::trainer c0(job("gpt", "fast", 3)), c1(job("gpt", "fast", 3));
+  train::trainer g0(job("gpt", "fast", 3), &d0), g1(job("gpt", "fast", 3), &d1);
+  run_dp2(c0, c1, 0, 3);
+  run_dp2(g0, g1, 0, 3);
+  const std::vector<float> want = c0.model().flat_values().to_vector();
+  const std::vector<float> got = g0.model().flat_values().to_vector();
+  double num = 0, den = 0;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    num += (got[i] - want[i]) * (got[i] - want[i]);
+    den += want[i] * want[i];
+  }
+  CHECK(std::sqrt(num / den) < 1e-5);
 }
 
 TEST_CASE("device: a GPU group's sums staged through host memory give the group's bits") {
