@@ -246,8 +246,16 @@ class launcher {
   }
 
   void start_worker(const std::string& name) {
-    std::vector<std::string> args{"worker", "--join", ha() ? join(candidates_, 0) : endpoint_,
-                                  "--name", name};
+    // A worker keeps its local rank (so its GPU) when it is started again.
+    const int local_rank =
+        local_ranks_.emplace(name, static_cast<int>(local_ranks_.size())).first->second;
+    std::vector<std::string> args{"worker",
+                                  "--join",
+                                  ha() ? join(candidates_, 0) : endpoint_,
+                                  "--name",
+                                  name,
+                                  "--local-rank",
+                                  std::to_string(local_rank)};
     if (ha()) args.insert(args.end(), {"--reattach-ms", std::to_string(cfg_.ha.reattach_ms)});
     if (!keys_dir_.empty()) args.insert(args.end(), {"--keys", keys_dir_});
     const pid_t pid = proc::spawn_self(args);
@@ -484,6 +492,7 @@ class launcher {
   std::string pipe_buf_;
   std::string endpoint_;
   std::map<pid_t, child> children_;
+  std::map<std::string, int> local_ranks_;  // worker name -> its local rank (its GPU)
   std::unique_ptr<net::sync_client> client_;
   bool stopping_ = false;
   clock_type::time_point kill_at_{};

@@ -11,14 +11,14 @@
 #include <nlohmann/json.hpp>
 #include <regex>
 
-#include "runtime/core/process.hpp"
-#include "runtime/step/run_report.hpp"
 #include "runtime/ckpt/checkpoint.hpp"
 #include "runtime/ckpt/checkpoint_dir.hpp"
 #include "runtime/core/atomic_file.hpp"
 #include "runtime/core/config.hpp"
 #include "runtime/core/paths.hpp"
+#include "runtime/core/process.hpp"
 #include "runtime/obs/trace_file.hpp"
+#include "runtime/step/run_report.hpp"
 #include "runtime/train/checkpoint_writer.hpp"
 #include "runtime/train/resume_plan.hpp"
 #include "runtime/train/trainer.hpp"
@@ -75,7 +75,8 @@ int run_train(const train_args& a) {
   plan.enforce();  // after the load, which names a checkpoint that does not fit first
 
   std::fprintf(
-      stderr, "train: %s, %lld parameters, %lld steps of %d samples (%d micro-batches), %s, on %s\n",
+      stderr,
+      "train: %s, %lld parameters, %lld steps of %d samples (%d micro-batches), %s, on %s\n",
       c.model.kind.c_str(), static_cast<long long>(tr.model().num_params()),
       static_cast<long long>(t.steps), t.global_batch, tr.micro_batches(), t.determinism.c_str(),
       tr.dev().describe().c_str());
@@ -106,7 +107,7 @@ int run_train(const train_args& a) {
     last_loss = loss_rows / t.global_batch;
     curve.push_back(step::to_json(
         step::curve_point{s + 1, std::chrono::duration<double>(clock::now() - t0).count(),
-                            last_loss, step_s, step_s > 0 ? t.global_batch / step_s : 0.0, 1}));
+                          last_loss, step_s, step_s > 0 ? t.global_batch / step_s : 0.0, 1}));
     if (traced) {
       trace::complete("step", "job", trace::ns(ts), trace::now_ns(), trace::control,
                       trace::args({{"step", s}}));

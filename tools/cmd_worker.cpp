@@ -4,14 +4,15 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "runtime/core/process.hpp"
 #include "actors/worker.hpp"
 #include "runtime/core/config.hpp"
 #include "runtime/core/error.hpp"
+#include "runtime/core/process.hpp"
 #include "runtime/net/membership.hpp"
 #include "tools/commands.hpp"
 
@@ -25,6 +26,7 @@ void add_worker(CLI::App& app, int* rc) {
     int64_t max_message_bytes = control_config{}.max_message_bytes;
     std::string keys;
     int reattach_ms = 30000;
+    int local_rank = -1;
   };
   auto opt = std::make_shared<options>();
   CLI::App* cmd = app.add_subcommand(
@@ -56,6 +58,11 @@ void add_worker(CLI::App& app, int* rc) {
                   "Larger inbound frames are dropped and counted (control.max_message_bytes)")
       ->check(CLI::Range(int64_t{64}, int64_t{1} << 40))
       ->capture_default_str();
+  cmd->add_option("--local-rank", opt->local_rank,
+                  "This worker's rank among the workers of its host: train.device cuda and "
+                  "auto take GPU N modulo the GPUs it sees (default: COHORT_LOCAL_RANK, "
+                  "SLURM_LOCALID or LOCAL_RANK from the environment, else 0)")
+      ->check(CLI::Range(0, 1 << 20));
   add_keys_option(*cmd, &opt->keys,
                   "the worker speaks CURVE with worker.key to a coordinator known by "
                   "coordinator.pub (needed when the coordinator was started with keys)");
@@ -65,6 +72,9 @@ void add_worker(CLI::App& app, int* rc) {
         throw usage_error("--name: " + problem);
     proc::block_termination_signals();
     proc::log_to_stderr();
+    // Read where the trainer picks its device (runtime/nn/device.hpp, local_rank_from_env).
+    if (opt->local_rank >= 0)
+      ::setenv("COHORT_LOCAL_RANK", std::to_string(opt->local_rank).c_str(), 1);
     actors::worker_options wo;
     wo.name = opt->name;
     wo.pid = static_cast<int64_t>(::getpid());
@@ -76,7 +86,8 @@ void add_worker(CLI::App& app, int* rc) {
     if (!opt->keys.empty())
       wo.keys = std::make_shared<const net::client_keys>(
           net::load_client_keys(opt->keys, net::key_role::worker));
-    actors::worker_node node(wo.candidates.front(), wo, static_cast<size_t>(opt->max_message_bytes));
+    actors::worker_node node(wo.candidates.front(), wo,
+                             static_cast<size_t>(opt->max_message_bytes));
     proc::signal_watcher signals([&node](int) { node.request_leave(); });
     *rc = node.wait();
   });

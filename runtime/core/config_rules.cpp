@@ -235,8 +235,8 @@ class rules {
         (c.parallel.pp > 1 || c.parallel.tp > 1))
       complain({"train.device", "parallel.pp", "parallel.tp"},
                "pipeline and tensor parallel stages run on the CPU in this version; this job has "
-               "pp = " + std::to_string(c.parallel.pp) + " x tp = " +
-                   std::to_string(c.parallel.tp) +
+               "pp = " +
+                   std::to_string(c.parallel.pp) + " x tp = " + std::to_string(c.parallel.tp) +
                    " on " + d + " (set train.device: cpu, or pp and tp to 1)");
     if (fine({"train.device", "train.optimizer"}) && gpu && c.train.optimizer == "onebit_adam")
       complain({"train.device", "train.optimizer"},

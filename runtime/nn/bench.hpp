@@ -20,7 +20,7 @@ struct bench_options {
   uint64_t seed = 1;
   bool flush_denormals = true;  ///< FTZ/DAZ on the benchmark thread (see cpu::set_flush_denormals)
   float lr = 1e-3f;
-  std::string device = "cpu";       ///< cpu | cuda | cuda:N | auto (train.device)
+  std::string device = "cpu";      ///< cpu | cuda | cuda:N | auto (train.device)
   std::string precision = "fp32";  ///< fp32 | bf16 (train.precision)
   /// The device's peak in TFLOP/s for the precision in use; 0: the table's figure for a
   /// known GPU (peak_tflops), else no utilisation is reported.

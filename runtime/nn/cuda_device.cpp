@@ -18,17 +18,15 @@ class cuda_dev final : public device {
   explicit cuda_dev(int ordinal) : ordinal_(ordinal) {
     select();
     gpu::device_info info;
-    if (gpu::device_info_of(ordinal, &info) != gpu::status::ok)
-      fail("cudaGetDeviceProperties");
+    if (gpu::device_info_of(ordinal, &info) != gpu::status::ok) fail("cudaGetDeviceProperties");
     info_ = info;
   }
 
   std::string name() const override { return "cuda:" + std::to_string(ordinal_); }
   std::string describe() const override {
     return name() + " (" + info_.name + ", sm_" + std::to_string(info_.cc_major) +
-           std::to_string(info_.cc_minor) + ", " +
-           std::to_string(info_.total_bytes >> 30) + " GiB, " + precision_name(precision_) +
-           " matrix products)";
+           std::to_string(info_.cc_minor) + ", " + std::to_string(info_.total_bytes >> 30) +
+           " GiB, " + precision_name(precision_) + " matrix products)";
   }
   bool host_visible() const override { return false; }
 
@@ -203,7 +201,9 @@ class cuda_dev final : public device {
 
 }  // namespace
 
-std::unique_ptr<device> make_cuda_device(int ordinal) { return std::make_unique<cuda_dev>(ordinal); }
+std::unique_ptr<device> make_cuda_device(int ordinal) {
+  return std::make_unique<cuda_dev>(ordinal);
+}
 
 }  // namespace cohort::nn
 #endif

@@ -31,8 +31,8 @@ class cpu_dev final : public device {
  public:
   std::string name() const override { return "cpu"; }
   std::string describe() const override {
-    return std::string("cpu (") + (cpu::simd_kernels() ? "AVX2/FMA" : "portable") +
-           " kernels, " + std::to_string(cpu::num_threads()) + " BLAS thread(s), fp32)";
+    return std::string("cpu (") + (cpu::simd_kernels() ? "AVX2/FMA" : "portable") + " kernels, " +
+           std::to_string(cpu::num_threads()) + " BLAS thread(s), fp32)";
   }
   bool host_visible() const override { return true; }
 
@@ -122,9 +122,9 @@ class cpu_dev final : public device {
                   float beta2, float eps, float weight_decay, int t) override {
     cpu::adamw_step(p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, t);
   }
-  void onebit_adam_frozen_step(float* p, const float* momentum, float* m, const float* v,
-                               int64_t n, float lr, float beta1, float beta2, float eps,
-                               float weight_decay, int t, int frozen_t) override {
+  void onebit_adam_frozen_step(float* p, const float* momentum, float* m, const float* v, int64_t n,
+                               float lr, float beta1, float beta2, float eps, float weight_decay,
+                               int t, int frozen_t) override {
     cpu::onebit_adam_frozen_step(p, momentum, m, v, n, lr, beta1, beta2, eps, weight_decay, t,
                                  frozen_t);
   }

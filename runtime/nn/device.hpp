@@ -71,8 +71,8 @@ class device {
   virtual void bias_grad(float* db, const float* dy, int rows, int out) = 0;
   virtual void embedding_fwd(float* out, const int32_t* ids, const float* wte, const float* wpe,
                              int b, int t, int c) = 0;
-  virtual void embedding_bwd(float* dwte, float* dwpe, const float* dout, const int32_t* ids,
-                             int b, int t, int c) = 0;
+  virtual void embedding_bwd(float* dwte, float* dwpe, const float* dout, const int32_t* ids, int b,
+                             int t, int c) = 0;
   virtual void relu_fwd(float* y, const float* x, int64_t n) = 0;
   virtual void relu_bwd(float* dx, const float* dy, const float* x, int64_t n) = 0;
   virtual void gelu_fwd(float* y, const float* x, int64_t n) = 0;

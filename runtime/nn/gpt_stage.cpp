@@ -181,8 +181,8 @@ void tp_block_backward(gpt_block& k, gpt_block_acts& a, gpt_grad_scratch& s, flo
                   rows, report);
   k.dev->add_inplace(dres, s.dtmp.data(), n);
   k.attn_proj.backward(s.datty.data(), dres, a.atty.data(), rows, report);
-  k.dev->attention_bwd(s.dqkv.data(), s.datt.data(), s.datty.data(), a.qkv.data(), a.att.data(), b, t,
-                     cl, k.n_head);
+  k.dev->attention_bwd(s.dqkv.data(), s.datt.data(), s.datty.data(), a.qkv.data(), a.att.data(), b,
+                       t, cl, k.n_head);
   k.c_attn.backward(s.dln.data(), s.dqkv.data(), a.ln1.data(), rows, report);
   allreduce(s.dln.data(), n);
   k.ln_1.backward(s.dtmp.data(), s.dln.data(), x, a.ln1_mean.data(), a.ln1_rstd.data(), rows,
@@ -210,8 +210,10 @@ gpt_stage::gpt_stage(const gpt_shape& shape, const stage_range& range,
   const std::vector<gpt_param_spec> specs = gpt_param_specs(shape);  // validates the shape
   // Stage inputs, outputs and TP sums travel through host memory today.
   if (!p.dev().host_visible())
-    throw usage_error("gpt_stage: pipeline and tensor parallel stages run on the CPU in this "
-                      "version, not on " + p.dev().name() + " (use train.device: cpu with pp or tp > 1)");
+    throw usage_error(
+        "gpt_stage: pipeline and tensor parallel stages run on the CPU in this "
+        "version, not on " +
+        p.dev().name() + " (use train.device: cpu with pp or tp > 1)");
   const int L = shape.n_layer;
   if (range.first_layer < 0 || range.end_layer > L || range.first_layer >= range.end_layer)
     throw usage_error("gpt_stage: " + range_str(range) + " is not a non-empty range of the " +
@@ -432,7 +434,7 @@ float gpt_stage::run_forward(const slot_state& s, act_set& a, int64_t* correct) 
     }
   }
   return dev().softmax_xent_fwd(a.probs.data(), losses_.data(), logits_.data(), s.targets.data(),
-                               rows, V);
+                                rows, V);
 }
 
 stage_forward gpt_stage::forward(int slot, const batch& b, const float* x_in) {
@@ -493,7 +495,7 @@ const float* gpt_stage::backward(int slot, const float* d_out, float loss_scale)
   // Parameters are walked from the end of memory down, as in gpt::forward_backward.
   if (range_.has_head) {
     dev().softmax_xent_bwd(dlogits_.data(), a.probs.data(), s.targets.data(), rows, shape_.vocab,
-                          loss_scale / rows);
+                           loss_scale / rows);
     lm_head_.backward(scratch_.dln.data(), dlogits_.data(), a.lnf.data(), rows, report);
     ln_f_.backward(dres_.data(), scratch_.dln.data(), a.blocks.back().out.data(), a.lnf_mean.data(),
                    a.lnf_rstd.data(), rows, report);

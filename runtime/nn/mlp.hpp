@@ -37,9 +37,9 @@ class mlp : public model {
   std::vector<linear> layers_;
   std::vector<tensor> acts_;  // acts_[i]: output of layer i (after ReLU unless last)
   tensor probs_, losses_, dcur_, dnext_;
-  tensor x_dev_;                      // the batch on the device (unused on the CPU)
+  tensor x_dev_;  // the batch on the device (unused on the CPU)
   itensor targets_dev_;
-  const float* x_ = nullptr;          // the forwarded batch, where the device reads it
+  const float* x_ = nullptr;  // the forwarded batch, where the device reads it
   const int32_t* targets_ = nullptr;
 };
 

@@ -16,9 +16,8 @@ adamw::adamw(tensor params, tensor grads, const optim_options& o, pool& p)
 
 void adamw::step(float lr) {
   ++steps_;
-  params_.dev().adamw_step(params_.data(), grads_.data(), m_.data(), v_.data(), params_.numel(),
-                           lr, o_.beta1, o_.beta2, o_.eps, o_.weight_decay,
-                           static_cast<int>(steps_));
+  params_.dev().adamw_step(params_.data(), grads_.data(), m_.data(), v_.data(), params_.numel(), lr,
+                           o_.beta1, o_.beta2, o_.eps, o_.weight_decay, static_cast<int>(steps_));
 }
 
 std::vector<std::pair<std::string, tensor>> adamw::state() {

@@ -11,9 +11,9 @@ namespace cohort::train {
 
 /// The buffers and facts of the step in flight a stage works on (views, owned by the trainer).
 struct grad_buffers {
-  float* grads = nullptr;    ///< the float gradient buffer (model().flat_grads()), on `dev`
+  float* grads = nullptr;  ///< the float gradient buffer (model().flat_grads()), on `dev`
   nn::device* dev = &nn::cpu_device();  ///< where grads live
-  float* host = nullptr;  ///< a GPU's gradients where the host reads them (null on the CPU)
+  float* host = nullptr;     ///< a GPU's gradients where the host reads them (null on the CPU)
   int64_t* fixed = nullptr;  ///< bitwise mode's int64 fixed-point sum (null otherwise)
   int64_t size = 0;          ///< elements of each
   int64_t step = 0;          ///< the step in flight (error messages name it)
@@ -32,7 +32,8 @@ struct grad_buffers {
   /// Elements [offset, offset + count) written through host_write() go to the device.
   void host_written(int64_t offset, int64_t count) {
     if (host != nullptr)
-      dev->from_host(grads + offset, host + offset, static_cast<std::size_t>(count) * sizeof(float));
+      dev->from_host(grads + offset, host + offset,
+                     static_cast<std::size_t>(count) * sizeof(float));
   }
 };
 

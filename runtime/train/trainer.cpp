@@ -41,9 +41,9 @@ trainer::trainer(const config& c, nn::device* given) : cfg_(c) {
   data_ = make_dataset(c);
   const int vocab = data_->is_language_model() ? data_->num_classes() : 0;
   // The one step on the device train.device names: the model's tensors come from its pool.
-  nn::device& dev = given ? *given
-                          : nn::open_device(nn::resolve_device(c.train.device,
-                                                               nn::local_rank_from_env()));
+  nn::device& dev =
+      given ? *given
+            : nn::open_device(nn::resolve_device(c.train.device, nn::local_rank_from_env()));
   dev.set_matmul_precision(nn::parse_precision(c.train.precision));
   if (!dev.host_visible()) device_pool_ = std::make_unique<nn::pool>(dev);
   nn::pool& memory = device_pool_ ? *device_pool_ : nn::pool::global();
@@ -218,7 +218,8 @@ double trainer::compute_gradients(int64_t step, const std::vector<int>& micro,
 void* trainer::reduction_buffer() {
   const bool i64 = reduction_type() == comm::grad_type::i64;
   // NCCL sums device memory: the gradients, or a device copy of the fixed-point sum.
-  if (sum_on_device_) return i64 ? static_cast<void*>(fixed_dev_.data()) : model_->flat_grads().data();
+  if (sum_on_device_)
+    return i64 ? static_cast<void*>(fixed_dev_.data()) : model_->flat_grads().data();
   if (i64) return fixed_.data();
   // A GPU's float gradients are summed in host memory (the transports are the host's).
   return host_grads_.empty() ? model_->flat_grads().data() : host_grads_.data();
@@ -249,7 +250,8 @@ void trainer::take_sum() {
   sum_pending_ = false;
   const bool i64 = reduction_type() == comm::grad_type::i64;
   if (sum_on_device_) {
-    if (i64) model_->dev().to_host(fixed_.data(), fixed_dev_.data(), fixed_.size() * sizeof(int64_t));
+    if (i64)
+      model_->dev().to_host(fixed_.data(), fixed_dev_.data(), fixed_.size() * sizeof(int64_t));
     return;  // float sums are already in the gradients
   }
   model_->flat_grads().copy_from_host(host_grads_.data());
@@ -287,7 +289,8 @@ void trainer::set_optimizer_steps(int64_t steps) {
     std::vector<std::pair<float*, std::size_t>> views = state_buffers_of(*model_, *opt_);
     COHORT_CHECK(views.size() == state_host_.size());
     for (std::size_t i = 0; i < views.size(); ++i)
-      model_->dev().from_host(views[i].first, state_host_[i].data(), views[i].second * sizeof(float));
+      model_->dev().from_host(views[i].first, state_host_[i].data(),
+                              views[i].second * sizeof(float));
     state_host_.clear();
   }
   opt_->set_steps(steps);
@@ -431,7 +434,8 @@ int64_t load_state(const std::string& step_dir, const config& c, nn::model& m, n
   training_metadata meta = load_checkpoint_shard(step_dir, stage, tp_rank, params, state);
   if (!direct) {
     m.flat_values().copy_from_host(host[0].data());
-    for (std::size_t i = 0; i < slots.size(); ++i) slots[i].second.copy_from_host(host[1 + i].data());
+    for (std::size_t i = 0; i < slots.size(); ++i)
+      slots[i].second.copy_from_host(host[1 + i].data());
   }
   auto it = meta.extra.find("optimizer.steps");
   int64_t steps = meta.step;

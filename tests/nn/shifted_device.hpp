@@ -64,8 +64,8 @@ class shifted_device final : public nn::device {
   void bias_grad(float* db, const float* dy, int rows, int o) override {
     nn::cpu_device().bias_grad(in(db), in(dy), rows, o);
   }
-  void embedding_fwd(float* o, const int32_t* ids, const float* wte, const float* wpe, int b,
-                     int t, int c) override {
+  void embedding_fwd(float* o, const int32_t* ids, const float* wte, const float* wpe, int b, int t,
+                     int c) override {
     cpu::embedding_fwd(in(o), in(ids), in(wte), wpe ? in(wpe) : nullptr, b, t, c);
   }
   void embedding_bwd(float* dwte, float* dwpe, const float* dout, const int32_t* ids, int b, int t,
@@ -92,8 +92,7 @@ class shifted_device final : public nn::device {
                      int c) override {
     cpu::layernorm_bwd(in(dx), in(dw), in(db), in(dy), in(x), in(w), in(mean), in(rstd), rows, c);
   }
-  void attention_fwd(float* o, float* att, const float* qkv, int b, int t, int c,
-                     int nh) override {
+  void attention_fwd(float* o, float* att, const float* qkv, int b, int t, int c, int nh) override {
     cpu::attention_fwd(in(o), in(att), in(qkv), b, t, c, nh);
   }
   void attention_bwd(float* dqkv, float* scratch, const float* dout, const float* qkv,
@@ -112,9 +111,9 @@ class shifted_device final : public nn::device {
                   float beta2, float eps, float weight_decay, int t) override {
     cpu::adamw_step(in(p), in(g), in(m), in(v), n, lr, beta1, beta2, eps, weight_decay, t);
   }
-  void onebit_adam_frozen_step(float* p, const float* momentum, float* m, const float* v,
-                               int64_t n, float lr, float beta1, float beta2, float eps,
-                               float weight_decay, int t, int frozen_t) override {
+  void onebit_adam_frozen_step(float* p, const float* momentum, float* m, const float* v, int64_t n,
+                               float lr, float beta1, float beta2, float eps, float weight_decay,
+                               int t, int frozen_t) override {
     cpu::onebit_adam_frozen_step(in(p), in(momentum), in(m), in(v), n, lr, beta1, beta2, eps,
                                  weight_decay, t, frozen_t);
   }
