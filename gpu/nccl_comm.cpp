@@ -303,6 +303,66 @@ nccl_status nccl_comm::barrier() {
   });
 }
 
+nccl_status nccl_comm::shrink(const std::vector<int>& excluded, bool abort_parent, int timeout_ms,
+                              nccl_comm* out) {
+  if (out == nullptr || out == this || out->impl_->comm != nullptr || out->dead_)
+    return fail(nccl_status::invalid_argument, "shrink: needs a fresh communicator to fill");
+  if (impl_->comm == nullptr || dead_)
+    return fail(nccl_status::invalid_argument, "shrink: this communicator is not live");
+  if (timeout_ms <= 0) return fail(nccl_status::invalid_argument, "shrink: timeout_ms must be > 0");
+  for (std::size_t i = 0; i < excluded.size(); ++i)
+    if (excluded[i] < 0 || excluded[i] >= size_ || excluded[i] == rank_ ||
+        (i > 0 && excluded[i] <= excluded[i - 1]))
+      return fail(nccl_status::invalid_argument,
+                  "shrink: excluded ranks must be ascending ranks of " + std::to_string(size_) +
+                      " other than this one (" + std::to_string(rank_) + ")");
+#if defined(NCCL_SHRINK_DEFAULT)
+  cudaError_t e = cudaSetDevice(impl_->device);
+  if (e != cudaSuccess)
+    return fail(nccl_status::cuda_error, "shrink: cudaSetDevice: " + cuda_text(e));
+  out->impl_->device = impl_->device;
+  if ((e = cudaStreamCreateWithFlags(&out->impl_->stream, cudaStreamNonBlocking)) != cudaSuccess)
+    return fail(nccl_status::cuda_error, "shrink: cudaStreamCreate: " + cuda_text(e));
+  if ((e = cudaMalloc(&out->impl_->scratch, sizeof(float))) != cudaSuccess)
+    return fail(nccl_status::cuda_error, "shrink: cudaMalloc: " + cuda_text(e));
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  out->timeout_ms_ = timeout_ms;
+  const auto deadline = clock_type::now() + std::chrono::milliseconds(timeout_ms);
+  std::vector<int> ex(excluded);  // NCCL takes a non-const pointer
+  const ncclResult_t r =
+      ncclCommShrink(impl_->comm, ex.data(), static_cast<int>(ex.size()), &out->impl_->comm,
+                     &config, abort_parent ? NCCL_SHRINK_ABORT : NCCL_SHRINK_DEFAULT);
+  nccl_status st = nccl_status::ok;
+  if (r != ncclSuccess && r != ncclInProgress)
+    st = out->fail(nccl_status::nccl_error, "shrink: ncclCommShrink: " + nccl_text(r, impl_->comm));
+  else if (out->impl_->comm == nullptr)
+    st = out->fail(nccl_status::nccl_error, "shrink: ncclCommShrink returned no communicator");
+  else
+    st = wait_done(out->impl_->comm, nullptr, out->abort_requested_, deadline, timeout_ms, "shrink",
+                   [out](nccl_status x, const std::string& d) { return out->fail(x, d); });
+  if (st == nccl_status::ok) {
+    int rank = -1, count = 0;
+    if (ncclCommUserRank(out->impl_->comm, &rank) != ncclSuccess ||
+        ncclCommCount(out->impl_->comm, &count) != ncclSuccess)
+      st = out->fail(nccl_status::nccl_error, "shrink: cannot read the new rank and size");
+    out->rank_ = rank;
+    out->size_ = count;
+  }
+  if (st != nccl_status::ok) {
+    std::lock_guard<std::mutex> lock(out->mutex_);
+    out->dead_ = true;
+    out->abort_locked();
+    last_error_ = out->last_error_;
+  }
+  return st;
+#else
+  (void)abort_parent;
+  (void)timeout_ms;
+  return fail(nccl_status::no_device, "shrink: this NCCL has no ncclCommShrink (2.27 or later)");
+#endif
+}
+
 #else  // no CUDA or no NCCL in this build: every call says so.
 
 struct nccl_comm::impl {};
@@ -344,6 +404,9 @@ nccl_status nccl_comm::broadcast(void*, std::size_t, int) {
   return fail(nccl_status::no_device, kNotBuilt);
 }
 nccl_status nccl_comm::barrier() { return fail(nccl_status::no_device, kNotBuilt); }
+nccl_status nccl_comm::shrink(const std::vector<int>&, bool, int, nccl_comm*) {
+  return fail(nccl_status::no_device, kNotBuilt);
+}
 
 #endif
 

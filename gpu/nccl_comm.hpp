@@ -72,6 +72,15 @@ class nccl_comm {
   nccl_status broadcast(void* data, std::size_t bytes, int root);
   /// Returns once every rank has entered it (a one-element allreduce).
   nccl_status barrier();
+  /// Makes OUT (a fresh nccl_comm) this communicator without the ranks in EXCLUDED (old
+  /// ranks, ascending, not this one): ncclCommShrink (NCCL 2.27+), non-blocking, polled
+  /// until done or TIMEOUT_MS (then OUT is aborted and `timeout` returned). ABORT_PARENT
+  /// (NCCL_SHRINK_ABORT) first ends operations in flight on this communicator: use it when a
+  /// departed rank died or hung. Every remaining rank must call it with the same EXCLUDED.
+  /// This communicator is left as it was (drop it once OUT works). no_device where NCCL has
+  /// no ncclCommShrink.
+  nccl_status shrink(const std::vector<int>& excluded, bool abort_parent, int timeout_ms,
+                     nccl_comm* out);
   /// Thread-safe, idempotent: a call in flight returns `aborted` promptly and the NCCL
   /// communicator is aborted (ncclCommAbort), which makes the peers' calls fail too.
   void abort();
