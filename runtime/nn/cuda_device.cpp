@@ -165,6 +165,25 @@ class cuda_dev final : public device {
     check(gpu::cuda::last_status(), "sum_squares");
     return s;
   }
+  std::vector<double> sum_squares_each(
+      const std::vector<std::pair<const float*, int64_t>>& spans) override {
+    select();
+    std::vector<double> out(spans.size());
+    if (spans.empty()) return out;
+    if (sums_capacity_ < spans.size()) {
+      if (sums_ != nullptr) gpu::device_free(sums_);
+      sums_ = nullptr;
+      void* p = nullptr;
+      check(gpu::device_malloc(&p, spans.size() * sizeof(double)), "sum_squares_each");
+      sums_ = static_cast<double*>(p);
+      sums_capacity_ = spans.size();
+    }
+    for (std::size_t i = 0; i < spans.size(); ++i)
+      check(gpu::cuda::sum_squares_async(spans[i].first, spans[i].second, sums_ + i),
+            "sum_squares_async");
+    check(gpu::copy_to_host(out.data(), sums_, out.size() * sizeof(double)), "sum_squares_each");
+    return out;
+  }
   void scale(float* x, float s, int64_t n) override {
     select();
     check(gpu::cuda::scale(x, s, n), "scale");
@@ -196,6 +215,8 @@ class cuda_dev final : public device {
 
   int ordinal_;
   gpu::device_info info_;
+  double* sums_ = nullptr;  // sum_squares_each's results on the device
+  std::size_t sums_capacity_ = 0;
   matmul_precision precision_ = matmul_precision::fp32;
 };
 

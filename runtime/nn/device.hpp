@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace cohort::nn {
 
@@ -101,6 +103,15 @@ class device {
                         float weight_decay) = 0;
   /// Sum of squares, double accumulation (synchronises).
   virtual double sum_squares(const float* x, int64_t n) = 0;
+  /// sum_squares of each span, the same bits, with one wait for all of them (a GPU queues
+  /// every reduction and reads the results back once).
+  virtual std::vector<double> sum_squares_each(
+      const std::vector<std::pair<const float*, int64_t>>& spans) {
+    std::vector<double> out;
+    out.reserve(spans.size());
+    for (const auto& [x, n] : spans) out.push_back(sum_squares(x, n));
+    return out;
+  }
   virtual void scale(float* x, float s, int64_t n) = 0;
 };
 

@@ -9,11 +9,10 @@
 namespace cohort::train {
 
 std::vector<double> grad_sum_squares_by_param(const nn::model& m) {
-  std::vector<double> out;
-  out.reserve(m.parameters().size());
-  for (const auto& p : m.parameters())
-    out.push_back(p.grad.dev().sum_squares(p.grad.data(), p.grad.numel()));
-  return out;
+  std::vector<std::pair<const float*, int64_t>> spans;
+  spans.reserve(m.parameters().size());
+  for (const auto& p : m.parameters()) spans.emplace_back(p.grad.data(), p.grad.numel());
+  return m.dev().sum_squares_each(spans);
 }
 
 double ordered_sum(const std::vector<double>& parts, double start) {
