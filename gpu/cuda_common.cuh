@@ -1,13 +1,15 @@
 // What the .cu files of gpu/ share: device-side warp and block reductions, the launch
 // geometry of grid-stride loops, and the host-side helpers every op's launch uses (the
-// thread's stream, status recording, cuBLAS handle, deterministic reduction; defined in
-// gpu/cuda_context.cu). Included only by .cu files (needs nvcc); the public declarations of
+// thread's stream, status recording, cuBLAS handle, scratch buffers and the deterministic
+// reduction, defined in gpu/cuda_context.cu; the row-major batched product, defined in
+// gpu/cuda_matmul.cu). Included only by .cu files (needs nvcc); the public declarations of
 // the CUDA twins are in gpu/cuda_kernels.hpp.
 #pragma once
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 
 #include "gpu/device.hpp"
@@ -73,8 +75,8 @@ __device__ inline float block_max(float v) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < (n); \
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
 
-/// The calling thread's current stream (set_stream): every launch goes there.
-cudaStream_t stream();
+/// The calling thread's current stream (gpu::set_stream): every launch goes there.
+inline cudaStream_t stream() { return static_cast<cudaStream_t>(gpu::current_stream()); }
 /// Records `s` as the outcome of this thread's last op (last_status()) and returns it.
 status record(status s);
 /// ok, or the CUDA error `e` as a status whose message starts with `what`; clears the
@@ -84,11 +86,44 @@ status from_cuda(cudaError_t e, const char* what);
 status launched(const char* what);
 /// invalid_argument with `what` as the message.
 status bad(const char* what);
-/// This thread's cuBLAS handle for the current device (created on first use, plain FP32),
-/// bound to the current stream.
+/// This thread's cuBLAS handle for the current device (created on first use, default math
+/// mode: no TF32 unless a product asks for a fast compute type), bound to the current stream.
 status blas_handle(cublasHandle_t* out);
-/// Sum (or sum of squares) of x[0..n) into *out on the host, in double and in a fixed order
-/// (same bits on every run); synchronises the stream.
+
+/// C = alpha op(A) op(B) + beta C, row-major, for `batch` products at element strides sa,
+/// sb, sc (ignored when batch == 1), at the thread's matmul precision. `what` names the
+/// product in error messages. With beta == 0, C is never read (it may hold NaN).
+status gemm_rm(const char* what, bool ta, bool tb, int m, int n, int k, float alpha, const float* a,
+               int lda, long long sa, const float* b, int ldb, long long sb, float beta, float* c,
+               int ldc, long long sc, int batch);
+
+/// What a per-thread scratch buffer is for: each use has its own buffer per device.
+enum class scratch_use : int { reduction, embedding_sort, count };
+
+/// Device temporary memory owned by the calling thread, one buffer per use and device,
+/// created on first use and grown (never shrunk) when `bytes` exceeds it. Uses of one buffer
+/// are serialised across streams: acquiring makes the current stream wait for the work of
+/// the previous holder (an event recorded on release), and growing waits for it before the
+/// old buffer is freed. Hold it through a scratch_lease, which releases on every path.
+class scratch_lease {
+ public:
+  explicit scratch_lease(scratch_use use) : use_(use) {}
+  ~scratch_lease();
+  scratch_lease(const scratch_lease&) = delete;
+  scratch_lease& operator=(const scratch_lease&) = delete;
+  /// *out points at >= bytes of device memory (256-byte aligned) until the lease ends; the
+  /// caller queues its work on the current stream meanwhile.
+  status acquire(std::size_t bytes, void** out);
+
+ private:
+  scratch_use use_;
+  int device_ = -1;  ///< the device acquired on; -1 while nothing is held
+};
+
+/// Queues the sum (or sum of squares) of x[0..n) into *out_device (one double), in double
+/// and in a fixed order: the grid depends only on n, so the same input gives the same bits.
+status reduce_to_device(double* out_device, const float* x, int64_t n, bool square);
+/// reduce_to_device, read back into *out on the host; synchronises the stream.
 status reduce_to_host(double* out, const float* x, int64_t n, bool square);
 
 }  // namespace cohort::gpu::cuda::detail

@@ -1,7 +1,8 @@
 // CUDA twins of the elementwise ops of runtime/cpu/kernels.hpp (declared in
 // gpu/cuda_kernels.hpp): relu, gelu, the residual add, scale, the AdamW and SGD updates, one
 // grid-stride kernel each with the same scalar arithmetic as the CPU twin, and the sum of
-// squares through the deterministic reduction of gpu/cuda_context.cu.
+// squares (read back, or left on the device) through the deterministic reduction of
+// gpu/cuda_context.cu.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -134,6 +135,12 @@ double sum_squares(const float* x, int64_t n) {
   if (n > 0) s = reduce_to_host(&total, x, n, true);
   record(s);
   return s == status::ok ? total : std::numeric_limits<double>::quiet_NaN();
+}
+
+status sum_squares_async(const float* x, int64_t n, double* out_device) {
+  if (n < 0 || out_device == nullptr)
+    return record(bad("sum_squares_async: need n >= 0 and a device output"));
+  return record(reduce_to_device(out_device, x, n, true));
 }
 
 status scale(float* x, float s, int64_t n) {

@@ -13,6 +13,17 @@ namespace cohort::gpu {
 namespace {
 // Per thread, like cudaGetLastError: concurrent workers must not see each other's errors.
 thread_local std::string last_error_;
+// Per thread because workers drive devices from several threads, each on its own stream.
+thread_local void* stream_ = nullptr;
+
+// The argument rule of the asynchronous copies, checked before anything else so a caller
+// sees the same status with or without CUDA: null pointers are a bug unless nothing moves.
+status check_copy(const char* what, const void* dst, const void* src, std::size_t bytes) {
+  if (bytes > 0 && (dst == nullptr || src == nullptr))
+    return set_error(status::invalid_argument,
+                     std::string(what) + ": null pointer for " + std::to_string(bytes) + " bytes");
+  return status::ok;
+}
 
 #if COHORT_HAVE_CUDA
 status from_cuda(cudaError_t e, const char* what) {
@@ -54,6 +65,9 @@ status set_error(status s, const std::string& detail) {
 }
 
 bool cuda_compiled() { return COHORT_HAVE_CUDA != 0; }
+
+void set_stream(void* stream) { stream_ = stream; }
+void* current_stream() { return stream_; }
 
 #if COHORT_HAVE_CUDA
 
@@ -123,6 +137,53 @@ status device_zero(void* dst, std::size_t bytes) {
 
 status device_synchronize() { return from_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); }
 
+namespace {
+cudaStream_t stream() { return static_cast<cudaStream_t>(stream_); }
+}  // namespace
+
+status stream_synchronize() {
+  return from_cuda(cudaStreamSynchronize(stream()), "cudaStreamSynchronize");
+}
+
+status host_alloc_pinned(void** ptr, std::size_t bytes) {
+  if (ptr == nullptr) return set_error(status::invalid_argument, "host_alloc_pinned: null output");
+  *ptr = nullptr;
+  return from_cuda(cudaHostAlloc(ptr, bytes, cudaHostAllocDefault),
+                   ("cudaHostAlloc(" + std::to_string(bytes) + ")").c_str());
+}
+
+status host_free_pinned(void* ptr) {
+  if (ptr == nullptr) return status::ok;
+  return from_cuda(cudaFreeHost(ptr), "cudaFreeHost");
+}
+
+status copy_to_device_async(void* dst, const void* src, std::size_t bytes) {
+  if (status s = check_copy("copy_to_device_async", dst, src, bytes); s != status::ok) return s;
+  if (bytes == 0) return status::ok;
+  return from_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream()),
+                   "cudaMemcpyAsync H2D");
+}
+
+status copy_to_host_async(void* dst, const void* src, std::size_t bytes) {
+  if (status s = check_copy("copy_to_host_async", dst, src, bytes); s != status::ok) return s;
+  if (bytes == 0) return status::ok;
+  return from_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream()),
+                   "cudaMemcpyAsync D2H");
+}
+
+status device_copy(void* dst, const void* src, std::size_t bytes) {
+  if (status s = check_copy("device_copy", dst, src, bytes); s != status::ok) return s;
+  if (bytes == 0) return status::ok;
+  return from_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream()),
+                   "cudaMemcpyAsync D2D");
+}
+
+status device_fill_zero_async(void* dst, std::size_t bytes) {
+  if (status s = check_copy("device_fill_zero_async", dst, dst, bytes); s != status::ok) return s;
+  if (bytes == 0) return status::ok;
+  return from_cuda(cudaMemsetAsync(dst, 0, bytes, stream()), "cudaMemsetAsync");
+}
+
 #else  // !COHORT_HAVE_CUDA: the same API, reporting that there is nothing to run on.
 
 namespace {
@@ -148,6 +209,31 @@ status copy_to_device(void*, const void*, std::size_t) { return not_built("copy_
 status copy_to_host(void*, const void*, std::size_t) { return not_built("copy_to_host"); }
 status device_zero(void*, std::size_t) { return not_built("device_zero"); }
 status device_synchronize() { return not_built("device_synchronize"); }
+status stream_synchronize() { return not_built("stream_synchronize"); }
+status host_alloc_pinned(void** ptr, std::size_t) {
+  if (ptr == nullptr) return set_error(status::invalid_argument, "host_alloc_pinned: null output");
+  *ptr = nullptr;
+  return not_built("host_alloc_pinned");
+}
+status host_free_pinned(void* ptr) {
+  return ptr == nullptr ? status::ok : not_built("host_free_pinned");
+}
+status copy_to_device_async(void* dst, const void* src, std::size_t bytes) {
+  if (status s = check_copy("copy_to_device_async", dst, src, bytes); s != status::ok) return s;
+  return bytes == 0 ? status::ok : not_built("copy_to_device_async");
+}
+status copy_to_host_async(void* dst, const void* src, std::size_t bytes) {
+  if (status s = check_copy("copy_to_host_async", dst, src, bytes); s != status::ok) return s;
+  return bytes == 0 ? status::ok : not_built("copy_to_host_async");
+}
+status device_copy(void* dst, const void* src, std::size_t bytes) {
+  if (status s = check_copy("device_copy", dst, src, bytes); s != status::ok) return s;
+  return bytes == 0 ? status::ok : not_built("device_copy");
+}
+status device_fill_zero_async(void* dst, std::size_t bytes) {
+  if (status s = check_copy("device_fill_zero_async", dst, dst, bytes); s != status::ok) return s;
+  return bytes == 0 ? status::ok : not_built("device_fill_zero_async");
+}
 
 #endif
 

@@ -1,8 +1,9 @@
-// The host side of the device layer: status values, device discovery, device memory
-// and copies. Always compiled; without CUDA (COHORT_HAVE_CUDA=0) or without a driver the
-// same API reports zero devices and every device call returns status::no_device.
-// Errors are values (an enum plus a per-thread detail message, like NCCL's ncclResult_t
-// and ncclGetErrorString); nothing here throws, and no CUDA header is needed to include it.
+// The host side of the device layer: status values, device discovery, device and pinned
+// host memory, copies (synchronous, and asynchronous on the thread's current stream). Always
+// compiled; without CUDA (COHORT_HAVE_CUDA=0) or without a driver the same API reports zero
+// devices and every device call returns status::no_device. Errors are values (an enum plus a
+// per-thread detail message, like NCCL's ncclResult_t); nothing here throws, and no CUDA
+// header is needed to include it.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -65,5 +66,37 @@ status copy_to_host(void* dst_host, const void* src_device, std::size_t bytes);
 status device_zero(void* dst_device, std::size_t bytes);
 /// Waits for all work on the current device (surfaces asynchronous kernel errors).
 status device_synchronize();
+
+// ---- the calling thread's stream and the asynchronous calls queued on it ----
+// Asynchronous calls return once the work is queued; errors raised while it runs surface at
+// the next synchronising call (stream_synchronize, device_synchronize, copy_to_host). For the
+// copies and the fill: null pointers with bytes > 0 are invalid_argument (checked first, in
+// every build), and 0 bytes is a no-op that returns ok, with or without a device.
+
+/// Makes `stream` (a cudaStream_t; nullptr = the legacy default stream, the initial value) the
+/// calling thread's current stream: the asynchronous calls below and every CUDA op
+/// (gpu/cuda_kernels.hpp, where these two are also cuda::set_stream / cuda::current_stream)
+/// queue their work there. Per thread; the caller owns the stream.
+void set_stream(void* stream);
+/// The calling thread's current stream (a cudaStream_t).
+void* current_stream();
+/// Waits for the work queued on the calling thread's current stream.
+status stream_synchronize();
+
+/// Page-locked host memory (cudaHostAlloc): what makes the asynchronous copies below truly
+/// asynchronous (from pageable memory CUDA stages the copy and may finish it before
+/// returning). `*ptr` is null on failure.
+status host_alloc_pinned(void** ptr, std::size_t bytes);
+/// Frees memory from host_alloc_pinned (null is a no-op).
+status host_free_pinned(void* ptr);
+/// Host -> device on the current stream; `src_host` must stay unchanged until the stream has
+/// reached the copy.
+status copy_to_device_async(void* dst_device, const void* src_host, std::size_t bytes);
+/// Device -> host on the current stream; `dst_host` is valid only after stream_synchronize().
+status copy_to_host_async(void* dst_host, const void* src_device, std::size_t bytes);
+/// Device -> device on the current stream (the ranges must not overlap).
+status device_copy(void* dst_device, const void* src_device, std::size_t bytes);
+/// Sets `bytes` of device memory to zero on the current stream.
+status device_fill_zero_async(void* dst_device, std::size_t bytes);
 
 }  // namespace cohort::gpu

@@ -20,10 +20,13 @@ void gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, in
 /// y[rows, out] = x[rows, in] * W^T + b (b may be null). W is [out, in].
 void linear_fwd(float* y, const float* x, const float* w, const float* b, int rows, int in,
                 int out);
-/// dx = dy * W (assigned, skipped when dx is null); dW += dy^T x; db += colsum(dy) (db may be
-/// null).
+/// dx = dy * W (assigned, skipped when dx is null); dW += dy^T x; db += colsum(dy) as
+/// bias_grad (db may be null).
 void linear_bwd(float* dx, float* dw, float* db, const float* dy, const float* x, const float* w,
                 int rows, int in, int out);
+/// db[j] += dy[r][j] for r = 0, 1, ..., rows-1, one row at a time onto db (the order fixes the
+/// bits: nn::linear's backward and the CUDA twin add in exactly this order).
+void bias_grad(float* db, const float* dy, int rows, int out);
 /// out[b,t,:] = wte[ids[b,t],:] + wpe[t,:] (wpe may be null).
 void embedding_fwd(float* out, const int32_t* ids, const float* wte, const float* wpe, int b, int t,
                    int c);

@@ -1,5 +1,5 @@
-// Matrix products (OpenBLAS sgemm), the linear layer around them, the embedding lookup, and
-// the OpenBLAS thread count of the CPU path.
+// Matrix products (OpenBLAS sgemm), the linear layer around them and its bias gradient, the
+// embedding lookup, and the OpenBLAS thread count of the CPU path.
 #include <cblas.h>
 
 #include <cstring>
@@ -11,13 +11,15 @@ namespace cohort::cpu {
 
 namespace {
 
-COHORT_INLINE void colsum_add_body(float* db, const float* dy, int rows, int out) {
+// Row by row, so each column is summed in ascending row order onto db's old value; the
+// AVX2 build vectorises across columns only, which keeps that order (the same bits).
+COHORT_INLINE void bias_grad_body(float* db, const float* dy, int rows, int out) {
   for (int r = 0; r < rows; ++r) {
     const float* d = dy + static_cast<int64_t>(r) * out;
     for (int j = 0; j < out; ++j) db[j] += d[j];
   }
 }
-COHORT_TWO_BUILDS(void, colsum_add, (float* db, const float* dy, int rows, int out),
+COHORT_TWO_BUILDS(void, bias_grad, (float* db, const float* dy, int rows, int out),
                   (db, dy, rows, out))
 
 COHORT_INLINE void bias_rows_body(float* y, const float* b, int rows, int out) {
@@ -47,7 +49,11 @@ void linear_bwd(float* dx, float* dw, float* db, const float* dy, const float* x
                 int rows, int in, int out) {
   if (dx) gemm(false, false, rows, in, out, 1.0f, dy, out, w, in, 0.0f, dx, in);
   gemm(true, false, out, in, rows, 1.0f, dy, out, x, in, 1.0f, dw, in);
-  if (db) colsum_add_dispatch(db, dy, rows, out);
+  if (db) bias_grad(db, dy, rows, out);
+}
+
+void bias_grad(float* db, const float* dy, int rows, int out) {
+  bias_grad_dispatch(db, dy, rows, out);
 }
 
 void embedding_fwd(float* out, const int32_t* ids, const float* wte, const float* wpe, int b, int t,

@@ -81,6 +81,42 @@ TEST_CASE("device_count is 0 without a driver or without CUDA, and never crashes
   CHECK(g::device_info_of(0, nullptr) == g::status::invalid_argument);
 }
 
+TEST_CASE("the thread's stream, pinned memory and asynchronous copies without a device") {
+  // The current stream is per thread and starts as the default stream, in every build.
+  CHECK(g::current_stream() == nullptr);
+  int token = 0;
+  g::set_stream(&token);
+  CHECK(g::current_stream() == &token);
+  void* other = &token;
+  std::thread([&] { other = g::current_stream(); }).join();
+  CHECK(other == nullptr);
+  g::set_stream(nullptr);
+  // Argument errors come first, so they read the same with or without a device; zero bytes
+  // is a no-op.
+  int host = 0;
+  CHECK(g::copy_to_device_async(nullptr, &host, 4) == g::status::invalid_argument);
+  CHECK(std::string(g::last_error_message()).find("copy_to_device_async: null pointer") !=
+        std::string::npos);
+  CHECK(g::copy_to_host_async(&host, nullptr, 4) == g::status::invalid_argument);
+  CHECK(g::device_copy(nullptr, &host, 4) == g::status::invalid_argument);
+  CHECK(g::device_fill_zero_async(nullptr, 4) == g::status::invalid_argument);
+  CHECK(g::host_alloc_pinned(nullptr, 4) == g::status::invalid_argument);
+  CHECK(g::copy_to_device_async(nullptr, nullptr, 0) == g::status::ok);
+  CHECK(g::host_free_pinned(nullptr) == g::status::ok);
+  if (g::device_count() > 0) return;  // the device side is test_gpu_kernels' part
+  void* p = reinterpret_cast<void*>(0x1);
+  CHECK(g::host_alloc_pinned(&p, 1024) == g::status::no_device);
+  CHECK(p == nullptr);
+  CHECK(std::string(g::last_error_message()).find("no CUDA device") == 0);
+  // Non-null pointers that are never dereferenced: without a device nothing is queued.
+  void* fake = reinterpret_cast<void*>(0x1000);
+  CHECK(g::copy_to_device_async(fake, &host, 4) == g::status::no_device);
+  CHECK(g::copy_to_host_async(&host, fake, 4) == g::status::no_device);
+  CHECK(g::device_copy(fake, fake, 4) == g::status::no_device);
+  CHECK(g::device_fill_zero_async(fake, 4) == g::status::no_device);
+  CHECK(g::stream_synchronize() == g::status::no_device);
+}
+
 TEST_CASE("block_size_for: classes, alignment and bounded rounding") {
   // Closed-form cases: below 4 * min_block the granule is min_block itself.
   CHECK(g::device_pool::block_size_for(1, 256) == 256);

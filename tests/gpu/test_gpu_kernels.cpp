@@ -1,6 +1,9 @@
 // Every CUDA kernel (gpu/cuda_kernels.hpp) against its CPU twin (runtime/cpu/kernels.hpp) on
-// random inputs with the same arguments, plus the device pool over real device memory. Runs
-// only where a CUDA device exists; gpu_test_main.cpp skips the whole binary (exit 77) otherwise.
+// random inputs with the same arguments, in both matmul precisions where products are
+// involved, plus the device-memory helpers (pinned memory, asynchronous copies) and the
+// device pool over real device memory. Runs only where a CUDA device exists;
+// gpu_test_main.cpp skips the whole binary (exit 77) otherwise.
+#include <cuda_runtime.h>
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -9,6 +12,7 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "gpu/cuda_kernels.hpp"
@@ -25,6 +29,44 @@ namespace {
 
 constexpr double k_tol = 1e-4;         // elementwise and row-wise ops
 constexpr double k_tol_reduce = 1e-3;  // long float reductions (gemm, column sums)
+// Products in matmul_precision::bf16: cuBLAS rounds both inputs to bfloat16 (8-bit
+// significand, unit roundoff u = 2^-8 rounding to nearest, 2^-7 truncating), so each term of
+// a dot product carries a relative error up to ~2u; over K random-sign terms the errors add
+// like sqrt(K) while the dot product itself grows like sqrt(K), so the error is ~u of the
+// output's scale whatever K is, and chained products (attention's backward) add a few u.
+// Emulating that rounding on the CPU for this file's shapes (200 seeds; 40 for attention)
+// needed at most 2^-7.5 in check_close's measure when rounding to nearest, 2^-6.85 when
+// truncating (attention's dqkv). 2^-5 leaves a margin of 3.6x over the worst of those.
+constexpr double k_tol_bf16 = 1.0 / 32;
+// And bf16 must visibly round: the same measure is at least 2^-10 in that emulation (2^-13
+// if cuBLAS takes TF32 instead, which CUBLAS_COMPUTE_32F_FAST_16BF allows), while exact FP32
+// products stay near 1e-6 of the CPU's. 2^-14 separates the two.
+constexpr double k_reduced_floor = 1.0 / 16384;
+
+/// Sets the calling thread's matmul precision for one scope (tests leave it as they found it).
+class precision_scope {
+ public:
+  explicit precision_scope(cu::matmul_precision p) : prev_(cu::matmul_precision_now()) {
+    cu::set_matmul_precision(p);
+  }
+  ~precision_scope() { cu::set_matmul_precision(prev_); }
+  precision_scope(const precision_scope&) = delete;
+  precision_scope& operator=(const precision_scope&) = delete;
+
+ private:
+  cu::matmul_precision prev_;
+};
+
+struct precision_case {
+  cu::matmul_precision p;
+  const char* name;
+};
+constexpr precision_case k_precisions[] = {{cu::matmul_precision::fp32, "fp32"},
+                                           {cu::matmul_precision::bf16, "bf16"}};
+/// The tolerance of a product-bearing output: its fp32 tolerance, or k_tol_bf16.
+double tol_for(const precision_case& pc, double fp32_tol) {
+  return pc.p == cu::matmul_precision::bf16 ? k_tol_bf16 : fp32_tol;
+}
 
 std::vector<float> randn(std::size_t n, uint64_t seed, float scale = 1.0f) {
   cohort::rng r(cohort::hash_coords(seed, n));
@@ -64,6 +106,38 @@ class dev {
   void* p_ = nullptr;
 };
 
+/// The smallest rtol check_close would accept: max over i of |got - want| / (|want| +
+/// max|want|) (infinite for NaN).
+double needed_rtol(const std::vector<float>& got, const std::vector<float>& want) {
+  REQUIRE(got.size() == want.size());
+  double scale = 0.0;
+  for (float w : want) scale = std::max(scale, static_cast<double>(std::fabs(w)));
+  double worst = 0.0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const double err = std::fabs(static_cast<double>(got[i]) - want[i]);
+    const double r = err / (std::fabs(want[i]) + scale);
+    if (std::isnan(err)) return std::numeric_limits<double>::infinity();
+    worst = std::max(worst, r);
+  }
+  return worst;
+}
+
+/// Compares a product-bearing output at precision `pc`; in bf16 also requires the rounding
+/// to be visible (needed_rtol >= k_reduced_floor), which proves the op honours the setting.
+void check_product(const std::vector<float>& got, const std::vector<float>& want,
+                   const precision_case& pc, double fp32_tol, const std::string& what);
+
+/// Bit-for-bit equality (memcmp), with the first differing element when not.
+void check_bits(const std::vector<float>& got, const std::vector<float>& want,
+                const std::string& what) {
+  REQUIRE(got.size() == want.size());
+  std::size_t first = got.size();
+  for (std::size_t i = 0; i < got.size() && first == got.size(); ++i)
+    if (std::memcmp(&got[i], &want[i], sizeof(float)) != 0) first = i;
+  INFO(what << ": first differing bits at " << first << " of " << got.size());
+  CHECK(first == got.size());
+}
+
 /// |got - want| <= rtol * (|want| + max|want|) elementwise: relative for large entries, and
 /// relative to the vector's scale for entries that cancel to near zero. NaN always fails.
 void check_close(const std::vector<float>& got, const std::vector<float>& want, double rtol,
@@ -86,10 +160,40 @@ void check_close(const std::vector<float>& got, const std::vector<float>& want, 
   CHECK(bad == 0);
 }
 
+void check_product(const std::vector<float>& got, const std::vector<float>& want,
+                   const precision_case& pc, double fp32_tol, const std::string& what) {
+  const std::string tag = what + " [" + pc.name + "]";
+  check_close(got, want, tol_for(pc, fp32_tol), tag);
+  if (pc.p == cu::matmul_precision::bf16) {
+    INFO(tag << ": deviation from the FP32 CPU twin " << needed_rtol(got, want)
+             << ", below what bf16 inputs give: the product ran in FP32");
+    CHECK(needed_rtol(got, want) >= k_reduced_floor);
+  }
+}
+
 void require_ok(g::status s) {
   INFO(g::status_string(s) << ": " << g::last_error_message());
   REQUIRE(s == g::status::ok);
 }
+
+/// A CUDA stream for one test; destroyed (after draining) at scope exit, and the thread's
+/// current stream restored to the default. A blocking stream (cudaStreamCreate): its work is
+/// ordered after the synchronous copies of `dev`, which run on the legacy default stream.
+class test_stream {
+ public:
+  test_stream() { REQUIRE(cudaStreamCreate(&s_) == cudaSuccess); }
+  ~test_stream() {
+    (void)cudaStreamSynchronize(s_);
+    (void)cudaStreamDestroy(s_);
+    g::set_stream(nullptr);
+  }
+  test_stream(const test_stream&) = delete;
+  test_stream& operator=(const test_stream&) = delete;
+  void* get() const { return s_; }
+
+ private:
+  cudaStream_t s_ = nullptr;
+};
 
 }  // namespace
 
@@ -111,22 +215,61 @@ TEST_CASE("device info of every device") {
 
 TEST_CASE("gemm: all transpose combinations, padded leading dims, alpha and beta") {
   const int m = 37, n = 29, k = 45, pad = 3;
-  for (int ta = 0; ta < 2; ++ta)
-    for (int tb = 0; tb < 2; ++tb) {
-      // Row-major storage: A is m x k (k x m when transposed), B is k x n (n x k).
-      const int a_rows = ta ? k : m, a_cols = ta ? m : k;
-      const int b_rows = tb ? n : k, b_cols = tb ? k : n;
-      const int lda = a_cols + pad, ldb = b_cols + pad, ldc = n + pad;
-      auto a = randn(static_cast<std::size_t>(a_rows) * lda, 1 + ta);
-      auto b = randn(static_cast<std::size_t>(b_rows) * ldb, 3 + tb);
-      auto c = randn(static_cast<std::size_t>(m) * ldc, 5);
-      dev<float> da(a), db(b), dc(c);
-      require_ok(
-          cu::gemm(ta, tb, m, n, k, 0.7f, da.get(), lda, db.get(), ldb, 0.3f, dc.get(), ldc));
-      cpu::gemm(ta, tb, m, n, k, 0.7f, a.data(), lda, b.data(), ldb, 0.3f, c.data(), ldc);
-      check_close(dc.host(), c, k_tol_reduce,
-                  "gemm ta=" + std::to_string(ta) + " tb=" + std::to_string(tb));
-    }
+  for (const precision_case& pc : k_precisions) {
+    precision_scope scope(pc.p);
+    for (int ta = 0; ta < 2; ++ta)
+      for (int tb = 0; tb < 2; ++tb) {
+        // Row-major storage: A is m x k (k x m when transposed), B is k x n (n x k).
+        const int a_rows = ta ? k : m, a_cols = ta ? m : k;
+        const int b_rows = tb ? n : k, b_cols = tb ? k : n;
+        const int lda = a_cols + pad, ldb = b_cols + pad, ldc = n + pad;
+        auto a = randn(static_cast<std::size_t>(a_rows) * lda, 1 + ta);
+        auto b = randn(static_cast<std::size_t>(b_rows) * ldb, 3 + tb);
+        auto c = randn(static_cast<std::size_t>(m) * ldc, 5);
+        dev<float> da(a), db(b), dc(c);
+        require_ok(
+            cu::gemm(ta, tb, m, n, k, 0.7f, da.get(), lda, db.get(), ldb, 0.3f, dc.get(), ldc));
+        cpu::gemm(ta, tb, m, n, k, 0.7f, a.data(), lda, b.data(), ldb, 0.3f, c.data(), ldc);
+        check_product(dc.host(), c, pc, k_tol_reduce,
+                      "gemm ta=" + std::to_string(ta) + " tb=" + std::to_string(tb));
+      }
+  }
+}
+
+TEST_CASE("matmul precision: fp32 is exact FP32, bf16 rounds the inputs and accumulates in FP32") {
+  // Closed form: A = 1 + 2^-12 everywhere, B = 1, k = 2056. In FP32 every partial sum
+  // j * (1 + 2^-12) is exact (j * 4097 < 2^24), so C = 2056 * 4097 / 4096 = 2056.501953125
+  // exactly; TF32 (11-bit significand) or bf16 (8-bit) inputs round 1 + 2^-12 to 1, and an
+  // FP32 accumulation of 2056 ones is exactly 2056 (not a bf16 number: its neighbours are
+  // 2048 and 2064, so a bf16 accumulation could not give it). Shapes are multiples of 8 so
+  // the tensor-core kernels apply.
+  const int m = 64, n = 64, k = 2056;
+  std::vector<float> a(static_cast<std::size_t>(m) * k, 1.0f + 1.0f / 4096), b(k * n, 1.0f),
+      c(m * n, -1.0f);
+  dev<float> da(a), db(b), dc(c);
+  CHECK(cu::matmul_precision_now() == cu::matmul_precision::fp32);  // the default
+  {
+    precision_scope scope(cu::matmul_precision::fp32);
+    require_ok(cu::gemm(false, false, m, n, k, 1.0f, da.get(), k, db.get(), n, 0.0f, dc.get(), n));
+    const auto got = dc.host();
+    CHECK(std::all_of(got.begin(), got.end(), [](float v) { return v == 2056.501953125f; }));
+    MESSAGE("fp32: C[0] = " << got[0]);
+  }
+  {
+    precision_scope scope(cu::matmul_precision::bf16);
+    require_ok(cu::gemm(false, false, m, n, k, 1.0f, da.get(), k, db.get(), n, 0.0f, dc.get(), n));
+    const auto got = dc.host();
+    CHECK(std::all_of(got.begin(), got.end(), [](float v) { return v == 2056.0f; }));
+    MESSAGE("bf16: C[0] = " << got[0]);
+  }
+  // Per thread: another thread starts at fp32 and its setting does not leak here.
+  cu::matmul_precision seen = cu::matmul_precision::bf16;
+  std::thread([&] {
+    seen = cu::matmul_precision_now();
+    cu::set_matmul_precision(cu::matmul_precision::bf16);
+  }).join();
+  CHECK(seen == cu::matmul_precision::fp32);
+  CHECK(cu::matmul_precision_now() == cu::matmul_precision::fp32);
 }
 
 TEST_CASE("linear_fwd and linear_bwd, with and without optional outputs") {
@@ -134,27 +277,52 @@ TEST_CASE("linear_fwd and linear_bwd, with and without optional outputs") {
   auto x = randn(static_cast<std::size_t>(rows) * in, 11);
   auto w = randn(static_cast<std::size_t>(out) * in, 12, 0.2f);
   auto b = randn(out, 13);
-  for (int with_bias = 0; with_bias < 2; ++with_bias) {
-    std::vector<float> y(static_cast<std::size_t>(rows) * out, 0.0f);
-    dev<float> dx_(x), dw_(w), db_(b), dy_(y);
-    require_ok(cu::linear_fwd(dy_.get(), dx_.get(), dw_.get(), with_bias ? db_.get() : nullptr,
-                              rows, in, out));
-    cpu::linear_fwd(y.data(), x.data(), w.data(), with_bias ? b.data() : nullptr, rows, in, out);
-    check_close(dy_.host(), y, k_tol_reduce, "linear_fwd bias=" + std::to_string(with_bias));
+  for (const precision_case& pc : k_precisions) {
+    precision_scope scope(pc.p);
+    for (int with_bias = 0; with_bias < 2; ++with_bias) {
+      std::vector<float> y(static_cast<std::size_t>(rows) * out, 0.0f);
+      dev<float> dx_(x), dw_(w), db_(b), dy_(y);
+      require_ok(cu::linear_fwd(dy_.get(), dx_.get(), dw_.get(), with_bias ? db_.get() : nullptr,
+                                rows, in, out));
+      cpu::linear_fwd(y.data(), x.data(), w.data(), with_bias ? b.data() : nullptr, rows, in, out);
+      check_product(dy_.host(), y, pc, k_tol_reduce,
+                    "linear_fwd bias=" + std::to_string(with_bias));
+    }
+    auto gy = randn(static_cast<std::size_t>(rows) * out, 14);
+    for (int full = 0; full < 2; ++full) {
+      // Parameter gradients start non-zero: they must be accumulated, not assigned. dx starts
+      // as NaN when it is computed: it must be assigned.
+      auto gw = randn(w.size(), 15), gb = randn(b.size(), 16);
+      std::vector<float> gx(x.size(), full ? std::numeric_limits<float>::quiet_NaN() : 0.0f);
+      dev<float> d_gx(gx), d_gw(gw), d_gb(gb), d_gy(gy), d_x(x), d_w(w);
+      require_ok(cu::linear_bwd(full ? d_gx.get() : nullptr, d_gw.get(),
+                                full ? d_gb.get() : nullptr, d_gy.get(), d_x.get(), d_w.get(), rows,
+                                in, out));
+      cpu::linear_bwd(full ? gx.data() : nullptr, gw.data(), full ? gb.data() : nullptr, gy.data(),
+                      x.data(), w.data(), rows, in, out);
+      check_product(d_gw.host(), gw, pc, k_tol_reduce, "linear_bwd dw");
+      // db is bias_grad: the CPU twin's bits in either precision (unchanged when null).
+      check_bits(d_gb.host(), gb, std::string("linear_bwd db [") + pc.name + "]");
+      if (full)
+        check_product(d_gx.host(), gx, pc, k_tol_reduce, "linear_bwd dx");
+      else
+        check_bits(d_gx.host(), gx, "linear_bwd dx untouched when null");
+    }
   }
-  auto gy = randn(static_cast<std::size_t>(rows) * out, 14);
-  for (int full = 0; full < 2; ++full) {
-    // Parameter gradients start non-zero: they must be accumulated, not assigned.
-    auto gw = randn(w.size(), 15), gb = randn(b.size(), 16);
-    std::vector<float> gx(x.size(), 0.0f);
-    dev<float> d_gx(gx), d_gw(gw), d_gb(gb), d_gy(gy), d_x(x), d_w(w);
-    require_ok(cu::linear_bwd(full ? d_gx.get() : nullptr, d_gw.get(), full ? d_gb.get() : nullptr,
-                              d_gy.get(), d_x.get(), d_w.get(), rows, in, out));
-    cpu::linear_bwd(full ? gx.data() : nullptr, gw.data(), full ? gb.data() : nullptr, gy.data(),
-                    x.data(), w.data(), rows, in, out);
-    check_close(d_gw.host(), gw, k_tol_reduce, "linear_bwd dw");
-    check_close(d_gb.host(), gb, k_tol_reduce, "linear_bwd db");  // unchanged when db is null
-    check_close(d_gx.host(), gx, k_tol_reduce, "linear_bwd dx");  // stays 0 when dx is null
+}
+
+TEST_CASE("bias_grad: the CPU twin's bits, accumulated onto db") {
+  // Magnitudes spread over 1e-3..1e3 so any other summation order shows in the bits.
+  for (int rows : {1, 37, 1000}) {
+    const int out = 300;  // more than one block of threads
+    auto dy = randn(static_cast<std::size_t>(rows) * out, 101);
+    for (std::size_t i = 0; i < dy.size(); ++i)
+      dy[i] *= std::pow(10.0f, static_cast<float>(static_cast<int>(i % 7) - 3));
+    auto db = randn(out, 102);
+    dev<float> d_dy(dy), d_db(db);
+    require_ok(cu::bias_grad(d_db.get(), d_dy.get(), rows, out));
+    cpu::bias_grad(db.data(), dy.data(), rows, out);
+    check_bits(d_db.host(), db, "bias_grad rows=" + std::to_string(rows));
   }
 }
 
@@ -239,8 +407,52 @@ TEST_CASE("embedding_fwd and embedding_bwd with repeated ids") {
                                  d_ids.get(), b, t, c));
     cpu::embedding_bwd(gte.data(), with_pos ? gpe.data() : nullptr, dout.data(), ids.data(), b, t,
                        c);
-    check_close(d_gte.host(), gte, k_tol, "embedding_bwd dwte");
-    check_close(d_gpe.host(), gpe, k_tol, "embedding_bwd dwpe");
+    // The same float adds in the same order as the CPU twin: the same bits.
+    check_bits(d_gte.host(), gte, "embedding_bwd dwte");
+    check_bits(d_gpe.host(), gpe, "embedding_bwd dwpe");
+  }
+}
+
+TEST_CASE("embedding_bwd is deterministic: long runs of one id, growing scratch, two streams") {
+  // 8 x 300 positions over 3 ids (runs of ~800), magnitudes spread so order shows in the bits;
+  // first a small call, then this one (the sort scratch grows), then two streams in turn.
+  const int b = 8, t = 300, c = 96, vocab = 3;
+  auto ids = rand_ids(static_cast<std::size_t>(b) * t, vocab, 111);
+  auto dout = randn(static_cast<std::size_t>(b) * t * c, 112);
+  for (std::size_t i = 0; i < dout.size(); ++i)
+    dout[i] *= std::pow(10.0f, static_cast<float>(static_cast<int>(i % 5) - 2));
+  const auto gte0 = randn(static_cast<std::size_t>(vocab) * c, 113);
+  const auto gpe0 = randn(static_cast<std::size_t>(t) * c, 114);
+  dev<int32_t> d_ids(ids);
+  dev<float> d_dout(dout);
+  {
+    dev<float> small(gte0);
+    require_ok(cu::embedding_bwd(small.get(), nullptr, d_dout.get(), d_ids.get(), 1, 5, c));
+  }
+  auto want_te = gte0, want_pe = gpe0;
+  cpu::embedding_bwd(want_te.data(), want_pe.data(), dout.data(), ids.data(), b, t, c);
+  dev<float> te1(gte0), pe1(gpe0), te2(gte0), pe2(gpe0), te3(gte0), pe3(gpe0);
+  require_ok(cu::embedding_bwd(te1.get(), pe1.get(), d_dout.get(), d_ids.get(), b, t, c));
+  require_ok(cu::embedding_bwd(te2.get(), pe2.get(), d_dout.get(), d_ids.get(), b, t, c));
+  const auto h1 = te1.host(), h2 = te2.host();
+  check_bits(h2, h1, "embedding_bwd dwte, second call");
+  check_bits(h1, want_te, "embedding_bwd dwte vs CPU");
+  check_bits(pe1.host(), want_pe, "embedding_bwd dwpe vs CPU");
+  {
+    // The same scratch used from two streams without a wait in between: the lease orders them.
+    dev<float> te4(gte0);
+    require_ok(g::device_synchronize());
+    test_stream s1, s2;
+    g::set_stream(s1.get());
+    require_ok(cu::embedding_bwd(te3.get(), pe3.get(), d_dout.get(), d_ids.get(), b, t, c));
+    g::set_stream(s2.get());
+    require_ok(cu::embedding_bwd(te4.get(), nullptr, d_dout.get(), d_ids.get(), b, t, c));
+    require_ok(g::stream_synchronize());
+    g::set_stream(s1.get());
+    require_ok(g::stream_synchronize());
+    g::set_stream(nullptr);
+    check_bits(te3.host(), want_te, "embedding_bwd dwte on stream 1");
+    check_bits(te4.host(), want_te, "embedding_bwd dwte on stream 2");
   }
 }
 
@@ -248,27 +460,47 @@ TEST_CASE("attention_fwd and attention_bwd") {
   struct shape {
     int b, t, c, nh;
   };
-  for (shape s : {shape{2, 17, 24, 3}, shape{1, 64, 128, 4}}) {
-    const std::size_t nqkv = static_cast<std::size_t>(s.b) * s.t * 3 * s.c;
-    const std::size_t natt = static_cast<std::size_t>(s.b) * s.nh * s.t * s.t;
-    const std::size_t nout = static_cast<std::size_t>(s.b) * s.t * s.c;
-    auto qkv = randn(nqkv, 51), dout = randn(nout, 52);
-    std::vector<float> out(nout), att(natt, 1.0f), scratch(natt);
-    dev<float> d_qkv(qkv), d_dout(dout), d_out(out), d_att(att), d_scratch(scratch);
-    const std::string tag = " t=" + std::to_string(s.t) + " c=" + std::to_string(s.c);
-    require_ok(cu::attention_fwd(d_out.get(), d_att.get(), d_qkv.get(), s.b, s.t, s.c, s.nh));
-    cpu::attention_fwd(out.data(), att.data(), qkv.data(), s.b, s.t, s.c, s.nh);
-    check_close(d_out.host(), out, k_tol_reduce, "attention_fwd out" + tag);
-    check_close(d_att.host(), att, k_tol, "attention_fwd att" + tag);  // zeros above diagonal too
+  for (const precision_case& pc : k_precisions) {
+    precision_scope scope(pc.p);
+    for (shape s : {shape{2, 17, 24, 3}, shape{1, 64, 128, 4}, shape{3, 200, 96, 2}}) {
+      const std::size_t nqkv = static_cast<std::size_t>(s.b) * s.t * 3 * s.c;
+      const std::size_t natt = static_cast<std::size_t>(s.b) * s.nh * s.t * s.t;
+      const std::size_t nout = static_cast<std::size_t>(s.b) * s.t * s.c;
+      auto qkv = randn(nqkv, 51), dout = randn(nout, 52);
+      std::vector<float> out(nout), att(natt, 1.0f), scratch(natt);
+      dev<float> d_qkv(qkv), d_dout(dout), d_out(out), d_att(att), d_scratch(scratch);
+      const std::string tag =
+          " b=" + std::to_string(s.b) + " t=" + std::to_string(s.t) + " c=" + std::to_string(s.c);
+      require_ok(cu::attention_fwd(d_out.get(), d_att.get(), d_qkv.get(), s.b, s.t, s.c, s.nh));
+      cpu::attention_fwd(out.data(), att.data(), qkv.data(), s.b, s.t, s.c, s.nh);
+      check_product(d_out.host(), out, pc, k_tol_reduce, "attention_fwd out" + tag);
+      const auto got_att = d_att.host();
+      check_product(got_att, att, pc, k_tol, "attention_fwd att" + tag);
+      // Exactly 0 above the diagonal (the buffer started at 1).
+      std::size_t nonzero_above = 0;
+      for (std::size_t row = 0; row < natt / s.t; ++row)
+        for (int j = static_cast<int>(row % s.t) + 1; j < s.t; ++j)
+          nonzero_above += got_att[row * s.t + j] != 0.0f;
+      CHECK_MESSAGE(nonzero_above == 0, "attention_fwd att above the diagonal" << tag);
 
-    // dqkv starts as NaN: every element must be assigned, or the NaN shows.
-    std::vector<float> dqkv(nqkv, std::numeric_limits<float>::quiet_NaN());
-    dev<float> d_dqkv(dqkv);
-    require_ok(cu::attention_bwd(d_dqkv.get(), d_scratch.get(), d_dout.get(), d_qkv.get(),
-                                 d_att.get(), s.b, s.t, s.c, s.nh));
-    cpu::attention_bwd(dqkv.data(), scratch.data(), dout.data(), qkv.data(), att.data(), s.b, s.t,
-                       s.c, s.nh);
-    check_close(d_dqkv.host(), dqkv, k_tol_reduce, "attention_bwd dqkv" + tag);
+      // dqkv starts as NaN: every element must be assigned, or the NaN shows.
+      std::vector<float> dqkv(nqkv, std::numeric_limits<float>::quiet_NaN());
+      dev<float> d_dqkv(dqkv);
+      require_ok(cu::attention_bwd(d_dqkv.get(), d_scratch.get(), d_dout.get(), d_qkv.get(),
+                                   d_att.get(), s.b, s.t, s.c, s.nh));
+      cpu::attention_bwd(dqkv.data(), scratch.data(), dout.data(), qkv.data(), att.data(), s.b, s.t,
+                         s.c, s.nh);
+      const auto got = d_dqkv.host();
+      check_product(got, dqkv, pc, k_tol_reduce, "attention_bwd dqkv" + tag);
+      if (pc.p == cu::matmul_precision::fp32) {
+        // Same inputs, same bits: cuBLAS and the row kernels run in a fixed order.
+        std::vector<float> again(nqkv, 0.0f);
+        dev<float> d_again(again);
+        require_ok(cu::attention_bwd(d_again.get(), d_scratch.get(), d_dout.get(), d_qkv.get(),
+                                     d_att.get(), s.b, s.t, s.c, s.nh));
+        check_bits(d_again.host(), got, "attention_bwd twice" + tag);
+      }
+    }
   }
 }
 
@@ -324,7 +556,9 @@ TEST_CASE("adamw_step and sgd_step over several steps") {
   check_close(d_buf.host(), buf, k_tol, "sgd buf");
 }
 
-TEST_CASE("sum_squares: matches the CPU and is deterministic") {
+TEST_CASE("sum_squares: matches the CPU and is deterministic; the async form gives its bits") {
+  double* d_out = nullptr;
+  require_ok(g::device_malloc(reinterpret_cast<void**>(&d_out), sizeof(double)));
   for (int64_t n : {int64_t{1}, int64_t{1000}, int64_t{1000003}}) {
     auto x = randn(n, 91);
     dev<float> d_x(x);
@@ -334,8 +568,83 @@ TEST_CASE("sum_squares: matches the CPU and is deterministic") {
     CHECK(gpu == doctest::Approx(ref).epsilon(1e-9));  // both accumulate in double
     const double again = cu::sum_squares(d_x.get(), n);
     CHECK(std::memcmp(&gpu, &again, sizeof gpu) == 0);  // same bits: fixed reduction order
+    require_ok(cu::sum_squares_async(d_x.get(), n, d_out));
+    double async = -1.0;
+    require_ok(g::copy_to_host(&async, d_out, sizeof async));
+    CHECK(std::memcmp(&gpu, &async, sizeof gpu) == 0);
   }
   CHECK(cu::sum_squares(nullptr, 0) == 0.0);
+  require_ok(cu::sum_squares_async(nullptr, 0, d_out));
+  double zero = -1.0;
+  require_ok(g::copy_to_host(&zero, d_out, sizeof zero));
+  CHECK(zero == 0.0);
+  {
+    // Two streams in turn share the reduction's scratch: each result is still its own.
+    auto x1 = randn(300000, 92), x2 = randn(500000, 93);
+    dev<float> d_x1(x1), d_x2(x2);
+    std::vector<double> out2(2, -1.0);
+    dev<double> d_out2(out2);
+    test_stream s1, s2;
+    g::set_stream(s1.get());
+    require_ok(cu::sum_squares_async(d_x1.get(), 300000, d_out2.get()));
+    g::set_stream(s2.get());
+    require_ok(cu::sum_squares_async(d_x2.get(), 500000, d_out2.get() + 1));
+    require_ok(g::stream_synchronize());
+    g::set_stream(s1.get());
+    require_ok(g::stream_synchronize());
+    g::set_stream(nullptr);
+    const auto got = d_out2.host();
+    CHECK(got[0] == cu::sum_squares(d_x1.get(), 300000));
+    CHECK(got[1] == cu::sum_squares(d_x2.get(), 500000));
+  }
+  require_ok(g::device_free(d_out));
+}
+
+TEST_CASE("pinned memory and asynchronous copies on the current stream") {
+  const std::size_t n = 1 << 20;
+  float* pinned = nullptr;
+  require_ok(g::host_alloc_pinned(reinterpret_cast<void**>(&pinned), n * sizeof(float)));
+  REQUIRE(pinned != nullptr);
+  for (std::size_t i = 0; i < n; ++i) pinned[i] = static_cast<float>(i % 1000);
+  void* a = nullptr;
+  void* b = nullptr;
+  require_ok(g::device_malloc(&a, n * sizeof(float)));
+  require_ok(g::device_malloc(&b, n * sizeof(float)));
+  {
+    test_stream st;
+    g::set_stream(st.get());
+    CHECK(cu::current_stream() == st.get());  // one stream for ops and copies
+    // Copy in, double on the device, copy to a second buffer, zero the first, copy back: all
+    // queued on one stream, in order, with one wait at the end.
+    require_ok(g::copy_to_device_async(a, pinned, n * sizeof(float)));
+    require_ok(cu::scale(static_cast<float*>(a), 2.0f, static_cast<int64_t>(n)));
+    require_ok(g::device_copy(b, a, n * sizeof(float)));
+    require_ok(g::device_fill_zero_async(a, n * sizeof(float) / 2));
+    require_ok(g::copy_to_host_async(pinned, b, n * sizeof(float)));
+    require_ok(g::stream_synchronize());
+    std::size_t wrong = 0;
+    for (std::size_t i = 0; i < n; ++i) wrong += pinned[i] != 2.0f * static_cast<float>(i % 1000);
+    CHECK(wrong == 0);
+    require_ok(g::copy_to_host_async(pinned, a, n * sizeof(float)));
+    require_ok(g::stream_synchronize());
+    std::size_t nonzero = 0;
+    for (std::size_t i = 0; i < n / 2; ++i) nonzero += pinned[i] != 0.0f;
+    CHECK(nonzero == 0);
+    CHECK(pinned[n / 2] == 2.0f * static_cast<float>((n / 2) % 1000));  // past the fill
+  }
+  CHECK(g::current_stream() == nullptr);
+  // Argument rules: null with bytes is refused, zero bytes is a no-op.
+  CHECK(g::copy_to_device_async(nullptr, pinned, 4) == g::status::invalid_argument);
+  CHECK(std::string(g::last_error_message()).find("copy_to_device_async") != std::string::npos);
+  CHECK(g::copy_to_host_async(pinned, nullptr, 4) == g::status::invalid_argument);
+  CHECK(g::device_copy(a, nullptr, 4) == g::status::invalid_argument);
+  CHECK(g::device_fill_zero_async(nullptr, 4) == g::status::invalid_argument);
+  CHECK(g::device_copy(nullptr, nullptr, 0) == g::status::ok);
+  CHECK(g::host_alloc_pinned(nullptr, 4) == g::status::invalid_argument);
+  require_ok(g::device_free(a));
+  require_ok(g::device_free(b));
+  require_ok(g::host_free_pinned(pinned));
+  require_ok(g::host_free_pinned(nullptr));
 }
 
 TEST_CASE("bad arguments come back as invalid_argument with a message") {
@@ -344,8 +653,19 @@ TEST_CASE("bad arguments come back as invalid_argument with a message") {
   CHECK(cu::last_status() == g::status::invalid_argument);
   CHECK(std::string(g::last_error_message()).find("gemm") != std::string::npos);
   CHECK(cu::attention_fwd(nullptr, nullptr, nullptr, 1, 4, 10, 3) == g::status::invalid_argument);
+  CHECK(std::string(g::last_error_message()).find("attention_fwd") != std::string::npos);
+  CHECK(cu::attention_bwd(nullptr, nullptr, nullptr, nullptr, nullptr, 1, 4, 0, 2) ==
+        g::status::invalid_argument);
+  CHECK(cu::bias_grad(nullptr, nullptr, -1, 3) == g::status::invalid_argument);
+  CHECK(cu::bias_grad(nullptr, nullptr, 2, 3) == g::status::invalid_argument);
+  CHECK(std::string(g::last_error_message()).find("bias_grad") != std::string::npos);
+  CHECK(cu::bias_grad(nullptr, nullptr, 5, 0) == g::status::ok);  // no columns: nothing to do
+  CHECK(cu::embedding_bwd(nullptr, nullptr, nullptr, nullptr, -1, 2, 2) ==
+        g::status::invalid_argument);
+  CHECK(cu::embedding_bwd(nullptr, nullptr, nullptr, nullptr, 0, 2, 2) == g::status::ok);
   CHECK(std::isnan(cu::sum_squares(nullptr, -5)));
   CHECK(cu::last_status() == g::status::invalid_argument);
+  CHECK(cu::sum_squares_async(nullptr, 4, nullptr) == g::status::invalid_argument);
   CHECK(cu::relu_fwd(nullptr, nullptr, 0) == g::status::ok);  // empty is not an error
 }
 

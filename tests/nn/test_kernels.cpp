@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "runtime/cpu/kernels.hpp"
@@ -74,6 +75,39 @@ TEST_CASE("linear forward is x W^T + b and backward matches finite differences")
     k::linear_bwd(nullptr, dw2.data(), nullptr, r.data(), x.data(), w.data(), rows, in, out);
     CHECK(rel_error(dw2, dw) < 1e-6);
   }
+}
+
+TEST_CASE("bias_grad adds rows in ascending order onto db: the same bits as a per-column loop") {
+  // 37 rows, 45 columns (not a multiple of the 8-wide SIMD loop); magnitudes spread over
+  // 1e-3..1e3 so a different summation order changes the bits of most columns.
+  const int rows = 37, out = 45;
+  auto dy = randn(rows * out, 20);
+  for (int i = 0; i < rows * out; ++i) dy[i] *= std::pow(10.0f, static_cast<float>(i % 7 - 3));
+  const auto db0 = randn(out, 21);
+  // The float sequence nn::linear's backward and the CUDA twin use, column by column:
+  // ((db[j] + dy[0][j]) + dy[1][j]) + ... .
+  std::vector<float> want(db0);
+  for (int j = 0; j < out; ++j) {
+    float acc = db0[j];
+    for (int r = 0; r < rows; ++r) acc += dy[r * out + j];
+    want[j] = acc;
+  }
+  for (bool portable : {false, true}) {
+    k::set_portable_kernels(portable);
+    auto db = db0;
+    k::bias_grad(db.data(), dy.data(), rows, out);
+    CHECK_MESSAGE(std::memcmp(db.data(), want.data(), sizeof(float) * out) == 0,
+                  "portable=" << portable);
+    // linear_bwd's bias gradient is the same call.
+    std::vector<float> x(rows * 3, 0.5f), w(out * 3, 0.25f), dw(out * 3, 0.0f);
+    auto db_lin = db0;
+    k::linear_bwd(nullptr, dw.data(), db_lin.data(), dy.data(), x.data(), w.data(), rows, 3, out);
+    CHECK(std::memcmp(db_lin.data(), want.data(), sizeof(float) * out) == 0);
+  }
+  k::set_portable_kernels(false);
+  auto db = db0;
+  k::bias_grad(db.data(), dy.data(), 0, out);  // no rows: db unchanged
+  CHECK(db == db0);
 }
 
 TEST_CASE("relu forward and backward") {
