@@ -41,8 +41,8 @@ void release_thread_resources();
 enum class matmul_precision {
   fp32,  ///< exact FP32 (CUBLAS_COMPUTE_32F, no TF32): within ~1e-5 of the CPU twin. Default.
   bf16,  ///< CUBLAS_COMPUTE_32F_FAST_16BF: tensor cores; cuBLAS rounds the float32 inputs to
-         ///< bfloat16 (8-bit significand; the header allows TF32 too) and accumulates in
-         ///< float32. Relative error about 2^-8 of a product's scale (docs/gpu.md).
+         ///< bfloat16 (8-bit significand; it may take TF32, which is closer) and accumulates
+         ///< in float32. Error about 2^-8 of a product's scale (docs/gpu.md).
 };
 /// Sets the calling thread's matmul precision for the ops it queues from now on.
 void set_matmul_precision(matmul_precision p);
