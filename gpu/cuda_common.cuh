@@ -98,7 +98,14 @@ status gemm_rm(const char* what, bool ta, bool tb, int m, int n, int k, float al
                int ldc, long long sc, int batch);
 
 /// What a per-thread scratch buffer is for: each use has its own buffer per device.
-enum class scratch_use : int { reduction, embedding_sort, count };
+enum class scratch_use : int {
+  reduction,
+  embedding_sort,
+  matmul_a,         ///< a bf16 product's first operand, converted
+  matmul_b,         ///< its second operand
+  column_partials,  ///< bias_grad's and layernorm_bwd's per-chunk column sums
+  count
+};
 
 /// Device temporary memory owned by the calling thread, one buffer per use and device,
 /// created on first use and grown (never shrunk) when `bytes` exceeds it. Uses of one buffer
@@ -119,6 +126,11 @@ class scratch_lease {
   scratch_use use_;
   int device_ = -1;  ///< the device acquired on; -1 while nothing is held
 };
+
+/// Rows of one chunk of a column reduction (bias_grad, layernorm_bwd's dw and db): each chunk's
+/// column sums are taken in parallel, then added in chunk order, so the bits depend only on
+/// the shape.
+constexpr int k_column_chunk_rows = 128;
 
 /// Queues the sum (or sum of squares) of x[0..n) into *out_device (one double), in double
 /// and in a fixed order: the grid depends only on n, so the same input gives the same bits.

@@ -40,9 +40,11 @@ void release_thread_resources();
 /// multiplier inputs differ.
 enum class matmul_precision {
   fp32,  ///< exact FP32 (CUBLAS_COMPUTE_32F, no TF32): within ~1e-5 of the CPU twin. Default.
-  bf16,  ///< CUBLAS_COMPUTE_32F_FAST_16BF: tensor cores; cuBLAS rounds the float32 inputs to
-         ///< bfloat16 (8-bit significand; it may take TF32, which is closer) and accumulates
-         ///< in float32. Error about 2^-8 of a product's scale (docs/gpu.md).
+  bf16,  ///< tensor cores: both operands rounded to bfloat16 copies (8-bit significand), the
+         ///< product by cuBLAS's bf16 kernels with float32 accumulation and output. Error
+         ///< about 2^-8 of a product's scale (docs/gpu.md). COHORT_CUDA_BF16=fast16bf instead
+         ///< passes the float32 operands with CUBLAS_COMPUTE_32F_FAST_16BF (cuBLAS then
+         ///< chooses, FP32 kernels included for small shapes).
 };
 /// Sets the calling thread's matmul precision for the ops it queues from now on.
 void set_matmul_precision(matmul_precision p);
@@ -59,8 +61,9 @@ status linear_fwd(float* y, const float* x, const float* w, const float* b, int 
 /// bias_grad (db may be null).
 status linear_bwd(float* dx, float* dw, float* db, const float* dy, const float* x, const float* w,
                   int rows, int in, int out);
-/// db[j] += dy[0][j] + dy[1][j] + ... in ascending row order, added one row at a time onto db
-/// as the CPU twin does: the same bits as cpu::bias_grad (no matmul precision involved).
+/// db[j] += the sum over rows of dy[r][j], FP32: column sums of 128-row chunks in parallel,
+/// then the chunks in order (the same bits every run for a shape; within float rounding of
+/// cpu::bias_grad, which adds the rows one by one).
 status bias_grad(float* db, const float* dy, int rows, int out);
 status relu_fwd(float* y, const float* x, int64_t n);
 status relu_bwd(float* dx, const float* dy, const float* x, int64_t n);

@@ -62,18 +62,36 @@ __global__ void layernorm_bwd_dx_kernel(float* dx, const float* dy, const float*
   }
 }
 
-// dw[i] += sum_r dy*norm, db[i] += sum_r dy: one thread per column, as colsum_add_kernel,
-// so parameter gradients accumulate in a fixed order without atomics.
-__global__ void layernorm_bwd_params_kernel(float* dw, float* db, const float* dy, const float* x,
-                                            const float* mean, const float* rstd, int rows, int c) {
+// dw[i] += sum_r dy*norm, db[i] += sum_r dy in two passes, as bias_grad's column sums
+// (gpu/cuda_matmul.cu): per chunk of k_column_chunk_rows rows the partial sums (one thread per
+// (chunk, column)), then each column adds its chunks in order. No atomics: the bits depend
+// only on the shape.
+__global__ void layernorm_bwd_partials_kernel(float* part_w, float* part_b, const float* dy,
+                                              const float* x, const float* mean, const float* rstd,
+                                              int rows, int c) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= c) return;
+  const int r0 = blockIdx.y * k_column_chunk_rows;
+  const int r1 = min(rows, r0 + k_column_chunk_rows);
   float sw = 0.0f, sb = 0.0f;
-  for (int r = 0; r < rows; ++r) {
+  for (int r = r0; r < r1; ++r) {
     const int64_t k = static_cast<int64_t>(r) * c + i;
     const float norm = (x[k] - mean[r]) * rstd[r];
     sb += dy[k];
     sw += dy[k] * norm;
+  }
+  part_w[static_cast<int64_t>(blockIdx.y) * c + i] = sw;
+  part_b[static_cast<int64_t>(blockIdx.y) * c + i] = sb;
+}
+
+__global__ void layernorm_bwd_finish_kernel(float* dw, float* db, const float* part_w,
+                                            const float* part_b, int chunks, int c) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= c) return;
+  float sw = 0.0f, sb = 0.0f;
+  for (int k = 0; k < chunks; ++k) {
+    sw += part_w[static_cast<int64_t>(k) * c + i];
+    sb += part_b[static_cast<int64_t>(k) * c + i];
   }
   dw[i] += sw;
   db[i] += sb;
@@ -124,9 +142,23 @@ status layernorm_bwd(float* dx, float* dw, float* db, const float* dy, const flo
   if (rows == 0) return record(status::ok);
   layernorm_bwd_dx_kernel<<<rows, k_threads, 0, stream()>>>(dx, dy, x, w, mean, rstd, c);
   if (status s = launched("layernorm_bwd_dx_kernel"); s != status::ok) return record(s);
-  layernorm_bwd_params_kernel<<<(c + k_threads - 1) / k_threads, k_threads, 0, stream()>>>(
-      dw, db, dy, x, mean, rstd, rows, c);
-  return record(launched("layernorm_bwd_params_kernel"));
+  const int chunks = (rows + k_column_chunk_rows - 1) / k_column_chunk_rows;
+  if (chunks > 65535)
+    return record(bad("layernorm_bwd: more than 65535 * 128 rows (the grid's y limit)"));
+  scratch_lease lease(scratch_use::column_partials);
+  void* p = nullptr;
+  if (status s = lease.acquire(2 * sizeof(float) * static_cast<std::size_t>(chunks) * c, &p);
+      s != status::ok)
+    return record(s);
+  float* part_w = static_cast<float*>(p);
+  float* part_b = part_w + static_cast<int64_t>(chunks) * c;
+  const int col_blocks = (c + k_threads - 1) / k_threads;
+  layernorm_bwd_partials_kernel<<<dim3(col_blocks, chunks), k_threads, 0, stream()>>>(
+      part_w, part_b, dy, x, mean, rstd, rows, c);
+  if (status s = launched("layernorm_bwd_partials_kernel"); s != status::ok) return record(s);
+  layernorm_bwd_finish_kernel<<<col_blocks, k_threads, 0, stream()>>>(dw, db, part_w, part_b,
+                                                                      chunks, c);
+  return record(launched("layernorm_bwd_finish_kernel"));
 }
 
 float softmax_xent_fwd(float* probs, float* losses, const float* logits, const int32_t* targets,

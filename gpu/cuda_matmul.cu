@@ -4,8 +4,11 @@
 // gemm, the linear layer, and bias_grad, the bias gradient in the CPU twin's order.
 // Not here: attention (gpu/cuda_attention.cu), the other layers (gpu/cuda_layers.cu).
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "gpu/cuda_common.cuh"
@@ -27,16 +30,64 @@ __global__ void add_bias_rows_kernel(float* y, const float* b, int64_t rows, int
   COHORT_GRID_STRIDE(i, rows * out) { y[i] += b[i % out]; }
 }
 
-// db[j] = (((db[j] + dy[0][j]) + dy[1][j]) + ...): one thread per column walks the rows in
-// ascending order, adding onto db's old value, exactly the CPU twin's sequence of float adds
-// (row by row, g[j] += d[j]), so both give the same bits. Adjacent threads read adjacent
-// addresses (coalesced).
-__global__ void bias_grad_kernel(float* db, const float* dy, int rows, int out) {
+// Column sums in two passes, so that a (rows x out) gradient keeps the whole device busy (one
+// thread per column walking all rows left most of it idle): part[chunk][j] = the sum of dy's
+// rows of one chunk (k_column_chunk_rows, ascending), one thread per (chunk, column), adjacent
+// threads on adjacent columns (coalesced); then db[j] += part[0][j] + part[1][j] + ... in chunk
+// order. The bits depend only on the shape, run after run.
+__global__ void column_partials_kernel(float* part, const float* dy, int rows, int out) {
+  const int j = blockIdx.x * blockDim.x + threadIdx.x;
+  if (j >= out) return;
+  const int r0 = blockIdx.y * k_column_chunk_rows;
+  const int r1 = min(rows, r0 + k_column_chunk_rows);
+  float acc = 0.0f;
+  for (int r = r0; r < r1; ++r) acc += dy[static_cast<int64_t>(r) * out + j];
+  part[static_cast<int64_t>(blockIdx.y) * out + j] = acc;
+}
+
+__global__ void column_finish_kernel(float* db, const float* part, int chunks, int out) {
   const int j = blockIdx.x * blockDim.x + threadIdx.x;
   if (j >= out) return;
   float acc = db[j];
-  for (int r = 0; r < rows; ++r) acc += dy[static_cast<int64_t>(r) * out + j];
+  for (int k = 0; k < chunks; ++k) acc += part[static_cast<int64_t>(k) * out + j];
   db[j] = acc;
+}
+
+__global__ void to_bf16_kernel(__nv_bfloat16* y, const float* x, int64_t n) {
+  COHORT_GRID_STRIDE(i, n) { y[i] = __float2bfloat16_rn(x[i]); }
+}
+
+// How a bf16 product runs: by default its operands are rounded to bf16 copies (one pass
+// each) and multiplied by cuBLAS's bf16 kernels (CUDA_R_16BF inputs, FP32 accumulation and
+// output); COHORT_CUDA_BF16=fast16bf hands cuBLAS the FP32 operands with
+// CUBLAS_COMPUTE_32F_FAST_16BF instead (cuBLAS then chooses the kernel, FP32 ones included
+// for small shapes). Read once per process: it is a benchmark's switch between the two
+// designs (docs/gpu_training.md), not a setting.
+bool bf16_via_copies() {
+  static const bool copies = [] {
+    const char* v = std::getenv("COHORT_CUDA_BF16");
+    return v == nullptr || std::strcmp(v, "fast16bf") != 0;
+  }();
+  return copies;
+}
+
+// Elements from an operand's first to its last: ROWS rows of COLS (row-major, leading
+// dimension LD), BATCH of them STRIDE apart.
+int64_t operand_span(int rows, int cols, int ld, long long stride, int batch) {
+  if (rows == 0 || cols == 0) return 0;
+  return static_cast<int64_t>(batch - 1) * stride + static_cast<int64_t>(rows - 1) * ld + cols;
+}
+
+// A bf16 copy of SPAN elements at X in the lease's memory.
+status bf16_copy(scratch_lease& lease, const float* x, int64_t span, __nv_bfloat16** out) {
+  void* p = nullptr;
+  if (status s = lease.acquire(static_cast<std::size_t>(std::max<int64_t>(span, 1)) * 2, &p);
+      s != status::ok)
+    return s;
+  *out = static_cast<__nv_bfloat16*>(p);
+  if (span == 0) return status::ok;
+  to_bf16_kernel<<<blocks_for(span), k_threads, 0, stream()>>>(*out, x, span);
+  return launched("to_bf16_kernel");
 }
 
 status compute_type_of(matmul_precision p, cublasComputeType_t* out) {
@@ -74,12 +125,31 @@ status gemm_rm(const char* what, bool ta, bool tb, int m, int n, int k, float al
   // and C are float32 in both precisions; only the compute type differs.
   const cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const void* pa = a;
+  const void* pb = b;
+  cudaDataType_t type = CUDA_R_32F;
+  // bf16 through copies: each operand's whole span (strided batches included) rounded once;
+  // the leases keep the copies until the product has run (an event on release).
+  scratch_lease lease_a(scratch_use::matmul_a), lease_b(scratch_use::matmul_b);
+  if (precision_ == matmul_precision::bf16 && bf16_via_copies()) {
+    __nv_bfloat16 *ca = nullptr, *cb = nullptr;
+    if (status s = bf16_copy(lease_a, a, operand_span(ta ? k : m, ta ? m : k, lda, sa, batch), &ca);
+        s != status::ok)
+      return s;
+    if (status s = bf16_copy(lease_b, b, operand_span(tb ? n : k, tb ? k : n, ldb, sb, batch), &cb);
+        s != status::ok)
+      return s;
+    pa = ca;
+    pb = cb;
+    type = CUDA_R_16BF;
+    compute = CUBLAS_COMPUTE_32F;
+  }
   const cublasStatus_t st =
-      batch == 1 ? cublasGemmEx(h, opb, opa, n, m, k, &alpha, b, CUDA_R_32F, ldb, a, CUDA_R_32F,
-                                lda, &beta, c, CUDA_R_32F, ldc, compute, CUBLAS_GEMM_DEFAULT)
-                 : cublasGemmStridedBatchedEx(h, opb, opa, n, m, k, &alpha, b, CUDA_R_32F, ldb, sb,
-                                              a, CUDA_R_32F, lda, sa, &beta, c, CUDA_R_32F, ldc, sc,
-                                              batch, compute, CUBLAS_GEMM_DEFAULT);
+      batch == 1 ? cublasGemmEx(h, opb, opa, n, m, k, &alpha, pb, type, ldb, pa, type, lda, &beta,
+                                c, CUDA_R_32F, ldc, compute, CUBLAS_GEMM_DEFAULT)
+                 : cublasGemmStridedBatchedEx(h, opb, opa, n, m, k, &alpha, pb, type, ldb, sb, pa,
+                                              type, lda, sa, &beta, c, CUDA_R_32F, ldc, sc, batch,
+                                              compute, CUBLAS_GEMM_DEFAULT);
   if (st != CUBLAS_STATUS_SUCCESS)
     return set_error(status::cublas_error,
                      std::string(what) + ": " +
@@ -128,9 +198,20 @@ status bias_grad(float* db, const float* dy, int rows, int out) {
   if (out > 0 && (db == nullptr || (rows > 0 && dy == nullptr)))
     return record(bad("bias_grad: null db or dy"));
   if (rows == 0 || out == 0) return record(status::ok);  // nothing to add
-  bias_grad_kernel<<<(out + k_threads - 1) / k_threads, k_threads, 0, stream()>>>(db, dy, rows,
-                                                                                  out);
-  return record(launched("bias_grad_kernel"));
+  const int chunks = (rows + k_column_chunk_rows - 1) / k_column_chunk_rows;
+  if (chunks > 65535)
+    return record(bad("bias_grad: more than 65535 * 128 rows (the grid's y limit)"));
+  scratch_lease lease(scratch_use::column_partials);
+  void* p = nullptr;
+  if (status s = lease.acquire(sizeof(float) * static_cast<std::size_t>(chunks) * out, &p);
+      s != status::ok)
+    return record(s);
+  float* part = static_cast<float*>(p);
+  const int col_blocks = (out + k_threads - 1) / k_threads;
+  column_partials_kernel<<<dim3(col_blocks, chunks), k_threads, 0, stream()>>>(part, dy, rows, out);
+  if (status s = launched("column_partials_kernel"); s != status::ok) return record(s);
+  column_finish_kernel<<<col_blocks, k_threads, 0, stream()>>>(db, part, chunks, out);
+  return record(launched("column_finish_kernel"));
 }
 
 }  // namespace cohort::gpu::cuda

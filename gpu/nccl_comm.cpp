@@ -329,10 +329,12 @@ nccl_status nccl_comm::shrink(const std::vector<int>& excluded, bool abort_paren
   config.blocking = 0;
   out->timeout_ms_ = timeout_ms;
   const auto deadline = clock_type::now() + std::chrono::milliseconds(timeout_ms);
-  std::vector<int> ex(excluded);  // NCCL takes a non-const pointer
-  const ncclResult_t r =
-      ncclCommShrink(impl_->comm, ex.data(), static_cast<int>(ex.size()), &out->impl_->comm,
-                     &config, abort_parent ? NCCL_SHRINK_ABORT : NCCL_SHRINK_DEFAULT);
+  // NCCL takes a non-const pointer, and refuses a null one even for an empty list.
+  std::vector<int> ex(excluded);
+  int none = -1;
+  const ncclResult_t r = ncclCommShrink(impl_->comm, ex.empty() ? &none : ex.data(),
+                                        static_cast<int>(ex.size()), &out->impl_->comm, &config,
+                                        abort_parent ? NCCL_SHRINK_ABORT : NCCL_SHRINK_DEFAULT);
   nccl_status st = nccl_status::ok;
   if (r != ncclSuccess && r != ncclInProgress)
     st = out->fail(nccl_status::nccl_error, "shrink: ncclCommShrink: " + nccl_text(r, impl_->comm));

@@ -84,7 +84,8 @@ void add_bench_train(CLI::App& bench, int* rc) {
                        {"flops_per_step", r.flops_per_step},
                        {"achieved_tflops", r.achieved_tflops},
                        {"peak_tflops", r.peak_tflops},
-                       {"mfu", r.mfu}};
+                       {"mfu", r.mfu},
+                       {"profile", r.profile}};
       std::printf("%s\n", j.dump().c_str());
     } else {
       char unit[64];
@@ -101,6 +102,11 @@ void add_bench_train(CLI::App& bench, int* rc) {
         std::printf(", MFU %.1f%% of %.0f TFLOP/s %s peak", 100 * r.mfu, r.peak_tflops,
                     r.precision.c_str());
       std::printf("\n");
+      if (!r.profile.empty())
+        std::printf(
+            "per op (COHORT_DEVICE_PROFILE=1; warm-up and timed steps, each op between "
+            "two waits):\n%s",
+            r.profile.c_str());
     }
     *rc = exit_ok;
   });

@@ -154,6 +154,7 @@ bench_result bench_train(const bench_options& o) {
     res.last_loss = loss;
   }
   res.seconds = std::chrono::duration<double>(clock::now() - t0).count();
+  res.profile = dev.profile_report();
   res.pool_peak_bytes = mem.stats().peak_bytes;
   res.cpu_ms_per_step = 1e3 * (process_cpu_seconds() - c0) / o.steps;
   res.ms_per_step = 1e3 * res.seconds / o.steps;

@@ -51,6 +51,8 @@ struct bench_result {
   /// Model FLOPs per step (gpt: PaLM's 6 N + 12 L C T per token, N without wpe; mlp: 6 N
   /// per sample), what they make a second, and that against peak_tflops (0 when unknown).
   double flops_per_step = 0, achieved_tflops = 0, peak_tflops = 0, mfu = 0;
+  /// The device's per-op times (device::profile_report), when COHORT_DEVICE_PROFILE=1.
+  std::string profile;
 };
 
 /// The dense peak (TFLOP/s) of a GPU called NAME for PRECISION from NVIDIA's datasheets

@@ -59,6 +59,11 @@ class device {
   /// Waits for the work queued so far.
   virtual void synchronize() = 0;
 
+  /// With COHORT_DEVICE_PROFILE=1 in the environment a GPU times each kernel call (waiting
+  /// before and after it, so the step runs slower): one line per op, busiest first; "" when
+  /// not profiling or nothing ran.
+  virtual std::string profile_report() const { return ""; }
+
   /// The precision of matrix products from now on. Throws usage_error where the device has
   /// no such path (bf16 on the CPU until its own issue lands).
   virtual void set_matmul_precision(matmul_precision p) = 0;
