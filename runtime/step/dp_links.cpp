@@ -5,13 +5,13 @@
 #include <algorithm>
 #include <limits>
 
-#include "runtime/step/remote_kv.hpp"
 #include "runtime/comm/buckets.hpp"
 #include "runtime/comm/build_abort.hpp"
 #include "runtime/comm/factory.hpp"
 #include "runtime/comm/p2p.hpp"
 #include "runtime/core/config.hpp"
 #include "runtime/net/kv_store.hpp"
+#include "runtime/step/remote_kv.hpp"
 #include "runtime/train/seat.hpp"
 
 namespace cohort::step {
@@ -121,6 +121,13 @@ comm::transport_options transport_for(const link_context& ctx, const std::string
   return t;
 }
 
+// Where the DP group's buffers live, as the factory takes it: the seat's device for NCCL (the
+// trainer hands it device memory there), the host for every other backend, auto included
+// (the trainer stages a GPU's buckets through host memory for them).
+std::string sum_device(const config& cfg, const train::seat& seat) {
+  return cfg.comm.backend == comm_backend::nccl ? seat.device_name() : "cpu";
+}
+
 // A stage's TP group and point-to-point channel, handed to the seat. The neighbours'
 // endpoints go through the coordinator's store, keyed by the generation.
 void build_stage_links(dp_links& l, const link_context& ctx, const net::step_open& o, int rank,
@@ -195,8 +202,13 @@ void build_links(dp_links& l, const link_context& ctx, const net::step_open& o, 
   const int timeout = collective_timeout_ms(cfg.fault_tolerance.timeout_ms);
   const std::string group =
       staged ? "dp.s" + std::to_string(o.stage) + ".t" + std::to_string(o.tp_rank) : "dp";
-  l.comm = comm::make_communicator(cfg.comm.backend, "cpu", ctx.kv, rank, o.replicas,
-                                   o.generation, timeout, transport_for(ctx, group, cancel));
+  const std::string device = sum_device(cfg, seat);
+  // The group's members introduce themselves first: one on another kind of device ends the
+  // build on every member with the same usage_error.
+  comm::transport_options dp_transport = transport_for(ctx, group, cancel);
+  dp_transport.member = comm::group_member{ctx.member, seat.device_name()};
+  l.comm = comm::make_communicator(cfg.comm.backend, device, ctx.kv, rank, o.replicas, o.generation,
+                                   timeout, dp_transport);
   l.generation = o.generation;
   l.rank = rank;
   l.size = o.replicas;
@@ -209,7 +221,7 @@ void build_links(dp_links& l, const link_context& ctx, const net::step_open& o, 
   const int extra = l.comm->memory_bound() ? 0 : cfg.comm.lanes - 1;
   for (int k = 1; k <= extra && o.replicas > 1; ++k) {
     l.lanes.push_back(comm::make_communicator(
-        cfg.comm.backend, "cpu", ctx.kv, rank, o.replicas, o.generation, timeout,
+        cfg.comm.backend, device, ctx.kv, rank, o.replicas, o.generation, timeout,
         transport_for(ctx, group + ".l" + std::to_string(k), cancel)));
     ctx.shared.install_extra([c = l.lanes.back().get()] { c->abort(); });
     all.push_back(l.lanes.back().get());

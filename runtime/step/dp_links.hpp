@@ -103,6 +103,8 @@ struct link_context {
   remote_kv& kv;          ///< the coordinator's store, keyed by the generation
   dp_group_shared& shared;
   std::shared_ptr<const net::client_keys> keys;  ///< p2p channels admit only their holders
+  /// This worker as its DP group's device check names it ("member 7 (10.0.0.2)").
+  std::string member;
 };
 
 /// Drops L's old links and builds generation o.generation's for SEAT at DP rank RANK: the DP
