@@ -66,6 +66,11 @@ void dp_group_shared::shut() {
   abort_locked("the worker is exiting");
 }
 
+std::string link_device(comm_backend backend, const std::string& seat_device) {
+  // The trainer stages a GPU's buckets through host memory for every backend but NCCL.
+  return backend == comm_backend::nccl ? seat_device : "cpu";
+}
+
 int collective_timeout_ms(int fault_timeout_ms) {
   // 20 detection timeouts, at least 10 s, and never past what the rendezvous store accepts
   // (a longer wait is refused there, and every build of the group would fail).
@@ -119,13 +124,6 @@ comm::transport_options transport_for(const link_context& ctx, const std::string
   t.host_id = ctx.cfg.comm.host_id == "auto" ? "" : ctx.cfg.comm.host_id;
   t.cancel = cancel;
   return t;
-}
-
-// Where the DP group's buffers live, as the factory takes it: the seat's device for NCCL (the
-// trainer hands it device memory there), the host for every other backend, auto included
-// (the trainer stages a GPU's buckets through host memory for them).
-std::string sum_device(const config& cfg, const train::seat& seat) {
-  return cfg.comm.backend == comm_backend::nccl ? seat.device_name() : "cpu";
 }
 
 // A stage's TP group and point-to-point channel, handed to the seat. The neighbours'
@@ -202,7 +200,7 @@ void build_links(dp_links& l, const link_context& ctx, const net::step_open& o, 
   const int timeout = collective_timeout_ms(cfg.fault_tolerance.timeout_ms);
   const std::string group =
       staged ? "dp.s" + std::to_string(o.stage) + ".t" + std::to_string(o.tp_rank) : "dp";
-  const std::string device = sum_device(cfg, seat);
+  const std::string device = link_device(cfg.comm.backend, seat.device_name());
   // The group's members introduce themselves first: one on another kind of device ends the
   // build on every member with the same usage_error.
   comm::transport_options dp_transport = transport_for(ctx, group, cancel);

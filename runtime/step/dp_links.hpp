@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "runtime/comm/communicator.hpp"
+#include "runtime/core/comm_choices.hpp"
 #include "runtime/net/curve.hpp"
 #include "runtime/net/protocol.hpp"
 
@@ -115,6 +116,12 @@ struct link_context {
 /// newer roster (shared.abort_below) ends a build that waits for a peer that is gone.
 void build_links(dp_links& l, const link_context& ctx, const net::step_open& o, int rank,
                  train::seat& seat, bool staged);
+
+/// The device a DP group's communicators are built for (make_communicator's `device`): the
+/// seat's device ("cuda:N") with comm.backend nccl, where the trainer hands the group device
+/// memory; "cpu" with every other backend, auto included, whose transports read host memory
+/// (a GPU seat stages its buckets there).
+std::string link_device(comm_backend backend, const std::string& seat_device);
 
 /// Collective timeout a group uses, from fault_tolerance.timeout_ms: a peer that stops
 /// answering is normally noticed by the coordinator first (which aborts the collective
