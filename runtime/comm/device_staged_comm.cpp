@@ -14,12 +14,24 @@ device_staged_comm::~device_staged_comm() {
   if (scratch_ != nullptr) memory_.release(scratch_);
 }
 
+template <class F>
+void device_staged_comm::guarded(F&& f) {
+  try {
+    f();
+  } catch (const comm_error&) {
+    // A failed copy or allocation ends the communicator like a failed collective would
+    // (communicator.hpp: after any comm_error only destruction is left).
+    inner_->abort();
+    throw;
+  }
+}
+
 char* device_staged_comm::scratch(std::size_t bytes) {
   if (bytes > scratch_bytes_) {
     if (scratch_ != nullptr) memory_.release(scratch_);
     scratch_ = nullptr;
     scratch_bytes_ = 0;
-    scratch_ = memory_.allocate(bytes);
+    guarded([&] { scratch_ = memory_.allocate(bytes); });
     scratch_bytes_ = bytes;
   }
   ++staged_calls_;
@@ -30,9 +42,9 @@ template <class Op>
 void device_staged_comm::in_place(void* data, std::size_t bytes, bool copy_in, Op&& op) {
   if (bytes == 0 || memory_.is_device(data)) return op(data);
   char* d = scratch(bytes);
-  if (copy_in) memory_.to_device(d, data, bytes);
+  if (copy_in) guarded([&] { memory_.to_device(d, data, bytes); });
   op(d);
-  memory_.to_host(data, d, bytes);
+  guarded([&] { memory_.to_host(data, d, bytes); });
 }
 
 void device_staged_comm::allreduce_sum(float* data, std::size_t n) {
@@ -65,12 +77,12 @@ void device_staged_comm::allgather(const void* send, void* recv, std::size_t byt
   const void* s = send;
   void* r = recv;
   if (send_host) {
-    memory_.to_device(d, send, bytes);
+    guarded([&] { memory_.to_device(d, send, bytes); });
     s = d;
   }
   if (recv_host) r = d + aligned(send_host ? bytes : 0);
   inner_->allgather(s, r, bytes);
-  if (recv_host) memory_.to_host(recv, r, total);
+  if (recv_host) guarded([&] { memory_.to_host(recv, r, total); });
 }
 
 void device_staged_comm::alltoall(const void* send, void* recv, std::size_t bytes) {
@@ -82,12 +94,12 @@ void device_staged_comm::alltoall(const void* send, void* recv, std::size_t byte
   const void* s = send;
   void* r = recv;
   if (send_host) {
-    memory_.to_device(d, send, total);
+    guarded([&] { memory_.to_device(d, send, total); });
     s = d;
   }
   if (recv_host) r = d + aligned(send_host ? total : 0);
   inner_->alltoall(s, r, bytes);
-  if (recv_host) memory_.to_host(recv, r, total);
+  if (recv_host) guarded([&] { memory_.to_host(recv, r, total); });
 }
 
 staging_memory gpu_staging_memory(int device) {

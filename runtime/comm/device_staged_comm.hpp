@@ -26,7 +26,8 @@ struct staging_memory {
 };
 
 /// Wraps `inner` (which takes device pointers only); rank, size, backend, abort, dead and
-/// traffic are inner's. The scratch grows to the largest staged call and is kept.
+/// traffic are inner's. The scratch grows to the largest staged call and is kept. A failed
+/// allocation or copy throws its comm_error and aborts inner, so the wrapper is dead too.
 class device_staged_comm : public communicator {
  public:
   device_staged_comm(std::unique_ptr<communicator> inner, staging_memory memory);
@@ -51,6 +52,9 @@ class device_staged_comm : public communicator {
  private:
   /// The scratch, at least `bytes` long.
   char* scratch(std::size_t bytes);
+  /// Runs a memory operation; a comm_error from it aborts inner (the wrapper is dead with it).
+  template <class F>
+  void guarded(F&& f);
   /// In-place collectives: `op` on `data` itself, or on a device copy of it.
   template <class Op>
   void in_place(void* data, std::size_t bytes, bool copy_in, Op&& op);

@@ -172,3 +172,25 @@ TEST_CASE("device_staged_comm: host buffers are staged through the device, exact
   comms.clear();
   for (int r = 0; r < n; ++r) CHECK(arena[r].live_blocks() == 2);  // the scratch is released
 }
+
+TEST_CASE("device_staged_comm: a failed scratch allocation is a comm_error and ends the group") {
+  auto group = std::make_shared<fake_nccl_group>(1);
+  fake_arena arena;
+  staging_memory m = arena.memory();
+  m.allocate = [](std::size_t) -> void* {
+    throw comm_error(comm_failure::unavailable, "nccl staging: allocate", "out of device memory");
+  };
+  device_staged_comm c(
+      std::make_unique<device_only>(
+          std::make_shared<fake_device_comm>(group, 0, std::chrono::milliseconds(60000)), arena),
+      m);
+  // Device memory needs no scratch: it still works.
+  auto* dev = reinterpret_cast<float*>(arena.allocate(sizeof(float)));
+  *dev = 2.0f;
+  c.allreduce_sum(dev, 1);
+  CHECK(*dev == 2.0f);
+  std::int64_t host[2] = {1, 2};
+  CHECK_THROWS_WITH_AS(c.broadcast(host, sizeof host, 0), doctest::Contains("out of device memory"),
+                       comm_error);
+  CHECK(c.dead());  // like any communicator after a comm_error
+}
