@@ -29,8 +29,9 @@ caf::behavior dp_group_actor(caf::event_based_actor* self, dp_group_io io,
   r.build_links = [kv_call = io.kv_call, keys = io.keys, shared](step::dp_links& l,
                                                                  const step::link_request& q) {
     step::remote_kv kv(kv_call, q.open.generation);
-    step::build_links(l, step::link_context{q.cfg, q.data_host, kv, *shared, keys}, q.open, q.rank,
-                      q.seat, q.staged);
+    const std::string member = "member " + std::to_string(q.member_id) + " (" + q.data_host + ")";
+    step::build_links(l, step::link_context{q.cfg, q.data_host, kv, *shared, keys, member}, q.open,
+                      q.rank, q.seat, q.staged);
   };
   r.continue_window = [self](const net::step_open& o, uint64_t member, int rank) {
     self->send(self, co_next_atom::value, o, member, static_cast<int32_t>(rank));

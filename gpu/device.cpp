@@ -238,3 +238,24 @@ status device_fill_zero_async(void* dst, std::size_t bytes) {
 #endif
 
 }  // namespace cohort::gpu
+
+// ---- where a pointer lives (the NCCL communicator's host staging) ----
+namespace cohort::gpu {
+
+#if COHORT_HAVE_CUDA
+bool is_device_pointer(const void* p) {
+  if (p == nullptr) return false;
+  cudaPointerAttributes a{};
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    (void)cudaGetLastError();  // an unknown pointer must not poison the next CUDA call
+    return false;
+  }
+  // cudaMemoryTypeUnregistered and cudaMemoryTypeHost (pinned) are host memory: NCCL's
+  // collectives take device buffers.
+  return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+}
+#else
+bool is_device_pointer(const void*) { return false; }
+#endif
+
+}  // namespace cohort::gpu

@@ -100,3 +100,13 @@ status device_copy(void* dst_device, const void* src_device, std::size_t bytes);
 status device_fill_zero_async(void* dst_device, std::size_t bytes);
 
 }  // namespace cohort::gpu
+
+// ---- where a pointer lives (the NCCL communicator's host staging) ----
+namespace cohort::gpu {
+
+/// True when `p` is memory a CUDA device reads directly: device or managed memory
+/// (cudaPointerGetAttributes). Host memory, pinned or not, null, and every pointer in a build
+/// without CUDA or on a machine without a device are false.
+bool is_device_pointer(const void* p);
+
+}  // namespace cohort::gpu

@@ -17,8 +17,9 @@ namespace cohort::comm {
 /// - Collective calls are blocking and must be made by every rank in the same order with
 ///   the same sizes. One collective at a time per communicator (the bucket engine gives
 ///   them a single communication thread); only abort() may be called concurrently.
-/// - Pointers live where the backend computes: host memory for Gloo, device memory of
-///   the communicator's GPU for NCCL.
+/// - Pointers live where the backend computes: host memory for Gloo; for NCCL (as
+///   make_communicator builds it) device memory of the communicator's GPU, or host memory,
+///   which goes through a device scratch (device_staged_comm).
 /// - Every call is bounded by the timeout the communicator was built with: a hung or
 ///   dead peer makes the call throw comm_error (timeout or peer_lost), never hang.
 /// - After any comm_error the communicator is dead (Gloo's rule: a transport error

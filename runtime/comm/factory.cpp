@@ -2,6 +2,7 @@
 
 #include <cctype>
 
+#include "runtime/comm/device_staged_comm.hpp"
 #include "runtime/comm/gloo_comm.hpp"
 #include "runtime/comm/hier_comm.hpp"
 #include "runtime/comm/nccl_communicator.hpp"
@@ -29,7 +30,10 @@ comm_backend resolve_backend(comm_backend backend, const std::string& device) {
   const bool gpu = parse_device(device) >= 0;
   switch (backend) {
     case comm_backend::automatic:
-      return gpu ? comm_backend::nccl : comm_backend::gloo;
+      // The host transports even for a GPU worker: the trainer stages a GPU's buckets through
+      // host memory for them. NCCL stays opt-in (comm.backend: nccl) until it has been
+      // measured, and its multi-rank paths run, on a real multi-GPU machine.
+      return comm_backend::gloo;
     case comm_backend::gloo:
       return comm_backend::gloo;
     case comm_backend::nccl:
@@ -71,10 +75,24 @@ std::unique_ptr<communicator> make_communicator(comm_backend backend, const std:
   const std::chrono::milliseconds rendezvous_timeout(
       transport.rendezvous_timeout_ms > 0 ? transport.rendezvous_timeout_ms : timeout_ms);
   if (transport.cancel) transport.cancel->check("build of group '" + transport.group + "'");
-  if (resolve_backend(backend, device) == comm_backend::nccl)
-    return std::make_unique<nccl_communicator>(kv, generation, rank, size, parse_device(device),
-                                               timeout, rendezvous_timeout,
-                                               transport.group + "/nccl");
+  if (!transport.member.device.empty()) {
+    // Before any backend: a mixed group would otherwise fail apart (a CPU member cannot
+    // join NCCL) or, worse, train on with replicas that drift.
+    check_group_devices(kv, generation, transport.group, rank, size, transport.member,
+                        rendezvous_timeout);
+    transport_options checked = transport;
+    checked.member = group_member{};
+    return make_communicator(backend, device, kv, rank, size, generation, timeout_ms, checked);
+  }
+  if (resolve_backend(backend, device) == comm_backend::nccl) {
+    // The gradients are device memory; the step's control path passes host memory through
+    // the same group (the counters after a state transfer): that goes through a device scratch.
+    const int index = parse_device(device);
+    return std::make_unique<device_staged_comm>(
+        std::make_unique<nccl_communicator>(kv, generation, rank, size, index, timeout,
+                                            rendezvous_timeout, transport.group + "/nccl"),
+        gpu_staging_memory(index));
+  }
   if (!rules::hierarchy_fits_transport(transport.hierarchy, transport.transport))
     throw usage_error(
         "comm.hierarchy: hierarchical combines shared memory and Gloo, so it needs "

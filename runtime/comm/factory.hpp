@@ -10,6 +10,7 @@
 
 #include "runtime/comm/build_abort.hpp"
 #include "runtime/comm/communicator.hpp"
+#include "runtime/comm/group_devices.hpp"
 #include "runtime/comm/kv_client.hpp"
 #include "runtime/core/comm_choices.hpp"
 
@@ -39,14 +40,20 @@ struct transport_options {
   /// Gloo: at once, in the rendezvous or a TCP connect. NCCL: checked before the build
   /// (its init is bounded by the rendezvous timeout; see docs/collectives.md).
   std::shared_ptr<build_abort> cancel;
+  /// Who this rank is and the device it computes on, for the group's device check
+  /// (group_devices.hpp) before anything is built: a group whose members compute on
+  /// different kinds of device is refused on every member. Empty device: no check (lanes
+  /// and subgroups of a group already checked, tools that build host groups).
+  group_member member;
 };
 
 /// The CUDA device index `device` names: -1 for "cpu", N for "cuda:N" (and 0 for
 /// "cuda"). Throws usage_error for anything else.
 int parse_device(const std::string& device);
 
-/// The backend `backend` resolves to on `device`: gloo or nccl (automatic: nccl when the
-/// device is a GPU). Throws usage_error for nccl on a CPU device or a bad device.
+/// The backend `backend` resolves to on `device`: gloo or nccl. automatic is always the host
+/// transports (gloo here; comm.transport picks Gloo or shared memory): NCCL is opt-in.
+/// Throws usage_error for nccl on a CPU device or a bad device.
 comm_backend resolve_backend(comm_backend backend, const std::string& device);
 
 /// Builds this rank's communicator for `generation`, rendezvousing through `kv` (blocks

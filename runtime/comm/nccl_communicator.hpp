@@ -13,7 +13,8 @@
 
 namespace cohort::comm {
 
-/// Every pointer passed to it is device memory of `device`.
+/// Every pointer passed to it is device memory of `device`; make_communicator wraps it in a
+/// device_staged_comm, which also takes host memory.
 class nccl_communicator : public communicator {
  public:
   /// Rank 0 generates the unique id and sets it under generation_key(generation,

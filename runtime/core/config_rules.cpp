@@ -248,6 +248,18 @@ class rules {
       complain({"comm.backend", "train.device"},
                "nccl sums gradients between GPUs, but train.device is " + d +
                    " (set train.device: cuda, or comm.backend: auto)");
+    // NCCL sums the gradients where they are, on the device; the compressed sums and 1-bit
+    // Adam's read and write them on the host, between the collectives.
+    if (fine({"comm.backend", "comm.compression"}) && c.comm.backend == comm_backend::nccl &&
+        c.comm.compression != comm_compression::none)
+      complain({"comm.backend", "comm.compression"},
+               "comm.compression runs on host transports; use comm.backend: auto with "
+               "compression (or comm.compression: none with nccl)");
+    if (fine({"comm.backend", "train.optimizer"}) && c.comm.backend == comm_backend::nccl &&
+        c.train.optimizer == "onebit_adam")
+      complain({"comm.backend", "train.optimizer"},
+               "onebit_adam compresses its sums on host transports; use comm.backend: auto with "
+               "onebit_adam (or train.optimizer: adamw with nccl)");
   }
 
   void check_compression() {

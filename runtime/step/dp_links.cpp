@@ -5,13 +5,13 @@
 #include <algorithm>
 #include <limits>
 
-#include "runtime/step/remote_kv.hpp"
 #include "runtime/comm/buckets.hpp"
 #include "runtime/comm/build_abort.hpp"
 #include "runtime/comm/factory.hpp"
 #include "runtime/comm/p2p.hpp"
 #include "runtime/core/config.hpp"
 #include "runtime/net/kv_store.hpp"
+#include "runtime/step/remote_kv.hpp"
 #include "runtime/train/seat.hpp"
 
 namespace cohort::step {
@@ -64,6 +64,11 @@ void dp_group_shared::shut() {
   std::lock_guard<std::mutex> lock(mu_);
   floor_ = std::numeric_limits<uint64_t>::max();
   abort_locked("the worker is exiting");
+}
+
+std::string link_device(comm_backend backend, const std::string& seat_device) {
+  // The trainer stages a GPU's buckets through host memory for every backend but NCCL.
+  return backend == comm_backend::nccl ? seat_device : "cpu";
 }
 
 int collective_timeout_ms(int fault_timeout_ms) {
@@ -195,8 +200,13 @@ void build_links(dp_links& l, const link_context& ctx, const net::step_open& o, 
   const int timeout = collective_timeout_ms(cfg.fault_tolerance.timeout_ms);
   const std::string group =
       staged ? "dp.s" + std::to_string(o.stage) + ".t" + std::to_string(o.tp_rank) : "dp";
-  l.comm = comm::make_communicator(cfg.comm.backend, "cpu", ctx.kv, rank, o.replicas,
-                                   o.generation, timeout, transport_for(ctx, group, cancel));
+  const std::string device = link_device(cfg.comm.backend, seat.device_name());
+  // The group's members introduce themselves first: one on another kind of device ends the
+  // build on every member with the same usage_error.
+  comm::transport_options dp_transport = transport_for(ctx, group, cancel);
+  dp_transport.member = comm::group_member{ctx.member, seat.device_name()};
+  l.comm = comm::make_communicator(cfg.comm.backend, device, ctx.kv, rank, o.replicas, o.generation,
+                                   timeout, dp_transport);
   l.generation = o.generation;
   l.rank = rank;
   l.size = o.replicas;
@@ -209,7 +219,7 @@ void build_links(dp_links& l, const link_context& ctx, const net::step_open& o, 
   const int extra = l.comm->memory_bound() ? 0 : cfg.comm.lanes - 1;
   for (int k = 1; k <= extra && o.replicas > 1; ++k) {
     l.lanes.push_back(comm::make_communicator(
-        cfg.comm.backend, "cpu", ctx.kv, rank, o.replicas, o.generation, timeout,
+        cfg.comm.backend, device, ctx.kv, rank, o.replicas, o.generation, timeout,
         transport_for(ctx, group + ".l" + std::to_string(k), cancel)));
     ctx.shared.install_extra([c = l.lanes.back().get()] { c->abort(); });
     all.push_back(l.lanes.back().get());

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "runtime/comm/communicator.hpp"
+#include "runtime/core/comm_choices.hpp"
 #include "runtime/net/curve.hpp"
 #include "runtime/net/protocol.hpp"
 
@@ -103,6 +104,8 @@ struct link_context {
   remote_kv& kv;          ///< the coordinator's store, keyed by the generation
   dp_group_shared& shared;
   std::shared_ptr<const net::client_keys> keys;  ///< p2p channels admit only their holders
+  /// This worker as its DP group's device check names it ("member 7 (10.0.0.2)").
+  std::string member;
 };
 
 /// Drops L's old links and builds generation o.generation's for SEAT at DP rank RANK: the DP
@@ -113,6 +116,12 @@ struct link_context {
 /// newer roster (shared.abort_below) ends a build that waits for a peer that is gone.
 void build_links(dp_links& l, const link_context& ctx, const net::step_open& o, int rank,
                  train::seat& seat, bool staged);
+
+/// The device a DP group's communicators are built for (make_communicator's `device`): the
+/// seat's device ("cuda:N") with comm.backend nccl, where the trainer hands the group device
+/// memory; "cpu" with every other backend, auto included, whose transports read host memory
+/// (a GPU seat stages its buckets there).
+std::string link_device(comm_backend backend, const std::string& seat_device);
 
 /// Collective timeout a group uses, from fault_tolerance.timeout_ms: a peer that stops
 /// answering is normally noticed by the coordinator first (which aborts the collective

@@ -173,8 +173,17 @@ void replica_step::run_step(const net::step_open& o, int rank, net::step_vote& v
                             net::step_timing& t) {
   const auto t0 = io_.now();
   if (staged_) seat_stage(o, v);
-  if (!links_.current(o, rank))
-    io_.build_links(links_, link_request{*cfg_, data_host_, o, rank, *seat_, staged_});
+  if (!links_.current(o, rank)) {
+    try {
+      io_.build_links(links_,
+                      link_request{*cfg_, data_host_, o, rank, *seat_, staged_, member_id_});
+    } catch (const usage_error&) {
+      // The job's setup, not a peer (a group mixing devices, a backend the device cannot
+      // run): every member refuses alike, and a retry would too.
+      v.fatal = true;
+      throw;
+    }
+  }
   // A rollback: every member goes back to the checkpoint of this step, its own error
   // memory included (docs/compression.md, "A killed worker").
   if (o.restore >= 0) restore(o);

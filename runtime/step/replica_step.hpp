@@ -59,6 +59,7 @@ struct link_request {
   int rank;
   train::seat& seat;
   bool staged;
+  uint64_t member_id;  ///< this worker, as the coordinator numbers it (the device check's name)
 };
 
 /// What a replica's step needs from outside. Every member must be set (tests set them all).

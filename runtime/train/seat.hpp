@@ -53,6 +53,10 @@ class seat {
   /// The seat's place in the replica's grid: (pipeline stage, TP rank); (0, 0) for the
   /// whole model.
   virtual std::pair<int, int> position() const = 0;
+  /// The device the seat computes on, as its DP group is told ("cpu", "cuda:N"): what the
+  /// group's device check compares and where a DP communicator over NCCL finds the
+  /// reduction buffer. A pipeline stage runs on the CPU in this version.
+  virtual std::string device_name() const { return "cpu"; }
   /// Micro-batches of a whole step (all replicas together).
   virtual int micro_batches() const = 0;
   /// reduction_buffer()'s element type: int64 fixed point (train.determinism: bitwise,

@@ -18,6 +18,7 @@ class forwarding_seat : public seat {
   const seat& inner() const { return *inner_; }
 
   std::pair<int, int> position() const override { return inner_->position(); }
+  std::string device_name() const override { return inner_->device_name(); }
   int micro_batches() const override { return inner_->micro_batches(); }
   comm::grad_type reduction_type() const override { return inner_->reduction_type(); }
   std::size_t elements() override { return inner_->elements(); }

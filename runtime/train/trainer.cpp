@@ -492,6 +492,7 @@ class whole_seat final : public seat {
   explicit whole_seat(const config& c) : tr_(c) {}
 
   std::pair<int, int> position() const override { return {0, 0}; }
+  std::string device_name() const override { return tr_.dev().name(); }
   int micro_batches() const override { return tr_.micro_batches(); }
   comm::grad_type reduction_type() const override { return tr_.reduction_type(); }
   std::size_t elements() override { return static_cast<std::size_t>(tr_.model().num_params()); }

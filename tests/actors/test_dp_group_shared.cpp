@@ -108,3 +108,13 @@ TEST_CASE("the collective timeout: 20 detection timeouts, at least 10 s, at most
   CHECK(s.wait(1, 1, {"a"}, at(0), at(collective_timeout_ms(3600000))).code ==
         kv::status::pending);
 }
+
+TEST_CASE("the DP group's device: the seat's for nccl, the host's for every other backend") {
+  using cohort::comm_backend;
+  using cohort::step::link_device;
+  CHECK(link_device(comm_backend::nccl, "cuda:1") == "cuda:1");
+  CHECK(link_device(comm_backend::nccl, "cpu") == "cpu");  // the factory refuses it, clearly
+  CHECK(link_device(comm_backend::automatic, "cuda:0") == "cpu");
+  CHECK(link_device(comm_backend::gloo, "cuda:0") == "cpu");
+  CHECK(link_device(comm_backend::automatic, "cpu") == "cpu");
+}

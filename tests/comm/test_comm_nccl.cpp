@@ -46,7 +46,7 @@ struct device_vec {
 
 TEST_CASE("nccl group of one: allreduce float and int64 and allgather and broadcast and barrier") {
   memory_kv kv;
-  auto c = make_communicator(comm_backend::automatic, "cuda:0", kv, 0, 1, 1, 10000);
+  auto c = make_communicator(comm_backend::nccl, "cuda:0", kv, 0, 1, 1, 10000);
   CHECK(std::string(c->backend()) == "nccl");
   std::vector<float> f(1 << 20);
   for (std::size_t i = 0; i < f.size(); ++i) f[i] = float(i % 97);
@@ -67,6 +67,46 @@ TEST_CASE("nccl group of one: allreduce float and int64 and allgather and broadc
   c->broadcast(db.data(), bytes.size(), 0);
   CHECK(db.to_host() == bytes);
   c->barrier();
+  CHECK_FALSE(c->dead());
+}
+
+TEST_CASE("nccl takes host buffers too (staged through a device scratch), device ones directly") {
+  // Where a pointer lives, as cudaPointerGetAttributes says.
+  std::vector<float> host(8, 1.0f);
+  device_vec<float> dev(host);
+  CHECK(gpu::is_device_pointer(dev.data()));
+  CHECK_FALSE(gpu::is_device_pointer(host.data()));
+  CHECK_FALSE(gpu::is_device_pointer(nullptr));
+  int on_stack = 0;
+  CHECK_FALSE(gpu::is_device_pointer(&on_stack));
+
+  memory_kv kv;
+  auto c = make_communicator(comm_backend::nccl, "cuda:0", kv, 0, 1, 2, 10000);
+  REQUIRE(std::string(c->backend()) == "nccl");
+  // The step's counters after a state transfer: host int64s.
+  std::int64_t counters[2] = {41, (std::int64_t{1} << 53) + 7};
+  c->broadcast(counters, sizeof counters, 0);
+  CHECK(counters[0] == 41);
+  CHECK(counters[1] == (std::int64_t{1} << 53) + 7);
+  std::vector<float> f(1000);
+  for (std::size_t i = 0; i < f.size(); ++i) f[i] = float(i % 13);
+  const std::vector<float> want = f;
+  c->allreduce_sum(f.data(), f.size());
+  CHECK(f == want);
+  std::vector<std::int64_t> q(300, std::int64_t{1} << 45);
+  c->allreduce_sum(q.data(), q.size());
+  CHECK(q == std::vector<std::int64_t>(300, std::int64_t{1} << 45));
+  // Host send, device receive; then both on the host.
+  const std::int32_t mine[3] = {5, 6, 7};
+  device_vec<std::int32_t> recv(std::vector<std::int32_t>(3, -1));
+  c->allgather(mine, recv.data(), sizeof mine);
+  CHECK(recv.to_host() == std::vector<std::int32_t>{5, 6, 7});
+  std::vector<std::int32_t> back(3, -1);
+  c->allgather(mine, back.data(), sizeof mine);
+  CHECK(back == std::vector<std::int32_t>{5, 6, 7});
+  // A device buffer after the staged calls: still straight through, still right.
+  c->allreduce_sum(dev.data(), 8);
+  CHECK(dev.to_host() == host);
   CHECK_FALSE(c->dead());
 }
 

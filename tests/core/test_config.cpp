@@ -1014,8 +1014,77 @@ const std::vector<broken_case> broken = {
      5,
      12,
      "comm.backend",
-     "nccl needs the workers' model on a GPU; training runs on the CPU in this version (use "
-     "auto or gloo)",
+     "nccl sums gradients between GPUs, but train.device is cpu (set train.device: cuda, or "
+     "comm.backend: auto)",
+     1},
+    // --- the device rules (train.device, runtime/nn/device.hpp)
+    {"device not a device",
+     "train:\n  lr: 0.1\n  device: gpu\n",
+     {},
+     "cfg.yaml",
+     3,
+     11,
+     "train.device",
+     "'gpu' is not one of: cpu, cuda, cuda:N (N a device number), auto",
+     1},
+    {"device cuda: without a number",
+     "train:\n  device: \"cuda:\"\n",
+     {},
+     "cfg.yaml",
+     2,
+     11,
+     "train.device",
+     "'cuda:' is not one of: cpu, cuda, cuda:N",
+     1},
+    {"bf16 on the CPU",
+     "train:\n  device: cpu\n  precision: bf16\n",
+     {},
+     "cfg.yaml",
+     3,
+     14,
+     "train.precision",
+     "bf16 matrix products run on a GPU in this version; the CPU's bf16 path is not built yet "
+     "(set train.device: cuda, or train.precision: fp32)",
+     1},
+    {"pipeline stages on a GPU",
+     "cluster:\n  workers: 2\nmodel:\n  kind: gpt\nparallel:\n  pp: 2\ntrain:\n  device: "
+     "cuda:1\n",
+     {},
+     "cfg.yaml",
+     8,
+     11,
+     "train.device",
+     "pipeline and tensor parallel stages run on the CPU in this version; this job has pp = 2 x "
+     "tp = 1 on cuda:1 (set train.device: cpu, or pp and tp to 1)",
+     1},
+    {"onebit_adam on a GPU",
+     "train:\n  device: cuda\n  optimizer: onebit_adam\n",
+     {},
+     "cfg.yaml",
+     2,
+     11,
+     "train.device",
+     "onebit_adam runs on the CPU only in this version (set train.device: cpu, or "
+     "train.optimizer: adamw)",
+     1},
+    {"nccl with compression",
+     "train:\n  device: cuda\ncomm:\n  backend: nccl\n  compression: bf16\n",
+     {},
+     "cfg.yaml",
+     4,
+     12,
+     "comm.backend",
+     "comm.compression runs on host transports; use comm.backend: auto with compression",
+     1},
+    {"nccl with onebit_adam",
+     "train:\n  device: auto\n  optimizer: onebit_adam\ncomm:\n  backend: nccl\n",
+     {},
+     "cfg.yaml",
+     5,
+     12,
+     "comm.backend",
+     "onebit_adam compresses its sums on host transports; use comm.backend: auto with "
+     "onebit_adam",
      1},
     // --- overrides: reported with file --set and the override text
     {"override without =",
@@ -1079,7 +1148,7 @@ const std::vector<broken_case> broken = {
      0,
      0,
      "comm.backend",
-     "in 'comm.backend=nccl': nccl needs the workers' model on a GPU",
+     "in 'comm.backend=nccl': nccl sums gradients between GPUs, but train.device is cpu",
      1},
     {"override bucket_mb out of range",
      "comm:\n  bucket_mb: 8\n",
@@ -1370,7 +1439,7 @@ TEST_CASE("dump_config prints every key of the schema, sections in a fixed order
     at = found;
   }
   const std::set<std::string> keys = key_paths(text);
-  CHECK(keys.size() == 68);
+  CHECK(keys.size() == 70);
   for (const char* k : {"cluster.workers",
                         "parallel.dp",
                         "model.hidden",
@@ -1396,7 +1465,7 @@ TEST_CASE("dump_config prints every key of the schema, sections in a fixed order
   }
 }
 
-TEST_CASE("comm keys: defaults, accepted values, --set, and nccl refused on the CPU trainer") {
+TEST_CASE("comm keys: defaults, accepted values, --set, and nccl refused on a CPU device") {
   config c = cohort::load_config_text("train:\n  lr: 0.1\n", "t");
   CHECK(c.comm.backend == comm_backend::automatic);
   CHECK(c.comm.bucket_mb == 4.0f);
@@ -1420,8 +1489,8 @@ TEST_CASE("comm keys: defaults, accepted values, --set, and nccl refused on the 
   CHECK(c.comm.backend == comm_backend::gloo);
   CHECK(c.comm.bucket_mb == 16.0f);
 
-  // nccl is a config error (usage, exit 2) at the key's own line and column, and names
-  // what to write instead.
+  // nccl on a CPU device is a config error (usage, exit 2) at the key's own line and column,
+  // and names what to write instead.
   try {
     cohort::load_config_text("model:\n  kind: mlp\ncomm:\n  backend: nccl\n", "run.yaml");
     FAIL("expected a config_error");
@@ -1429,9 +1498,14 @@ TEST_CASE("comm keys: defaults, accepted values, --set, and nccl refused on the 
     CHECK(e.exit_status() == cohort::exit_usage);
     REQUIRE(e.issues().size() == 1);
     CHECK(e.issues()[0].format() ==
-          "run.yaml:4:12: comm.backend: nccl needs the workers' model on a GPU; training runs on "
-          "the CPU in this version (use auto or gloo)");
+          "run.yaml:4:12: comm.backend: nccl sums gradients between GPUs, but train.device is cpu "
+          "(set train.device: cuda, or comm.backend: auto)");
   }
+  // On a GPU (or a device resolved per worker) nccl is accepted.
+  c = cohort::load_config_text("train:\n  device: cuda\ncomm:\n  backend: nccl\n", "t");
+  CHECK(c.comm.backend == comm_backend::nccl);
+  c = cohort::load_config_text("train:\n  device: auto\ncomm:\n  backend: nccl\n", "t");
+  CHECK(c.comm.backend == comm_backend::nccl);
   // A broken bucket_mb next to nccl: both are reported, each at its own line.
   const auto both = issues_of("comm:\n  backend: nccl\n  bucket_mb: 0\n");
   CAPTURE(all_text(both));
@@ -1707,7 +1781,7 @@ TEST_CASE("configs/reference.yaml is the generated reference and holds every key
     }
     previous = line;
   }
-  CHECK(keys == 67);
+  CHECK(keys == 69);
   CHECK(top_level == 1);
   // The commented examples are the language's own examples, and each of them parses.
   size_t examples = 0;

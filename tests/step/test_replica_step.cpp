@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <string>
 #include <variant>
 #include <vector>
@@ -16,6 +17,7 @@
 #include "runtime/comm/buckets.hpp"
 #include "runtime/comm/comm_error.hpp"
 #include "runtime/core/config.hpp"
+#include "runtime/core/error.hpp"
 #include "runtime/step/replica_step.hpp"
 #include "runtime/train/seat.hpp"
 
@@ -167,6 +169,7 @@ struct rig {
   std::vector<std::string> fatals;
   std::deque<net::step_open> window;  ///< continue_window's queue (the mailbox)
   std::vector<uint64_t> builds;       ///< generations whose links were built
+  std::function<void()> links_fault;  ///< when set, the build of the links runs it first
   std::chrono::steady_clock::time_point t{};
   std::shared_ptr<step::dp_group_shared> shared = std::make_shared<step::dp_group_shared>();
   std::unique_ptr<replica_step> step;
@@ -183,6 +186,7 @@ struct rig {
     io.data_host = [](const config&) { return std::string("127.0.0.1"); };
     io.build_links = [this](step::dp_links& l, const step::link_request& q) {
       l.drop(*shared);
+      if (links_fault) links_fault();
       builds.push_back(q.open.generation);
       l.comm = std::make_unique<fake_comm>(comm, q.rank, q.open.replicas);
       l.generation = q.open.generation;
@@ -510,6 +514,26 @@ TEST_CASE("replica_step: repeats get the same answers, refusals are votes and no
     CHECK(!n.last_vote().ok);
     CHECK(n.last_vote().fatal);
     CHECK(n.last_vote().reason.find("loss is not finite") != std::string::npos);
+  }
+  SUBCASE("a group that refuses to form (usage_error) is fatal, a missing peer is not") {
+    rig n(0, 1);
+    n.job();
+    n.links_fault = [] {
+      throw usage_error("group 'dp' mixes devices: on cpu: member 7 (rank 0, cpu); ...");
+    };
+    n.open(0);
+    CHECK(!n.last_vote().ok);
+    CHECK(n.last_vote().fatal);
+    CHECK(n.last_vote().reason.find("group 'dp' mixes devices") == 0);
+    CHECK(n.seat.begun.empty());
+    rig p(0, 1);
+    p.job();
+    p.links_fault = [] {
+      throw comm::comm_error(comm::comm_failure::timeout, "rendezvous", "rank 1 never came");
+    };
+    p.open(0);
+    CHECK(!p.last_vote().ok);
+    CHECK_FALSE(p.last_vote().fatal);  // the next generation may well form
   }
   SUBCASE("a job that cannot be built") {
     rig bad(0, 1);

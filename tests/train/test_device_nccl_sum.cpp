@@ -1,0 +1,230 @@
+// The step's DP sum the way comm.backend: nccl runs it on a GPU, with the GPU and NCCL stood in
+// for on the CPU: the trainer on a stand-in GPU (tests/nn/shifted_device.hpp: memory the host
+// cannot touch) hands the bucket engine DEVICE memory (its gradients, or a device copy of the
+// fixed-point sum), the communicator is device_staged_comm over the fake NCCL communicator
+// (tests/comm/fake_device_comm.hpp) behind a wrapper that, like NCCL, reads device memory only
+// and counts any host pointer that reaches it. The group must end on the bits of the CPU
+// group, each range must be synchronised on the device before it is reported ready, and a
+// joiner's state transfer (device buffers and host counters) must go through the same group.
+#include <doctest/doctest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "runtime/comm/buckets.hpp"
+#include "runtime/comm/device_staged_comm.hpp"
+#include "runtime/core/config.hpp"
+#include "runtime/train/trainer.hpp"
+#include "tests/comm/fake_device_comm.hpp"
+#include "tests/nn/shifted_device.hpp"
+
+using namespace cohort;
+using comm::communicator;
+
+namespace {
+
+constexpr std::uintptr_t kShift = test::shifted_device::shift;
+bool on_device(const void* p) { return reinterpret_cast<std::uintptr_t>(p) >= kShift; }
+template <class T>
+T* real(T* p) {
+  return reinterpret_cast<T*>(reinterpret_cast<std::uintptr_t>(p) - kShift);
+}
+
+// What NCCL does with a pointer, on the stand-in: device memory is read (through its real
+// address); a host pointer would be an illegal address on a GPU, so it is counted (and used
+// as it is, so that the count, not a crash, reports it).
+class stand_in_nccl : public communicator {
+ public:
+  explicit stand_in_nccl(std::shared_ptr<comm::testing::fake_device_comm> c) : c_(std::move(c)) {}
+  int rank() const override { return c_->rank(); }
+  int size() const override { return c_->size(); }
+  const char* backend() const override { return "nccl"; }
+  void allreduce_sum(float* d, std::size_t n) override { c_->allreduce_sum(at(d), n); }
+  void allreduce_sum(std::int64_t* d, std::size_t n) override { c_->allreduce_sum(at(d), n); }
+  void allgather(const void* s, void* r, std::size_t b) override { c_->allgather(at(s), at(r), b); }
+  void alltoall(const void* s, void* r, std::size_t b) override { c_->alltoall(at(s), at(r), b); }
+  void broadcast(void* d, std::size_t b, int root) override { c_->broadcast(at(d), b, root); }
+  void barrier() override { c_->barrier(); }
+  void abort() override { c_->abort(); }
+  bool dead() const override { return c_->dead(); }
+  comm::comm_traffic traffic() const override { return {}; }
+  int host_pointers = 0;
+
+ private:
+  template <class T>
+  T* at(T* p) {
+    if (on_device(p)) return real(p);
+    ++host_pointers;
+    return p;
+  }
+  std::shared_ptr<comm::testing::fake_device_comm> c_;
+};
+
+// The stand-in's memory for the staging scratch.
+comm::staging_memory stand_in_memory() {
+  comm::staging_memory m;
+  m.is_device = [](const void* p) { return on_device(p); };
+  m.allocate = [](std::size_t n) {
+    return reinterpret_cast<void*>(reinterpret_cast<std::uintptr_t>(std::malloc(n)) + kShift);
+  };
+  m.release = [](void* p) { std::free(real(p)); };
+  m.to_device = [](void* d, const void* h, std::size_t n) { std::memcpy(real(d), h, n); };
+  m.to_host = [](void* h, const void* d, std::size_t n) { std::memcpy(h, real(d), n); };
+  return m;
+}
+
+config job(const std::string& determinism, const std::string& backend) {
+  // train.device: auto passes the config rules with nccl; the GPU trainers are handed their
+  // (stand-in) device, the CPU ones resolve auto to the CPU here.
+  return load_config_text(
+      "model: {kind: gpt, n_layer: 2, n_head: 2, d_model: 16, context: 8}\ndata: {dataset: "
+      "kjv}\ntrain: {steps: 6, global_batch: 16, micro_batch: 4, lr: 0.003, seed: 3, grad_clip: "
+      "0.5, determinism: " +
+          determinism + ", log_every: 1000, device: auto}\ncomm: {backend: " + backend + "}\n",
+      "nccl.yaml");
+}
+
+struct rank_rig {
+  std::unique_ptr<test::shifted_device> dev;
+  std::unique_ptr<train::trainer> tr;
+  stand_in_nccl* nccl = nullptr;
+  std::unique_ptr<comm::device_staged_comm> comm;
+  int unsynced_ready = 0;  ///< ranges reported ready with no device sync since the last report
+};
+
+// Steps [from, to) of a group of two, each rank on its thread, the sum through RIGS' comms.
+void run_group(rank_rig (&rigs)[2], int64_t from, int64_t to) {
+  auto rank_steps = [&](int r) {
+    rank_rig& g = rigs[r];
+    train::trainer& tr = *g.tr;
+    comm::bucket_engine engine(*g.comm, static_cast<std::size_t>(tr.model().num_params()),
+                               tr.reduction_type(), 0.001);
+    for (int64_t s = from; s < to; ++s) {
+      tr.begin_step();
+      tr.wire(2, r);
+      void* buf = tr.reduction_buffer();
+      CHECK(on_device(buf));  // NCCL sums where the gradients are
+      if (tr.reduction_type() == comm::grad_type::i64)
+        engine.begin(static_cast<int64_t*>(buf));
+      else
+        engine.begin(static_cast<float*>(buf));
+      std::size_t syncs = g.dev->syncs;
+      tr.compute_gradients(s, train::replica_micro_batches(tr.micro_batches(), 2, r),
+                           [&](std::size_t off, std::size_t n) {
+                             // NCCL's stream is not the compute stream: the range must be
+                             // final on the device before the engine may send it.
+                             if (g.dev->syncs == syncs) ++g.unsynced_ready;
+                             syncs = g.dev->syncs;
+                             engine.mark_ready(off, n);
+                           });
+      engine.wait_all();
+      tr.apply_step(s);
+    }
+  };
+  std::thread t1(rank_steps, 1);
+  rank_steps(0);
+  t1.join();
+}
+
+std::string cpu_group(const std::string& det, int64_t steps) {
+  // Two CPU replicas summed by hand: the bits every group of two must reach.
+  train::trainer a(job(det, "auto")), b(job(det, "auto"));
+  for (int64_t s = 0; s < steps; ++s) {
+    train::trainer* rep[2] = {&a, &b};
+    for (int r = 0; r < 2; ++r) {
+      rep[r]->begin_step();
+      rep[r]->wire(2, r);
+      rep[r]->compute_gradients(s, train::replica_micro_batches(rep[r]->micro_batches(), 2, r),
+                                [](std::size_t, std::size_t) {});
+    }
+    const auto n = static_cast<std::size_t>(a.model().num_params());
+    if (a.reduction_type() == comm::grad_type::i64) {
+      auto* x = static_cast<int64_t*>(a.reduction_buffer());
+      auto* y = static_cast<int64_t*>(b.reduction_buffer());
+      for (std::size_t i = 0; i < n; ++i) x[i] = y[i] = x[i] + y[i];
+    } else {
+      auto* x = static_cast<float*>(a.reduction_buffer());
+      auto* y = static_cast<float*>(b.reduction_buffer());
+      for (std::size_t i = 0; i < n; ++i) x[i] = y[i] = x[i] + y[i];
+    }
+    a.apply_step(s);
+    b.apply_step(s);
+  }
+  return a.params_sha256();
+}
+
+void seat(rank_rig& g, const std::shared_ptr<comm::testing::fake_nccl_group>& group, int r,
+          const std::string& det) {
+  g.dev = std::make_unique<test::shifted_device>();
+  g.tr = std::make_unique<train::trainer>(job(det, "nccl"), g.dev.get());
+  auto inner = std::make_unique<stand_in_nccl>(std::make_shared<comm::testing::fake_device_comm>(
+      group, r, std::chrono::milliseconds(60000)));
+  g.nccl = inner.get();
+  g.comm = std::make_unique<comm::device_staged_comm>(std::move(inner), stand_in_memory());
+}
+
+}  // namespace
+
+TEST_CASE("nccl on a stand-in GPU: the device sum gives the CPU group's bits, host never read") {
+  for (const char* det : {"fast", "bitwise"}) {
+    CAPTURE(det);
+    const std::string want = cpu_group(det, 4);
+    auto group = std::make_shared<comm::testing::fake_nccl_group>(2);
+    rank_rig rigs[2];
+    for (int r = 0; r < 2; ++r) seat(rigs[r], group, r, det);
+    run_group(rigs, 0, 4);
+    for (int r = 0; r < 2; ++r) {
+      CAPTURE(r);
+      CHECK(rigs[r].tr->params_sha256() == want);
+      CHECK(rigs[r].nccl->host_pointers == 0);
+      CHECK(rigs[r].unsynced_ready == 0);
+      CHECK(rigs[r].comm->staged_calls() == 0);  // the gradients pass straight through
+    }
+  }
+}
+
+TEST_CASE("nccl on a stand-in GPU: a joiner takes the donor's device state and host counters") {
+  const std::string want = cpu_group("fast", 4);
+  auto group = std::make_shared<comm::testing::fake_nccl_group>(2);
+  rank_rig rigs[2];
+  for (int r = 0; r < 2; ++r) seat(rigs[r], group, r, "fast");
+  run_group(rigs, 0, 2);
+  // Rank 1 comes back as a new process (a new trainer at step 0) and takes rank 0's state
+  // the way replica_step::receive_state does: every state buffer, then the two counters.
+  auto group2 = std::make_shared<comm::testing::fake_nccl_group>(2);
+  rank_rig fresh[2];
+  fresh[0].dev = std::move(rigs[0].dev);
+  fresh[0].tr = std::move(rigs[0].tr);
+  auto c0 = std::make_unique<stand_in_nccl>(std::make_shared<comm::testing::fake_device_comm>(
+      group2, 0, std::chrono::milliseconds(60000)));
+  fresh[0].nccl = c0.get();
+  fresh[0].comm = std::make_unique<comm::device_staged_comm>(std::move(c0), stand_in_memory());
+  seat(fresh[1], group2, 1, "fast");
+  int64_t next[2] = {-1, -1};
+  auto transfer = [&](int r) {
+    train::trainer& tr = *fresh[r].tr;
+    for (auto& [ptr, n] : tr.state_buffers()) fresh[r].comm->broadcast(ptr, n * sizeof(float), 0);
+    int64_t counters[2] = {tr.optimizer_steps(), r == 0 ? 2 : 0};
+    fresh[r].comm->broadcast(counters, sizeof counters, 0);
+    tr.set_optimizer_steps(counters[0]);
+    next[r] = counters[1];
+  };
+  std::thread t1(transfer, 1);
+  transfer(0);
+  t1.join();
+  CHECK(next[1] == 2);
+  CHECK(fresh[1].tr->optimizer_steps() == 2);
+  CHECK(fresh[1].tr->params_sha256() == fresh[0].tr->params_sha256());
+  for (int r = 0; r < 2; ++r) {
+    CHECK(fresh[r].nccl->host_pointers == 0);  // the counters were staged
+    CHECK(fresh[r].comm->staged_calls() == 1);
+  }
+  run_group(fresh, 2, 4);
+  CHECK(fresh[0].tr->params_sha256() == want);
+  CHECK(fresh[1].tr->params_sha256() == want);
+}
