@@ -353,8 +353,18 @@ else
 fi
 
 # 6. `cohort bench train` on the device: its own figures (tokens/s, MFU), passed through.
-for p in fp32 bf16; do
-  step=bench_cuda_$p
+# fp32; bf16 as cohort runs it (bf16 operand copies, cuBLAS's bf16 kernels); bf16 the other
+# way (COHORT_CUDA_BF16=fast16bf: FP32 operands, CUBLAS_COMPUTE_32F_FAST_16BF), the design it
+# replaced; and bf16 again with COHORT_DEVICE_PROFILE=1 (per-op times; slower, not a figure).
+for variant in fp32 bf16 bf16_fast16bf bf16_profile; do
+  step=bench_cuda_$variant
+  p=${variant%%_*}
+  env_extra=()
+  steps_bench=10
+  case $variant in
+    *fast16bf) env_extra=(COHORT_CUDA_BF16=fast16bf) ;;
+    *profile) env_extra=(COHORT_DEVICE_PROFILE=1) steps_bench=3 ;;
+  esac
   if ((gpus == 0)); then
     record "$step" skipped 0 "no GPU listed"
   elif ((broken)) || [[ ! -x $cohort ]]; then
@@ -368,15 +378,15 @@ for p in fp32 bf16; do
       continue
     fi
     t=$(now)
-    # GPT-2 small's shape (124M parameters, 16 sequences of 1,024 tokens a step): large
-    # enough that the matrix products, not launches, set the pace.
-    ours timeout "$lim" "$cohort" bench train --model gpt --device cuda --precision "$p" \
-      --vocab 50304 --context 1024 --n-layer 12 --n-head 12 --d-model 768 --batch 16 \
-      --steps 10 --warmup 3 >"$logs/$step.log" 2>&1
+    # GPT-2 small's shape (124M parameters plus a 50,304-token vocabulary, 16 sequences of
+    # 1,024 tokens a step): large enough that the matrix products, not launches, set the pace.
+    ours env "${env_extra[@]}" timeout "$lim" "$cohort" bench train --model gpt --device cuda \
+      --precision "$p" --vocab 50304 --context 1024 --n-layer 12 --n-head 12 --d-model 768 \
+      --batch 16 --steps "$steps_bench" --warmup 3 >"$logs/$step.log" 2>&1
     rc=$?
     cat "$logs/$step.log"
     if ((rc == 0)); then
-      figures=$(grep -iE 'tokens/s|mfu' "$logs/$step.log" | paste -sd ';' -)
+      figures=$(grep -iE 'tokens/s|mfu' "$logs/$step.log" | head -1)
       record "$step" pass "$(elapsed "$t")" "${figures:-$(grep -v '^\s*$' "$logs/$step.log" | tail -1)}"
     else
       record "$step" FAIL "$(elapsed "$t")" "exit $rc: $(tail -1 "$logs/$step.log")"
