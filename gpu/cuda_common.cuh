@@ -97,6 +97,17 @@ status gemm_rm(const char* what, bool ta, bool tb, int m, int n, int k, float al
                int lda, long long sa, const float* b, int ldb, long long sb, float beta, float* c,
                int ldc, long long sc, int batch);
 
+/// gemm_rm over operands that are already bf16 (BF16 true: CUDA_R_16BF, no conversion) or
+/// float32, whatever the thread's precision; C is float32, accumulation FP32.
+status gemm_rm_typed(const char* what, bool ta, bool tb, int m, int n, int k, float alpha,
+                     const void* a, int lda, long long sa, const void* b, int ldb, long long sb,
+                     float beta, float* c, int ldc, long long sc, int batch, bool bf16);
+/// True when bf16 products run on bf16 operand copies (the default), false with
+/// COHORT_CUDA_BF16=fast16bf (FP32 operands, CUBLAS_COMPUTE_32F_FAST_16BF).
+bool bf16_via_copies();
+/// y[0..n) = x[0..n) rounded to bfloat16 (y: n * 2 bytes), on the current stream.
+status to_bf16(void* y, const float* x, int64_t n);
+
 /// What a per-thread scratch buffer is for: each use has its own buffer per device.
 enum class scratch_use : int {
   reduction,
@@ -104,6 +115,10 @@ enum class scratch_use : int {
   matmul_a,         ///< a bf16 product's first operand, converted
   matmul_b,         ///< its second operand
   column_partials,  ///< bias_grad's and layernorm_bwd's per-chunk column sums
+  bf16_0,           ///< attention's bf16 copies of whole buffers (qkv, P, dY, dS)
+  bf16_1,
+  bf16_2,
+  bf16_3,
   count
 };
 

@@ -57,20 +57,6 @@ __global__ void to_bf16_kernel(__nv_bfloat16* y, const float* x, int64_t n) {
   COHORT_GRID_STRIDE(i, n) { y[i] = __float2bfloat16_rn(x[i]); }
 }
 
-// How a bf16 product runs: by default its operands are rounded to bf16 copies (one pass
-// each) and multiplied by cuBLAS's bf16 kernels (CUDA_R_16BF inputs, FP32 accumulation and
-// output); COHORT_CUDA_BF16=fast16bf hands cuBLAS the FP32 operands with
-// CUBLAS_COMPUTE_32F_FAST_16BF instead (cuBLAS then chooses the kernel, FP32 ones included
-// for small shapes). Read once per process: it is a benchmark's switch between the two
-// designs (docs/gpu_training.md), not a setting.
-bool bf16_via_copies() {
-  static const bool copies = [] {
-    const char* v = std::getenv("COHORT_CUDA_BF16");
-    return v == nullptr || std::strcmp(v, "fast16bf") != 0;
-  }();
-  return copies;
-}
-
 // Elements from an operand's first to its last: ROWS rows of COLS (row-major, leading
 // dimension LD), BATCH of them STRIDE apart.
 int64_t operand_span(int rows, int cols, int ld, long long stride, int batch) {
@@ -85,9 +71,7 @@ status bf16_copy(scratch_lease& lease, const float* x, int64_t span, __nv_bfloat
       s != status::ok)
     return s;
   *out = static_cast<__nv_bfloat16*>(p);
-  if (span == 0) return status::ok;
-  to_bf16_kernel<<<blocks_for(span), k_threads, 0, stream()>>>(*out, x, span);
-  return launched("to_bf16_kernel");
+  return to_bf16(*out, x, span);
 }
 
 status compute_type_of(matmul_precision p, cublasComputeType_t* out) {
@@ -109,45 +93,46 @@ matmul_precision matmul_precision_now() { return precision_; }
 
 namespace detail {
 
-status gemm_rm(const char* what, bool ta, bool tb, int m, int n, int k, float alpha, const float* a,
-               int lda, long long sa, const float* b, int ldb, long long sb, float beta, float* c,
-               int ldc, long long sc, int batch) {
+// How a bf16 product runs: by default its operands are rounded to bf16 copies (one pass
+// each) and multiplied by cuBLAS's bf16 kernels (CUDA_R_16BF inputs, FP32 accumulation and
+// output); COHORT_CUDA_BF16=fast16bf hands cuBLAS the FP32 operands with
+// CUBLAS_COMPUTE_32F_FAST_16BF instead (cuBLAS then chooses the kernel, FP32 ones included
+// for small shapes). Read once per process: it is a benchmark's switch between the two
+// designs (docs/gpu_training.md), not a setting.
+bool bf16_via_copies() {
+  static const bool copies = [] {
+    const char* v = std::getenv("COHORT_CUDA_BF16");
+    return v == nullptr || std::strcmp(v, "fast16bf") != 0;
+  }();
+  return copies;
+}
+
+status to_bf16(void* y, const float* x, int64_t n) {
+  if (n <= 0) return status::ok;
+  to_bf16_kernel<<<blocks_for(n), k_threads, 0, stream()>>>(static_cast<__nv_bfloat16*>(y), x, n);
+  return launched("to_bf16_kernel");
+}
+
+status gemm_rm_typed(const char* what, bool ta, bool tb, int m, int n, int k, float alpha,
+                     const void* a, int lda, long long sa, const void* b, int ldb, long long sb,
+                     float beta, float* c, int ldc, long long sc, int batch, bool bf16) {
   if (m < 0 || n < 0 || k < 0 || batch < 1)
     return bad((std::string(what) + ": negative size or batch < 1").c_str());
   if (m == 0 || n == 0) return status::ok;  // nothing to write
   cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
-  if (status s = compute_type_of(precision_, &compute); s != status::ok) return s;
+  if (!bf16) {
+    if (status s = compute_type_of(precision_, &compute); s != status::ok) return s;
+  }
+  const cudaDataType_t type = bf16 ? CUDA_R_16BF : CUDA_R_32F;
   cublasHandle_t h = nullptr;
   if (status s = blas_handle(&h); s != status::ok) return s;
-  // cuBLAS is column-major. A row-major matrix is its transpose read column-major, so
-  // C = op(A) op(B) (row-major) is C^T = op(B)^T op(A)^T (column-major): swap the operands
-  // and m/n, keep each operand's own transpose flag, leading dimension and stride. Operands
-  // and C are float32 in both precisions; only the compute type differs.
+  // Column-major cuBLAS: C^T = op(B)^T op(A)^T (see gemm_rm).
   const cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
-  const void* pa = a;
-  const void* pb = b;
-  cudaDataType_t type = CUDA_R_32F;
-  // bf16 through copies: each operand's whole span (strided batches included) rounded once;
-  // the leases keep the copies until the product has run (an event on release).
-  scratch_lease lease_a(scratch_use::matmul_a), lease_b(scratch_use::matmul_b);
-  if (precision_ == matmul_precision::bf16 && bf16_via_copies()) {
-    __nv_bfloat16 *ca = nullptr, *cb = nullptr;
-    if (status s = bf16_copy(lease_a, a, operand_span(ta ? k : m, ta ? m : k, lda, sa, batch), &ca);
-        s != status::ok)
-      return s;
-    if (status s = bf16_copy(lease_b, b, operand_span(tb ? n : k, tb ? k : n, ldb, sb, batch), &cb);
-        s != status::ok)
-      return s;
-    pa = ca;
-    pb = cb;
-    type = CUDA_R_16BF;
-    compute = CUBLAS_COMPUTE_32F;
-  }
   const cublasStatus_t st =
-      batch == 1 ? cublasGemmEx(h, opb, opa, n, m, k, &alpha, pb, type, ldb, pa, type, lda, &beta,
-                                c, CUDA_R_32F, ldc, compute, CUBLAS_GEMM_DEFAULT)
-                 : cublasGemmStridedBatchedEx(h, opb, opa, n, m, k, &alpha, pb, type, ldb, sb, pa,
+      batch == 1 ? cublasGemmEx(h, opb, opa, n, m, k, &alpha, b, type, ldb, a, type, lda, &beta, c,
+                                CUDA_R_32F, ldc, compute, CUBLAS_GEMM_DEFAULT)
+                 : cublasGemmStridedBatchedEx(h, opb, opa, n, m, k, &alpha, b, type, ldb, sb, a,
                                               type, lda, sa, &beta, c, CUDA_R_32F, ldc, sc, batch,
                                               compute, CUBLAS_GEMM_DEFAULT);
   if (st != CUBLAS_STATUS_SUCCESS)
@@ -156,6 +141,33 @@ status gemm_rm(const char* what, bool ta, bool tb, int m, int n, int k, float al
                          (batch == 1 ? "cublasGemmEx: " : "cublasGemmStridedBatchedEx: ") +
                          cublasGetStatusString(st));
   return status::ok;
+}
+
+status gemm_rm(const char* what, bool ta, bool tb, int m, int n, int k, float alpha, const float* a,
+               int lda, long long sa, const float* b, int ldb, long long sb, float beta, float* c,
+               int ldc, long long sc, int batch) {
+  if (m < 0 || n < 0 || k < 0 || batch < 1)
+    return bad((std::string(what) + ": negative size or batch < 1").c_str());
+  if (m == 0 || n == 0) return status::ok;  // nothing to write
+  // cuBLAS is column-major. A row-major matrix is its transpose read column-major, so
+  // C = op(A) op(B) (row-major) is C^T = op(B)^T op(A)^T (column-major): gemm_rm_typed swaps
+  // the operands and m/n, keeping each operand's own transpose flag, leading dimension and
+  // stride. C is float32 in both precisions.
+  if (precision_ != matmul_precision::bf16 || !bf16_via_copies())
+    return gemm_rm_typed(what, ta, tb, m, n, k, alpha, a, lda, sa, b, ldb, sb, beta, c, ldc, sc,
+                         batch, false);
+  // bf16 through copies: each operand's whole span (strided batches included) rounded once;
+  // the leases keep the copies until the product has run (an event on release).
+  scratch_lease lease_a(scratch_use::matmul_a), lease_b(scratch_use::matmul_b);
+  __nv_bfloat16 *ca = nullptr, *cb = nullptr;
+  if (status s = bf16_copy(lease_a, a, operand_span(ta ? k : m, ta ? m : k, lda, sa, batch), &ca);
+      s != status::ok)
+    return s;
+  if (status s = bf16_copy(lease_b, b, operand_span(tb ? n : k, tb ? k : n, ldb, sb, batch), &cb);
+      s != status::ok)
+    return s;
+  return gemm_rm_typed(what, ta, tb, m, n, k, alpha, ca, lda, sa, cb, ldb, sb, beta, c, ldc, sc,
+                       batch, true);
 }
 
 }  // namespace detail

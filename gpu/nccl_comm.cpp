@@ -310,6 +310,12 @@ nccl_status nccl_comm::shrink(const std::vector<int>& excluded, bool abort_paren
   if (impl_->comm == nullptr || dead_)
     return fail(nccl_status::invalid_argument, "shrink: this communicator is not live");
   if (timeout_ms <= 0) return fail(nccl_status::invalid_argument, "shrink: timeout_ms must be > 0");
+  // NCCL 2.28.3 fails a shrink that excludes nobody (seen on the H200, 2026-12-04): keeping
+  // every rank is keeping the communicator (plan_nccl_rebuild's `keep`).
+  if (excluded.empty())
+    return fail(
+        nccl_status::invalid_argument,
+        "shrink: nothing to exclude (a shrink keeping every rank is the same communicator)");
   for (std::size_t i = 0; i < excluded.size(); ++i)
     if (excluded[i] < 0 || excluded[i] >= size_ || excluded[i] == rank_ ||
         (i > 0 && excluded[i] <= excluded[i - 1]))

@@ -73,8 +73,8 @@ class nccl_comm {
   /// Returns once every rank has entered it (a one-element allreduce).
   nccl_status barrier();
   /// Makes OUT (a fresh nccl_comm) this communicator without the ranks in EXCLUDED (old
-  /// ranks, ascending, not this one): ncclCommShrink (NCCL 2.27+), non-blocking, polled
-  /// until done or TIMEOUT_MS (then OUT is aborted and `timeout` returned). ABORT_PARENT
+  /// ranks, ascending, not this one, at least one): ncclCommShrink (NCCL 2.27+), non-blocking,
+  /// polled until done or TIMEOUT_MS (then OUT is aborted and `timeout` returned). ABORT_PARENT
   /// (NCCL_SHRINK_ABORT) first ends operations in flight on this communicator: use it when a
   /// departed rank died or hung. Every remaining rank must call it with the same EXCLUDED.
   /// This communicator is left as it was (drop it once OUT works). no_device where NCCL has

@@ -356,7 +356,7 @@ fi
 # fp32; bf16 as cohort runs it (bf16 operand copies, cuBLAS's bf16 kernels); bf16 the other
 # way (COHORT_CUDA_BF16=fast16bf: FP32 operands, CUBLAS_COMPUTE_32F_FAST_16BF), the design it
 # replaced; and bf16 again with COHORT_DEVICE_PROFILE=1 (per-op times; slower, not a figure).
-for variant in fp32 bf16 bf16_fast16bf bf16_profile; do
+for variant in fp32 bf16 bf16_fast16bf fp32_profile bf16_profile; do
   step=bench_cuda_$variant
   p=${variant%%_*}
   env_extra=()
