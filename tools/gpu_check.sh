@@ -352,6 +352,38 @@ else
   fi
 fi
 
+# 5b. Two GPU workers in one DP group (cohort launch; the host transports, each worker's
+# buckets staged through host memory: NCCL cannot put two ranks on one GPU), bitwise, against
+# `cohort train` on the GPU: the fixed-point sums promise the same params_sha256.
+if ((gpus == 0)) || [[ $device_keys == no ]] || ((broken)) || [[ ! -x $cohort ]]; then
+  record launch_cuda_dp2 skipped 0 "needs a GPU and a cohort with train.device"
+else
+  lim=$(limit 150)
+  bw_sets=("${gpt_sets[@]}" --set train.device=cuda --set train.determinism=bitwise
+    --set train.steps=120 --set train.micro_batch=8)
+  t=$(now)
+  ours timeout "$lim" "$cohort" train "$cfg" "${bw_sets[@]}" \
+    --set "fault_tolerance.checkpoint_dir=$runs/bw_train.ckpt" -q \
+    --summary "$runs/bw_train.json" >"$logs/launch_cuda_dp2.train.log" 2>&1
+  rc1=$?
+  lim=$(limit 150)
+  ours timeout "$lim" "$cohort" launch "$cfg" "${bw_sets[@]}" --set cluster.workers=2 \
+    --set "fault_tolerance.checkpoint_dir=$runs/bw_launch.ckpt" \
+    --summary "$runs/bw_launch.json" >"$logs/launch_cuda_dp2.log" 2>&1
+  rc2=$?
+  if ((rc1 != 0 || rc2 != 0)); then
+    record launch_cuda_dp2 FAIL "$(elapsed "$t")" "train exit $rc1, launch exit $rc2: $(tail -2 "$logs/launch_cuda_dp2.log" | paste -sd ' ' -)"
+  else
+    h1=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["params_sha256"])' "$runs/bw_train.json")
+    h2=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["params_sha256"])' "$runs/bw_launch.json")
+    if [[ -n $h1 && $h1 == "$h2" ]]; then
+      record launch_cuda_dp2 pass "$(elapsed "$t")" "2 workers on cuda:0, bitwise, 120 steps: params_sha256 ${h1:0:16} = cohort train on the GPU"
+    else
+      record launch_cuda_dp2 FAIL "$(elapsed "$t")" "params_sha256 launch ${h2:0:16} != train ${h1:0:16}"
+    fi
+  fi
+fi
+
 # 6. `cohort bench train` on the device: its own figures (tokens/s, MFU), passed through.
 # fp32; bf16 as cohort runs it (bf16 operand copies, cuBLAS's bf16 kernels); bf16 the other
 # way (COHORT_CUDA_BF16=fast16bf: FP32 operands, CUBLAS_COMPUTE_32F_FAST_16BF), the design it
