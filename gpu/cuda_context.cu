@@ -8,6 +8,7 @@
 
 #include <string>
 
+#include "gpu/cublas_loader.hpp"
 #include "gpu/cuda_common.cuh"
 #include "gpu/cuda_kernels.hpp"
 
@@ -104,15 +105,17 @@ status blas_handle(cublasHandle_t* out) {
   int dev = 0;
   if (status s = current_device(&dev); s != status::ok) return s;
   if (ts_.blas[dev] == nullptr) {
+    const blas::api* b = blas::get();
+    if (b == nullptr) return set_error(status::cublas_error, blas::load_error());
     cublasHandle_t h = nullptr;
-    if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS)
+    if (b->create(&h) != CUBLAS_STATUS_SUCCESS)
       return set_error(status::cublas_error, "cublasCreate failed");
     // Default math: no TF32 for CUBLAS_COMPUTE_32F, so fp32 products stay within ~1e-5 of
     // the CPU twin; the bf16 precision asks for its tensor cores per call (gemm_rm).
-    cublasSetMathMode(h, CUBLAS_DEFAULT_MATH);
+    b->set_math_mode(h, CUBLAS_DEFAULT_MATH);
     ts_.blas[dev] = h;
   }
-  if (cublasSetStream(ts_.blas[dev], stream()) != CUBLAS_STATUS_SUCCESS)
+  if (blas::get()->set_stream(ts_.blas[dev], stream()) != CUBLAS_STATUS_SUCCESS)
     return set_error(status::cublas_error, "cublasSetStream failed");
   *out = ts_.blas[dev];
   return status::ok;
@@ -196,7 +199,7 @@ status last_status() { return ts_.last; }
 
 void release_thread_resources() {
   for (int d = 0; d < k_max_devices; ++d) {
-    if (ts_.blas[d]) cublasDestroy(ts_.blas[d]);
+    if (ts_.blas[d]) blas::get()->destroy(ts_.blas[d]);  // a handle means cuBLAS loaded
     ts_.blas[d] = nullptr;
     for (scratch_buffer& b : ts_.scratch[d]) {
       if (b.p) cudaFree(b.p);

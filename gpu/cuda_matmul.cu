@@ -11,6 +11,7 @@
 #include <cstring>
 #include <string>
 
+#include "gpu/cublas_loader.hpp"
 #include "gpu/cuda_common.cuh"
 #include "gpu/cuda_kernels.hpp"
 
@@ -129,17 +130,18 @@ status gemm_rm_typed(const char* what, bool ta, bool tb, int m, int n, int k, fl
   // Column-major cuBLAS: C^T = op(B)^T op(A)^T (see gemm_rm).
   const cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const blas::api& bl = *blas::get();  // loaded: blas_handle succeeded
   const cublasStatus_t st =
-      batch == 1 ? cublasGemmEx(h, opb, opa, n, m, k, &alpha, b, type, ldb, a, type, lda, &beta, c,
-                                CUDA_R_32F, ldc, compute, CUBLAS_GEMM_DEFAULT)
-                 : cublasGemmStridedBatchedEx(h, opb, opa, n, m, k, &alpha, b, type, ldb, sb, a,
+      batch == 1 ? bl.gemm_ex(h, opb, opa, n, m, k, &alpha, b, type, ldb, a, type, lda, &beta, c,
+                              CUDA_R_32F, ldc, compute, CUBLAS_GEMM_DEFAULT)
+                 : bl.gemm_strided_batched_ex(h, opb, opa, n, m, k, &alpha, b, type, ldb, sb, a,
                                               type, lda, sa, &beta, c, CUDA_R_32F, ldc, sc, batch,
                                               compute, CUBLAS_GEMM_DEFAULT);
   if (st != CUBLAS_STATUS_SUCCESS)
     return set_error(status::cublas_error,
                      std::string(what) + ": " +
                          (batch == 1 ? "cublasGemmEx: " : "cublasGemmStridedBatchedEx: ") +
-                         cublasGetStatusString(st));
+                         bl.status_string(st));
   return status::ok;
 }
 

@@ -3,7 +3,8 @@
 step). tools/gpu_check.sh uses it for the device runs against the CPU run; it only reads the
 files, it runs nothing.
 
-  compare_curves.py close RUN REF --rtol R   last-step loss of RUN within R of REF's (relative)
+  compare_curves.py close RUN REF --rtol R   last-step loss of RUN within R of REF's (relative);
+                                             RUN may hold REF's last steps only (a resumed run)
   compare_curves.py same A B                 are the two curves bit-identical?
 
 Prints one line of figures. Exit: 0 yes, 1 no, 2 a file is missing or not a summary.
@@ -37,10 +38,14 @@ def rel(a, b):
 
 def close(run_path, ref_path, rtol):
     run, ref = curve(run_path), curve(ref_path)
-    if [s for s, _ in run] != [s for s, _ in ref]:
+    # A resumed run's curve starts where it resumed: compare on the steps it has, which must
+    # be the reference's last ones.
+    ref_steps = [s for s, _ in ref]
+    if [s for s, _ in run] != ref_steps[len(ref_steps) - len(run):]:
         print(f"steps differ: {len(run)} points (last {run[-1][0]}) against {len(ref)} "
               f"(last {ref[-1][0]})")
         return 1
+    ref = ref[len(ref) - len(run):]
     (step, a), (_, b) = run[-1], ref[-1]
     worst = max(range(len(run)), key=lambda i: rel(run[i][1], ref[i][1]))
     d = rel(a, b)

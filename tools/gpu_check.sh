@@ -384,6 +384,45 @@ else
   fi
 fi
 
+# 5c. Checkpoints move between devices: 100 steps on one device, resumed for 100 more on the
+# other, against 200 steps on the CPU (constant lr, no warm-up, so a 100-step run is the
+# first half of a 200-step one). The GPU's steps differ from the CPU's by float rounding, so
+# the comparison is the fp32 tolerance, not bits.
+if ((gpus == 0)) || [[ $device_keys == no ]] || ((broken)) || [[ ! -x $cohort ]]; then
+  record ckpt_across_devices skipped 0 "needs a GPU and a cohort with train.device"
+else
+  ck_sets=("${gpt_sets[@]}" --set train.lr_schedule=constant --set train.warmup_steps=0)
+  t=$(now)
+  ok=1
+  ck_run() {  # name device steps [resume-from]
+    local lim
+    lim=$(limit 60)
+    local extra=()
+    [[ -n ${4:-} ]] && extra=(--resume-from "$4")
+    ours timeout "$lim" "$cohort" train "$cfg" "${ck_sets[@]}" --set "train.device=$2" \
+      --set "train.steps=$3" --set "fault_tolerance.checkpoint_dir=$runs/$1.ckpt" "${extra[@]}" -q \
+      --summary "$runs/$1.json" >"$logs/ckpt_$1.log" 2>&1 || ok=0
+  }
+  ck_run ck_cpu200 cpu 200
+  ck_run ck_gpu100 cuda 100
+  ck_run ck_gpu_to_cpu cpu 200 "$runs/ck_gpu100.ckpt/step_00000100"
+  ck_run ck_cpu100 cpu 100
+  ck_run ck_cpu_to_gpu cuda 200 "$runs/ck_cpu100.ckpt/step_00000100"
+  if ((ok == 0)); then
+    record ckpt_across_devices FAIL "$(elapsed "$t")" "a run failed (see $logs/ckpt_*.log)"
+  else
+    l1=$(python3 tools/compare_curves.py close "$runs/ck_gpu_to_cpu.json" "$runs/ck_cpu200.json" --rtol "$fp32_rtol" 2>&1)
+    r1=$?
+    l2=$(python3 tools/compare_curves.py close "$runs/ck_cpu_to_gpu.json" "$runs/ck_cpu200.json" --rtol "$fp32_rtol" 2>&1)
+    r2=$?
+    if ((r1 == 0 && r2 == 0)); then
+      record ckpt_across_devices pass "$(elapsed "$t")" "GPU 100 + CPU 100: $l1; CPU 100 + GPU 100: $l2"
+    else
+      record ckpt_across_devices FAIL "$(elapsed "$t")" "GPU then CPU: $l1; CPU then GPU: $l2"
+    fi
+  fi
+fi
+
 # 6. `cohort bench train` on the device: its own figures (tokens/s, MFU), passed through.
 # fp32; bf16 as cohort runs it (bf16 operand copies, cuBLAS's bf16 kernels); bf16 the other
 # way (COHORT_CUDA_BF16=fast16bf: FP32 operands, CUBLAS_COMPUTE_32F_FAST_16BF), the design it

@@ -60,6 +60,9 @@ std::string run_identity(const config& c) {
   k.parallel = {};
   k.train.steps = k.train.log_every = k.train.eval_every = k.train.eval_tokens = 0;
   k.train.threads = k.train.micro_batch = 0;
+  // Where the steps run is not what the run is: a GPU run goes on on the CPU, and back.
+  k.train.device.clear();
+  k.train.precision.clear();
   k.train.optimizer.clear();
   k.data.dir.clear();
   k.data.cache_dir.clear();

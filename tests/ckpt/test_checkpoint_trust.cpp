@@ -162,6 +162,8 @@ TEST_CASE("run identity: what a resume may change leaves it, the model and data 
   CHECK(with("fault_tolerance:\n  checkpoint_dir: ck\ntrain:\n  steps: 10\n  seed: 1\n") == id);
   CHECK(with("fault_tolerance:\n  checkpoint_dir: elsewhere\ntrain:\n  steps: 99\n  seed: 1\n"
              "  optimizer: sgd\ncomm:\n  compression: bf16\n") == id);
+  // The device and precision are where and how the steps run: a GPU run resumes on the CPU.
+  CHECK(with("train:\n  steps: 10\n  seed: 1\n  device: auto\n  precision: bf16\n") == id);
   CHECK(with("train:\n  seed: 2\n") != id);
   CHECK(with("train:\n  lr: 0.5\n") != id);
   CHECK(with("model:\n  hidden: [64]\n") != id);

@@ -430,3 +430,12 @@ TEST_CASE("a worker that meets a coordinator of another protocol version exits 2
                    ", this worker v" + std::to_string(net::protocol_version)) != std::string::npos,
       w.err());
 }
+
+TEST_CASE("a cohort process maps no cuBLAS at start: only a GPU step loads it") {
+  // Linked, cuBLAS and cuBLASLt made every process (ctl, a CPU worker, the coordinator) take
+  // 0.5 s and 235 MB before main; ctl then missed the short jobs of the elastic tests.
+  std::string out;
+  REQUIRE(run_shell("readelf -d " + cohort_binary() + " 2>&1", &out) == 0);
+  CHECK_MESSAGE(out.find("(NEEDED)") != std::string::npos, out);
+  CHECK_MESSAGE(out.find("libcublas") == std::string::npos, out);
+}
