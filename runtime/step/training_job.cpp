@@ -12,6 +12,14 @@ namespace cohort::step {
 
 namespace {
 
+// The names of the members a step runs with (its votes' keys).
+std::set<std::string> names_of(const mb::roster& r, const std::map<mb::member_id, bool>& votes) {
+  std::set<std::string> out;
+  for (const auto& [id, ok] : votes)
+    if (const mb::member* m = r.find(id)) out.insert(m->name);
+  return out;
+}
+
 std::string who(const mb::member& m) { return m.name + " (member " + std::to_string(m.id) + ")"; }
 
 // Appends what a nested decision (try_open) concluded to OUT.
@@ -135,7 +143,9 @@ job_actions training_job::on_generation(const mb::roster& r, double now_s) {
 }
 
 job_actions training_job::on_ready(const mb::roster& r, const net::worker_ready& w, double now_s) {
-  if (finished_ || r.find(w.member_id) == nullptr) return {};
+  const mb::member* m = finished_ ? nullptr : r.find(w.member_id);
+  if (m == nullptr) return {};
+  if (ready_.count(w.member_id) == 0) report_.member_ready(m->name, now_s);
   ready_[w.member_id] = w.next_step;
   return try_open(r, now_s);
 }
@@ -171,6 +181,7 @@ job_actions training_job::try_open(const mb::roster& r, double now_s) {
     o.sent_s = now_s;
     if (first_open_s_ < 0) first_open_s_ = now_s;
     report_.step_opened(replicas_, now_s);
+    report_.step_members(names_of(r, o.votes), now_s);
     open_ = std::move(o);
     return out;
   }
@@ -275,6 +286,7 @@ job_actions training_job::try_open(const mb::roster& r, double now_s) {
   }
   if (first_open_s_ < 0) first_open_s_ = now_s;
   report_.step_opened(replicas_, now_s);
+  report_.step_members(names_of(r, o.votes), now_s);
   open_ = std::move(o);
   return out;
 }
