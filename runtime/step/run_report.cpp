@@ -172,19 +172,30 @@ double run_report::ettr() const {
 
 nlohmann::json cost_json(const fault_cost& c, double at_s) {
   nlohmann::json j;
-  // Consecutive gaps over the stamps in the order things happen; a stamp before the latest
-  // one so far counts 0 (a respawn may register before the survivors' rerun commits).
-  const std::pair<const char*, double> stamps[] = {
-      {"detect_ms", c.removed_s}, {"rerun_ms", c.recovered_s}, {"respawn_ms", c.registered_s},
-      {"load_ms", c.ready_s},     {"admit_ms", c.entered_s},   {"enter_ms", c.whole_s}};
+  // Each part is the time from the stamp before it, in time order: with elastic.min_workers
+  // at the world the survivors wait for the respawn and the first commit after the fault is
+  // its entry (recovered == whole: that step counts as entering, not as a rerun), and a
+  // respawn may register before the survivors' rerun commits. Either way the parts sum to
+  // whole_ms.
+  struct stamp {
+    const char* part;
+    double t;
+    int order;  ///< among equal times; recovered after whole
+  };
+  std::vector<stamp> v = {{"detect_ms", c.removed_s, 0},     {"rerun_ms", c.recovered_s, 6},
+                          {"respawn_ms", c.registered_s, 1}, {"load_ms", c.ready_s, 2},
+                          {"admit_ms", c.entered_s, 3},      {"enter_ms", c.whole_s, 4}};
+  std::stable_sort(v.begin(), v.end(), [](const stamp& x, const stamp& y) {
+    return std::make_pair(x.t, x.order) < std::make_pair(y.t, y.order);
+  });
   double last = at_s;
-  for (const auto& [name, t] : stamps) {
-    if (t < 0) {
-      j[name] = nullptr;
+  for (const stamp& x : v) {
+    if (x.t < 0) {
+      j[x.part] = nullptr;
       continue;
     }
-    j[name] = 1e3 * std::max(0.0, t - last);
-    last = std::max(last, t);
+    j[x.part] = 1e3 * std::max(0.0, x.t - last);
+    last = std::max(last, x.t);
   }
   j["whole_ms"] = c.whole_s >= 0 ? nlohmann::json(1e3 * (c.whole_s - at_s)) : nlohmann::json();
   // The group's steps at its reduced size: from its first commit without the victim to the

@@ -24,9 +24,9 @@ namespace mb = net::membership;
 
 /// Where a fault's time went (kill, hang, partition): the coordinator's stamps from the
 /// fault's order to the first committed step with the victim's replacement (a respawn under
-/// the same name) voting in it. -1: not (yet) reached. Parts are the gaps between
-/// consecutive stamps (a stamp earlier than the one before it counts 0: a respawn can
-/// register before the survivors' rerun commits), so they sum to whole_ms.
+/// the same name) voting in it. -1: not (yet) reached. Each part is the time from the
+/// stamp before it in time order (a respawn can register before the survivors' rerun
+/// commits), so the parts sum to whole_ms.
 struct fault_cost {
   double removed_s = -1;     ///< the roster without the victim (detection)
   double recovered_s = -1;   ///< the first commit after the fault (recover_ms)
@@ -57,9 +57,9 @@ struct job_event {
   fault_cost cost;            ///< kill, hang, partition: where its time went
 };
 
-/// COST's parts in ms, in the order they happen (detect, rerun, respawn, load, admit,
-/// enter), with whole_ms (order -> whole) and what else is known; null for a part not
-/// reached. AT_S: the fault's order.
+/// COST's parts in ms (detect, rerun, respawn, load, admit, enter: each from the stamp
+/// before it in time order), with whole_ms (order -> whole) and what else is known; null for a part
+/// not reached. AT_S: the fault's order.
 nlohmann::json cost_json(const fault_cost& cost, double at_s);
 
 /// Where in the run something happened: the job's next step and the roster's generation.

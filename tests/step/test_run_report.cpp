@@ -208,7 +208,7 @@ TEST_CASE("a kill's cost: each part from the coordinator's stamps, summing to or
   CHECK(rep.summary(2.0)["ettr"].get<double>() == doctest::Approx(0.598 / 1.68));
 }
 
-TEST_CASE("a kill's cost: a stamp before the one before it counts 0, the parts still sum") {
+TEST_CASE("a kill's cost: stamps out of the usual order still split the total") {
   // The respawn registered (10.03) before the survivors' rerun committed (10.05).
   fault_cost f;
   f.removed_s = 10.01;
@@ -218,12 +218,21 @@ TEST_CASE("a kill's cost: a stamp before the one before it counts 0, the parts s
   f.entered_s = 10.45;
   f.whole_s = 10.5;
   const nlohmann::json c = cost_json(f, 10.0);
-  CHECK(c["respawn_ms"].get<double>() == doctest::Approx(0.0));
-  CHECK(c["load_ms"].get<double>() == doctest::Approx(350.0));  // from the rerun's commit
+  CHECK(c["respawn_ms"].get<double>() == doctest::Approx(20.0));  // from the detection
+  CHECK(c["rerun_ms"].get<double>() == doctest::Approx(20.0));    // from the registration
+  CHECK(c["load_ms"].get<double>() == doctest::Approx(350.0));    // from the rerun's commit
   double sum = 0;
   for (const char* k : {"detect_ms", "rerun_ms", "respawn_ms", "load_ms", "admit_ms", "enter_ms"})
     sum += c[k].get<double>();
   CHECK(sum == doctest::Approx(c["whole_ms"].get<double>()));
+  // The survivors waited for the respawn: the first commit is its entry, counted as such.
+  fault_cost w = f;
+  w.registered_s = 10.1;
+  w.recovered_s = w.whole_s;
+  const nlohmann::json cw = cost_json(w, 10.0);
+  CHECK(cw["rerun_ms"].get<double>() == doctest::Approx(0.0));
+  CHECK(cw["enter_ms"].get<double>() == doctest::Approx(50.0));
+  CHECK(cw["respawn_ms"].get<double>() == doctest::Approx(90.0));
   // Not reached yet: null parts, no total.
   const nlohmann::json open = cost_json(fault_cost{}, 10.0);
   CHECK(open["detect_ms"].is_null());
