@@ -191,7 +191,7 @@ job_actions training_job::try_open(const mb::roster& r, double now_s) {
   for (const auto& m : r.members) {
     if (m.state == mb::member_state::alive && ready_.count(m.id) != 0) ++ready;
   }
-  // Joiners still loading the job do not hold the group up (docs/membership.md, "Joining").
+  // Joiners still loading the job do not hold the group up (docs/data_parallel.md, "A join").
   const std::optional<mb::roster> without =
       static_cast<int>(r.members.size()) != ready ? stepping_without_joiners(r) : std::nullopt;
   if (without) return open_step_on(r, *without, now_s);

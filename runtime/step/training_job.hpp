@@ -31,7 +31,10 @@
 //
 //   The guard (try_open: run by on_ready, on_generation, on_heartbeat, on_drain, on_tick
 //   and after a commit that leaves no step open): every member alive and ready
-//   (worker_ready), at least elastic.min_workers of them, none leaving.
+//   (worker_ready), at least elastic.min_workers of them, none leaving. Joiners still
+//   loading (not ready) do not fail it when the others are exactly the last step's members
+//   (same ranks, at least min_workers): T1 then opens for those, in the last step's
+//   generation, over their links (stepping_without_joiners).
 //
 //   T1  waiting  guard holds                  → open     step_open(g, s) to every member
 //                                                        (donor: the first rank at s when
