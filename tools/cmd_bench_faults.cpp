@@ -97,7 +97,12 @@ spread spread_of(std::vector<double> v) {
 int run_bench(faults_bench_options o) {
   // Both the config and the schedule are checked before any run starts (exit 2).
   const config c = load_config(o.config_path, o.overrides);
-  (void)job_faults(c, o.faults);
+  try {
+    (void)job_faults(c, o.faults);
+  } catch (const usage_error& e) {
+    throw usage_error(std::string("bench faults --faults (each faulty launch's --inject): ") +
+                      e.what());
+  }
   bool temp = false;
   if (o.out.empty()) {
     o.out = proc::private_run_dir("cohort-bench-faults");
