@@ -16,17 +16,17 @@
 #include <vector>
 
 #include "actors/coordinator.hpp"
-#include "runtime/ha/ha_candidate.hpp"
-#include "runtime/step/job_telemetry.hpp"
-#include "runtime/core/process.hpp"
 #include "runtime/ckpt/checkpoint.hpp"
 #include "runtime/core/atomic_file.hpp"
 #include "runtime/core/config.hpp"
 #include "runtime/core/error.hpp"
 #include "runtime/core/faults.hpp"
 #include "runtime/core/paths.hpp"
+#include "runtime/core/process.hpp"
 #include "runtime/core/trace.hpp"
+#include "runtime/ha/ha_candidate.hpp"
 #include "runtime/obs/metrics_server.hpp"
+#include "runtime/step/job_telemetry.hpp"
 #include "runtime/train/resume_plan.hpp"
 #include "tools/commands.hpp"
 #include "tools/coordinator_ha.hpp"
@@ -48,6 +48,7 @@ void print_job_result(const nlohmann::json& j, bool lm) {
               lm ? "tokens/s" : "samples/s", j.value("dp", 0), j.value("aborted_steps", 0));
   if (j.contains("checkpoint"))
     std::printf(" | checkpoint %s", j["checkpoint"].get<std::string>().c_str());
+  if (j.contains("ettr")) std::printf(" | ETTR %.3f", j["ettr"].get<double>());
   std::printf("\n");
   std::printf("%-12s %6s %10s %12s %10s %10s %8s %12s\n", "worker", "steps", "compute_s",
               "comm_wait_s", "setup_s", "idle_s", "overlap", "MB_sent");
@@ -80,6 +81,17 @@ void print_job_result(const nlohmann::json& j, bool lm) {
                   e["worker"].get<std::string>().c_str(), e["step"].get<long long>(),
                   e["generation"].get<unsigned long long>(), ms(e, "detect_ms").c_str(),
                   ms(e, "recover_ms").c_str(), detail.c_str());
+      // A fault's cost, part by part, up to the first commit with its replacement.
+      if (e.contains("cost") && e["cost"].is_object() && e["cost"]["whole_ms"].is_number()) {
+        const auto& c = e["cost"];
+        std::printf(
+            "%-9s whole %s ms = detect %s + rerun %s + respawn %s + load %s + admit %s + "
+            "enter %s (transfer %s); stalled %s, reduced %s, lost %s, aborted %d\n",
+            "", ms(c, "whole_ms").c_str(), ms(c, "detect_ms").c_str(), ms(c, "rerun_ms").c_str(),
+            ms(c, "respawn_ms").c_str(), ms(c, "load_ms").c_str(), ms(c, "admit_ms").c_str(),
+            ms(c, "enter_ms").c_str(), ms(c, "transfer_ms").c_str(), ms(c, "stalled_ms").c_str(),
+            ms(c, "reduced_ms").c_str(), ms(c, "lost_ms").c_str(), c.value("aborted_steps", 0));
+      }
     }
   }
   if (j.contains("pipeline")) {
@@ -129,8 +141,8 @@ void add_coordinator(CLI::App& app, int* rc) {
     std::string keys;
     bool insecure = false;
     std::vector<std::string> ha_etcd;  // etcd client URLs (launch passes its local etcd)
-    std::string ha_name;  // the run's name in etcd
-    std::string ha_tls;   // folder with etcd's CA and our client certificate (https etcd)
+    std::string ha_name;               // the run's name in etcd
+    std::string ha_tls;         // folder with etcd's CA and our client certificate (https etcd)
     std::string ha_record_key;  // the run's record key (runs without --keys)
   };
   auto opt = std::make_shared<options>();
@@ -329,8 +341,7 @@ void add_coordinator(CLI::App& app, int* rc) {
                        : std::string()));
         if (a.committed && cand) ha_first_commit(*cand, a, failover_from_ns);
         // Events (faults, joins, their detection and recovery) outlive this leader.
-        if (cand && (!a.notes.empty() || (a.committed && a.step % 100 == 0)))
-          ha_events(*cand, job);
+        if (cand && (!a.notes.empty() || (a.committed && a.step % 100 == 0))) ha_events(*cand, job);
         if (!a.failed.empty()) failure = a.failed;
         if (!a.finished) return;
         progress->finish();

@@ -81,7 +81,9 @@ void print_job_figures(const nlohmann::json& j) {
     std::printf("rate: %.2f steps/s, %.0f samples/s (last 20 steps)", j.value("steps_per_s", 0.0),
                 j.value("samples_per_s", 0.0));
   if (j.contains("loss")) std::printf(" | loss %.4f", j.value("loss", 0.0));
-  if (j.contains("steps_per_s") || j.contains("loss")) std::printf("\n");
+  // Committed steps' time over the time since the first step opened (run_report::ettr).
+  if (j.contains("ettr")) std::printf(" | ETTR %.3f", j.value("ettr", 0.0));
+  if (j.contains("steps_per_s") || j.contains("loss") || j.contains("ettr")) std::printf("\n");
   if (j.contains("split_ms") && j["split_ms"].is_object()) {
     const auto& x = j["split_ms"];
     std::printf(

@@ -27,7 +27,8 @@ int main(int argc, char** argv) {
   cohort::cli::add_launch(app, &rc);
   cohort::cli::add_keygen(app, &rc);
   cohort::cli::add_plot(app, &rc);
-  auto* bench = app.add_subcommand("bench", "Benchmarks, each against a reference measured in the same run");
+  auto* bench =
+      app.add_subcommand("bench", "Benchmarks, each against a reference measured in the same run");
   bench->require_subcommand(1);
   cohort::cli::add_bench_control(*bench, &rc);
   cohort::cli::add_bench_train(*bench, &rc);
@@ -35,6 +36,7 @@ int main(int argc, char** argv) {
   cohort::cli::add_bench_p2p(*bench, &rc);
   cohort::cli::add_bench_dp(*bench, &rc);
   cohort::cli::add_bench_trace(*bench, &rc);
+  cohort::cli::add_bench_faults(*bench, &rc);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

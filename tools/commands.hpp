@@ -32,6 +32,8 @@ void add_bench_p2p(CLI::App& bench, int* rc);
 void add_bench_dp(CLI::App& bench, int* rc);
 /// `cohort bench trace`: nanoseconds per trace span on each leg (tools/bench_trace.sh).
 void add_bench_trace(CLI::App& bench, int* rc);
+/// `cohort bench faults`: ETTR of a fault schedule, fault-free and faulty launches alternating.
+void add_bench_faults(CLI::App& bench, int* rc);
 
 /// Adds the shared `--keys DIR` option (default $COHORT_KEYS); WHAT says what it is for.
 CLI::Option* add_keys_option(CLI::App& cmd, std::string* dir, const std::string& what);

@@ -72,6 +72,9 @@ void job_telemetry::declare_metrics() {
   m.gauge("cohort_pool_bytes", "The most bytes a worker's memory pool has held so far.");
   m.counter("cohort_bytes_sent_total", "Bytes a worker's data-parallel collectives sent.");
   m.gauge("cohort_loss", "Mean training loss of the last committed step.");
+  m.gauge("cohort_ettr",
+          "Effective training time ratio: committed steps' time over the time since the first "
+          "step opened.");
   m.gauge("cohort_eval_accuracy", "Held-out accuracy of the last evaluation (classifiers).");
   m.gauge("cohort_eval_loss", "Held-out loss of the last evaluation.");
   m.gauge("cohort_clock_error_seconds",
@@ -137,6 +140,7 @@ void job_telemetry::step_committed(const curve_point& p, double opened_s, double
   m.observe("cohort_step_seconds", {}, p.step_s);
   m.set("cohort_samples_per_second", {}, p.samples_per_s);
   m.set("cohort_loss", {}, p.loss);
+  if (p.ettr >= 0) m.set("cohort_ettr", {}, p.ettr);
 }
 
 void job_telemetry::event(const std::string& what, const job_event& e, double now_s) {

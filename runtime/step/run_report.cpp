@@ -14,6 +14,12 @@ namespace {
 
 double seconds(uint64_t us) { return static_cast<double>(us) * 1e-6; }
 
+// A fault whose cost is still being counted: ordered, and its victim's replacement has not
+// yet committed a step.
+bool costing(const job_event& e) {
+  return (e.kind == "kill" || e.kind == "hang" || e.kind == "partition") && e.cost.whole_s < 0;
+}
+
 }  // namespace
 
 nlohmann::json to_json(const curve_point& p) {
@@ -65,6 +71,7 @@ void run_report::roster_seen(const mb::roster& r, const job_moment& at, bool run
       if (e.worker == name && e.detect_ms < 0 &&
           (e.kind == "kill" || e.kind == "hang" || e.kind == "partition")) {
         e.detect_ms = 1000.0 * (at.now_s - e.at_s);
+        e.cost.removed_s = at.now_s;
         injected = true;
         if (watch_) watch_->event("detected", e, at.now_s);
         notes.push_back(e.kind + " of " + name + " detected after " +
@@ -83,6 +90,9 @@ void run_report::roster_seen(const mb::roster& r, const job_moment& at, bool run
   if (running) {
     for (const auto& [id, name] : now) {
       if (last_members_.count(id) != 0) continue;
+      for (auto& e : events_)  // a respawn under the victim's name replaces it
+        if (costing(e) && e.worker == name && e.cost.removed_s >= 0 && e.cost.registered_s < 0)
+          e.cost.registered_s = at.now_s;
       add_event("joined", name, at);
       notes.push_back(name + " joined at step " + std::to_string(at.step) + " (generation " +
                       std::to_string(r.generation) + ", " + std::to_string(r.members.size()) +
@@ -95,6 +105,10 @@ void run_report::roster_seen(const mb::roster& r, const job_moment& at, bool run
 void run_report::step_opened(int replicas, double now_s) {
   replicas_ = replicas;
   if (first_open_s_ < 0) first_open_s_ = now_s;
+  if (last_close_s_ >= 0)
+    for (auto& e : events_)
+      if (costing(e))
+        e.cost.stalled_ms += 1e3 * std::max(0.0, now_s - std::max(last_close_s_, e.at_s));
   last_open_s_ = now_s;
   last_now_s_ = std::max(last_now_s_, now_s);
   if (watch_) watch_->step_opened(replicas, now_s);
@@ -102,6 +116,7 @@ void run_report::step_opened(int replicas, double now_s) {
 
 void run_report::step_aborted() {
   ++aborted_;
+  last_close_s_ = last_now_s_;
   if (watch_) watch_->step_aborted(last_now_s_);
 }
 
@@ -121,7 +136,83 @@ void run_report::eval_seen(int64_t step, double loss, double accuracy, double no
 
 void run_report::fault_ordered(const std::string& kind, const std::string& worker,
                                const std::string& spec, const job_moment& at) {
-  add_event(kind, worker, at, spec);
+  add_event(kind, worker, at, spec).cost.aborted_at_order = aborted_;
+}
+
+void run_report::step_members(const std::set<std::string>& names, double now_s) {
+  for (auto& e : events_) {
+    fault_cost& c = e.cost;
+    if (!costing(e) || c.registered_s < 0 || c.entered_s >= 0) continue;
+    if (names.count(e.worker) != 0) c.entered_s = now_s;
+  }
+}
+
+void run_report::member_ready(const std::string& worker, double now_s) {
+  last_now_s_ = std::max(last_now_s_, now_s);
+  for (auto& e : events_) {
+    fault_cost& c = e.cost;
+    if (costing(e) && e.worker == worker && c.registered_s >= 0 && c.ready_s < 0) c.ready_s = now_s;
+  }
+}
+
+double run_report::median_step_s() const {
+  const std::size_t n = std::min<std::size_t>(curve_.size(), 256);
+  if (n == 0) return 0;
+  std::vector<double> v;
+  for (std::size_t i = curve_.size() - n; i < curve_.size(); ++i) v.push_back(curve_[i].step_s);
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(n / 2), v.end());
+  return v[n / 2];
+}
+
+double run_report::ettr() const {
+  if (curve_.empty() || first_open_s_ < 0) return -1;
+  const double span = last_now_s_ - first_open_s_;
+  return span > 0 ? std::min(1.0, step_time_s_ / span) : -1;
+}
+
+nlohmann::json cost_json(const fault_cost& c, double at_s) {
+  nlohmann::json j;
+  // Each part is the time from the stamp before it, in time order: with elastic.min_workers
+  // at the world the survivors wait for the respawn and the first commit after the fault is
+  // its entry (recovered == whole: that step counts as entering, not as a rerun), and a
+  // respawn may register before the survivors' rerun commits. Either way the parts sum to
+  // whole_ms.
+  struct stamp {
+    const char* part;
+    double t;
+    int order;  ///< among equal times; recovered after whole
+  };
+  std::vector<stamp> v = {{"detect_ms", c.removed_s, 0},     {"rerun_ms", c.recovered_s, 6},
+                          {"respawn_ms", c.registered_s, 1}, {"load_ms", c.ready_s, 2},
+                          {"admit_ms", c.entered_s, 3},      {"enter_ms", c.whole_s, 4}};
+  std::stable_sort(v.begin(), v.end(), [](const stamp& x, const stamp& y) {
+    return std::make_pair(x.t, x.order) < std::make_pair(y.t, y.order);
+  });
+  double last = at_s;
+  for (const stamp& x : v) {
+    if (x.t < 0) {
+      j[x.part] = nullptr;
+      continue;
+    }
+    j[x.part] = 1e3 * std::max(0.0, x.t - last);
+    last = std::max(last, x.t);
+  }
+  j["whole_ms"] = c.whole_s >= 0 ? nlohmann::json(1e3 * (c.whole_s - at_s)) : nlohmann::json();
+  // The group's steps at its reduced size: from its first commit without the victim to the
+  // first step with the replacement.
+  j["reduced_ms"] = c.recovered_s >= 0 && c.entered_s >= 0
+                        ? nlohmann::json(1e3 * std::max(0.0, c.entered_s - c.recovered_s))
+                        : nlohmann::json();
+  j["stalled_ms"] = c.stalled_ms;
+  j["transfer_ms"] = c.transfer_ms >= 0 ? nlohmann::json(c.transfer_ms) : nlohmann::json();
+  j["aborted_steps"] = c.aborted;
+  j["steps"] = c.steps;
+  // What the fault cost beyond the steps it let through, at the run's median step time.
+  if (c.whole_s >= 0 && c.step_ms > 0) {
+    j["step_ms"] = c.step_ms;
+    j["lost_ms"] = 1e3 * (c.whole_s - at_s) - static_cast<double>(c.steps) * c.step_ms;
+  }
+  return j;
 }
 
 void run_report::drain_asked(const std::string& worker, const job_moment& at) {
@@ -137,6 +228,9 @@ void run_report::vote_counted(const std::string& worker, const net::step_timing&
   recent_votes_.push_back(t);
   while (recent_votes_.size() > 64) recent_votes_.pop_front();
   if (t.state_bytes == 0 || t.state_us == 0) return;
+  for (auto& e : events_)
+    if (costing(e) && e.worker == worker && e.cost.entered_s >= 0 && e.cost.transfer_ms < 0)
+      e.cost.transfer_ms = static_cast<double>(t.state_us) / 1e3;
   // The joiner's view of the state it received from the donor.
   for (auto e = events_.rbegin(); e != events_.rend(); ++e) {
     if (e->kind == "joined" && e->worker == worker) {
@@ -167,16 +261,31 @@ void run_report::step_committed(int64_t steps_done, double loss, const mb::roste
   p.samples_per_s =
       span_s > 0 ? static_cast<double>((k + 1) * cfg_.train.global_batch) / span_s : 0.0;
   p.replicas = static_cast<int>(voters.size());
+  step_time_s_ += p.step_s;
+  last_now_s_ = std::max(last_now_s_, now_s);
   curve_.push_back(p);
+  curve_.back().ettr = p.ettr = ettr();
   if (watch_) watch_->step_committed(p, started_s, now_s);
   steps_done_ = steps_done;
   last_loss_ = loss;
   last_commit_s_ = now_s;
+  last_close_s_ = now_s;
   last_now_s_ = std::max(last_now_s_, now_s);
   const int members = static_cast<int>(voters.size());
   std::set<std::string> names;
   for (const mb::member_id id : voters)
     if (const mb::member* x = r.find(id)) names.insert(x->name);
+  for (auto& e : events_) {
+    if (!costing(e)) continue;
+    fault_cost& c = e.cost;
+    ++c.steps;
+    if (c.recovered_s < 0) c.recovered_s = now_s;
+    if (c.entered_s >= 0 && names.count(e.worker) != 0) {
+      c.whole_s = now_s;
+      c.aborted = aborted_ - c.aborted_at_order;
+      c.step_ms = 1e3 * median_step_s();
+    }
+  }
   for (auto& e : events_) {
     if (e.recover_ms >= 0 || e.kind == "slow") continue;
     if (e.kind == "scale" && e.target != members) continue;
@@ -224,6 +333,7 @@ nlohmann::json run_report::live() const {
     }
   }
   if (!curve_.empty()) j["loss"] = curve_.back().loss;
+  if (ettr() >= 0) j["ettr"] = ettr();
   if (!recent_votes_.empty()) {
     double compute = 0, wait = 0, idle = 0;
     for (const net::step_timing& t : recent_votes_) {
@@ -340,6 +450,8 @@ nlohmann::json run_report::events_json() const {
     if (!e.detail.empty()) x["spec"] = e.detail;
     if (e.transfer_mb_s >= 0) x["transfer_mb_s"] = e.transfer_mb_s;
     if (e.kind == "scale") x["target"] = e.target;
+    if (e.kind == "kill" || e.kind == "hang" || e.kind == "partition")
+      x["cost"] = cost_json(e.cost, e.at_s);
     x["t_s"] = first_open_s_ >= 0 ? e.at_s - first_open_s_ : 0.0;  // the curve's time base
     events.push_back(x);
   }
@@ -442,6 +554,8 @@ nlohmann::json run_report::summary(double wall_s) const {
   for (const auto& [id, rep] : reports_) peak = std::max(peak, rep.r.peak_pool_bytes);
   j["memory"] = {{"peak_pool_bytes", peak}};
   j["wall_s"] = wall_s;
+  // The committed steps' time over the span from the first open to the last commit.
+  j["ettr"] = train_s > 0 ? step_time_s_ / train_s : 0.0;
   j["model"] = cfg_.model.kind;
   j["config_hash"] = config_hash(cfg_);
   j["dp"] = replicas_;

@@ -22,6 +22,26 @@ namespace cohort::step {
 
 namespace mb = net::membership;
 
+/// Where a fault's time went (kill, hang, partition): the coordinator's stamps from the
+/// fault's order to the first committed step with the victim's replacement (a respawn under
+/// the same name) voting in it. -1: not (yet) reached. Each part is the time from the
+/// stamp before it in time order (a respawn can register before the survivors' rerun
+/// commits), so the parts sum to whole_ms.
+struct fault_cost {
+  double removed_s = -1;     ///< the roster without the victim (detection)
+  double recovered_s = -1;   ///< the first commit after the fault (recover_ms)
+  double registered_s = -1;  ///< the replacement joined the roster (respawn, registration)
+  double ready_s = -1;       ///< the replacement loaded the job (worker_ready)
+  double entered_s = -1;     ///< the first step with the replacement opened
+  double whole_s = -1;       ///< that step committed: the group is whole again
+  int aborted_at_order = 0;  ///< the run's aborted steps when the fault was ordered
+  int aborted = 0;           ///< steps aborted between the order and whole_s
+  int64_t steps = 0;         ///< steps committed between the order and whole_s
+  double stalled_ms = 0;     ///< time with no step open (from a commit or abort to the next open)
+  double transfer_ms = -1;   ///< the replacement's state transfer (inside the entering step)
+  double step_ms = -1;       ///< the run's median committed step time when whole
+};
+
 /// One line of the run's event table: an injected fault or a membership change.
 struct job_event {
   std::string kind;    ///< kill, hang, slow, partition, departed, joined, drained, scale
@@ -34,7 +54,13 @@ struct job_event {
   std::string detail;
   double transfer_mb_s = -1;  ///< joined: state received from the donor, MB/s (-1: none)
   int target = 0;             ///< scale: the member count asked for
+  fault_cost cost;            ///< kill, hang, partition: where its time went
 };
+
+/// COST's parts in ms (detect, rerun, respawn, load, admit, enter: each from the stamp
+/// before it in time order), with whole_ms (order -> whole) and what else is known; null for a part
+/// not reached. AT_S: the fault's order.
+nlohmann::json cost_json(const fault_cost& cost, double at_s);
 
 /// Where in the run something happened: the job's next step and the roster's generation.
 struct job_moment {
@@ -51,6 +77,7 @@ struct curve_point {
   double step_s = 0;         ///< since the step opened (or the previous commit, in a commit window)
   double samples_per_s = 0;  ///< over the last (up to) 10 steps
   int replicas = 0;
+  double ettr = -1;  ///< the run's ETTR after this commit (run_report::ettr; not in to_json)
 };
 
 /// A curve point as the summary's "curve" holds it (`cohort plot` reads these keys); `cohort
@@ -100,6 +127,10 @@ class run_report {
                    const std::set<mb::member_id>& drained, std::vector<std::string>& notes);
   /// A step opened with REPLICAS data-parallel replicas.
   void step_opened(int replicas, double now_s);
+  /// The step just opened runs with the workers NAMES (a replacement's entry).
+  void step_members(const std::set<std::string>& names, double now_s);
+  /// WORKER loaded the job and is ready to step (worker_ready).
+  void member_ready(const std::string& worker, double now_s);
   /// The open step aborted.
   void step_aborted();
   /// Fault KIND (kill, hang, slow, partition) ordered to WORKER on its first step, as SPEC.
@@ -142,9 +173,12 @@ class run_report {
   /// The run as JSON: cohort train's summary keys plus per-worker time split, bytes,
   /// overlap, the DP size and the number of aborted steps. Valid once every report is in.
   nlohmann::json summary(double wall_s) const;
-  /// The run as `cohort ctl status` shows it now: steps and samples per second over the
-  /// last steps, the mean split of a worker's step (compute, comm wait, idle) over the last
-  /// votes, and the last few events.
+  /// Effective training time ratio so far: the committed steps' time over the time since
+  /// the first step opened (-1 before the first commit).
+  double ettr() const;
+  /// The run as `cohort ctl status` shows it now: the running ETTR, steps and samples per second
+  /// over the last steps, the mean split of a worker's step (compute, comm wait, idle) over the
+  /// last votes, and the last few events.
   nlohmann::json live() const;
   /// pp * tp > 1: per stage compute, bubble and activation memory, with the theoretical
   /// bubble (P-1)/(M+P-1) beside the measured one.
@@ -157,6 +191,8 @@ class run_report {
     net::train_report r;
   };
 
+  /// The median step_s of the last (up to) 256 committed steps (0: none).
+  double median_step_s() const;
   job_event& add_event(const std::string& kind, const std::string& worker, const job_moment& at,
                        const std::string& detail = {}, double detect_ms = -1, int target = 0);
 
@@ -171,7 +207,9 @@ class run_report {
   double first_open_s_ = -1;
   double last_open_s_ = -1;
   double last_commit_s_ = 0;
-  double last_now_s_ = 0;  ///< the latest time any call carried (for those that carry none)
+  double last_now_s_ = 0;     ///< the latest time any call carried (for those that carry none)
+  double step_time_s_ = 0;    ///< the committed steps' step_s, summed (ettr())
+  double last_close_s_ = -1;  ///< the last commit or abort (a fault's stalled_ms counts from it)
   std::vector<curve_point> curve_;
   std::deque<net::step_timing> recent_votes_;  ///< the last votes' timing (live())
   std::vector<eval_point> evals_;

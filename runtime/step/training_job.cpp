@@ -12,6 +12,14 @@ namespace cohort::step {
 
 namespace {
 
+// The names of the members a step runs with (its votes' keys).
+std::set<std::string> names_of(const mb::roster& r, const std::map<mb::member_id, bool>& votes) {
+  std::set<std::string> out;
+  for (const auto& [id, ok] : votes)
+    if (const mb::member* m = r.find(id)) out.insert(m->name);
+  return out;
+}
+
 std::string who(const mb::member& m) { return m.name + " (member " + std::to_string(m.id) + ")"; }
 
 // Appends what a nested decision (try_open) concluded to OUT.
@@ -61,6 +69,7 @@ std::optional<std::pair<uint64_t, int64_t>> training_job::open_step() const {
 void training_job::abort_open(const mb::roster& r, const std::string& why, job_actions& out) {
   if (!open_) return;
   report_.step_aborted();
+  stepped_.generation = 0;  // the links of an aborted step are gone: the next step rebuilds
   if (open_->restore >= 0) rollback_ = true;  // not every member may have loaded it yet
   const net::step_result res{open_->generation, open_->step, false, 0.0, why};
   for (const auto& [id, ok] : open_->votes) {
@@ -135,7 +144,9 @@ job_actions training_job::on_generation(const mb::roster& r, double now_s) {
 }
 
 job_actions training_job::on_ready(const mb::roster& r, const net::worker_ready& w, double now_s) {
-  if (finished_ || r.find(w.member_id) == nullptr) return {};
+  const mb::member* m = finished_ ? nullptr : r.find(w.member_id);
+  if (m == nullptr) return {};
+  if (ready_.count(w.member_id) == 0) report_.member_ready(m->name, now_s);
   ready_[w.member_id] = w.next_step;
   return try_open(r, now_s);
 }
@@ -171,6 +182,7 @@ job_actions training_job::try_open(const mb::roster& r, double now_s) {
     o.sent_s = now_s;
     if (first_open_s_ < 0) first_open_s_ = now_s;
     report_.step_opened(replicas_, now_s);
+    report_.step_members(names_of(r, o.votes), now_s);
     open_ = std::move(o);
     return out;
   }
@@ -179,6 +191,10 @@ job_actions training_job::try_open(const mb::roster& r, double now_s) {
   for (const auto& m : r.members) {
     if (m.state == mb::member_state::alive && ready_.count(m.id) != 0) ++ready;
   }
+  // Joiners still loading the job do not hold the group up (docs/data_parallel.md, "A join").
+  const std::optional<mb::roster> without =
+      static_cast<int>(r.members.size()) != ready ? stepping_without_joiners(r) : std::nullopt;
+  if (without) return open_step_on(r, *without, now_s);
   if (ready < expected || static_cast<int>(r.members.size()) != ready) {
     if (!waiting_.noted && next_step_ > start_step_ && !resync_) {
       out.notes.push_back(ready < expected
@@ -269,12 +285,66 @@ job_actions training_job::try_open(const mb::roster& r, double now_s) {
     out.sends.push_back({m.id, o.sent[m.id]});
     ready_[m.id] = next_step_;  // after the transfer every member holds this step's state
   }
+  stepped_.generation = r.generation;
+  stepped_.ranks.clear();
+  for (const auto& m : r.members) stepped_.ranks[m.id] = m.rank;
   if (donor >= 0) {
     out.notes.push_back("step " + std::to_string(next_step_) + ": state sent from rank " +
                         std::to_string(donor) + " to the members behind it");
   }
   if (first_open_s_ < 0) first_open_s_ = now_s;
   report_.step_opened(replicas_, now_s);
+  report_.step_members(names_of(r, o.votes), now_s);
+  open_ = std::move(o);
+  return out;
+}
+
+std::optional<mb::roster> training_job::stepping_without_joiners(const mb::roster& r) const {
+  if (seat_size_ != 1 || resync_ || rollback_ || stepped_.generation == 0 ||
+      static_cast<int>(stepped_.ranks.size()) < min_workers())
+    return std::nullopt;
+  mb::roster s = r;
+  s.generation = stepped_.generation;
+  s.members.clear();
+  for (const auto& m : r.members) {
+    const auto it = stepped_.ranks.find(m.id);
+    const auto at = ready_.find(m.id);
+    if (it == stepped_.ranks.end()) {
+      if (at != ready_.end()) return std::nullopt;  // a ready joiner: it enters now
+      continue;
+    }
+    // The last step's members, each on its rank and at the job's step, or no step at all.
+    if (m.rank != it->second || m.state != mb::member_state::alive || at == ready_.end() ||
+        at->second != next_step_)
+      return std::nullopt;
+    s.members.push_back(m);
+  }
+  if (s.members.size() != stepped_.ranks.size()) return std::nullopt;  // one of them is gone
+  return s;
+}
+
+job_actions training_job::open_step_on(const mb::roster& r, const mb::roster& s, double now_s) {
+  // Over the last step's links (its generation and ranks): no rebuild, no donor, and the
+  // faults due pick their victims among those stepping.
+  job_actions out;
+  waiting_.noted = false;
+  waiting_.paused_since_s = -1;
+  track_membership(r, now_s, out);
+  faults_.inject_due(s, next_step_, now_s, out, report_);
+  open_state o;
+  o.generation = s.generation;
+  o.step = next_step_;
+  for (const auto& m : s.members) o.votes[m.id] = false;
+  replicas_ = static_cast<int>(s.members.size());
+  o.sent_s = now_s;
+  o.through = window_end();
+  for (const auto& m : s.members) {
+    o.sent[m.id] = net::step_open{s.generation, next_step_, replicas_, -1, m.rank};
+    o.sent[m.id].through = o.through;
+    out.sends.push_back({m.id, o.sent[m.id]});
+  }
+  report_.step_opened(replicas_, now_s);
+  report_.step_members(names_of(s, o.votes), now_s);
   open_ = std::move(o);
   return out;
 }

@@ -31,7 +31,10 @@
 //
 //   The guard (try_open: run by on_ready, on_generation, on_heartbeat, on_drain, on_tick
 //   and after a commit that leaves no step open): every member alive and ready
-//   (worker_ready), at least elastic.min_workers of them, none leaving.
+//   (worker_ready), at least elastic.min_workers of them, none leaving. Joiners still
+//   loading (not ready) do not fail it when the others are exactly the last step's members
+//   (same ranks, at least min_workers): T1 then opens for those, in the last step's
+//   generation, over their links (stepping_without_joiners).
 //
 //   T1  waiting  guard holds                  → open     step_open(g, s) to every member
 //                                                        (donor: the first rank at s when
@@ -250,6 +253,18 @@ class training_job {
   int64_t start_step_ = 0;
   int64_t units_per_sample_ = 1;            ///< tokens per sample for a language model, else 1
   std::map<mb::member_id, int64_t> ready_;  ///< member -> first step its state lacks
+  /// The generation and ranks (member -> rank) the last step (pp = tp = 1) opened with:
+  /// while joiners load the job, the group goes on with them (stepping_without_joiners).
+  struct stepped_with {
+    uint64_t generation = 0;
+    std::map<mb::member_id, int> ranks;
+  } stepped_;
+  /// R, less its members still loading the job, at the last step's generation: when R is
+  /// the last step's members (same ranks, each ready) plus joiners not yet ready, the group
+  /// steps on over its links and the joiners enter at the first boundary once ready.
+  std::optional<mb::roster> stepping_without_joiners(const mb::roster& r) const;
+  /// Opens the next step on S (stepping_without_joiners of the roster R).
+  job_actions open_step_on(const mb::roster& r, const mb::roster& s, double now_s);
   /// A commit window was aborted: its members stand at different steps. The next step
   /// opens once each has said where (worker_ready), at the newest of them.
   bool resync_ = false;

@@ -26,10 +26,10 @@ nlohmann::json launch_summary(const temp_dir& dir, const std::string& cfg, int w
                               std::string* log = nullptr, const std::string& transport = "auto") {
   const std::string tag = "launch" + std::to_string(workers) + transport;
   const std::string out = dir.path() + "/" + tag + ".json";
-  child_process launch({"launch", cfg, "-q", "--summary", out, "--set",
-                        "cluster.workers=" + std::to_string(workers), "--set",
-                        "comm.transport=" + transport},
-                       dir.path(), tag);
+  child_process launch(
+      {"launch", cfg, "-q", "--summary", out, "--set", "cluster.workers=" + std::to_string(workers),
+       "--set", "comm.transport=" + transport},
+      dir.path(), tag);
   const auto code = launch.wait_exit(milliseconds(120000));
   if (log != nullptr) *log = launch.out() + launch.err();
   REQUIRE_MESSAGE(code.has_value(), "launch did not finish: " << launch.err());
@@ -48,37 +48,37 @@ TEST_CASE(
   const std::string hash = ref["params_sha256"];
   REQUIRE(hash.size() == 64);
   for (const std::string transport : {"gloo", "shm"})
-  for (int n : {1, 2, 4}) {
-    CAPTURE(n);
-    CAPTURE(transport);
-    const nlohmann::json s = launch_summary(dir, cfg, n, nullptr, transport);
-    REQUIRE(s.is_object());
-    CHECK(s["params_sha256"] == hash);
-    CHECK(s["params_consistent"] == true);
-    CHECK(s["dp"] == n);
-    CHECK(s["steps_completed"] == 6);
-    CHECK(s["workers"].size() == static_cast<size_t>(n));
-    // Same parameters, same held-out evaluation.
-    CHECK(s["eval"]["accuracy"] == ref["eval"]["accuracy"]);
-    CHECK(s["final_loss"].get<double>() == doctest::Approx(ref["final_loss"].get<double>()));
-    for (const auto& w : s["workers"]) {
-      CHECK(w["steps"] == 6);
-      // Counted by the communicator where it hands each transfer to its transport. Gloo: the
-      // ring allreduce's closed form, 2(n-1)/n of 6 steps of int64 gradients (25,450
-      // parameters), out and in, within Gloo's segment rounding. Shared memory: each rank
-      // copies its gradients into the segment once and the sums out once.
-      const double expect = transport == "gloo" ? 6.0 * 2.0 * (n - 1) / n * 25450 * 8
-                                                : 6.0 * 25450 * 8;
-      if (n == 1) {
-        CHECK(w["bytes_sent"] == 0);
-        CHECK(w["bytes_received"] == 0);
-        CHECK(w["overlap"] == 0.0);  // no collective ran: nothing was hidden
-      } else {
-        CHECK(w["bytes_sent"].get<double>() == doctest::Approx(expect).epsilon(0.05));
-        CHECK(w["bytes_received"].get<double>() == doctest::Approx(expect).epsilon(0.05));
+    for (int n : {1, 2, 4}) {
+      CAPTURE(n);
+      CAPTURE(transport);
+      const nlohmann::json s = launch_summary(dir, cfg, n, nullptr, transport);
+      REQUIRE(s.is_object());
+      CHECK(s["params_sha256"] == hash);
+      CHECK(s["params_consistent"] == true);
+      CHECK(s["dp"] == n);
+      CHECK(s["steps_completed"] == 6);
+      CHECK(s["workers"].size() == static_cast<size_t>(n));
+      // Same parameters, same held-out evaluation.
+      CHECK(s["eval"]["accuracy"] == ref["eval"]["accuracy"]);
+      CHECK(s["final_loss"].get<double>() == doctest::Approx(ref["final_loss"].get<double>()));
+      for (const auto& w : s["workers"]) {
+        CHECK(w["steps"] == 6);
+        // Counted by the communicator where it hands each transfer to its transport. Gloo: the
+        // ring allreduce's closed form, 2(n-1)/n of 6 steps of int64 gradients (25,450
+        // parameters), out and in, within Gloo's segment rounding. Shared memory: each rank
+        // copies its gradients into the segment once and the sums out once.
+        const double expect =
+            transport == "gloo" ? 6.0 * 2.0 * (n - 1) / n * 25450 * 8 : 6.0 * 25450 * 8;
+        if (n == 1) {
+          CHECK(w["bytes_sent"] == 0);
+          CHECK(w["bytes_received"] == 0);
+          CHECK(w["overlap"] == 0.0);  // no collective ran: nothing was hidden
+        } else {
+          CHECK(w["bytes_sent"].get<double>() == doctest::Approx(expect).epsilon(0.05));
+          CHECK(w["bytes_received"].get<double>() == doctest::Approx(expect).epsilon(0.05));
+        }
       }
     }
-  }
 }
 
 TEST_CASE("overlap is measured: small buckets run inside backward, one bucket cannot") {
@@ -301,6 +301,56 @@ TEST_CASE("a launch killed outright resumes from its checkpoint with another wor
   int rc = -1;
   run_capture("launch " + cfg + " --resume", &rc);
   CHECK(rc == 2);
+}
+
+TEST_CASE("a killed worker's cost: every part present, the parts summing to kill -> whole") {
+  temp_dir dir;
+  const int steps = 300;
+  const std::string cfg = dir.write("cfg.yaml", small_yaml(dir.path(), "bitwise", steps));
+  const std::string hash = train_summary(dir, cfg)["params_sha256"];
+  const std::string out = dir.path() + "/cost.json";
+  // min_workers is the world (3): the two survivors wait for the respawn to load the job,
+  // so it enters before the end whatever the machine's speed, and every part is reached.
+  child_process launch({"launch", cfg, "-q", "--summary", out, "--set", "cluster.workers=3",
+                        "--inject", "kill rank=1 at step=40"},
+                       dir.path(), "launch-cost");
+  const auto code = launch.wait_exit(milliseconds(180000));
+  REQUIRE_MESSAGE(code.has_value(), "launch did not finish: " << launch.err());
+  CHECK_MESSAGE(*code == 0, launch.out() << launch.err());
+  const nlohmann::json s = read_json(out);
+  REQUIRE(s.is_object());
+  CHECK(s["params_sha256"] == hash);
+  CHECK(s["dp"] == 3);  // the respawn is back
+  REQUIRE(s["ettr"].is_number());
+  CHECK(s["ettr"].get<double>() > 0.0);
+  CHECK(s["ettr"].get<double>() <= 1.0);
+  int kills = 0;
+  for (const auto& e : s["events"]) {
+    if (e["kind"] != "kill") continue;
+    ++kills;
+    CAPTURE(e.dump());
+    const nlohmann::json& c = e["cost"];
+    double sum = 0;
+    for (const char* k :
+         {"detect_ms", "rerun_ms", "respawn_ms", "load_ms", "admit_ms", "enter_ms"}) {
+      REQUIRE_MESSAGE(c[k].is_number(), k << " missing");
+      CHECK(c[k].get<double>() >= 0.0);
+      sum += c[k].get<double>();
+    }
+    // The parts are gaps between the coordinator's stamps: they sum to the total up to the
+    // doubles' rounding (1 microsecond allowed).
+    REQUIRE(c["whole_ms"].is_number());
+    CHECK(std::abs(sum - c["whole_ms"].get<double>()) <= 1e-3);
+    // recover_ms (kill -> the next commit) lies within it; here that commit is the
+    // respawn's entry, the survivors having waited for it.
+    CHECK(std::abs(e["recover_ms"].get<double>() - c["whole_ms"].get<double>()) <= 1e-3);
+    CHECK(c["aborted_steps"].get<int>() >= 1);  // the step the kill broke
+    CHECK(c["steps"].get<int>() == 1);          // the respawn's first step
+    CHECK(c["transfer_ms"].is_number());        // its state came from a live peer
+    CHECK(c["stalled_ms"].is_number());
+    CHECK(c["reduced_ms"].is_number());
+  }
+  CHECK(kills == 1);
 }
 
 TEST_CASE("with elastic.min_workers below the world the survivors go on without the dead worker") {

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/step/run_report.hpp"
 #include "runtime/core/config.hpp"
+#include "runtime/step/run_report.hpp"
 
 using namespace cohort;
 using namespace cohort::step;
@@ -146,4 +146,95 @@ TEST_CASE("run report: a watch sees the fault, its detection, then its recovery,
   rep.scale_asked(3, "scale to=3", {6, 2, 11.0});
   CHECK(w->seen.back() == "scale scale  (scale to=3)");
   CHECK(rep.events().back().target == 3);
+}
+
+TEST_CASE("a kill's cost: each part from the coordinator's stamps, summing to order -> whole") {
+  run_report rep(report_config(), 0);
+  std::vector<std::string> notes;
+  const std::set<mb::member_id> none;
+  const mb::roster r1 = roster_of(1, {1, 2, 3});
+  rep.roster_seen(r1, {0, 1, 9.0}, false, none, notes);
+  rep.step_opened(3, 9.0);
+  rep.step_committed(1, 1.0, r1, {1, 2, 3}, 9.1, notes);
+  rep.step_opened(3, 10.0);
+  rep.fault_ordered("kill", "w2", "kill worker=w2 at step=1", {1, 1, 10.0});
+  rep.step_aborted();  // at 10.0, the latest time seen
+  const mb::roster r2 = roster_of(2, {1, 3});
+  rep.roster_seen(r2, {1, 2, 10.010}, true, none, notes);  // detected: 10 ms
+  rep.step_opened(2, 10.012);
+  rep.step_members({"w1", "w3"}, 10.012);
+  rep.step_committed(2, 1.0, r2, {1, 3}, 10.050, notes);  // rerun: 40 ms
+  rep.step_opened(2, 10.050);
+  rep.step_committed(3, 1.0, r2, {1, 3}, 10.100, notes);
+  mb::roster r3 = roster_of(3, {1, 3, 4});
+  r3.members[2].name = "w2";                               // the respawn, under the victim's name
+  rep.roster_seen(r3, {3, 3, 10.200}, true, none, notes);  // registered: 150 ms
+  rep.step_opened(2, 10.210);
+  rep.step_committed(4, 1.0, r3, {1, 3}, 10.260, notes);
+  rep.step_opened(2, 10.300);
+  rep.member_ready("w2", 10.600);  // loaded the job: 400 ms
+  rep.step_committed(5, 1.0, r3, {1, 3}, 10.620, notes);
+  rep.step_opened(3, 10.640);
+  rep.step_members({"w1", "w2", "w3"}, 10.640);  // entered: 40 ms after ready
+  net::step_timing t;
+  t.state_bytes = 1'000'000;
+  t.state_us = 5'000;
+  rep.vote_counted("w2", t);
+  rep.step_committed(6, 1.0, r3, {1, 3, 4}, 10.680, notes);  // whole: 40 ms after entering
+
+  const nlohmann::json ev = rep.events_json();
+  REQUIRE(ev[0]["kind"] == "kill");
+  const nlohmann::json& c = ev[0]["cost"];
+  CHECK(c["detect_ms"].get<double>() == doctest::Approx(10.0));
+  CHECK(c["rerun_ms"].get<double>() == doctest::Approx(40.0));
+  CHECK(c["respawn_ms"].get<double>() == doctest::Approx(150.0));
+  CHECK(c["load_ms"].get<double>() == doctest::Approx(400.0));
+  CHECK(c["admit_ms"].get<double>() == doctest::Approx(40.0));
+  CHECK(c["enter_ms"].get<double>() == doctest::Approx(40.0));
+  CHECK(c["whole_ms"].get<double>() == doctest::Approx(680.0));
+  CHECK(ev[0]["recover_ms"].get<double>() == doctest::Approx(50.0));  // detect + rerun
+  CHECK(c["reduced_ms"].get<double>() == doctest::Approx(590.0));     // 10.050 -> 10.640
+  // No step open: 10.0 -> 10.012, 10.100 -> 10.210, 10.260 -> 10.300, 10.620 -> 10.640.
+  CHECK(c["stalled_ms"].get<double>() == doctest::Approx(182.0));
+  CHECK(c["transfer_ms"].get<double>() == doctest::Approx(5.0));
+  CHECK(c["aborted_steps"] == 1);
+  CHECK(c["steps"] == 5);
+  // The median step of 0.1, 0.038, 0.05, 0.05, 0.32, 0.04 s (the upper middle of six).
+  CHECK(c["step_ms"].get<double>() == doctest::Approx(50.0));
+  CHECK(c["lost_ms"].get<double>() == doctest::Approx(680.0 - 5 * 50.0));
+  // The running ETTR: the committed steps' 0.598 s over 9.0 -> 10.68.
+  CHECK(rep.ettr() == doctest::Approx(0.598 / 1.68));
+  CHECK(rep.live()["ettr"].get<double>() == doctest::Approx(0.598 / 1.68));
+  CHECK(rep.summary(2.0)["ettr"].get<double>() == doctest::Approx(0.598 / 1.68));
+}
+
+TEST_CASE("a kill's cost: stamps out of the usual order still split the total") {
+  // The respawn registered (10.03) before the survivors' rerun committed (10.05).
+  fault_cost f;
+  f.removed_s = 10.01;
+  f.recovered_s = 10.05;
+  f.registered_s = 10.03;
+  f.ready_s = 10.4;
+  f.entered_s = 10.45;
+  f.whole_s = 10.5;
+  const nlohmann::json c = cost_json(f, 10.0);
+  CHECK(c["respawn_ms"].get<double>() == doctest::Approx(20.0));  // from the detection
+  CHECK(c["rerun_ms"].get<double>() == doctest::Approx(20.0));    // from the registration
+  CHECK(c["load_ms"].get<double>() == doctest::Approx(350.0));    // from the rerun's commit
+  double sum = 0;
+  for (const char* k : {"detect_ms", "rerun_ms", "respawn_ms", "load_ms", "admit_ms", "enter_ms"})
+    sum += c[k].get<double>();
+  CHECK(sum == doctest::Approx(c["whole_ms"].get<double>()));
+  // The survivors waited for the respawn: the first commit is its entry, counted as such.
+  fault_cost w = f;
+  w.registered_s = 10.1;
+  w.recovered_s = w.whole_s;
+  const nlohmann::json cw = cost_json(w, 10.0);
+  CHECK(cw["rerun_ms"].get<double>() == doctest::Approx(0.0));
+  CHECK(cw["enter_ms"].get<double>() == doctest::Approx(50.0));
+  CHECK(cw["respawn_ms"].get<double>() == doctest::Approx(90.0));
+  // Not reached yet: null parts, no total.
+  const nlohmann::json open = cost_json(fault_cost{}, 10.0);
+  CHECK(open["detect_ms"].is_null());
+  CHECK(open["whole_ms"].is_null());
 }

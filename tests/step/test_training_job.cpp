@@ -2,9 +2,9 @@
 // what aborts, who donates state, when the job ends. Pure: no sockets, no clock.
 #include <doctest/doctest.h>
 
+#include "runtime/core/config.hpp"
 #include "runtime/step/training_job.hpp"
 #include "tests/step/roster_util.hpp"
-#include "runtime/core/config.hpp"
 
 using namespace cohort;
 using namespace cohort::step;
@@ -483,6 +483,48 @@ TEST_CASE(
   CHECK(drained == 1);
 }
 
+TEST_CASE("a joiner still loading the job does not hold the group up: it enters once ready") {
+  const config c = job_config(2, 6);
+  training_job job(c, dump_config(c));
+  const mb::roster r = roster_of(1, 2);
+  all_ready(job, r);
+  job.on_vote(r, ok_vote(1, 1, 0), 0.1);
+  job.on_vote(r, ok_vote(2, 1, 0), 0.2);  // step 1 opens on generation 1
+  const mb::roster r2 = roster_of(2, 3);  // member 3 registered; it has not loaded the job
+  job_actions a = job.on_generation(r2, 0.3);
+  CHECK(sent<net::step_result>(a).empty());  // the open step goes on
+  job.on_vote(r2, ok_vote(1, 1, 1), 0.4);
+  a = job.on_vote(r2, ok_vote(2, 1, 1), 0.5);
+  CHECK(a.committed);
+  // Step 2 opens at once for the two, over generation 1's links: same ranks, no donor.
+  auto opens = sent<net::step_open>(a);
+  REQUIRE(opens.size() == 2);
+  for (const auto& [to, o] : opens) {
+    CHECK(to != 3);
+    CHECK(o.generation == 1);
+    CHECK(o.step == 2);
+    CHECK(o.replicas == 2);
+    CHECK(o.rank == static_cast<int>(to) - 1);
+    CHECK(o.donor_rank == -1);
+  }
+  // Ready mid-step: it waits for the boundary, then enters on generation 2 with step 3's
+  // state from rank 0.
+  CHECK(job.on_ready(r2, net::worker_ready{3, 2, 0}, 0.6).sends.empty());
+  job.on_vote(r2, ok_vote(1, 1, 2), 0.7);
+  a = job.on_vote(r2, ok_vote(2, 1, 2), 0.8);
+  opens = sent<net::step_open>(a);
+  REQUIRE(opens.size() == 3);
+  for (const auto& [to, o] : opens) {
+    CHECK(o.generation == 2);
+    CHECK(o.step == 3);
+    CHECK(o.replicas == 3);
+    CHECK(o.donor_rank == 0);
+  }
+  for (mb::member_id id : {1, 2, 3}) job.on_vote(r2, ok_vote(id, 2, 3), 1.0);
+  CHECK(job.next_step() == 4);
+  CHECK(job.report().aborted_steps() == 0);
+}
+
 TEST_CASE("scale and partition faults: the order, the scale request and the scale event") {
   const config c = job_config(2, 10);
   training_job job(c, dump_config(c));
@@ -903,13 +945,15 @@ TEST_CASE("a coordinator fault goes to the leader once, and not again after a ta
                   usage_error);
 }
 
-TEST_CASE("a worker fault that acted is reported once, and a next leader re-running its step skips it") {
+TEST_CASE(
+    "a worker fault that acted is reported once, and a next leader re-running its step skips it") {
   config c = load_config_text(
       "cluster:\n  workers: 2\ntrain:\n  steps: 5\n  global_batch: 64\n  micro_batch: 16\n"
       "fault_tolerance:\n  commit_window: 0\nha:\n  standbys: 1\n",
       "<test>");
-  const std::vector<faults::fault_spec> specs{faults::parse_fault("slow rank=1 factor=2 from step=0 to step=4"),
-                                              faults::parse_fault("kill rank=0 at step=1")};
+  const std::vector<faults::fault_spec> specs{
+      faults::parse_fault("slow rank=1 factor=2 from step=0 to step=4"),
+      faults::parse_fault("kill rank=0 at step=1")};
   training_job job(c, dump_config(c));
   job.set_faults(specs);
   const mb::roster r = roster_of(1, 2);
