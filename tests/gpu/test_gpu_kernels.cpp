@@ -558,7 +558,7 @@ TEST_CASE("adamw_step and sgd_step over several steps") {
   check_close(d_buf.host(), buf, k_tol, "sgd buf");
 }
 
-TEST_CASE("sum_squares: matches the CPU and is deterministic; the async form gives its bits") {
+TEST_CASE("sum_squares: matches the CPU, is deterministic, and the async form gives its bits") {
   double* d_out = nullptr;
   require_ok(g::device_malloc(reinterpret_cast<void**>(&d_out), sizeof(double)));
   for (int64_t n : {int64_t{1}, int64_t{1000}, int64_t{1000003}}) {
