@@ -141,6 +141,7 @@ void replica_step::receive_state(int donor, int64_t step, net::step_timing& t) {
     links_.comm->broadcast(ptr, n * sizeof(float), donor);
     bytes += n * sizeof(float);
   }
+  seat_->state_received();
   int64_t counters[2] = {seat_->optimizer_steps(), step};
   links_.comm->broadcast(counters, sizeof counters, donor);
   seat_->set_optimizer_steps(counters[0]);

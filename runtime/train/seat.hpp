@@ -89,6 +89,9 @@ class seat {
 
   /// The training state a joiner takes from a donor (parameters, optimizer slots).
   virtual std::vector<std::pair<float*, std::size_t>> state_buffers() = 0;
+  /// A transfer wrote into what state_buffers() handed out (on every member, donor too): a
+  /// seat whose buffers were host copies of device memory puts them back.
+  virtual void state_received() {}
   virtual int64_t optimizer_steps() const = 0;
   virtual void set_optimizer_steps(int64_t steps) = 0;
   /// Loads the seat's shard of a complete checkpoint folder; returns the next step.

@@ -36,6 +36,7 @@ class forwarding_seat : public seat {
   std::vector<std::pair<float*, std::size_t>> state_buffers() override {
     return inner_->state_buffers();
   }
+  void state_received() override { inner_->state_received(); }
   int64_t optimizer_steps() const override { return inner_->optimizer_steps(); }
   void set_optimizer_steps(int64_t s) override { inner_->set_optimizer_steps(s); }
   int64_t load_checkpoint(const std::string& d) override { return inner_->load_checkpoint(d); }

@@ -272,8 +272,8 @@ std::vector<std::pair<float*, std::size_t>> state_buffers_of(nn::model& m, nn::o
 std::vector<std::pair<float*, std::size_t>> trainer::state_buffers() {
   std::vector<std::pair<float*, std::size_t>> views = state_buffers_of(*model_, *opt_);
   if (model_->dev().host_visible() || sum_on_device_) return views;
-  // A GPU's state travels through host copies over host transports; set_optimizer_steps
-  // puts them back.
+  // A GPU's state travels through host copies over host transports; state_received puts
+  // them back.
   state_host_.clear();
   for (auto& [ptr, n] : views) {
     state_host_.emplace_back(n);
@@ -284,17 +284,13 @@ std::vector<std::pair<float*, std::size_t>> trainer::state_buffers() {
   return out;
 }
 
-void trainer::set_optimizer_steps(int64_t steps) {
-  if (!state_host_.empty()) {
-    std::vector<std::pair<float*, std::size_t>> views = state_buffers_of(*model_, *opt_);
-    COHORT_CHECK(views.size() == state_host_.size());
-    for (std::size_t i = 0; i < views.size(); ++i)
-      model_->dev().from_host(views[i].first, state_host_[i].data(),
-                              views[i].second * sizeof(float));
-    state_host_.clear();
-  }
-  opt_->set_steps(steps);
-  choose_pipeline();
+void trainer::state_received() {
+  if (state_host_.empty()) return;  // the buffers handed out were the state itself
+  std::vector<std::pair<float*, std::size_t>> views = state_buffers_of(*model_, *opt_);
+  COHORT_CHECK(views.size() == state_host_.size());
+  for (std::size_t i = 0; i < views.size(); ++i)
+    model_->dev().from_host(views[i].first, state_host_[i].data(), views[i].second * sizeof(float));
+  state_host_.clear();
 }
 
 nn::optim_options optim_options_from(const train_config& t) {
@@ -525,6 +521,7 @@ class whole_seat final : public seat {
     return tr_.state_buffers();
   }
   int64_t optimizer_steps() const override { return tr_.optimizer_steps(); }
+  void state_received() override { tr_.state_received(); }
   void set_optimizer_steps(int64_t s) override { tr_.set_optimizer_steps(s); }
   int64_t load_checkpoint(const std::string& step_dir) override {
     return tr_.load_checkpoint(step_dir);

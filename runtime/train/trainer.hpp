@@ -162,13 +162,19 @@ class trainer {
 
   /// Every float of the training state a joiner needs, in one fixed order: the parameters,
   /// then each optimizer state slot (in optimizer::state() order), each num_params() long.
-  /// Views straight into the live tensors: writing through them restores the state.
+  /// Views straight into the live tensors (on a GPU, host copies: call state_received()
+  /// after writing): writing through them restores the state.
   std::vector<std::pair<float*, std::size_t>> state_buffers();
   /// Optimizer updates applied so far (AdamW's bias correction reads it).
   int64_t optimizer_steps() const { return opt_->steps(); }
-  /// Restores the optimizer step count (together with state_buffers(); on a GPU it also
-  /// puts the host copies state_buffers() handed out back on the device).
-  void set_optimizer_steps(int64_t steps);
+  /// After a transfer wrote into what state_buffers() handed out: on a GPU those were host
+  /// copies, put back on the device here (a no-op otherwise).
+  void state_received();
+  /// Restores the optimizer step count (together with state_buffers()).
+  void set_optimizer_steps(int64_t steps) {
+    opt_->set_steps(steps);
+    choose_pipeline();
+  }
   /// On a GPU: the DP sum goes where the step reads it (a sum in host memory to the device's
   /// gradients, a fixed-point sum NCCL made on the device to fixed_grads()); once per step, a
   /// no-op otherwise. apply_step calls it; call it before reading the gradients after the sum.

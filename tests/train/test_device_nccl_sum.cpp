@@ -22,6 +22,7 @@
 #include "runtime/train/trainer.hpp"
 #include "tests/comm/fake_device_comm.hpp"
 #include "tests/nn/shifted_device.hpp"
+#include "tests/train/dp_by_hand.hpp"
 
 using namespace cohort;
 using comm::communicator;
@@ -134,27 +135,7 @@ void run_group(rank_rig (&rigs)[2], int64_t from, int64_t to) {
 std::string cpu_group(const std::string& det, int64_t steps) {
   // Two CPU replicas summed by hand: the bits every group of two must reach.
   train::trainer a(job(det, "auto")), b(job(det, "auto"));
-  for (int64_t s = 0; s < steps; ++s) {
-    train::trainer* rep[2] = {&a, &b};
-    for (int r = 0; r < 2; ++r) {
-      rep[r]->begin_step();
-      rep[r]->wire(2, r);
-      rep[r]->compute_gradients(s, train::replica_micro_batches(rep[r]->micro_batches(), 2, r),
-                                [](std::size_t, std::size_t) {});
-    }
-    const auto n = static_cast<std::size_t>(a.model().num_params());
-    if (a.reduction_type() == comm::grad_type::i64) {
-      auto* x = static_cast<int64_t*>(a.reduction_buffer());
-      auto* y = static_cast<int64_t*>(b.reduction_buffer());
-      for (std::size_t i = 0; i < n; ++i) x[i] = y[i] = x[i] + y[i];
-    } else {
-      auto* x = static_cast<float*>(a.reduction_buffer());
-      auto* y = static_cast<float*>(b.reduction_buffer());
-      for (std::size_t i = 0; i < n; ++i) x[i] = y[i] = x[i] + y[i];
-    }
-    a.apply_step(s);
-    b.apply_step(s);
-  }
+  for (int64_t s = 0; s < steps; ++s) test::dp2_step_by_hand(a, b, s);
   return a.params_sha256();
 }
 
@@ -209,6 +190,7 @@ TEST_CASE("nccl on a stand-in GPU: a joiner takes the donor's device state and h
   auto transfer = [&](int r) {
     train::trainer& tr = *fresh[r].tr;
     for (auto& [ptr, n] : tr.state_buffers()) fresh[r].comm->broadcast(ptr, n * sizeof(float), 0);
+    tr.state_received();
     int64_t counters[2] = {tr.optimizer_steps(), r == 0 ? 2 : 0};
     fresh[r].comm->broadcast(counters, sizeof counters, 0);
     tr.set_optimizer_steps(counters[0]);

@@ -15,6 +15,7 @@
 #include "runtime/nn/device.hpp"
 #include "runtime/train/trainer.hpp"
 #include "tests/nn/shifted_device.hpp"
+#include "tests/train/dp_by_hand.hpp"
 
 using namespace cohort;
 
@@ -46,27 +47,7 @@ std::string run(train::trainer& tr, int64_t from, int64_t to) {
 // readiness reports, the reduction buffers are summed by hand (what the transport does),
 // each takes the sum and applies the step.
 std::string run_dp2(train::trainer& a, train::trainer& b, int64_t from, int64_t to) {
-  for (int64_t s = from; s < to; ++s) {
-    train::trainer* rep[2] = {&a, &b};
-    for (int r = 0; r < 2; ++r) {
-      rep[r]->begin_step();
-      rep[r]->wire(2, r);
-      rep[r]->compute_gradients(s, train::replica_micro_batches(rep[r]->micro_batches(), 2, r),
-                                [](std::size_t, std::size_t) {});
-    }
-    const auto n = static_cast<std::size_t>(a.model().num_params());
-    if (a.reduction_type() == comm::grad_type::i64) {
-      auto* x = static_cast<int64_t*>(a.reduction_buffer());
-      auto* y = static_cast<int64_t*>(b.reduction_buffer());
-      for (std::size_t i = 0; i < n; ++i) x[i] = y[i] = x[i] + y[i];
-    } else {
-      auto* x = static_cast<float*>(a.reduction_buffer());
-      auto* y = static_cast<float*>(b.reduction_buffer());
-      for (std::size_t i = 0; i < n; ++i) x[i] = y[i] = x[i] + y[i];
-    }
-    a.apply_step(s);
-    b.apply_step(s);
-  }
+  for (int64_t s = from; s < to; ++s) test::dp2_step_by_hand(a, b, s);
   CHECK(a.params_sha256() == b.params_sha256());
   return a.params_sha256();
 }
@@ -189,8 +170,8 @@ TEST_CASE("device: a joiner on a GPU takes a CPU donor's state, and the other wa
     train::trainer donor(job("mlp", "fast", 6), gpu_donor ? &dev : nullptr);
     train::trainer joiner(job("mlp", "fast", 6), gpu_donor ? nullptr : &dev);
     run(donor, 0, 3);
-    // What the state transfer does: the donor's buffers are copied into the joiner's, then
-    // both set the step counters (which puts a GPU's host copies back on the device).
+    // What the state transfer does: the donor's buffers are copied into the joiner's, every
+    // member is told (a GPU's host copies go back on the device), then the step counters.
     auto from = donor.state_buffers();
     auto to = joiner.state_buffers();
     REQUIRE(from.size() == to.size());
@@ -198,6 +179,8 @@ TEST_CASE("device: a joiner on a GPU takes a CPU donor's state, and the other wa
       REQUIRE(from[i].second == to[i].second);
       std::copy(from[i].first, from[i].first + from[i].second, to[i].first);
     }
+    donor.state_received();
+    joiner.state_received();
     donor.set_optimizer_steps(donor.optimizer_steps());
     joiner.set_optimizer_steps(donor.optimizer_steps());
     CHECK(joiner.params_sha256() == donor.params_sha256());
