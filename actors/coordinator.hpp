@@ -83,6 +83,12 @@ struct coordinator_options {
   /// leader finds it (etcd), so that it outlives this leader. Empty: recorded; else why not
   /// (the fault is then refused). Null: nothing to record.
   std::function<std::string(const std::string& spec)> record_added_fault;
+  /// ha: `ctl scale` is about to act (SPEC "scale to=N"): the host records it with a fenced
+  /// write, so that only the run's leader acts on it (a deposed leader that has not noticed
+  /// yet would otherwise accept it and its order to the launcher die with it). Empty: this
+  /// coordinator leads; else why not (the request is refused, saying so). Null:
+  /// no ha, nothing to check.
+  std::function<std::string(const std::string& spec)> confirm_scale;
   /// Every frame between the coordinator and a member, in and out, passes through it
   /// (injected faults); null: the job's (step::job_frame_filter), none without a job.
   std::shared_ptr<step::frame_filter> control_filter;

@@ -136,7 +136,12 @@ void on_admin(self_ptr self, const net::sender& from, const net::admin_request& 
                               " workers; scale to a multiple of " + std::to_string(seat));
     const int live = live_members(st.roster);
     if (n == live) return reply(true, "already " + std::to_string(n) + " workers");
-    const std::string err = scale_to(self, n, "scale to=" + std::to_string(n));
+    const std::string spec = "scale to=" + std::to_string(n);
+    if (st.opts.confirm_scale) {
+      const std::string why = st.opts.confirm_scale(spec);
+      if (!why.empty()) return reply(false, "scale " + std::to_string(n) + " not done: " + why);
+    }
+    const std::string err = scale_to(self, n, spec);
     if (!err.empty()) return reply(false, err);
     return reply(true,
                  "scaling from " + std::to_string(live) + " to " + std::to_string(n) + " workers");

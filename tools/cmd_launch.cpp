@@ -237,6 +237,9 @@ class launcher {
     do {
       if (const auto l = ha_->leader_now(); l && !l->endpoint.empty()) {
         if (l->endpoint == client_endpoint_ && l->term == client_term_ && client_) return true;
+        // What the deposed leader sent before it lost its term (a scale order it confirmed
+        // with etcd) is read before its connection is dropped.
+        drain_client();
         if (connect_client(l->endpoint, 1000, l->term)) return true;
       }
       if (clock_type::now() >= deadline) break;

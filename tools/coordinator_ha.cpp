@@ -121,6 +121,15 @@ void ha_wire(ha::ha_candidate& cand, const ha::ha_run_record& record,
       return std::string("it could not be recorded in etcd for the next leader: ") + e.what();
     }
   };
+  co.confirm_scale = [&cand](const std::string& spec) -> std::string {
+    try {
+      return cand.record_scale(spec) ? std::string()
+                                     : "this coordinator no longer leads the run; ask the new "
+                                       "leader (`cohort ctl ... status` names it)";
+    } catch (const std::exception& e) {
+      return std::string("etcd could not confirm this coordinator leads the run: ") + e.what();
+    }
+  };
   if (record.job_id)
     failover_from_ns = record.fault_at_ns ? *record.fault_at_ns : ha::ha_now_realtime_ns();
 }

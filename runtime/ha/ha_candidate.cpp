@@ -248,6 +248,10 @@ bool ha_candidate::record_added_fault(const std::string& spec) {
   return true;
 }
 
+bool ha_candidate::record_scale(const std::string& spec) {
+  return fenced_sealed(key("scaled"), spec);
+}
+
 bool ha_candidate::record_worker_faults(const std::vector<faults::fault_fired>& fired) {
   for (const faults::fault_fired& f : fired) {
     std::string place = std::to_string(f.index);

@@ -94,6 +94,10 @@ class ha_candidate {
   /// A fault `ctl inject` added (SPEC), after those read_run found: the next leader adds it
   /// too. False when this candidate no longer leads; throws cohort::error when etcd fails.
   bool record_added_fault(const std::string& spec);
+  /// `ctl scale` (SPEC) is about to act: recorded (fenced, the newest only) so that only the
+  /// leader acts on it. False when this candidate no longer leads; throws cohort::error when
+  /// etcd fails.
+  bool record_scale(const std::string& spec);
   /// This leader's events so far (the job's, in the summary's form) and its own failover:
   /// kept in etcd, one record per term, for the leaders after it. Written in the
   /// background (the step is not held up), fenced, the newest only.

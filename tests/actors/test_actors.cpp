@@ -518,3 +518,40 @@ TEST_CASE("ha: ctl inject records a fault for the next leader before adding it, 
   CHECK_FALSE(last_reply().ok);
   CHECK(recorded->size() == 3);
 }
+
+TEST_CASE("ha: ctl scale acts only once etcd confirms this coordinator leads, else it is refused") {
+  auto recorded = std::make_shared<std::vector<std::string>>();
+  auto answer = std::make_shared<std::string>();
+  coordinator_fixture f([&](coordinator_options& o, coordinator_io&) {
+    o.membership.dp = 2;
+    o.membership.min_workers = 1;
+    o.membership.max_workers = 4;
+    o.confirm_scale = [recorded, answer](const std::string& spec) {
+      recorded->push_back(spec);
+      return *answer;
+    };
+  });
+  f.register_worker("pa", "a");
+  f.register_worker("pb", "b");
+  f.deliver("launch", net::register_request{net::peer_role::client, "launch", 1});
+  f.deliver("ctl", net::register_request{net::peer_role::client, "ctl", 1});
+  auto last_reply = [&] { return f.rec->to<net::admin_reply>("ctl").back(); };
+  // A deposed leader (the fenced write fails): refused with why, and no order goes out.
+  *answer = "this coordinator no longer leads the run";
+  f.deliver("ctl", net::admin_request{1, "scale", "3"});
+  CHECK_FALSE(last_reply().ok);
+  CHECK(last_reply().text == "scale 3 not done: this coordinator no longer leads the run");
+  CHECK(f.rec->to<net::scale_order>("launch").empty());
+  REQUIRE(recorded->size() == 1);
+  CHECK(recorded->back() == "scale to=3");
+  // The leader: confirmed, then the launcher is asked for the one worker more.
+  *answer = "";
+  f.deliver("ctl", net::admin_request{2, "scale", "3"});
+  CHECK(last_reply().ok);
+  REQUIRE(f.rec->to<net::scale_order>("launch").size() == 1);
+  CHECK(f.rec->to<net::scale_order>("launch").back().start_workers == 1);
+  // A request refused before it could act (outside the bounds) asks etcd nothing.
+  f.deliver("ctl", net::admin_request{3, "scale", "9"});
+  CHECK_FALSE(last_reply().ok);
+  CHECK(recorded->size() == 2);
+}
