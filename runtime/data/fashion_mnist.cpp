@@ -11,6 +11,7 @@
 
 #include "runtime/core/error.hpp"
 #include "runtime/core/rng.hpp"
+#include "runtime/data/decoded_cache.hpp"
 
 namespace cohort {
 
@@ -118,7 +119,7 @@ idx_file read_idx_gz(const std::string& path, int expected_dims) {
 fashion_mnist::fashion_mnist(const std::string& dir) {
   auto load = [&](const std::string& file, int ndims, const std::vector<int64_t>& dims) {
     const std::string path = (std::filesystem::path(dir) / file).string();
-    idx_file f = read_idx_gz(path, ndims);
+    cached_idx f = read_idx_cached(path, ndims, data_cache_dir());
     if (f.dims != dims) {
       std::string got, want;
       for (int64_t d : f.dims) got += (got.empty() ? "" : "x") + std::to_string(d);
@@ -137,9 +138,10 @@ fashion_mnist::fashion_mnist(const std::string& dir) {
     }
   };
   // Small files first: a broken install is reported before 47 MB are decompressed.
-  train_labels_ = load("train-labels-idx1-ubyte.gz", 1, {train_count});
+  const auto bytes = [](const byte_view& v) { return std::vector<uint8_t>(v.begin(), v.end()); };
+  train_labels_ = bytes(load("train-labels-idx1-ubyte.gz", 1, {train_count}));
   check_labels(train_labels_, "train-labels-idx1-ubyte.gz");
-  test_labels_ = load("t10k-labels-idx1-ubyte.gz", 1, {test_count});
+  test_labels_ = bytes(load("t10k-labels-idx1-ubyte.gz", 1, {test_count}));
   check_labels(test_labels_, "t10k-labels-idx1-ubyte.gz");
   test_images_ = load("t10k-images-idx3-ubyte.gz", 3, {test_count, rows, cols});
   train_images_ = load("train-images-idx3-ubyte.gz", 3, {train_count, rows, cols});
@@ -177,7 +179,7 @@ int64_t fashion_mnist::train_index(uint64_t seed, int64_t g) const {
   return (*epoch_permutation(seed, g / train_count))[g % train_count];
 }
 
-void fashion_mnist::fill(const std::vector<uint8_t>& images, const std::vector<uint8_t>& labels,
+void fashion_mnist::fill(const byte_view& images, const std::vector<uint8_t>& labels,
                          const std::vector<int64_t>& rows_idx, batch& out) const {
   const int n = static_cast<int>(rows_idx.size());
   out.n = n;

@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/data/byte_view.hpp"
 #include "runtime/data/dataset.hpp"
 
 namespace cohort {
@@ -70,16 +71,18 @@ class fashion_mnist : public dataset {
   /// The training image index of global sample g (see the class comment).
   int64_t train_index(uint64_t seed, int64_t g) const;
 
-  const std::vector<uint8_t>& train_images() const { return train_images_; }  ///< [60000*784]
+  const byte_view& train_images() const { return train_images_; }  ///< [60000*784]
   const std::vector<uint8_t>& train_labels() const { return train_labels_; }  ///< [60000]
-  const std::vector<uint8_t>& test_images() const { return test_images_; }    ///< [10000*784]
+  const byte_view& test_images() const { return test_images_; }  ///< [10000*784]
   const std::vector<uint8_t>& test_labels() const { return test_labels_; }    ///< [10000]
 
  private:
-  void fill(const std::vector<uint8_t>& images, const std::vector<uint8_t>& labels,
+  void fill(const byte_view& images, const std::vector<uint8_t>& labels,
             const std::vector<int64_t>& rows_idx, batch& out) const;
 
-  std::vector<uint8_t> train_images_, train_labels_, test_images_, test_labels_;
+  /// The images mapped from the decoded-data cache where it holds them (decoded_cache.hpp).
+  byte_view train_images_, test_images_;
+  std::vector<uint8_t> train_labels_, test_labels_;
   float lut_[256];  ///< normalise() of every pixel value
   // A step may straddle two epochs and several threads may sample at once: keep the last
   // few permutations, keyed by (seed, epoch), under a mutex.

@@ -8,28 +8,18 @@
 #include <vector>
 
 #include "fixtures.hpp"
+#include "idx_files.hpp"
 #include "runtime/core/error.hpp"
 
 using cohort::data_error;
 using cohort::fashion_mnist;
 using cohort::read_idx_gz;
+using cohort::test::be32;
 using cohort::test::fashion;
 using cohort::test::temp_dir;
+using cohort::test::write_gz;
 
 namespace {
-
-std::string be32(uint32_t v) {
-  return std::string{static_cast<char>(v >> 24), static_cast<char>(v >> 16),
-                     static_cast<char>(v >> 8), static_cast<char>(v)};
-}
-
-void write_gz(const std::string& path, const std::string& bytes) {
-  gzFile f = gzopen(path.c_str(), "wb");
-  REQUIRE(f != nullptr);
-  REQUIRE(gzwrite(f, bytes.data(), static_cast<unsigned>(bytes.size())) ==
-          static_cast<int>(bytes.size()));
-  REQUIRE(gzclose(f) == Z_OK);
-}
 
 // Runs fn, expects a data_error whose message contains every one of `parts`.
 template <class Fn>
