@@ -15,7 +15,6 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <map>
 #include <memory>
 #include <optional>
@@ -33,7 +32,9 @@
 #include "runtime/step/fault_schedule.hpp"
 #include "tools/commands.hpp"
 #include "tools/launch_ha.hpp"
+#include "tools/launch_keys.hpp"
 #include "tools/launch_roster_lines.hpp"
+#include "tools/launch_warm.hpp"
 
 namespace cohort::cli {
 namespace {
@@ -64,6 +65,7 @@ struct child {
   bool coordinator = false;
   std::chrono::steady_clock::time_point started{};
   std::string endpoint;  ///< ha: the coordinator's endpoint (restarted there)
+  bool warm = false;     ///< started ahead of a respawn, waiting for its name (start_warm)
 };
 
 std::string describe_exit(int code) {
@@ -75,34 +77,10 @@ class launcher {
  public:
   launcher(const launch_options& opt, const config& cfg) : opt_(opt), cfg_(cfg) {}
 
-  // The job's keys: --keys DIR (written there when DIR holds none), else a fresh set in a
-  // private folder removed at exit. --insecure: none.
-  void prepare_keys() {
-    const std::string bind = opt_.bind.empty() ? cfg_.control.bind : opt_.bind;
-    if (opt_.insecure) {
-      // Children inherit the environment: none of them may pick up keys from it.
-      ::unsetenv("COHORT_KEYS");
-      std::printf(
-          "launch: warning: --insecure: no keys; anyone who reaches %s can join, steer "
-          "or read this run\n",
-          bind.c_str());
-      return;
-    }
-    keys_dir_ = opt_.keys;
-    if (keys_dir_.empty()) {
-      keys_dir_ = proc::private_run_dir("cohort-keys");
-      temp_keys_ = true;
-    }
-    if (!net::has_job_keys(keys_dir_)) net::write_job_keys(keys_dir_);
-    client_keys_ = std::make_unique<net::client_keys>(
-        net::load_client_keys(keys_dir_, net::key_role::launcher));
-    std::printf("launch: keys in %s (ctl: cohort ctl --keys %s ...%s)\n", keys_dir_.c_str(),
-                keys_dir_.c_str(), temp_keys_ ? "; removed when launch exits" : "");
-    std::fflush(stdout);
-  }
-
   int run() {
-    prepare_keys();
+    keys_ = std::make_unique<launch_keys>(opt_.keys, opt_.insecure,
+                                          opt_.bind.empty() ? cfg_.control.bind : opt_.bind);
+    keys_dir_ = keys_->dir();
     // A handler-fed pipe, not signalfd: signalfd needs the signals blocked in every thread,
     // and a library may own threads that predate any mask we set.
     signals_ = std::make_unique<proc::signal_pipe>(std::vector<int>{SIGINT, SIGTERM, SIGCHLD});
@@ -166,6 +144,7 @@ class launcher {
     }
     for (; next_index_ < cfg_.cluster.workers; ++next_index_)
       start_worker("worker-" + std::to_string(next_index_));
+    warm_due_ = clock_type::now();  // at once: the workers' own start is under way anyway
     if (opt_.control_only) {
       std::printf(
           "launch: %d worker(s) started; the cluster runs until stopped (Ctrl-C, SIGTERM or "
@@ -184,11 +163,7 @@ class launcher {
   ~launcher() {
     if (out_fd_ >= 0) close(out_fd_);
     for (int fd : extra_fds_) close(fd);
-    ha_.reset();
-    if (temp_keys_) {
-      std::error_code ec;
-      std::filesystem::remove_all(keys_dir_, ec);
-    }
+    ha_.reset();  // before the keys' folder goes (keys_)
   }
 
  private:
@@ -218,7 +193,7 @@ class launcher {
   bool connect_client(const std::string& ep, int timeout_ms, int64_t term = 0) {
     auto c =
         std::make_unique<net::sync_client>(ep, static_cast<size_t>(cfg_.control.max_message_bytes),
-                                           net::make_identity("launch"), client_keys_.get());
+                                           net::make_identity("launch"), keys_->client());
     net::register_request me{net::peer_role::client, "launch", static_cast<int64_t>(getpid())};
     const auto r = c->register_as(me, milliseconds(timeout_ms));
     if (!r || !std::holds_alternative<net::register_ok>(*r)) return false;
@@ -248,23 +223,43 @@ class launcher {
     return client_ != nullptr && wait.count() == 0;
   }
 
+  // `cohort worker` for this run, less its name and local rank.
+  std::vector<std::string> worker_args() const {
+    std::vector<std::string> args{"worker", "--join", ha() ? join(candidates_, 0) : endpoint_};
+    if (ha()) args.insert(args.end(), {"--reattach-ms", std::to_string(cfg_.ha.reattach_ms)});
+    if (!keys_dir_.empty()) args.insert(args.end(), {"--keys", keys_dir_});
+    return args;
+  }
+
   void start_worker(const std::string& name) {
     // A worker keeps its local rank (so its GPU) when it is started again.
     const int local_rank =
         local_ranks_.emplace(name, static_cast<int>(local_ranks_.size())).first->second;
-    std::vector<std::string> args{"worker",
-                                  "--join",
-                                  ha() ? join(candidates_, 0) : endpoint_,
-                                  "--name",
-                                  name,
-                                  "--local-rank",
-                                  std::to_string(local_rank)};
-    if (ha()) args.insert(args.end(), {"--reattach-ms", std::to_string(cfg_.ha.reattach_ms)});
-    if (!keys_dir_.empty()) args.insert(args.end(), {"--keys", keys_dir_});
+    // The warm worker, when one waits, takes the name (start_warm).
+    const pid_t warm = warm_.take(name, local_rank);
+    if (warm > 0) warm_due_ = clock_type::now() + milliseconds(1000);
+    if (auto it = children_.find(warm); warm > 0 && it != children_.end()) {
+      it->second = child{name, false, clock_type::now(), {}};
+      std::printf("launch: started %s (pid %d, warm)\n", name.c_str(), static_cast<int>(warm));
+      std::fflush(stdout);
+      return;
+    }
+    std::vector<std::string> args = worker_args();
+    args.insert(args.end(), {"--name", name, "--local-rank", std::to_string(local_rank)});
     const pid_t pid = proc::spawn_self(args);
     children_[pid] = child{name, false, clock_type::now(), {}};
     std::printf("launch: started %s (pid %d)\n", name.c_str(), static_cast<int>(pid));
     std::fflush(stdout);
+  }
+
+  // elastic.respawn: a worker started ahead of the next respawn (launch_warm.hpp), with
+  // the run's workers and again a second after each one it stood in for, so that its start
+  // does not compete with the replacement's load.
+  void start_warm() {
+    warm_due_.reset();
+    if (!opt_.respawn || stopping_ || opt_.control_only || warm_.pid() > 0) return;
+    if (const pid_t pid = warm_.start(worker_args()); pid > 0)
+      children_[pid] = child{"(warm worker)", false, clock_type::now(), {}, true};
   }
 
   // A worker that died (killed, or failed) while the job runs is started again under the
@@ -334,6 +329,7 @@ class launcher {
         for (const auto& [pid, c] : children_) kill(pid, SIGKILL);
         kill_at_ = clock_type::now() + milliseconds(1000);
       }
+      if (warm_due_ && clock_type::now() >= *warm_due_) start_warm();
       if (!stopping_ && client_ && clock_type::now() >= next_status) {
         if (ha()) follow_leader(milliseconds(0));
         client_->send(net::status_request{++status_seq_});
@@ -424,6 +420,13 @@ class launcher {
       const child c = it->second;
       children_.erase(it);
       const int code = proc::exit_code_of(status);
+      if (c.warm) {  // it had no name yet: no member died; the next respawn starts cold
+        warm_.exited(pid);
+        if (!stopping_ && code != 0)
+          std::printf("launch: the warm worker (pid %d) exited: %s\n", static_cast<int>(pid),
+                      describe_exit(code).c_str());
+        continue;
+      }
       std::printf("launch: %s (pid %d) exited: %s\n", c.name.c_str(), static_cast<int>(pid),
                   describe_exit(code).c_str());
       std::fflush(stdout);
@@ -468,6 +471,7 @@ class launcher {
   void begin_stop(const std::string& reason) {
     if (stopping_) return;
     stopping_ = true;
+    warm_.close();  // the end of its input: the warm worker exits 0
     kill_at_ = clock_type::now() + milliseconds(opt_.stop_timeout_ms);
     if (client_ && coordinator_running()) client_->send(net::stop{reason});
     if (!client_) {
@@ -487,14 +491,15 @@ class launcher {
 
   launch_options opt_;
   config cfg_;
-  std::string keys_dir_;  // empty: no keys (--insecure)
-  bool temp_keys_ = false;
-  std::unique_ptr<net::client_keys> client_keys_;
+  std::unique_ptr<launch_keys> keys_;
+  std::string keys_dir_;  // keys_->dir(); empty: no keys (--insecure)
   std::unique_ptr<proc::signal_pipe> signals_;
   int out_fd_ = -1;
   std::string pipe_buf_;
   std::string endpoint_;
   std::map<pid_t, child> children_;
+  warm_worker warm_;                                ///< start_warm's process, if any
+  std::optional<clock_type::time_point> warm_due_;  ///< when start_warm runs next
   std::map<std::string, int> local_ranks_;  // worker name -> its local rank (its GPU)
   std::unique_ptr<net::sync_client> client_;
   bool stopping_ = false;

@@ -5,7 +5,9 @@
 
 #include <csignal>
 #include <cstdlib>
+#include <iostream>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -27,6 +29,7 @@ void add_worker(CLI::App& app, int* rc) {
     std::string keys;
     int reattach_ms = 30000;
     int local_rank = -1;
+    bool name_from_stdin = false;
   };
   auto opt = std::make_shared<options>();
   CLI::App* cmd = app.add_subcommand(
@@ -63,6 +66,11 @@ void add_worker(CLI::App& app, int* rc) {
                   "auto take GPU N modulo the GPUs it sees (default: COHORT_LOCAL_RANK, "
                   "SLURM_LOCALID or LOCAL_RANK from the environment, else 0)")
       ->check(CLI::Range(0, 1 << 20));
+  cmd->add_flag("--name-from-stdin", opt->name_from_stdin,
+                "Start, then wait for the first line of standard input, 'NAME [LOCAL_RANK]', "
+                "before registering under that name (launch keeps one such worker ready for "
+                "the next respawn); exit 0 at the end of input")
+      ->excludes("--name");
   add_keys_option(*cmd, &opt->keys,
                   "the worker speaks CURVE with worker.key to a coordinator known by "
                   "coordinator.pub (needed when the coordinator was started with keys)");
@@ -70,6 +78,36 @@ void add_worker(CLI::App& app, int* rc) {
     if (!opt->name.empty())
       if (const std::string problem = net::membership::name_problem(opt->name); !problem.empty())
         throw usage_error("--name: " + problem);
+    for (const auto& ep : opt->join)
+      if (ep.empty()) throw usage_error("--join: an empty endpoint (EP[,EP...])");
+    std::shared_ptr<const net::client_keys> keys;
+    if (!opt->keys.empty())
+      keys = std::make_shared<const net::client_keys>(
+          net::load_client_keys(opt->keys, net::key_role::worker));
+    if (opt->name_from_stdin) {
+      // Everything above is done ahead (a warm worker); the name is what remains.
+      std::string line;
+      if (!std::getline(std::cin, line)) {
+        *rc = 0;  // never needed: launch ended
+        return;
+      }
+      std::istringstream in(line);
+      std::vector<std::string> words;
+      for (std::string w; in >> w;) words.push_back(w);
+      std::size_t used = 0;
+      try {
+        if (words.size() == 2) opt->local_rank = std::stoi(words[1], &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (words.empty() || words.size() > 2 ||
+          (words.size() == 2 && (used != words[1].size() || opt->local_rank < 0)))
+        throw usage_error("--name-from-stdin: '" + line +
+                          "' is not 'NAME [LOCAL_RANK]' (LOCAL_RANK a number >= 0)");
+      opt->name = words[0];
+      if (const std::string problem = net::membership::name_problem(opt->name); !problem.empty())
+        throw usage_error("--name-from-stdin: " + problem);
+    }
     proc::block_termination_signals();
     proc::log_to_stderr();
     // Read where the trainer picks its device (runtime/nn/device.hpp, local_rank_from_env).
@@ -79,13 +117,9 @@ void add_worker(CLI::App& app, int* rc) {
     wo.name = opt->name;
     wo.pid = static_cast<int64_t>(::getpid());
     wo.coordinator_timeout_ms = opt->coordinator_timeout_ms;
-    for (const auto& ep : opt->join)
-      if (ep.empty()) throw usage_error("--join: an empty endpoint (EP[,EP...])");
     wo.candidates = opt->join;
     wo.reattach_ms = opt->reattach_ms;
-    if (!opt->keys.empty())
-      wo.keys = std::make_shared<const net::client_keys>(
-          net::load_client_keys(opt->keys, net::key_role::worker));
+    wo.keys = keys;
     actors::worker_node node(wo.candidates.front(), wo,
                              static_cast<size_t>(opt->max_message_bytes));
     proc::signal_watcher signals([&node](int) { node.request_leave(); });

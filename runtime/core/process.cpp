@@ -108,7 +108,7 @@ signal_watcher::~signal_watcher() {
   if (thread_.joinable()) thread_.join();
 }
 
-pid_t spawn_self(const std::vector<std::string>& args, int stdout_fd, int stderr_fd) {
+pid_t spawn_self(const std::vector<std::string>& args, int stdout_fd, int stderr_fd, int stdin_fd) {
   std::vector<std::string> argv_s;
   argv_s.push_back("cohort");
   argv_s.insert(argv_s.end(), args.begin(), args.end());
@@ -126,6 +126,7 @@ pid_t spawn_self(const std::vector<std::string>& args, int stdout_fd, int stderr
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);
+    if (stdin_fd >= 0) dup2(stdin_fd, STDIN_FILENO);
     if (stdout_fd >= 0) dup2(stdout_fd, STDOUT_FILENO);
     if (stderr_fd >= 0) dup2(stderr_fd, STDERR_FILENO);
     execv("/proc/self/exe", argv.data());

@@ -55,7 +55,8 @@ class signal_watcher {
 /// SIGKILLed by the kernel if this process dies (PR_SET_PDEATHSIG), signal mask cleared.
 /// stdout_fd / stderr_fd >= 0 become the child's stdout / stderr. Throws cohort::error when
 /// fork fails.
-pid_t spawn_self(const std::vector<std::string>& args, int stdout_fd = -1, int stderr_fd = -1);
+pid_t spawn_self(const std::vector<std::string>& args, int stdout_fd = -1, int stderr_fd = -1,
+                 int stdin_fd = -1);
 
 /// Exit status of a waitpid() result as one number: the exit code, or 128 + signal.
 int exit_code_of(int wait_status);

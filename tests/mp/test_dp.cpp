@@ -321,6 +321,8 @@ TEST_CASE("a killed worker's cost: every part present, the parts summing to kill
   REQUIRE(s.is_object());
   CHECK(s["params_sha256"] == hash);
   CHECK(s["dp"] == 3);  // the respawn is back
+  // The warm worker, started with the run's workers, took the victim's name.
+  CHECK_MESSAGE(launch.out().find(", warm)\n") != std::string::npos, launch.out());
   REQUIRE(s["ettr"].is_number());
   CHECK(s["ettr"].get<double>() > 0.0);
   CHECK(s["ettr"].get<double>() <= 1.0);

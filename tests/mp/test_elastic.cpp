@@ -503,3 +503,17 @@ TEST_CASE("ctl status shows the seat a pipeline worker runs, not one derived fro
                   name << " ran " << st.dump() << ", status said " << seat[name].dump());
   }
 }
+
+TEST_CASE("a warm worker waits for its name on stdin: none ends it quietly, a bad line exits 2") {
+  // Port 9 (discard): nothing is reached before the name is read, so nothing needs to listen.
+  const std::string worker = cohort_binary() + " worker --join tcp://127.0.0.1:9 --name-from-stdin";
+  std::string out;
+  CHECK(run_shell(worker + " < /dev/null 2>&1", &out) == 0);  // launch ended: no name comes
+  CHECK_MESSAGE(out.empty(), out);
+  for (const std::string& bad : {"'a/b 1'", "'w 1 2'", "'w -1'", "'w x'", "''"}) {
+    CAPTURE(bad);
+    CHECK(run_shell("printf '%s\\n' " + bad + " | " + worker + " 2>&1", &out) == 2);
+    CHECK_MESSAGE(out.find("--name-from-stdin: ") != std::string::npos, out);
+  }
+  CHECK(run_shell(worker + " --name w < /dev/null 2>&1", &out) == 2);  // one or the other
+}
