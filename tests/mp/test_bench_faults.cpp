@@ -39,6 +39,15 @@ TEST_CASE("bench faults: a pair's ETTR is its summaries' wall times, every run o
   CHECK(j["ettr"]["median"].get<double>() == doctest::Approx(ettr));  // one pair
   REQUIRE(p["kill_costs"].size() == 1);
   CHECK(p["kill_costs"][0]["whole_ms"].is_number());
+  // Accounted: 1 - the kill's lost_ms over the faulty run's wall time.
+  nlohmann::json cost;
+  for (const auto& e : faulty["events"])
+    if (e["kind"] == "kill") cost = e["cost"];
+  REQUIRE(cost["lost_ms"].is_number());
+  const double accounted =
+      1.0 - cost["lost_ms"].get<double>() / 1e3 / faulty["wall_s"].get<double>();
+  CHECK(p["ettr_accounted"].get<double>() == doctest::Approx(accounted));
+  CHECK(j["ettr_accounted"]["median"].get<double>() == doctest::Approx(accounted));
 }
 
 TEST_CASE("bench faults refuses a bad schedule before starting any run") {
