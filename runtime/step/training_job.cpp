@@ -99,8 +99,8 @@ bool training_job::rolls_back() const {
          cfg_.fault_tolerance.checkpoint_every > 0 && seat_size_ == 1 && checkpoints_ != nullptr;
 }
 
-int64_t training_job::window_end(int at_most) const {
-  const int w = std::min(cfg_.fault_tolerance.commit_window, at_most);
+int64_t training_job::window_end() const {
+  const int w = cfg_.fault_tolerance.commit_window;
   if (!windows()) return -1;
   // The job's last step commits by result, so every member has applied it before the
   // reports are awaited (a member whose last collective broke would otherwise be left
@@ -325,10 +325,7 @@ std::optional<mb::roster> training_job::stepping_without_joiners(const mb::roste
 
 job_actions training_job::open_step_on(const mb::roster& r, const mb::roster& s, double now_s) {
   // Over the last step's links (its generation and ranks): no rebuild, no donor, and the
-  // faults due pick their victims among those stepping. A joiner that is loading enters at
-  // the first boundary once it is ready: short windows keep that boundary near (a window in
-  // flight cannot be cut; 16 steps of the quickstart job are ~60 ms), for an open's round
-  // trip a step while it loads.
+  // faults due pick their victims among those stepping.
   job_actions out;
   waiting_.noted = false;
   waiting_.paused_since_s = -1;
@@ -340,7 +337,7 @@ job_actions training_job::open_step_on(const mb::roster& r, const mb::roster& s,
   for (const auto& m : s.members) o.votes[m.id] = false;
   replicas_ = static_cast<int>(s.members.size());
   o.sent_s = now_s;
-  o.through = window_end(joiner_window);
+  o.through = window_end();
   for (const auto& m : s.members) {
     o.sent[m.id] = net::step_open{s.generation, next_step_, replicas_, -1, m.rank};
     o.sent[m.id].through = o.through;

@@ -76,7 +76,6 @@
 #include <array>
 #include <cstdint>
 #include <functional>
-#include <limits>
 #include <map>
 #include <optional>
 #include <set>
@@ -238,11 +237,8 @@ class training_job {
   void commit(const mb::roster& r, int64_t step, double loss, double now_s, job_actions& out);
   /// A vote marked applied (a commit window): the steps every member applied commit.
   job_actions on_applied(const mb::roster& r, const net::step_vote& v, double now_s);
-  /// The last step a window opened at next_step_ may run to, or -1 for no window; a window
-  /// of at most AT_MOST steps (fault_tolerance.commit_window when smaller).
-  int64_t window_end(int at_most = std::numeric_limits<int>::max()) const;
-  /// The window while joiners load (open_step_on): their boundary comes within two steps.
-  static constexpr int joiner_window = 2;
+  /// The last step a window opened at next_step_ may run to, or -1 for no window.
+  int64_t window_end() const;
   /// Steps open in commit windows: pp = tp = 1 and fault_tolerance.commit_window > 0.
   bool windows() const { return cfg_.fault_tolerance.commit_window > 0 && seat_size_ == 1; }
 

@@ -1025,31 +1025,3 @@ TEST_CASE("a job taken over after its last step asks every member for its report
   rep.member_id = 2;
   CHECK(job.on_report(r, rep, 0.3).finished);
 }
-
-TEST_CASE("while a joiner loads, windows are two steps, so it enters within two once ready") {
-  const config c = job_config(2, 40, 8);
-  training_job job(c, dump_config(c));
-  const mb::roster r = roster_of(1, 2);
-  auto opens = sent<net::step_open>(all_ready(job, r));
-  REQUIRE(opens.size() == 2);
-  CHECK(opens[0].second.through == 7);  // the configured window of 8
-  job.on_vote(r, applied_vote(1, 1, 7), 0.1);
-  job.on_vote(r, applied_vote(2, 1, 7), 0.2);  // steps 8..15 open
-  const mb::roster r2 = roster_of(2, 3);       // member 3 registered, loading
-  CHECK(sent<net::step_result>(job.on_generation(r2, 0.3)).empty());
-  job.on_vote(r2, applied_vote(1, 1, 15), 0.4);
-  opens = sent<net::step_open>(job.on_vote(r2, applied_vote(2, 1, 15), 0.5));
-  REQUIRE(opens.size() == 2);  // the two step on, over generation 1
-  CHECK(opens[0].second.step == 16);
-  CHECK(opens[0].second.through == 17);  // a window of two while it loads
-  // Ready within that window: it enters at its end (step 18), and full windows come back.
-  CHECK(job.on_ready(r2, net::worker_ready{3, 2, 0}, 0.6).sends.empty());
-  job.on_vote(r2, applied_vote(1, 1, 17), 0.7);
-  opens = sent<net::step_open>(job.on_vote(r2, applied_vote(2, 1, 17), 0.8));
-  REQUIRE(opens.size() == 3);
-  for (const auto& [to, o] : opens) {
-    CHECK(o.generation == 2);
-    CHECK(o.step == 18);
-    CHECK(o.donor_rank == 0);
-  }
-}
