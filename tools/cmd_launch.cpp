@@ -252,12 +252,14 @@ class launcher {
     std::fflush(stdout);
   }
 
-  // elastic.respawn: a worker started ahead of the next respawn (launch_warm.hpp), with
+  // A worker started ahead of the next respawn or scale-up (launch_warm.hpp) when the job
+  // may start one (respawn on, or room between elastic.min_workers and max_workers), with
   // the run's workers and again a second after each one it stood in for, so that its start
   // does not compete with the replacement's load.
   void start_warm() {
     warm_due_.reset();
-    if (!opt_.respawn || stopping_ || opt_.control_only || warm_.pid() > 0) return;
+    const bool may_start = opt_.respawn || cfg_.elastic.max_workers > cfg_.elastic.min_workers;
+    if (!may_start || stopping_ || opt_.control_only || warm_.pid() > 0) return;
     if (const pid_t pid = warm_.start(worker_args()); pid > 0)
       children_[pid] = child{"(warm worker)", false, clock_type::now(), {}, true};
   }
