@@ -283,7 +283,7 @@ net::status_reply make_status(self_ptr self, uint64_t request_id) {
   if (st.io.drop_counts) out.dropped = st.io.drop_counts();
   if (st.opts.control_filter)
     for (auto& c : st.opts.control_filter->counters()) out.dropped.push_back(std::move(c));
-  if (st.opts.job) out.job = st.opts.job->report().live().dump();
+  if (st.opts.job) out.job = st.opts.job->live(st.roster).dump();
   if (st.opts.coordinator_status) out.coordinator = st.opts.coordinator_status();
   return out;
 }

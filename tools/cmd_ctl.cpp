@@ -84,6 +84,13 @@ void print_job_figures(const nlohmann::json& j) {
   // Committed steps' time over the time since the first step opened (run_report::ettr).
   if (j.contains("ettr")) std::printf(" | ETTR %.3f", j.value("ettr", 0.0));
   if (j.contains("steps_per_s") || j.contains("loss") || j.contains("ettr")) std::printf("\n");
+  if (j.contains("loading") && j["loading"].is_array() && !j["loading"].empty()) {
+    std::string names;
+    for (const auto& n : j["loading"])
+      if (n.is_string()) names += (names.empty() ? "" : ", ") + n.get<std::string>();
+    std::printf("loading the job: %s (each enters at the first step boundary once ready)\n",
+                names.c_str());
+  }
   if (j.contains("split_ms") && j["split_ms"].is_object()) {
     const auto& x = j["split_ms"];
     std::printf(

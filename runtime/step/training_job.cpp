@@ -299,6 +299,15 @@ job_actions training_job::try_open(const mb::roster& r, double now_s) {
   return out;
 }
 
+nlohmann::json training_job::live(const mb::roster& r) const {
+  nlohmann::json j = report_.live();
+  nlohmann::json loading = nlohmann::json::array();
+  for (const auto& m : r.members)
+    if (m.state != mb::member_state::leaving && ready_.count(m.id) == 0) loading.push_back(m.name);
+  if (!loading.empty()) j["loading"] = std::move(loading);
+  return j;
+}
+
 std::optional<mb::roster> training_job::stepping_without_joiners(const mb::roster& r) const {
   if (seat_size_ != 1 || resync_ || rollback_ || stepped_.generation == 0 ||
       static_cast<int>(stepped_.ranks.size()) < min_workers())

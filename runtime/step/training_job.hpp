@@ -188,6 +188,10 @@ class training_job {
   bool finished() const { return finished_; }
   /// The run's events and summary, as far as it has gone.
   const run_report& report() const { return report_; }
+  /// `ctl status`'s job figures (run_report::live), and "loading": the members of R that
+  /// registered but have not loaded the job yet (no worker_ready): the joiners the group
+  /// steps on without, each entering at the first step boundary once ready.
+  nlohmann::json live(const mb::roster& r) const;
   /// The `drop control` fault, if the job has one (the coordinator drops frames).
   const faults::fault_spec* drop_control() const { return faults_.drop_control(); }
   /// The coordinator dropped a frame for `drop control` (counted in the summary).

@@ -1025,3 +1025,19 @@ TEST_CASE("a job taken over after its last step asks every member for its report
   rep.member_id = 2;
   CHECK(job.on_report(r, rep, 0.3).finished);
 }
+
+TEST_CASE("ctl status lists a joiner as loading until it says it is ready") {
+  const config c = job_config(2, 6);
+  training_job job(c, dump_config(c));
+  const mb::roster r = roster_of(1, 2);
+  CHECK(job.live(r)["loading"] == nlohmann::json::array({"w1", "w2"}));  // at the start: all
+  all_ready(job, r);
+  CHECK_FALSE(job.live(r).contains("loading"));
+  const mb::roster r2 = roster_of(2, 3);  // member 3 registered
+  job.on_generation(r2, 0.3);
+  const nlohmann::json j = job.live(r2);
+  REQUIRE(j.contains("loading"));
+  CHECK(j["loading"] == nlohmann::json::array({"w3"}));
+  job.on_ready(r2, net::worker_ready{3, 2, 0}, 0.6);
+  CHECK_FALSE(job.live(r2).contains("loading"));
+}
