@@ -57,10 +57,6 @@ training_job::training_job(const config& cfg, std::string config_yaml, int64_t s
       seat_size_(cfg.parallel.pp * cfg.parallel.tp),
       report_(cfg, start_step) {}
 
-net::job_spec training_job::spec() const {
-  return net::job_spec{yaml_, hash_, resume_, job_id_, trace_};
-}
-
 std::optional<std::pair<uint64_t, int64_t>> training_job::open_step() const {
   if (!open_) return std::nullopt;
   return std::make_pair(open_->generation, open_->step);
@@ -301,10 +297,9 @@ job_actions training_job::try_open(const mb::roster& r, double now_s) {
 
 nlohmann::json training_job::live(const mb::roster& r) const {
   nlohmann::json j = report_.live();
-  nlohmann::json loading = nlohmann::json::array();
   for (const auto& m : r.members)
-    if (m.state != mb::member_state::leaving && ready_.count(m.id) == 0) loading.push_back(m.name);
-  if (!loading.empty()) j["loading"] = std::move(loading);
+    if (m.state != mb::member_state::leaving && ready_.count(m.id) == 0)
+      j["loading"].push_back(m.name);
   return j;
 }
 

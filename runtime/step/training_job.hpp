@@ -142,7 +142,7 @@ class training_job {
   void set_checkpoints(checkpoint_lookup lookup) { checkpoints_ = std::move(lookup); }
 
   /// What every new worker is sent after register_ok.
-  net::job_spec spec() const;
+  net::job_spec spec() const { return net::job_spec{yaml_, hash_, resume_, job_id_, trace_}; }
 
   /// The roster moved to a new generation: an open step of an older one is aborted (its
   /// members are told), departed members are forgotten, and a step opens if it can.
