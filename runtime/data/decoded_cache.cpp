@@ -16,6 +16,7 @@
 #include <optional>
 #include <vector>
 
+#include "runtime/core/atomic_file.hpp"
 #include "runtime/core/error.hpp"
 #include "runtime/core/folder_trust.hpp"
 
@@ -81,18 +82,6 @@ struct fd_closer {
     if (fd >= 0) ::close(fd);
   }
 };
-
-bool write_all(int fd, const void* src, std::size_t n) {
-  const auto* p = static_cast<const char*>(src);
-  while (n > 0) {
-    const ssize_t put = ::write(fd, p, n);
-    if (put < 0 && errno == EINTR) continue;
-    if (put <= 0) return false;
-    p += put;
-    n -= static_cast<std::size_t>(put);
-  }
-  return true;
-}
 
 // Reads a T at AT of the N mapped bytes P, advancing AT; false past the end.
 template <class T>
@@ -178,26 +167,17 @@ std::optional<cached_idx> read_cached(const std::string& file, const source_id& 
   return out;
 }
 
-// Writes F (decoded from a source whose identity is ID) to FILE through a temporary file in
-// the same folder, renamed over it: a reader sees the old file or the whole new one.
+// Writes F (decoded from a source whose identity is ID) to FILE, atomically
+// (write_file_atomic: a reader sees the old file or the whole new one), private to the user.
 void write_cached(const std::string& file, const source_id& id, const idx_file& f) {
   header h;
   h.source = id;
   h.dims = f.dims;
   h.payload = f.data.size();
   h.crc = crc_of(f.data.data(), f.data.size());
-  const std::string head = encode(h);
-  std::string tmp = file + ".XXXXXX";
-  const int fd = ::mkstemp(tmp.data());
-  if (fd < 0) throw error("cannot create " + tmp + ": " + std::strerror(errno));
-  bool ok = write_all(fd, head.data(), head.size()) &&
-            write_all(fd, f.data.data(), f.data.size());
-  const int saved = errno;
-  ok = (::close(fd) == 0) && ok;
-  if (ok && ::rename(tmp.c_str(), file.c_str()) == 0) return;
-  const std::string what = std::strerror(ok ? errno : saved);
-  ::unlink(tmp.c_str());
-  throw error("cannot write " + file + ": " + what);
+  std::string bytes = encode(h);
+  bytes.append(reinterpret_cast<const char*>(f.data.data()), f.data.size());
+  write_file_atomic(file, bytes, 0600);
 }
 
 // One warning a process about the cache itself (the loads go on without it).
