@@ -1,4 +1,4 @@
-// Test helper: sets an environment variable for one scope and restores it after.
+// Test helper: sets (or unsets) an environment variable for one scope and restores it after.
 #pragma once
 #include <cstdlib>
 #include <optional>
@@ -11,6 +11,11 @@ class env_guard {
   env_guard(std::string name, const std::string& value) : name_(std::move(name)) {
     if (const char* old = std::getenv(name_.c_str())) old_ = old;
     ::setenv(name_.c_str(), value.c_str(), 1);
+  }
+  /// Unsets NAME for the scope.
+  env_guard(std::string name, std::nullopt_t) : name_(std::move(name)) {
+    if (const char* old = std::getenv(name_.c_str())) old_ = old;
+    ::unsetenv(name_.c_str());
   }
   ~env_guard() {
     if (old_)

@@ -15,6 +15,7 @@
 #include "fixtures.hpp"
 #include "idx_files.hpp"
 #include "runtime/data/decoded_cache.hpp"
+#include "tests/ckpt/env_guard.hpp"
 
 using cohort::cached_idx;
 using cohort::cached_idx_path;
@@ -22,6 +23,7 @@ using cohort::data_cache_dir;
 using cohort::fashion_mnist;
 using cohort::read_idx_cached;
 using cohort::test::be32;
+using cohort::test::env_guard;
 using cohort::test::read_all;
 using cohort::test::temp_dir;
 using cohort::test::write_all;
@@ -57,23 +59,13 @@ void rewrite_payload(const std::string& file, const std::string& payload, bool f
   write_all(file, bytes);
 }
 
-// Sets environment variable NAME to VALUE (null: unset) for the scope.
-struct env_set {
-  std::string name;
-  std::optional<std::string> old;
-  env_set(const std::string& n, const char* value) : name(n) {
-    if (const char* o = std::getenv(n.c_str())) old = o;
-    if (value != nullptr)
-      ::setenv(n.c_str(), value, 1);
-    else
-      ::unsetenv(n.c_str());
-  }
-  ~env_set() {
-    if (old)
-      ::setenv(name.c_str(), old->c_str(), 1);
-    else
-      ::unsetenv(name.c_str());
-  }
+// A source file and its cache folder, the source read once through it (so cached).
+struct cached_source {
+  temp_dir dir;
+  std::string path = source(dir);
+  std::string cache = dir.file("cache");
+  std::string file = cached_idx_path(cache, path);
+  cached_source() { read_idx_cached(path, 3, cache, 0); }
 };
 
 }  // namespace
@@ -107,57 +99,46 @@ TEST_CASE("decoded cache: the second load reads the cached form, written private
 }
 
 TEST_CASE("decoded cache: a changed source is decoded again and cached anew") {
-  temp_dir dir;
-  const std::string path = source(dir);
-  const std::string cache = dir.file("cache");
-  read_idx_cached(path, 3, cache, 0);
+  const cached_source c;
   // A new file at the same path (another inode, size or time): its own bytes.
-  fs::remove(path);
-  source(dir, "mnopqrstuvwx");
-  CHECK(text(read_idx_cached(path, 3, cache, 0)) == "mnopqrstuvwx");
-  rewrite_payload(cached_idx_path(cache, path), "MNOPQRSTUVWX", true);
-  CHECK(text(read_idx_cached(path, 3, cache, 0)) == "MNOPQRSTUVWX");  // the new one is cached
+  fs::remove(c.path);
+  source(c.dir, "mnopqrstuvwx");
+  CHECK(text(read_idx_cached(c.path, 3, c.cache, 0)) == "mnopqrstuvwx");
+  rewrite_payload(c.file, "MNOPQRSTUVWX", true);
+  CHECK(text(read_idx_cached(c.path, 3, c.cache, 0)) == "MNOPQRSTUVWX");  // the new one is cached
 }
 
 TEST_CASE("decoded cache: a corrupt, truncated or foreign cached file is never used") {
-  temp_dir dir;
-  const std::string path = source(dir);
-  const std::string cache = dir.file("cache");
-  const std::string file = cached_idx_path(cache, path);
-  read_idx_cached(path, 3, cache, 0);
+  const cached_source c;
   SUBCASE("a payload byte flipped (CRC-32 no longer holds)") {
-    rewrite_payload(file, "abcdefghijkX", false);
+    rewrite_payload(c.file, "abcdefghijkX", false);
   }
   SUBCASE("cut short") {
-    const std::string bytes = read_all(file);
-    write_all(file, bytes.substr(0, bytes.size() - 5));
+    const std::string bytes = read_all(c.file);
+    write_all(c.file, bytes.substr(0, bytes.size() - 5));
   }
-  SUBCASE("cut inside its header") { write_all(file, read_all(file).substr(0, 30)); }
-  SUBCASE("not a cached file at all") { write_all(file, "hello"); }
+  SUBCASE("cut inside its header") { write_all(c.file, read_all(c.file).substr(0, 30)); }
+  SUBCASE("not a cached c.file at all") { write_all(c.file, "hello"); }
   SUBCASE("another shape (its dims say 4x3 where the source is 2x2x3)") {
-    std::string bytes = read_all(file);
+    std::string bytes = read_all(c.file);
     // dims start after the magic (21), the identity (32) and the dimension count (4).
     const int64_t four = 4;
     bytes.replace(21 + 32 + 4, 8, reinterpret_cast<const char*>(&four), 8);
-    write_all(file, bytes);
+    write_all(c.file, bytes);
   }
-  const cached_idx f = read_idx_cached(path, 3, cache, 0);
+  const cached_idx f = read_idx_cached(c.path, 3, c.cache, 0);
   CHECK(text(f) == "abcdefghijkl");
   CHECK(f.dims == std::vector<int64_t>{2, 2, 3});
   // Written again whole: the next load reads it (proved as above).
-  rewrite_payload(file, "ABCDEFGHIJKL", true);
-  CHECK(text(read_idx_cached(path, 3, cache, 0)) == "ABCDEFGHIJKL");
+  rewrite_payload(c.file, "ABCDEFGHIJKL", true);
+  CHECK(text(read_idx_cached(c.path, 3, c.cache, 0)) == "ABCDEFGHIJKL");
 }
 
-TEST_CASE("decoded cache: a folder others can write is not used, and no cache is no file") {
-  temp_dir dir;
-  const std::string path = source(dir);
-  const std::string cache = dir.file("cache");
-  const std::string file = cached_idx_path(cache, path);
-  read_idx_cached(path, 3, cache, 0);
-  rewrite_payload(file, "ABCDEFGHIJKL", true);  // what a stranger would plant
-  fs::permissions(fs::path(file).parent_path(), fs::perms::all);
-  CHECK(text(read_idx_cached(path, 3, cache, 0)) == "abcdefghijkl");
+TEST_CASE("decoded cache: a folder others can write is not used, and no cache is no c.file") {
+  const cached_source c;
+  rewrite_payload(c.file, "ABCDEFGHIJKL", true);  // what a stranger would plant
+  fs::permissions(fs::path(c.file).parent_path(), fs::perms::all);
+  CHECK(text(read_idx_cached(c.path, 3, c.cache, 0)) == "abcdefghijkl");
   // Without a cache folder nothing is written anywhere; below the size floor neither.
   temp_dir other;
   const std::string p2 = source(other);
@@ -167,24 +148,24 @@ TEST_CASE("decoded cache: a folder others can write is not used, and no cache is
 }
 
 TEST_CASE("decoded cache: the folder is COHORT_CACHE_DIR, else XDG_CACHE_HOME, else HOME's") {
-  const env_set a("COHORT_CACHE_DIR", nullptr), b("XDG_CACHE_HOME", nullptr),
+  const env_guard a("COHORT_CACHE_DIR", std::nullopt), b("XDG_CACHE_HOME", std::nullopt),
       c("HOME", "/home/u");
   CHECK(data_cache_dir() == "/home/u/.cache/cohort");
   {
-    const env_set x("XDG_CACHE_HOME", "/xdg");
+    const env_guard x("XDG_CACHE_HOME", "/xdg");
     CHECK(data_cache_dir() == "/xdg/cohort");
-    const env_set own("COHORT_CACHE_DIR", "/mine");
+    const env_guard own("COHORT_CACHE_DIR", "/mine");
     CHECK(data_cache_dir() == "/mine");
   }
-  const env_set off("COHORT_CACHE_DIR", "none");
+  const env_guard off("COHORT_CACHE_DIR", "none");
   CHECK(data_cache_dir().empty());
 }
 
 TEST_CASE("decoded cache: Fashion-MNIST through the cache gives the same bytes as without") {
   temp_dir dir;
-  const env_set none("COHORT_CACHE_DIR", "none");
+  const env_guard none("COHORT_CACHE_DIR", "none");
   const fashion_mnist plain(fashion_mnist::default_dir);
-  const env_set own("COHORT_CACHE_DIR", dir.path().c_str());
+  const env_guard own("COHORT_CACHE_DIR", dir.path().string());
   const fashion_mnist first(fashion_mnist::default_dir);   // decodes and writes the cache
   const fashion_mnist second(fashion_mnist::default_dir);  // maps it
   CHECK(fs::exists(cached_idx_path(dir.path().string(),
