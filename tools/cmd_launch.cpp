@@ -80,12 +80,11 @@ class launcher {
   int run() {
     keys_ = std::make_unique<launch_keys>(opt_.keys, opt_.insecure,
                                           opt_.bind.empty() ? cfg_.control.bind : opt_.bind);
-    keys_dir_ = keys_->dir();
     // A handler-fed pipe, not signalfd: signalfd needs the signals blocked in every thread,
     // and a library may own threads that predate any mask we set.
     signals_ = std::make_unique<proc::signal_pipe>(std::vector<int>{SIGINT, SIGTERM, SIGCHLD});
 
-    if (ha()) ha_ = std::make_unique<launch_ha>(cfg_, keys_dir_);
+    if (ha()) ha_ = std::make_unique<launch_ha>(cfg_, keys_->dir());
     int fds[2];
     if (pipe2(fds, O_CLOEXEC) != 0) throw error("launch: pipe failed");
     out_fd_ = fds[0];
@@ -124,7 +123,7 @@ class launcher {
     for (const auto& f : opt_.inject) args.insert(args.end(), {"--inject", f});
     if (opt_.resume) args.push_back("--resume");
     if (!opt_.resume_from.empty()) args.insert(args.end(), {"--resume-from", opt_.resume_from});
-    if (!keys_dir_.empty()) args.insert(args.end(), {"--keys", keys_dir_});
+    if (!keys_->dir().empty()) args.insert(args.end(), {"--keys", keys_->dir()});
     if (opt_.insecure) args.push_back("--insecure");
     if (ha_) {
       const auto more = ha_->coordinator_args();
@@ -227,7 +226,7 @@ class launcher {
   std::vector<std::string> worker_args() const {
     std::vector<std::string> args{"worker", "--join", ha() ? join(candidates_, 0) : endpoint_};
     if (ha()) args.insert(args.end(), {"--reattach-ms", std::to_string(cfg_.ha.reattach_ms)});
-    if (!keys_dir_.empty()) args.insert(args.end(), {"--keys", keys_dir_});
+    if (!keys_->dir().empty()) args.insert(args.end(), {"--keys", keys_->dir()});
     return args;
   }
 
@@ -494,7 +493,6 @@ class launcher {
   launch_options opt_;
   config cfg_;
   std::unique_ptr<launch_keys> keys_;
-  std::string keys_dir_;  // keys_->dir(); empty: no keys (--insecure)
   std::unique_ptr<proc::signal_pipe> signals_;
   int out_fd_ = -1;
   std::string pipe_buf_;
