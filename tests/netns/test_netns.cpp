@@ -310,10 +310,12 @@ TEST_CASE("a joiner on a new host takes its state from a live peer across the br
   // that c-0 enters before the run can end, whatever the speed, the test SIGSTOPs b-1
   // (training waits in b-0's sum; timeout_ms is far longer than the hold) until c-0 has
   // built its job (the line it logs just before it tells the coordinator it is ready),
-  // then SIGCONTs it: c-0 enters at the next step boundary.
+  // then SIGCONTs it: c-0 enters at the next step boundary. The run is long (steps take
+  // about a millisecond) so that the hold lands well before its end, and the status read
+  // after the hold proves that it did.
   require_netns();
   temp_dir dir;
-  const int steps = 400;
+  const int steps = 3000;
   std::string yaml = small_yaml(dir.path(), "bitwise", steps);
   yaml.replace(yaml.find("timeout_ms: 2000"), 16, "timeout_ms: 180000");
   const std::string cfg = dir.write("cfg.yaml", yaml);
@@ -322,18 +324,25 @@ TEST_CASE("a joiner on a new host takes its state from a live peer across the br
   coordinator c(b, dir, cfg, {"--set", "cluster.workers=2", "--set", "elastic.max_workers=3"});
   auto w1 = worker(b, 2, dir, c, "b-0");
   auto w2 = worker(b, 2, dir, c, "b-1");
-  wait_for_step(b, c, 20);
+  // One status read gives both the step and b-1's pid, so the hold follows at once.
   pid_t held = 0;
-  int rc = -1;
   nlohmann::json st;
-  eventually(milliseconds(30000), [&] {
-    st = ctl(b, c, "status --json", &rc);
+  const bool stepping = eventually(milliseconds(120000), [&] {
+    st = ctl(b, c, "status --json 2>/dev/null");
+    if (!st.is_object() || !st["step"].is_number() || st["step"].get<int64_t>() < 20)
+      return false;
     for (const auto& w : st["workers"])
       if (w["name"] == "b-1" && w["state"] == "alive") held = w["pid"].get<pid_t>();
     return held > 0;
   });
-  REQUIRE_MESSAGE(held > 0, "ctl exit " << rc << ": " << st.dump());
+  REQUIRE_MESSAGE(stepping, "the job never reached step 20 with b-1 alive: " << st.dump());
   REQUIRE(::kill(held, SIGSTOP) == 0);
+  // Held: the job stands at most a commit window past where it was, far from its end.
+  st = ctl(b, c, "status --json 2>/dev/null");
+  const bool read = st.is_object() && st["step"].is_number();
+  REQUIRE_MESSAGE(read, st.dump());
+  REQUIRE_MESSAGE(st["step"].get<int64_t>() < steps / 2,
+                  "the run was near its end before b-1 was held: " << st.dump());
   auto w3 = worker(b, 3, dir, c, "c-0");
   const bool loaded_in_time = eventually(milliseconds(120000), [&] {
     return w3->err().find("dp group: model ") != std::string::npos;
