@@ -1,7 +1,8 @@
 // Registrations at the coordinator: clients are answered at once; workers enter a join window
 // and are admitted together, one generation for all who arrived close together
-// (mb::on_register_batch, mb::join_window_closed); a full world keeps them as spares, seated
-// the moment a member leaves. The roster that admits them goes out in on_new_generation.
+// (mb::on_register_batch, mb::join_window_closed); a full world keeps them as spares (each
+// loading the job while it waits), seated the moment a member leaves. The roster that admits them
+// goes out in on_new_generation.
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -65,7 +66,8 @@ void keep_spare(self_ptr self, const std::string& peer, const std::string& name,
   auto& st = self->state;
   auto queued = std::find_if(st.spares.begin(), st.spares.end(),
                              [&](const auto& s) { return s.peer == peer; });
-  if (queued == st.spares.end()) {
+  const bool fresh = queued == st.spares.end();
+  if (fresh) {
     spdlog::info("coordinator: '{}' waits as a spare: {}", name, reason);
     st.spares.push_back(coordinator_state::spare{peer, name, pid, now(self)});
   } else {
@@ -74,6 +76,9 @@ void keep_spare(self_ptr self, const std::string& peer, const std::string& name,
     queued->asked = now(self);
   }
   send(self, peer, net::register_reject{reason, spare_retry_ms(st)});
+  // A new spare loads the job while it waits, so that the seat it takes (a member's death,
+  // in the departure's own roster) costs the group one round trip, not a load.
+  if (fresh && st.opts.job) send(self, peer, st.opts.job->spec());
 }
 
 void register_client(self_ptr self, const std::string& peer, const net::register_request& r) {

@@ -162,7 +162,7 @@ void adopt_roster(self_ptr self, const net::roster_update& ru) {
   if (lost || !grew) st.group_shared->abort_below(ru.generation);
 }
 
-void on_job(self_ptr self, const net::job_spec& spec) {
+void on_job(self_ptr self, const net::job_spec& spec, uint64_t member_id) {
   auto& st = self->state;
   if (!st.io.kv_call) {
     spdlog::warn("worker {}: ignoring a job: this worker has no data plane", st.opts.name);
@@ -184,7 +184,7 @@ void on_job(self_ptr self, const net::job_spec& spec) {
     gio.cut_off = [shared](uint32_t ms) { shared->link.cut_for(milliseconds(ms)); };
     st.group = self->spawn<caf::detached>(dp_group_actor, gio, st.group_shared);
   }
-  self->send(st.group, co_job_atom::value, spec, st.member_id, st.generation);
+  self->send(st.group, co_job_atom::value, spec, member_id, st.generation);
 }
 
 void on_step_open(self_ptr self, const net::step_open& o) {
@@ -288,7 +288,10 @@ void on_inbound(self_ptr self, const net::message& m) {
             leave_now(self);
           }
         } else if constexpr (std::is_same_v<T, net::job_spec>) {
-          if (st.ph == worker_state::phase::active) on_job(self, x);
+          // A spare gets the job while it waits and loads it ahead (member 0: no member
+          // yet, so no worker_ready); seated, it gets it again and is ready at once.
+          if (st.ph == worker_state::phase::active) on_job(self, x, st.member_id);
+          if (st.ph == worker_state::phase::registering && st.spare) on_job(self, x, 0);
         } else if constexpr (std::is_same_v<T, net::step_open>) {
           if (st.ph == worker_state::phase::active) on_step_open(self, x);
         } else if constexpr (std::is_same_v<T, net::fault_order>) {

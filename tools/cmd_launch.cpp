@@ -33,6 +33,8 @@
 #include "tools/commands.hpp"
 #include "tools/launch_ha.hpp"
 #include "tools/launch_keys.hpp"
+#include "tools/launch_options.hpp"
+#include "tools/launch_respawns.hpp"
 #include "tools/launch_roster_lines.hpp"
 #include "tools/launch_warm.hpp"
 
@@ -41,24 +43,6 @@ namespace {
 
 using clock_type = std::chrono::steady_clock;
 using std::chrono::milliseconds;
-
-struct launch_options {
-  std::string config_path;
-  std::vector<std::string> overrides;
-  std::string bind;
-  std::string summary;
-  std::string trace;
-  std::string metrics;
-  bool control_only = false;
-  bool quiet = false;
-  bool respawn = true;
-  std::vector<std::string> inject;
-  bool resume = false;
-  std::string resume_from;  // --resume-from, passed to the coordinator
-  int stop_timeout_ms = 5000;
-  std::string keys;  // --keys: use (or write) the job's keys there
-  bool insecure = false;
-};
 
 struct child {
   std::string name;
@@ -263,25 +247,33 @@ class launcher {
       children_[pid] = child{"(warm worker)", false, clock_type::now(), {}, true};
   }
 
-  // A worker that died (killed, or failed) while the job runs is started again under the
-  // same name; it joins as a new member and takes its state from a live peer. A worker
-  // that keeps dying within a second of its start is given up after a few tries.
-  void maybe_respawn(const child& c, int code) {
-    if (!opt_.respawn || stopping_ || opt_.control_only || code == 0) return;
-    if (!worth_restarting(c)) return;
-    std::printf("launch: restarting %s\n", c.name.c_str());
-    start_worker(c.name);
+  // elastic.spares, once a status reply lists cluster.workers live members: started after
+  // the world formed, they find it full and wait as spares (the job loaded), whatever the
+  // order the others registered in.
+  void start_spares(const net::status_reply& s) {
+    if (spares_started_ || stopping_ || opt_.control_only || cfg_.elastic.spares == 0) return;
+    int live = 0;
+    for (const auto& w : s.workers) live += w.member.state != net::member_state::dead;
+    if (live < cfg_.cluster.workers) return;
+    spares_started_ = true;
+    for (int i = 0; i < cfg_.elastic.spares; ++i)
+      start_worker("worker-" + std::to_string(next_index_++));
   }
 
-  // A child (worker or coordinator) that keeps dying within a second of its start is given
-  // up after a few tries.
-  bool worth_restarting(const child& c) {
-    int& quick = quick_deaths_[c.name];
-    quick = clock_type::now() - c.started < milliseconds(1000) ? quick + 1 : 0;
-    if (quick < 5) return true;
-    std::printf("launch: %s died %d times within a second of starting; not restarting it\n",
-                c.name.c_str(), quick);
-    return false;
+  // A worker that died (killed, or failed) while the job runs is started again under the
+  // same name; it joins as a new member and takes its state from a live peer (with
+  // elastic.spares: a little later, launch_respawns.hpp).
+  void maybe_respawn(const child& c, int code) {
+    if (!opt_.respawn || stopping_ || opt_.control_only || code == 0) return;
+    if (!respawns_.worth(c.name, c.started)) return;
+    if (cfg_.elastic.spares > 0) {
+      std::printf("launch: restarting %s in %d ms (a spare takes its seat)\n", c.name.c_str(),
+                  spare_respawn_delay_ms);
+      respawns_.put_off(c.name, milliseconds(spare_respawn_delay_ms));
+      return;
+    }
+    std::printf("launch: restarting %s\n", c.name.c_str());
+    start_worker(c.name);
   }
 
   // The coordinator asks for more workers (ctl scale, a scale fault): new names, so that
@@ -331,6 +323,10 @@ class launcher {
         kill_at_ = clock_type::now() + milliseconds(1000);
       }
       if (warm_due_ && clock_type::now() >= *warm_due_) start_warm();
+      for (const std::string& name : respawns_.due(clock_type::now())) {
+        std::printf("launch: restarting %s\n", name.c_str());
+        start_worker(name);
+      }
       if (!stopping_ && client_ && clock_type::now() >= next_status) {
         if (ha()) follow_leader(milliseconds(0));
         client_->send(net::status_request{++status_seq_});
@@ -440,7 +436,7 @@ class launcher {
         if (const auto term = ha_->depose_if_leader(pid))
           std::printf("launch: deposed the dead leader (term %lld) in etcd\n",
                       static_cast<long long>(*term));
-        if (worth_restarting(c)) {
+        if (respawns_.worth(c.name, c.started)) {
           std::printf("launch: restarting %s as a standby at %s\n", c.name.c_str(),
                       c.endpoint.c_str());
           start_coordinator(c.name, c.endpoint);
@@ -472,6 +468,7 @@ class launcher {
   void begin_stop(const std::string& reason) {
     if (stopping_) return;
     stopping_ = true;
+    respawns_.clear();
     warm_.close();  // the end of its input: the warm worker exits 0
     kill_at_ = clock_type::now() + milliseconds(opt_.stop_timeout_ms);
     if (client_ && coordinator_running()) client_->send(net::stop{reason});
@@ -484,8 +481,10 @@ class launcher {
   void drain_client() {
     if (!client_) return;
     while (auto m = client_->recv(milliseconds(0))) {
-      if (const auto* s = std::get_if<net::status_reply>(&*m))
+      if (const auto* s = std::get_if<net::status_reply>(&*m)) {
         roster_lines_.show(*s, cfg_.cluster.workers);
+        start_spares(*s);
+      }
       if (const auto* o = std::get_if<net::scale_order>(&*m)) scale_up(*o);
     }
   }
@@ -500,16 +499,18 @@ class launcher {
   std::map<pid_t, child> children_;
   warm_worker warm_;                                ///< start_warm's process, if any
   std::optional<clock_type::time_point> warm_due_;  ///< when start_warm runs next
-  std::map<std::string, int> local_ranks_;  // worker name -> its local rank (its GPU)
+  std::map<std::string, int> local_ranks_;          // worker name -> its local rank (its GPU)
   std::unique_ptr<net::sync_client> client_;
   bool stopping_ = false;
+  bool spares_started_ = false;  ///< elastic.spares started (start_spares)
+  respawns respawns_;            ///< whom to restart, and when
+  static constexpr int spare_respawn_delay_ms = 500;
   clock_type::time_point kill_at_{};
   std::optional<clock_type::time_point> term_at_;  // SIGTERM to workers that outlive it
   int rc_ = exit_ok;
   uint64_t status_seq_ = 0;
-  roster_lines roster_lines_;                // what launch has printed of the membership
-  std::map<std::string, int> quick_deaths_;  // per child name: deaths right after a start
-  int next_index_ = 0;                       // worker-<index> of the next new worker
+  roster_lines roster_lines_;  // what launch has printed of the membership
+  int next_index_ = 0;         // worker-<index> of the next new worker
   // ha (ha.standbys >= 1): the etcd, the run's name in it, every coordinator's endpoint,
   // and the leader as etcd names it (launch's client follows it).
   std::unique_ptr<launch_ha> ha_;

@@ -499,6 +499,15 @@ const std::vector<key_spec>& schema() {
        "true: the launcher restarts a local worker that dies, and it rejoins as a joiner. "
        "false: a dead worker stays gone."},
       {"elastic",
+       "spares",
+       COHORT_FIELD(elastic.spares),
+       at_least(0),
+       {},
+       nullptr,
+       "Workers `cohort launch` starts beyond cluster.workers. The world being full "
+       "(elastic.max_workers = cluster.workers), they wait as spares with the job loaded, "
+       "and one takes a dead member's seat in the rerun of the step the death broke."},
+      {"elastic",
        "pause_timeout_ms",
        COHORT_FIELD(elastic.pause_timeout_ms),
        at_least(0),

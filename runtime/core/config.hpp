@@ -119,6 +119,9 @@ struct elastic_config {
   int min_workers = 0;  ///< below this, training pauses for joiners (0 in YAML: cluster.workers)
   int max_workers = 0;  ///< joiners above this wait as spares (0 in YAML: cluster.workers)
   bool respawn = true;  ///< the launcher restarts a local worker that dies
+  /// Workers the launcher starts beyond cluster.workers: they wait as spares with the job
+  /// loaded and take a dead member's seat in the departure's own roster.
+  int spares = 0;
   int64_t pause_timeout_ms = 60000;  ///< how long a pause below min_workers lasts before failing
 };
 

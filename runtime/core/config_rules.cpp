@@ -351,6 +351,13 @@ class rules {
     if (!elastic_ok_) return;
     if (c.elastic.min_workers == 0) c.elastic.min_workers = w;
     if (c.elastic.max_workers == 0) c.elastic.max_workers = w;
+    if (fine({"elastic.spares"}) && c.elastic.spares > 0 && c.elastic.max_workers > w)
+      complain({"elastic.spares"}, "spares = " + std::to_string(c.elastic.spares) +
+                                       " would join as members while elastic.max_workers = " +
+                                       std::to_string(c.elastic.max_workers) +
+                                       " leaves room above cluster.workers = " + ws +
+                                       " (a spare waits only in a full world: set max_workers to " +
+                                       ws + ", or spares to 0)");
     if (fine({"parallel.pp", "parallel.tp"})) {
       // With pp * tp > 1 a DP replica is pp * tp workers: it trains only when whole.
       const int pt = c.parallel.pp * c.parallel.tp;

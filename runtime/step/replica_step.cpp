@@ -105,6 +105,8 @@ void replica_step::on_job(const net::job_spec& spec, uint64_t member, uint64_t g
       return;
     }
   }
+  // A spare (member 0) loaded the job ahead of its seat: it says it is ready once seated.
+  if (member == 0) return;
   protocol_.forget_window();
   io_.send(net::worker_ready{member_id_, generation, next_step_});
 }

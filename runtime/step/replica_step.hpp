@@ -99,6 +99,7 @@ class replica_step {
   replica_step& operator=(const replica_step&) = delete;
 
   /// The job (once; a repeat only re-announces where this member stands): worker_ready.
+  /// MEMBER_ID 0: a spare loading the job ahead of its seat, which announces nothing.
   void on_job(const net::job_spec& spec, uint64_t member_id, uint64_t generation);
   /// A step_open: run the step at DP rank RANK and vote (see the drawing above).
   void on_open(const net::step_open& o, uint64_t member_id, int rank);

@@ -90,9 +90,19 @@ void run_report::roster_seen(const mb::roster& r, const job_moment& at, bool run
   if (running) {
     for (const auto& [id, name] : now) {
       if (last_members_.count(id) != 0) continue;
-      for (auto& e : events_)  // a respawn under the victim's name replaces it
+      // A respawn under the victim's name replaces it; any other newcomer (a spare seated
+      // in the departure's own roster, a worker started by hand) replaces the oldest
+      // removed victim still without one.
+      job_event* replaced = nullptr;
+      for (auto& e : events_)
         if (costing(e) && e.worker == name && e.cost.removed_s >= 0 && e.cost.registered_s < 0)
-          e.cost.registered_s = at.now_s;
+          replaced = &e;
+      for (auto e = events_.begin(); replaced == nullptr && e != events_.end(); ++e)
+        if (costing(*e) && e->cost.removed_s >= 0 && e->cost.registered_s < 0) replaced = &*e;
+      if (replaced != nullptr) {
+        replaced->cost.registered_s = at.now_s;
+        replaced->cost.replacement = name;
+      }
       add_event("joined", name, at);
       notes.push_back(name + " joined at step " + std::to_string(at.step) + " (generation " +
                       std::to_string(r.generation) + ", " + std::to_string(r.members.size()) +
@@ -143,7 +153,7 @@ void run_report::step_members(const std::set<std::string>& names, double now_s) 
   for (auto& e : events_) {
     fault_cost& c = e.cost;
     if (!costing(e) || c.registered_s < 0 || c.entered_s >= 0) continue;
-    if (names.count(e.worker) != 0) c.entered_s = now_s;
+    if (names.count(c.replacement) != 0) c.entered_s = now_s;
   }
 }
 
@@ -151,7 +161,8 @@ void run_report::member_ready(const std::string& worker, double now_s) {
   last_now_s_ = std::max(last_now_s_, now_s);
   for (auto& e : events_) {
     fault_cost& c = e.cost;
-    if (costing(e) && e.worker == worker && c.registered_s >= 0 && c.ready_s < 0) c.ready_s = now_s;
+    if (costing(e) && c.replacement == worker && c.registered_s >= 0 && c.ready_s < 0)
+      c.ready_s = now_s;
   }
 }
 
@@ -203,6 +214,7 @@ nlohmann::json cost_json(const fault_cost& c, double at_s) {
   j["reduced_ms"] = c.recovered_s >= 0 && c.entered_s >= 0
                         ? nlohmann::json(1e3 * std::max(0.0, c.entered_s - c.recovered_s))
                         : nlohmann::json();
+  j["replacement"] = c.replacement.empty() ? nlohmann::json() : nlohmann::json(c.replacement);
   j["stalled_ms"] = c.stalled_ms;
   j["transfer_ms"] = c.transfer_ms >= 0 ? nlohmann::json(c.transfer_ms) : nlohmann::json();
   j["aborted_steps"] = c.aborted;
@@ -229,7 +241,8 @@ void run_report::vote_counted(const std::string& worker, const net::step_timing&
   while (recent_votes_.size() > 64) recent_votes_.pop_front();
   if (t.state_bytes == 0 || t.state_us == 0) return;
   for (auto& e : events_)
-    if (costing(e) && e.worker == worker && e.cost.entered_s >= 0 && e.cost.transfer_ms < 0)
+    if (costing(e) && e.cost.replacement == worker && e.cost.entered_s >= 0 &&
+        e.cost.transfer_ms < 0)
       e.cost.transfer_ms = static_cast<double>(t.state_us) / 1e3;
   // The joiner's view of the state it received from the donor.
   for (auto e = events_.rbegin(); e != events_.rend(); ++e) {
@@ -280,7 +293,7 @@ void run_report::step_committed(int64_t steps_done, double loss, const mb::roste
     fault_cost& c = e.cost;
     ++c.steps;
     if (c.recovered_s < 0) c.recovered_s = now_s;
-    if (c.entered_s >= 0 && names.count(e.worker) != 0) {
+    if (c.entered_s >= 0 && names.count(c.replacement) != 0) {
       c.whole_s = now_s;
       c.aborted = aborted_ - c.aborted_at_order;
       c.step_ms = 1e3 * median_step_s();

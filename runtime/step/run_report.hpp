@@ -40,6 +40,9 @@ struct fault_cost {
   double stalled_ms = 0;     ///< time with no step open (from a commit or abort to the next open)
   double transfer_ms = -1;   ///< the replacement's state transfer (inside the entering step)
   double step_ms = -1;       ///< the run's median committed step time when whole
+  /// Who took the victim's seat: its respawn (same name) or a spare / joiner (run_report's
+  /// roster_seen); empty until registered_s.
+  std::string replacement;
 };
 
 /// One line of the run's event table: an injected fault or a membership change.

@@ -309,7 +309,8 @@ struct worker_fixture : testing_system {
   std::shared_ptr<worker_shared> shared = std::make_shared<worker_shared>();
   std::shared_ptr<int> exit_code = std::make_shared<int>(-1);
   /// ha: the endpoints the worker reconnected to, in order, and the term its bridge heard.
-  std::shared_ptr<std::vector<std::string>> reconnects = std::make_shared<std::vector<std::string>>();
+  std::shared_ptr<std::vector<std::string>> reconnects =
+      std::make_shared<std::vector<std::string>>();
   std::shared_ptr<uint64_t> term = std::make_shared<uint64_t>(0);
   caf::actor worker;
 
@@ -554,4 +555,33 @@ TEST_CASE("ha: ctl scale acts only once etcd confirms this coordinator leads, el
   f.deliver("ctl", net::admin_request{3, "scale", "9"});
   CHECK_FALSE(last_reply().ok);
   CHECK(recorded->size() == 2);
+}
+
+// elastic.spares (docs/faults.md, "Spares"): a spare waiting in a full world gets the job at
+// once and loads it, so that the seat it takes later costs a round trip, not a load; a
+// re-ask does not send it again, and the seat sends it once more (the worker's cue to say
+// it is ready).
+TEST_CASE("coordinator: a spare is sent the job while it waits, once, and again when seated") {
+  const config c = load_config_text(
+      "cluster:\n  workers: 2\ntrain:\n  steps: 50\n  global_batch: 64\n  micro_batch: 16\n",
+      "<test>");
+  coordinator_fixture f([&](coordinator_options& o, coordinator_io&) {
+    o.membership.dp = 2;
+    o.job = std::make_shared<training_job>(c, dump_config(c));
+  });
+  f.register_worker("pa", "a");
+  f.register_worker("pb", "b");
+  CHECK(f.rec->to<net::job_spec>("pa").size() == 1);
+  f.register_worker("ps", "spare");
+  REQUIRE(f.rec->to<net::register_reject>("ps").size() == 1);
+  const auto spec = f.rec->to<net::job_spec>("ps");
+  REQUIRE(spec.size() == 1);
+  CHECK(spec[0].config_yaml == f.rec->to<net::job_spec>("pa")[0].config_yaml);
+  f.register_worker("ps", "spare");  // the spare asks again: still waiting, no second copy
+  CHECK(f.rec->to<net::register_reject>("ps").size() == 2);
+  CHECK(f.rec->to<net::job_spec>("ps").size() == 1);
+  f.deliver("launch", net::register_request{net::peer_role::client, "launch", 1});
+  f.deliver("launch", net::exit_notice{"a", 100, 137});
+  REQUIRE(f.rec->to<net::register_ok>("ps").size() == 1);
+  CHECK(f.rec->to<net::job_spec>("ps").size() == 2);
 }

@@ -1439,7 +1439,7 @@ TEST_CASE("dump_config prints every key of the schema, sections in a fixed order
     at = found;
   }
   const std::set<std::string> keys = key_paths(text);
-  CHECK(keys.size() == 70);
+  CHECK(keys.size() == 71);
   for (const char* k : {"cluster.workers",
                         "parallel.dp",
                         "model.hidden",
@@ -1561,9 +1561,28 @@ TEST_CASE("elastic keys: defaults, resolution from cluster.workers, booleans") {
   const config a = cohort::load_config_text("elastic:\n  respawn: true\n", "a");
   const config b = cohort::load_config_text("elastic:\n  respawn: false\n", "a");
   CHECK(cohort::dump_config(b).find("elastic:\n  min_workers: 1\n  max_workers: 1\n  "
-                                    "respawn: false\n  pause_timeout_ms: 60000\n") !=
+                                    "respawn: false\n  spares: 0\n  pause_timeout_ms: 60000\n") !=
         std::string::npos);
   CHECK(cohort::config_hash(a) != cohort::config_hash(b));
+}
+
+TEST_CASE(
+    "elastic.spares: a full world takes them, a world with room is refused, naming the line") {
+  const std::string batch = "train:\n  global_batch: 64\n  micro_batch: 16\n";
+  const config c =
+      cohort::load_config_text(batch + "cluster:\n  workers: 2\nelastic:\n  spares: 1\n", "t");
+  CHECK(c.elastic.spares == 1);
+  CHECK(c.elastic.max_workers == 2);
+  try {
+    cohort::load_config_text(
+        batch + "cluster:\n  workers: 2\nelastic:\n  max_workers: 3\n  spares: 1\n", "cfg.yaml");
+    FAIL("a spare that would join as a member was accepted");
+  } catch (const std::exception& e) {
+    const std::string what = e.what();
+    CHECK_MESSAGE(what.find("cfg.yaml:8") != std::string::npos, what);
+    CHECK_MESSAGE(what.find("set max_workers to 2, or spares to 0") != std::string::npos, what);
+  }
+  CHECK_THROWS(cohort::load_config_text("elastic:\n  spares: -1\n", "t"));
 }
 
 TEST_CASE("faults: parsed at load, dumped canonically, hashed, set from the command line") {
@@ -1781,7 +1800,7 @@ TEST_CASE("configs/reference.yaml is the generated reference and holds every key
     }
     previous = line;
   }
-  CHECK(keys == 69);
+  CHECK(keys == 70);
   CHECK(top_level == 1);
   // The commented examples are the language's own examples, and each of them parses.
   size_t examples = 0;

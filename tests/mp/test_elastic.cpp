@@ -318,6 +318,59 @@ TEST_CASE("a spare beyond elastic.max_workers waits and takes a dead member's pl
   CHECK(*code == 0);  // stopped at the end of the job like every member
 }
 
+// elastic.spares: launch starts a worker beyond cluster.workers once the world formed; it
+// waits as a spare with the job loaded, and the kill's own roster seats it, so the rerun of
+// the broken step is already at full size (no time at a reduced size). The test holds the
+// group (SIGSTOP of worker-1, timeout_ms beyond the hold) while it names the kill's step, so
+// the step cannot pass before the kill is in; the kill is seen by its process's exit.
+TEST_CASE("elastic.spares: a loaded spare takes a killed member's seat in the rerun, same hash") {
+  temp_dir dir;
+  const int steps = 3000;
+  const std::string cfg = dir.write("cfg.yaml", small_yaml(dir.path(), "bitwise", steps));
+  const std::string hash = train_summary(dir, cfg)["params_sha256"];
+  const std::string out = dir.path() + "/spares.json";
+  child_process launch(
+      {"launch", cfg, "--summary", out, "--set", "cluster.workers=2", "--set", "elastic.spares=1",
+       "--set", "fault_tolerance.timeout_ms=" + std::to_string(held_timeout_ms)},
+      dir.path(), "launch-spares");
+  const job_address ep = address_of(launch);
+  // Two members built their jobs, then the spare (the third model line) while it waits.
+  const auto built = [&] {
+    const std::string log = launch.out() + launch.err();
+    int models = 0;
+    for (auto at = log.find("dp group: model "); at != log.npos;
+         at = log.find("dp group: model ", at + 1))
+      ++models;
+    return models >= 3 && log.find("worker worker-2: waiting as a spare") != log.npos;
+  };
+  REQUIRE_MESSAGE(eventually(step_timeout, built), launch.out() << launch.err());
+  const pid_t held = hold(ep, "worker-1");
+  const nlohmann::json st = ctl_status(ep);
+  REQUIRE(st.is_object());
+  // At most a commit window (16 steps) is in flight past the coordinator's count.
+  const int64_t at = st["step"].get<int64_t>() + 40;
+  int rc = -1;
+  const std::string said =
+      ctl(ep, "inject 'kill worker=worker-0 at step=" + std::to_string(at) + "'", &rc);
+  ::kill(held, SIGCONT);
+  REQUIRE_MESSAGE(rc == 0, said);
+  const nlohmann::json s = finish(launch, out);
+  check_fault_free(s, hash, steps);
+  CHECK(s["dp"] == 2);
+  const auto kills = events_of(s, "kill");
+  REQUIRE_MESSAGE(kills.size() == 1, s["events"].dump());
+  const nlohmann::json& cost = kills[0]["cost"];
+  CAPTURE(cost.dump());
+  CHECK(cost["replacement"] == "worker-2");
+  REQUIRE(cost["reduced_ms"].is_number());
+  CHECK(cost["reduced_ms"].get<double>() == 0.0);  // the rerun was its entry
+  CHECK(cost["steps"] == 1);
+  std::set<std::string> names;
+  for (const auto& w : s["workers"]) names.insert(w["name"].get<std::string>());
+  const std::set<std::string> seated{"worker-1", "worker-2"};
+  CHECK_MESSAGE(names == seated, s["workers"].dump());
+}
+
 TEST_CASE("ctl refuses a scale outside elastic bounds and a drain of an unknown worker") {
   temp_dir dir;
   const int steps = 400;
@@ -510,9 +563,9 @@ TEST_CASE("a warm worker waits for its name on stdin: none ends it quietly, a ba
   std::string out;
   CHECK(run_shell(worker + " < /dev/null 2>&1", &out) == 0);  // launch ended: no name comes
   CHECK_MESSAGE(out.empty(), out);
-  for (const std::string& bad : {"'a/b 1'", "'w 1 2'", "'w -1'", "'w x'", "''"}) {
+  for (const char* bad : {"'a/b 1'", "'w 1 2'", "'w -1'", "'w x'", "''"}) {
     CAPTURE(bad);
-    CHECK(run_shell("printf '%s\\n' " + bad + " | " + worker + " 2>&1", &out) == 2);
+    CHECK(run_shell("printf '%s\\n' " + std::string(bad) + " | " + worker + " 2>&1", &out) == 2);
     CHECK_MESSAGE(out.find("--name-from-stdin: ") != std::string::npos, out);
   }
   CHECK(run_shell(worker + " --name w < /dev/null 2>&1", &out) == 2);  // one or the other

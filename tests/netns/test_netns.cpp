@@ -329,8 +329,7 @@ TEST_CASE("a joiner on a new host takes its state from a live peer across the br
   nlohmann::json st;
   const bool stepping = eventually(milliseconds(120000), [&] {
     st = ctl(b, c, "status --json 2>/dev/null");
-    if (!st.is_object() || !st["step"].is_number() || st["step"].get<int64_t>() < 20)
-      return false;
+    if (!st.is_object() || !st["step"].is_number() || st["step"].get<int64_t>() < 20) return false;
     for (const auto& w : st["workers"])
       if (w["name"] == "b-1" && w["state"] == "alive") held = w["pid"].get<pid_t>();
     return held > 0;

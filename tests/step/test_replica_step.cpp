@@ -181,6 +181,7 @@ struct rig {
     io.send = [this](const net::message& m) { sent.push_back(m); };
     io.fatal = [this](const std::string& why) { fatals.push_back(why); };
     io.make_seat = [this](const config&, bool, int, int) {
+      ++seats_made;
       return std::make_unique<fake_seat>(seat);
     };
     io.data_host = [](const config&) { return std::string("127.0.0.1"); };
@@ -201,12 +202,14 @@ struct rig {
     step = std::make_unique<replica_step>(std::move(io), shared);
   }
 
-  void job(const std::string& yaml = job_yaml(), const std::string& resume = "") {
+  void job(const std::string& yaml = job_yaml(), const std::string& resume = "",
+           uint64_t member = 7) {
     net::job_spec s;
     s.config_yaml = yaml;
     s.resume_checkpoint = resume;
-    step->on_job(s, 7, 1);
+    step->on_job(s, member, 1);
   }
+  int seats_made = 0;
   net::step_open open_of(int64_t s, int64_t through = -1, uint64_t g = 1) const {
     net::step_open o;
     o.generation = g;
@@ -314,6 +317,20 @@ TEST_CASE("replica_step: the coordinator's commit applies the step, an abort dro
   REQUIRE(ready.size() == 2);
   CHECK(ready[1].next_step == 1);               // says where it stands after the abort
   CHECK(r.builds == std::vector<uint64_t>{1});  // the links of generation 1 were reused
+}
+
+TEST_CASE("replica_step: a spare loads the job ahead, silently, and is ready once seated") {
+  rig r(0, 2);
+  r.job(job_yaml(), "", 0);  // member 0: a spare waiting for a seat
+  CHECK(r.seats_made == 1);
+  CHECK(r.sent.empty());
+  CHECK(r.fatals.empty());
+  r.job();  // seated as member 7: the job again, built already
+  CHECK(r.seats_made == 1);
+  const auto ready = r.all<net::worker_ready>();
+  REQUIRE(ready.size() == 1);
+  CHECK(ready[0].member_id == 7);
+  CHECK(ready[0].next_step == 0);
 }
 
 TEST_CASE("replica_step: a commit window applies each step before its vote and runs on") {

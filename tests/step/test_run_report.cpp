@@ -238,3 +238,40 @@ TEST_CASE("a kill's cost: stamps out of the usual order still split the total") 
   CHECK(open["detect_ms"].is_null());
   CHECK(open["whole_ms"].is_null());
 }
+
+TEST_CASE("a kill's cost: a spare seated in the departure's own roster replaces the victim") {
+  // w4 (a spare, loaded) takes w2's seat in the roster that removes w2; the rerun is its
+  // entry. A later newcomer (w5) is not a replacement: no victim waits for one.
+  run_report rep(report_config(), 0);
+  std::vector<std::string> notes;
+  const std::set<mb::member_id> none;
+  const mb::roster r1 = roster_of(1, {1, 2, 3});
+  rep.roster_seen(r1, {0, 1, 9.0}, false, none, notes);
+  rep.step_opened(3, 9.0);
+  rep.step_committed(1, 1.0, r1, {1, 2, 3}, 9.1, notes);
+  rep.step_opened(3, 10.0);
+  rep.fault_ordered("kill", "w2", "kill worker=w2 at step=1", {1, 1, 10.0});
+  rep.step_aborted();
+  const mb::roster r2 = roster_of(3, {1, 3, 4});
+  rep.roster_seen(r2, {1, 3, 10.010}, true, none, notes);  // removed and replaced: 10 ms
+  rep.member_ready("w4", 10.012);                          // a round trip: it was loaded
+  rep.step_opened(3, 10.015);
+  rep.step_members({"w1", "w3", "w4"}, 10.015);
+  rep.step_committed(2, 1.0, r2, {1, 3, 4}, 10.045, notes);  // the rerun, whole at once
+  rep.roster_seen(roster_of(4, {1, 3, 4, 5}), {2, 4, 10.1}, true, none, notes);
+
+  const nlohmann::json ev = rep.events_json();
+  REQUIRE(ev[0]["kind"] == "kill");
+  const nlohmann::json& c = ev[0]["cost"];
+  CHECK(c["replacement"] == "w4");
+  CHECK(c["detect_ms"].get<double>() == doctest::Approx(10.0));
+  CHECK(c["respawn_ms"].get<double>() == doctest::Approx(0.0));
+  CHECK(c["load_ms"].get<double>() == doctest::Approx(2.0));
+  CHECK(c["admit_ms"].get<double>() == doctest::Approx(3.0));
+  CHECK(c["enter_ms"].get<double>() == doctest::Approx(30.0));
+  CHECK(c["rerun_ms"].get<double>() == doctest::Approx(0.0));
+  CHECK(c["whole_ms"].get<double>() == doctest::Approx(45.0));
+  CHECK(c["reduced_ms"].get<double>() == doctest::Approx(0.0));
+  CHECK(c["steps"] == 1);
+  CHECK(ev[0]["recover_ms"].get<double>() == doctest::Approx(45.0));
+}

@@ -1,0 +1,26 @@
+// What `cohort launch` was asked on its command line (tools/cmd_launch.cpp's add_launch).
+#pragma once
+#include <string>
+#include <vector>
+
+namespace cohort::cli {
+
+struct launch_options {
+  std::string config_path;
+  std::vector<std::string> overrides;
+  std::string bind;
+  std::string summary;
+  std::string trace;
+  std::string metrics;
+  bool control_only = false;
+  bool quiet = false;
+  bool respawn = true;
+  std::vector<std::string> inject;
+  bool resume = false;
+  std::string resume_from;  // --resume-from, passed to the coordinator
+  int stop_timeout_ms = 5000;
+  std::string keys;  // --keys: use (or write) the job's keys there
+  bool insecure = false;
+};
+
+}  // namespace cohort::cli
