@@ -348,6 +348,7 @@ void add_coordinator(CLI::App& app, int* rc) {
         const double wall =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         nlohmann::json j = job.report().summary(wall);
+        j["balance"] = job.balance_json();
         if (cand) ha_summary(*cand, run_record, j);
         print_job_result(j, lm);
         if (telemetry) {

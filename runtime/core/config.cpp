@@ -193,6 +193,16 @@ const std::vector<key_spec>& schema() {
          "fast: float gradient sums. bitwise: fixed-point sums, so the final parameters are "
          "identical whatever the dp size and membership changes."},
         {"train",
+         "balance",
+         COHORT_FIELD(train.balance),
+         unbounded(),
+         {"equal", "measured"},
+         nullptr,
+         "How a data-parallel step's micro-batches are shared out. equal: round robin. "
+         "measured: in proportion to each worker's measured speed (whole micro-batches, at "
+         "least one each), re-planned when a worker's speed drifts or the members change "
+         "(docs/data_parallel.md). Exact in bitwise mode."},
+        {"train",
          "optimizer",
          COHORT_FIELD(train.optimizer),
          unbounded(),

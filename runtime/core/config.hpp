@@ -52,6 +52,7 @@ struct train_config {
   float lr = 1e-3f;
   uint64_t seed = 1;
   std::string determinism = "fast";  ///< fast | bitwise
+  std::string balance = "equal";     ///< equal | measured (runtime/step/balance.hpp)
   std::string optimizer = "adamw";   ///< adamw | sgd | onebit_adam
   float weight_decay = 0.0f;
   float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;

@@ -348,10 +348,14 @@ struct step_open {
   int32_t stage = 0;
   int32_t tp_rank = 0;
   int64_t through = -1, restore = -1;
+  /// train.balance: measured: the micro-batches each DP rank computes (one count per rank,
+  /// summing to the step's micro-batches; contiguous ranges in rank order). Empty: equal
+  /// shares, round robin (runtime/step/balance.hpp).
+  std::vector<int32_t> shares = {};
   template <class S>
   static auto fields(S& s) {
     return std::tie(s.generation, s.step, s.replicas, s.donor_rank, s.rank, s.stage, s.tp_rank,
-                    s.through, s.restore);
+                    s.through, s.restore, s.shares);
   }
 };
 

@@ -21,6 +21,7 @@
 #include "runtime/core/paths.hpp"
 #include "runtime/core/trace.hpp"
 #include "runtime/data/dataset.hpp"
+#include "runtime/step/balance.hpp"
 #include "runtime/train/checkpoint_writer.hpp"
 #include "runtime/train/param_stats.hpp"
 #include "runtime/train/seat.hpp"
@@ -201,6 +202,14 @@ void replica_step::run_step(const net::step_open& o, int rank, net::step_vote& v
   if (next_step_ != o.step)
     refuse("this worker holds the state of step " + std::to_string(next_step_) + ", not " +
            std::to_string(o.step));
+  // The micro-batches this rank computes: the coordinator's shares (train.balance) or the
+  // round robin; shares that do not fit the step are refused before any collective.
+  std::vector<int> micro;
+  try {
+    micro = micro_batches_of(o.shares, seat_->micro_batches(), o.replicas, rank);
+  } catch (const std::exception& e) {
+    refuse(e.what());
+  }
   seat_->begin_step();
   comm::bucket_engine& engine = *links_.engine;
   if (engine.type() == comm::grad_type::f32) engine.set_wire(seat_->wire(o.replicas, rank));
@@ -210,8 +219,7 @@ void replica_step::run_step(const net::step_open& o, int rank, net::step_vote& v
     engine.begin(static_cast<int64_t*>(buf));
   else
     engine.begin(static_cast<float*>(buf));
-  const std::vector<int> micro =
-      train::replica_micro_batches(seat_->micro_batches(), o.replicas, rank);
+
   last_micro_ = static_cast<int>(micro.size());
   seat_->begin(o.generation, o.step, rank, [&engine] { engine.abort(); });
   double loss_rows = 0;

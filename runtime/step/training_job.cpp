@@ -12,14 +12,6 @@ namespace cohort::step {
 
 namespace {
 
-// The names of the members a step runs with (its votes' keys).
-std::set<std::string> names_of(const mb::roster& r, const std::map<mb::member_id, bool>& votes) {
-  std::set<std::string> out;
-  for (const auto& [id, ok] : votes)
-    if (const mb::member* m = r.find(id)) out.insert(m->name);
-  return out;
-}
-
 std::string who(const mb::member& m) { return m.name + " (member " + std::to_string(m.id) + ")"; }
 
 // Appends what a nested decision (try_open) concluded to OUT.
@@ -43,6 +35,14 @@ void merge(job_actions& out, job_actions&& more) {
 
 }  // namespace
 
+std::set<std::string> training_job::names_of(const mb::roster& r,
+                                             const std::map<mb::member_id, bool>& votes) {
+  std::set<std::string> out;
+  for (const auto& [id, ok] : votes)
+    if (const mb::member* m = r.find(id)) out.insert(m->name);
+  return out;
+}
+
 training_job::training_job(const config& cfg, std::string config_yaml, int64_t start_step,
                            std::string resume_checkpoint, uint64_t job_id)
     : cfg_(cfg),
@@ -55,7 +55,10 @@ training_job::training_job(const config& cfg, std::string config_yaml, int64_t s
       start_step_(start_step),
       units_per_sample_(cfg.model.kind == "gpt" ? cfg.model.context : 1),
       seat_size_(cfg.parallel.pp * cfg.parallel.tp),
-      report_(cfg, start_step) {}
+      report_(cfg, start_step),
+      balance_(cfg.train.balance == "measured" && cfg.parallel.pp * cfg.parallel.tp == 1,
+               (cfg.train.global_batch + cfg.train.micro_batch - 1) / cfg.train.micro_batch,
+               cfg.train.micro_batch) {}
 
 std::optional<std::pair<uint64_t, int64_t>> training_job::open_step() const {
   if (!open_) return std::nullopt;
@@ -274,10 +277,12 @@ job_actions training_job::try_open(const mb::roster& r, double now_s) {
   o.restore = restore;
   o.sent_s = now_s;
   o.through = window_end();
+  const std::vector<int32_t> shares = shares_for_step(r, now_s, out);
   for (const auto& m : r.members) {
     o.sent[m.id] = net::step_open{r.generation, next_step_, replicas_, donor, m.rank};
     o.sent[m.id].through = o.through;
     o.sent[m.id].restore = restore;
+    o.sent[m.id].shares = shares;
     out.sends.push_back({m.id, o.sent[m.id]});
     ready_[m.id] = next_step_;  // after the transfer every member holds this step's state
   }
@@ -297,60 +302,11 @@ job_actions training_job::try_open(const mb::roster& r, double now_s) {
 
 nlohmann::json training_job::live(const mb::roster& r) const {
   nlohmann::json j = report_.live();
+  j["balance"] = balance_.json();
   for (const auto& m : r.members)
     if (m.state != mb::member_state::leaving && ready_.count(m.id) == 0)
       j["loading"].push_back(m.name);
   return j;
-}
-
-std::optional<mb::roster> training_job::stepping_without_joiners(const mb::roster& r) const {
-  if (seat_size_ != 1 || resync_ || rollback_ || stepped_.generation == 0 ||
-      static_cast<int>(stepped_.ranks.size()) < min_workers())
-    return std::nullopt;
-  mb::roster s = r;
-  s.generation = stepped_.generation;
-  s.members.clear();
-  for (const auto& m : r.members) {
-    const auto it = stepped_.ranks.find(m.id);
-    const auto at = ready_.find(m.id);
-    if (it == stepped_.ranks.end()) {
-      if (at != ready_.end()) return std::nullopt;  // a ready joiner: it enters now
-      continue;
-    }
-    // The last step's members, each on its rank and at the job's step, or no step at all.
-    if (m.rank != it->second || m.state != mb::member_state::alive || at == ready_.end() ||
-        at->second != next_step_)
-      return std::nullopt;
-    s.members.push_back(m);
-  }
-  if (s.members.size() != stepped_.ranks.size()) return std::nullopt;  // one of them is gone
-  return s;
-}
-
-job_actions training_job::open_step_on(const mb::roster& r, const mb::roster& s, double now_s) {
-  // Over the last step's links (its generation and ranks): no rebuild, no donor, and the
-  // faults due pick their victims among those stepping.
-  job_actions out;
-  waiting_.noted = false;
-  waiting_.paused_since_s = -1;
-  track_membership(r, now_s, out);
-  faults_.inject_due(s, next_step_, now_s, out, report_);
-  open_state o;
-  o.generation = s.generation;
-  o.step = next_step_;
-  for (const auto& m : s.members) o.votes[m.id] = false;
-  replicas_ = static_cast<int>(s.members.size());
-  o.sent_s = now_s;
-  o.through = window_end();
-  for (const auto& m : s.members) {
-    o.sent[m.id] = net::step_open{s.generation, next_step_, replicas_, -1, m.rank};
-    o.sent[m.id].through = o.through;
-    out.sends.push_back({m.id, o.sent[m.id]});
-  }
-  report_.step_opened(replicas_, now_s);
-  report_.step_members(names_of(s, o.votes), now_s);
-  open_ = std::move(o);
-  return out;
 }
 
 job_actions training_job::on_vote(const mb::roster& r, const net::step_vote& v, double now_s) {
@@ -393,6 +349,7 @@ job_actions training_job::on_vote(const mb::roster& r, const net::step_vote& v, 
     return out;
   }
   it->second = true;
+  measure(v);
   if (m != nullptr) report_.vote_counted(m->name, v.timing);
   open_->loss_rows += v.loss_rows;
   open_->rows += v.rows;
@@ -423,6 +380,7 @@ job_actions training_job::on_applied(const mb::roster& r, const net::step_vote& 
   if (!open_ || open_->through < 0 || open_->generation != v.generation) return out;
   auto voted = open_->votes.find(v.member_id);
   if (voted == open_->votes.end()) return out;
+  measure(v);
   // A member that applied step s applied every step of the window before it (a vote that
   // a lost frame overtook is counted by the later one, without its loss).
   auto [at, fresh] = open_->reached.emplace(v.member_id, v.step);

@@ -86,6 +86,7 @@
 #include "runtime/core/faults.hpp"
 #include "runtime/net/membership.hpp"
 #include "runtime/net/protocol.hpp"
+#include "runtime/step/balance.hpp"
 #include "runtime/step/fault_schedule.hpp"
 #include "runtime/step/job_actions.hpp"
 #include "runtime/step/run_report.hpp"
@@ -188,6 +189,8 @@ class training_job {
   bool finished() const { return finished_; }
   /// The run's events and summary, as far as it has gone.
   const run_report& report() const { return report_; }
+  /// The balancer's figures for the summary and `ctl status` (balancer::json).
+  nlohmann::json balance_json() const { return balance_.json(); }
   /// `ctl status`'s job figures (run_report::live), and "loading": the members of R that
   /// registered but have not loaded the job yet (no worker_ready): the joiners the group
   /// steps on without, each entering at the first step boundary once ready.
@@ -269,6 +272,14 @@ class training_job {
   std::optional<mb::roster> stepping_without_joiners(const mb::roster& r) const;
   /// Opens the next step on S (stepping_without_joiners of the roster R).
   job_actions open_step_on(const mb::roster& r, const mb::roster& s, double now_s);
+  /// The names of the members a step runs with (its votes' keys).
+  static std::set<std::string> names_of(const mb::roster& r,
+                                        const std::map<mb::member_id, bool>& votes);
+  /// train.balance's shares for a step over S's members (their ranks); a new plan is noted
+  /// in OUT and the events table (training_job_open.cpp).
+  std::vector<int32_t> shares_for_step(const mb::roster& s, double now_s, job_actions& out);
+  /// A vote's compute time, for the balancer's speeds (the open step's count for its member).
+  void measure(const net::step_vote& v);
   /// A commit window was aborted: its members stand at different steps. The next step
   /// opens once each has said where (worker_ready), at the newest of them.
   bool resync_ = false;
@@ -314,6 +325,7 @@ class training_job {
   std::map<mb::member_id, int> seat_;            ///< member -> d * seat_size_ + p * tp + t
   std::set<mb::member_id> last_voters_;          ///< members of the last committed step
   run_report report_;
+  balancer balance_;  ///< train.balance (off: equal shares)
   void resend(const mb::roster& r, double now_s, job_actions& out);
   /// The job's progress and R's generation at NOW_S, for the report.
   int64_t first_unopened() const {

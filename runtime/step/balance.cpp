@@ -1,0 +1,170 @@
+#include "runtime/step/balance.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "runtime/core/error.hpp"
+#include "runtime/train/trainer.hpp"
+
+namespace cohort::step {
+
+std::vector<int> shares_for(const std::vector<double>& speeds, int micro_batches) {
+  const int n = static_cast<int>(speeds.size());
+  if (n < 1 || micro_batches < n)
+    throw error("balance: " + std::to_string(micro_batches) + " micro-batches cannot give " +
+                std::to_string(n) + " rank(s) one each");
+  double total = 0;
+  for (const double s : speeds) {
+    if (!(s > 0) || !std::isfinite(s)) throw error("balance: a speed must be finite and > 0");
+    total += s;
+  }
+  // Ranks whose proportional share is below one get one; the others split what is left in
+  // proportion to their speeds (repeated, since fixing one raises the others' shares).
+  std::vector<bool> fixed(n, false);
+  int left = micro_batches;
+  double free_total = total;
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (int r = 0; r < n; ++r) {
+      if (fixed[r] || left * speeds[r] / free_total >= 1.0) continue;
+      fixed[r] = true;
+      changed = true;
+      --left;
+      free_total -= speeds[r];
+    }
+  }
+  std::vector<int> out(n, 1);
+  std::vector<double> remainder(n, -1.0);
+  int given = micro_batches - left;
+  for (int r = 0; r < n; ++r) {
+    if (fixed[r]) continue;
+    const double ideal = left * speeds[r] / free_total;
+    out[r] = static_cast<int>(std::floor(ideal));
+    remainder[r] = ideal - out[r];
+    given += out[r];
+  }
+  std::vector<int> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int a, int b) { return remainder[a] > remainder[b]; });
+  for (int i = 0; given < micro_batches; ++i, ++given) ++out[order[i % n]];
+  return out;
+}
+
+double predicted_step_s(const std::vector<int>& shares, const std::vector<double>& speeds) {
+  double worst = 0;
+  for (std::size_t r = 0; r < shares.size() && r < speeds.size(); ++r)
+    worst = std::max(worst, shares[r] / speeds[r]);
+  return worst;
+}
+
+std::vector<int> micro_batches_of(const std::vector<int32_t>& shares, int micro_batches,
+                                  int replicas, int rank) {
+  if (shares.empty()) return train::replica_micro_batches(micro_batches, replicas, rank);
+  if (static_cast<int>(shares.size()) != replicas || rank < 0 || rank >= replicas)
+    throw error("balance: " + std::to_string(shares.size()) + " shares for " +
+                std::to_string(replicas) + " replicas (rank " + std::to_string(rank) + ")");
+  int64_t sum = 0, first = 0;
+  for (int r = 0; r < replicas; ++r) {
+    if (shares[r] < 1) throw error("balance: a share below one micro-batch");
+    if (r < rank) first += shares[r];
+    sum += shares[r];
+  }
+  if (sum != micro_batches)
+    throw error("balance: shares sum to " + std::to_string(sum) + ", not the step's " +
+                std::to_string(micro_batches) + " micro-batches");
+  std::vector<int> out(shares[rank]);
+  std::iota(out.begin(), out.end(), static_cast<int>(first));
+  return out;
+}
+
+void speed_meter::record(uint64_t id, double seconds, int micro) {
+  if (micro <= 0 || !(seconds > 0)) return;
+  const double x = seconds / micro;
+  const auto it = per_micro_s_.find(id);
+  if (it == per_micro_s_.end())
+    per_micro_s_[id] = x;
+  else
+    it->second = alpha * x + (1 - alpha) * it->second;
+}
+
+std::optional<double> speed_meter::speed(uint64_t id) const {
+  const auto it = per_micro_s_.find(id);
+  if (it == per_micro_s_.end()) return std::nullopt;
+  return 1.0 / it->second;
+}
+
+bool worth_replanning(const std::vector<int>& current, const std::vector<int>& proposed,
+                      const std::vector<double>& speeds, double threshold) {
+  if (current == proposed) return false;
+  if (current.size() != speeds.size()) return true;  // not a plan for these ranks
+  return predicted_step_s(proposed, speeds) < (1 - threshold) * predicted_step_s(current, speeds);
+}
+
+int micro_count(const net::step_open& o, int micro_batches) {
+  if (o.shares.empty()) {
+    if (o.replicas < 1 || o.rank < 0 || o.rank >= o.replicas) return 0;
+    return static_cast<int>(train::replica_micro_batches(micro_batches, o.replicas, o.rank).size());
+  }
+  return o.rank >= 0 && o.rank < static_cast<int>(o.shares.size()) ? o.shares[o.rank] : 0;
+}
+
+balancer::balancer(bool measured, int micro_batches, int rows)
+    : on_(measured), micro_batches_(micro_batches), rows_(rows) {}
+
+std::vector<int32_t> balancer::plan(const std::vector<std::pair<uint64_t, std::string>>& by_rank,
+                                    std::string* note) {
+  const int n = static_cast<int>(by_rank.size());
+  const bool moved = ranks_ != by_rank;  // new members or ranks: the old plan is void
+  ranks_ = by_rank;
+  if (moved) plan_.clear();
+  if (!on_ || n < 2 || micro_batches_ < n) return {};
+  std::vector<double> known;
+  for (const auto& [id, name] : by_rank)
+    if (const auto s = meter_.speed(id)) known.push_back(*s);
+  if (known.empty()) return {};
+  std::nth_element(known.begin(), known.begin() + static_cast<std::ptrdiff_t>(known.size() / 2),
+                   known.end());
+  const double median = known[known.size() / 2];
+  std::vector<double> speeds;
+  for (const auto& [id, name] : by_rank) speeds.push_back(meter_.speed(id).value_or(median));
+  const std::vector<int> proposed = shares_for(speeds, micro_batches_);
+  // Without a plan, the round robin's counts are what the ranks run.
+  std::vector<int> current = plan_;
+  if (current.empty())
+    for (int r = 0; r < n; ++r)
+      current.push_back(
+          static_cast<int>(train::replica_micro_batches(micro_batches_, n, r).size()));
+  if (moved ? proposed != current : worth_replanning(current, proposed, speeds, threshold)) {
+    plan_ = proposed;
+    ++replans_;
+    if (note != nullptr) {
+      std::string line = "balance: micro-batches per rank ";
+      for (int r = 0; r < n; ++r)
+        line += (r ? ", " : "") + by_rank[r].second + " " + std::to_string(plan_[r]) + " (" +
+                std::to_string(static_cast<long>(speeds[r] * rows_)) + " samples/s)";
+      *note = line;
+    }
+  }
+  return std::vector<int32_t>(plan_.begin(), plan_.end());
+}
+
+nlohmann::json balancer::json() const {
+  nlohmann::json j;
+  j["mode"] = on_ ? "measured" : "equal";
+  j["replans"] = replans_;
+  j["shares"] = nlohmann::json::object();
+  j["samples_per_s"] = nlohmann::json::object();
+  const int n = static_cast<int>(ranks_.size());
+  for (int r = 0; r < n; ++r) {
+    const auto& [id, name] = ranks_[r];
+    j["shares"][name] =
+        plan_.empty() ? static_cast<int>(train::replica_micro_batches(micro_batches_, n, r).size())
+                      : plan_[r];
+    if (const auto s = meter_.speed(id)) j["samples_per_s"][name] = *s * rows_;
+  }
+  return j;
+}
+
+}  // namespace cohort::step

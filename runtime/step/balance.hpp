@@ -1,0 +1,90 @@
+// train.balance: measured (docs/data_parallel.md, "Workers of different speeds"). The
+// coordinator gives each DP rank a number of whole micro-batches in proportion to its
+// measured speed; the global batch stays what the config says. Pure arithmetic here: the
+// shares from speeds, which micro-batches a rank computes under them, the filter over the
+// measured times and when a new plan is worth it. training_job owns one planner.
+//
+// Exact in bitwise mode: each micro-batch's gradient enters the fixed-point sum on its own,
+// so any assignment of micro-batches to ranks gives the same bits, and which micro-batches
+// rank r computes is a pure function of (the plan, r): a replayed step reads the same ones.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "runtime/net/protocol.hpp"
+
+namespace cohort::step {
+
+/// Micro-batches per rank in proportion to SPEEDS (micro-batches per second, each > 0):
+/// every rank at least one, the MICRO_BATCHES all given out (largest remainders; a tie goes
+/// to the lower rank). Needs MICRO_BATCHES >= SPEEDS.size() >= 1.
+std::vector<int> shares_for(const std::vector<double>& speeds, int micro_batches);
+
+/// The step time a plan predicts: the slowest rank's SHARES[r] / SPEEDS[r].
+double predicted_step_s(const std::vector<int>& shares, const std::vector<double>& speeds);
+
+/// The micro-batches rank RANK of REPLICAS computes: under SHARES (one count per rank,
+/// summing to MICRO_BATCHES) a contiguous range in rank order; with no SHARES (equal) the
+/// round robin of train::replica_micro_batches. Throws cohort::error for SHARES that do not
+/// fit (wrong length, a count below one, a sum other than MICRO_BATCHES).
+std::vector<int> micro_batches_of(const std::vector<int32_t>& shares, int micro_batches,
+                                  int replicas, int rank);
+
+/// A member's measured speed: an exponentially weighted mean of its seconds per
+/// micro-batch (weight `alpha` on the newest step), reported as micro-batches per second.
+class speed_meter {
+ public:
+  static constexpr double alpha = 0.3;
+  /// One step of member ID: SECONDS of compute for MICRO micro-batches (ignored when 0).
+  void record(uint64_t id, double seconds, int micro);
+  /// Micro-batches per second; nullopt before the first record.
+  std::optional<double> speed(uint64_t id) const;
+  void forget(uint64_t id) { per_micro_s_.erase(id); }
+
+ private:
+  std::map<uint64_t, double> per_micro_s_;
+};
+
+/// Whether PROPOSED is worth moving to from CURRENT at SPEEDS: its predicted step time is
+/// shorter by more than THRESHOLD (a fraction of the current's).
+bool worth_replanning(const std::vector<int>& current, const std::vector<int>& proposed,
+                      const std::vector<double>& speeds, double threshold);
+
+/// How many micro-batches the receiver of O computes (its shares, or the round robin's).
+int micro_count(const net::step_open& o, int micro_batches);
+
+/// The coordinator's planner (one per job). Off (train.balance: equal) it plans nothing and
+/// every step_open carries no shares. On, the first plan comes once every stepping member
+/// has a measured speed (a member without one counts at the median of the others), a new
+/// one whenever the members or their ranks change, and otherwise only when it is predicted
+/// to shorten the step by more than `threshold`.
+class balancer {
+ public:
+  static constexpr double threshold = 0.05;
+  /// MICRO_BATCHES per step, ROWS samples each (the summary's samples/s).
+  balancer(bool measured, int micro_batches, int rows);
+
+  /// The shares for a step over BY_RANK (each DP rank's member id and name, in rank order):
+  /// empty for equal shares. *NOTE says why when the plan changed, else stays empty.
+  std::vector<int32_t> plan(const std::vector<std::pair<uint64_t, std::string>>& by_rank,
+                            std::string* note);
+  /// A member's vote: COMPUTE_S of compute for MICRO micro-batches.
+  void measured(uint64_t id, double compute_s, int micro) { meter_.record(id, compute_s, micro); }
+  /// {"mode", "replans", "shares": {name: micro-batches}, "samples_per_s": {name: rate}}.
+  nlohmann::json json() const;
+
+ private:
+  bool on_;
+  int micro_batches_, rows_;
+  speed_meter meter_;
+  std::vector<std::pair<uint64_t, std::string>> ranks_;  ///< whom plan_ was made for
+  std::vector<int> plan_;                                ///< empty: equal
+  int replans_ = 0;
+};
+
+}  // namespace cohort::step

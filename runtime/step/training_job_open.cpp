@@ -1,0 +1,86 @@
+// Who steps, and on how many micro-batches each (docs/data_parallel.md, "A join" and "Workers
+// of different speeds"): the last step's members going on over their links while joiners
+// load the job, and train.balance's shares in every step_open of a whole-model DP job. The
+// rest of the step protocol is training_job.cpp's.
+#include "runtime/step/training_job.hpp"
+
+namespace cohort::step {
+
+std::optional<mb::roster> training_job::stepping_without_joiners(const mb::roster& r) const {
+  if (seat_size_ != 1 || resync_ || rollback_ || stepped_.generation == 0 ||
+      static_cast<int>(stepped_.ranks.size()) < min_workers())
+    return std::nullopt;
+  mb::roster s = r;
+  s.generation = stepped_.generation;
+  s.members.clear();
+  for (const auto& m : r.members) {
+    const auto it = stepped_.ranks.find(m.id);
+    const auto at = ready_.find(m.id);
+    if (it == stepped_.ranks.end()) {
+      if (at != ready_.end()) return std::nullopt;  // a ready joiner: it enters now
+      continue;
+    }
+    // The last step's members, each on its rank and at the job's step, or no step at all.
+    if (m.rank != it->second || m.state != mb::member_state::alive || at == ready_.end() ||
+        at->second != next_step_)
+      return std::nullopt;
+    s.members.push_back(m);
+  }
+  if (s.members.size() != stepped_.ranks.size()) return std::nullopt;  // one of them is gone
+  return s;
+}
+
+job_actions training_job::open_step_on(const mb::roster& r, const mb::roster& s, double now_s) {
+  // Over the last step's links (its generation and ranks): no rebuild, no donor, and the
+  // faults due pick their victims among those stepping.
+  job_actions out;
+  waiting_.noted = false;
+  waiting_.paused_since_s = -1;
+  track_membership(r, now_s, out);
+  faults_.inject_due(s, next_step_, now_s, out, report_);
+  open_state o;
+  o.generation = s.generation;
+  o.step = next_step_;
+  for (const auto& m : s.members) o.votes[m.id] = false;
+  replicas_ = static_cast<int>(s.members.size());
+  o.sent_s = now_s;
+  o.through = window_end();
+  const std::vector<int32_t> shares = shares_for_step(s, now_s, out);
+  for (const auto& m : s.members) {
+    o.sent[m.id] = net::step_open{s.generation, next_step_, replicas_, -1, m.rank};
+    o.sent[m.id].through = o.through;
+    o.sent[m.id].shares = shares;
+    out.sends.push_back({m.id, o.sent[m.id]});
+  }
+  report_.step_opened(replicas_, now_s);
+  report_.step_members(names_of(s, o.votes), now_s);
+  open_ = std::move(o);
+  return out;
+}
+
+std::vector<int32_t> training_job::shares_for_step(const mb::roster& s, double now_s,
+                                                   job_actions& out) {
+  std::vector<std::pair<uint64_t, std::string>> by_rank(s.members.size());
+  for (const auto& m : s.members) {
+    if (m.rank < 0 || m.rank >= static_cast<int>(by_rank.size())) return {};  // not dense
+    by_rank[m.rank] = {m.id, m.name};
+  }
+  std::string note;
+  std::vector<int32_t> shares = balance_.plan(by_rank, &note);
+  if (!note.empty()) {
+    report_.replanned(note, moment(s, now_s));
+    out.notes.push_back("step " + std::to_string(next_step_) + ": " + note);
+  }
+  return shares;
+}
+
+void training_job::measure(const net::step_vote& v) {
+  if (!open_) return;
+  const auto it = open_->sent.find(v.member_id);
+  if (it == open_->sent.end()) return;
+  const int micro = micro_count(
+      it->second, (cfg_.train.global_batch + cfg_.train.micro_batch - 1) / cfg_.train.micro_batch);
+  balance_.measured(v.member_id, static_cast<double>(v.timing.compute_us) / 1e6, micro);
+}
+
+}  // namespace cohort::step
