@@ -56,7 +56,7 @@ TEST_CASE("balance: shares follow speed, whole, at least one each, summing to th
   CHECK(predicted_step_s({2, 2}, {1, 0.5}) == doctest::Approx(4.0));
 }
 
-TEST_CASE("balance: each rank's micro-batches, a pure function of the shares; bad ones refused") {
+TEST_CASE("balance: each rank's micro-batches, a pure function of the shares, bad ones refused") {
   // Contiguous ranges in rank order under shares; the round robin without.
   CHECK(micro_batches_of({3, 1}, 4, 2, 0) == std::vector<int>{0, 1, 2});
   CHECK(micro_batches_of({3, 1}, 4, 2, 1) == std::vector<int>{3});
