@@ -371,6 +371,36 @@ TEST_CASE("elastic.spares: a loaded spare takes a killed member's seat in the re
   CHECK_MESSAGE(names == seated, s["workers"].dump());
 }
 
+// train.balance: measured with a worker slowed to a quarter of its speed, then a kill: the
+// slow worker is given fewer micro-batches, the respawn gets a plan of its own, and the run
+// ends on `cohort train`'s hash (each micro-batch enters the fixed-point sum on its own).
+TEST_CASE("balance measured: a slow worker gets fewer micro-batches, a kill too, same hash") {
+  temp_dir dir;
+  const int steps = 300;
+  std::string yaml = small_yaml(dir.path(), "bitwise", steps);
+  yaml.replace(yaml.find("timeout_ms: 2000"), 16, "timeout_ms: 500");
+  const std::string cfg = dir.write("cfg.yaml", yaml);
+  const std::string hash = train_summary(dir, cfg)["params_sha256"];
+  const std::string out = dir.path() + "/balance.json";
+  child_process launch({"launch", cfg, "-q", "--summary", out, "--set", "cluster.workers=2",
+                        "--set", "train.balance=measured", "--inject",
+                        "slow worker=worker-1 factor=4 from step=5 to step=200", "--inject",
+                        "kill worker=worker-0 at step=240"},
+                       dir.path(), "launch-balance");
+  const nlohmann::json s = finish(launch, out);
+  check_fault_free(s, hash, steps);
+  REQUIRE(s["balance"].is_object());
+  CHECK(s["balance"]["mode"] == "measured");
+  const auto plans = events_of(s, "balance");
+  REQUIRE_MESSAGE(!plans.empty(), s["events"].dump());
+  bool slow_got_less = false;
+  for (const auto& e : plans)
+    slow_got_less =
+        slow_got_less || e["spec"].get<std::string>().find("worker-1 1 (") != std::string::npos;
+  CHECK_MESSAGE(slow_got_less, s["events"].dump());
+  CHECK(events_of(s, "kill").size() == 1);
+}
+
 TEST_CASE("ctl refuses a scale outside elastic bounds and a drain of an unknown worker") {
   temp_dir dir;
   const int steps = 400;
