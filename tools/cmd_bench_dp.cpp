@@ -1,10 +1,13 @@
 // `cohort bench dp CFG [--workers 1,2] [--batch B] [--steps S] [--bucket-mb MB]
-// [--transport T] [--json]`:
+// [--transport T] [--balance equal,measured [--micro-batches K] [--slow F]] [--json]`:
 // weak scaling of data-parallel training. For each worker count N it runs `cohort launch`
 // (this binary) with N workers, each computing B samples per step (global batch N*B, one
 // micro-batch per worker), and reports the step time, its ratio to the first N's step time
 // measured in the same run, and the per-step time split and overlap fraction the workers
-// report. Owns the driving and the table; the numbers come from the launch summaries.
+// report. With --balance, each count runs once per train.balance mode, each worker's batch in
+// K micro-batches and rank 1's compute stretched F times (a `slow` fault), against the ideal
+// step (the global batch over the sum of the workers' measured rates, the coordinator's
+// figures). Owns the driving and the table; the numbers come from the launch summaries.
 #include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -21,10 +24,10 @@
 #include <string>
 #include <vector>
 
-#include "runtime/core/process.hpp"
 #include "runtime/comm/allreduce_bench.hpp"
 #include "runtime/core/config.hpp"
 #include "runtime/core/error.hpp"
+#include "runtime/core/process.hpp"
 #include "tools/bench_util.hpp"
 #include "tools/commands.hpp"
 
@@ -37,10 +40,13 @@ struct bench_dp_options {
   std::vector<int> workers{1, 2};
   int batch = 0;  // per worker; 0: the config's micro_batch
   int64_t steps = 200;
-  double bucket_mb = 0;   // 0: the config's comm.bucket_mb
+  double bucket_mb = 0;        // 0: the config's comm.bucket_mb
   std::string transport_word;  // empty: the config's comm.transport / comm.hierarchy
   std::optional<comm::bench_transport> transport;  // transport_word, parsed
   std::vector<std::string> overrides;
+  std::vector<std::string> balance;  // train.balance modes to compare; empty: the config's
+  int micro = 8;                     // --balance: micro-batches per worker
+  double slow = 1;                   // --balance: rank 1's compute factor
   bool json = false;
 };
 
@@ -49,19 +55,22 @@ struct dp_point {
   double step_ms = 0;
   double compute_ms = 0, comm_wait_ms = 0, allreduce_ms = 0, idle_ms = 0;
   double overlap = 0;
-  double ratio = 1;  // step time / the first point's step time
+  double ratio = 1;     // step time / the first point's step time
+  std::string balance;  // --balance: the mode of this run
+  double ideal_ms = 0;  // --balance: global batch / the sum of the workers' measured rates
 };
 
 dp_point run_point(const bench_dp_options& o, const config& base, int n,
-                   const std::filesystem::path& dir) {
+                   const std::filesystem::path& dir, const std::string& balance) {
   const int b = o.batch > 0 ? o.batch : base.train.micro_batch;
-  const std::string summary = (dir / ("dp" + std::to_string(n) + ".json")).string();
+  const std::string tag = "dp" + std::to_string(n) + balance;
+  const std::string summary = (dir / (tag + ".json")).string();
   std::vector<std::string> args{"launch", o.config, "-q", "--summary", summary};
   for (const auto& s : o.overrides) args.insert(args.end(), {"--set", s});
   const std::vector<std::string> sets{
       "cluster.workers=" + std::to_string(n),
       "train.global_batch=" + std::to_string(n * b),
-      "train.micro_batch=" + std::to_string(b),
+      "train.micro_batch=" + std::to_string(balance.empty() ? b : b / o.micro),
       "train.steps=" + std::to_string(o.steps),
       "train.warmup_steps=0",
       "train.eval_every=0",
@@ -71,11 +80,17 @@ dp_point run_point(const bench_dp_options& o, const config& base, int n,
   for (const auto& s : sets) args.insert(args.end(), {"--set", s});
   if (o.bucket_mb > 0)
     args.insert(args.end(), {"--set", "comm.bucket_mb=" + std::to_string(o.bucket_mb)});
+  if (!balance.empty()) {
+    args.insert(args.end(), {"--set", "train.balance=" + balance});
+    if (o.slow > 1 && n > 1)
+      args.insert(args.end(), {"--inject", "slow rank=1 factor=" + std::to_string(o.slow) +
+                                               " from step=0 to step=" + std::to_string(o.steps)});
+  }
   if (o.transport)
     args.insert(args.end(),
                 {"--set", "comm.transport=" + std::string(to_string(o.transport->kind)), "--set",
                  "comm.hierarchy=" + std::string(to_string(o.transport->hierarchy))});
-  const std::string log = (dir / ("dp" + std::to_string(n) + ".log")).string();
+  const std::string log = (dir / (tag + ".log")).string();
   const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   const pid_t pid = proc::spawn_self(args, fd, fd);
   if (fd >= 0) ::close(fd);
@@ -96,6 +111,11 @@ dp_point run_point(const bench_dp_options& o, const config& base, int n,
   const double per_sample = base.model.kind == "gpt" ? base.model.context : 1;
   const double units_per_step = static_cast<double>(n) * b * per_sample;
   p.step_ms = rate > 0 ? 1000.0 * units_per_step / rate : 0;
+  p.balance = balance;
+  double rates = 0;
+  if (j.contains("balance"))
+    for (const auto& [name, r] : j["balance"]["samples_per_s"].items()) rates += r.get<double>();
+  if (rates > 0) p.ideal_ms = 1000.0 * n * b / rates;
   for (const auto& w : j["workers"]) {
     const double steps = std::max<double>(1, w["steps"].get<double>());
     p.compute_ms += 1000.0 * w["compute_s"].get<double>() / steps / n;
@@ -132,6 +152,18 @@ void add_bench_dp(CLI::App& bench, int* rc) {
                   "emulated hosts); default: the config's")
       ->check(CLI::IsMember(comm::bench_transport::words()));
   add_set_option(*cmd, &o->overrides);
+  cmd->add_option("--balance", o->balance,
+                  "train.balance modes to compare at each count (equal, measured), against "
+                  "the ideal step")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"equal", "measured"}));
+  cmd->add_option("--micro-batches", o->micro, "with --balance: micro-batches per worker")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  cmd->add_option("--slow", o->slow,
+                  "with --balance: rank 1's compute stretched this many times (a slow fault)")
+      ->check(CLI::Range(1.0, 1000.0))
+      ->capture_default_str();
   cmd->add_flag("--json", o->json, "one JSON object instead of the table");
   cmd->callback([o, rc] {
     const config base = load_config(o->config, o->overrides);
@@ -144,12 +176,22 @@ void add_bench_dp(CLI::App& bench, int* rc) {
       if (n < 1) throw usage_error("bench dp: worker counts must be >= 1");
     const scratch_dir scratch("bench-dp");
     const std::filesystem::path dir(scratch.path());
+    const int b = o->batch > 0 ? o->batch : base.train.micro_batch;
+    if (!o->balance.empty() && (b % o->micro != 0))
+      throw usage_error("bench dp: --balance splits each worker's batch of " + std::to_string(b) +
+                        " into --micro-batches " + std::to_string(o->micro) +
+                        " equal micro-batches: use a batch that is a multiple of it");
+    const std::vector<std::string> modes =
+        o->balance.empty() ? std::vector<std::string>{""} : o->balance;
     std::vector<dp_point> pts;
-    for (int n : o->workers) {
-      if (!o->json) std::fprintf(stderr, "bench dp: %d worker(s)...\n", n);
-      pts.push_back(run_point(*o, base, n, dir));
-      pts.back().ratio = pts.front().step_ms > 0 ? pts.back().step_ms / pts.front().step_ms : 0;
-    }
+    for (int n : o->workers)
+      for (const std::string& mode : modes) {
+        if (!o->json)
+          std::fprintf(stderr, "bench dp: %d worker(s)%s...\n", n,
+                       mode.empty() ? "" : (", balance " + mode).c_str());
+        pts.push_back(run_point(*o, base, n, dir, mode));
+        pts.back().ratio = pts.front().step_ms > 0 ? pts.back().step_ms / pts.front().step_ms : 0;
+      }
     if (o->json) {
       nlohmann::json j;
       j["config"] = o->config;
@@ -164,15 +206,23 @@ void add_bench_dp(CLI::App& bench, int* rc) {
                                {"comm_wait_ms", p.comm_wait_ms},
                                {"allreduce_ms", p.allreduce_ms},
                                {"idle_ms", p.idle_ms},
-                               {"overlap", p.overlap}});
+                               {"overlap", p.overlap},
+                               {"balance", p.balance},
+                               {"ideal_ms", p.ideal_ms}});
       std::printf("%s\n", j.dump(2).c_str());
     } else {
       std::printf("bench dp: %s, transport %s\n", o->config.c_str(), transport.c_str());
-      std::printf("%8s %10s %8s %11s %13s %13s %9s %8s\n", "workers", "step_ms", "ratio",
-                  "compute_ms", "comm_wait_ms", "allreduce_ms", "idle_ms", "overlap");
+      if (!o->balance.empty())
+        std::printf("balance: %d micro-batches per worker, rank 1 at %.2gx compute\n", o->micro,
+                    o->slow);
+      std::printf("%8s %9s %10s %8s %11s %13s %13s %9s %8s %9s %9s\n", "workers", "balance",
+                  "step_ms", "ratio", "compute_ms", "comm_wait_ms", "allreduce_ms", "idle_ms",
+                  "overlap", "ideal_ms", "vs_ideal");
       for (const auto& p : pts)
-        std::printf("%8d %10.2f %8.2f %11.2f %13.2f %13.2f %9.2f %8.2f\n", p.workers, p.step_ms,
-                    p.ratio, p.compute_ms, p.comm_wait_ms, p.allreduce_ms, p.idle_ms, p.overlap);
+        std::printf("%8d %9s %10.2f %8.2f %11.2f %13.2f %13.2f %9.2f %8.2f %9.2f %9.2f\n",
+                    p.workers, p.balance.empty() ? "-" : p.balance.c_str(), p.step_ms, p.ratio,
+                    p.compute_ms, p.comm_wait_ms, p.allreduce_ms, p.idle_ms, p.overlap, p.ideal_ms,
+                    p.ideal_ms > 0 ? p.step_ms / p.ideal_ms : 0.0);
     }
     *rc = exit_ok;
   });

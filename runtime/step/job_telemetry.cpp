@@ -156,9 +156,10 @@ void job_telemetry::event(const std::string& what, const job_event& e, double no
     const double from = e.detect_ms >= 0 ? e.at_s + e.detect_ms / 1000.0 : e.at_s;
     coordinator_event("recover " + who, "fault", 'X', from, now_s, events_tid);
     if (metrics_) metrics_->observe("cohort_recovery_seconds", {}, e.recover_ms / 1000.0);
-  } else {  // departed, joined, drained, scale
-    coordinator_event(e.kind == "scale" ? "scale: " + e.detail : who, "membership", 'i', e.at_s,
-                      e.at_s, events_tid, "\"step\":" + std::to_string(e.step));
+  } else {  // departed, joined, drained, scale, and balance's re-plans
+    coordinator_event(e.kind == "scale" ? "scale: " + e.detail : who,
+                      e.kind == "balance" ? "balance" : "membership", 'i', e.at_s, e.at_s,
+                      events_tid, "\"step\":" + std::to_string(e.step));
   }
 }
 
