@@ -151,6 +151,8 @@ void coord::run_job(self_ptr self, job_actions a) {
     }
     if (grew) on_new_generation(self);
   }
+  for (const mb::member_id id : a.drain)  // a straggler (elastic.straggler_factor)
+    if (!st.stopping && st.roster.find(id) != nullptr) drain(self, id);
   if (a.scale_to > 0 && !st.stopping) {
     const std::string err = scale_to(self, a.scale_to, a.scale_spec);
     if (!err.empty()) spdlog::warn("coordinator: '{}': {}", a.scale_spec, err);

@@ -124,6 +124,9 @@ struct elastic_config {
   /// loaded and take a dead member's seat in the departure's own roster.
   int spares = 0;
   int64_t pause_timeout_ms = 60000;  ///< how long a pause below min_workers lasts before failing
+  /// > 1: a DP worker this many times slower than the others' median for 3 plans in a row
+  /// is drained (runtime/step/balance.hpp); 0: never.
+  float straggler_factor = 0;
 };
 
 struct control_config {

@@ -109,6 +109,15 @@ std::vector<key_spec> runtime_keys() {
        {},
        nullptr,
        "How long training waits below min_workers before the run fails; 0: fail at once."},
+      {"elastic",
+       "straggler_factor",
+       COHORT_FIELD(elastic.straggler_factor),
+       at_least(0),
+       {},
+       nullptr,
+       "0: off. Above 1: a data-parallel worker whose measured speed stays below the median of "
+       "the others' divided by this, at 3 plans in a row (about 3 commit windows), is drained "
+       "with a `straggler` event saying why; never below elastic.min_workers."},
       {"control",
        "bind",
        COHORT_FIELD(control.bind),

@@ -351,6 +351,12 @@ class rules {
     if (!elastic_ok_) return;
     if (c.elastic.min_workers == 0) c.elastic.min_workers = w;
     if (c.elastic.max_workers == 0) c.elastic.max_workers = w;
+    if (fine({"elastic.straggler_factor"}) && c.elastic.straggler_factor > 0 &&
+        c.elastic.straggler_factor <= 1)
+      complain({"elastic.straggler_factor"},
+               "straggler_factor = " + std::to_string(c.elastic.straggler_factor) +
+                   " would call a worker as fast as the others a straggler (use 0 for off, or a "
+                   "factor above 1, such as 2)");
     if (fine({"elastic.spares"}) && c.elastic.spares > 0 && c.elastic.max_workers > w)
       complain({"elastic.spares"}, "spares = " + std::to_string(c.elastic.spares) +
                                        " would join as members while elastic.max_workers = " +

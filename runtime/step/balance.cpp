@@ -110,8 +110,11 @@ int micro_count(const net::step_open& o, int micro_batches) {
   return o.rank >= 0 && o.rank < static_cast<int>(o.shares.size()) ? o.shares[o.rank] : 0;
 }
 
-balancer::balancer(bool measured, int micro_batches, int rows)
-    : on_(measured), micro_batches_(micro_batches), rows_(rows) {}
+balancer::balancer(bool measured, int micro_batches, int rows, double straggler_factor)
+    : on_(measured),
+      micro_batches_(micro_batches),
+      rows_(rows),
+      straggler_factor_(straggler_factor) {}
 
 std::vector<int32_t> balancer::plan(const std::vector<std::pair<uint64_t, std::string>>& by_rank,
                                     std::string* note) {
@@ -119,7 +122,7 @@ std::vector<int32_t> balancer::plan(const std::vector<std::pair<uint64_t, std::s
   const bool moved = ranks_ != by_rank;  // new members or ranks: the old plan is void
   ranks_ = by_rank;
   if (moved) plan_.clear();
-  if (!on_ || n < 2 || micro_batches_ < n) return {};
+  speeds_.clear();
   std::vector<double> known;
   for (const auto& [id, name] : by_rank)
     if (const auto s = meter_.speed(id)) known.push_back(*s);
@@ -129,6 +132,9 @@ std::vector<int32_t> balancer::plan(const std::vector<std::pair<uint64_t, std::s
   const double median = known[known.size() / 2];
   std::vector<double> speeds;
   for (const auto& [id, name] : by_rank) speeds.push_back(meter_.speed(id).value_or(median));
+  speeds_ = speeds;
+  count_stragglers();
+  if (!on_ || n < 2 || micro_batches_ < n) return {};
   const std::vector<int> proposed = shares_for(speeds, micro_batches_);
   // Without a plan, the round robin's counts are what the ranks run.
   std::vector<int> current = plan_;
@@ -148,6 +154,42 @@ std::vector<int32_t> balancer::plan(const std::vector<std::pair<uint64_t, std::s
     }
   }
   return std::vector<int32_t>(plan_.begin(), plan_.end());
+}
+
+void balancer::count_stragglers() {
+  std::map<uint64_t, int> counts;
+  const int n = static_cast<int>(ranks_.size());
+  for (int r = 0; n >= 2 && straggler_factor_ > 1 && r < n; ++r) {
+    std::vector<double> others;
+    for (int o = 0; o < n; ++o)
+      if (o != r) others.push_back(speeds_[o]);
+    std::sort(others.begin(), others.end());
+    const double median = others[others.size() / 2];
+    const uint64_t id = ranks_[r].first;
+    if (speeds_[r] * straggler_factor_ < median) {
+      const auto it = slow_plans_.find(id);
+      counts[id] = (it == slow_plans_.end() ? 0 : it->second) + 1;
+    }
+  }
+  slow_plans_ = std::move(counts);  // members gone or back above the bound start again
+}
+
+std::optional<std::pair<uint64_t, std::string>> balancer::take_straggler() {
+  for (std::size_t r = 0; r < ranks_.size() && r < speeds_.size(); ++r) {
+    const auto it = slow_plans_.find(ranks_[r].first);
+    if (it == slow_plans_.end() || it->second < straggler_plans) continue;
+    slow_plans_.erase(it);
+    double fastest = 0;
+    for (const double s : speeds_) fastest = std::max(fastest, s);
+    return std::make_pair(
+        ranks_[r].first, ranks_[r].second + " computed " +
+                             std::to_string(static_cast<long>(speeds_[r] * rows_)) +
+                             " samples/s, below the others' median over elastic.straggler_factor " +
+                             std::to_string(straggler_factor_).substr(0, 4) + " at " +
+                             std::to_string(straggler_plans) + " plans in a row (the fastest: " +
+                             std::to_string(static_cast<long>(fastest * rows_)) + " samples/s)");
+  }
+  return std::nullopt;
 }
 
 nlohmann::json balancer::json() const {

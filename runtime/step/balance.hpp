@@ -66,8 +66,9 @@ int micro_count(const net::step_open& o, int micro_batches);
 class balancer {
  public:
   static constexpr double threshold = 0.05;
-  /// MICRO_BATCHES per step, ROWS samples each (the summary's samples/s).
-  balancer(bool measured, int micro_batches, int rows);
+  /// MICRO_BATCHES per step, ROWS samples each (the summary's samples/s); STRAGGLER_FACTOR:
+  /// elastic.straggler_factor (0: no straggler is named).
+  balancer(bool measured, int micro_batches, int rows, double straggler_factor = 0);
 
   /// The shares for a step over BY_RANK (each DP rank's member id and name, in rank order):
   /// empty for equal shares. *NOTE says why when the plan changed, else stays empty.
@@ -77,6 +78,11 @@ class balancer {
   void measured(uint64_t id, double compute_s, int micro) { meter_.record(id, compute_s, micro); }
   /// {"mode", "replans", "shares": {name: micro-batches}, "samples_per_s": {name: rate}}.
   nlohmann::json json() const;
+  /// With a straggler factor F > 1: a member whose measured speed stayed below the median of
+  /// the others' over F at `straggler_plans` plans in a row (counted by plan(), equal shares
+  /// too), with a line saying why; taken once. nullopt when none, or F is 0.
+  std::optional<std::pair<uint64_t, std::string>> take_straggler();
+  static constexpr int straggler_plans = 3;
 
  private:
   bool on_;
@@ -85,6 +91,10 @@ class balancer {
   std::vector<std::pair<uint64_t, std::string>> ranks_;  ///< whom plan_ was made for
   std::vector<int> plan_;                                ///< empty: equal
   int replans_ = 0;
+  std::vector<double> speeds_;          ///< of ranks_ at the last plan (empty: unknown)
+  std::map<uint64_t, int> slow_plans_;  ///< per member: plans in a row below the bound
+  void count_stragglers();              ///< slow_plans_ after a plan's speeds_
+  double straggler_factor_ = 0;
 };
 
 }  // namespace cohort::step

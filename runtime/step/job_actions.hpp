@@ -38,6 +38,9 @@ struct job_actions {
   /// Drained members at a step boundary: send each `stop` and take it out of the roster
   /// (one new generation); the next step opens without them, nothing aborted.
   std::vector<mb::member_id> leave;
+  /// Members the job asks to drain (a straggler past elastic.straggler_factor): each leaves
+  /// at a step boundary as by `ctl drain`.
+  std::vector<mb::member_id> drain;
   /// > 0: a `scale` fault is due: reach this many members (docs/faults.md).
   int scale_to = 0;
   std::string scale_spec;  ///< the fault's text, for the scale request

@@ -181,8 +181,9 @@ double run_report::ettr() const {
   return span > 0 ? std::min(1.0, step_time_s_ / span) : -1;
 }
 
-void run_report::replanned(const std::string& detail, const job_moment& at) {
-  add_event("balance", "", at, detail, 0);
+void run_report::decided(const std::string& kind, const std::string& worker,
+                         const std::string& detail, const job_moment& at) {
+  add_event(kind, worker, at, detail, 0);
 }
 
 void run_report::drain_asked(const std::string& worker, const job_moment& at) {
@@ -258,7 +259,8 @@ void run_report::step_committed(int64_t steps_done, double loss, const mb::roste
     }
   }
   for (auto& e : events_) {
-    if (e.recover_ms >= 0 || e.kind == "slow" || e.kind == "balance") continue;
+    if (e.recover_ms >= 0 || e.kind == "slow" || e.kind == "balance" || e.kind == "straggler")
+      continue;
     if (e.kind == "scale" && e.target != members) continue;
     // A joiner counts from joining to the first committed step it took part in.
     if (e.kind == "joined" && names.count(e.worker) == 0) continue;

@@ -140,8 +140,11 @@ class run_report {
   void fault_ordered(const std::string& kind, const std::string& worker, const std::string& spec,
                      const job_moment& at);
   /// WORKER was drained: it leaves at the next step boundary.
-  /// train.balance re-planned the shares (DETAIL: who gets how many, at what speed).
-  void replanned(const std::string& detail, const job_moment& at);
+  /// A decision of the job about its members: KIND "balance" (train.balance re-planned the
+  /// shares; DETAIL: who gets how many, at what speed) or "straggler" (WORKER is drained;
+  /// DETAIL: why).
+  void decided(const std::string& kind, const std::string& worker, const std::string& detail,
+               const job_moment& at);
   void drain_asked(const std::string& worker, const job_moment& at);
   /// A scale to TARGET members was asked for (ctl scale or a scale fault, SPEC): recovered
   /// at the first committed step with TARGET members.

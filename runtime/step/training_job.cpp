@@ -19,6 +19,7 @@ void merge(job_actions& out, job_actions&& more) {
   out.sends.insert(out.sends.end(), more.sends.begin(), more.sends.end());
   out.notes.insert(out.notes.end(), more.notes.begin(), more.notes.end());
   out.leave.insert(out.leave.end(), more.leave.begin(), more.leave.end());
+  out.drain.insert(out.drain.end(), more.drain.begin(), more.drain.end());
   if (more.scale_to > 0) {
     out.scale_to = more.scale_to;
     out.scale_spec = more.scale_spec;
@@ -58,7 +59,7 @@ training_job::training_job(const config& cfg, std::string config_yaml, int64_t s
       report_(cfg, start_step),
       balance_(cfg.train.balance == "measured" && cfg.parallel.pp * cfg.parallel.tp == 1,
                (cfg.train.global_batch + cfg.train.micro_batch - 1) / cfg.train.micro_batch,
-               cfg.train.micro_batch) {}
+               cfg.train.micro_batch, cfg.elastic.straggler_factor) {}
 
 std::optional<std::pair<uint64_t, int64_t>> training_job::open_step() const {
   if (!open_) return std::nullopt;

@@ -68,8 +68,18 @@ std::vector<int32_t> training_job::shares_for_step(const mb::roster& s, double n
   std::string note;
   std::vector<int32_t> shares = balance_.plan(by_rank, &note);
   if (!note.empty()) {
-    report_.replanned(note, moment(s, now_s));
+    report_.decided("balance", "", note, moment(s, now_s));
     out.notes.push_back("step " + std::to_string(next_step_) + ": " + note);
+  }
+  // A straggler leaves, unless that would take the job below elastic.min_workers.
+  if (const auto slow = balance_.take_straggler();
+      slow && static_cast<int>(s.members.size()) > min_workers()) {
+    if (const mb::member* m = s.find(slow->first)) {
+      report_.decided("straggler", m->name, slow->second, moment(s, now_s));
+      out.notes.push_back("step " + std::to_string(next_step_) + ": draining straggler " +
+                          slow->second);
+      out.drain.push_back(slow->first);
+    }
   }
   return shares;
 }

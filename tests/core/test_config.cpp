@@ -1439,7 +1439,7 @@ TEST_CASE("dump_config prints every key of the schema, sections in a fixed order
     at = found;
   }
   const std::set<std::string> keys = key_paths(text);
-  CHECK(keys.size() == 72);
+  CHECK(keys.size() == 73);
   for (const char* k : {"cluster.workers",
                         "parallel.dp",
                         "model.hidden",
@@ -1560,8 +1560,9 @@ TEST_CASE("elastic keys: defaults, resolution from cluster.workers, booleans") {
   // In the dump as true / false, and in the hash.
   const config a = cohort::load_config_text("elastic:\n  respawn: true\n", "a");
   const config b = cohort::load_config_text("elastic:\n  respawn: false\n", "a");
-  CHECK(cohort::dump_config(b).find("elastic:\n  min_workers: 1\n  max_workers: 1\n  "
-                                    "respawn: false\n  spares: 0\n  pause_timeout_ms: 60000\n") !=
+  CHECK(cohort::dump_config(b).find(
+            "elastic:\n  min_workers: 1\n  max_workers: 1\n  "
+            "respawn: false\n  spares: 0\n  pause_timeout_ms: 60000\n  straggler_factor: 0.0\n") !=
         std::string::npos);
   CHECK(cohort::config_hash(a) != cohort::config_hash(b));
 }
@@ -1583,6 +1584,12 @@ TEST_CASE(
     CHECK_MESSAGE(what.find("set max_workers to 2, or spares to 0") != std::string::npos, what);
   }
   CHECK_THROWS(cohort::load_config_text("elastic:\n  spares: -1\n", "t"));
+  // A straggler bound of 1 or less would name a worker as fast as the others.
+  CHECK(
+      cohort::load_config_text("elastic:\n  straggler_factor: 2\n", "t").elastic.straggler_factor ==
+      2.0f);
+  CHECK_THROWS_WITH(cohort::load_config_text("elastic:\n  straggler_factor: 1\n", "t"),
+                    doctest::Contains("use 0 for off, or a factor above 1"));
 }
 
 TEST_CASE("faults: parsed at load, dumped canonically, hashed, set from the command line") {
@@ -1800,7 +1807,7 @@ TEST_CASE("configs/reference.yaml is the generated reference and holds every key
     }
     previous = line;
   }
-  CHECK(keys == 71);
+  CHECK(keys == 72);
   CHECK(top_level == 1);
   // The commented examples are the language's own examples, and each of them parses.
   size_t examples = 0;

@@ -196,3 +196,43 @@ TEST_CASE("balance: the coordinator puts its plan in every step_open of the wind
   for (const auto& n : last.notes) noted = noted || n.find("balance: micro-batches") != n.npos;
   CHECK(noted);
 }
+
+TEST_CASE("balance: a straggler is named after 3 plans in a row below the bound, then once") {
+  using ranks = std::vector<std::pair<uint64_t, std::string>>;
+  const ranks abc = {{1, "a"}, {2, "b"}, {3, "c"}};
+  balancer off(false, 6, 10);     // no factor: never named
+  balancer b(false, 6, 10, 2.0);  // equal shares: stragglers are still counted
+  for (balancer* x : {&off, &b}) {
+    x->measured(1, 0.1, 1);  // 10 micro-batches/s
+    x->measured(2, 0.1, 1);
+    x->measured(3, 0.3, 1);  // 3.3/s: below 10 / 2
+  }
+  for (int plan = 1; plan <= 2; ++plan) {
+    b.plan(abc, nullptr);
+    off.plan(abc, nullptr);
+    CHECK_FALSE(b.take_straggler().has_value());  // not yet: 3 plans in a row
+  }
+  b.plan(abc, nullptr);
+  off.plan(abc, nullptr);
+  CHECK_FALSE(off.take_straggler().has_value());
+  const auto slow = b.take_straggler();
+  REQUIRE(slow.has_value());
+  CHECK(slow->first == 3);
+  CHECK(slow->second.find("c computed 33 samples/s") != std::string::npos);
+  CHECK_FALSE(b.take_straggler().has_value());  // taken once
+  // Back above the bound in between: the count starts again.
+  balancer d(false, 6, 10, 2.0);
+  d.measured(1, 0.1, 1);
+  d.measured(2, 0.1, 1);
+  d.measured(3, 0.3, 1);
+  d.plan(abc, nullptr);
+  d.plan(abc, nullptr);
+  for (int i = 0; i < 20; ++i) d.measured(3, 0.1, 1);  // c recovers
+  d.plan(abc, nullptr);
+  for (int i = 0; i < 20; ++i) d.measured(3, 0.3, 1);  // and slows again
+  d.plan(abc, nullptr);
+  d.plan(abc, nullptr);
+  CHECK_FALSE(d.take_straggler().has_value());
+  d.plan(abc, nullptr);
+  CHECK(d.take_straggler().has_value());
+}
