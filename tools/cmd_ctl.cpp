@@ -91,6 +91,19 @@ void print_job_figures(const nlohmann::json& j) {
     std::printf("loading the job: %s (each enters at the first step boundary once ready)\n",
                 names.c_str());
   }
+  // train.balance: each worker's micro-batches a step and its measured rate.
+  if (j.contains("balance") && j["balance"].is_object() && j["balance"]["shares"].is_object() &&
+      !j["balance"]["shares"].empty()) {
+    const auto& b = j["balance"];
+    std::string line;
+    for (const auto& [name, n] : b["shares"].items()) {
+      line += (line.empty() ? "" : ", ") + name + " " + std::to_string(n.get<int>());
+      if (b["samples_per_s"].contains(name))
+        line += " (" + std::to_string(b["samples_per_s"][name].get<long>()) + "/s)";
+    }
+    std::printf("balance %s: micro-batches a step %s; %d re-plan(s)\n",
+                b.value("mode", std::string()).c_str(), line.c_str(), b.value("replans", 0));
+  }
   if (j.contains("split_ms") && j["split_ms"].is_object()) {
     const auto& x = j["split_ms"];
     std::printf(

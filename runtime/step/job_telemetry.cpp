@@ -72,6 +72,10 @@ void job_telemetry::declare_metrics() {
   m.gauge("cohort_pool_bytes", "The most bytes a worker's memory pool has held so far.");
   m.counter("cohort_bytes_sent_total", "Bytes a worker's data-parallel collectives sent.");
   m.gauge("cohort_loss", "Mean training loss of the last committed step.");
+  m.gauge("cohort_balance_micro_batches",
+          "Micro-batches a step gives each worker (train.balance; equal: the round robin's).");
+  m.gauge("cohort_balance_samples_per_second",
+          "Each worker's measured compute rate, as the balancer filters it.");
   m.gauge("cohort_ettr",
           "Effective training time ratio: committed steps' time over the time since the first "
           "step opened.");
@@ -161,6 +165,14 @@ void job_telemetry::event(const std::string& what, const job_event& e, double no
                       e.kind == "balance" ? "balance" : "membership", 'i', e.at_s, e.at_s,
                       events_tid, "\"step\":" + std::to_string(e.step));
   }
+}
+
+void job_telemetry::balance(const nlohmann::json& j) {
+  if (!metrics_) return;
+  for (const auto& [name, n] : j["shares"].items())
+    metrics_->set("cohort_balance_micro_batches", {{"worker", name}}, n.get<double>());
+  for (const auto& [name, r] : j["samples_per_s"].items())
+    metrics_->set("cohort_balance_samples_per_second", {{"worker", name}}, r.get<double>());
 }
 
 void job_telemetry::generation(uint64_t generation, int members, double now_s) {

@@ -47,6 +47,7 @@ class job_telemetry : public job_watch {
   void vote(const std::string& worker, const net::step_timing& t) override;
   void eval(const eval_point& e) override;
   void telemetry(const std::string& worker, const net::telemetry& t, double now_s) override;
+  void balance(const nlohmann::json& j) override;
 
  private:
   int pid_of(const std::string& worker);

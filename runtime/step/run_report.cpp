@@ -183,7 +183,7 @@ double run_report::ettr() const {
 
 void run_report::decided(const std::string& kind, const std::string& worker,
                          const std::string& detail, const job_moment& at) {
-  add_event(kind, worker, at, detail, 0);
+  add_event(kind, worker, at, detail, -1);  // nothing to detect
 }
 
 void run_report::drain_asked(const std::string& worker, const job_moment& at) {

@@ -111,6 +111,8 @@ class job_watch {
   virtual void eval(const eval_point& e) {}
   /// WORKER's telemetry (its trace spans, on its own clock, with the offset to ours).
   virtual void telemetry(const std::string& worker, const net::telemetry& t, double now_s) {}
+  /// train.balance's figures after a plan (balancer::json: shares and samples/s by worker).
+  virtual void balance(const nlohmann::json& j) {}
 };
 
 class run_report {
@@ -164,6 +166,10 @@ class run_report {
   void eval_seen(int64_t step, double loss, double accuracy, double now_s);
   /// Who else sees what the report records (null: nobody).
   void set_watch(std::shared_ptr<job_watch> w) { watch_ = std::move(w); }
+  /// Shows the watch train.balance's figures (after each plan).
+  void balance_seen(const nlohmann::json& j) {
+    if (watch_) watch_->balance(j);
+  }
   /// The job drops control frames (drop control): the summary counts them.
   void drops_control() { drops_control_ = true; }
   /// The coordinator dropped a frame for drop control.

@@ -67,6 +67,7 @@ std::vector<int32_t> training_job::shares_for_step(const mb::roster& s, double n
   }
   std::string note;
   std::vector<int32_t> shares = balance_.plan(by_rank, &note);
+  report_.balance_seen(balance_.json());
   if (!note.empty()) {
     report_.decided("balance", "", note, moment(s, now_s));
     out.notes.push_back("step " + std::to_string(next_step_) + ": " + note);
