@@ -1,0 +1,97 @@
+// Workers of different speeds across real processes (issue: workers of different speeds):
+// train.balance: measured with a slowed worker, a kill, a scale; elastic.straggler_factor
+// draining a worker that stays slow. In bitwise mode each micro-batch enters the
+// fixed-point sum on its own, so every scenario ends on `cohort train`'s parameter hash.
+// Nothing here asserts on speed: the slow workers are slowed by a `slow` fault.
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "tests/mp/dp_util.hpp"
+#include "tests/mp/mp_util.hpp"
+
+using namespace cohort::mp;
+using std::chrono::milliseconds;
+
+namespace {
+const milliseconds run_timeout(240000);  // generous: two loaded cores, several processes
+}  // namespace
+
+// train.balance: measured with a worker slowed to a quarter of its speed, then a kill: the
+// slow worker is given fewer micro-batches, the respawn gets a plan of its own, and the run
+// ends on `cohort train`'s hash (each micro-batch enters the fixed-point sum on its own).
+TEST_CASE("balance measured: a slow worker gets fewer micro-batches, a kill too, same hash") {
+  temp_dir dir;
+  const int steps = 300;
+  std::string yaml = small_yaml(dir.path(), "bitwise", steps);
+  yaml.replace(yaml.find("timeout_ms: 2000"), 16, "timeout_ms: 500");
+  const std::string cfg = dir.write("cfg.yaml", yaml);
+  const std::string hash = train_summary(dir, cfg)["params_sha256"];
+  const std::string out = dir.path() + "/balance.json";
+  child_process launch({"launch", cfg, "-q", "--summary", out, "--set", "cluster.workers=2",
+                        "--set", "train.balance=measured", "--inject",
+                        "slow worker=worker-1 factor=4 from step=5 to step=200", "--inject",
+                        "kill worker=worker-0 at step=240"},
+                       dir.path(), "launch-balance");
+  const nlohmann::json s = finish_launch(launch, out, run_timeout);
+  check_fault_free(s, hash, steps);
+  REQUIRE(s["balance"].is_object());
+  CHECK(s["balance"]["mode"] == "measured");
+  const auto plans = events_of(s, "balance");
+  REQUIRE_MESSAGE(!plans.empty(), s["events"].dump());
+  bool slow_got_less = false;
+  for (const auto& e : plans)
+    slow_got_less =
+        slow_got_less || e["spec"].get<std::string>().find("worker-1 1 (") != std::string::npos;
+  CHECK_MESSAGE(slow_got_less, s["events"].dump());
+  CHECK(events_of(s, "kill").size() == 1);
+}
+
+// train.balance: measured at dp 3 with a slow worker, then a scale to 4: a plan for the new
+// members, and the same bits as `cohort train`.
+TEST_CASE("balance measured: dp 3 with a slow worker, then a scale to 4, same hash") {
+  temp_dir dir;
+  const int steps = 300;
+  const std::string cfg = dir.write("cfg.yaml", small_yaml(dir.path(), "bitwise", steps));
+  const std::string hash = train_summary(dir, cfg)["params_sha256"];
+  const std::string out = dir.path() + "/balance-scale.json";
+  child_process launch({"launch", cfg, "-q", "--summary", out, "--set", "cluster.workers=3",
+                        "--set", "elastic.max_workers=4", "--set", "train.balance=measured",
+                        "--inject", "slow worker=worker-2 factor=3 from step=5 to step=150",
+                        "--inject", "scale to=4 at step=100"},
+                       dir.path(), "launch-balance-scale");
+  const nlohmann::json s = finish_launch(launch, out, run_timeout);
+  check_fault_free(s, hash, steps);
+  CHECK(s["dp"] == 4);
+  CHECK(s["balance"]["shares"].size() == 4);
+  CHECK_MESSAGE(!events_of(s, "balance").empty(), s["events"].dump());
+}
+
+// elastic.straggler_factor: a worker four times slower than the others for the whole run
+// is drained once the balancer has seen it below the bound at 3 plans in a row; the run goes
+// on with the other two and ends on `cohort train`'s hash.
+TEST_CASE("a straggler past elastic.straggler_factor is drained with an event saying why") {
+  temp_dir dir;
+  const int steps = 300;
+  const std::string cfg = dir.write("cfg.yaml", small_yaml(dir.path(), "bitwise", steps));
+  const std::string hash = train_summary(dir, cfg)["params_sha256"];
+  const std::string out = dir.path() + "/straggler.json";
+  child_process launch({"launch", cfg, "-q", "--summary", out, "--set", "cluster.workers=3",
+                        "--set", "elastic.min_workers=2", "--set", "elastic.straggler_factor=2",
+                        "--inject", "slow worker=worker-2 factor=4 from step=0 to step=300"},
+                       dir.path(), "launch-straggler");
+  const nlohmann::json s = finish_launch(launch, out, run_timeout);
+  check_fault_free(s, hash, steps);
+  CHECK(s["dp"] == 2);
+  const auto named = events_of(s, "straggler");
+  REQUIRE_MESSAGE(named.size() == 1, s["events"].dump());
+  CHECK(named[0]["worker"] == "worker-2");
+  CHECK_MESSAGE(
+      named[0]["spec"].get<std::string>().find("elastic.straggler_factor") != std::string::npos,
+      named[0].dump());
+  const auto drained = events_of(s, "drained");
+  REQUIRE(drained.size() == 1);
+  CHECK(drained[0]["worker"] == "worker-2");
+}
