@@ -49,23 +49,25 @@ TEST_CASE("balance measured: a slow worker gets fewer micro-batches, a kill too,
   CHECK(events_of(s, "kill").size() == 1);
 }
 
-// train.balance: measured at dp 3 with a slow worker, then a scale to 4: a plan for the new
-// members, and the same bits as `cohort train`.
-TEST_CASE("balance measured: dp 3 with a slow worker, then a scale to 4, same hash") {
+// train.balance: measured at dp 4 with a slow worker, then a scale down to 3 (a drain at a
+// step boundary, so the order needs no timing): a plan for the members left, and the same
+// bits as `cohort train`. (A scale-up does not hold training, so a short run may end before
+// its joiner enters; the kill case above covers a plan for a newcomer.)
+TEST_CASE("balance measured: dp 4 with a slow worker, then a scale to 3, same hash") {
   temp_dir dir;
   const int steps = 300;
   const std::string cfg = dir.write("cfg.yaml", small_yaml(dir.path(), "bitwise", steps));
   const std::string hash = train_summary(dir, cfg)["params_sha256"];
   const std::string out = dir.path() + "/balance-scale.json";
-  child_process launch({"launch", cfg, "-q", "--summary", out, "--set", "cluster.workers=3",
-                        "--set", "elastic.max_workers=4", "--set", "train.balance=measured",
-                        "--inject", "slow worker=worker-2 factor=3 from step=5 to step=150",
-                        "--inject", "scale to=4 at step=100"},
+  child_process launch({"launch", cfg, "-q", "--summary", out, "--set", "cluster.workers=4",
+                        "--set", "elastic.min_workers=3", "--set", "train.balance=measured",
+                        "--inject", "slow worker=worker-0 factor=3 from step=5 to step=150",
+                        "--inject", "scale to=3 at step=100"},
                        dir.path(), "launch-balance-scale");
   const nlohmann::json s = finish_launch(launch, out, run_timeout);
   check_fault_free(s, hash, steps);
-  CHECK(s["dp"] == 4);
-  CHECK(s["balance"]["shares"].size() == 4);
+  CHECK(s["dp"] == 3);
+  CHECK(s["balance"]["shares"].size() == 3);
   CHECK_MESSAGE(!events_of(s, "balance").empty(), s["events"].dump());
 }
 
