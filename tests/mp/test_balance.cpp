@@ -6,6 +6,8 @@
 #include <doctest/doctest.h>
 
 #include <chrono>
+#include <csignal>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -96,4 +98,41 @@ TEST_CASE("a straggler past elastic.straggler_factor is drained with an event sa
   const auto drained = events_of(s, "drained");
   REQUIRE(drained.size() == 1);
   CHECK(drained[0]["worker"] == "worker-2");
+}
+
+// Under measured shares, a launch killed outright resumes from its checkpoint with another
+// worker count and ends on `cohort train`'s hash: the checkpoint holds no plan (the resumed
+// run measures afresh), and any plan gives the same bits.
+TEST_CASE("balance measured: a killed launch resumes with another worker count, same hash") {
+  temp_dir dir;
+  const int steps = 1000;
+  std::string yaml = small_yaml(dir.path(), "bitwise", steps);
+  yaml.replace(yaml.find("checkpoint_every: 0"), 19, "checkpoint_every: 100");
+  const std::string cfg = dir.write("cfg.yaml", yaml);
+  const std::string hash = train_summary(dir, cfg)["params_sha256"];
+  std::filesystem::remove_all(dir.path() + "/ckpt");  // only the launch's checkpoints count
+  {
+    child_process launch(
+        {"launch", cfg, "-q", "--set", "cluster.workers=3", "--set", "train.balance=measured",
+         "--inject", "slow worker=worker-1 factor=3 from step=0 to step=1000"},
+        dir.path(), "launch-first");
+    const job_address ep = address_of(launch);
+    REQUIRE(eventually(milliseconds(120000), [&] {
+      const nlohmann::json s = ctl_status(ep);
+      return s.is_object() && s["step"].get<int64_t>() >= 250;
+    }));
+    launch.signal(SIGKILL);  // the whole run dies at once (children follow via PDEATHSIG)
+    launch.wait_exit(milliseconds(10000));
+  }
+  const std::string out = dir.path() + "/resumed.json";
+  child_process again({"launch", cfg, "-q", "--resume", "--summary", out, "--set",
+                       "cluster.workers=2", "--set", "train.balance=measured", "--inject",
+                       "slow worker=worker-0 factor=3 from step=0 to step=1000"},
+                      dir.path(), "launch-resume");
+  const nlohmann::json s = finish_launch(again, out, run_timeout);
+  CHECK(again.err().find("resuming from") != std::string::npos);
+  CHECK(s["steps_completed"] == steps);
+  CHECK(s["dp"] == 2);
+  CHECK(s["params_sha256"] == hash);
+  CHECK_MESSAGE(!events_of(s, "balance").empty(), s["events"].dump());
 }
