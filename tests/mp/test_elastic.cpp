@@ -166,7 +166,10 @@ TEST_CASE("scale 2 -> 4 by a fault spec: joiners take their state from a peer, s
 
 TEST_CASE("scale 2 -> 4 by `cohort ctl scale 4` while the job runs: same hash, 4 replicas") {
   temp_dir dir;
-  const int steps = 400;
+  // Long enough that the hold comes well before the end: under ASan a 400-step run ended
+  // before the hold (the coordinator gone, `ctl scale` found no one; 2026-12-05). The
+  // status read after the hold proves it came in time.
+  const int steps = 3000;
   const std::string cfg = dir.write("cfg.yaml", small_yaml(dir.path(), "bitwise", steps));
   const std::string hash = train_summary(dir, cfg)["params_sha256"];
   const std::string out = dir.path() + "/scale-ctl.json";
@@ -177,6 +180,10 @@ TEST_CASE("scale 2 -> 4 by `cohort ctl scale 4` while the job runs: same hash, 4
   const job_address ep = address_of(launch);
   wait_for_step(ep, 20);
   const pid_t held = hold(ep, "worker-1");
+  const nlohmann::json st = ctl_status(ep);
+  const bool early = st.is_object() && st["step"].get<int64_t>() < steps / 2;
+  if (!early) ::kill(held, SIGCONT);
+  REQUIRE_MESSAGE(early, "the run was near its end before worker-1 was held: " << st.dump());
   int rc = -1;
   const std::string said = ctl(ep, "scale 4", &rc);
   CHECK_MESSAGE(rc == 0, said);
