@@ -159,12 +159,15 @@ std::vector<int32_t> balancer::plan(const std::vector<std::pair<uint64_t, std::s
 void balancer::count_stragglers() {
   std::map<uint64_t, int> counts;
   const int n = static_cast<int>(ranks_.size());
+  // Sorted once: the others' median is the whole's element (n - 1) / 2, or the next one when
+  // rank r's own speed sits at or below it.
+  std::vector<double> sorted = speeds_;
+  std::sort(sorted.begin(), sorted.end());
+  const std::size_t mid = static_cast<std::size_t>(n - 1) / 2;
   for (int r = 0; n >= 2 && straggler_factor_ > 1 && r < n; ++r) {
-    std::vector<double> others;
-    for (int o = 0; o < n; ++o)
-      if (o != r) others.push_back(speeds_[o]);
-    std::sort(others.begin(), others.end());
-    const double median = others[others.size() / 2];
+    const auto own = static_cast<std::size_t>(
+        std::lower_bound(sorted.begin(), sorted.end(), speeds_[r]) - sorted.begin());
+    const double median = own <= mid ? sorted[mid + 1] : sorted[mid];
     const uint64_t id = ranks_[r].first;
     if (speeds_[r] * straggler_factor_ < median) {
       const auto it = slow_plans_.find(id);

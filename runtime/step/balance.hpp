@@ -76,6 +76,8 @@ class balancer {
                             std::string* note);
   /// A member's vote: COMPUTE_S of compute for MICRO micro-batches.
   void measured(uint64_t id, double compute_s, int micro) { meter_.record(id, compute_s, micro); }
+  /// Micro-batches a step has (the job's, whatever the plan).
+  int micro_batches() const { return micro_batches_; }
   /// {"mode", "replans", "shares": {name: micro-batches}, "samples_per_s": {name: rate}}.
   nlohmann::json json() const;
   /// With a straggler factor F > 1: a member whose measured speed stayed below the median of

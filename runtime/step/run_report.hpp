@@ -166,6 +166,8 @@ class run_report {
   void eval_seen(int64_t step, double loss, double accuracy, double now_s);
   /// Who else sees what the report records (null: nobody).
   void set_watch(std::shared_ptr<job_watch> w) { watch_ = std::move(w); }
+  /// Whether a watch is set (its figures need building only then).
+  bool watched() const { return watch_ != nullptr; }
   /// Shows the watch train.balance's figures (after each plan).
   void balance_seen(const nlohmann::json& j) {
     if (watch_) watch_->balance(j);

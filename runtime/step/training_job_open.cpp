@@ -67,7 +67,7 @@ std::vector<int32_t> training_job::shares_for_step(const mb::roster& s, double n
   }
   std::string note;
   std::vector<int32_t> shares = balance_.plan(by_rank, &note);
-  report_.balance_seen(balance_.json());
+  if (report_.watched()) report_.balance_seen(balance_.json());  // metrics and trace only
   if (!note.empty()) {
     report_.decided("balance", "", note, moment(s, now_s));
     out.notes.push_back("step " + std::to_string(next_step_) + ": " + note);
@@ -89,9 +89,8 @@ void training_job::measure(const net::step_vote& v) {
   if (!open_) return;
   const auto it = open_->sent.find(v.member_id);
   if (it == open_->sent.end()) return;
-  const int micro = micro_count(
-      it->second, (cfg_.train.global_batch + cfg_.train.micro_batch - 1) / cfg_.train.micro_batch);
-  balance_.measured(v.member_id, static_cast<double>(v.timing.compute_us) / 1e6, micro);
+  balance_.measured(v.member_id, static_cast<double>(v.timing.compute_us) / 1e6,
+                    micro_count(it->second, balance_.micro_batches()));
 }
 
 }  // namespace cohort::step
