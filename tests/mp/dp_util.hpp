@@ -5,6 +5,8 @@
 #pragma once
 #include <doctest/doctest.h>
 
+#include <chrono>
+#include <csignal>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -84,6 +86,22 @@ inline nlohmann::json ctl_status(const job_address& a) {
   const std::string out = run_capture("ctl " + a.ctl_args() + " status --json", &rc);
   if (rc != 0) return nlohmann::json();
   return nlohmann::json::parse(out, nullptr, false);
+}
+
+/// Runs `cohort ARGS` (a launch) in DIR until its job has committed STEP steps (within
+/// TIMEOUT), then SIGKILLs the launcher (its children follow via PDEATHSIG) and waits for it:
+/// a run that dies at once, for the cases that resume from its checkpoints.
+inline void launch_killed_at(const std::vector<std::string>& args, const temp_dir& dir,
+                             const std::string& tag, int64_t step,
+                             std::chrono::milliseconds timeout) {
+  child_process launch(args, dir.path(), tag);
+  const job_address ep = address_of(launch);
+  REQUIRE(eventually(timeout, [&] {
+    const nlohmann::json s = ctl_status(ep);
+    return s.is_object() && s["step"].get<int64_t>() >= step;
+  }));
+  launch.signal(SIGKILL);
+  launch.wait_exit(std::chrono::milliseconds(10000));
 }
 
 /// The summary's events as "KIND WORKER", in order.

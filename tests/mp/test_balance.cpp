@@ -6,7 +6,6 @@
 #include <doctest/doctest.h>
 
 #include <chrono>
-#include <csignal>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -111,19 +110,10 @@ TEST_CASE("balance measured: a killed launch resumes with another worker count, 
   const std::string cfg = dir.write("cfg.yaml", yaml);
   const std::string hash = train_summary(dir, cfg)["params_sha256"];
   std::filesystem::remove_all(dir.path() + "/ckpt");  // only the launch's checkpoints count
-  {
-    child_process launch(
-        {"launch", cfg, "-q", "--set", "cluster.workers=3", "--set", "train.balance=measured",
-         "--inject", "slow worker=worker-1 factor=3 from step=0 to step=1000"},
-        dir.path(), "launch-first");
-    const job_address ep = address_of(launch);
-    REQUIRE(eventually(milliseconds(120000), [&] {
-      const nlohmann::json s = ctl_status(ep);
-      return s.is_object() && s["step"].get<int64_t>() >= 250;
-    }));
-    launch.signal(SIGKILL);  // the whole run dies at once (children follow via PDEATHSIG)
-    launch.wait_exit(milliseconds(10000));
-  }
+  launch_killed_at(
+      {"launch", cfg, "-q", "--set", "cluster.workers=3", "--set", "train.balance=measured",
+       "--inject", "slow worker=worker-1 factor=3 from step=0 to step=1000"},
+      dir, "launch-first", 250, milliseconds(120000));
   const std::string out = dir.path() + "/resumed.json";
   child_process again({"launch", cfg, "-q", "--resume", "--summary", out, "--set",
                        "cluster.workers=2", "--set", "train.balance=measured", "--inject",

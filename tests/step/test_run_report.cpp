@@ -34,6 +34,18 @@ mb::roster roster_of(uint64_t generation, const std::vector<mb::member_id>& ids)
   return r;
 }
 
+// w1..w3 commit step 0 (9.0 -> 9.1); step 1 opens at 10.0 and a kill of w2 is ordered in it,
+// aborting it (at 10.0, the latest time seen).
+void kill_w2_in_step_1(run_report& rep, std::vector<std::string>& notes) {
+  const mb::roster r1 = roster_of(1, {1, 2, 3});
+  rep.roster_seen(r1, {0, 1, 9.0}, false, {}, notes);
+  rep.step_opened(3, 9.0);
+  rep.step_committed(1, 1.0, r1, {1, 2, 3}, 9.1, notes);
+  rep.step_opened(3, 10.0);
+  rep.fault_ordered("kill", "w2", "kill worker=w2 at step=1", {1, 1, 10.0});
+  rep.step_aborted();
+}
+
 // Records what it is shown, one line each.
 struct recording_watch : job_watch {
   std::vector<std::string> seen;
@@ -152,13 +164,7 @@ TEST_CASE("a kill's cost: each part from the coordinator's stamps, summing to or
   run_report rep(report_config(), 0);
   std::vector<std::string> notes;
   const std::set<mb::member_id> none;
-  const mb::roster r1 = roster_of(1, {1, 2, 3});
-  rep.roster_seen(r1, {0, 1, 9.0}, false, none, notes);
-  rep.step_opened(3, 9.0);
-  rep.step_committed(1, 1.0, r1, {1, 2, 3}, 9.1, notes);
-  rep.step_opened(3, 10.0);
-  rep.fault_ordered("kill", "w2", "kill worker=w2 at step=1", {1, 1, 10.0});
-  rep.step_aborted();  // at 10.0, the latest time seen
+  kill_w2_in_step_1(rep, notes);
   const mb::roster r2 = roster_of(2, {1, 3});
   rep.roster_seen(r2, {1, 2, 10.010}, true, none, notes);  // detected: 10 ms
   rep.step_opened(2, 10.012);
@@ -245,13 +251,7 @@ TEST_CASE("a kill's cost: a spare seated in the departure's own roster replaces 
   run_report rep(report_config(), 0);
   std::vector<std::string> notes;
   const std::set<mb::member_id> none;
-  const mb::roster r1 = roster_of(1, {1, 2, 3});
-  rep.roster_seen(r1, {0, 1, 9.0}, false, none, notes);
-  rep.step_opened(3, 9.0);
-  rep.step_committed(1, 1.0, r1, {1, 2, 3}, 9.1, notes);
-  rep.step_opened(3, 10.0);
-  rep.fault_ordered("kill", "w2", "kill worker=w2 at step=1", {1, 1, 10.0});
-  rep.step_aborted();
+  kill_w2_in_step_1(rep, notes);
   const mb::roster r2 = roster_of(3, {1, 3, 4});
   rep.roster_seen(r2, {1, 3, 10.010}, true, none, notes);  // removed and replaced: 10 ms
   rep.member_ready("w4", 10.012);                          // a round trip: it was loaded
