@@ -334,7 +334,9 @@ training_metadata load_checkpoint_file(const std::string& step_dir, const std::s
   if (r == nullptr) {
     std::string have;
     for (const auto& s : m.shards) have += (have.empty() ? "" : ", ") + s.file;
-    const char* what = feedback_rank_of(file) >= 0 ? "error-feedback part " : "shard ";
+    const char* what = feedback_rank_of(file) >= 0 ? "error-feedback part "
+                       : zero_rank_of(file) >= 0   ? "sharded-state part "
+                                                   : "shard ";
     throw checkpoint_error("checkpoint " + step_dir + ": has no " + what + file + " (it holds " +
                            have +
                            "; it was written with another pipeline / tensor layout or "
@@ -350,27 +352,43 @@ training_metadata load_checkpoint_file(const std::string& step_dir, const std::s
   return meta;
 }
 
-int checkpoint_feedback_parts(const std::string& step_dir) {
+namespace {
+
+// How many parts of one kind (RANK_OF / FILE_NAME) the folder's marker lists: W when they
+// are ranks 0 .. W - 1 and each part's metadata KEY says W. WHAT names them in errors.
+int count_parts(const std::string& step_dir, int (*rank_of)(const std::string&),
+                std::string (*file_name)(int), const char* key, const char* what) {
   const checkpoint_manifest m = read_checkpoint_manifest(step_dir);
   std::set<int> ranks;
   for (const auto& s : m.shards)
-    if (const int r = feedback_rank_of(s.file); r >= 0) ranks.insert(r);
+    if (const int r = rank_of(s.file); r >= 0) ranks.insert(r);
   const int parts = static_cast<int>(ranks.size());
   if (parts > 0 && *ranks.rbegin() != parts - 1)
-    throw checkpoint_error("checkpoint " + step_dir + ": its error-feedback parts are not " +
-                           feedback_file_name(0) + " to " + feedback_file_name(parts - 1) +
+    throw checkpoint_error("checkpoint " + step_dir + ": its " + what + " parts are not " +
+                           file_name(0) + " to " + file_name(parts - 1) +
                            " (one is missing: a damaged folder; resume an earlier checkpoint)");
   for (int r = 0; r < parts; ++r) {
-    const std::string path = (fs::path(step_dir) / feedback_file_name(r)).string();
+    const std::string path = (fs::path(step_dir) / file_name(r)).string();
     const training_metadata meta = read_training_metadata(path);
-    const auto it = meta.extra.find("feedback.replicas");
+    const auto it = meta.extra.find(key);
     if (it == meta.extra.end() || it->second != std::to_string(parts))
-      throw checkpoint_error("checkpoint " + path + ": metadata feedback.replicas is '" +
+      throw checkpoint_error("checkpoint " + path + ": metadata " + key + " is '" +
                              (it == meta.extra.end() ? std::string("missing") : it->second) +
-                             "', but the folder holds " + std::to_string(parts) +
-                             " error-feedback parts (a damaged folder; resume an earlier one)");
+                             "', but the folder holds " + std::to_string(parts) + " " + what +
+                             " parts (a damaged folder; resume an earlier one)");
   }
   return parts;
+}
+
+}  // namespace
+
+int checkpoint_feedback_parts(const std::string& step_dir) {
+  return count_parts(step_dir, feedback_rank_of, feedback_file_name, "feedback.replicas",
+                     "error-feedback");
+}
+
+int checkpoint_zero_parts(const std::string& step_dir) {
+  return count_parts(step_dir, zero_rank_of, zero_file_name, "zero.parts", "sharded-state");
 }
 
 training_metadata read_checkpoint_metadata(const std::string& step_dir, int stage, int tp_rank) {

@@ -137,6 +137,9 @@ training_metadata load_checkpoint_file(const std::string& step_dir, const std::s
 /// holds: W when the marker lists feedback_r0 .. feedback_r<W-1> and each says
 /// feedback.replicas = W, 0 when it lists none. Throws checkpoint_error for any other set.
 int checkpoint_feedback_parts(const std::string& step_dir);
+/// How many sharded-state parts (zero_r<R>, train.zero) the complete checkpoint folder
+/// STEP_DIR holds, checked as checkpoint_feedback_parts checks its own (metadata zero.parts).
+int checkpoint_zero_parts(const std::string& step_dir);
 
 /// The metadata of shard (STAGE, TP_RANK) of the complete checkpoint folder STEP_DIR
 /// (marker checked, shard header read; no data, no checksum).

@@ -99,7 +99,7 @@ void fsync_folder(const std::string& dir) {
 // temporaries (<name>.tmp.<pid>, left by a write that was killed).
 bool written_by_cohort(const std::string& name) {
   static const std::regex pat(
-      R"((shard_p[0-9]+_t[0-9]+\.safetensors|feedback_r[0-9]+\.safetensors|COMPLETE)(\.tmp\.[0-9]+)?)");
+      R"((shard_p[0-9]+_t[0-9]+\.safetensors|feedback_r[0-9]+\.safetensors|zero_r[0-9]+\.safetensors|COMPLETE)(\.tmp\.[0-9]+)?)");
   return std::regex_match(name, pat);
 }
 
@@ -149,6 +149,15 @@ std::string checkpoint_path(const std::string& dir, int64_t step) {
 
 std::string feedback_file_name(int rank) {
   return "feedback_r" + std::to_string(rank) + ".safetensors";
+}
+
+std::string zero_file_name(int rank) { return "zero_r" + std::to_string(rank) + ".safetensors"; }
+
+int zero_rank_of(const std::string& file) {
+  static const std::regex pat(R"(zero_r([0-9]{1,7})\.safetensors)");
+  std::smatch m;
+  if (!std::regex_match(file, m, pat)) return -1;
+  return std::stoi(m[1].str());
 }
 
 int feedback_rank_of(const std::string& file) {

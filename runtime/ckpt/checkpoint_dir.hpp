@@ -32,6 +32,11 @@ std::string shard_file_name(int stage, int tp_rank);
 std::string feedback_file_name(int rank);
 /// The rank R of a file named feedback_file_name(R), or -1 for any other name.
 int feedback_rank_of(const std::string& file);
+/// zero_r<R>.safetensors: DP rank R's shard of the parameters and optimizer state when the
+/// optimizer state is sharded (train.zero: 1; docs/sharding.md), one per rank of the group.
+std::string zero_file_name(int rank);
+/// The rank R of a file named zero_file_name(R), or -1 for any other name.
+int zero_rank_of(const std::string& file);
 
 /// One shard as the marker records it.
 struct shard_record {

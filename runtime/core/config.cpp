@@ -304,6 +304,16 @@ const std::vector<key_spec>& schema() {
          nullptr,
          "Compute (OpenBLAS) threads per worker process."},
         {"train",
+         "zero",
+         COHORT_FIELD(train.zero),
+         from_to(0, 1),
+         {},
+         nullptr,
+         "Sharded optimizer state (ZeRO stage 1) for whole-model data-parallel jobs. 0: every "
+         "worker holds all of it. 1: each holds its own contiguous shard plus a replica of its "
+         "neighbour's, so a kill loses nothing; members re-cut the shards when the group "
+         "changes (docs/sharding.md). Stages 2 and 3 are not built yet."},
+        {"train",
          "device",
          COHORT_FIELD(train.device),
          unbounded(),

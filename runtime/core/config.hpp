@@ -65,6 +65,9 @@ struct train_config {
   int64_t eval_tokens = 0;               ///< language models: held-out tokens evaluated; 0: all
   int64_t log_every = 50;
   int threads = 1;  ///< OpenBLAS / compute threads per process
+  /// 0: every DP worker holds the whole optimizer state; 1: each holds its own shard and a
+  /// replica of its neighbour's (ZeRO stage 1; runtime/train/zero_shards.hpp).
+  int zero = 0;
   /// Where the step computes: cpu | cuda | cuda:N | auto (runtime/nn/device.hpp).
   std::string device = "cpu";
   std::string precision = "fp32";  ///< fp32 | bf16: the precision of matrix products

@@ -55,6 +55,7 @@ class rules {
     check_faults();
     check_transport();
     check_compression();
+    check_zero();
     check_control();
     check_ha();
   }
@@ -286,6 +287,31 @@ class rules {
       complain({"comm.error_feedback", "comm.compression"},
                "error feedback keeps what compression loses, and comm.compression is none "
                "(choose bf16, fp16 or fp8, or remove error_feedback)");
+  }
+
+  // Sharded optimizer state (runtime/train/zero_shards.hpp): whole-model DP on the host.
+  void check_zero() {
+    const config& c = c_;
+    if (c.train.zero == 0) return;
+    if (fine({"train.zero", "parallel.pp", "parallel.tp"}) &&
+        (c.parallel.pp > 1 || c.parallel.tp > 1))
+      complain({"train.zero", "parallel.pp", "parallel.tp"},
+               "train.zero shards a whole model's optimizer state over its data-parallel group; "
+               "this job has pp = " +
+                   std::to_string(c.parallel.pp) + " x tp = " + std::to_string(c.parallel.tp) +
+                   " (set train.zero: 0, or parallel.pp and parallel.tp to 1)");
+    if (fine({"train.zero", "train.optimizer"}) && c.train.optimizer == "onebit_adam")
+      complain({"train.zero", "train.optimizer"},
+               "train.zero shards the state of adamw or sgd; onebit_adam's compressed momentum "
+               "needs all of it on every worker (use train.optimizer: adamw, or train.zero: 0)");
+    if (fine({"train.zero", "comm.error_feedback"}) && c.comm.error_feedback)
+      complain({"train.zero", "comm.error_feedback"},
+               "train.zero does not keep error-feedback memory in this version (remove "
+               "comm.error_feedback, or set train.zero: 0)");
+    if (fine({"train.zero", "train.device"}) && c.train.device != "cpu")
+      complain({"train.zero", "train.device"},
+               "train.zero runs on the CPU in this version (set train.device: cpu, or "
+               "train.zero: 0)");
   }
 
   void check_transport() {

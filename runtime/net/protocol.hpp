@@ -393,10 +393,15 @@ struct step_timing {
   uint64_t bytes_recv = 0;    ///< DP collectives' bytes received (measured)
   uint64_t state_bytes = 0;   ///< training state received from a donor (joiner), bytes
   uint64_t state_us = 0;      ///< time that transfer took
+  /// train.zero: the re-cut of the sharded state this step opened with (0: none): its time
+  /// here, and the bytes of state and parameters this member received in it
+  uint64_t reshard_us = 0;
+  uint64_t reshard_bytes = 0;
   template <class S>
   static auto fields(S& s) {
     return std::tie(s.compute_us, s.comm_wait_us, s.allreduce_us, s.setup_us, s.idle_us,
-                    s.bytes_sent, s.bytes_recv, s.state_bytes, s.state_us);
+                    s.bytes_sent, s.bytes_recv, s.state_bytes, s.state_us, s.reshard_us,
+                    s.reshard_bytes);
   }
 };
 
@@ -465,12 +470,18 @@ struct train_report {
   stage_stats stage;
   int64_t compressed_steps = 0;        ///< of steps_computed, those whose sum was compressed
   uint64_t compressed_bytes_sent = 0;  ///< the bytes sent in them (within timing.bytes_sent)
+  /// Model-state bytes at the end (runtime/train/trainer.hpp, model_state_bytes): the
+  /// parameters, gradients, optimizer state held, and the replica of a neighbour's shard
+  /// (train.zero)
+  int64_t state_params = 0, state_grads = 0, state_optimizer = 0, state_replica = 0;
+  int64_t reshards = 0;  ///< re-cuts of sharded state this member took part in that moved data
   template <class S>
   static auto fields(S& s) {
     return std::tie(s.member_id, s.generation, s.next_step, s.params_sha256, s.has_eval,
                     s.eval_loss, s.eval_accuracy, s.eval_count, s.steps_computed, s.overlap,
                     s.peak_pool_bytes, s.checkpoint, s.num_params, s.timing, s.param_digests,
-                    s.stage, s.compressed_steps, s.compressed_bytes_sent);
+                    s.stage, s.compressed_steps, s.compressed_bytes_sent, s.state_params,
+                    s.state_grads, s.state_optimizer, s.state_replica, s.reshards);
   }
 };
 

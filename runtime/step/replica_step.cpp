@@ -41,6 +41,8 @@ void add(net::step_timing& a, const net::step_timing& b) {
   a.setup_us += b.setup_us;
   a.bytes_sent += b.bytes_sent;
   a.bytes_recv += b.bytes_recv;
+  a.reshard_us += b.reshard_us;
+  a.reshard_bytes += b.reshard_bytes;
 }
 
 [[noreturn]] void refuse(const std::string& why) {
@@ -196,7 +198,17 @@ void replica_step::run_step(const net::step_open& o, int rank, net::step_vote& v
   if (o.donor_rank == rank && next_step_ != o.step)
     refuse("named the donor of step " + std::to_string(o.step) + ", but this worker holds " +
            "the state of step " + std::to_string(next_step_));
-  if (o.donor_rank >= 0) receive_state(o.donor_rank, o.step, t);
+  if (train::trainer* z = seat_->sharded()) {
+    try {
+      reshard(*z, o, t);  // the donor's part too: each member holds only its shards
+    } catch (const comm::comm_error&) {
+      throw;
+    } catch (const std::exception&) {
+      v.fatal = true;  // a shard whose holders are all gone: a retry finds it gone too
+      throw;
+    }
+  } else if (o.donor_rank >= 0)
+    receive_state(o.donor_rank, o.step, t);
   const auto t1 = io_.now();
   t.setup_us = micros(t1 - t0);
   if (next_step_ != o.step)
@@ -411,10 +423,17 @@ void replica_step::commit(const pending_step& p) {
   }
   next_step_ = p.step + 1;
   ++steps_computed_;
+  // Sharded state: each member applied its own shards; the parameters travel now.
+  bool whole = true;
+  if (train::trainer* z = seat_->sharded()) whole = gather(*z, p);
   const int64_t every = cfg_->fault_tolerance.checkpoint_every;
   std::string ckpt;
   try {
-    if ((p.rank == 0 || seat_->saves_every_rank()) &&
+    if (!whole) {
+      if (next_step_ == cfg_->train.steps || (every > 0 && next_step_ % every == 0))
+        spdlog::warn("dp group: no checkpoint at step {}: its parameters' gather failed",
+                     next_step_);
+    } else if ((p.rank == 0 || seat_->saves_every_rank()) &&
         (next_step_ == cfg_->train.steps || (every > 0 && next_step_ % every == 0)))
       ckpt = checkpoint(next_step_);
   } catch (const std::exception& e) {
@@ -422,10 +441,17 @@ void replica_step::commit(const pending_step& p) {
   }
   total_.compute_us += micros(io_.now() - t0);
   const int64_t eval_every = cfg_->train.eval_every;
-  if (p.rank == 0 && eval_every > 0 && next_step_ % eval_every == 0 &&
+  if (whole && p.rank == 0 && eval_every > 0 && next_step_ % eval_every == 0 &&
       next_step_ < cfg_->train.steps)
     evaluate(next_step_);
-  if (next_step_ == cfg_->train.steps) report(p, ckpt);
+  if (next_step_ == cfg_->train.steps) {
+    if (!whole) {
+      io_.fatal("the parameters' gather after the last step failed (a member was lost in it): "
+                "the final parameters are not whole here; resume from the last checkpoint");
+      return;
+    }
+    report(p, ckpt);
+  }
 }
 
 // Telemetry after a vote (and before the final report): an evaluation not yet told, and with
@@ -514,6 +540,11 @@ void replica_step::report(const pending_step& p, const std::string& ckpt) {
   // Measured from the collectives' and backward's timestamps; 0 when no collective ran.
   rep.overlap = collective_s_ > 0 ? hidden_s_ / collective_s_ : 0.0;
   rep.peak_pool_bytes = s.peak_pool_bytes;
+  rep.state_params = s.state.params;
+  rep.state_grads = s.state.grads;
+  rep.state_optimizer = s.state.optimizer;
+  rep.state_replica = s.state.replica;
+  rep.reshards = reshards_;
   rep.checkpoint = ckpt;
   rep.num_params = s.model_params;
   rep.timing = total_;

@@ -47,6 +47,7 @@ struct config;
 }
 namespace cohort::train {
 class checkpoint_writer;
+class trainer;
 }
 
 namespace cohort::step {
@@ -120,6 +121,10 @@ class replica_step {
   void make_seat(bool staged, int stage, int tp_rank);
   void seat_stage(const net::step_open& o, net::step_vote& v);
   void receive_state(int donor, int64_t step, net::step_timing& t);
+  /// train.zero: the re-cut of the sharded state when the group changed (replica_zero.cpp).
+  void reshard(train::trainer& z, const net::step_open& o, net::step_timing& t);
+  /// train.zero: the parameters' gather after applying step P; false when it failed.
+  bool gather(train::trainer& z, const pending_step& p);
   void restore(const net::step_open& o);
   void run_step(const net::step_open& o, int rank, net::step_vote& v, net::step_timing& t);
   void commit(const pending_step& p);
@@ -145,6 +150,10 @@ class replica_step {
   std::unique_ptr<train::checkpoint_writer> writer_;
   std::string data_host_;  ///< where this worker's Gloo pairs and p2p channel listen
   int64_t next_step_ = 0;
+  /// train.zero: the generation whose re-cut ran last (0: none yet), and the re-cuts that
+  /// moved data.
+  uint64_t resharded_generation_ = 0;
+  int64_t reshards_ = 0;
 
   worker_step protocol_;  ///< which open / result to act on, and how (pure)
   /// The last vote and the final report, sent again when the coordinator repeats the

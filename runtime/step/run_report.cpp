@@ -3,6 +3,7 @@
 #include "runtime/step/run_report.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <tuple>
 
 #include "runtime/train/param_stats.hpp"
@@ -198,6 +199,11 @@ void run_report::vote_counted(const std::string& worker, const net::step_timing&
   if (watch_) watch_->vote(worker, t);
   recent_votes_.push_back(t);
   while (recent_votes_.size() > 64) recent_votes_.pop_front();
+  if (t.reshard_us > 0) {  // train.zero: this voter took part in a re-cut of the state
+    ++reshard_.members;
+    reshard_.bytes += t.reshard_bytes;
+    reshard_.ms = std::max(reshard_.ms, static_cast<double>(t.reshard_us) / 1e3);
+  }
   if (t.state_bytes == 0 || t.state_us == 0) return;
   for (auto& e : events_)
     if (costing(e) && e.cost.replacement == worker && e.cost.entered_s >= 0 &&
@@ -278,6 +284,18 @@ void run_report::step_committed(int64_t steps_done, double loss, const mb::roste
                       std::to_string(steps_done) + " committed)");
     }
   }
+  reshard_committed(steps_done, now_s);
+}
+
+void run_report::reshard_committed(int64_t steps_done, double now_s) {
+  if (reshard_.members == 0) return;
+  char detail[160];
+  std::snprintf(detail, sizeof detail, "%d members: %.2f MB received in all, the longest %.1f ms",
+                reshard_.members, static_cast<double>(reshard_.bytes) / 1e6, reshard_.ms);
+  job_event& e = add_event("reshard", "", {steps_done - 1, generation_, now_s}, detail, -1,
+                           reshard_.members);
+  e.recover_ms = reshard_.ms;  // the longest member's re-cut
+  reshard_ = {};
 }
 
 void run_report::report_received(const mb::member& m, const net::train_report& rep) {
@@ -466,6 +484,15 @@ nlohmann::json run_report::summary(double wall_s) const {
                        {"overlap", r.overlap},
                        {"peak_pool_bytes", r.peak_pool_bytes},
                        {"params_sha256", r.params_sha256}});
+    if (cfg_.train.zero > 0 || r.state_params > 0) {
+      workers.back()["model_state_bytes"] = {
+          {"params", r.state_params},
+          {"grads", r.state_grads},
+          {"optimizer", r.state_optimizer},
+          {"replica", r.state_replica},
+          {"total", r.state_params + r.state_grads + r.state_optimizer + r.state_replica}};
+      workers.back()["reshards"] = r.reshards;
+    }
     if (r.stage.stage >= 0) {
       workers.back()["stage"] = r.stage.stage;
       workers.back()["tp_rank"] = r.stage.tp_rank;
@@ -525,7 +552,12 @@ nlohmann::json run_report::summary(double wall_s) const {
   j["throughput"] = {{lm ? "tokens_per_s" : "samples_per_s", train_s > 0 ? units / train_s : 0.0}};
   int64_t peak = 0;
   for (const auto& [id, rep] : reports_) peak = std::max(peak, rep.r.peak_pool_bytes);
-  j["memory"] = {{"peak_pool_bytes", peak}};
+  j["memory"] = {{"peak_pool_bytes", peak}, {"zero", cfg_.train.zero}};
+  int64_t state_max = 0;
+  for (const auto& [id, rep] : reports_)
+    state_max = std::max(state_max, rep.r.state_params + rep.r.state_grads +
+                                        rep.r.state_optimizer + rep.r.state_replica);
+  if (state_max > 0) j["memory"]["model_state_bytes"] = state_max;  // the largest worker's
   j["wall_s"] = wall_s;
   // The committed steps' time over the span from the first open to the last commit.
   j["ettr"] = train_s > 0 ? step_time_s_ / train_s : 0.0;

@@ -207,6 +207,9 @@ class run_report {
     net::train_report r;
   };
 
+  /// At a commit: the re-cut of sharded state (train.zero) the step's voters reported, as
+  /// one "reshard" event (its recover_ms: the longest member's re-cut).
+  void reshard_committed(int64_t steps_done, double now_s);
   /// The median step_s of the last (up to) 256 committed steps (0: none).
   double median_step_s() const;
   job_event& add_event(const std::string& kind, const std::string& worker, const job_moment& at,
@@ -236,6 +239,12 @@ class run_report {
   std::vector<job_event> events_;
   std::map<mb::member_id, std::string> last_members_;  ///< roster of the last step seen
   std::map<mb::member_id, report> reports_;
+  /// The re-cut the open step's voters reported so far (train.zero).
+  struct {
+    int members = 0;
+    uint64_t bytes = 0;
+    double ms = 0;
+  } reshard_;
 };
 
 }  // namespace cohort::step

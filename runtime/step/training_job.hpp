@@ -246,8 +246,12 @@ class training_job {
   job_actions on_applied(const mb::roster& r, const net::step_vote& v, double now_s);
   /// The last step a window opened at next_step_ may run to, or -1 for no window.
   int64_t window_end() const;
-  /// Steps open in commit windows: pp = tp = 1 and fault_tolerance.commit_window > 0.
-  bool windows() const { return cfg_.fault_tolerance.commit_window > 0 && seat_size_ == 1; }
+  /// Steps open in commit windows: pp = tp = 1, fault_tolerance.commit_window > 0, and the
+  /// optimizer state not sharded (train.zero: a step every member applies by the result, so
+  /// that no member is a step ahead of a shard's other holder: docs/sharding.md).
+  bool windows() const {
+    return cfg_.fault_tolerance.commit_window > 0 && seat_size_ == 1 && cfg_.train.zero == 0;
+  }
 
   config cfg_;
   std::string yaml_;

@@ -44,6 +44,7 @@ struct seat_report {
   stage_timing timing;
   std::size_t activation_bytes = 0;  ///< measured peak of the activation pool
   int peak_held = 0;                 ///< most micro-batches held between forward and backward
+  model_state_bytes state;           ///< the whole model's seat: its model state now
 };
 
 class seat {
@@ -109,6 +110,10 @@ class seat {
   virtual seat_report report() = 0;
   /// The most bytes the seat's memory pool has held so far (cheap: telemetry each step).
   virtual int64_t peak_pool_bytes() const = 0;
+  /// The whole model's trainer when train.zero shards its optimizer state (null otherwise):
+  /// the DP group re-cuts it when the group changes and gathers the parameters after each
+  /// commit (trainer::reshard, trainer::gather_params).
+  virtual trainer* sharded() { return nullptr; }
 };
 
 /// The whole model on one worker (the adapter lives with trainer, in trainer.cpp).

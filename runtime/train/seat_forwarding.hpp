@@ -47,6 +47,7 @@ class forwarding_seat : public seat {
   evaluation evaluate(int64_t tag) override { return inner_->evaluate(tag); }
   seat_report report() override { return inner_->report(); }
   int64_t peak_pool_bytes() const override { return inner_->peak_pool_bytes(); }
+  trainer* sharded() override { return inner_->sharded(); }
 
  private:
   std::unique_ptr<seat> inner_;

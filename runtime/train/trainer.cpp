@@ -60,7 +60,13 @@ trainer::trainer(const config& c, nn::device* given) : cfg_(c) {
   }
   nn::optim_options o = optim_options_from(c.train);
   if (o.kind == "onebit_adam") o.compressed = onebit_ranges(*model_, c.train.onebit_exclude);
-  opt_ = nn::make_optimizer(model_->flat_values(), model_->flat_grads(), o, memory);
+  if (c.train.zero > 0) {
+    auto z = std::make_unique<zero_optimizer>(model_->flat_values(), model_->flat_grads(), o, memory);
+    zero_ = z.get();
+    opt_ = std::move(z);
+  } else {
+    opt_ = nn::make_optimizer(model_->flat_values(), model_->flat_grads(), o, memory);
+  }
   mode_.bitwise = bitwise_;
   mode_.compression = comm::wire_format_of(c.comm.compression);
   mode_.error_feedback = keeps_error_feedback(c);  // 1-bit Adam always feeds back what signs lose
@@ -324,8 +330,10 @@ double trainer::apply_step(int64_t step) {
                         "set train.grad_clip)");
   {
     trace::span s("optimizer", "compute", trace::track::compute, trace::args({{"step", step}}));
+    if (zero_ && !zero_->holds()) zero_hold_alone();  // one process: it holds everything
     opt_->step(learning_rate(cfg_.train, step));
   }
+  zero_fresh_ = false;
   if (error_feedback_) std::swap(kept_, next_);  // the step is committed, and so is its memory
   committed_replicas_ = replicas_;
   committed_rank_ = rank_;
@@ -416,6 +424,28 @@ int64_t load_state(const std::string& step_dir, const config& c, nn::model& m, n
     throw checkpoint_error("checkpoint " + step_dir + ": holds " + head.optimizer +
                            " optimizer state but the config says train.optimizer: " +
                            c.train.optimizer + " (use the config the checkpoint was written with)");
+  if (head.extra.count("zero.parts") > 0) {
+    // Written with sharded optimizer state: the parameters from p0_t0, each slot from the
+    // zero_r<R> parts.
+    const int64_t n = m.num_params();
+    std::vector<float> values(static_cast<std::size_t>(n));
+    std::vector<std::pair<std::string, nn::tensor>> slots = opt.state();
+    std::vector<std::vector<float>> host(slots.size(), values);
+    std::vector<std::string> names;
+    std::vector<float*> out;
+    for (std::size_t i = 0; i < slots.size(); ++i) {
+      names.push_back(slots[i].first);
+      out.push_back(host[i].data());
+    }
+    const training_metadata meta =
+        load_checkpoint_shard(step_dir, stage, tp_rank, param_targets(m, values.data()), {});
+    read_state_range(step_dir, m, names, {0, n}, out);
+    m.flat_values().copy_from_host(values.data());
+    for (std::size_t i = 0; i < slots.size(); ++i) slots[i].second.copy_from_host(host[i].data());
+    const auto it = meta.extra.find("optimizer.steps");
+    opt.set_steps(it == meta.extra.end() ? meta.step : std::stoll(it->second));
+    return meta.step;
+  }
   // Loaded into host memory, then copied to a GPU: the same files load on either device.
   const bool direct = m.flat_values().host_visible();
   const auto n = static_cast<std::size_t>(m.num_params());
@@ -461,6 +491,7 @@ void trainer::save_checkpoint(const std::string& step_dir, int64_t next_step) co
 int64_t trainer::load_checkpoint(const std::string& step_dir) {
   // The whole model is shard p0_t0 of a pp = tp = 1 checkpoint (whatever this config's
   // grid: `cohort train` runs the whole model).
+  if (zero_) return zero_load(step_dir);
   config whole = cfg_;
   whole.parallel.pp = whole.parallel.tp = 1;
   const int64_t step = load_state(step_dir, whole, *model_, *opt_, 0, 0);
@@ -527,12 +558,15 @@ class whole_seat final : public seat {
     return tr_.load_checkpoint(step_dir);
   }
   void save(checkpoint_writer& w, int64_t next_step, uint64_t job_id) override {
-    if (!tr_.keeps_feedback()) return w.save(tr_, next_step);
+    if (!tr_.keeps_feedback() && !tr_.sharded()) return w.save(tr_, next_step);
     std::vector<std::string> all;
-    std::vector<shard_snapshot> parts = tr_.checkpoint_parts(next_step, job_id, all);
+    std::vector<shard_snapshot> parts = tr_.sharded()
+                                            ? tr_.zero_checkpoint_parts(next_step, job_id, all)
+                                            : tr_.checkpoint_parts(next_step, job_id, all);
     w.save_parts(std::move(parts), std::move(all));
   }
-  bool saves_every_rank() const override { return tr_.keeps_feedback(); }
+  bool saves_every_rank() const override { return tr_.keeps_feedback() || tr_.sharded(); }
+  trainer* sharded() override { return tr_.sharded() ? &tr_ : nullptr; }
   int64_t peak_pool_bytes() const override { return tr_.peak_pool_bytes(); }
   evaluation evaluate(int64_t) override { return tr_.evaluate(); }
   seat_report report() override {
@@ -540,6 +574,7 @@ class whole_seat final : public seat {
     r.params_sha256 = tr_.params_sha256();
     r.model_params = tr_.model().num_params();
     r.peak_pool_bytes = tr_.peak_pool_bytes();
+    r.state = tr_.state_bytes();
     return r;
   }
 

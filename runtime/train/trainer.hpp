@@ -22,6 +22,11 @@
 #include "runtime/nn/optim.hpp"
 #include "runtime/train/grad_pipeline.hpp"
 #include "runtime/train/onebit.hpp"
+#include "runtime/train/zero_state.hpp"
+
+namespace cohort::comm {
+class communicator;
+}
 
 namespace cohort::train {
 
@@ -70,6 +75,31 @@ std::vector<tensor_target> param_targets(const nn::model& m, float* base);
 std::vector<std::pair<float*, std::size_t>> state_buffers_of(nn::model& m, nn::optimizer& opt);
 /// The optimizer settings of train.* (kind, betas, eps, weight decay, momentum).
 nn::optim_options optim_options_from(const train_config& t);
+
+/// Elements RANGE of each optimizer slot SLOTS (optimizer::state() names) of the complete
+/// checkpoint folder STEP_DIR, laid out like M's parameters, into OUT[s] (RANGE.size() floats
+/// each): from its sharded-state parts (zero_r<R>, train.zero) when it has them, else from
+/// shard p0_t0's whole tensors. Throws checkpoint_error.
+void read_state_range(const std::string& step_dir, const nn::model& m,
+                      const std::vector<std::string>& slots, elem_range range,
+                      const std::vector<float*>& out);
+
+/// What a worker's model state takes, in bytes (the summary's and the metrics' figures).
+struct model_state_bytes {
+  int64_t params = 0;     ///< the parameters (all of them: zero 1 shards only the optimizer)
+  int64_t grads = 0;      ///< float gradients, plus bitwise mode's int64 sum
+  int64_t optimizer = 0;  ///< optimizer state held, this member's own shard's or all of it
+  int64_t replica = 0;    ///< the neighbour's shard's state kept as its second copy
+  int64_t total() const { return params + grads + optimizer + replica; }
+};
+
+/// What one re-cut of sharded optimizer state did on this member.
+struct zero_reshard {
+  bool ran = false;            ///< false: every member already held what it needs
+  int64_t moved_elements = 0;  ///< per slot, over the whole group (the plan's sum)
+  uint64_t bytes_sent = 0, bytes_received = 0;  ///< this member's, state and parameters
+  bool behind = false;  ///< this member held nothing of the step (a joiner)
+};
 
 class trainer {
  public:
@@ -182,6 +212,31 @@ class trainer {
   /// The device the step computes on (train.device).
   nn::device& dev() const { return model_->dev(); }
 
+  // ---- sharded optimizer state (train.zero: 1; trainer_zero.cpp, docs/sharding.md) ----
+  /// True when train.zero shards the optimizer state over the DP group.
+  bool sharded() const { return zero_ != nullptr; }
+  /// Before step STEP of a DP group over C (C.rank() of C.size()), this member holding the
+  /// state before HELD_STEP: the members gather each other's zero_facts and re-cut the state
+  /// for the group (zero_shards.hpp: the moves every member computes alike), sending each
+  /// member the ranges it lacks, the parameters to those without all of them, and the
+  /// optimizer's step count. Nothing moves when every member already holds its ranges.
+  /// Throws comm_error (a peer), cohort::error (a range whose holders are all gone).
+  zero_reshard reshard(comm::communicator& c, int64_t step, int64_t held_step);
+  /// After apply_step in a group: each member's own shard of the parameters to every member
+  /// (one broadcast per rank, in place). Throws comm_error; the parameters are then only
+  /// partly the step's (whole_params() false) until the next re-cut.
+  void gather_params(comm::communicator& c);
+  /// False after a gather that failed, until a re-cut made them whole again.
+  bool whole_params() const { return whole_params_; }
+  /// The parameters are not all of the last applied step (a gather that could not run).
+  void params_partial() { whole_params_ = false; }
+  /// This worker's model state now.
+  model_state_bytes state_bytes() const;
+  /// Sharded mode's parts of the checkpoint before NEXT_STEP: rank 0 the parameters as shard
+  /// p0_t0, every rank its zero_r<R> (its own shard's parameters and optimizer state).
+  std::vector<shard_snapshot> zero_checkpoint_parts(int64_t next_step, uint64_t job_id,
+                                                    std::vector<std::string>& all_files);
+
   /// combine_param_digests(param_digests(model())): SHA-256 over the per-parameter SHA-256
   /// digests in name order (so pipeline stages' digests combine to the same value).
   std::string params_sha256() const;
@@ -250,6 +305,19 @@ class trainer {
   /// Turns pending_ into kept_ and next_ for rank RANK of REPLICAS (load_checkpoint says how).
   void restore_feedback(int replicas, int rank);
   std::unique_ptr<nn::optimizer> opt_;
+  /// opt_ when train.zero shards it (null otherwise); whether the parameters are all of the
+  /// last applied step; and where a re-cut reads ranges nobody holds (a checkpoint loaded
+  /// since the last re-cut: every member can read any range; empty with fresh zeros).
+  zero_optimizer* zero_ = nullptr;
+  bool whole_params_ = true;
+  bool zero_fresh_ = true;  ///< no step applied and nothing loaded: the state is zeros
+  std::string zero_source_;
+  /// The first re-cut in one process (cohort train, a group of one): hold everything.
+  void zero_hold_alone();
+  /// Fills the held ranges from zero_source_ (or leaves the zeros).
+  void zero_fill_from_source();
+  /// Loads a checkpoint in sharded mode: the parameters now, the state at the next re-cut.
+  int64_t zero_load(const std::string& step_dir);
   cohort::batch batch_;
 };
 

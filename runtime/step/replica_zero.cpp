@@ -1,0 +1,70 @@
+// A replica's part in sharded optimizer state (train.zero: 1, docs/sharding.md): the re-cut
+// when its group changed, before the step's gradients, and the parameters' gather after each
+// commit. The arithmetic and the data movement are the trainer's (runtime/train/
+// trainer_zero.cpp); here: when they run, over which links, and what the vote reports.
+#include <spdlog/spdlog.h>
+
+#include "runtime/comm/comm_error.hpp"
+#include "runtime/comm/communicator.hpp"
+#include "runtime/core/trace.hpp"
+#include "runtime/step/replica_step.hpp"
+#include "runtime/train/trainer.hpp"
+
+namespace cohort::step {
+
+namespace {
+uint64_t micros(replica_step::clock_type::duration d) {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(d).count());
+}
+}  // namespace
+
+// Once per generation (and after a rollback loaded a checkpoint): every member says what
+// it holds, and the state is re-cut for this group. A member behind the step (a joiner)
+// holds the step's state afterwards, as a donor's transfer would have left it.
+void replica_step::reshard(train::trainer& z, const net::step_open& o, net::step_timing& t) {
+  if (resharded_generation_ == o.generation && o.restore < 0) return;
+  const auto ts = io_.now();
+  const auto trace_ts = trace::now_ns();
+  const train::zero_reshard r = z.reshard(*links_.comm, o.step, next_step_);
+  resharded_generation_ = o.generation;
+  next_step_ = o.step;
+  if (!r.ran || (r.moved_elements == 0 && r.bytes_received == 0 && r.bytes_sent == 0))
+    return;  // nothing held yet (the first cut) or nothing to move: no re-cut to report
+  ++reshards_;
+  t.reshard_us = std::max<uint64_t>(1, micros(io_.now() - ts));
+  t.reshard_bytes = r.bytes_received;
+  if (r.behind) {
+    t.state_bytes = r.bytes_received;
+    t.state_us = t.reshard_us;
+  }
+  spdlog::info("dp group: sharded state re-cut for {} members at step {}: {} elements per slot "
+               "moved in the group, {} bytes received here",
+               o.replicas, o.step, r.moved_elements, r.bytes_received);
+  trace::complete("reshard", "state", trace_ts, trace::now_ns(), trace::track::control,
+                  trace::args({{"step", o.step},
+                               {"members", o.replicas},
+                               {"moved_elements", r.moved_elements},
+                               {"bytes_received", static_cast<int64_t>(r.bytes_received)}}));
+}
+
+bool replica_step::gather(train::trainer& z, const pending_step& p) {
+  if (links_.size == 1 && links_.comm) return true;  // a group of one holds all of it
+  try {
+    if (!links_.comm || links_.generation != p.generation)
+      throw comm::comm_error(comm::comm_failure::invalid, "gather",
+                             "the links of generation " + std::to_string(p.generation) +
+                                 " are gone");
+    trace::span traced("gather params", "comm", trace::track::compute,
+                       trace::args({{"step", p.step}}));
+    z.gather_params(*links_.comm);
+    return true;
+  } catch (const std::exception& e) {
+    // Each member applied its own shards; the next re-cut takes the parameters from them.
+    spdlog::warn("dp group: the parameters' gather after step {} failed: {}", p.step, e.what());
+    z.params_partial();
+    links_.drop(*shared_);
+    return false;
+  }
+}
+
+}  // namespace cohort::step

@@ -1,0 +1,367 @@
+// Sharded optimizer state (train.zero: 1, docs/sharding.md): the re-cut a DP group runs
+// when its members or ranks change, the parameters' gather after each applied step, the
+// sharded checkpoint parts and reading ranges of a checkpoint's optimizer state. The
+// arithmetic is zero_shards.hpp's; the optimizer over the held ranges zero_state.hpp's.
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "runtime/ckpt/checkpoint.hpp"
+#include "runtime/ckpt/checkpoint_dir.hpp"
+#include "runtime/comm/communicator.hpp"
+#include "runtime/core/config.hpp"
+#include "runtime/core/error.hpp"
+#include "runtime/core/trace.hpp"
+#include "runtime/train/trainer.hpp"
+
+namespace cohort::train {
+
+namespace {
+
+// One flat tensor named NAME of N floats at DATA (a sharded part's layout).
+tensor_target flat_target(const std::string& name, int64_t n, float* data) {
+  tensor_target t;
+  t.name = name;
+  t.shape = {n};
+  t.data = data;
+  return t;
+}
+
+int zero_parts_of(const training_metadata& head) {
+  const auto it = head.extra.find("zero.parts");
+  if (it == head.extra.end()) return 0;
+  try {
+    return std::stoi(it->second);
+  } catch (const std::exception&) {
+    throw checkpoint_error("checkpoint metadata zero.parts is not an integer: " + it->second);
+  }
+}
+
+}  // namespace
+
+void read_state_range(const std::string& step_dir, const nn::model& m,
+                      const std::vector<std::string>& slots, elem_range range,
+                      const std::vector<float*>& out) {
+  COHORT_CHECK(out.size() == slots.size());
+  const int64_t n = m.num_params();
+  if (range.size() <= 0) return;
+  const int parts = checkpoint_zero_parts(step_dir);
+  if (parts > 0) {
+    // Each part overlapping the range is read whole (a shard's size) and its overlap kept.
+    for (int p = 0; p < parts; ++p) {
+      const elem_range pr = shard_of(n, parts, p);
+      const int64_t lo = std::max(pr.begin, range.begin), hi = std::min(pr.end, range.end);
+      if (hi <= lo) continue;
+      std::vector<float> values(static_cast<std::size_t>(pr.size()));
+      std::vector<std::vector<float>> state(slots.size(), values);
+      std::vector<optimizer_state_target> targets;
+      for (std::size_t s = 0; s < slots.size(); ++s)
+        targets.push_back({slots[s], flat_target("zero", pr.size(), state[s].data())});
+      load_checkpoint_file(step_dir, zero_file_name(p),
+                           {flat_target("zero", pr.size(), values.data())}, targets);
+      for (std::size_t s = 0; s < slots.size(); ++s)
+        std::memcpy(out[s] + (lo - range.begin), state[s].data() + (lo - pr.begin),
+                    static_cast<std::size_t>(hi - lo) * sizeof(float));
+    }
+    return;
+  }
+  // A checkpoint of replicated state: its whole slots, read once each call.
+  std::vector<float> values(static_cast<std::size_t>(n));
+  std::vector<std::vector<float>> state(slots.size(), values);
+  std::vector<optimizer_state_target> targets;
+  for (std::size_t s = 0; s < slots.size(); ++s)
+    for (auto& t : param_targets(m, state[s].data())) targets.push_back({slots[s], t});
+  load_checkpoint_shard(step_dir, 0, 0, param_targets(m, values.data()), targets);
+  for (std::size_t s = 0; s < slots.size(); ++s)
+    std::memcpy(out[s], state[s].data() + range.begin,
+                static_cast<std::size_t>(range.size()) * sizeof(float));
+}
+
+int64_t trainer::zero_load(const std::string& step_dir) {
+  const training_metadata head = read_checkpoint_metadata(step_dir);
+  require_layout(step_dir, head, 1, 1);
+  if (head.optimizer != cfg_.train.optimizer)
+    throw checkpoint_error("checkpoint " + step_dir + ": holds " + head.optimizer +
+                           " optimizer state but the config says train.optimizer: " +
+                           cfg_.train.optimizer + " (use the config the checkpoint was written with)");
+  // The parameters now (every member needs all of them); the optimizer state at the re-cut,
+  // once this member knows which ranges it holds.
+  std::vector<float> params(static_cast<std::size_t>(model_->num_params()));
+  training_metadata meta;
+  if (zero_parts_of(head) > 0) {
+    meta = load_checkpoint_shard(step_dir, 0, 0, param_targets(*model_, params.data()), {});
+  } else {
+    // A replicated checkpoint's shard holds the slots too: loaded to check them, then dropped.
+    std::vector<std::vector<float>> slots(zero_->slots().size(), params);
+    std::vector<optimizer_state_target> targets;
+    for (std::size_t s = 0; s < slots.size(); ++s)
+      for (auto& t : param_targets(*model_, slots[s].data()))
+        targets.push_back({zero_->slots()[s], t});
+    meta = load_checkpoint_shard(step_dir, 0, 0, param_targets(*model_, params.data()), targets);
+  }
+  model_->flat_values().copy_from_host(params.data());
+  int64_t steps = meta.step;
+  if (const auto it = meta.extra.find("optimizer.steps"); it != meta.extra.end())
+    steps = std::stoll(it->second);
+  zero_->release();
+  zero_->set_steps(steps);
+  zero_source_ = step_dir;
+  zero_fresh_ = false;
+  whole_params_ = true;
+  return meta.step;
+}
+
+void trainer::zero_fill_from_source() {
+  if (zero_source_.empty()) return;  // fresh: the zeros hold() made
+  for (std::size_t i = 0; i < zero_->ranges().size(); ++i) {
+    std::vector<float*> out;
+    for (std::size_t s = 0; s < zero_->slots().size(); ++s) out.push_back(zero_->slot(i, s).data());
+    read_state_range(zero_source_, *model_, zero_->slots(), zero_->ranges()[i], out);
+  }
+}
+
+void trainer::zero_hold_alone() {
+  zero_->hold(1, 0);
+  zero_fill_from_source();
+  zero_source_.clear();
+}
+
+zero_reshard trainer::reshard(comm::communicator& c, int64_t step, int64_t held_step) {
+  const int64_t n = model_->num_params();
+  const int w = c.size(), me = c.rank();
+  zero_reshard out;
+  // What this member holds for STEP.
+  zero_facts mine;
+  mine.next_step = held_step;
+  mine.optimizer_steps = zero_->steps();
+  if (held_step == step) {
+    if (zero_->holds()) {
+      mine.kind = shard_source::layout;
+      mine.old_w = zero_->replicas();
+      mine.old_rank = zero_->rank();
+    } else if (zero_fresh_ || !zero_source_.empty()) {
+      mine.kind = shard_source::everything;
+    }
+    mine.whole_params = whole_params_ ? 1 : 0;
+  }
+  std::vector<zero_facts> all(static_cast<std::size_t>(w));
+  c.allgather(&mine, all.data(), sizeof mine);
+  // Every member computes the same plan from the same facts.
+  recut_facts f;
+  f.n = n;
+  int steps_from = -1, whole_from = -1;
+  f.members.resize(static_cast<std::size_t>(w));
+  for (const zero_facts& x : all)
+    if (x.kind == shard_source::layout) {
+      f.old_w = x.old_w;  // the first holder's group
+      break;
+    }
+  for (int k = 0; k < w; ++k) {
+    const zero_facts& x = all[static_cast<std::size_t>(k)];
+    shard_source& s = f.members[static_cast<std::size_t>(k)];
+    // A layout of another group than the first one's is of no use here.
+    if (x.kind == shard_source::layout && x.old_w == f.old_w)
+      s = {shard_source::layout, x.old_rank};
+    else if (x.kind == shard_source::everything)
+      s = {shard_source::everything, -1};
+    if (s.kind != shard_source::nothing && steps_from < 0) steps_from = k;
+    if (x.whole_params && whole_from < 0) whole_from = k;
+  }
+  bool settled = true;
+  for (int k = 0; k < w; ++k) {
+    const zero_facts& x = all[static_cast<std::size_t>(k)];
+    settled = settled && x.whole_params && x.kind == shard_source::layout && x.old_w == w &&
+              x.old_rank == k;
+  }
+  if (settled) return out;  // every member holds its ranges and all the parameters
+  out.ran = true;
+  out.behind = mine.kind == shard_source::nothing;
+  if (steps_from < 0)
+    throw cohort::error("no member holds the optimizer state of step " + std::to_string(step) +
+                        ": resume from a checkpoint");
+  const std::vector<shard_move> moves = plan_recut(f);
+  out.moved_elements = moved_elements(moves);
+  const auto bytes_of = [](int64_t elems) { return static_cast<uint64_t>(elems) * sizeof(float); };
+
+  // The parameters: from a member with all of them, else each old shard from a holder.
+  float* values = model_->flat_values().data();
+  if (whole_from >= 0) {
+    bool all_whole = true;
+    for (const zero_facts& x : all) all_whole = all_whole && x.whole_params;
+    if (!all_whole) {
+      c.broadcast(values, bytes_of(n), whole_from);
+      (me == whole_from ? out.bytes_sent : out.bytes_received) += bytes_of(n);
+    }
+  } else {
+    for (int j = 0; j < f.old_w; ++j) {
+      const elem_range r = shard_of(n, f.old_w, j);
+      int src = -1;
+      for (int h : holders_of(f.old_w, j))
+        for (int k = 0; k < w && src < 0; ++k)
+          if (f.members[static_cast<std::size_t>(k)].kind == shard_source::layout &&
+              f.members[static_cast<std::size_t>(k)].old_rank == h)
+            src = k;
+      if (src < 0)
+        throw cohort::error("the parameters " + to_string(r) + " of step " + std::to_string(step) +
+                            " were held only by members that are gone: resume from a checkpoint");
+      if (r.size() > 0) c.broadcast(values + r.begin, bytes_of(r.size()), src);
+    }
+  }
+
+  // The optimizer state: what this member keeps, then the moves in one padded alltoall.
+  const std::size_t slots = zero_->slots().size();
+  const int64_t old_steps = zero_->steps();
+  const zero_optimizer::held old = zero_->release();
+  try {
+  const shard_source my = f.members[static_cast<std::size_t>(me)];
+  // Elements [r) of slot S as this member holds them for sending (or keeping).
+  auto source_data = [&](elem_range r, std::size_t s, float* dst) {
+    if (my.kind == shard_source::everything) {
+      if (zero_source_.empty()) {
+        std::fill(dst, dst + r.size(), 0.0f);
+        return;
+      }
+      std::vector<float> tmp(static_cast<std::size_t>(r.size()) * slots);
+      std::vector<float*> outs;
+      for (std::size_t k = 0; k < slots; ++k) outs.push_back(tmp.data() + k * r.size());
+      read_state_range(zero_source_, *model_, zero_->slots(), r, outs);
+      std::memcpy(dst, outs[s], bytes_of(r.size()));
+      return;
+    }
+    for (std::size_t i = 0; i < old.ranges.size(); ++i) {
+      const elem_range& h = old.ranges[i];
+      const int64_t lo = std::max(h.begin, r.begin), hi = std::min(h.end, r.end);
+      if (hi > lo)
+        std::memcpy(dst + (lo - r.begin), old.slots[i][s].data() + (lo - h.begin), bytes_of(hi - lo));
+    }
+  };
+  zero_->hold(w, me);
+  zero_->set_steps(all[static_cast<std::size_t>(steps_from)].optimizer_steps);
+  if (my.kind == shard_source::everything) {
+    zero_fill_from_source();
+  } else if (my.kind == shard_source::layout) {
+    for (std::size_t i = 0; i < zero_->ranges().size(); ++i)
+      for (std::size_t s = 0; s < slots; ++s)
+        source_data(zero_->ranges()[i], s, zero_->slot(i, s).data());
+  }
+  // Per pair, the elements that go from src to dst; blocks padded to the largest pair.
+  std::map<std::pair<int, int>, int64_t> pair_elems;
+  for (const shard_move& mv : moves) pair_elems[{mv.src, mv.dst}] += mv.r.size();
+  int64_t block = 0;
+  for (const auto& [pair, e] : pair_elems) block = std::max(block, e);
+  if (block > 0) {
+    const std::size_t block_floats = static_cast<std::size_t>(block) * slots;
+    std::vector<float> send(block_floats * static_cast<std::size_t>(w), 0.0f);
+    std::vector<float> recv(send.size(), 0.0f);
+    std::vector<std::size_t> cursor(static_cast<std::size_t>(w), 0);
+    for (const shard_move& mv : moves) {
+      if (mv.src != me) continue;
+      for (std::size_t s = 0; s < slots; ++s) {
+        float* at = send.data() + static_cast<std::size_t>(mv.dst) * block_floats +
+                    cursor[static_cast<std::size_t>(mv.dst)];
+        source_data(mv.r, s, at);
+        cursor[static_cast<std::size_t>(mv.dst)] += static_cast<std::size_t>(mv.r.size());
+      }
+      out.bytes_sent += bytes_of(mv.r.size()) * slots;
+    }
+    c.alltoall(send.data(), recv.data(), block_floats * sizeof(float));
+    std::fill(cursor.begin(), cursor.end(), 0);
+    for (const shard_move& mv : moves) {
+      if (mv.dst != me) continue;
+      for (std::size_t s = 0; s < slots; ++s) {
+        const float* at = recv.data() + static_cast<std::size_t>(mv.src) * block_floats +
+                          cursor[static_cast<std::size_t>(mv.src)];
+        for (std::size_t i = 0; i < zero_->ranges().size(); ++i) {
+          const elem_range& h = zero_->ranges()[i];
+          const int64_t lo = std::max(h.begin, mv.r.begin), hi = std::min(h.end, mv.r.end);
+          if (hi > lo)
+            std::memcpy(zero_->slot(i, s).data() + (lo - h.begin), at + (lo - mv.r.begin),
+                        bytes_of(hi - lo));
+        }
+        cursor[static_cast<std::size_t>(mv.src)] += static_cast<std::size_t>(mv.r.size());
+      }
+      out.bytes_received += bytes_of(mv.r.size()) * slots;
+    }
+  }
+  } catch (...) {
+    // A peer lost half way: this member still holds what it held (the next re-cut needs it).
+    zero_->restore(old);
+    zero_->set_steps(old_steps);
+    throw;
+  }
+  whole_params_ = true;
+  zero_source_.clear();
+  zero_fresh_ = false;
+  return out;
+}
+
+void trainer::gather_params(comm::communicator& c) {
+  whole_params_ = false;  // until every shard is in
+  float* values = model_->flat_values().data();
+  const int64_t n = model_->num_params();
+  for (int j = 0; j < c.size(); ++j) {
+    const elem_range r = shard_of(n, c.size(), j);
+    if (r.size() > 0) c.broadcast(values + r.begin, static_cast<std::size_t>(r.size()) * sizeof(float), j);
+  }
+  whole_params_ = true;
+}
+
+model_state_bytes trainer::state_bytes() const {
+  model_state_bytes b;
+  const int64_t n = model_->num_params();
+  b.params = n * static_cast<int64_t>(sizeof(float));
+  b.grads = b.params + static_cast<int64_t>(fixed_.size() * sizeof(int64_t));
+  if (zero_) {
+    b.replica = zero_->replica_bytes();
+    b.optimizer = zero_->held_bytes() - b.replica;
+  } else {
+    for (auto& [slot, t] : opt_->state()) b.optimizer += static_cast<int64_t>(t.bytes());
+  }
+  return b;
+}
+
+std::vector<shard_snapshot> trainer::zero_checkpoint_parts(int64_t next_step, uint64_t job_id,
+                                                           std::vector<std::string>& all_files) {
+  if (!zero_->holds()) zero_hold_alone();
+  const int w = zero_->replicas(), r = zero_->rank();
+  const std::string job = std::to_string(job_id);
+  all_files = {shard_file_name(0, 0)};
+  for (int k = 0; k < w; ++k) all_files.push_back(zero_file_name(k));
+  std::vector<shard_snapshot> parts;
+  if (r == 0) {
+    parts.push_back(snapshot(next_step));  // the parameters, under their names
+    parts.back().optimizer_state.clear();
+    parts.back().meta.extra["checkpoint.job"] = job;
+    parts.back().meta.extra["zero.parts"] = std::to_string(w);
+  }
+  // Its own shard: the first held range (the replica is the neighbour's to write).
+  const elem_range own = shard_of(model_->num_params(), w, r);
+  shard_snapshot s;
+  s.file = zero_file_name(r);
+  s.layout = {{"zero", {own.size()}, 0}};
+  const std::vector<float> values = model_->flat_values().to_vector();
+  s.params.assign(values.begin() + own.begin, values.begin() + own.end);
+  for (std::size_t k = 0; k < zero_->slots().size(); ++k) {
+    std::vector<float> data(static_cast<std::size_t>(own.size()));
+    if (own.size() > 0) {
+      COHORT_CHECK(!zero_->ranges().empty() && zero_->ranges()[0] == own);
+      std::memcpy(data.data(), zero_->slot(0, k).data(), data.size() * sizeof(float));
+    }
+    s.optimizer_state.emplace_back(zero_->slots()[k], std::move(data));
+  }
+  s.meta.step = next_step;
+  s.meta.config_hash = config_hash(cfg_);
+  s.meta.optimizer = cfg_.train.optimizer;
+  s.meta.extra["checkpoint.job"] = job;
+  s.meta.extra["optimizer.steps"] = std::to_string(zero_->steps());
+  s.meta.extra["zero.rank"] = std::to_string(r);
+  s.meta.extra["zero.parts"] = std::to_string(w);
+  parts.push_back(std::move(s));
+  return parts;
+}
+
+}  // namespace cohort::train
