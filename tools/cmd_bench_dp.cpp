@@ -1,5 +1,6 @@
 // `cohort bench dp CFG [--workers 1,2] [--batch B] [--steps S] [--bucket-mb MB]
-// [--transport T] [--balance equal,measured [--micro-batches K] [--slow F]] [--json]`:
+// [--transport T] [--balance equal,measured [--micro-batches K] [--slow F]] [--zero 0,1]
+// [--json]`:
 // weak scaling of data-parallel training. For each worker count N it runs `cohort launch`
 // (this binary) with N workers, each computing B samples per step (global batch N*B, one
 // micro-batch per worker), and reports the step time, its ratio to the first N's step time
@@ -7,7 +8,10 @@
 // report. With --balance, each count runs once per train.balance mode, each worker's batch in
 // K micro-batches and rank 1's compute stretched F times (a `slow` fault), against the ideal
 // step (the global batch over the sum of the workers' measured rates, the coordinator's
-// figures). Owns the driving and the table; the numbers come from the launch summaries.
+// figures). With --zero, each count runs once per train.zero stage, and each point shows its
+// model-state bytes per worker (the largest worker's) and the bytes each worker sent per
+// step, with both ratios to the first stage's point at that count. Owns the driving and the
+// table; the numbers come from the launch summaries.
 #include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -47,6 +51,7 @@ struct bench_dp_options {
   std::vector<std::string> balance;  // train.balance modes to compare; empty: the config's
   int micro = 8;                     // --balance: micro-batches per worker
   double slow = 1;                   // --balance: rank 1's compute factor
+  std::vector<int> zero;             // train.zero stages to compare; empty: the config's
   bool json = false;
 };
 
@@ -58,12 +63,17 @@ struct dp_point {
   double ratio = 1;     // step time / the first point's step time
   std::string balance;  // --balance: the mode of this run
   double ideal_ms = 0;  // --balance: global batch / the sum of the workers' measured rates
+  int zero = -1;        // --zero: the stage of this run
+  double state_bytes = 0;     // the largest worker's model state (params, grads, optimizer)
+  double sent_per_step = 0;   // bytes each worker handed its transport per step (mean)
+  double state_ratio = 1, step_ratio = 1;  // --zero: against the first stage at this count
 };
 
 dp_point run_point(const bench_dp_options& o, const config& base, int n,
-                   const std::filesystem::path& dir, const std::string& balance) {
+                   const std::filesystem::path& dir, const std::string& balance, int zero) {
   const int b = o.batch > 0 ? o.batch : base.train.micro_batch;
-  const std::string tag = "dp" + std::to_string(n) + balance;
+  const std::string tag =
+      "dp" + std::to_string(n) + balance + (zero >= 0 ? "z" + std::to_string(zero) : "");
   const std::string summary = (dir / (tag + ".json")).string();
   std::vector<std::string> args{"launch", o.config, "-q", "--summary", summary};
   for (const auto& s : o.overrides) args.insert(args.end(), {"--set", s});
@@ -86,6 +96,7 @@ dp_point run_point(const bench_dp_options& o, const config& base, int n,
       args.insert(args.end(), {"--inject", "slow rank=1 factor=" + std::to_string(o.slow) +
                                                " from step=0 to step=" + std::to_string(o.steps)});
   }
+  if (zero >= 0) args.insert(args.end(), {"--set", "train.zero=" + std::to_string(zero)});
   if (o.transport)
     args.insert(args.end(),
                 {"--set", "comm.transport=" + std::string(to_string(o.transport->kind)), "--set",
@@ -116,8 +127,12 @@ dp_point run_point(const bench_dp_options& o, const config& base, int n,
   if (j.contains("balance"))
     for (const auto& [name, r] : j["balance"]["samples_per_s"].items()) rates += r.get<double>();
   if (rates > 0) p.ideal_ms = 1000.0 * n * b / rates;
+  p.zero = zero;
+  if (j["memory"].contains("model_state_bytes"))
+    p.state_bytes = j["memory"]["model_state_bytes"].get<double>();
   for (const auto& w : j["workers"]) {
     const double steps = std::max<double>(1, w["steps"].get<double>());
+    p.sent_per_step += w["bytes_sent"].get<double>() / steps / n;
     p.compute_ms += 1000.0 * w["compute_s"].get<double>() / steps / n;
     p.comm_wait_ms += 1000.0 * w["comm_wait_s"].get<double>() / steps / n;
     p.allreduce_ms += 1000.0 * w["allreduce_s"].get<double>() / steps / n;
@@ -164,6 +179,11 @@ void add_bench_dp(CLI::App& bench, int* rc) {
                   "with --balance: rank 1's compute stretched this many times (a slow fault)")
       ->check(CLI::Range(1.0, 1000.0))
       ->capture_default_str();
+  cmd->add_option("--zero", o->zero,
+                  "train.zero stages to compare at each count (0, 1): step time, model-state "
+                  "bytes per worker and bytes sent per step, against the first stage")
+      ->delimiter(',')
+      ->check(CLI::Range(0, 1));
   cmd->add_flag("--json", o->json, "one JSON object instead of the table");
   cmd->callback([o, rc] {
     const config base = load_config(o->config, o->overrides);
@@ -183,14 +203,23 @@ void add_bench_dp(CLI::App& bench, int* rc) {
                         " equal micro-batches: use a batch that is a multiple of it");
     const std::vector<std::string> modes =
         o->balance.empty() ? std::vector<std::string>{""} : o->balance;
+    const std::vector<int> zeros = o->zero.empty() ? std::vector<int>{-1} : o->zero;
     std::vector<dp_point> pts;
     for (int n : o->workers)
       for (const std::string& mode : modes) {
-        if (!o->json)
-          std::fprintf(stderr, "bench dp: %d worker(s)%s...\n", n,
-                       mode.empty() ? "" : (", balance " + mode).c_str());
-        pts.push_back(run_point(*o, base, n, dir, mode));
-        pts.back().ratio = pts.front().step_ms > 0 ? pts.back().step_ms / pts.front().step_ms : 0;
+        const std::size_t first = pts.size();  // this count's first stage
+        for (int zero : zeros) {
+          if (!o->json)
+            std::fprintf(stderr, "bench dp: %d worker(s)%s%s...\n", n,
+                         mode.empty() ? "" : (", balance " + mode).c_str(),
+                         zero < 0 ? "" : (", zero " + std::to_string(zero)).c_str());
+          pts.push_back(run_point(*o, base, n, dir, mode, zero));
+          dp_point& p = pts.back();
+          p.ratio = pts.front().step_ms > 0 ? p.step_ms / pts.front().step_ms : 0;
+          const dp_point& ref = pts[first];
+          p.step_ratio = ref.step_ms > 0 ? p.step_ms / ref.step_ms : 0;
+          p.state_ratio = ref.state_bytes > 0 ? p.state_bytes / ref.state_bytes : 0;
+        }
       }
     if (o->json) {
       nlohmann::json j;
@@ -208,7 +237,12 @@ void add_bench_dp(CLI::App& bench, int* rc) {
                                {"idle_ms", p.idle_ms},
                                {"overlap", p.overlap},
                                {"balance", p.balance},
-                               {"ideal_ms", p.ideal_ms}});
+                               {"ideal_ms", p.ideal_ms},
+                               {"zero", p.zero},
+                               {"model_state_bytes", p.state_bytes},
+                               {"bytes_sent_per_step", p.sent_per_step},
+                               {"step_vs_first_zero", p.step_ratio},
+                               {"state_vs_first_zero", p.state_ratio}});
       std::printf("%s\n", j.dump(2).c_str());
     } else {
       std::printf("bench dp: %s, transport %s\n", o->config.c_str(), transport.c_str());
@@ -223,6 +257,13 @@ void add_bench_dp(CLI::App& bench, int* rc) {
                     p.workers, p.balance.empty() ? "-" : p.balance.c_str(), p.step_ms, p.ratio,
                     p.compute_ms, p.comm_wait_ms, p.allreduce_ms, p.idle_ms, p.overlap, p.ideal_ms,
                     p.ideal_ms > 0 ? p.step_ms / p.ideal_ms : 0.0);
+      if (!o->zero.empty()) {
+        std::printf("\n%8s %5s %10s %13s %12s %15s %14s\n", "workers", "zero", "step_ms",
+                    "step_vs_first", "state_MB", "state_vs_first", "sent_MB_step");
+        for (const auto& p : pts)
+          std::printf("%8d %5d %10.2f %13.2f %12.3f %15.3f %14.3f\n", p.workers, p.zero, p.step_ms,
+                      p.step_ratio, p.state_bytes / 1e6, p.state_ratio, p.sent_per_step / 1e6);
+      }
     }
     *rc = exit_ok;
   });

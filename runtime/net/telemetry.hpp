@@ -41,12 +41,15 @@ struct telemetry {
   double eval_loss = 0;
   double eval_accuracy = -1;    ///< -1: none (a language model)
   int64_t peak_pool_bytes = 0;  ///< the most the worker's memory pool has held so far
+  /// The worker's model state now (parameters, gradients, optimizer state and its replica;
+  /// runtime/train/trainer.hpp, model_state_bytes); 0: not known (a pipeline stage)
+  int64_t model_state_bytes = 0;
   std::vector<trace_span> spans;
   template <class S>
   static auto fields(S& s) {
     return std::tie(s.member_id, s.generation, s.step, s.clock_offset_ns, s.clock_error_ns,
                     s.dropped_spans, s.eval_step, s.eval_loss, s.eval_accuracy, s.peak_pool_bytes,
-                    s.spans);
+                    s.model_state_bytes, s.spans);
   }
 };
 

@@ -70,6 +70,9 @@ void job_telemetry::declare_metrics() {
               "Workers' checkpoint writes to disk (in the background).",
               {0.001, 0.01, 0.05, 0.1, 0.5, 1, 5, 30});
   m.gauge("cohort_pool_bytes", "The most bytes a worker's memory pool has held so far.");
+  m.gauge("cohort_model_state_bytes",
+          "A worker's model state: parameters, gradients, optimizer state and its replica "
+          "(train.zero).");
   m.counter("cohort_bytes_sent_total", "Bytes a worker's data-parallel collectives sent.");
   m.gauge("cohort_loss", "Mean training loss of the last committed step.");
   m.gauge("cohort_balance_micro_batches",
@@ -218,6 +221,9 @@ void job_telemetry::telemetry(const std::string& worker, const net::telemetry& t
   if (metrics_ && t.peak_pool_bytes > 0)
     metrics_->set("cohort_pool_bytes", worker_label(worker),
                   static_cast<double>(t.peak_pool_bytes));
+  if (metrics_ && t.model_state_bytes > 0)
+    metrics_->set("cohort_model_state_bytes", worker_label(worker),
+                  static_cast<double>(t.model_state_bytes));
   if (t.clock_error_ns >= 0) {
     clocks_[worker] = {t.clock_offset_ns, t.clock_error_ns};
     max_error_ns_ = std::max(max_error_ns_, t.clock_error_ns);

@@ -25,6 +25,7 @@
 #include "runtime/train/checkpoint_writer.hpp"
 #include "runtime/train/param_stats.hpp"
 #include "runtime/train/seat.hpp"
+#include "runtime/train/trainer.hpp"
 
 namespace cohort::step {
 
@@ -481,6 +482,8 @@ void replica_step::tell(uint64_t generation, int64_t step, bool now) {
   }
   m.dropped_spans = trace::dropped();
   if (seat_) m.peak_pool_bytes = seat_->peak_pool_bytes();
+  if (seat_)
+    if (train::trainer* z = seat_->sharded()) m.model_state_bytes = z->state_bytes().total();
   constexpr std::size_t chunk = 4096;
   std::size_t at = 0;
   do {

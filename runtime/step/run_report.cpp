@@ -295,6 +295,7 @@ void run_report::reshard_committed(int64_t steps_done, double now_s) {
   job_event& e = add_event("reshard", "", {steps_done - 1, generation_, now_s}, detail, -1,
                            reshard_.members);
   e.recover_ms = reshard_.ms;  // the longest member's re-cut
+  e.bytes = reshard_.bytes;
   reshard_ = {};
 }
 
@@ -441,6 +442,10 @@ nlohmann::json run_report::events_json() const {
     if (!e.detail.empty()) x["spec"] = e.detail;
     if (e.transfer_mb_s >= 0) x["transfer_mb_s"] = e.transfer_mb_s;
     if (e.kind == "scale") x["target"] = e.target;
+    if (e.kind == "reshard") {
+      x["members"] = e.target;
+      x["bytes"] = e.bytes;
+    }
     if (e.kind == "kill" || e.kind == "hang" || e.kind == "partition")
       x["cost"] = cost_json(e.cost, e.at_s);
     x["t_s"] = first_open_s_ >= 0 ? e.at_s - first_open_s_ : 0.0;  // the curve's time base

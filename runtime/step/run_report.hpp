@@ -47,7 +47,7 @@ struct fault_cost {
 
 /// One line of the run's event table: an injected fault or a membership change.
 struct job_event {
-  std::string kind;    ///< kill, hang, slow, partition, departed, joined, drained, scale
+  std::string kind;    ///< kill, hang, slow, partition, departed, joined, drained, scale, reshard, ...
   std::string worker;  ///< name
   int64_t step = 0;
   uint64_t generation = 0;
@@ -56,7 +56,8 @@ struct job_event {
   double recover_ms = -1;  ///< fault -> next committed step (-1: not yet / n/a)
   std::string detail;
   double transfer_mb_s = -1;  ///< joined: state received from the donor, MB/s (-1: none)
-  int target = 0;             ///< scale: the member count asked for
+  int target = 0;             ///< scale: the member count asked for; reshard: the members
+  uint64_t bytes = 0;         ///< reshard: bytes the members received in it, all together
   fault_cost cost;            ///< kill, hang, partition: where its time went
 };
 

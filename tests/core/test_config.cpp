@@ -1086,6 +1086,53 @@ const std::vector<broken_case> broken = {
      "onebit_adam compresses its sums on host transports; use comm.backend: auto with "
      "onebit_adam",
      1},
+    // --- sharded optimizer state (train.zero)
+    {"zero with pipeline stages",
+     "cluster:\n  workers: 2\nmodel:\n  kind: gpt\nparallel:\n  pp: 2\ntrain:\n  zero: 1\n",
+     {},
+     "cfg.yaml",
+     8,
+     9,
+     "train.zero",
+     "train.zero shards a whole model's optimizer state over its data-parallel group; this job "
+     "has pp = 2 x tp = 1 (set train.zero: 0, or parallel.pp and parallel.tp to 1)",
+     1},
+    {"zero with onebit_adam",
+     "train:\n  zero: 1\n  optimizer: onebit_adam\n",
+     {},
+     "cfg.yaml",
+     2,
+     9,
+     "train.zero",
+     "onebit_adam's compressed momentum needs all of it on every worker",
+     1},
+    {"zero with error feedback",
+     "train:\n  zero: 1\ncomm:\n  compression: bf16\n  error_feedback: true\n",
+     {},
+     "cfg.yaml",
+     2,
+     9,
+     "train.zero",
+     "does not keep error-feedback memory in this version (remove comm.error_feedback",
+     1},
+    {"zero on a GPU",
+     "train:\n  zero: 1\n  device: cuda\n",
+     {},
+     "cfg.yaml",
+     2,
+     9,
+     "train.zero",
+     "train.zero runs on the CPU in this version (set train.device: cpu, or train.zero: 0)",
+     1},
+    {"zero stage 2",
+     "train:\n  zero: 2\n",
+     {},
+     "cfg.yaml",
+     2,
+     9,
+     "train.zero",
+     "got 2",
+     1},
     // --- overrides: reported with file --set and the override text
     {"override without =",
      "train:\n  lr: 0.1\n",
@@ -1439,7 +1486,7 @@ TEST_CASE("dump_config prints every key of the schema, sections in a fixed order
     at = found;
   }
   const std::set<std::string> keys = key_paths(text);
-  CHECK(keys.size() == 73);
+  CHECK(keys.size() == 74);
   for (const char* k : {"cluster.workers",
                         "parallel.dp",
                         "model.hidden",
@@ -1807,7 +1854,7 @@ TEST_CASE("configs/reference.yaml is the generated reference and holds every key
     }
     previous = line;
   }
-  CHECK(keys == 72);
+  CHECK(keys == 73);
   CHECK(top_level == 1);
   // The commented examples are the language's own examples, and each of them parses.
   size_t examples = 0;

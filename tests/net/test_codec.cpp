@@ -60,17 +60,18 @@ std::vector<message> samples() {
       job_spec{"train:\n  steps: 3\n", "ab12", "/ck/step_00000040.safetensors", 77, true});
   out.push_back(worker_ready{7, 3, -5});
   out.push_back(step_open{3, 41, 4, -1, 2, 1, 3, 56});
-  const step_timing t{1, 2, 3, 4, 5, 6, 7, 8, 9};
+  const step_timing t{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11};
   out.push_back(step_vote{7, 3, 41, false, true, true, true, "gloo: peer lost", -2.5e-300, 96, t});
   out.push_back(step_result{3, 41, true, 0.6931471805599453, "member 2 voted failed"});
   out.push_back(train_report{7, 3, 42, "deadbeef", true, 0.25, 0.875, 10000, 40, 0.83, 1 << 20,
                              "/c/step_00000042.safetensors", 118282, t, "h.0.w:00\n",
-                             stage_stats{1, 0, 1, 9, 8, 7, 70, 6, 5, 4, 3, 2}});
+                             stage_stats{1, 0, 1, 9, 8, 7, 70, 6, 5, 4, 3, 2}, 12, 13,
+                             14, 15, 16, 17, 18});
   out.push_back(fault_order{3, 30, fault_action::partition, 3000, 2.5});
   out.push_back(admin_request{11, "inject", "kill rank=2 at step=30"});
   out.push_back(admin_reply{11, false, "no live worker named 'w9'"});
   out.push_back(scale_order{2, "scale to=4"});
-  telemetry tm{7, 3, 41, -1234567, 8500, 2, 40, 0.5, 0.875, 1 << 20, {}};
+  telemetry tm{7, 3, 41, -1234567, 8500, 2, 40, 0.5, 0.875, 1 << 20, 3 << 20, {}};
   tm.spans.push_back(trace_span{"forward", "compute", 'X', 99, 1000, 0, "\"mb\":1"});
   tm.spans.push_back(trace_span{"kill", "fault", 'i', -5, 0, 3, ""});
   out.push_back(tm);

@@ -1,0 +1,183 @@
+// Sharded optimizer state across real processes (train.zero: 1, docs/sharding.md): every DP
+// size, a kill, a scale down and back up, and resumes at other sizes and in `cohort train`,
+// each ending on `cohort train`'s parameter hash in bitwise mode: a sharded AdamW update is
+// the whole one's, element for element, wherever the cut falls.
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "tests/mp/dp_util.hpp"
+#include "tests/mp/mp_util.hpp"
+
+using namespace cohort::mp;
+using std::chrono::milliseconds;
+namespace fs = std::filesystem;
+
+namespace {
+
+const milliseconds run_timeout(240000);  // generous: two loaded cores, several processes
+
+// `cohort launch CFG` with train.zero: 1 on W workers (min = max = W) plus EXTRA arguments;
+// its summary.
+nlohmann::json zero_launch(const temp_dir& dir, const std::string& cfg, int w,
+                           const std::string& tag, std::vector<std::string> extra = {}) {
+  const std::string out = dir.path() + "/" + tag + ".json";
+  std::vector<std::string> args = {"launch", cfg, "-q", "--summary", out,
+                                   "--set", "train.zero=1",
+                                   "--set", "cluster.workers=" + std::to_string(w)};
+  args.insert(args.end(), extra.begin(), extra.end());
+  child_process launch(args, dir.path(), tag);
+  return finish_launch(launch, out, run_timeout);
+}
+
+// Each worker holds its own shard and its neighbour's: optimizer + replica is 2/W of the
+// whole state (within the shards' 64-element alignment), and both parts are reported.
+void check_state_bytes(const nlohmann::json& s, int w) {
+  for (const auto& worker : s["workers"]) {
+    const nlohmann::json& b = worker["model_state_bytes"];
+    REQUIRE_MESSAGE(b.is_object(), worker.dump());
+    const double whole = 2.0 * b["params"].get<double>();  // AdamW: two slots of 4 bytes
+    const double held = b["optimizer"].get<double>() + b["replica"].get<double>();
+    if (w == 1) {
+      CHECK(b["replica"] == 0);
+      CHECK(held == doctest::Approx(whole));
+    } else {
+      CHECK(b["replica"].get<double>() > 0);
+      CHECK(held == doctest::Approx(whole * 2.0 / w).epsilon(0.05));
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("zero 1 at dp 1, 2, 3 and 4 ends on cohort train's hash, each worker holding 2/dp") {
+  temp_dir dir;
+  const int steps = 40;
+  const std::string cfg = dir.write("cfg.yaml", small_yaml(dir.path(), "bitwise", steps));
+  const std::string hash = train_summary(dir, cfg)["params_sha256"];
+  for (int w = 1; w <= 4; ++w) {
+    CAPTURE(w);
+    const nlohmann::json s = zero_launch(dir, cfg, w, "zero-dp" + std::to_string(w));
+    check_fault_free(s, hash, steps);
+    CHECK(s["dp"] == w);
+    CHECK(s["memory"]["zero"] == 1);
+    check_state_bytes(s, w);
+    CHECK(events_of(s, "reshard").empty());  // the first cut moves nothing
+  }
+}
+
+// A kill loses the victim's shards on it, and each has a second copy on a survivor: the
+// three re-cut from memory (no checkpoint exists: checkpoint_every is 0) and the run ends
+// on the fault-free bits.
+TEST_CASE("zero 1: a killed worker's shards come back from their replicas, same hash") {
+  temp_dir dir;
+  const int steps = 200;
+  std::string yaml = small_yaml(dir.path(), "bitwise", steps);
+  yaml.replace(yaml.find("timeout_ms: 2000"), 16, "timeout_ms: 500");
+  const std::string cfg = dir.write("cfg.yaml", yaml);
+  const std::string hash = train_summary(dir, cfg)["params_sha256"];
+  const nlohmann::json s =
+      zero_launch(dir, cfg, 4, "zero-kill",
+                  {"--set", "elastic.min_workers=3", "--set", "elastic.respawn=false", "--inject",
+                   "kill worker=worker-2 at step=60"});
+  check_fault_free(s, hash, steps);
+  CHECK(s["dp"] == 3);
+  REQUIRE(events_of(s, "kill").size() == 1);
+  const auto cuts = events_of(s, "reshard");
+  REQUIRE_MESSAGE(cuts.size() == 1, s["events"].dump());
+  CHECK(cuts[0]["step"] == 60);
+  CHECK(cuts[0]["members"] == 3);
+  CHECK(cuts[0]["bytes"].get<double>() > 0);
+  check_state_bytes(s, 3);
+}
+
+// A scale down is a drain at a step boundary, a scale up a joiner that holds nothing: both
+// re-cut, the joiner's shards coming from the members that hold them, and the bits hold.
+TEST_CASE("zero 1: scale 4 -> 3 -> 4 re-cuts twice and ends on cohort train's hash") {
+  temp_dir dir;
+  const int steps = 3000;  // long enough that the joiner enters before the end
+  const std::string cfg = dir.write("cfg.yaml", small_yaml(dir.path(), "bitwise", steps));
+  const std::string hash = train_summary(dir, cfg)["params_sha256"];
+  const nlohmann::json s =
+      zero_launch(dir, cfg, 4, "zero-scale",
+                  {"--set", "elastic.min_workers=3", "--set", "elastic.max_workers=4", "--inject",
+                   "scale to=3 at step=50", "--inject", "scale to=4 at step=100"});
+  check_fault_free(s, hash, steps);
+  CHECK(s["dp"] == 4);
+  const auto cuts = events_of(s, "reshard");
+  REQUIRE_MESSAGE(cuts.size() >= 2, s["events"].dump());
+  CHECK(cuts.front()["members"] == 3);
+  CHECK(cuts.back()["members"] == 4);
+  const auto joined = events_of(s, "joined");
+  REQUIRE(!joined.empty());
+}
+
+// Checkpoints stay one logical model: a dp 4 run's sharded checkpoint resumes at dp 2 with
+// zero 1, at dp 3 with replicated state (zero 0), and in `cohort train`, all on the bits of
+// the uninterrupted run; a replicated checkpoint resumes sharded the same way.
+TEST_CASE("zero 1 checkpoints resume at another dp, replicated, and in cohort train") {
+  temp_dir dir;
+  const int steps = 60;
+  std::string yaml = small_yaml(dir.path(), "bitwise", steps);
+  yaml.replace(yaml.find("checkpoint_every: 0"), 19, "checkpoint_every: 30");
+  const std::string cfg = dir.write("cfg.yaml", yaml);
+  const std::string hash = train_summary(dir, cfg)["params_sha256"];
+  const nlohmann::json first = zero_launch(dir, cfg, 4, "zero-ckpt");
+  check_fault_free(first, hash, steps);
+  const std::string at30 = dir.path() + "/ckpt/step_00000030";
+  for (int r = 0; r < 4; ++r)
+    CHECK(fs::exists(at30 + "/zero_r" + std::to_string(r) + ".safetensors"));
+  CHECK(fs::exists(at30 + "/shard_p0_t0.safetensors"));
+
+  const nlohmann::json dp2 = zero_launch(dir, cfg, 2, "zero-resume-dp2",
+                                         {"--resume-from", at30, "--set",
+                                          "fault_tolerance.checkpoint_dir=" + dir.path() + "/c2"});
+  CHECK(dp2["params_sha256"] == hash);
+
+  const std::string out3 = dir.path() + "/replicated.json";
+  child_process replicated({"launch", cfg, "-q", "--summary", out3, "--set", "cluster.workers=3",
+                            "--resume-from", at30, "--set",
+                            "fault_tolerance.checkpoint_dir=" + dir.path() + "/c3"},
+                           dir.path(), "zero-resume-replicated");
+  CHECK(finish_launch(replicated, out3, run_timeout)["params_sha256"] == hash);
+
+  const std::string out1 = dir.path() + "/train-resumed.json";
+  int rc = -1;
+  run_capture("train " + cfg + " -q --summary " + out1 + " --resume-from " + at30 +
+                  " --set fault_tolerance.checkpoint_dir=" + dir.path() + "/c1",
+              &rc);
+  REQUIRE(rc == 0);
+  CHECK(read_json(out1)["params_sha256"] == hash);
+
+  // The other way: `cohort train`'s replicated checkpoint, resumed sharded at dp 3.
+  run_capture("train " + cfg + " -q --set fault_tolerance.checkpoint_dir=" + dir.path() + "/t",
+              &rc);
+  REQUIRE(rc == 0);
+  const nlohmann::json sharded =
+      zero_launch(dir, cfg, 3, "zero-from-replicated",
+                  {"--resume-from", dir.path() + "/t/step_00000030", "--set",
+                   "fault_tolerance.checkpoint_dir=" + dir.path() + "/c4"});
+  CHECK(sharded["params_sha256"] == hash);
+}
+
+// A sharded checkpoint missing a part is refused with the folder and the part named, and
+// nothing is trained from it.
+TEST_CASE("zero 1: a checkpoint missing a sharded part is refused, naming it") {
+  temp_dir dir;
+  std::string yaml = small_yaml(dir.path(), "bitwise", 20);
+  yaml.replace(yaml.find("checkpoint_every: 0"), 19, "checkpoint_every: 10");
+  const std::string cfg = dir.write("cfg.yaml", yaml);
+  zero_launch(dir, cfg, 2, "zero-damaged");
+  const std::string at10 = dir.path() + "/ckpt/step_00000010";
+  fs::remove(at10 + "/zero_r1.safetensors");
+  int rc = -1;
+  const std::string out =
+      run_capture("train " + cfg + " -q --resume-from " + at10 + " --set " +
+                      "fault_tolerance.checkpoint_dir=" + dir.path() + "/again",
+                  &rc, true);
+  CHECK(rc != 0);
+  CHECK_MESSAGE(out.find("zero_r1") != std::string::npos, out);
+}

@@ -1,0 +1,174 @@
+// The arithmetic of sharded optimizer state (runtime/train/zero_shards.hpp) as tables: the
+// cut, who holds each shard, and the moves of a re-cut for kills, drains, joins and resumes,
+// with the moved elements against their closed forms.
+#include <doctest/doctest.h>
+
+#include <set>
+#include <string>
+#include <vector>
+
+#include "runtime/core/error.hpp"
+#include "runtime/train/zero_shards.hpp"
+
+using namespace cohort::train;
+
+namespace {
+
+shard_source at(int old_rank) { return {shard_source::layout, old_rank}; }
+const shard_source joiner{shard_source::nothing, -1};
+const shard_source loader{shard_source::everything, -1};
+
+// After applying MOVES, each new rank holds exactly ranges_held(n, new w, k): what it kept
+// (its old ranges) plus what it received, every needed element exactly once from a member
+// that held it.
+void check_plan_covers(const recut_facts& f, const std::vector<shard_move>& moves) {
+  const int w = static_cast<int>(f.members.size());
+  for (int k = 0; k < w; ++k) {
+    CAPTURE(k);
+    std::vector<int> count(static_cast<std::size_t>(f.n), 0);
+    const shard_source& s = f.members[static_cast<std::size_t>(k)];
+    if (s.kind == shard_source::everything) continue;  // it makes its own
+    if (s.kind == shard_source::layout)
+      for (const elem_range& r : ranges_held(f.n, f.old_w, s.old_rank))
+        for (int64_t i = r.begin; i < r.end; ++i) ++count[static_cast<std::size_t>(i)];
+    for (const shard_move& m : moves) {
+      if (m.dst != k) continue;
+      CHECK(m.src != k);
+      const shard_source& src = f.members[static_cast<std::size_t>(m.src)];
+      for (int64_t i = m.r.begin; i < m.r.end; ++i) {
+        ++count[static_cast<std::size_t>(i)];
+        if (src.kind == shard_source::layout) {
+          bool held = false;
+          for (const elem_range& r : ranges_held(f.n, f.old_w, src.old_rank))
+            held = held || (i >= r.begin && i < r.end);
+          REQUIRE_MESSAGE(held, "rank " << m.src << " sends " << i << " it does not hold");
+        }
+      }
+    }
+    for (const elem_range& r : ranges_held(f.n, w, k))
+      for (int64_t i = r.begin; i < r.end; ++i)
+        REQUIRE_MESSAGE(count[static_cast<std::size_t>(i)] >= 1, "rank " << k << " lacks " << i);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("shards are contiguous, in rank order, cut at multiples of 64, sizes within 64") {
+  struct row {
+    int64_t n;
+    int w;
+    std::vector<elem_range> cut;
+  };
+  const std::vector<row> rows = {
+      {1000, 1, {{0, 1000}}},
+      {1000, 2, {{0, 512}, {512, 1000}}},  // 16 units of 64: 8 + 8, the last one short
+      {1000, 3, {{0, 320}, {320, 640}, {640, 1000}}},
+      {1000, 4, {{0, 256}, {256, 512}, {512, 768}, {768, 1000}}},
+      {64, 2, {{0, 0}, {0, 64}}},  // fewer units than ranks: an empty shard
+      {0, 3, {{0, 0}, {0, 0}, {0, 0}}},
+  };
+  for (const row& r : rows) {
+    CAPTURE(r.n);
+    CAPTURE(r.w);
+    int64_t end = 0;
+    for (int k = 0; k < r.w; ++k) {
+      const elem_range s = shard_of(r.n, r.w, k);
+      CHECK(s == r.cut[static_cast<std::size_t>(k)]);
+      CHECK(s.begin == end);
+      CHECK(s.begin % shard_align == 0);
+      end = s.end;
+    }
+    CHECK(end == r.n);
+  }
+  CHECK_THROWS_AS(shard_of(10, 2, 2), cohort::usage_error);
+  CHECK_THROWS_AS(shard_of(10, 0, 0), cohort::usage_error);
+}
+
+TEST_CASE("each shard has two holders, its owner and the next rank, and each rank holds two") {
+  CHECK(holders_of(1, 0) == std::vector<int>{0});
+  CHECK(shards_held(1, 0) == std::vector<int>{0});
+  CHECK(holders_of(4, 3) == std::vector<int>{3, 0});
+  CHECK(shards_held(4, 0) == std::vector<int>{0, 3});
+  for (int w = 2; w <= 6; ++w)
+    for (int j = 0; j < w; ++j)
+      for (int h : holders_of(w, j)) {
+        const std::vector<int> held = shards_held(w, h);
+        CHECK(std::set<int>(held.begin(), held.end()).count(j) == 1);
+      }
+  // Held elements: 2/W of the model (one shard's worth of rounding either way).
+  CHECK(elements_held(1000, 4, 0) == 256 + 232);
+  CHECK(elements_held(1000, 1, 0) == 1000);
+}
+
+TEST_CASE("a group that did not change moves nothing, nor does a fresh start") {
+  const int64_t n = 10000;
+  CHECK(plan_recut({n, 4, {at(0), at(1), at(2), at(3)}}).empty());
+  CHECK(plan_recut({n, 1, {loader, loader, loader}}).empty());
+}
+
+TEST_CASE("re-cut tables: kills, drains, joins, resumes") {
+  const int64_t n = 64 * 120;  // 7680: every cut below is exact
+  struct row {
+    const char* what;
+    recut_facts facts;
+    int64_t moved;  ///< elements per slot, closed form
+  };
+  // 4 -> 3 (rank 2 gone): old shards of 1920, new of 2560; each new rank needs its own
+  // and its replica's new shard (5120) and keeps what overlaps its old two (3840 held).
+  const std::vector<row> rows = {
+      // new 0 (old 0: [0,1920)+[5760,7680)) needs [0,2560)+[5120,7680): 640 + 640 missing.
+      // new 1 (old 1: [1920,3840)+[0,1920)) needs [2560,5120)+[0,2560): 1280 missing.
+      // new 2 (old 3: [5760,7680)+[3840,5760)) needs [5120,7680)+[2560,5120): 1280 missing.
+      // In all n / 2: half the model's state per slot.
+      {"kill rank 2 of 4", {n, 4, {at(0), at(1), at(3)}}, 640 + 640 + 1280 + 1280},
+      {"drain rank 0 of 2", {n, 2, {at(1)}}, 0},  // one left holds both shards already
+      // 2 -> 3, a joiner last: new 0 (old 0: all) keeps; new 1 (old 1: all) keeps; the
+      // joiner needs its shard and its replica's, 2/3 of the model.
+      {"a joiner beside two", {n, 2, {at(0), at(1), joiner}}, 2 * n / 3},
+      // 1 -> 2: the one member holds all; the joiner gets both shards (all of it).
+      {"a joiner beside one", {n, 1, {at(0), joiner}}, n},
+      // A resume: every member reads its ranges itself; a joiner of the same step takes its
+      // ranges from the first loader.
+      {"a resume with a joiner", {n, 3, {loader, joiner}}, n},
+  };
+  for (const row& r : rows) {
+    CAPTURE(r.what);
+    const std::vector<shard_move> moves = plan_recut(r.facts);
+    CHECK(moved_elements(moves) == r.moved);
+    check_plan_covers(r.facts, moves);
+    for (std::size_t i = 1; i < moves.size(); ++i) {  // sorted, adjacent pieces merged
+      const shard_move& a = moves[i - 1];
+      const shard_move& b = moves[i];
+      CHECK((a.src < b.src || (a.src == b.src && (a.dst < b.dst || (a.dst == b.dst &&
+                                                                    a.r.end < b.r.begin)))));
+    }
+  }
+}
+
+TEST_CASE("a re-cut takes each piece from its old owner first, then from its replica holder") {
+  const int64_t n = 64 * 120;
+  // 4 -> 3 with old rank 1 gone: old shard 1 ([1920,3840)) now lives only on old rank 2
+  // (its replica holder, new rank 1); old shard 2 on old rank 2 itself.
+  const std::vector<shard_move> moves = plan_recut({n, 4, {at(0), at(2), at(3)}});
+  for (const shard_move& m : moves)
+    if (m.r.begin >= 1920 && m.r.end <= 3840) CHECK(m.src == 1);
+}
+
+TEST_CASE("two neighbours lost at once: the shard between them is gone, and the plan says so") {
+  const int64_t n = 64 * 120;
+  // Old ranks 1 and 2 of 4 both gone: shard 1 was on 1 and 2 only.
+  try {
+    plan_recut({n, 4, {at(0), at(3)}});
+    FAIL("no error");
+  } catch (const cohort::error& e) {
+    const std::string what = e.what();
+    CHECK(what.find("[1920, 3840)") != std::string::npos);
+    CHECK(what.find("resume from a checkpoint") != std::string::npos);
+  }
+  // Two that are not neighbours: every shard keeps a holder.
+  const recut_facts f{n, 4, {at(1), at(3)}};
+  check_plan_covers(f, plan_recut(f));
+  // Facts that contradict each other.
+  CHECK_THROWS_AS(plan_recut({n, 2, {at(0), at(0)}}), cohort::usage_error);
+  CHECK_THROWS_AS(plan_recut({n, 2, {at(2)}}), cohort::usage_error);
+}
