@@ -426,7 +426,9 @@ void replica_step::commit(const pending_step& p) {
   ++steps_computed_;
   // Sharded state: each member applied its own shards; the parameters travel now.
   bool whole = true;
-  if (train::trainer* z = seat_->sharded()) whole = gather(*z, p);
+  const auto g0 = io_.now();
+  if (train::trainer* z = seat_->sharded()) whole = gather(*z, p);  // its time: comm wait
+  const auto gathered = io_.now() - g0;
   const int64_t every = cfg_->fault_tolerance.checkpoint_every;
   std::string ckpt;
   try {
@@ -440,7 +442,7 @@ void replica_step::commit(const pending_step& p) {
   } catch (const std::exception& e) {
     spdlog::error("dp group: checkpoint at step {} failed: {}", next_step_, e.what());
   }
-  total_.compute_us += micros(io_.now() - t0);
+  total_.compute_us += micros(io_.now() - t0 - gathered);
   const int64_t eval_every = cfg_->train.eval_every;
   if (whole && p.rank == 0 && eval_every > 0 && next_step_ % eval_every == 0 &&
       next_step_ < cfg_->train.steps)

@@ -56,7 +56,16 @@ bool replica_step::gather(train::trainer& z, const pending_step& p) {
                                  " are gone");
     trace::span traced("gather params", "comm", trace::track::compute,
                        trace::args({{"step", p.step}}));
+    const auto t0 = io_.now();
+    const comm::comm_traffic before = links_.traffic();
     z.gather_params(*links_.comm);
+    // The run's totals count the gather with the sums: both are the step's traffic.
+    const comm::comm_traffic after = links_.traffic();
+    if (after.measured) {
+      total_.bytes_sent += after.sent - before.sent;
+      total_.bytes_recv += after.received - before.received;
+    }
+    total_.comm_wait_us += micros(io_.now() - t0);
     return true;
   } catch (const std::exception& e) {
     // Each member applied its own shards; the next re-cut takes the parameters from them.

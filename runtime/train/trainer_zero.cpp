@@ -189,12 +189,18 @@ zero_reshard trainer::reshard(comm::communicator& c, int64_t step, int64_t held_
 
   // The parameters: from a member with all of them, else each old shard from a holder.
   float* values = model_->flat_values().data();
+  // A member without them (a joiner) gets new shard j of them from rank j when that one
+  // holds them all, else from the first that does: sent with the state below, spread over
+  // the senders, and only to those that lack them.
+  std::vector<shard_move> param_moves;
   if (whole_from >= 0) {
-    bool all_whole = true;
-    for (const zero_facts& x : all) all_whole = all_whole && x.whole_params;
-    if (!all_whole) {
-      c.broadcast(values, bytes_of(n), whole_from);
-      (me == whole_from ? out.bytes_sent : out.bytes_received) += bytes_of(n);
+    for (int k = 0; k < w; ++k) {
+      if (all[static_cast<std::size_t>(k)].whole_params) continue;
+      for (int j = 0; j < w; ++j) {
+        const elem_range r = shard_of(n, w, j);
+        if (r.size() > 0)
+          param_moves.push_back({all[static_cast<std::size_t>(j)].whole_params ? j : whole_from, k, r});
+      }
     }
   } else {
     for (int j = 0; j < f.old_w; ++j) {
@@ -249,12 +255,14 @@ zero_reshard trainer::reshard(comm::communicator& c, int64_t step, int64_t held_
         source_data(zero_->ranges()[i], s, zero_->slot(i, s).data());
   }
   // Per pair, the elements that go from src to dst; blocks padded to the largest pair.
-  std::map<std::pair<int, int>, int64_t> pair_elems;
-  for (const shard_move& mv : moves) pair_elems[{mv.src, mv.dst}] += mv.r.size();
+  std::map<std::pair<int, int>, int64_t> pair_elems;  // floats per pair
+  for (const shard_move& mv : moves)
+    pair_elems[{mv.src, mv.dst}] += mv.r.size() * static_cast<int64_t>(slots);
+  for (const shard_move& mv : param_moves) pair_elems[{mv.src, mv.dst}] += mv.r.size();
   int64_t block = 0;
   for (const auto& [pair, e] : pair_elems) block = std::max(block, e);
   if (block > 0) {
-    const std::size_t block_floats = static_cast<std::size_t>(block) * slots;
+    const std::size_t block_floats = static_cast<std::size_t>(block);
     std::vector<float> send(block_floats * static_cast<std::size_t>(w), 0.0f);
     std::vector<float> recv(send.size(), 0.0f);
     std::vector<std::size_t> cursor(static_cast<std::size_t>(w), 0);
@@ -267,6 +275,14 @@ zero_reshard trainer::reshard(comm::communicator& c, int64_t step, int64_t held_
         cursor[static_cast<std::size_t>(mv.dst)] += static_cast<std::size_t>(mv.r.size());
       }
       out.bytes_sent += bytes_of(mv.r.size()) * slots;
+    }
+    for (const shard_move& mv : param_moves) {
+      if (mv.src != me) continue;
+      float* at = send.data() + static_cast<std::size_t>(mv.dst) * block_floats +
+                  cursor[static_cast<std::size_t>(mv.dst)];
+      std::memcpy(at, values + mv.r.begin, bytes_of(mv.r.size()));
+      cursor[static_cast<std::size_t>(mv.dst)] += static_cast<std::size_t>(mv.r.size());
+      out.bytes_sent += bytes_of(mv.r.size());
     }
     c.alltoall(send.data(), recv.data(), block_floats * sizeof(float));
     std::fill(cursor.begin(), cursor.end(), 0);
@@ -285,6 +301,14 @@ zero_reshard trainer::reshard(comm::communicator& c, int64_t step, int64_t held_
         cursor[static_cast<std::size_t>(mv.src)] += static_cast<std::size_t>(mv.r.size());
       }
       out.bytes_received += bytes_of(mv.r.size()) * slots;
+    }
+    for (const shard_move& mv : param_moves) {
+      if (mv.dst != me) continue;
+      const float* at = recv.data() + static_cast<std::size_t>(mv.src) * block_floats +
+                        cursor[static_cast<std::size_t>(mv.src)];
+      std::memcpy(values + mv.r.begin, at, bytes_of(mv.r.size()));
+      cursor[static_cast<std::size_t>(mv.src)] += static_cast<std::size_t>(mv.r.size());
+      out.bytes_received += bytes_of(mv.r.size());
     }
   }
   } catch (...) {
