@@ -283,14 +283,16 @@ void add_coordinator(CLI::App& app, int* rc) {
         for (const std::size_t i : run_record.fired) fired.push_back({i, -1});
         co.job->take_over(fired);
       }
-      // Rollbacks (error feedback, bitwise) go to this run's checkpoints, or to the one it
-      // resumed from when it is in this run's folder (--resume-from may name another):
-      // complete, with every DP rank's error-feedback part.
+      // Rollbacks (error feedback, bitwise; sharded state lost, train.zero) go to this run's
+      // checkpoints, or to the one it resumed from when it is in this run's folder
+      // (--resume-from may name another): complete, with every DP rank's error-feedback part
+      // (any complete one with train.zero: every member re-cuts what it loads).
       const std::string ckdir = expand_user(c.fault_tolerance.checkpoint_dir);
       const int64_t resumed_step =
           plan.resume && plan.path == checkpoint_path(ckdir, plan.step) ? plan.step : -1;
       co.job->set_checkpoints(
-          [dir = ckdir, job_id, resumed = resumed_step](int64_t at_most) -> std::optional<int64_t> {
+          [dir = ckdir, job_id, resumed = resumed_step,
+           sharded = c.train.zero > 0](int64_t at_most) -> std::optional<int64_t> {
             const auto all = list_checkpoints(dir);
             for (auto it = all.rbegin(); it != all.rend(); ++it) {
               if (it->first > at_most) continue;
@@ -298,7 +300,8 @@ void add_coordinator(CLI::App& app, int* rc) {
                 const training_metadata m = read_checkpoint_metadata(it->second);
                 const auto job = m.extra.find("checkpoint.job");
                 const bool ours = job != m.extra.end() && job->second == std::to_string(job_id);
-                if ((ours || it->first == resumed) && checkpoint_feedback_parts(it->second) > 0)
+                if ((ours || it->first == resumed) &&
+                    (sharded || checkpoint_feedback_parts(it->second) > 0))
                   return it->first;
               } catch (const std::exception& e) {
                 spdlog::warn("coordinator: checkpoint {} cannot be rolled back to: {}", it->second,

@@ -425,10 +425,13 @@ struct step_vote {
   double loss_rows = 0;
   int64_t rows = 0;
   step_timing timing;
+  /// Failed because training state is gone from memory (train.zero: a shard whose holders
+  /// all left at once): the coordinator rolls every member back to the last checkpoint.
+  bool lost_state = false;
   template <class S>
   static auto fields(S& s) {
     return std::tie(s.member_id, s.generation, s.step, s.ok, s.fatal, s.unreachable, s.applied,
-                    s.reason, s.loss_rows, s.rows, s.timing);
+                    s.reason, s.loss_rows, s.rows, s.timing, s.lost_state);
   }
 };
 

@@ -202,10 +202,13 @@ void replica_step::run_step(const net::step_open& o, int rank, net::step_vote& v
   if (train::trainer* z = seat_->sharded()) {
     try {
       reshard(*z, o, t);  // the donor's part too: each member holds only its shards
+    } catch (const train::shard_lost&) {
+      v.lost_state = true;  // only a checkpoint holds it: the coordinator rolls back
+      throw;
     } catch (const comm::comm_error&) {
       throw;
     } catch (const std::exception&) {
-      v.fatal = true;  // a shard whose holders are all gone: a retry finds it gone too
+      v.fatal = true;  // facts that contradict each other: a retry finds the same
       throw;
     }
   } else if (o.donor_rank >= 0)

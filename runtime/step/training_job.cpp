@@ -236,8 +236,8 @@ job_actions training_job::try_open(const mb::roster& r, double now_s) {
     if (const auto c = checkpoints_(next_step_)) {
       restore = *c;
       out.notes.push_back("step " + std::to_string(next_step_) +
-                          ": a lost member's error-feedback memory is only in the checkpoint of "
-                          "step " +
+                          ": a lost member's state (error-feedback memory, or a shard of the "
+                          "optimizer state) is only in the checkpoint of step " +
                           std::to_string(restore) +
                           ": every member rolls back to it and the steps since are replayed");
       next_step_ = restore;
@@ -324,6 +324,17 @@ job_actions training_job::on_vote(const mb::roster& r, const net::step_vote& v, 
     const std::string why =
         (m != nullptr ? who(*m) : "member " + std::to_string(v.member_id)) + " failed: " + v.reason;
     abort_open(r, why, out);
+    if (v.lost_state) {
+      // Sharded state whose holders all left at once: only a checkpoint has it.
+      if (checkpoints_ && checkpoints_(next_step_)) {
+        rollback_ = true;
+      } else {
+        out.failed = "step " + std::to_string(v.step) + ": " + why +
+                     " (no checkpoint to roll back to: set fault_tolerance.checkpoint_every)";
+        finished_ = true;
+        return out;
+      }
+    }
     if (v.fatal) {
       out.failed = "step " + std::to_string(v.step) + ": " + why;
       finished_ = true;

@@ -181,8 +181,8 @@ zero_reshard trainer::reshard(comm::communicator& c, int64_t step, int64_t held_
   out.ran = true;
   out.behind = mine.kind == shard_source::nothing;
   if (steps_from < 0)
-    throw cohort::error("no member holds the optimizer state of step " + std::to_string(step) +
-                        ": resume from a checkpoint");
+    throw shard_lost("no member holds the optimizer state of step " + std::to_string(step) +
+                     ": resume from a checkpoint");
   const std::vector<shard_move> moves = plan_recut(f);
   out.moved_elements = moved_elements(moves);
   const auto bytes_of = [](int64_t elems) { return static_cast<uint64_t>(elems) * sizeof(float); };
@@ -212,8 +212,8 @@ zero_reshard trainer::reshard(comm::communicator& c, int64_t step, int64_t held_
               f.members[static_cast<std::size_t>(k)].old_rank == h)
             src = k;
       if (src < 0)
-        throw cohort::error("the parameters " + to_string(r) + " of step " + std::to_string(step) +
-                            " were held only by members that are gone: resume from a checkpoint");
+        throw shard_lost("the parameters " + to_string(r) + " of step " + std::to_string(step) +
+                         " were held only by members that are gone: resume from a checkpoint");
       if (r.size() > 0) c.broadcast(values + r.begin, bytes_of(r.size()), src);
     }
   }

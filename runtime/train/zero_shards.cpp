@@ -99,7 +99,7 @@ std::vector<shard_move> plan_recut(const recut_facts& f) {
             if (src < 0) src = now_at[static_cast<std::size_t>(h)];
           if (src < 0) src = everything;
           if (src < 0)
-            throw cohort::error("optimizer state " + to_string(part) + " (shard " +
+            throw shard_lost("optimizer state " + to_string(part) + " (shard " +
                                 std::to_string(j) + " of " + std::to_string(f.old_w) +
                                 ") was held only by members that are gone: resume from a "
                                 "checkpoint");

@@ -9,7 +9,16 @@
 #include <string>
 #include <vector>
 
+#include "runtime/core/error.hpp"
+
 namespace cohort::train {
+
+/// Optimizer state or parameters that no member holds any more (both holders of a shard
+/// left at once): only a checkpoint has them.
+class shard_lost : public cohort::error {
+ public:
+  using cohort::error::error;
+};
 
 /// Elements [begin, end) of the flattened parameters.
 struct elem_range {
@@ -70,7 +79,7 @@ struct shard_move {
 /// hold already: each missing piece (split at the old shards' boundaries) comes from its
 /// old owner when that is a member, else from its old replica holder, else from the lowest
 /// member that holds everything. A member holding everything moves nothing to itself.
-/// Sorted by (src, dst, begin), adjacent pieces of one pair merged. Throws cohort::error
+/// Sorted by (src, dst, begin), adjacent pieces of one pair merged. Throws shard_lost
 /// naming the first range no member holds (both of its holders gone), or usage_error for
 /// facts that contradict each other (an old rank outside the old group, or twice).
 std::vector<shard_move> plan_recut(const recut_facts& f);

@@ -181,3 +181,45 @@ TEST_CASE("zero 1: a checkpoint missing a sharded part is refused, naming it") {
   CHECK(rc != 0);
   CHECK_MESSAGE(out.find("zero_r1") != std::string::npos, out);
 }
+
+// Two neighbours killed at once take both copies of the shard between them: the survivors'
+// re-cut says so, the coordinator rolls every member back to the last checkpoint, the
+// steps since are replayed, and the run still ends on the fault-free bits.
+TEST_CASE("zero 1: two neighbours killed at once roll back to the checkpoint, same hash") {
+  temp_dir dir;
+  const int steps = 120;
+  std::string yaml = small_yaml(dir.path(), "bitwise", steps);
+  yaml.replace(yaml.find("timeout_ms: 2000"), 16, "timeout_ms: 500");
+  yaml.replace(yaml.find("checkpoint_every: 0"), 19, "checkpoint_every: 20");
+  const std::string cfg = dir.write("cfg.yaml", yaml);
+  const std::string hash = train_summary(dir, cfg)["params_sha256"];
+  const nlohmann::json s = zero_launch(
+      dir, cfg, 4, "zero-two-kills",
+      {"--set", "elastic.min_workers=2", "--set", "elastic.respawn=false", "--inject",
+       "kill rank=1 at step=50", "--inject", "kill rank=2 at step=50"});
+  check_fault_free(s, hash, steps);
+  CHECK(s["dp"] == 2);
+  CHECK(events_of(s, "kill").size() == 2);
+  CHECK_MESSAGE(s["aborted_steps"].get<int>() >= 1, s.dump());
+}
+
+// Without a checkpoint to roll back to, the same double loss ends the run with the lost
+// range named and what to set.
+TEST_CASE("zero 1: a lost shard with no checkpoint ends the run saying what to set") {
+  temp_dir dir;
+  std::string yaml = small_yaml(dir.path(), "bitwise", 120);
+  yaml.replace(yaml.find("timeout_ms: 2000"), 16, "timeout_ms: 500");
+  const std::string cfg = dir.write("cfg.yaml", yaml);
+  const std::string out = dir.path() + "/lost.json";
+  child_process launch({"launch", cfg, "-q", "--summary", out, "--set", "train.zero=1", "--set",
+                        "cluster.workers=4", "--set", "elastic.min_workers=2", "--set",
+                        "elastic.respawn=false", "--inject", "kill rank=1 at step=50",
+                        "--inject", "kill rank=2 at step=50"},
+                       dir.path(), "zero-lost");
+  const auto code = launch.wait_exit(run_timeout);
+  REQUIRE(code.has_value());
+  CHECK(*code != 0);
+  const std::string all = launch.out() + launch.err();
+  CHECK_MESSAGE(all.find("held only by members that are gone") != std::string::npos, all);
+  CHECK_MESSAGE(all.find("checkpoint_every") != std::string::npos, all);
+}

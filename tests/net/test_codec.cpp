@@ -61,7 +61,8 @@ std::vector<message> samples() {
   out.push_back(worker_ready{7, 3, -5});
   out.push_back(step_open{3, 41, 4, -1, 2, 1, 3, 56});
   const step_timing t{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11};
-  out.push_back(step_vote{7, 3, 41, false, true, true, true, "gloo: peer lost", -2.5e-300, 96, t});
+  out.push_back(
+      step_vote{7, 3, 41, false, true, true, true, "gloo: peer lost", -2.5e-300, 96, t, true});
   out.push_back(step_result{3, 41, true, 0.6931471805599453, "member 2 voted failed"});
   out.push_back(train_report{7, 3, 42, "deadbeef", true, 0.25, 0.875, 10000, 40, 0.83, 1 << 20,
                              "/c/step_00000042.safetensors", 118282, t, "h.0.w:00\n",
