@@ -3,12 +3,61 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
-#include <queue>
 
 #include "runtime/core/error.hpp"
 #include "runtime/train/trainer.hpp"
 
 namespace cohort::step {
+
+std::vector<int> shares_for(const std::vector<double>& speeds, int micro_batches) {
+  const int n = static_cast<int>(speeds.size());
+  if (n < 1 || micro_batches < n)
+    throw error("balance: " + std::to_string(micro_batches) + " micro-batches cannot give " +
+                std::to_string(n) + " rank(s) one each");
+  double total = 0;
+  for (const double s : speeds) {
+    if (!(s > 0) || !std::isfinite(s)) throw error("balance: a speed must be finite and > 0");
+    total += s;
+  }
+  // Ranks whose proportional share is below one get one; the others split what is left in
+  // proportion to their speeds (repeated, since fixing one raises the others' shares).
+  std::vector<bool> fixed(n, false);
+  int left = micro_batches;
+  double free_total = total;
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (int r = 0; r < n; ++r) {
+      if (fixed[r] || left * speeds[r] / free_total >= 1.0) continue;
+      fixed[r] = true;
+      changed = true;
+      --left;
+      free_total -= speeds[r];
+    }
+  }
+  std::vector<int> out(n, 1);
+  std::vector<double> remainder(n, -1.0);
+  int given = micro_batches - left;
+  for (int r = 0; r < n; ++r) {
+    if (fixed[r]) continue;
+    const double ideal = left * speeds[r] / free_total;
+    out[r] = static_cast<int>(std::floor(ideal));
+    remainder[r] = ideal - out[r];
+    given += out[r];
+  }
+  std::vector<int> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int a, int b) { return remainder[a] > remainder[b]; });
+  for (int i = 0; given < micro_batches; ++i, ++given) ++out[order[i % n]];
+  return out;
+}
+
+double predicted_step_s(const std::vector<int>& shares, const std::vector<double>& speeds) {
+  double worst = 0;
+  for (std::size_t r = 0; r < shares.size() && r < speeds.size(); ++r)
+    worst = std::max(worst, shares[r] / speeds[r]);
+  return worst;
+}
 
 std::vector<int> micro_batches_of(const std::vector<int32_t>& shares, int micro_batches,
                                   int replicas, int rank) {
@@ -32,74 +81,25 @@ std::vector<int> micro_batches_of(const std::vector<int32_t>& shares, int micro_
 
 void speed_meter::record(uint64_t id, double seconds, int micro) {
   if (micro <= 0 || !(seconds > 0)) return;
-  const double k = micro;
-  const auto it = seen_.find(id);
-  if (it == seen_.end()) {
-    seen_[id] = moments{k, seconds, k * k, k * seconds, 0};
-    return;
-  }
-  moments& m = it->second;
-  m.k = alpha * k + (1 - alpha) * m.k;
-  m.t = alpha * seconds + (1 - alpha) * m.t;
-  m.kk = alpha * k * k + (1 - alpha) * m.kk;
-  m.kt = alpha * k * seconds + (1 - alpha) * m.kt;
-  const double var = m.kk - m.k * m.k;
-  if (var >= min_variance) {
-    const double slope = (m.kt - m.k * m.t) / var;
-    // A fit that says a micro-batch costs nothing (or less) is noise: keep the last one.
-    if (slope > 0) m.fixed = std::clamp(m.t - slope * m.k, 0.0, m.t);
-  }
+  const double x = seconds / micro;
+  const auto it = per_micro_s_.find(id);
+  if (it == per_micro_s_.end())
+    per_micro_s_[id] = x;
+  else
+    it->second = alpha * x + (1 - alpha) * it->second;
 }
 
 std::optional<double> speed_meter::speed(uint64_t id) const {
-  const auto it = seen_.find(id);
-  if (it == seen_.end()) return std::nullopt;
-  return it->second.k / it->second.t;
-}
-
-std::optional<step_cost> speed_meter::cost(uint64_t id) const {
-  const auto it = seen_.find(id);
-  if (it == seen_.end()) return std::nullopt;
-  const moments& m = it->second;
-  const double fixed = std::min(m.fixed, 0.9 * m.t);  // some of the step is always per batch
-  return step_cost{fixed, (m.t - fixed) / m.k};
-}
-
-std::vector<int> shares_for(const std::vector<step_cost>& costs, int micro_batches) {
-  const int n = static_cast<int>(costs.size());
-  if (n < 1 || micro_batches < n)
-    throw error("balance: " + std::to_string(micro_batches) + " micro-batches cannot give " +
-                std::to_string(n) + " rank(s) one each");
-  for (const step_cost& c : costs)
-    if (!(c.per_micro > 0) || !std::isfinite(c.per_micro) || !(c.fixed >= 0) ||
-        !std::isfinite(c.fixed))
-      throw error("balance: a cost must be finite, its per micro-batch part > 0");
-  std::vector<int> out(n, 1);
-  // Each further micro-batch to the rank it raises least: a heap keyed (time with it, rank).
-  using slot = std::pair<double, int>;
-  std::priority_queue<slot, std::vector<slot>, std::greater<slot>> next;
-  for (int r = 0; r < n; ++r) next.push({costs[r].at(2), r});
-  for (int given = n; given < micro_batches; ++given) {
-    const int r = next.top().second;
-    next.pop();
-    ++out[r];
-    next.push({costs[r].at(out[r] + 1), r});
-  }
-  return out;
-}
-
-double predicted_step_s(const std::vector<int>& shares, const std::vector<step_cost>& costs) {
-  double worst = 0;
-  for (std::size_t r = 0; r < shares.size() && r < costs.size(); ++r)
-    worst = std::max(worst, costs[r].at(shares[r]));
-  return worst;
+  const auto it = per_micro_s_.find(id);
+  if (it == per_micro_s_.end()) return std::nullopt;
+  return 1.0 / it->second;
 }
 
 bool worth_replanning(const std::vector<int>& current, const std::vector<int>& proposed,
-                      const std::vector<step_cost>& costs, double threshold) {
+                      const std::vector<double>& speeds, double threshold) {
   if (current == proposed) return false;
-  if (current.size() != costs.size()) return true;  // not a plan for these ranks
-  return predicted_step_s(proposed, costs) < (1 - threshold) * predicted_step_s(current, costs);
+  if (current.size() != speeds.size()) return true;  // not a plan for these ranks
+  return predicted_step_s(proposed, speeds) < (1 - threshold) * predicted_step_s(current, speeds);
 }
 
 int micro_count(const net::step_open& o, int micro_batches) {
@@ -131,34 +131,18 @@ std::vector<int32_t> balancer::plan(const std::vector<std::pair<uint64_t, std::s
                    known.end());
   const double median = known[known.size() / 2];
   std::vector<double> speeds;
-  std::vector<step_cost> costs;
-  for (const auto& [id, name] : by_rank) {
-    speeds.push_back(meter_.speed(id).value_or(median));
-    costs.push_back(meter_.cost(id).value_or(step_cost{0, 1.0 / median}));
-  }
+  for (const auto& [id, name] : by_rank) speeds.push_back(meter_.speed(id).value_or(median));
   speeds_ = speeds;
   count_stragglers();
   if (!on_ || n < 2 || micro_batches_ < n) return {};
-  const std::vector<int> proposed = shares_for(costs, micro_batches_);
+  const std::vector<int> proposed = shares_for(speeds, micro_batches_);
   // Without a plan, the round robin's counts are what the ranks run.
   std::vector<int> current = plan_;
   if (current.empty())
     for (int r = 0; r < n; ++r)
       current.push_back(
           static_cast<int>(train::replica_micro_batches(micro_batches_, n, r).size()));
-  bool take = moved ? proposed != current : worth_replanning(current, proposed, costs, threshold);
-  if (take && !moved && !plan_.empty()) {
-    // A plan replacing a plan: only once the same proposal has come confirm_plans times.
-    proposed_count_ = proposed == proposed_ ? proposed_count_ + 1 : 1;
-    proposed_ = proposed;
-    take = proposed_count_ >= confirm_plans;
-  } else if (!take) {
-    proposed_count_ = 0;
-    proposed_.clear();
-  }
-  if (take) {
-    proposed_count_ = 0;
-    proposed_.clear();
+  if (moved ? proposed != current : worth_replanning(current, proposed, speeds, threshold)) {
     plan_ = proposed;
     ++replans_;
     if (note != nullptr) {

@@ -20,6 +20,14 @@
 
 namespace cohort::step {
 
+/// Micro-batches per rank in proportion to SPEEDS (micro-batches per second, each > 0):
+/// every rank at least one, the MICRO_BATCHES all given out (largest remainders; a tie goes
+/// to the lower rank). Needs MICRO_BATCHES >= SPEEDS.size() >= 1.
+std::vector<int> shares_for(const std::vector<double>& speeds, int micro_batches);
+
+/// The step time a plan predicts: the slowest rank's SHARES[r] / SPEEDS[r].
+double predicted_step_s(const std::vector<int>& shares, const std::vector<double>& speeds);
+
 /// The micro-batches rank RANK of REPLICAS computes: under SHARES (one count per rank,
 /// summing to MICRO_BATCHES) a contiguous range in rank order; with no SHARES (equal) the
 /// round robin of train::replica_micro_batches. Throws cohort::error for SHARES that do not
@@ -27,69 +35,37 @@ namespace cohort::step {
 std::vector<int> micro_batches_of(const std::vector<int32_t>& shares, int micro_batches,
                                   int replicas, int rank);
 
-/// What one step of K micro-batches costs a rank: fixed + per_micro * K seconds.
-struct step_cost {
-  double fixed = 0;      ///< seconds a step costs whatever its micro-batches (>= 0)
-  double per_micro = 0;  ///< seconds each micro-batch adds (> 0)
-  double at(int k) const { return fixed + per_micro * k; }
-};
-
-/// A member's measured speed as an affine cost: exponentially weighted means (weight
-/// `alpha` on the newest step) of K, T, K^2 and K T over its steps (K micro-batches in T
-/// seconds), fitted by least squares once its K has varied (a re-plan changed it: variance
-/// of K at least `min_variance`); until then, and after K has stayed put long enough for the
-/// variance to fade, the last fit's fixed part is kept and the rest is per micro-batch. A
-/// rank given fewer micro-batches then does not look slower for carrying its fixed work over
-/// fewer of them (what made plans swing between neighbouring splits).
+/// A member's measured speed: an exponentially weighted mean of its seconds per
+/// micro-batch (weight `alpha` on the newest step), reported as micro-batches per second.
 class speed_meter {
  public:
   static constexpr double alpha = 0.3;
-  static constexpr double min_variance = 0.2;
   /// One step of member ID: SECONDS of compute for MICRO micro-batches (ignored when 0).
   void record(uint64_t id, double seconds, int micro);
-  /// The observed rate, micro-batches per second (mean K over mean T); nullopt before the
-  /// first record.
+  /// Micro-batches per second; nullopt before the first record.
   std::optional<double> speed(uint64_t id) const;
-  /// The fitted cost; nullopt before the first record.
-  std::optional<step_cost> cost(uint64_t id) const;
-  void forget(uint64_t id) { seen_.erase(id); }
+  void forget(uint64_t id) { per_micro_s_.erase(id); }
 
  private:
-  struct moments {
-    double k = 0, t = 0, kk = 0, kt = 0;
-    double fixed = 0;  ///< the last fit's fixed part
-  };
-  std::map<uint64_t, moments> seen_;
+  std::map<uint64_t, double> per_micro_s_;
 };
 
-/// Whole micro-batches per rank minimising the slowest rank's predicted time under COSTS:
-/// every rank at least one, then each further micro-batch to the rank whose time it raises
-/// least (a tie to the lower rank). Needs MICRO_BATCHES >= COSTS.size() >= 1 and each
-/// per_micro > 0.
-std::vector<int> shares_for(const std::vector<step_cost>& costs, int micro_batches);
-/// The step time a plan predicts under COSTS: the slowest rank's cost of its share.
-double predicted_step_s(const std::vector<int>& shares, const std::vector<step_cost>& costs);
-
-/// Whether PROPOSED is worth moving to from CURRENT under COSTS: its predicted step time is
+/// Whether PROPOSED is worth moving to from CURRENT at SPEEDS: its predicted step time is
 /// shorter by more than THRESHOLD (a fraction of the current's).
 bool worth_replanning(const std::vector<int>& current, const std::vector<int>& proposed,
-                      const std::vector<step_cost>& costs, double threshold);
+                      const std::vector<double>& speeds, double threshold);
 
 /// How many micro-batches the receiver of O computes (its shares, or the round robin's).
 int micro_count(const net::step_open& o, int micro_batches);
 
 /// The coordinator's planner (one per job). Off (train.balance: equal) it plans nothing and
 /// every step_open carries no shares. On, the first plan comes once every stepping member
-/// has a measured cost (a member without one counts at the median of the others' rates), a
-/// new one whenever the members or their ranks change, and otherwise only when it is
-/// predicted (speed_meter's affine costs) to shorten the step by more than `threshold`, at
-/// `confirm_plans` plans in a row with the same proposal (a plan replacing a plan; the first
-/// one, and one for new members, is taken at once): noise in the measured times otherwise
-/// makes it swing between neighbouring splits.
+/// has a measured speed (a member without one counts at the median of the others), a new
+/// one whenever the members or their ranks change, and otherwise only when it is predicted
+/// to shorten the step by more than `threshold`.
 class balancer {
  public:
   static constexpr double threshold = 0.05;
-  static constexpr int confirm_plans = 3;
   /// MICRO_BATCHES per step, ROWS samples each (the summary's samples/s); STRAGGLER_FACTOR:
   /// elastic.straggler_factor (0: no straggler is named).
   balancer(bool measured, int micro_batches, int rows, double straggler_factor = 0);
@@ -116,8 +92,6 @@ class balancer {
   speed_meter meter_;
   std::vector<std::pair<uint64_t, std::string>> ranks_;  ///< whom plan_ was made for
   std::vector<int> plan_;                                ///< empty: equal
-  std::vector<int> proposed_;  ///< the proposal seen at the last plans, not yet confirmed
-  int proposed_count_ = 0;     ///< plans in a row that proposed it
   int replans_ = 0;
   std::vector<double> speeds_;          ///< of ranks_ at the last plan (empty: unknown)
   std::map<uint64_t, int> slow_plans_;  ///< per member: plans in a row below the bound
