@@ -204,11 +204,14 @@ void shm_comm::sync(const char* op) {
     return true;
   };
   for (int spins = 0;; ++spins) {
+    // Everyone arrived: this phase is complete, whatever a peer did after it. (A peer that
+    // finished the group's last collective may tear the group down, aborting it, before a
+    // slower rank has seen the last arrival; that rank's collective completed all the same.)
+    if (everyone()) return;
     if (seg_->aborted.load() != 0) {
       aborted_ = true;
       fail(comm_failure::aborted, op, "the group was aborted");
     }
-    if (everyone()) return;
     if (spins < 256) {
       __builtin_ia32_pause();
       continue;

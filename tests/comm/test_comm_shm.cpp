@@ -264,3 +264,26 @@ TEST_CASE("the factory's auto transport picks shm for ranks of one host, gloo wh
   CHECK(host_identity() == host_identity());
   CHECK(host_identity().find('|') != std::string::npos);
 }
+
+// A peer that completed the group's last collective and then tears the group down (its
+// generation is over) must not fail a slower rank whose phase is complete too: that rank
+// returns with the data, where it used to see the abort first and fail a finished collective
+// (a sharded-state gather after a commit, docs/sharding.md).
+TEST_CASE("shm: a peer's abort after a completed broadcast does not fail the slower rank") {
+  memory_kv kv;
+  std::promise<void> waiting;
+  std::atomic<bool> told{false};
+  auto comms = make_shm_group(kv, 2, 1, milliseconds(20000), 4096, [&] {
+    if (!told.exchange(true)) waiting.set_value();  // rank 0 is about to sleep in its wait
+  });
+  std::vector<float> got(100, 0.0f);
+  auto slow = std::async(std::launch::async, [&] { comms[0]->broadcast(got.data(), 400, 1); });
+  waiting.get_future().wait();  // rank 0 has arrived and waits for rank 1
+  std::vector<float> sent(100);
+  for (int i = 0; i < 100; ++i) sent[static_cast<std::size_t>(i)] = 0.5f * static_cast<float>(i);
+  comms[1]->broadcast(sent.data(), 400, 1);  // completes the phase
+  comms[1]->abort();                         // and leaves at once
+  REQUIRE_NOTHROW(slow.get());
+  CHECK(got == sent);
+  CHECK_THROWS_AS(comms[0]->barrier(), comm_error);  // the next collective sees the abort
+}
