@@ -30,6 +30,15 @@ struct raw_pusher {
     for (const auto& p : parts) bufs.push_back(zmq::buffer(p));
     REQUIRE(zmq::send_multipart(sock, bufs));
   }
+  /// Queues PARTS if the socket can take them now, without waiting: a socket whose every
+  /// connection the peer refuses may hold no pipe at the moment (ZeroMQ drops it after a
+  /// failed handshake and reconnects later), and a blocking send would then wait forever.
+  /// Returns whether the frame was queued.
+  bool offer(std::vector<std::string> parts) {
+    std::vector<zmq::const_buffer> bufs;
+    for (const auto& p : parts) bufs.push_back(zmq::buffer(p));
+    return zmq::send_multipart(sock, bufs, zmq::send_flags::dontwait).has_value();
+  }
 };
 
 /// The p2p_header_bytes bytes that encode H.
