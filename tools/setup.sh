@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 PACKAGES=(
   build-essential cmake ninja-build pkg-config git
   libcaf-dev libzmq3-dev cppzmq-dev libgloo-dev libyaml-cpp-dev doctest-dev
-  libopenblas-dev libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev
+  libopenblas-dev libdnnl-dev libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev
   zlib1g-dev libssl-dev
   dataset-fashion-mnist bible-kjv
   libcpp-httplib-dev prometheus-cpp-dev gnuplot-nox etcd-server

@@ -328,9 +328,11 @@ const std::vector<key_spec>& schema() {
          unbounded(),
          {"fp32", "bf16"},
          nullptr,
-         "Precision of matrix products. fp32; bf16: bf16 inputs with fp32 accumulation on a "
-         "GPU's tensor cores (master weights, optimizer state, norms and the loss stay fp32). "
-         "bf16 on the CPU is not built yet."},
+         "Precision of matrix products (linear layers and attention). fp32; bf16: bf16 inputs "
+         "with fp32 accumulation, on a GPU's tensor cores or, on the CPU, oneDNN's kernels for "
+         "AVX512_BF16 / AMX (a portable, slow path on a CPU with neither, named in the run's "
+         "first line). Master weights, optimizer state, norms, softmax, the loss and the "
+         "gradient sums stay fp32 (docs/precision.md)."},
         {"train",
          "onebit.freeze_step",
          COHORT_FIELD(train.onebit_freeze_step),

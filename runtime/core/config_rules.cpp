@@ -228,10 +228,6 @@ class rules {
                                      "' is not one of: cpu, cuda, cuda:N (N a device number), "
                                      "auto");
     const bool gpu = cohort::rules::device_spec_names_gpu(d);
-    if (fine({"train.precision", "train.device"}) && c.train.precision == "bf16" && d == "cpu")
-      complain({"train.precision", "train.device"},
-               "bf16 matrix products run on a GPU in this version; the CPU's bf16 path is not "
-               "built yet (set train.device: cuda, or train.precision: fp32)");
     if (fine({"train.device", "parallel.pp", "parallel.tp"}) && gpu &&
         (c.parallel.pp > 1 || c.parallel.tp > 1))
       complain({"train.device", "parallel.pp", "parallel.tp"},

@@ -24,6 +24,10 @@ void linear_fwd(float* y, const float* x, const float* w, const float* b, int ro
 /// bias_grad (db may be null).
 void linear_bwd(float* dx, float* dw, float* db, const float* dy, const float* x, const float* w,
                 int rows, int in, int out);
+/// dx[rows, in] = dy[rows, out] * W (assigned): linear_bwd's dx. In bf16 it reuses the rounded
+/// copy of W that linear_fwd made, so the contract is a forward pass's: linear_fwd with this W
+/// since W last changed (an optimizer step here counts as a change).
+void linear_dx(float* dx, const float* dy, const float* w, int rows, int in, int out);
 /// db[j] += dy[r][j] for r = 0, 1, ..., rows-1, one row at a time onto db (the order fixes the
 /// bits: nn::linear's backward and the CUDA twin add in exactly this order).
 void bias_grad(float* db, const float* dy, int rows, int out);
@@ -95,6 +99,31 @@ int num_threads();
 void set_portable_kernels(bool on);
 /// True when the AVX2/FMA loops are in use.
 bool simd_kernels();
+// ---- bf16 matrix products (bf16.cpp, matmul_bf16.cpp) ----
+/// The bf16 instructions this CPU has (cpuid, and AVX-512 state saved by the OS).
+enum class bf16_isa { none, avx512_bf16, amx_bf16 };
+bf16_isa cpu_bf16_isa();
+/// "none" | "avx512_bf16" | "amx_bf16".
+const char* bf16_isa_name(bf16_isa isa);
+/// Process-wide: when on, gemm, linear_fwd, linear_dx and attention's products take bf16
+/// inputs (rounded to nearest even) with float32 accumulation and output (train.precision:
+/// bf16). Everything else (norms, softmax, the loss, optimizers) stays float32.
+void set_matmul_bf16(bool on);
+bool matmul_bf16();
+/// True when bf16 products run on oneDNN's kernels for the CPU's bf16 instructions; false on
+/// the portable path (a CPU with neither AVX512_BF16 nor AMX, or forced): operands rounded to
+/// bf16 and multiplied by sgemm. COHORT_CPU_BF16=portable in the environment forces it, as
+/// does set_portable_bf16(true) (a test hook).
+bool fast_bf16();
+void set_portable_bf16(bool on);
+/// y[i] = the bf16 bits of x[i], rounded to nearest even (VCVTNEPS2BF16's rule: zero and
+/// subnormal inputs give a signed zero, NaN a quiet NaN). The AVX512_BF16 build and the
+/// portable loop give the same bits.
+void to_bf16(uint16_t* y, const float* x, int64_t n);
+/// y[i] = x[i] rounded to bf16, as a float32 (the portable path's operands).
+void round_to_bf16(float* y, const float* x, int64_t n);
+float bf16_to_float(uint16_t h);
+
 /// Flush-to-zero and denormals-are-zero for the CALLING thread's SSE/AVX arithmetic (on by
 /// default in no thread). Subnormal floats (|x| < 1.2e-38, e.g. Adam's second moment of a
 /// vanishing gradient) are 10-100x slower to compute with and carry no useful information

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "runtime/cpu/kernels.hpp"
+#include "runtime/cpu/matmul_bf16.hpp"
 #include "runtime/cpu/simd.hpp"
 
 namespace cohort::cpu {
@@ -32,8 +33,15 @@ COHORT_TWO_BUILDS(void, bias_rows, (float* y, const float* b, int rows, int out)
 void set_num_threads(int n) { openblas_set_num_threads(n < 1 ? 1 : n); }
 int num_threads() { return openblas_get_num_threads(); }
 
+void detail::gemm_fp32(bool ta, bool tb, int m, int n, int k, float alpha, const float* a,
+                       int lda, const float* b, int ldb, float beta, float* c, int ldc) {
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n,
+              k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
 void gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, int lda,
           const float* b, int ldb, float beta, float* c, int ldc) {
+  if (matmul_bf16()) return detail::gemm_bf16(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n,
               k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
@@ -42,12 +50,18 @@ void linear_fwd(float* y, const float* x, const float* w, const float* b, int ro
                 int out) {
   // Bias first, then one sgemm with beta = 1: the bias costs no extra pass over y.
   if (b) bias_rows_dispatch(y, b, rows, out);
+  if (matmul_bf16()) return detail::linear_fwd_bf16(y, x, w, b != nullptr, rows, in, out);
   gemm(false, true, rows, out, in, 1.0f, x, in, w, in, b ? 1.0f : 0.0f, y, out);
+}
+
+void linear_dx(float* dx, const float* dy, const float* w, int rows, int in, int out) {
+  if (matmul_bf16()) return detail::linear_dx_bf16(dx, dy, w, rows, in, out);
+  gemm(false, false, rows, in, out, 1.0f, dy, out, w, in, 0.0f, dx, in);
 }
 
 void linear_bwd(float* dx, float* dw, float* db, const float* dy, const float* x, const float* w,
                 int rows, int in, int out) {
-  if (dx) gemm(false, false, rows, in, out, 1.0f, dy, out, w, in, 0.0f, dx, in);
+  if (dx) linear_dx(dx, dy, w, rows, in, out);
   gemm(true, false, out, in, rows, 1.0f, dy, out, x, in, 1.0f, dw, in);
   if (db) bias_grad(db, dy, rows, out);
 }

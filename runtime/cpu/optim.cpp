@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "runtime/cpu/kernels.hpp"
+#include "runtime/cpu/matmul_bf16.hpp"
 #include "runtime/cpu/simd.hpp"
 
 namespace cohort::cpu {
@@ -105,6 +106,7 @@ void adamw_step(float* p, const float* g, float* m, float* v, int64_t n, float l
   const float step_size = static_cast<float>(lr / bc1);
   const float sqrt_bc2 = static_cast<float>(std::sqrt(bc2));
   adamw_dispatch(p, g, m, v, n, lr, beta1, beta2, eps, decay, step_size, sqrt_bc2);
+  detail::params_changed();
 }
 
 void onebit_adam_frozen_step(float* p, const float* momentum, float* m, const float* v, int64_t n,
@@ -127,11 +129,13 @@ void onebit_adam_frozen_step(float* p, const float* momentum, float* m, const fl
     const float denom = std::sqrt(v[i]) / sqrt_bc2 + eps;
     p[i] = p[i] * decay - step_size * (mi / denom);
   }
+  detail::params_changed();
 }
 
 void sgd_step(float* p, const float* g, float* buf, int64_t n, float lr, float momentum,
               float weight_decay) {
   sgd_dispatch(p, g, buf, n, lr, momentum, weight_decay);
+  detail::params_changed();
 }
 
 double sum_squares(const float* x, int64_t n) { return sum_squares_dispatch(x, n); }

@@ -31,8 +31,17 @@ class cpu_dev final : public device {
  public:
   std::string name() const override { return "cpu"; }
   std::string describe() const override {
+    std::string prec = "fp32";
+    if (cpu::matmul_bf16())
+      prec = cpu::fast_bf16()
+                 ? std::string("bf16 on oneDNN, ") + cpu::bf16_isa_name(cpu::cpu_bf16_isa())
+                 : std::string("bf16 PORTABLE (slow: ") +
+                       (cpu::cpu_bf16_isa() == cpu::bf16_isa::none
+                            ? "this CPU has neither avx512_bf16 nor amx_bf16"
+                            : "forced by COHORT_CPU_BF16=portable") +
+                       ")";
     return std::string("cpu (") + (cpu::simd_kernels() ? "AVX2/FMA" : "portable") + " kernels, " +
-           std::to_string(cpu::num_threads()) + " BLAS thread(s), fp32)";
+           std::to_string(cpu::num_threads()) + " BLAS thread(s), " + prec + ")";
   }
   bool host_visible() const override { return true; }
 
@@ -54,12 +63,11 @@ class cpu_dev final : public device {
   }
   void synchronize() override {}
   void set_matmul_precision(matmul_precision p) override {
-    if (p != matmul_precision::fp32)
-      throw usage_error(
-          "train.precision: bf16 runs on a GPU in this version (train.device: cuda); the CPU's "
-          "bf16 path is not built yet: use train.precision: fp32 on the CPU");
+    cpu::set_matmul_bf16(p == matmul_precision::bf16);
   }
-  matmul_precision precision() const override { return matmul_precision::fp32; }
+  matmul_precision precision() const override {
+    return cpu::matmul_bf16() ? matmul_precision::bf16 : matmul_precision::fp32;
+  }
 
   void gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, int lda,
             const float* b, int ldb, float beta, float* c, int ldc) override {
@@ -68,6 +76,9 @@ class cpu_dev final : public device {
   void linear_fwd(float* y, const float* x, const float* w, const float* b, int rows, int in,
                   int out) override {
     cpu::linear_fwd(y, x, w, b, rows, in, out);
+  }
+  void linear_dx(float* dx, const float* dy, const float* w, int rows, int in, int out) override {
+    cpu::linear_dx(dx, dy, w, rows, in, out);
   }
   void bias_grad(float* db, const float* dy, int rows, int out) override {
     cpu::bias_grad(db, dy, rows, out);

@@ -65,7 +65,7 @@ class device {
   virtual std::string profile_report() const { return ""; }
 
   /// The precision of matrix products from now on. Throws usage_error where the device has
-  /// no such path (bf16 on the CPU until its own issue lands).
+  /// no such path.
   virtual void set_matmul_precision(matmul_precision p) = 0;
   virtual matmul_precision precision() const = 0;
 
@@ -74,6 +74,11 @@ class device {
                     const float* b, int ldb, float beta, float* c, int ldc) = 0;
   virtual void linear_fwd(float* y, const float* x, const float* w, const float* b, int rows,
                           int in, int out) = 0;
+  /// dx[rows, in] = dy[rows, out] W (assigned), after linear_fwd with this W (runtime/cpu/
+  /// kernels.hpp, linear_dx: in bf16 the CPU reuses the rounded W that forward made).
+  virtual void linear_dx(float* dx, const float* dy, const float* w, int rows, int in, int out) {
+    gemm(false, false, rows, in, out, 1.0f, dy, out, w, in, 0.0f, dx, in);
+  }
   /// db[j] += sum over rows, in ascending row order, of dy[r, j].
   virtual void bias_grad(float* db, const float* dy, int rows, int out) = 0;
   virtual void embedding_fwd(float* out, const int32_t* ids, const float* wte, const float* wpe,

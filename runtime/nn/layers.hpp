@@ -95,7 +95,7 @@ inline void linear::backward(float* dx, const float* dy, const float* x, int row
     if (report) report(g, static_cast<int64_t>(r1 - r0) * in);
     r1 = r0;
   }
-  if (dx) dev->gemm(false, false, rows, in, out, 1.0f, dy, out, w.data(), in, 0.0f, dx, in);
+  if (dx) dev->linear_dx(dx, dy, w.data(), rows, in, out);
 }
 
 /// LayerNorm over the last dimension with affine weight and bias (nn.LayerNorm).

@@ -1036,16 +1036,6 @@ const std::vector<broken_case> broken = {
      "train.device",
      "'cuda:' is not one of: cpu, cuda, cuda:N",
      1},
-    {"bf16 on the CPU",
-     "train:\n  device: cpu\n  precision: bf16\n",
-     {},
-     "cfg.yaml",
-     3,
-     14,
-     "train.precision",
-     "bf16 matrix products run on a GPU in this version; the CPU's bf16 path is not built yet "
-     "(set train.device: cuda, or train.precision: fp32)",
-     1},
     {"pipeline stages on a GPU",
      "cluster:\n  workers: 2\nmodel:\n  kind: gpt\nparallel:\n  pp: 2\ntrain:\n  device: "
      "cuda:1\n",
