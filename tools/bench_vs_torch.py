@@ -112,6 +112,9 @@ def main():
     ap.add_argument("--d-model", type=int, default=128)
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
+                    help="bf16: torch.autocast('cpu', dtype=torch.bfloat16) around forward "
+                         "(PyTorch's mixed precision on the CPU, the peer of train.precision: bf16)")
     a = ap.parse_args()
 
     torch.set_num_threads(a.threads)
@@ -139,7 +142,8 @@ def main():
 
     def step(i):
         opt.zero_grad(set_to_none=False)
-        loss = model(*data[i % len(data)])
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.precision == "bf16"):
+            loss = model(*data[i % len(data)])
         loss.backward()
         opt.step()
         return loss.item()
@@ -158,6 +162,7 @@ def main():
     cpu = time.process_time() - c0
     res = {
         "impl": "torch", "torch": torch.__version__, "model": a.model, "batch": batch,
+        "precision": a.precision,
         "tokens_per_step": tokens, "steps": a.steps, "threads": a.threads,
         "params": sum(p.numel() for p in model.parameters()), "seconds": secs,
         "ms_per_step": 1e3 * secs / a.steps, "best_ms": 1e3 * best,
@@ -171,7 +176,7 @@ def main():
     else:
         unit = (f"{res['tokens_per_s']:.0f} tokens/s" if a.model == "gpt"
                 else f"{res['samples_per_s']:.0f} samples/s")
-        print(f"torch {a.model} batch {batch}: {res['ms_per_step']:.3f} ms/step "
+        print(f"torch {a.model} {a.precision} batch {batch}: {res['ms_per_step']:.3f} ms/step "
               f"(best {res['best_ms']:.3f}, cpu {res['cpu_ms_per_step']:.3f}), {unit}, params {res['params']}, "
               f"loss {first:.4f} -> {last:.4f}")
 

@@ -3,8 +3,10 @@
 // gives the same bits), and the process-wide switch that sends matrix products to bf16
 // (matmul_bf16.cpp computes them).
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <algorithm>
 #include <string>
 
 #include "runtime/cpu/kernels.hpp"
@@ -85,6 +87,31 @@ __attribute__((target("avx512f,avx512bf16,avx512vl"))) void to_bf16_avx512(uint1
 }
 #endif
 
+#if COHORT_X86
+// Twelve independent accumulator chains (more than the FMA pipes' latency x width), N rounds:
+// the loop runs at the instruction's throughput and touches no memory.
+template <bool bf16>
+__attribute__((target("avx512f,avx512bf16"), noinline)) float peak_loop(int64_t rounds) {
+  __m512 a0 = _mm512_set1_ps(0.0f), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0,
+         a7 = a0, a8 = a0, a9 = a0, a10 = a0, a11 = a0;
+  __m512 x = _mm512_set1_ps(1e-8f);
+  __asm__ volatile("" : "+v"(x));  // not a constant the compiler could fold
+  const __m512bh h = reinterpret_cast<const __m512bh&>(x);
+  for (int64_t r = 0; r < rounds; ++r) {
+#define COHORT_STEP(a) a = bf16 ? _mm512_dpbf16_ps(a, h, h) : _mm512_fmadd_ps(x, x, a)
+    COHORT_STEP(a0); COHORT_STEP(a1); COHORT_STEP(a2); COHORT_STEP(a3);
+    COHORT_STEP(a4); COHORT_STEP(a5); COHORT_STEP(a6); COHORT_STEP(a7);
+    COHORT_STEP(a8); COHORT_STEP(a9); COHORT_STEP(a10); COHORT_STEP(a11);
+#undef COHORT_STEP
+  }
+  const __m512 s = _mm512_add_ps(
+      _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)),
+                    _mm512_add_ps(_mm512_add_ps(a4, a5), _mm512_add_ps(a6, a7))),
+      _mm512_add_ps(_mm512_add_ps(a8, a9), _mm512_add_ps(a10, a11)));
+  return _mm512_reduce_add_ps(s);
+}
+#endif
+
 bool use_bf16_instructions() {
   static const bool yes = detect() != bf16_isa::none;
   return yes;
@@ -107,6 +134,27 @@ const char* bf16_isa_name(bf16_isa isa) {
       break;
   }
   return "none";
+}
+
+double peak_gflops(bool bf16) {
+#if COHORT_X86
+  if (cpu_bf16_isa() == bf16_isa::none) return 0.0;
+  const int64_t rounds = 4000000;
+  double best = 0.0;
+  for (int trial = 0; trial < 3; ++trial) {
+    const auto t0 = std::chrono::steady_clock::now();
+    volatile float sink = bf16 ? peak_loop<true>(rounds) : peak_loop<false>(rounds);
+    (void)sink;
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    // A 512-bit FMA: 16 lanes x 2 flops; VDPBF16PS: 16 lanes x 2 products x 2 flops.
+    const double flops = static_cast<double>(rounds) * 12 * (bf16 ? 64 : 32);
+    best = std::max(best, flops / secs / 1e9);
+  }
+  return best;
+#else
+  (void)bf16;
+  return 0.0;
+#endif
 }
 
 void set_matmul_bf16(bool on) { g_bf16.store(on, std::memory_order_relaxed); }

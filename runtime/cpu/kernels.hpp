@@ -10,6 +10,7 @@
 // NH heads. Linear weights are [out, in] like PyTorch's nn.Linear.
 #pragma once
 #include <cstdint>
+#include <string>
 
 namespace cohort::cpu {
 
@@ -90,6 +91,9 @@ void scale(float* x, float s, int64_t n);
 
 // ---- CPU-only helpers (no CUDA twin needed) ----
 // The thread count of the CPU path (linear.cpp), the SIMD choice and flush-to-zero (simd.cpp).
+/// The kernel family OpenBLAS runs ("Cooperlake", "Haswell", ...): its own choice for the
+/// CPU, or what OPENBLAS_CORETYPE in the environment forced (the run's header names it).
+std::string blas_core();
 /// Sets the threads OpenBLAS uses (>= 1); results must not depend on the machine's cores.
 void set_num_threads(int n);
 /// Threads OpenBLAS currently uses.
@@ -123,6 +127,10 @@ void to_bf16(uint16_t* y, const float* x, int64_t n);
 /// y[i] = x[i] rounded to bf16, as a float32 (the portable path's operands).
 void round_to_bf16(float* y, const float* x, int64_t n);
 float bf16_to_float(uint16_t h);
+/// One core's measured peak in GFLOP/s of 512-bit FMAs (bf16 false) or VDPBF16PS (true): a
+/// loop of independent chains that touches no memory, best of three ~0.1 s runs. 0 on a CPU
+/// without AVX512_BF16 (the benchmark then states no peak).
+double peak_gflops(bool bf16);
 
 /// Flush-to-zero and denormals-are-zero for the CALLING thread's SSE/AVX arithmetic (on by
 /// default in no thread). Subnormal floats (|x| < 1.2e-38, e.g. Adam's second moment of a

@@ -3,6 +3,7 @@
 #include <cblas.h>
 
 #include <cstring>
+#include <string>
 
 #include "runtime/cpu/kernels.hpp"
 #include "runtime/cpu/matmul_bf16.hpp"
@@ -29,6 +30,11 @@ COHORT_INLINE void bias_rows_body(float* y, const float* b, int rows, int out) {
 COHORT_TWO_BUILDS(void, bias_rows, (float* y, const float* b, int rows, int out), (y, b, rows, out))
 
 }  // namespace
+
+std::string blas_core() {
+  const char* name = openblas_get_corename();
+  return name ? name : "unknown";
+}
 
 void set_num_threads(int n) { openblas_set_num_threads(n < 1 ? 1 : n); }
 int num_threads() { return openblas_get_num_threads(); }

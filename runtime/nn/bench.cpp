@@ -102,6 +102,12 @@ bench_result bench_train(const bench_options& o) {
   } restore;
   cpu::set_flush_denormals(o.flush_denormals);
   device& dev = open_device(resolve_device(o.device, 0));
+  // The device's precision is the process's (the CPU's is one switch): given back after.
+  struct restore_precision {
+    device& d;
+    matmul_precision was = d.precision();
+    ~restore_precision() { d.set_matmul_precision(was); }
+  } restore_prec{dev};
   dev.set_matmul_precision(parse_precision(o.precision));
   // A pool of its own on the device: its peak is the benchmark's whole tensor footprint.
   // Declared before the model and optimizer so it outlives them.
@@ -172,6 +178,28 @@ bench_result bench_train(const bench_options& o) {
   res.peak_tflops = o.peak_tflops > 0 ? o.peak_tflops : peak_tflops(dev.describe(), o.precision);
   if (res.peak_tflops > 0) res.mfu = res.achieved_tflops / res.peak_tflops;
   return res;
+}
+
+double bench_cpu_product(int m, int n, int k, const std::string& precision, int reps) {
+  device& dev = cpu_device();
+  struct restore_precision {
+    device& d;
+    matmul_precision was = d.precision();
+    ~restore_precision() { d.set_matmul_precision(was); }
+  } restore_prec{dev};
+  dev.set_matmul_precision(parse_precision(precision));
+  std::vector<float> a(static_cast<std::size_t>(m) * k), b(static_cast<std::size_t>(n) * k),
+      c(static_cast<std::size_t>(m) * n);
+  for (std::size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(i % 17) * 0.01f;
+  for (std::size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>(i % 13) * 0.01f;
+  double best = 1e30;
+  for (int r = 0; r < reps + 3; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    dev.gemm(false, true, m, n, k, 1.0f, a.data(), k, b.data(), k, 0.0f, c.data(), n);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (r >= 3) best = std::min(best, s);
+  }
+  return 2.0 * m * n * k / best / 1e9;
 }
 
 }  // namespace cohort::nn

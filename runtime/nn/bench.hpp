@@ -62,4 +62,8 @@ double peak_tflops(const std::string& name, const std::string& precision);
 /// Runs the benchmark; throws usage_error for a bad model name or size.
 bench_result bench_train(const bench_options& o);
 
+/// One matrix product C[m,n] = A[m,k] B[n,k]^T on the CPU in PRECISION (fp32 | bf16, as the
+/// step runs it: bf16 includes rounding both operands), best of REPS calls: GFLOP/s.
+double bench_cpu_product(int m, int n, int k, const std::string& precision, int reps = 20);
+
 }  // namespace cohort::nn

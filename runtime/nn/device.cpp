@@ -41,7 +41,8 @@ class cpu_dev final : public device {
                             : "forced by COHORT_CPU_BF16=portable") +
                        ")";
     return std::string("cpu (") + (cpu::simd_kernels() ? "AVX2/FMA" : "portable") + " kernels, " +
-           std::to_string(cpu::num_threads()) + " BLAS thread(s), " + prec + ")";
+           std::to_string(cpu::num_threads()) + " OpenBLAS " + cpu::blas_core() + " thread(s), " +
+           prec + ")";
   }
   bool host_visible() const override { return true; }
 
