@@ -76,7 +76,11 @@ TEST_CASE("device: train.device and train.precision are parsed and resolved with
   CHECK(nn::resolve_device("cpu", 0).name() == "cpu");
   CHECK_THROWS_AS(nn::resolve_device("cuda:x", 0), usage_error);
   CHECK_THROWS_AS(nn::parse_precision("fp16"), usage_error);
-  CHECK_THROWS_AS(nn::cpu_device().set_matmul_precision(nn::matmul_precision::bf16), usage_error);
+  // The CPU takes bf16 (docs/precision.md) and gives fp32 back.
+  nn::cpu_device().set_matmul_precision(nn::matmul_precision::bf16);
+  CHECK(nn::cpu_device().precision() == nn::matmul_precision::bf16);
+  nn::cpu_device().set_matmul_precision(nn::matmul_precision::fp32);
+  CHECK(nn::cpu_device().precision() == nn::matmul_precision::fp32);
   if (nn::cuda_device_count() == 0) {
     CHECK(nn::resolve_device("auto", 3).name() == "cpu");  // no GPU: auto is the CPU
     try {
