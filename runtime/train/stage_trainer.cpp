@@ -8,6 +8,7 @@
 #include "runtime/core/error.hpp"
 #include "runtime/core/rules.hpp"
 #include "runtime/core/trace.hpp"
+#include "runtime/nn/device.hpp"
 #include "runtime/train/checkpoint_writer.hpp"
 #include "runtime/train/fixed_point.hpp"
 #include "runtime/train/param_stats.hpp"
@@ -43,6 +44,9 @@ stage_trainer::stage_trainer(const config& c, int stage, int tp_rank)
                       " tp=" + std::to_string(tp_size_));
   cpu::set_num_threads(std::max(1, c.train.threads));
   cpu::set_flush_denormals(true);
+  // Stages run on the CPU (the config refuses a GPU with pp or tp > 1): its products take
+  // train.precision as the whole-model trainer's do.
+  nn::cpu_device().set_matmul_precision(nn::parse_precision(c.train.precision));
   data_ = make_dataset(c);
   nn::gpt_shape shape;
   shape.vocab = data_->num_classes();

@@ -53,6 +53,23 @@ TEST_CASE("bf16 bitwise: the GPT ends on cohort train's hash at dp 1 2 and 4, no
   }
 }
 
+TEST_CASE("bf16 bitwise: pipeline stages end on cohort train's hash, tensor parallel within 1e-3") {
+  temp_dir dir;
+  const std::string cfg = dir.write("bf16.yaml", with_bf16(gpt_yaml(dir.path(), 6)));
+  const nlohmann::json ref = train_summary(dir, cfg);
+  const nlohmann::json pp = launch(dir, cfg, "pp2",
+                                   {"--set", "cluster.workers=4", "--set", "parallel.pp=2"});
+  REQUIRE(pp.is_object());
+  check_fault_free(pp, ref["params_sha256"], 6);
+  // Row-parallel products sum partial results in another order: close, not the same bits.
+  const nlohmann::json tp = launch(dir, cfg, "tp2",
+                                   {"--set", "cluster.workers=2", "--set", "parallel.tp=2"});
+  REQUIRE(tp.is_object());
+  CHECK(tp["steps_completed"] == 6);
+  CHECK(tp["final_loss"].get<double>() ==
+        doctest::Approx(ref["final_loss"].get<double>()).epsilon(1e-3));
+}
+
 TEST_CASE("bf16 bitwise: a killed worker and a change of size end on cohort train's hash") {
   temp_dir dir;
   const int steps = 40;
