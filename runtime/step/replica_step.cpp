@@ -211,6 +211,10 @@ void replica_step::run_step(const net::step_open& o, int rank, net::step_vote& v
       v.fatal = true;  // facts that contradict each other: a retry finds the same
       throw;
     }
+    // Never a forward pass on parameters a failed gather left partly stale.
+    if (!z->whole_params())
+      refuse("the parameters of step " + std::to_string(o.step) +
+             " are not whole here after the re-cut");
   } else if (o.donor_rank >= 0)
     receive_state(o.donor_rank, o.step, t);
   const auto t1 = io_.now();

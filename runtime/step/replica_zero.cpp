@@ -71,6 +71,8 @@ bool replica_step::gather(train::trainer& z, const pending_step& p) {
     // Each member applied its own shards; the next re-cut takes the parameters from them.
     spdlog::warn("dp group: the parameters' gather after step {} failed: {}", p.step, e.what());
     z.params_partial();
+    // The next open re-cuts even in this generation: the re-cut is what makes them whole.
+    resharded_generation_ = 0;
     links_.drop(*shared_);
     return false;
   }

@@ -416,6 +416,23 @@ shard_snapshot snapshot_state(const config& c, const cohort::dataset& data, cons
   return s;
 }
 
+int64_t optimizer_steps_of(const training_metadata& meta, const std::string& step_dir) {
+  const auto it = meta.extra.find("optimizer.steps");
+  if (it == meta.extra.end()) return meta.step;
+  std::size_t used = 0;
+  int64_t steps = -1;
+  try {
+    steps = std::stoll(it->second, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != it->second.size() || it->second.empty() || steps < 0)
+    throw checkpoint_error("checkpoint " + step_dir +
+                           ": metadata optimizer.steps is not an integer >= 0: '" + it->second +
+                           "' (the checkpoint is damaged: resume from an earlier one)");
+  return steps;
+}
+
 int64_t load_state(const std::string& step_dir, const config& c, nn::model& m, nn::optimizer& opt,
                    int stage, int tp_rank) {
   training_metadata head = read_checkpoint_metadata(step_dir);
@@ -443,7 +460,7 @@ int64_t load_state(const std::string& step_dir, const config& c, nn::model& m, n
     m.flat_values().copy_from_host(values.data());
     for (std::size_t i = 0; i < slots.size(); ++i) slots[i].second.copy_from_host(host[i].data());
     const auto it = meta.extra.find("optimizer.steps");
-    opt.set_steps(it == meta.extra.end() ? meta.step : std::stoll(it->second));
+    opt.set_steps(optimizer_steps_of(meta, step_dir));
     return meta.step;
   }
   // Loaded into host memory, then copied to a GPU: the same files load on either device.
@@ -463,21 +480,16 @@ int64_t load_state(const std::string& step_dir, const config& c, nn::model& m, n
     for (std::size_t i = 0; i < slots.size(); ++i)
       slots[i].second.copy_from_host(host[1 + i].data());
   }
-  auto it = meta.extra.find("optimizer.steps");
-  int64_t steps = meta.step;
-  if (it != meta.extra.end()) {
-    try {
-      steps = std::stoll(it->second);
-    } catch (const std::exception&) {
-      throw checkpoint_error("checkpoint " + step_dir +
-                             ": metadata optimizer.steps is not an integer: " + it->second);
-    }
-  }
-  opt.set_steps(steps);
+  opt.set_steps(optimizer_steps_of(meta, step_dir));
   return meta.step;
 }
 
 shard_snapshot trainer::snapshot(int64_t next_step) const {
+  // Sharded state released at a resume (zero_load) and no step since: alone, this process
+  // holds all of it, so load it now. Without this a final checkpoint written at once
+  // (`cohort train --resume` at train.steps) would have no optimizer state. Loading the state
+  // it was resumed from changes nothing a caller can see, hence the const_cast.
+  if (zero_ && !zero_->holds()) const_cast<trainer*>(this)->zero_hold_alone();
   shard_snapshot s = snapshot_state(cfg_, *data_, *model_, *opt_, next_step);
   // The whole model in one shard, whatever grid the config names.
   s.meta.extra["parallel.pp"] = s.meta.extra["parallel.tp"] = "1";

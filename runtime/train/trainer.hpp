@@ -101,6 +101,11 @@ struct zero_reshard {
   bool behind = false;  ///< this member held nothing of the step (a joiner)
 };
 
+/// The optimizer's step count a checkpoint's metadata records (optimizer.steps; the
+/// checkpoint's step when absent). Throws checkpoint_error naming STEP_DIR for a value that is
+/// not a whole number >= 0.
+int64_t optimizer_steps_of(const training_metadata& meta, const std::string& step_dir);
+
 class trainer {
  public:
   /// Builds the data set and the model (initialised from train.seed) the config names, on

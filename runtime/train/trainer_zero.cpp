@@ -34,11 +34,17 @@ tensor_target flat_target(const std::string& name, int64_t n, float* data) {
 int zero_parts_of(const training_metadata& head) {
   const auto it = head.extra.find("zero.parts");
   if (it == head.extra.end()) return 0;
+  std::size_t used = 0;
+  int parts = 0;
   try {
-    return std::stoi(it->second);
+    parts = std::stoi(it->second, &used);
   } catch (const std::exception&) {
-    throw checkpoint_error("checkpoint metadata zero.parts is not an integer: " + it->second);
+    used = 0;
   }
+  if (used != it->second.size() || it->second.empty() || parts < 1)
+    throw checkpoint_error("checkpoint metadata zero.parts is not a whole number >= 1: '" +
+                           it->second + "' (the checkpoint is damaged: resume from an earlier one)");
+  return parts;
 }
 
 }  // namespace
@@ -104,9 +110,7 @@ int64_t trainer::zero_load(const std::string& step_dir) {
     meta = load_checkpoint_shard(step_dir, 0, 0, param_targets(*model_, params.data()), targets);
   }
   model_->flat_values().copy_from_host(params.data());
-  int64_t steps = meta.step;
-  if (const auto it = meta.extra.find("optimizer.steps"); it != meta.extra.end())
-    steps = std::stoll(it->second);
+  const int64_t steps = optimizer_steps_of(meta, step_dir);
   zero_->release();
   zero_->set_steps(steps);
   zero_source_ = step_dir;

@@ -223,3 +223,31 @@ TEST_CASE("zero 1: a lost shard with no checkpoint ends the run saying what to s
   CHECK_MESSAGE(all.find("held only by members that are gone") != std::string::npos, all);
   CHECK_MESSAGE(all.find("checkpoint_every") != std::string::npos, all);
 }
+
+// `cohort train --resume-from` at train.steps runs no step and writes its final checkpoint at
+// once: the optimizer state it was resumed with must be in it (sharded state is released at
+// a resume and loaded when first needed), so a run resumed from that checkpoint ends where
+// one resumed from the original does.
+TEST_CASE("zero 1: cohort train resumed at its last step writes the optimizer state it loaded") {
+  temp_dir dir;
+  std::string yaml = small_yaml(dir.path(), "bitwise", 20);
+  yaml.replace(yaml.find("checkpoint_every: 0"), 19, "checkpoint_every: 10");
+  const std::string cfg = dir.write("cfg.yaml", yaml);
+  auto train = [&](const std::string& args) {
+    int rc = -1;
+    const std::string out = run_capture("train " + cfg + " -q --set train.zero=1 " + args, &rc);
+    REQUIRE_MESSAGE(rc == 0, out);
+  };
+  train("");
+  const std::string first = dir.path() + "/ckpt/step_00000020";
+  REQUIRE(fs::exists(first));
+  train("--resume-from " + first + " --set fault_tolerance.checkpoint_dir=" + dir.path() + "/again");
+  const std::string again = dir.path() + "/again/step_00000020";
+  REQUIRE(fs::exists(again));
+  train("--resume-from " + first + " --set train.steps=30 --set fault_tolerance.checkpoint_dir=" +
+        dir.path() + "/a --summary " + dir.path() + "/a.json");
+  train("--resume-from " + again + " --set train.steps=30 --set fault_tolerance.checkpoint_dir=" +
+        dir.path() + "/b --summary " + dir.path() + "/b.json");
+  CHECK(read_json(dir.path() + "/a.json")["params_sha256"] ==
+        read_json(dir.path() + "/b.json")["params_sha256"]);
+}
