@@ -485,10 +485,8 @@ int64_t load_state(const std::string& step_dir, const config& c, nn::model& m, n
 }
 
 shard_snapshot trainer::snapshot(int64_t next_step) const {
-  // Sharded state released at a resume (zero_load) and no step since: alone, this process
-  // holds all of it, so load it now. Without this a final checkpoint written at once
-  // (`cohort train --resume` at train.steps) would have no optimizer state. Loading the state
-  // it was resumed from changes nothing a caller can see, hence the const_cast.
+  // Sharded state released at a resume and no step since (a final checkpoint written at once):
+  // alone, load all of it; that changes nothing a caller sees, hence the const_cast.
   if (zero_ && !zero_->holds()) const_cast<trainer*>(this)->zero_hold_alone();
   shard_snapshot s = snapshot_state(cfg_, *data_, *model_, *opt_, next_step);
   // The whole model in one shard, whatever grid the config names.
