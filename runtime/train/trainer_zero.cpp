@@ -182,6 +182,15 @@ zero_reshard trainer::reshard(comm::communicator& c, int64_t step, int64_t held_
               x.old_rank == k;
   }
   if (settled) return out;  // every member holds its ranges and all the parameters
+  // Before the first optimizer step the state is zeros wherever it is held: each member makes
+  // its own ranges and nothing moves (a worker that joins at step 0 costs no transfer).
+  bool zeros = true;
+  for (const zero_facts& x : all)
+    zeros = zeros && x.kind != shard_source::nothing && x.optimizer_steps == 0;
+  if (zeros) {
+    for (shard_source& s : f.members) s = {shard_source::everything, -1};
+    f.old_w = std::max(1, f.old_w);
+  }
   out.ran = true;
   out.behind = mine.kind == shard_source::nothing;
   if (steps_from < 0)
