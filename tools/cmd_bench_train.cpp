@@ -50,8 +50,7 @@ void print_bench_train(const nn::bench_result& r, bool json) {
         "cohort %s batch %d on %s: %.3f ms/step (best %.3f, cpu %.3f), %s, params %lld, loss "
         "%.4f -> %.4f, %.1f GFLOP/s",
         r.model.c_str(), r.batch, r.device.c_str(), r.ms_per_step, r.best_ms, r.cpu_ms_per_step,
-        unit, static_cast<long long>(r.params), r.first_loss, r.last_loss,
-        1e3 * r.achieved_tflops);
+        unit, static_cast<long long>(r.params), r.first_loss, r.last_loss, 1e3 * r.achieved_tflops);
     if (r.peak_tflops > 0)
       std::printf(", MFU %.1f%% of %.0f TFLOP/s %s peak", 100 * r.mfu, r.peak_tflops,
                   r.precision.c_str());

@@ -90,11 +90,11 @@ void attention_fwd(float* out, float* att, const float* qkv, int b, int t, int c
         float* ab = a + static_cast<int64_t>(r0) * t;
         // S = scale * Q K^T for these rows and keys [0, r1); the causal softmax zeroes the
         // rest of each row, so P is exactly lower-triangular.
-        detail::gemm_fp32(false, true, rows, r1, hs, sc, q + static_cast<int64_t>(r0) * 3 * c, 3 * c, k, 3 * c,
-             0.0f, ab, t);
+        detail::gemm_fp32(false, true, rows, r1, hs, sc, q + static_cast<int64_t>(r0) * 3 * c,
+                          3 * c, k, 3 * c, 0.0f, ab, t);
         for (int i = r0; i < r1; ++i) causal_softmax_row(a + static_cast<int64_t>(i) * t, i, t);
         detail::gemm_fp32(false, false, rows, hs, r1, 1.0f, ab, t, v, 3 * c, 0.0f,
-             o + static_cast<int64_t>(r0) * c, c);
+                          o + static_cast<int64_t>(r0) * c, c);
       }
     }
 }
@@ -121,23 +121,24 @@ void attention_bwd(float* dqkv, float* scratch, const float* dout, const float* 
         // dP = dO V^T on the causal part, then the softmax backward per row with the score
         // scale folded in: dS = scale * P (dP - <P, dP>), zero above the diagonal.
         float* db = ds + static_cast<int64_t>(r0) * t;
-        detail::gemm_fp32(false, true, rows, r1, hs, 1.0f, dO + static_cast<int64_t>(r0) * c, c, v, 3 * c, 0.0f,
-             db, t);
+        detail::gemm_fp32(false, true, rows, r1, hs, 1.0f, dO + static_cast<int64_t>(r0) * c, c, v,
+                          3 * c, 0.0f, db, t);
         for (int i = r0; i < r1; ++i)
           softmax_bwd_row(ds + static_cast<int64_t>(i) * t, p + static_cast<int64_t>(i) * t, i + 1,
                           t, sc);
         // dQ[rows] = dS[rows, 0:r1] K[0:r1].
-        detail::gemm_fp32(false, false, rows, hs, r1, 1.0f, db, t, k, 3 * c, 0.0f, dq + r0 * ld3, 3 * c);
+        detail::gemm_fp32(false, false, rows, hs, r1, 1.0f, db, t, k, 3 * c, 0.0f, dq + r0 * ld3,
+                          3 * c);
       }
       for (int c0 = 0; c0 < t; c0 += k_att_block) {
         const int c1 = std::min(t, c0 + k_att_block), cols = c1 - c0;
         // Keys / values [c0, c1) are seen by query rows [c0, T) only:
         // dV = P[c0:T, c0:c1]^T dO[c0:T]; dK = dS[c0:T, c0:c1]^T Q[c0:T].
         const int64_t off = static_cast<int64_t>(c0) * t + c0;
-        detail::gemm_fp32(true, false, cols, hs, t - c0, 1.0f, p + off, t, dO + static_cast<int64_t>(c0) * c, c,
-             0.0f, dv + c0 * ld3, 3 * c);
-        detail::gemm_fp32(true, false, cols, hs, t - c0, 1.0f, ds + off, t, q + c0 * ld3, 3 * c, 0.0f,
-             dk + c0 * ld3, 3 * c);
+        detail::gemm_fp32(true, false, cols, hs, t - c0, 1.0f, p + off, t,
+                          dO + static_cast<int64_t>(c0) * c, c, 0.0f, dv + c0 * ld3, 3 * c);
+        detail::gemm_fp32(true, false, cols, hs, t - c0, 1.0f, ds + off, t, q + c0 * ld3, 3 * c,
+                          0.0f, dk + c0 * ld3, 3 * c);
       }
     }
 }

@@ -2,11 +2,11 @@
 // (round to nearest even, as the VCVTNEPS2BF16 instruction does, with a portable twin that
 // gives the same bits), and the process-wide switch that sends matrix products to bf16
 // (matmul_bf16.cpp computes them).
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
-#include <algorithm>
 #include <string>
 
 #include "runtime/cpu/kernels.hpp"
@@ -72,8 +72,8 @@ void to_bf16_portable(uint16_t* y, const float* x, int64_t n) {
 
 #if COHORT_X86
 __attribute__((target("avx512f,avx512bf16,avx512vl"))) void to_bf16_avx512(uint16_t* y,
-                                                                             const float* x,
-                                                                             int64_t n) {
+                                                                           const float* x,
+                                                                           int64_t n) {
   int64_t i = 0;
   for (; i + 32 <= n; i += 32) {
     const __m512bh r = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + i + 16), _mm512_loadu_ps(x + i));
@@ -92,22 +92,31 @@ __attribute__((target("avx512f,avx512bf16,avx512vl"))) void to_bf16_avx512(uint1
 // the loop runs at the instruction's throughput and touches no memory.
 template <bool bf16>
 __attribute__((target("avx512f,avx512bf16"), noinline)) float peak_loop(int64_t rounds) {
-  __m512 a0 = _mm512_set1_ps(0.0f), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0,
-         a7 = a0, a8 = a0, a9 = a0, a10 = a0, a11 = a0;
+  __m512 a0 = _mm512_set1_ps(0.0f), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0,
+         a8 = a0, a9 = a0, a10 = a0, a11 = a0;
   __m512 x = _mm512_set1_ps(1e-8f);
   __asm__ volatile("" : "+v"(x));  // not a constant the compiler could fold
   const __m512bh h = reinterpret_cast<const __m512bh&>(x);
   for (int64_t r = 0; r < rounds; ++r) {
 #define COHORT_STEP(a) a = bf16 ? _mm512_dpbf16_ps(a, h, h) : _mm512_fmadd_ps(x, x, a)
-    COHORT_STEP(a0); COHORT_STEP(a1); COHORT_STEP(a2); COHORT_STEP(a3);
-    COHORT_STEP(a4); COHORT_STEP(a5); COHORT_STEP(a6); COHORT_STEP(a7);
-    COHORT_STEP(a8); COHORT_STEP(a9); COHORT_STEP(a10); COHORT_STEP(a11);
+    COHORT_STEP(a0);
+    COHORT_STEP(a1);
+    COHORT_STEP(a2);
+    COHORT_STEP(a3);
+    COHORT_STEP(a4);
+    COHORT_STEP(a5);
+    COHORT_STEP(a6);
+    COHORT_STEP(a7);
+    COHORT_STEP(a8);
+    COHORT_STEP(a9);
+    COHORT_STEP(a10);
+    COHORT_STEP(a11);
 #undef COHORT_STEP
   }
-  const __m512 s = _mm512_add_ps(
-      _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)),
-                    _mm512_add_ps(_mm512_add_ps(a4, a5), _mm512_add_ps(a6, a7))),
-      _mm512_add_ps(_mm512_add_ps(a8, a9), _mm512_add_ps(a10, a11)));
+  const __m512 s =
+      _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)),
+                                  _mm512_add_ps(_mm512_add_ps(a4, a5), _mm512_add_ps(a6, a7))),
+                    _mm512_add_ps(_mm512_add_ps(a8, a9), _mm512_add_ps(a10, a11)));
   return _mm512_reduce_add_ps(s);
 }
 #endif
@@ -145,7 +154,8 @@ double peak_gflops(bool bf16) {
     const auto t0 = std::chrono::steady_clock::now();
     volatile float sink = bf16 ? peak_loop<true>(rounds) : peak_loop<false>(rounds);
     (void)sink;
-    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double secs =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     // A 512-bit FMA: 16 lanes x 2 flops; VDPBF16PS: 16 lanes x 2 products x 2 flops.
     const double flops = static_cast<double>(rounds) * 12 * (bf16 ? 64 : 32);
     best = std::max(best, flops / secs / 1e9);

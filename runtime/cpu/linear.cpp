@@ -39,8 +39,8 @@ std::string blas_core() {
 void set_num_threads(int n) { openblas_set_num_threads(n < 1 ? 1 : n); }
 int num_threads() { return openblas_get_num_threads(); }
 
-void detail::gemm_fp32(bool ta, bool tb, int m, int n, int k, float alpha, const float* a,
-                       int lda, const float* b, int ldb, float beta, float* c, int ldc) {
+void detail::gemm_fp32(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, int lda,
+                       const float* b, int ldb, float beta, float* c, int ldc) {
   cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n,
               k, alpha, a, lda, b, ldb, beta, c, ldc);
 }

@@ -4,6 +4,8 @@
 // them is exact) and multiplied by OpenBLAS's sgemm. Operands are rounded into dense
 // per-thread copies; a linear layer's weight is rounded once per forward pass and its copy
 // reused by the backward product that needs it (linear_dx).
+#include "runtime/cpu/matmul_bf16.hpp"
+
 #include <cblas.h>
 #include <omp.h>
 
@@ -16,8 +18,6 @@
 #include <tuple>
 #include <unordered_map>
 #include <vector>
-
-#include "runtime/cpu/matmul_bf16.hpp"
 
 #include "runtime/cpu/kernels.hpp"
 
@@ -126,9 +126,9 @@ thread_state& state() {
 void multiply(thread_state& s, bool fast, bool ta, bool tb, int m, int n, int k, float alpha,
               const void* a, const void* b, float beta, float* c, int ldc) {
   if (!fast) {
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m,
-                n, k, alpha, static_cast<const float*>(a), ta ? m : k,
-                static_cast<const float*>(b), tb ? k : n, beta, c, ldc);
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n,
+                k, alpha, static_cast<const float*>(a), ta ? m : k, static_cast<const float*>(b),
+                tb ? k : n, beta, c, ldc);
     return;
   }
   const int want = num_threads();
@@ -139,7 +139,8 @@ void multiply(thread_state& s, bool fast, bool ta, bool tb, int m, int n, int k,
     const bool dense = ldc == n;
     float* dst = c;
     if (!dense) {
-      if (s.out.size() < static_cast<std::size_t>(m) * n) s.out.resize(static_cast<std::size_t>(m) * n);
+      if (s.out.size() < static_cast<std::size_t>(m) * n)
+        s.out.resize(static_cast<std::size_t>(m) * n);
       dst = s.out.data();
     }
     prim& p = s.dnn->get(ta, tb, m, n, k, alpha, dense ? beta : 0.0f);

@@ -4,10 +4,10 @@
 #include <chrono>
 #include <cmath>
 
-#include "runtime/cpu/kernels.hpp"
 #include "runtime/core/error.hpp"
 #include "runtime/core/rules.hpp"
 #include "runtime/core/trace.hpp"
+#include "runtime/cpu/kernels.hpp"
 #include "runtime/nn/device.hpp"
 #include "runtime/train/checkpoint_writer.hpp"
 #include "runtime/train/fixed_point.hpp"

@@ -43,7 +43,8 @@ int zero_parts_of(const training_metadata& head) {
   }
   if (used != it->second.size() || it->second.empty() || parts < 1)
     throw checkpoint_error("checkpoint metadata zero.parts is not a whole number >= 1: '" +
-                           it->second + "' (the checkpoint is damaged: resume from an earlier one)");
+                           it->second +
+                           "' (the checkpoint is damaged: resume from an earlier one)");
   return parts;
 }
 

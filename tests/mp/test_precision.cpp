@@ -45,8 +45,8 @@ TEST_CASE("bf16 bitwise: the GPT ends on cohort train's hash at dp 1 2 and 4, no
   CHECK(hash != ref32);  // the products really ran in bf16
   for (int n : {1, 2, 4}) {
     CAPTURE(n);
-    const nlohmann::json s =
-        launch(dir, cfg, "dp" + std::to_string(n), {"--set", "cluster.workers=" + std::to_string(n)});
+    const nlohmann::json s = launch(dir, cfg, "dp" + std::to_string(n),
+                                    {"--set", "cluster.workers=" + std::to_string(n)});
     REQUIRE(s.is_object());
     CHECK(s["dp"] == n);
     check_fault_free(s, hash, 6);
@@ -57,13 +57,13 @@ TEST_CASE("bf16 bitwise: pipeline stages end on cohort train's hash, tensor para
   temp_dir dir;
   const std::string cfg = dir.write("bf16.yaml", with_bf16(gpt_yaml(dir.path(), 6)));
   const nlohmann::json ref = train_summary(dir, cfg);
-  const nlohmann::json pp = launch(dir, cfg, "pp2",
-                                   {"--set", "cluster.workers=4", "--set", "parallel.pp=2"});
+  const nlohmann::json pp =
+      launch(dir, cfg, "pp2", {"--set", "cluster.workers=4", "--set", "parallel.pp=2"});
   REQUIRE(pp.is_object());
   check_fault_free(pp, ref["params_sha256"], 6);
   // Row-parallel products sum partial results in another order: close, not the same bits.
-  const nlohmann::json tp = launch(dir, cfg, "tp2",
-                                   {"--set", "cluster.workers=2", "--set", "parallel.tp=2"});
+  const nlohmann::json tp =
+      launch(dir, cfg, "tp2", {"--set", "cluster.workers=2", "--set", "parallel.tp=2"});
   REQUIRE(tp.is_object());
   CHECK(tp["steps_completed"] == 6);
   CHECK(tp["final_loss"].get<double>() ==
@@ -73,7 +73,8 @@ TEST_CASE("bf16 bitwise: pipeline stages end on cohort train's hash, tensor para
 TEST_CASE("bf16 bitwise: a killed worker and a change of size end on cohort train's hash") {
   temp_dir dir;
   const int steps = 40;
-  const std::string cfg = dir.write("cfg.yaml", with_bf16(small_yaml(dir.path(), "bitwise", steps)));
+  const std::string cfg =
+      dir.write("cfg.yaml", with_bf16(small_yaml(dir.path(), "bitwise", steps)));
   const std::string hash = train_summary(dir, cfg)["params_sha256"];
   const nlohmann::json s =
       launch(dir, cfg, "faults",

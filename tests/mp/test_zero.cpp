@@ -241,7 +241,8 @@ TEST_CASE("zero 1: cohort train resumed at its last step writes the optimizer st
   train("");
   const std::string first = dir.path() + "/ckpt/step_00000020";
   REQUIRE(fs::exists(first));
-  train("--resume-from " + first + " --set fault_tolerance.checkpoint_dir=" + dir.path() + "/again");
+  train("--resume-from " + first + " --set fault_tolerance.checkpoint_dir=" + dir.path() +
+        "/again");
   const std::string again = dir.path() + "/again/step_00000020";
   REQUIRE(fs::exists(again));
   train("--resume-from " + first + " --set train.steps=30 --set fault_tolerance.checkpoint_dir=" +

@@ -50,8 +50,10 @@ double ref_entry(bool ta, bool tb, int i, int j, int k, const std::vector<float>
                  const std::vector<float>& b, int ldb, double* abs_sum) {
   double s = 0.0, as = 0.0;
   for (int p = 0; p < k; ++p) {
-    const double x = ta ? a[static_cast<std::size_t>(p) * lda + i] : a[static_cast<std::size_t>(i) * lda + p];
-    const double y = tb ? b[static_cast<std::size_t>(j) * ldb + p] : b[static_cast<std::size_t>(p) * ldb + j];
+    const double x =
+        ta ? a[static_cast<std::size_t>(p) * lda + i] : a[static_cast<std::size_t>(i) * lda + p];
+    const double y =
+        tb ? b[static_cast<std::size_t>(j) * ldb + p] : b[static_cast<std::size_t>(p) * ldb + j];
     s += x * y;
     as += std::fabs(x * y);
   }
@@ -83,8 +85,8 @@ TEST_CASE("bf16 rounding: nearest even, zero for subnormals, quiet NaN, and both
   // Random values and every special, through the vector build (when the CPU has it) and the
   // portable loop: the same bits; round_to_bf16 is the same rounding kept as float32.
   std::vector<float> x = randn(4099, 3);
-  for (uint32_t u : {0x00000000u, 0x80000000u, 0x00000001u, 0x807fffffu, 0x7f800000u,
-                     0xff800000u, 0x7fc00000u, 0x7f800001u, 0xffffffffu, 0x3f808000u, 0x7f7fffffu})
+  for (uint32_t u : {0x00000000u, 0x80000000u, 0x00000001u, 0x807fffffu, 0x7f800000u, 0xff800000u,
+                     0x7fc00000u, 0x7f800001u, 0xffffffffu, 0x3f808000u, 0x7f7fffffu})
     x.push_back(from_bits(u));
   for (int i = 0; i < 300; ++i) x.push_back(from_bits(0x3f800000u + i * 0x8000u));  // ties
   std::vector<uint16_t> fast(x.size()), slow(x.size());
@@ -95,8 +97,10 @@ TEST_CASE("bf16 rounding: nearest even, zero for subnormals, quiet NaN, and both
   CHECK(fast == slow);
   std::vector<float> r(x.size());
   cpu::round_to_bf16(r.data(), x.data(), static_cast<int64_t>(x.size()));
-  for (std::size_t i = 0; i < x.size(); ++i) CHECK(bits(r[i]) == static_cast<uint32_t>(fast[i]) << 16);
-  MESSAGE("bf16 instructions on this CPU: " << std::string(cpu::bf16_isa_name(cpu::cpu_bf16_isa())));
+  for (std::size_t i = 0; i < x.size(); ++i)
+    CHECK(bits(r[i]) == static_cast<uint32_t>(fast[i]) << 16);
+  MESSAGE(
+      "bf16 instructions on this CPU: " << std::string(cpu::bf16_isa_name(cpu::cpu_bf16_isa())));
 }
 
 TEST_CASE("bf16 gemm: every transpose, alpha, beta and ldc within the bound of bf16 inputs") {
@@ -129,8 +133,9 @@ TEST_CASE("bf16 gemm: every transpose, alpha, beta and ldc within the bound of b
               for (int i = 0; i < m; ++i)
                 for (int j = 0; j < n; ++j) {
                   double abs_sum = 0.0;
-                  const double exact = alpha * ref_entry(ta, tb, i, j, k, a, lda, b, ldb, &abs_sum) +
-                                       beta * c0[static_cast<std::size_t>(i) * ldc + j];
+                  const double exact =
+                      alpha * ref_entry(ta, tb, i, j, k, a, lda, b, ldb, &abs_sum) +
+                      beta * c0[static_cast<std::size_t>(i) * ldc + j];
                   const double err = std::fabs(c[static_cast<std::size_t>(i) * ldc + j] - exact);
                   worst = std::max(worst, err / (alpha * abs_sum * std::ldexp(1.0, -7) + 1e-6));
                 }
@@ -138,7 +143,8 @@ TEST_CASE("bf16 gemm: every transpose, alpha, beta and ldc within the bound of b
               // Padding after each row of C is not written.
               for (int i = 0; i < m; ++i)
                 for (int j = n; j < ldc; ++j)
-                  CHECK(c[static_cast<std::size_t>(i) * ldc + j] == c0[static_cast<std::size_t>(i) * ldc + j]);
+                  CHECK(c[static_cast<std::size_t>(i) * ldc + j] ==
+                        c0[static_cast<std::size_t>(i) * ldc + j]);
             }
 }
 
@@ -176,18 +182,21 @@ TEST_CASE("bf16 linear: forward and dx use one rounded copy of W, which an optim
     cpu::set_matmul_bf16(true);
     std::vector<float> y(static_cast<std::size_t>(rows) * out), y_ref(y.size());
     cpu::linear_fwd(y.data(), x.data(), w.data(), nullptr, rows, in, out);
-    cpu::gemm(false, true, rows, out, in, 1.0f, x.data(), in, w.data(), in, 0.0f, y_ref.data(), out);
+    cpu::gemm(false, true, rows, out, in, 1.0f, x.data(), in, w.data(), in, 0.0f, y_ref.data(),
+              out);
     CHECK(y == y_ref);  // linear_fwd is gemm on the same rounded operands
     std::vector<float> dx(static_cast<std::size_t>(rows) * in), dx_ref(dx.size());
     cpu::linear_dx(dx.data(), dy.data(), w.data(), rows, in, out);
-    cpu::gemm(false, false, rows, in, out, 1.0f, dy.data(), out, w.data(), in, 0.0f, dx_ref.data(), in);
+    cpu::gemm(false, false, rows, in, out, 1.0f, dy.data(), out, w.data(), in, 0.0f, dx_ref.data(),
+              in);
     CHECK(dx == dx_ref);
     // W changes by an optimizer step: linear_dx must not use the copy forward made.
     std::vector<float> g(w.size(), 1.0f), m1(w.size(), 0.0f), v1(w.size(), 0.0f);
     cpu::adamw_step(w.data(), g.data(), m1.data(), v1.data(), static_cast<int64_t>(w.size()), 0.5f,
                     0.9f, 0.999f, 1e-8f, 0.0f, 1);
     cpu::linear_dx(dx.data(), dy.data(), w.data(), rows, in, out);
-    cpu::gemm(false, false, rows, in, out, 1.0f, dy.data(), out, w.data(), in, 0.0f, dx_ref.data(), in);
+    cpu::gemm(false, false, rows, in, out, 1.0f, dy.data(), out, w.data(), in, 0.0f, dx_ref.data(),
+              in);
     CHECK(dx == dx_ref);
     cpu::set_matmul_bf16(false);
   }
