@@ -76,9 +76,11 @@ std::vector<shard_move> plan_recut(const recut_facts& f) {
     if (s.old_rank < 0 || s.old_rank >= f.old_w)
       throw usage_error("rank " + std::to_string(k) + " says it held old rank " +
                         std::to_string(s.old_rank) + " of a group of " + std::to_string(f.old_w));
-    if (now_at[static_cast<std::size_t>(s.old_rank)] >= 0)
-      throw usage_error("old rank " + std::to_string(s.old_rank) + " is held by two members");
-    now_at[static_cast<std::size_t>(s.old_rank)] = k;
+    // Two members of the same old layout for the same step (a re-cut that failed on some
+    // members only, then a renumbering) hold the same bits: the first is the source, and
+    // each keeps what it holds.
+    if (now_at[static_cast<std::size_t>(s.old_rank)] < 0)
+      now_at[static_cast<std::size_t>(s.old_rank)] = k;
   }
   std::vector<shard_move> moves;
   for (int k = 0; k < new_w; ++k) {
