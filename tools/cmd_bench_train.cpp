@@ -138,7 +138,8 @@ void add_bench_train(CLI::App& bench, int* rc) {
       nlohmann::json prod{{"m", rows}, {"n", n}, {"k", k}};
       for (const std::string& p : *precisions) {
         prod[p + "_gflops"] = nn::bench_cpu_product(rows, n, k, p);
-        prod[p + "_peak_gflops"] = cpu::peak_gflops(p == "bf16");
+        // One core's measured peak times the threads the product ran on.
+        prod[p + "_peak_gflops"] = cpu::peak_gflops(p == "bf16") * opts->threads;
       }
       prod["bf16_isa"] = cpu::bf16_isa_name(cpu::cpu_bf16_isa());
       if (*json) {
@@ -150,8 +151,9 @@ void add_bench_train(CLI::App& bench, int* rc) {
           const double g = prod[p + "_gflops"], peak = prod[p + "_peak_gflops"];
           std::printf(" %s %.1f GFLOP/s", p.c_str(), g);
           if (peak > 0)
-            std::printf(" (%.0f%% of one core's %.0f, measured: a loop of independent %s)",
-                        100 * g / peak, peak, p == "bf16" ? "VDPBF16PS" : "512-bit FMAs");
+            std::printf(" (%.0f%% of %d core(s)' %.0f, measured: a loop of independent %s)",
+                        100 * g / peak, opts->threads, peak,
+                        p == "bf16" ? "VDPBF16PS" : "512-bit FMAs");
           std::printf(";");
         }
         std::printf("\n");

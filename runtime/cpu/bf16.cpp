@@ -25,13 +25,13 @@ std::atomic<bool> g_bf16{false};
 std::atomic<int> g_force_portable{-1};
 
 #if COHORT_X86
-bool os_saves_avx512() {
-  // XCR0 bits 5-7 (opmask, ZMM_Hi256, Hi16_ZMM) and 1-2 (SSE, AVX) must all be on.
+// XCR0: which register states the OS saves (0 when it offers no XGETBV).
+uint64_t xcr0() {
   unsigned a = 0, b = 0, c = 0, d = 0;
-  if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 27))) return false;  // OSXSAVE
+  if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 27))) return 0;  // OSXSAVE
   unsigned lo = 0, hi = 0;
   __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-  return (lo & 0xe6u) == 0xe6u;
+  return (static_cast<uint64_t>(hi) << 32) | lo;
 }
 
 bf16_isa detect() {
@@ -46,9 +46,13 @@ bf16_isa detect() {
     __get_cpuid_count(7, 1, &a1, &b1, &c1, &d1);
     avx512_bf16 = a1 & (1u << 5);
   }
-  if (!avx512f || !os_saves_avx512()) return bf16_isa::none;
-  if (amx_bf16) return bf16_isa::amx_bf16;
-  return avx512_bf16 ? bf16_isa::avx512_bf16 : bf16_isa::none;
+  // The rounding runs VCVTNE2PS2BF16 on either path, so AVX512_BF16 and the AVX-512 state
+  // (XCR0 bits 1-2 and 5-7) are needed for both; AMX also needs the tile state (bits 17-18),
+  // which a kernel or a VM may withhold while cpuid still shows AMX.
+  const uint64_t x = xcr0();
+  if (!avx512f || !avx512_bf16 || (x & 0xe6u) != 0xe6u) return bf16_isa::none;
+  if (amx_bf16 && (x & 0x60000u) == 0x60000u) return bf16_isa::amx_bf16;
+  return bf16_isa::avx512_bf16;
 }
 #else
 bf16_isa detect() { return bf16_isa::none; }

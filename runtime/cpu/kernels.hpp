@@ -109,7 +109,8 @@ enum class bf16_isa { none, avx512_bf16, amx_bf16 };
 bf16_isa cpu_bf16_isa();
 /// "none" | "avx512_bf16" | "amx_bf16".
 const char* bf16_isa_name(bf16_isa isa);
-/// Process-wide: when on, gemm, linear_fwd, linear_dx and attention's products take bf16
+/// Process-wide: when on, gemm, linear_fwd and linear_dx (not attention's products, which
+/// stay float32: attention.cpp) take bf16
 /// inputs (rounded to nearest even) with float32 accumulation and output (train.precision:
 /// bf16). Everything else (norms, softmax, the loss, optimizers) stays float32.
 void set_matmul_bf16(bool on);

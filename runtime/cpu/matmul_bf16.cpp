@@ -63,7 +63,9 @@ struct weight_copy {
 
 // One primitive per shape, made on first use (oneDNN's brgemm kernels are generated code:
 // creating one costs far more than running it on these sizes).
-using prim_key = std::tuple<bool, bool, int, int, int, float, float>;
+// The thread count is part of the key: oneDNN fixes it when it creates a primitive (and a
+// product's bits can depend on it).
+using prim_key = std::tuple<bool, bool, int, int, int, float, float, int>;
 
 // A primitive with its memory objects (pointed at the operands each call) and its
 // scratchpad size: the scratchpad is this thread's buffer (scratchpad_mode::user), not an
@@ -81,8 +83,8 @@ struct onednn {
   std::map<prim_key, prim> prims;
   std::vector<unsigned char> scratch;
 
-  prim& get(bool ta, bool tb, int m, int n, int k, float alpha, float beta) {
-    const prim_key key{ta, tb, m, n, k, alpha, beta};
+  prim& get(bool ta, bool tb, int m, int n, int k, float alpha, float beta, int threads) {
+    const prim_key key{ta, tb, m, n, k, alpha, beta, threads};
     auto it = prims.find(key);
     if (it != prims.end()) return it->second;
     using dt = dnnl::memory::data_type;
@@ -143,7 +145,7 @@ void multiply(thread_state& s, bool fast, bool ta, bool tb, int m, int n, int k,
         s.out.resize(static_cast<std::size_t>(m) * n);
       dst = s.out.data();
     }
-    prim& p = s.dnn->get(ta, tb, m, n, k, alpha, dense ? beta : 0.0f);
+    prim& p = s.dnn->get(ta, tb, m, n, k, alpha, dense ? beta : 0.0f, want);
     p.a.set_data_handle(const_cast<void*>(a));
     p.b.set_data_handle(const_cast<void*>(b));
     p.c.set_data_handle(dst);
