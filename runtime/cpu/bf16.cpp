@@ -125,11 +125,6 @@ __attribute__((target("avx512f,avx512bf16"), noinline)) float peak_loop(int64_t 
 }
 #endif
 
-bool use_bf16_instructions() {
-  static const bool yes = detect() != bf16_isa::none;
-  return yes;
-}
-
 }  // namespace
 
 bf16_isa cpu_bf16_isa() {
@@ -190,7 +185,7 @@ bool fast_bf16() {
 
 void to_bf16(uint16_t* y, const float* x, int64_t n) {
 #if COHORT_X86
-  if (use_bf16_instructions() && detail::use_avx2()) return to_bf16_avx512(y, x, n);
+  if (cpu_bf16_isa() != bf16_isa::none && detail::use_avx2()) return to_bf16_avx512(y, x, n);
 #endif
   to_bf16_portable(y, x, n);
 }

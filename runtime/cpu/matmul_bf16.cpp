@@ -38,20 +38,23 @@ struct rounded {
   }
 };
 
-void round_into(rounded& r, bool fast, const float* x, int rs, int cs, int ld) {
+// Rounds rs rows of cs elements, ld apart, into a dense copy of T (ROUND: to_bf16 or
+// round_to_bf16).
+template <class T>
+void round_rows(std::vector<T>& dst, void (*round)(T*, const float*, int64_t), const float* x,
+                int rs, int cs, int ld) {
   const int64_t n = static_cast<int64_t>(rs) * cs;
-  if (fast) {
-    if (static_cast<int64_t>(r.h.size()) < n) r.h.resize(n);
-    if (ld == cs) return to_bf16(r.h.data(), x, n);
-    for (int i = 0; i < rs; ++i)
-      to_bf16(r.h.data() + static_cast<int64_t>(i) * cs, x + static_cast<int64_t>(i) * ld, cs);
-  } else {
-    if (static_cast<int64_t>(r.f.size()) < n) r.f.resize(n);
-    if (ld == cs) return round_to_bf16(r.f.data(), x, n);
-    for (int i = 0; i < rs; ++i)
-      round_to_bf16(r.f.data() + static_cast<int64_t>(i) * cs, x + static_cast<int64_t>(i) * ld,
-                    cs);
-  }
+  if (static_cast<int64_t>(dst.size()) < n) dst.resize(n);
+  if (ld == cs) return round(dst.data(), x, n);
+  for (int i = 0; i < rs; ++i)
+    round(dst.data() + static_cast<int64_t>(i) * cs, x + static_cast<int64_t>(i) * ld, cs);
+}
+
+void round_into(rounded& r, bool fast, const float* x, int rs, int cs, int ld) {
+  if (fast)
+    round_rows(r.h, to_bf16, x, rs, cs, ld);
+  else
+    round_rows(r.f, round_to_bf16, x, rs, cs, ld);
 }
 
 struct weight_copy {
@@ -72,9 +75,8 @@ using prim_key = std::tuple<bool, bool, int, int, int, float, float, int>;
 // allocation per call.
 struct prim {
   dnnl::matmul p;
-  dnnl::memory a, b, c;
+  dnnl::memory a, b, c, scratch;
   std::size_t scratch_bytes = 0;
-  dnnl::memory::desc scratch_desc;
 };
 
 struct onednn {
@@ -105,8 +107,8 @@ struct onednn {
            dnnl::memory(a, eng, nullptr),
            dnnl::memory(b, eng, nullptr),
            dnnl::memory(c, eng, nullptr),
-           pd.scratchpad_desc().get_size(),
-           pd.scratchpad_desc()};
+           dnnl::memory(pd.scratchpad_desc(), eng, nullptr),
+           pd.scratchpad_desc().get_size()};
     return prims.emplace(key, std::move(e)).first->second;
   }
 };
@@ -150,11 +152,11 @@ void multiply(thread_state& s, bool fast, bool ta, bool tb, int m, int n, int k,
     p.b.set_data_handle(const_cast<void*>(b));
     p.c.set_data_handle(dst);
     if (s.dnn->scratch.size() < p.scratch_bytes) s.dnn->scratch.resize(p.scratch_bytes);
-    const dnnl::memory scratch(p.scratch_desc, s.dnn->eng, s.dnn->scratch.data());
+    p.scratch.set_data_handle(s.dnn->scratch.data());
     p.p.execute(s.dnn->strm, {{DNNL_ARG_SRC, p.a},
                               {DNNL_ARG_WEIGHTS, p.b},
                               {DNNL_ARG_DST, p.c},
-                              {DNNL_ARG_SCRATCHPAD, scratch}});
+                              {DNNL_ARG_SCRATCHPAD, p.scratch}});
     s.dnn->strm.wait();
     if (!dense)
       for (int i = 0; i < m; ++i) {

@@ -83,6 +83,26 @@ std::vector<batch> synth_gpt(int n, int t, int vocab, uint64_t seed) {
 
 }  // namespace
 
+namespace {
+
+// Sets a device's matrix-product precision for a benchmark and gives the old one back after:
+// the device's precision is the process's (the CPU's is one switch).
+class precision_scope {
+ public:
+  precision_scope(device& d, const std::string& precision) : d_(d), was_(d.precision()) {
+    d_.set_matmul_precision(parse_precision(precision));
+  }
+  ~precision_scope() { d_.set_matmul_precision(was_); }
+  precision_scope(const precision_scope&) = delete;
+  precision_scope& operator=(const precision_scope&) = delete;
+
+ private:
+  device& d_;
+  matmul_precision was_;
+};
+
+}  // namespace
+
 double peak_tflops(const std::string& name, const std::string& precision) {
   const bool bf16 = precision == "bf16";
   // Dense (no sparsity) tensor-core bf16 and plain (non-tensor) fp32 rates.
@@ -102,13 +122,7 @@ bench_result bench_train(const bench_options& o) {
   } restore;
   cpu::set_flush_denormals(o.flush_denormals);
   device& dev = open_device(resolve_device(o.device, 0));
-  // The device's precision is the process's (the CPU's is one switch): given back after.
-  struct restore_precision {
-    device& d;
-    matmul_precision was = d.precision();
-    ~restore_precision() { d.set_matmul_precision(was); }
-  } restore_prec{dev};
-  dev.set_matmul_precision(parse_precision(o.precision));
+  const precision_scope prec(dev, o.precision);
   // A pool of its own on the device: its peak is the benchmark's whole tensor footprint.
   // Declared before the model and optimizer so it outlives them.
   pool mem(dev);
@@ -182,12 +196,7 @@ bench_result bench_train(const bench_options& o) {
 
 double bench_cpu_product(int m, int n, int k, const std::string& precision, int reps) {
   device& dev = cpu_device();
-  struct restore_precision {
-    device& d;
-    matmul_precision was = d.precision();
-    ~restore_precision() { d.set_matmul_precision(was); }
-  } restore_prec{dev};
-  dev.set_matmul_precision(parse_precision(precision));
+  const precision_scope prec(dev, precision);
   std::vector<float> a(static_cast<std::size_t>(m) * k), b(static_cast<std::size_t>(n) * k),
       c(static_cast<std::size_t>(m) * n);
   for (std::size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(i % 17) * 0.01f;

@@ -416,21 +416,22 @@ shard_snapshot snapshot_state(const config& c, const cohort::dataset& data, cons
   return s;
 }
 
-int64_t optimizer_steps_of(const training_metadata& meta, const std::string& step_dir) {
-  const auto it = meta.extra.find("optimizer.steps");
-  if (it == meta.extra.end()) return meta.step;
+int64_t metadata_number(const training_metadata& meta, const std::string& key, int64_t absent,
+                        int64_t min, const std::string& step_dir) {
+  const auto it = meta.extra.find(key);
+  if (it == meta.extra.end()) return absent;
   std::size_t used = 0;
-  int64_t steps = -1;
+  int64_t value = min - 1;
   try {
-    steps = std::stoll(it->second, &used);
+    value = std::stoll(it->second, &used);
   } catch (const std::exception&) {
     used = 0;
   }
-  if (used != it->second.size() || it->second.empty() || steps < 0)
-    throw checkpoint_error("checkpoint " + step_dir +
-                           ": metadata optimizer.steps is not an integer >= 0: '" + it->second +
-                           "' (the checkpoint is damaged: resume from an earlier one)");
-  return steps;
+  if (used != it->second.size() || it->second.empty() || value < min)
+    throw checkpoint_error("checkpoint " + step_dir + ": metadata " + key +
+                           " is not a whole number >= " + std::to_string(min) + ": '" +
+                           it->second + "' (the checkpoint is damaged: resume from an earlier one)");
+  return value;
 }
 
 int64_t load_state(const std::string& step_dir, const config& c, nn::model& m, nn::optimizer& opt,

@@ -101,10 +101,14 @@ struct zero_reshard {
   bool behind = false;  ///< this member held nothing of the step (a joiner)
 };
 
-/// The optimizer's step count a checkpoint's metadata records (optimizer.steps; the
-/// checkpoint's step when absent). Throws checkpoint_error naming STEP_DIR for a value that is
-/// not a whole number >= 0.
-int64_t optimizer_steps_of(const training_metadata& meta, const std::string& step_dir);
+/// A whole number >= MIN that a checkpoint's metadata records under KEY; ABSENT when the key
+/// is not there. Throws checkpoint_error naming STEP_DIR and KEY for anything else.
+int64_t metadata_number(const training_metadata& meta, const std::string& key, int64_t absent,
+                        int64_t min, const std::string& step_dir);
+/// The optimizer's step count a checkpoint records (optimizer.steps; its step when absent).
+inline int64_t optimizer_steps_of(const training_metadata& meta, const std::string& step_dir) {
+  return metadata_number(meta, "optimizer.steps", meta.step, 0, step_dir);
+}
 
 class trainer {
  public:

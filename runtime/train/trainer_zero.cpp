@@ -31,21 +31,8 @@ tensor_target flat_target(const std::string& name, int64_t n, float* data) {
   return t;
 }
 
-int zero_parts_of(const training_metadata& head) {
-  const auto it = head.extra.find("zero.parts");
-  if (it == head.extra.end()) return 0;
-  std::size_t used = 0;
-  int parts = 0;
-  try {
-    parts = std::stoi(it->second, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used != it->second.size() || it->second.empty() || parts < 1)
-    throw checkpoint_error("checkpoint metadata zero.parts is not a whole number >= 1: '" +
-                           it->second +
-                           "' (the checkpoint is damaged: resume from an earlier one)");
-  return parts;
+int zero_parts_of(const training_metadata& head, const std::string& step_dir) {
+  return static_cast<int>(metadata_number(head, "zero.parts", 0, 1, step_dir));
 }
 
 }  // namespace
@@ -99,7 +86,7 @@ int64_t trainer::zero_load(const std::string& step_dir) {
   // once this member knows which ranges it holds.
   std::vector<float> params(static_cast<std::size_t>(model_->num_params()));
   training_metadata meta;
-  if (zero_parts_of(head) > 0) {
+  if (zero_parts_of(head, step_dir) > 0) {
     meta = load_checkpoint_shard(step_dir, 0, 0, param_targets(*model_, params.data()), {});
   } else {
     // A replicated checkpoint's shard holds the slots too: loaded to check them, then dropped.
