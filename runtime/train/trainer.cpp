@@ -429,8 +429,8 @@ int64_t metadata_number(const training_metadata& meta, const std::string& key, i
   }
   if (used != it->second.size() || it->second.empty() || value < min)
     throw checkpoint_error("checkpoint " + step_dir + ": metadata " + key +
-                           " is not a whole number >= " + std::to_string(min) + ": '" +
-                           it->second + "' (the checkpoint is damaged: resume from an earlier one)");
+                           " is not a whole number >= " + std::to_string(min) + ": '" + it->second +
+                           "' (the checkpoint is damaged: resume from an earlier one)");
   return value;
 }
 
