@@ -166,6 +166,7 @@ void coord::run_job(self_ptr self, job_actions a) {
 void coord::on_new_generation(self_ptr self) {
   auto& st = self->state;
   seat_spares(self);
+  st.formed = st.formed || !st.roster.members.empty();
   const std::vector<mb::member_id> left = announce(self);
   if (st.io.beats) st.io.beats->publish(st.roster, st.peer_of);
   spdlog::info("coordinator: generation {} with {} member(s)", st.roster.generation,

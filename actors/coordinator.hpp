@@ -71,6 +71,10 @@ struct coordinator_options {
   std::function<void(const job_actions&, const training_job&)> on_job;
   /// ha: this leader's term (0 without ha); stamped on every frame the node sends.
   uint64_t term = 0;
+  /// ha: this leader took over a running job: its workers are re-attaching, and until they
+  /// have formed its first generation it cannot count them, so `ctl scale` is refused (the
+  /// asker retries) instead of asking the launcher for workers that are on their way back.
+  bool taking_over = false;
   /// ha: a coordinator fault is due (its place in the job's fault list): the host records
   /// it and carries it out, before the step's messages go out. Null: none can be.
   std::function<void(const faults::fault_spec&, std::size_t index)> on_coordinator_fault;
@@ -149,6 +153,7 @@ struct coordinator_state {
   uint64_t next_kv_id = 1;
   int64_t step = 0;  ///< next training step (the job's), 0 without a job
   bool stopping = false;
+  bool formed = false;  ///< a generation has been announced (opts.taking_over: re-attached)
   /// When the next tick should arrive, and whether the tick now queued was put off once
   /// because the coordinator itself ran late (see the tick handler).
   mb::mono_time tick_due{};

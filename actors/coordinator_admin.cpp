@@ -17,6 +17,23 @@ int live_members(const mb::roster& r) {
   return n;
 }
 
+// The workers a scale counts: live members and those waiting in the join window (they are
+// members at its close; a scale that left them out would start their number again).
+int counted_for_scale(const coordinator_state& st) {
+  return live_members(st.roster) + static_cast<int>(st.joiners.size());
+}
+
+// Why the workers cannot be counted yet (empty: they can). A leader that took over a
+// running job knows its workers only as they re-attach: until they form its first
+// generation, a count would start again the ones on their way back.
+std::string not_countable(const coordinator_state& st) {
+  if (!st.opts.taking_over || st.formed) return {};
+  return "this coordinator took over the run moments ago and its workers are still "
+         "re-attaching (" +
+         std::to_string(st.joiners.size()) +
+         " so far); ask again once `cohort ctl ... status` lists them";
+}
+
 // Whose authority a request carries: the role of the key that opened its connection.
 // Without keys there are no roles (docs/security.md): a connection that holds a member
 // speaks as that worker, any other as an admin.
@@ -47,7 +64,8 @@ void drain(self_ptr self, mb::member_id id) {
 
 std::string scale_to(self_ptr self, int target, const std::string& spec) {
   auto& st = self->state;
-  const int live = live_members(st.roster);
+  if (std::string why = not_countable(st); !why.empty()) return why;
+  const int live = counted_for_scale(st);
   if (target > live && st.launcher.empty())
     return "no launcher is attached to this coordinator to start workers; start " +
            std::to_string(target - live) + " with `cohort worker --join <endpoint>`";
@@ -134,7 +152,9 @@ void on_admin(self_ptr self, const net::sender& from, const net::admin_request& 
       return reply(false, "scale " + std::to_string(n) +
                               ": a replica is pp * tp = " + std::to_string(seat) +
                               " workers; scale to a multiple of " + std::to_string(seat));
-    const int live = live_members(st.roster);
+    if (const std::string why = not_countable(st); !why.empty())
+      return reply(false, "scale " + std::to_string(n) + " not done: " + why);
+    const int live = counted_for_scale(st);
     if (n == live) return reply(true, "already " + std::to_string(n) + " workers");
     const std::string spec = "scale to=" + std::to_string(n);
     if (st.opts.confirm_scale) {

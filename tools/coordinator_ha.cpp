@@ -9,8 +9,8 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "runtime/core/process.hpp"
 #include "runtime/core/error.hpp"
+#include "runtime/core/process.hpp"
 
 namespace cohort::cli {
 
@@ -29,9 +29,9 @@ namespace {
 }  // namespace
 
 std::unique_ptr<ha::ha_candidate> stand_by(const config& c, const ha_flags& flags,
-                                               const std::string& bind,
-                                               std::shared_ptr<const net::server_keys> keys,
-                                               ha::ha_run_record* record) {
+                                           const std::string& bind,
+                                           std::shared_ptr<const net::server_keys> keys,
+                                           ha::ha_run_record* record) {
   ha::ha_candidate_options o;
   o.etcd = flags.etcd.empty() ? c.ha.etcd_endpoints : flags.etcd;
   if (o.etcd.empty())
@@ -92,6 +92,7 @@ void ha_wire(ha::ha_candidate& cand, const ha::ha_run_record& record,
              actors::coordinator_options& co, std::atomic<actors::coordinator_node*>& node,
              std::optional<int64_t>& failover_from_ns) {
   co.term = static_cast<uint64_t>(cand.term());
+  co.taking_over = record.job_id.has_value();
   co.coordinator_status = [&cand] { return cand.status_json(); };
   co.on_worker_faults = [&cand](const std::vector<faults::fault_fired>& fired) {
     // Fenced: a deposed leader orders nothing (its orders would be a second firing).
@@ -141,8 +142,7 @@ void ha_added_faults(const ha::ha_run_record& record, step::training_job& job) {
   for (const auto& text : record.added_faults) job.append_fault(faults::parse_fault(text));
 }
 
-uint64_t ha_job_id(ha::ha_candidate& cand, const ha::ha_run_record& record,
-                   uint64_t fresh) {
+uint64_t ha_job_id(ha::ha_candidate& cand, const ha::ha_run_record& record, uint64_t fresh) {
   if (record.job_id) return *record.job_id;
   if (!cand.record_job(fresh)) deposed("a newer leader holds the run");
   return fresh;
@@ -173,8 +173,7 @@ void ha_events(ha::ha_candidate& cand, const step::training_job& job) {
   if (!job.report().events().empty()) cand.record_events(job.report().events_json());
 }
 
-void ha_summary(ha::ha_candidate& cand, const ha::ha_run_record& record,
-                nlohmann::json& summary) {
+void ha_summary(ha::ha_candidate& cand, const ha::ha_run_record& record, nlohmann::json& summary) {
   // The run's events: the earlier leaders' (from etcd, their failovers among them), this
   // one's, its own failover; in step order (t_s counts from the first step each leader
   // opened).

@@ -167,3 +167,36 @@ TEST_CASE("coordinator: silence counts only up to where the transport has read")
   REQUIRE(s.workers.size() == 1);
   CHECK(s.workers[0].member.state == net::member_state::dead);
 }
+
+// A leader that took over a running job (ha) cannot count its workers until they re-attach:
+// `ctl scale` is refused until they form its first generation (CI once saw a new leader ask
+// the launcher for 4 workers while 3 were on their way back). Then, and in any window, the
+// registrations still waiting in the join window count as workers.
+TEST_CASE("coordinator: scale waits for a new leader's workers, and counts the join window") {
+  coordinator_fixture f([](coordinator_options& o, coordinator_io&) {
+    o.membership.dp = 4;
+    o.membership.min_workers = 1;
+    o.membership.max_workers = 4;
+    o.membership.join_window_ms = 50;
+    o.term = 2;
+    o.taking_over = true;
+  });
+  f.deliver("launch", net::register_request{net::peer_role::client, "launch", 1});
+  f.deliver("ctl", net::register_request{net::peer_role::client, "ctl", 1});
+  auto last_reply = [&] { return f.rec->to<net::admin_reply>("ctl").back(); };
+  f.register_worker("pa", "a");
+  f.register_worker("pb", "b");
+  f.deliver("ctl", net::admin_request{1, "scale", "4"});
+  CHECK_FALSE(last_reply().ok);
+  CHECK(last_reply().text.find("still re-attaching (2 so far)") != std::string::npos);
+  CHECK(f.rec->to<net::scale_order>("launch").empty());
+  f.advance(milliseconds(50));  // a and b form the first generation
+  REQUIRE(f.rec->to<net::register_ok>("pa").size() == 1);
+  REQUIRE(f.rec->to<net::register_ok>("pb").size() == 1);
+  f.register_worker("pc", "c");  // c re-attaches late: waiting in the next window
+  f.deliver("ctl", net::admin_request{2, "scale", "4"});
+  CHECK(last_reply().ok);
+  const auto orders = f.rec->to<net::scale_order>("launch");
+  REQUIRE(orders.size() == 1);
+  CHECK(orders[0].start_workers == 1);
+}
