@@ -417,7 +417,7 @@ checkpoint_manifest verify_checkpoint(const std::string& step_dir) {
   return m;
 }
 
-resume_point checkpoint_to_resume(const std::string& dir) {
+resume_point checkpoint_to_resume(const std::string& dir, const char* asker) {
   // Whatever another user could have put in DIR says nothing about who wrote it: the folder,
   // its step folders and their files must be the user's alone before anything is offered.
   require_private_folder(dir, "checkpoint folder", 2);
@@ -443,17 +443,19 @@ resume_point checkpoint_to_resume(const std::string& dir) {
   std::string why;
   if (!scan.error.empty()) why += "\n  " + scan.error;
   for (const auto& s : out.skipped) why += "\n  skipped " + s;
+  const bool resume = std::string(asker) == "--resume";
   throw usage_error(
-      "--resume: no complete checkpoint with intact shards (a step_NNNNNNNN folder "
+      std::string(asker) + ": no complete checkpoint with intact shards (a step_NNNNNNNN folder "
       "with a " +
       std::string(checkpoint_marker) + " marker whose shards pass their checks) in " + dir + why +
-      "\n(run without --resume, or point fault_tolerance.checkpoint_dir at an "
-      "earlier run)");
+      (resume ? "\n(run without --resume, or point fault_tolerance.checkpoint_dir at an "
+                "earlier run)"
+              : "\n(name a run's fault_tolerance.checkpoint_dir, or one of its step folders)"));
 }
 
-resume_point checkpoint_from(const std::string& path) {
+resume_point checkpoint_from(const std::string& path, const char* asker) {
   std::error_code ec;
-  if (!fs::exists(fs::path(path) / checkpoint_marker, ec)) return checkpoint_to_resume(path);
+  if (!fs::exists(fs::path(path) / checkpoint_marker, ec)) return checkpoint_to_resume(path, asker);
   require_private_folder(path, "checkpoint folder", 1);
   resume_point out;
   out.step = verify_checkpoint(path).step;

@@ -167,11 +167,12 @@ struct resume_point {
 /// naming DIR, everything it skipped and why, and what to do; untrusted_folder_error (exit 2,
 /// runtime/core/folder_trust.hpp) when DIR, a step folder or a file in one is not the user's
 /// alone (owned by another user, writable by group or others, or under a folder that is).
-resume_point checkpoint_to_resume(const std::string& dir);
+/// ASKER names the option or argument in the message ("--resume", "CKPT").
+resume_point checkpoint_to_resume(const std::string& dir, const char* asker = "--resume");
 
 /// The checkpoint `--resume-from PATH` names: PATH itself when it is a step folder (it holds a
 /// COMPLETE marker), else the newest one of the checkpoint folder PATH (checkpoint_to_resume).
 /// The same checks: the folder's trust, the marker, every shard's checksums and metadata.
-resume_point checkpoint_from(const std::string& path);
+resume_point checkpoint_from(const std::string& path, const char* asker = "--resume");
 
 }  // namespace cohort

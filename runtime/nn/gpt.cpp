@@ -268,6 +268,30 @@ float gpt::forward_backward(const batch& b, float loss_scale) {
   return loss;
 }
 
+std::vector<float> gpt::next_logits(const std::vector<int32_t>& ids) {
+  batch b;
+  b.n = 1;
+  b.t = static_cast<int>(ids.size());
+  b.ids = ids;
+  b.targets.assign(ids.size(), 0);
+  check(b);
+  reserve(1);
+  ids_ = on_device(b.ids, ids_dev_);
+  emb_.forward(encoded_.data(), ids_, 1, b.t);
+  const float* x = encoded_.data();
+  for (std::size_t l = 0; l < layers_.size(); ++l) {
+    layers_[l].forward(acts_[l], x, 1, b.t);
+    x = acts_[l].out.data();
+  }
+  // Only the last position's row goes through ln_f and lm_head.
+  const int64_t C = shape_.d_model, V = shape_.vocab;
+  ln_f_.forward(lnf_.data(), lnf_mean_.data(), lnf_rstd_.data(), x + (b.t - 1) * C, 1);
+  lm_head_.forward(logits_.data(), lnf_.data(), 1);
+  std::vector<float> copy;
+  const float* row = on_host(logits_, V, copy);
+  return std::vector<float>(row, row + V);
+}
+
 eval_result gpt::eval(const batch& b) {
   eval_result r;
   r.loss = forward(b);

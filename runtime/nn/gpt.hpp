@@ -91,6 +91,10 @@ class gpt : public model {
   /// Loss and next-token accuracy (argmax) over the n*t positions.
   eval_result eval(const batch& b) override;
   std::string kind() const override { return "gpt"; }
+  /// The logits [vocab] of the token that follows IDS (one sequence, 1 <= size <= context,
+  /// every id in [0, vocab)): what position size - 1 of a forward computes, on the host.
+  /// Inference only: saved activations are overwritten, no gradient is touched.
+  std::vector<float> next_logits(const std::vector<int32_t>& ids);
 
   const gpt_shape& shape() const { return shape_; }
   /// The transformer blocks (blocks() entries "h.0" ... "h.{L-1}").

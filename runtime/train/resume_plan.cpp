@@ -75,6 +75,12 @@ std::string run_identity(const config& c) {
   return sha256_hex("cohort run identity 1\n" + dump_config(k));
 }
 
+std::map<std::string, std::string> model_metadata(const config& c) {
+  std::map<std::string, std::string> m{{"model.kind", c.model.kind}};
+  if (c.model.kind == "gpt") m["model.n_head"] = std::to_string(c.model.n_head);
+  return m;
+}
+
 namespace {
 
 // Refuses a checkpoint of another run found by --resume, saying whose it is.

@@ -6,6 +6,7 @@
 #pragma once
 #include <cstdint>
 #include <exception>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,11 @@
 #include "runtime/core/config.hpp"
 
 namespace cohort::train {
+
+/// The model facts a checkpoint records beside its tensors: model.kind, and for a GPT
+/// model.n_head (the tensors' shapes give its other sizes, not how the width splits into
+/// heads), which `cohort generate` reads.
+std::map<std::string, std::string> model_metadata(const config& c);
 
 /// Who loads the checkpoint: one process that loads it itself and reports what does not fit
 /// as it loads (`cohort train`), or the workers of a job, so that the coordinator must refuse

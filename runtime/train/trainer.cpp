@@ -408,7 +408,7 @@ shard_snapshot snapshot_state(const config& c, const cohort::dataset& data, cons
   meta.extra = data.position(c.train.seed, next_step, c.train.global_batch).to_metadata();
   for (auto& [k, v] : data.preprocessing_metadata()) meta.extra[k] = v;
   meta.extra["optimizer.steps"] = std::to_string(opt.steps());
-  meta.extra["model.kind"] = c.model.kind;
+  for (auto& [k, v] : model_metadata(c)) meta.extra[k] = v;
   meta.extra[run_identity_key] = run_identity(c);  // which run --resume may go on from
   meta.extra["train.determinism"] = c.train.determinism;
   meta.extra["parallel.pp"] = std::to_string(c.parallel.pp);
@@ -460,7 +460,6 @@ int64_t load_state(const std::string& step_dir, const config& c, nn::model& m, n
     read_state_range(step_dir, m, names, {0, n}, out);
     m.flat_values().copy_from_host(values.data());
     for (std::size_t i = 0; i < slots.size(); ++i) slots[i].second.copy_from_host(host[i].data());
-    const auto it = meta.extra.find("optimizer.steps");
     opt.set_steps(optimizer_steps_of(meta, step_dir));
     return meta.step;
   }
