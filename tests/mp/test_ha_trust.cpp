@@ -50,13 +50,18 @@ std::string quickstart_ha() {
 }
 
 // The overrides of every run here: STEPS steps, no scheduled faults or evals, checkpoints
-// under DIR/TAG.
+// under DIR/TAG; the config's heartbeat, timeout and leader lease scaled by time_scale()
+// (under TSan a 1 s lease lapsed again and again on a loaded CI machine: term 11 in one run).
 std::vector<std::string> overrides(const temp_dir& dir, const std::string& tag) {
+  const int ts = time_scale();
   return {"--set", "train.steps=" + std::to_string(steps),
           "--set", "faults=[]",
           "--set", "train.eval_every=0",
           "--set", "fault_tolerance.checkpoint_every=0",
-          "--set", "fault_tolerance.checkpoint_dir=" + dir.path() + "/" + tag};
+          "--set", "fault_tolerance.checkpoint_dir=" + dir.path() + "/" + tag,
+          "--set", "fault_tolerance.heartbeat_ms=" + std::to_string(100 * ts),
+          "--set", "fault_tolerance.timeout_ms=" + std::to_string(500 * ts),
+          "--set", "ha.lease_ttl_s=" + std::to_string(ts)};
 }
 
 std::string reference_hash(const temp_dir& dir) {
