@@ -57,8 +57,8 @@ void add_generate(CLI::App& app, int* rc) {
       std::fprintf(stderr,
                    "generate: %s (step %lld): GPT of %d layers, d_model %d, %d heads, context %d, "
                    "%d tokens\n",
-                   g.path.c_str(), static_cast<long long>(g.step), g.shape.n_layer,
-                   g.shape.d_model, g.shape.n_head, g.shape.context, g.shape.vocab);
+                   g.path.c_str(), static_cast<long long>(g.step), g.shape.n_layer, g.shape.d_model,
+                   g.shape.n_head, g.shape.context, g.shape.vocab);
     const auto start = std::chrono::steady_clock::now();
     const std::vector<int32_t> added =
         train::generate(*g.model, prompt, opt->gen, [&g](int32_t id) {

@@ -445,7 +445,8 @@ resume_point checkpoint_to_resume(const std::string& dir, const char* asker) {
   for (const auto& s : out.skipped) why += "\n  skipped " + s;
   const bool resume = std::string(asker) == "--resume";
   throw usage_error(
-      std::string(asker) + ": no complete checkpoint with intact shards (a step_NNNNNNNN folder "
+      std::string(asker) +
+      ": no complete checkpoint with intact shards (a step_NNNNNNNN folder "
       "with a " +
       std::string(checkpoint_marker) + " marker whose shards pass their checks) in " + dir + why +
       (resume ? "\n(run without --resume, or point fault_tolerance.checkpoint_dir at an "

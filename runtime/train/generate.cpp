@@ -9,23 +9,10 @@
 #include "runtime/ckpt/checkpoint_dir.hpp"
 #include "runtime/ckpt/safetensors.hpp"
 #include "runtime/core/error.hpp"
+#include "runtime/train/trainer.hpp"
 
 namespace cohort::train {
 namespace {
-
-// A metadata number of the checkpoint, or ABSENT; a malformed one is a usage error.
-int64_t meta_int(const training_metadata& m, const std::string& key, int64_t absent,
-                 const std::string& where) {
-  const auto it = m.extra.find(key);
-  if (it == m.extra.end()) return absent;
-  try {
-    std::size_t used = 0;
-    const int64_t v = std::stoll(it->second, &used);
-    if (used == it->second.size()) return v;
-  } catch (const std::exception&) {
-  }
-  throw usage_error(where + ": metadata " + key + " is '" + it->second + "', not a number");
-}
 
 const std::vector<int64_t>& shape_of(const std::map<std::string, tensor_info>& all,
                                      const std::string& name, std::size_t rank,
@@ -52,18 +39,18 @@ loaded_gpt load_gpt_checkpoint(const std::string& path, int n_head) {
   if (kind != meta.extra.end() && kind->second != "gpt")
     throw usage_error(dir + " holds a model.kind '" + kind->second +
                       "' model; generate needs a GPT (model.kind: gpt)");
-  if (meta_int(meta, "parallel.tp", 1, dir) != 1)
+  if (metadata_number(meta, "parallel.tp", 1, 1, dir) != 1)
     throw usage_error(dir +
                       " was written by a tensor-parallel run (parallel.tp > 1): its shards hold "
                       "slices of each layer, which generate does not join yet; resume it with "
                       "parallel.tp: 1 for a checkpoint or two, then generate from that");
-  const int64_t stages = meta_int(meta, "parallel.pp", 1, dir);
+  const int64_t stages = metadata_number(meta, "parallel.pp", 1, 1, dir);
   const checkpoint_manifest manifest = read_checkpoint_manifest(dir);
   // Every stage's file, read whole with its checksum; tensors by name across them.
   std::vector<safetensors_file> files;
   std::map<std::string, tensor_info> all;
   std::map<std::string, std::size_t> file_of;
-  for (int64_t p = 0; p < std::max<int64_t>(1, stages); ++p) {
+  for (int64_t p = 0; p < stages; ++p) {
     const std::string name = shard_file_name(static_cast<int>(p), 0);
     const shard_record* rec = manifest.find(name);
     if (rec == nullptr) throw usage_error(dir + ": its COMPLETE marker does not list " + name);
@@ -86,7 +73,7 @@ loaded_gpt load_gpt_checkpoint(const std::string& path, int n_head) {
   g.shape.context = static_cast<int>(wpe[0]);
   while (all.count("transformer.h." + std::to_string(g.shape.n_layer) + ".ln_1.weight"))
     ++g.shape.n_layer;
-  const int64_t recorded = meta_int(meta, "model.n_head", 0, dir);
+  const int64_t recorded = metadata_number(meta, "model.n_head", 0, 1, dir);
   if (recorded == 0 && n_head <= 0)
     throw usage_error(dir +
                       " does not record model.n_head (written before cohort recorded it); pass "
@@ -129,13 +116,15 @@ loaded_gpt load_gpt_checkpoint(const std::string& path, int n_head) {
 
 std::vector<int32_t> encode_text(const std::string& vocab, const std::string& text) {
   std::vector<int32_t> id_of(256, -1);
-  for (std::size_t i = 0; i < vocab.size(); ++i) id_of[static_cast<uint8_t>(vocab[i])] = static_cast<int32_t>(i);
+  for (std::size_t i = 0; i < vocab.size(); ++i)
+    id_of[static_cast<uint8_t>(vocab[i])] = static_cast<int32_t>(i);
   std::vector<int32_t> ids;
   for (std::size_t i = 0; i < text.size(); ++i) {
     const int32_t id = id_of[static_cast<uint8_t>(text[i])];
     if (id < 0) {
       char hex[8];
-      std::snprintf(hex, sizeof hex, "0x%02x", static_cast<unsigned>(static_cast<uint8_t>(text[i])));
+      std::snprintf(hex, sizeof hex, "0x%02x",
+                    static_cast<unsigned>(static_cast<uint8_t>(text[i])));
       throw usage_error("--prompt: byte " + std::string(hex) + " at offset " + std::to_string(i) +
                         " is not in the model's vocabulary of " + std::to_string(vocab.size()) +
                         " characters (the ones its training text holds)");
@@ -156,8 +145,8 @@ std::vector<int32_t> generate(nn::gpt& m, const std::vector<int32_t>& prompt,
   std::mt19937_64 rng(opts.seed);
   for (int k = 0; k < opts.max_tokens; ++k) {
     const std::size_t from = text.size() > context ? text.size() - context : 0;
-    const std::vector<float> logits =
-        m.next_logits(std::vector<int32_t>(text.begin() + static_cast<std::ptrdiff_t>(from), text.end()));
+    const std::vector<float> logits = m.next_logits(
+        std::vector<int32_t>(text.begin() + static_cast<std::ptrdiff_t>(from), text.end()));
     const int32_t next = nn::sample_next(logits.data(), m.shape().vocab, opts.sample, rng);
     text.push_back(next);
     added.push_back(next);

@@ -33,10 +33,10 @@ TEST_CASE("generate: cohort train's and a pipeline launch's checkpoints give the
   const std::string cfg = dir.write("gpt.yaml", yaml);
   const nlohmann::json ref = train_summary(dir, cfg);
   const std::string out = dir.path() + "/pp.json";
-  child_process launch({"launch", cfg, "-q", "--summary", out, "--set", "cluster.workers=2",
-                        "--set", "parallel.pp=2", "--set",
-                        "fault_tolerance.checkpoint_dir=" + dir.path() + "/ckpt_pp"},
-                       dir.path(), "pp2");
+  child_process launch(
+      {"launch", cfg, "-q", "--summary", out, "--set", "cluster.workers=2", "--set",
+       "parallel.pp=2", "--set", "fault_tolerance.checkpoint_dir=" + dir.path() + "/ckpt_pp"},
+      dir.path(), "pp2");
   const nlohmann::json pp = finish_launch(launch, out, milliseconds(180000));
   check_fault_free(pp, ref["params_sha256"], steps);
 
@@ -53,11 +53,12 @@ TEST_CASE("generate: cohort train's and a pipeline launch's checkpoints give the
   CHECK(generated(dir.path() + "/ckpt_pp " + sampled) == a);
 
   int rc = -1;
-  std::string said = run_capture("generate " + dir.path() + "/ckpt --prompt 'caf\xc3\xa9'", &rc, true);
+  std::string said =
+      run_capture("generate " + dir.path() + "/ckpt --prompt 'caf\xc3\xa9'", &rc, true);
   CHECK(rc == 2);
-  CHECK_MESSAGE(said.find("byte 0xc3 at offset 3 is not in the model's vocabulary") !=
-                    std::string::npos,
-                said);
+  CHECK_MESSAGE(
+      said.find("byte 0xc3 at offset 3 is not in the model's vocabulary") != std::string::npos,
+      said);
   said = run_capture("generate " + dir.path() + "/ckpt --prompt a --temperature -1", &rc, true);
   CHECK(rc == 2);
   CHECK_MESSAGE(said.find("--temperature") != std::string::npos, said);

@@ -38,8 +38,8 @@ std::vector<int32_t> ids_of(std::initializer_list<int> v) { return {v.begin(), v
 
 // A checkpoint of M in STEP_DIR as cohort writes one: its parameters by name, cut into
 // `stages` shards by block (the pipeline's layout), with metadata EXTRA.
-void write_gpt(nn::gpt& m, const std::string& step_dir, const std::map<std::string, std::string>& extra,
-               int stages = 1) {
+void write_gpt(nn::gpt& m, const std::string& step_dir,
+               const std::map<std::string, std::string>& extra, int stages = 1) {
   std::vector<shard_snapshot> shards(static_cast<std::size_t>(stages));
   const std::size_t n = m.parameters().size();
   for (std::size_t i = 0; i < n; ++i) {
@@ -120,7 +120,7 @@ TEST_CASE("gpt::next_logits gives each prefix's next-token logits: their loss is
   CHECK(sum / b.t == doctest::Approx(want).epsilon(1e-5));
   CHECK_THROWS_AS(m->next_logits({}), usage_error);
   CHECK_THROWS_AS(m->next_logits(ids_of({1, 2, 3, 4, 5, 6, 7, 8, 9})), usage_error);  // > context
-  CHECK_THROWS_AS(m->next_logits(ids_of({11})), usage_error);                        // >= vocab
+  CHECK_THROWS_AS(m->next_logits(ids_of({11})), usage_error);                         // >= vocab
 }
 
 TEST_CASE("generate: greedy and seeded runs repeat, a longer text keeps the last context") {
@@ -192,8 +192,8 @@ TEST_CASE("generate: checkpoints it cannot use are refused, saying why and what 
     CAPTURE(tag);
     const std::string step_dir = dir.file(tag + "/step_00000040");
     write_gpt(*m, step_dir, meta);
-    CHECK_THROWS_WITH_AS(train::load_gpt_checkpoint(step_dir, n_head), doctest::Contains(why.c_str()),
-                         usage_error);
+    CHECK_THROWS_WITH_AS(train::load_gpt_checkpoint(step_dir, n_head),
+                         doctest::Contains(why.c_str()), usage_error);
   };
   auto meta = gpt_meta();
   meta.erase("model.n_head");
