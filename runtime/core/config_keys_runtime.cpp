@@ -116,8 +116,9 @@ std::vector<key_spec> runtime_keys() {
        {},
        nullptr,
        "0: off. Above 1: a data-parallel worker whose measured speed stays below the median of "
-       "the others' divided by this, at 3 plans in a row (about 3 commit windows), is drained "
-       "with a `straggler` event saying why; never below elastic.min_workers."},
+       "the others' divided by this, at 3 plans in a row (about 3 commit windows) once it has "
+       "run 10 measured steps, is drained with a `straggler` event saying why; never below "
+       "elastic.min_workers."},
       {"control",
        "bind",
        COHORT_FIELD(control.bind),

@@ -81,12 +81,18 @@ std::vector<int> micro_batches_of(const std::vector<int32_t>& shares, int micro_
 
 void speed_meter::record(uint64_t id, double seconds, int micro) {
   if (micro <= 0 || !(seconds > 0)) return;
+  ++steps_[id];
   const double x = seconds / micro;
   const auto it = per_micro_s_.find(id);
   if (it == per_micro_s_.end())
     per_micro_s_[id] = x;
   else
     it->second = alpha * x + (1 - alpha) * it->second;
+}
+
+int speed_meter::steps(uint64_t id) const {
+  const auto it = steps_.find(id);
+  return it == steps_.end() ? 0 : it->second;
 }
 
 std::optional<double> speed_meter::speed(uint64_t id) const {
@@ -169,6 +175,7 @@ void balancer::count_stragglers() {
         std::lower_bound(sorted.begin(), sorted.end(), speeds_[r]) - sorted.begin());
     const double median = own <= mid ? sorted[mid + 1] : sorted[mid];
     const uint64_t id = ranks_[r].first;
+    if (meter_.steps(id) < straggler_warmup) continue;
     if (speeds_[r] * straggler_factor_ < median) {
       const auto it = slow_plans_.find(id);
       counts[id] = (it == slow_plans_.end() ? 0 : it->second) + 1;

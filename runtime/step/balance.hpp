@@ -44,10 +44,16 @@ class speed_meter {
   void record(uint64_t id, double seconds, int micro);
   /// Micro-batches per second; nullopt before the first record.
   std::optional<double> speed(uint64_t id) const;
-  void forget(uint64_t id) { per_micro_s_.erase(id); }
+  /// How many steps of member ID were recorded.
+  int steps(uint64_t id) const;
+  void forget(uint64_t id) {
+    per_micro_s_.erase(id);
+    steps_.erase(id);
+  }
 
  private:
   std::map<uint64_t, double> per_micro_s_;
+  std::map<uint64_t, int> steps_;
 };
 
 /// Whether PROPOSED is worth moving to from CURRENT at SPEEDS: its predicted step time is
@@ -82,9 +88,13 @@ class balancer {
   nlohmann::json json() const;
   /// With a straggler factor F > 1: a member whose measured speed stayed below the median of
   /// the others' over F at `straggler_plans` plans in a row (counted by plan(), equal shares
-  /// too), with a line saying why; taken once. nullopt when none, or F is 0.
+  /// too), with a line saying why; taken once. nullopt when none, or F is 0. A member's first
+  /// `straggler_warmup` measured steps are not judged: they carry one-time costs (first
+  /// touches of its buffers, its links), and a loaded machine once drained a fast worker at
+  /// step 3 of a run for them.
   std::optional<std::pair<uint64_t, std::string>> take_straggler();
   static constexpr int straggler_plans = 3;
+  static constexpr int straggler_warmup = 10;
 
  private:
   bool on_;

@@ -202,10 +202,21 @@ TEST_CASE("balance: a straggler is named after 3 plans in a row below the bound,
   const ranks abc = {{1, "a"}, {2, "b"}, {3, "c"}};
   balancer off(false, 6, 10);     // no factor: never named
   balancer b(false, 6, 10, 2.0);  // equal shares: stragglers are still counted
+  // Measured for fewer steps than the warm-up: not judged, however many plans.
+  for (balancer* x : {&off, &b})
+    for (int i = 0; i < balancer::straggler_warmup - 1; ++i) {
+      x->measured(1, 0.1, 1);  // 10 micro-batches/s
+      x->measured(2, 0.1, 1);
+      x->measured(3, 0.3, 1);  // 3.3/s: below 10 / 2
+    }
+  for (int plan = 1; plan <= 5; ++plan) {
+    b.plan(abc, nullptr);
+    CHECK_FALSE(b.take_straggler().has_value());
+  }
   for (balancer* x : {&off, &b}) {
-    x->measured(1, 0.1, 1);  // 10 micro-batches/s
+    x->measured(1, 0.1, 1);
     x->measured(2, 0.1, 1);
-    x->measured(3, 0.3, 1);  // 3.3/s: below 10 / 2
+    x->measured(3, 0.3, 1);  // the warm-up's last step
   }
   for (int plan = 1; plan <= 2; ++plan) {
     b.plan(abc, nullptr);
@@ -222,9 +233,11 @@ TEST_CASE("balance: a straggler is named after 3 plans in a row below the bound,
   CHECK_FALSE(b.take_straggler().has_value());  // taken once
   // Back above the bound in between: the count starts again.
   balancer d(false, 6, 10, 2.0);
-  d.measured(1, 0.1, 1);
-  d.measured(2, 0.1, 1);
-  d.measured(3, 0.3, 1);
+  for (int i = 0; i < balancer::straggler_warmup; ++i) {
+    d.measured(1, 0.1, 1);
+    d.measured(2, 0.1, 1);
+    d.measured(3, 0.3, 1);
+  }
   d.plan(abc, nullptr);
   d.plan(abc, nullptr);
   for (int i = 0; i < 20; ++i) d.measured(3, 0.1, 1);  // c recovers
