@@ -185,11 +185,11 @@ TEST_CASE("coordinator standbys: the leader killed twice, once by a fault ctl ad
   const std::string cfg = config("quickstart_ha.yaml");
   const std::string hash = reference_hash(dir, cfg, steps);
   const std::string out = dir.path() + "/kill-twice.json";
-  child_process launch(launch_args(dir, cfg, steps, out,
-                                   {"--set", "elastic.min_workers=4", "--inject",
-                                    "kill rank=3 at step=5", "--inject",
-                                    "kill coordinator at step=80"}),
-                       dir.path(), "launch-kill-twice");
+  child_process launch(
+      launch_args(dir, cfg, steps, out,
+                  {"--set", "elastic.min_workers=4", "--inject", "kill rank=3 at step=5",
+                   "--inject", "kill coordinator at step=80"}),
+      dir.path(), "launch-kill-twice");
   const job_address ep = address_of(launch);
   wait_held(ep, 5);
   ctl_ok(ep, "inject 'kill coordinator at step=160'");
@@ -322,8 +322,8 @@ TEST_CASE("coordinator standbys: a leader paused past its lease resumes deposed,
   if (std::chrono::steady_clock::now() < paused_at + milliseconds(3000))
     std::this_thread::sleep_until(paused_at + milliseconds(3000));  // paused for 3 s at least
   const bool resumed = ::kill(leader_pid, SIGCONT) == 0;
-  REQUIRE_MESSAGE(took_over, "no standby took over, or worker-3 did not drain there: "
-                                 << launch.out());
+  REQUIRE_MESSAGE(took_over,
+                  "no standby took over, or worker-3 did not drain there: " << launch.out());
   REQUIRE(resumed);
   const std::string log = launch.out();
   const size_t left = log.find(w3_left);
@@ -344,9 +344,15 @@ TEST_CASE("coordinator standbys: a leader paused past its lease resumes deposed,
            std::string::npos;
   });
   REQUIRE_MESSAGE(back, "the resumed leader did not step down and stand by: " << launch.out());
-  int rc = -1;
-  const std::string scaled = ctl("scale 4", &rc);
-  REQUIRE_MESSAGE(rc == 0, scaled);
+  // A leader that took over refuses a scale until its workers have re-attached: ask again.
+  std::string scaled;
+  REQUIRE_MESSAGE(eventually(step_timeout,
+                             [&] {
+                               int rc = -1;
+                               scaled = ctl("scale 4", &rc);
+                               return rc == 0;
+                             }),
+                  scaled);
 
   const nlohmann::json s = finish(launch, out);
   check_failovers(s, hash, steps, 1);
@@ -368,10 +374,10 @@ TEST_CASE("coordinator standbys: a worker, a standby and the leader die in one r
   const std::string cfg = config("quickstart_ha.yaml");
   const std::string hash = reference_hash(dir, cfg, steps);
   const std::string out = dir.path() + "/three-deaths.json";
-  child_process launch(launch_args(dir, cfg, steps, out,
-                                   {"--set", "elastic.min_workers=4", "--inject",
-                                    "kill rank=1 at step=5"}),
-                       dir.path(), "launch-three-deaths");
+  child_process launch(
+      launch_args(dir, cfg, steps, out,
+                  {"--set", "elastic.min_workers=4", "--inject", "kill rank=1 at step=5"}),
+      dir.path(), "launch-three-deaths");
   const job_address ep = address_of(launch);
   const nlohmann::json st = wait_held(ep, 5);
   // SIGKILL a standby that does not lead (the leader is the one ctl status names).
@@ -492,7 +498,8 @@ TEST_CASE("without ha nothing changes: no etcd, no coordinator block") {
   CHECK_MESSAGE(log.find("standby") == std::string::npos, log);
 }
 
-TEST_CASE("coordinator standbys: a leader restarted at its endpoint that leads again hears from launch") {
+TEST_CASE(
+    "coordinator standbys: a leader restarted at its endpoint that leads again hears from launch") {
   // The leader is SIGKILLed while both standbys are SIGSTOPped, so the one to win next is the
   // leader's own restart, at the same endpoint. launch must register with that new process
   // (its old connection reconnects there silently and names no launcher): `ctl scale 4`
@@ -503,10 +510,10 @@ TEST_CASE("coordinator standbys: a leader restarted at its endpoint that leads a
   const std::string cfg = config("quickstart_ha.yaml");
   const std::string hash = reference_hash(dir, cfg, steps);
   const std::string out = dir.path() + "/same-endpoint.json";
-  child_process launch(launch_args(dir, cfg, steps, out,
-                                   {"--set", "elastic.min_workers=4", "--inject",
-                                    "kill rank=1 at step=5"}),
-                       dir.path(), "launch-same-endpoint");
+  child_process launch(
+      launch_args(dir, cfg, steps, out,
+                  {"--set", "elastic.min_workers=4", "--inject", "kill rank=1 at step=5"}),
+      dir.path(), "launch-same-endpoint");
   const job_address first = address_of(launch);
   nlohmann::json st;
   // Held at step 5 with three workers, and both standbys in (the leader lists them).
