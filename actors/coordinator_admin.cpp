@@ -64,7 +64,6 @@ void drain(self_ptr self, mb::member_id id) {
 
 std::string scale_to(self_ptr self, int target, const std::string& spec) {
   auto& st = self->state;
-  if (std::string why = not_countable(st); !why.empty()) return why;
   const int live = counted_for_scale(st);
   if (target > live && st.launcher.empty())
     return "no launcher is attached to this coordinator to start workers; start " +

@@ -57,7 +57,9 @@ void on_kv(self_ptr self, const std::string& peer, const net::message& m);
 /// down). Without a job there are no steps: it leaves now.
 void drain(self_ptr self, mb::member_id id);
 /// Moves the member count toward TARGET: asks the launcher for more workers, or drains
-/// the highest ranks. Returns why it cannot (empty: under way).
+/// the highest ranks. Returns why it cannot (empty: under way). `ctl scale` asks it only once
+/// the workers can be counted (a new leader's have re-attached); a scale fault fires at a
+/// step's open, after they have.
 std::string scale_to(self_ptr self, int target, const std::string& spec);
 /// ctl drain / scale / inject, and a worker's own drain on SIGTERM: decided by the role of
 /// the key that opened FROM's connection, answered to it.

@@ -14,14 +14,14 @@
 namespace cohort::train {
 namespace {
 
-const std::vector<int64_t>& shape_of(const std::map<std::string, tensor_info>& all,
-                                     const std::string& name, std::size_t rank,
-                                     const std::string& where) {
+const std::vector<int64_t>& shape_of(
+    const std::map<std::string, std::pair<tensor_info, std::size_t>>& all, const std::string& name,
+    std::size_t rank, const std::string& where) {
   const auto it = all.find(name);
-  if (it == all.end() || it->second.shape.size() != rank)
+  if (it == all.end() || it->second.first.shape.size() != rank)
     throw usage_error(where + ": no " + std::to_string(rank) + "-d tensor '" + name +
                       "'; is this a checkpoint of a GPT that cohort trained?");
-  return it->second.shape;
+  return it->second.first.shape;
 }
 
 }  // namespace
@@ -48,8 +48,7 @@ loaded_gpt load_gpt_checkpoint(const std::string& path, int n_head) {
   const checkpoint_manifest manifest = read_checkpoint_manifest(dir);
   // Every stage's file, read whole with its checksum; tensors by name across them.
   std::vector<safetensors_file> files;
-  std::map<std::string, tensor_info> all;
-  std::map<std::string, std::size_t> file_of;
+  std::map<std::string, std::pair<tensor_info, std::size_t>> all;  // name -> (tensor, file)
   for (int64_t p = 0; p < stages; ++p) {
     const std::string name = shard_file_name(static_cast<int>(p), 0);
     const shard_record* rec = manifest.find(name);
@@ -59,8 +58,7 @@ loaded_gpt load_gpt_checkpoint(const std::string& path, int n_head) {
     files.push_back(safetensors_file::read(dir + "/" + name, ro));
     for (const tensor_info& t : files.back().tensors()) {
       if (t.name.rfind("optim.", 0) == 0) continue;
-      all[t.name] = t;
-      file_of[t.name] = files.size() - 1;
+      all[t.name] = {t, files.size() - 1};
     }
   }
   loaded_gpt g;
@@ -94,11 +92,11 @@ loaded_gpt load_gpt_checkpoint(const std::string& path, int n_head) {
   std::vector<std::vector<tensor_target>> targets(files.size());
   std::set<std::string> wanted;
   for (nn::parameter& p : g.model->parameters()) {
-    const auto at = file_of.find(p.name);
-    if (at == file_of.end())
+    const auto at = all.find(p.name);
+    if (at == all.end())
       throw usage_error(dir + ": no tensor '" + p.name + "' for a GPT of " +
                         std::to_string(g.shape.n_layer) + " layers");
-    targets[at->second].push_back({p.name, p.value.shape(), p.value.data(), dtype::f32});
+    targets[at->second.second].push_back({p.name, p.value.shape(), p.value.data(), dtype::f32});
     wanted.insert(p.name);
   }
   for (const auto& [name, info] : all)
