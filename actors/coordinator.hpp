@@ -145,6 +145,7 @@ struct coordinator_state {
   mb::mono_time join_first{};                        ///< when the open join window opened
   mb::mono_time join_last{};                         ///< its latest registration
   bool join_timer = false;                           ///< a co_joins is on its way
+  int scale_awaited = 0;  ///< the worker count a scale asked the launcher for (0: none)
   mb::change_log changes;                            ///< who left in each announced generation
   std::vector<mb::member_id> announced;              ///< members of the last announced generation
   std::unordered_map<mb::member_id, uint64_t> held;  ///< generation each member was last told

@@ -11,12 +11,6 @@
 namespace cohort::actors::coord {
 namespace {
 
-int live_members(const mb::roster& r) {
-  int n = 0;
-  for (const auto& m : r.members) n += m.state != mb::member_state::leaving;
-  return n;
-}
-
 // The workers a scale counts: live members and those waiting in the join window (they are
 // members at its close; a scale that left them out would start their number again).
 int counted_for_scale(const coordinator_state& st) {
@@ -69,6 +63,7 @@ std::string scale_to(self_ptr self, int target, const std::string& spec) {
     return "no launcher is attached to this coordinator to start workers; start " +
            std::to_string(target - live) + " with `cohort worker --join <endpoint>`";
   if (st.opts.job) st.opts.job->on_scale(st.roster, target, spec, now_s(self));
+  st.scale_awaited = target > live ? target : 0;
   if (target > live) {
     spdlog::info("coordinator: {}: asking the launcher for {} more worker(s)", spec, target - live);
     send(self, st.launcher, net::scale_order{target - live, spec});

@@ -29,13 +29,19 @@ void on_new_generation(self_ptr self);
 /// Sends what the job decided and acts on it (new generation, leave, scale, stop).
 void run_job(self_ptr self, job_actions a);
 
+/// The roster's members that are not leaving (what a scale counts, with the join window).
+inline int live_members(const mb::roster& r) {
+  return static_cast<int>(r.members.size()) - r.count(mb::member_state::leaving);
+}
+
 // coordinator_joins.cpp
 
 /// A register_request from PEER (a worker or a client): answered now, or put in the join
 /// window, or kept as a spare.
 void on_register(self_ptr self, const std::string& peer, const net::register_request& r);
-/// The join window's timer: admits its registrations as one generation once it is closed.
-void close_joins(self_ptr self);
+/// The join window's timer: admits its registrations as one generation once it is closed,
+/// or at once when COMPLETE (mb::join_window_complete).
+void close_joins(self_ptr self, bool complete = false);
 /// Fills free seats with waiting spares, oldest first (before a roster goes out).
 void seat_spares(self_ptr self);
 /// Tells everyone waiting to join (spares, the join window) to stop.

@@ -193,21 +193,24 @@ void coord::on_register(self_ptr self, const std::string& peer, const net::regis
   if (st.joiners.empty()) st.join_first = t;
   st.join_last = t;
   st.joiners.push_back(coordinator_state::joiner{peer, r.name, r.pid});
-  if (st.opts.membership.join_window_ms <= 0) {
-    close_joins(self);
+  const bool complete = mb::join_window_complete(
+      static_cast<int>(st.roster.members.size()), live_members(st.roster),
+      static_cast<int>(st.joiners.size()), st.scale_awaited, st.opts.membership);
+  if (st.opts.membership.join_window_ms <= 0 || complete) {
+    close_joins(self, complete);
   } else if (!st.join_timer) {
     st.join_timer = true;
     self->delayed_send(self, milliseconds(st.opts.membership.join_window_ms), co_joins_atom::value);
   }
 }
 
-void coord::close_joins(self_ptr self) {
+void coord::close_joins(self_ptr self, bool complete) {
   auto& st = self->state;
   st.join_timer = false;
   if (st.joiners.empty() || st.stopping) return;
   const auto t = now(self);
   const auto& mo = st.opts.membership;
-  if (!mb::join_window_closed(st.join_first, st.join_last, t, mo)) {
+  if (!complete && !mb::join_window_closed(st.join_first, st.join_last, t, mo)) {
     // Look again when it would close if nobody else arrives.
     const auto at = mb::join_window_closes(st.join_first, st.join_last, mo);
     st.join_timer = true;
@@ -218,6 +221,8 @@ void coord::close_joins(self_ptr self) {
   }
   std::vector<coordinator_state::joiner> joiners;
   joiners.swap(st.joiners);
+  if (live_members(st.roster) + static_cast<int>(joiners.size()) >= st.scale_awaited)
+    st.scale_awaited = 0;  // the scale's workers are here
   std::vector<mb::candidate> cs;
   cs.reserve(joiners.size());
   for (const auto& j : joiners) cs.push_back(mb::candidate{j.name, j.pid});

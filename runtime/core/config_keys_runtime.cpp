@@ -35,8 +35,9 @@ std::vector<key_spec> runtime_keys() {
        "as one generation: a job's workers starting at once form in a few generations, not "
        "one per worker. The window closes after this long without a registration, or 30x "
        "this long after it opened; a joiner waits for its answer meanwhile, so at most 300 "
-       "(30 windows stay within a worker's --coordinator-timeout-ms, 10 s). 0: one generation "
-       "per registration."},
+       "(30 windows stay within a worker's --coordinator-timeout-ms, 10 s). It closes at once "
+       "when nobody else could enter with it: the roster is full (elastic.max_workers), or a "
+       "scale has the workers it asked for. 0: one generation per registration."},
       {"fault_tolerance",
        "commit_window",
        COHORT_FIELD(fault_tolerance.commit_window),

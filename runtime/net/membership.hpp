@@ -213,6 +213,13 @@ mono_time join_window_closes(mono_time first, mono_time last, const options& opt
 /// Whether that window is closed at NOW. Always true for join_window_ms 0.
 bool join_window_closed(mono_time first, mono_time last, mono_time now, const options& opts);
 
+/// Whether a join window is complete before its time, so that nobody else could enter
+/// with it: the roster's SEATED members (leaving ones hold their seats) and the window's
+/// JOINING registrations fill it (max_workers), or its LIVE members and JOINING reach
+/// AWAITED, the worker count a scale asked the launcher for (0: none awaited). A scale-up or
+/// a respawn then enters at once instead of join_window_ms later.
+bool join_window_complete(int seated, int live, int joining, int awaited, const options& opts);
+
 /// A heartbeat from ID that believes GENERATION is current. A live member is refreshed (a
 /// joining one becomes alive) and learns next.generation, whether or not it was behind.
 /// An unknown or departed ID gets rejoin_required. A live member claiming a generation newer

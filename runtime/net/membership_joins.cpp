@@ -121,6 +121,11 @@ bool join_window_closed(mono_time first, mono_time last, mono_time now, const op
   return opts.join_window_ms <= 0 || now >= join_window_closes(first, last, opts);
 }
 
+bool join_window_complete(int seated, int live, int joining, int awaited, const options& opts) {
+  if (joining <= 0) return false;
+  return seated + joining >= opts.max() || (awaited > 0 && live + joining >= awaited);
+}
+
 void continue_after(roster& r, member_id id, std::uint64_t generation) {
   if (id < max_continued && id >= r.next_id) r.next_id = id + 1;
   if (generation < max_continued && generation > r.generation) r.generation = generation;

@@ -200,3 +200,31 @@ TEST_CASE("coordinator: scale waits for a new leader's workers, and counts the j
   REQUIRE(orders.size() == 1);
   CHECK(orders[0].start_workers == 1);
 }
+
+TEST_CASE("coordinator: the worker a scale awaits, or the last free seat, enters at once") {
+  coordinator_fixture f([](coordinator_options& o, coordinator_io&) {
+    o.membership.dp = 4;
+    o.membership.min_workers = 1;
+    o.membership.max_workers = 4;
+    o.membership.join_window_ms = 300;
+  });
+  f.deliver("launch", net::register_request{net::peer_role::client, "launch", 1});
+  f.deliver("ctl", net::register_request{net::peer_role::client, "ctl", 1});
+  f.register_worker("pa", "a");
+  f.advance(milliseconds(300));  // nothing awaited, a seat left: a waits out the window
+  REQUIRE(f.rec->to<net::register_ok>("pa").size() == 1);
+  f.deliver("ctl", net::admin_request{1, "scale", "3"});
+  REQUIRE(f.rec->to<net::admin_reply>("ctl").back().ok);
+  REQUIRE(f.rec->to<net::scale_order>("launch").size() == 1);
+  f.register_worker("pb", "b");
+  CHECK(f.rec->to<net::register_ok>("pb").empty());  // one of the two the scale awaits
+  f.register_worker("pc", "c");  // the second: no window to wait out
+  REQUIRE(f.rec->to<net::register_ok>("pb").size() == 1);
+  REQUIRE(f.rec->to<net::register_ok>("pc").size() == 1);
+  CHECK(f.rec->to<net::register_ok>("pc")[0].generation == 2);
+  // The scale is done: the next registration waits its window again, unless it fills the
+  // roster, as here (3 of 4 seated).
+  f.register_worker("pd", "d");
+  REQUIRE(f.rec->to<net::register_ok>("pd").size() == 1);
+  CHECK(f.rec->to<net::register_ok>("pd")[0].generation == 3);
+}

@@ -123,6 +123,32 @@ TEST_CASE("a join window closes after a quiet window, or 30 windows after it ope
   CHECK(mb::join_window_closed(at(0), at(0), at(0), world(8, 0)));  // no window: at once
 }
 
+TEST_CASE("a join window is complete before its time when nobody else could enter with it") {
+  const mb::options o = world(4, 50);
+  struct row {
+    int seated, live, joining, awaited;
+    bool complete;
+  };
+  const row rows[] = {
+      {3, 3, 0, 0, false},  // nobody in the window
+      {3, 3, 1, 0, true},   // the last free seat (a respawn, the quickstart's scale to 4)
+      {2, 2, 1, 0, false},  // a seat left, nothing awaited: the window runs its time
+      {2, 2, 1, 3, true},   // a scale to 3 has its worker
+      {1, 1, 1, 3, false},  // ... not yet both of a scale to 3 from 1
+      {1, 1, 2, 3, true},   //
+      {3, 2, 1, 0, true},   // a leaving member holds its seat: the roster is full
+      {2, 1, 1, 3, false},  // the scale counts live members only
+      {2, 1, 1, 2, true},   // a scale to 2 has its worker
+      {0, 0, 4, 0, true},   // a job's start: the roster full at once
+  };
+  for (const row& x : rows) {
+    CAPTURE(x.seated);
+    CAPTURE(x.joining);
+    CAPTURE(x.awaited);
+    CHECK(mb::join_window_complete(x.seated, x.live, x.joining, x.awaited, o) == x.complete);
+  }
+}
+
 TEST_CASE("left_between lists who left, in the old order") {
   using V = std::vector<mb::member_id>;
   CHECK(mb::left_between(V{1, 2, 3, 5}, V{2, 5, 6}) == V{1, 3});
