@@ -99,6 +99,10 @@ class gpt : public model {
   const gpt_shape& shape() const { return shape_; }
   /// The transformer blocks (blocks() entries "h.0" ... "h.{L-1}").
   const std::vector<gpt_block>& layers() const { return layers_; }
+  /// The embedding, the final LayerNorm and lm_head (inference reads them: gpt_decode.hpp).
+  const embedding& embed() const { return emb_; }
+  const layernorm& final_norm() const { return ln_f_; }
+  const linear& head() const { return lm_head_; }
 
  private:
   void check(const batch& b) const;

@@ -1,0 +1,56 @@
+#include "runtime/nn/kv_cache.hpp"
+
+#include <string>
+
+#include "runtime/core/error.hpp"
+
+namespace cohort::nn {
+
+kv_blocks::kv_blocks(int capacity, int block_tokens, int n_layer, int d_model, pool& p)
+    : capacity_(capacity), block_tokens_(block_tokens), n_layer_(n_layer), d_model_(d_model) {
+  if (capacity < 1 || block_tokens < 1 || n_layer < 1 || d_model < 1)
+    throw usage_error("kv cache: capacity, block_tokens, n_layer and d_model must be >= 1");
+  arena_ = tensor(shape_t{static_cast<int64_t>(capacity) * n_layer * 2 * block_tokens * d_model}, p);
+  free_.reserve(static_cast<std::size_t>(capacity));
+  for (int id = capacity - 1; id >= 0; --id) free_.push_back(id);
+  taken_.assign(static_cast<std::size_t>(capacity), false);
+}
+
+int kv_blocks::take() {
+  if (free_.empty()) return -1;
+  const int id = free_.back();
+  free_.pop_back();
+  taken_[static_cast<std::size_t>(id)] = true;
+  return id;
+}
+
+void kv_blocks::give(int id) {
+  if (id < 0 || id >= capacity_ || !taken_[static_cast<std::size_t>(id)])
+    throw usage_error("kv cache: block " + std::to_string(id) + " is not taken");
+  taken_[static_cast<std::size_t>(id)] = false;
+  // Keep the free list sorted highest first, so take() always returns the lowest id: the
+  // cache fills from the bottom and a test can name the blocks a sequence gets.
+  auto it = free_.begin();
+  while (it != free_.end() && *it > id) ++it;
+  free_.insert(it, id);
+}
+
+int kv_sequence::blocks_needed(int n) const {
+  return blocks_->blocks_for(length_ + n) - static_cast<int>(table_.size());
+}
+
+bool kv_sequence::reserve(int n) {
+  const int need = blocks_needed(n);
+  if (need <= 0) return true;
+  if (need > blocks_->free_blocks()) return false;
+  for (int i = 0; i < need; ++i) table_.push_back(blocks_->take());
+  return true;
+}
+
+void kv_sequence::release() {
+  for (const int id : table_) blocks_->give(id);
+  table_.clear();
+  length_ = 0;
+}
+
+}  // namespace cohort::nn
