@@ -28,6 +28,7 @@ int main(int argc, char** argv) {
   cohort::cli::add_keygen(app, &rc);
   cohort::cli::add_plot(app, &rc);
   cohort::cli::add_generate(app, &rc);
+  cohort::cli::add_serve(app, &rc);
   auto* bench =
       app.add_subcommand("bench", "Benchmarks, each against a reference measured in the same run");
   bench->require_subcommand(1);

@@ -22,6 +22,7 @@ void add_plot(CLI::App& app, int* rc);
 /// `cohort keygen DIR`: a job's CurveZMQ keys.
 void add_keygen(CLI::App& app, int* rc);
 void add_generate(CLI::App& app, int* rc);
+void add_serve(CLI::App& app, int* rc);
 /// `cohort bench ...`: `bench` is the parent subcommand; each adds a child.
 void add_bench_control(CLI::App& bench, int* rc);
 void add_bench_train(CLI::App& bench, int* rc);
