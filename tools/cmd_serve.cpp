@@ -130,7 +130,12 @@ parsed_request parse_completion(const std::string& body, const train::loaded_gpt
   try {
     nn::check_sampling(p.req.sample);
   } catch (const std::exception& e) {
-    return bad(e.what(), temperature < 0 || !std::isfinite(temperature) ? "temperature" : "top_p");
+    // The sampler names its command-line options; a request names its fields.
+    std::string what = e.what();
+    const bool temp = what.rfind("--temperature", 0) == 0;
+    if (temp) what = "'temperature'" + what.substr(13);
+    if (what.rfind("--top-p", 0) == 0) what = "'top_p'" + what.substr(7);
+    return bad(what, temp ? "temperature" : "top_p");
   }
   if (j.contains("stream") && !j["stream"].is_null()) {
     if (!j["stream"].is_boolean()) return bad("'stream' must be true or false", "stream");

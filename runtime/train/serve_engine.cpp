@@ -93,12 +93,18 @@ void serve_engine::loop() {
 
 void serve_engine::step(std::vector<std::unique_ptr<active>>& batch) {
   const int context = shape().context, vocab = shape().vocab;
+  // Its blocks back and counted before its end is told, so that whoever hears it sees them.
   auto finish = [&](std::size_t i, const std::string& why) {
-    if (batch[i]->req.on_done) batch[i]->req.on_done(why);
-    batch[i]->seq->release();
+    std::unique_ptr<active> a = std::move(batch[i]);
     batch.erase(batch.begin() + static_cast<std::ptrdiff_t>(i));
-    std::lock_guard<std::mutex> lk(mu_);
-    ++stats_.requests_done;
+    a->seq->release();
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      ++stats_.requests_done;
+      stats_.running = static_cast<int>(batch.size());
+      stats_.kv_blocks_used = blocks_.used_blocks();
+    }
+    if (a->req.on_done) a->req.on_done(why);
   };
   for (std::size_t i = 0; i < batch.size();) {
     if (batch[i]->made >= batch[i]->req.max_tokens)

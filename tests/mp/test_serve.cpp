@@ -1,0 +1,144 @@
+// `cohort serve` over HTTP, as a client sees it: a checkpoint that `cohort train` wrote,
+// served on a port the OS picks; greedy text equal to `cohort generate`'s, the same text
+// streamed as server-sent events and from concurrent requests, the routes, bad input answered
+// with a 4xx and a JSON error naming the field, and the server still serving after it.
+#include <doctest/doctest.h>
+#include <httplib.h>
+
+#include <csignal>
+#include <string>
+#include <thread>
+
+#include "tests/mp/dp_util.hpp"
+
+using namespace cohort;
+using namespace cohort::mp;
+using std::chrono::milliseconds;
+
+TEST_CASE("serve: completions over HTTP equal generate's, streamed or not, bad input refused") {
+  temp_dir dir;
+  std::string yaml = gpt_yaml(dir.path(), 20);
+  const std::string every = "checkpoint_every: 0";
+  yaml.replace(yaml.find(every), every.size(), "checkpoint_every: 20");
+  const std::string cfg = dir.write("gpt.yaml", yaml);
+  train_summary(dir, cfg);
+  const std::string ckpt = dir.path() + "/ckpt";
+  int rc = -1;
+  const std::string expect =
+      run_capture("generate " + ckpt + " --prompt 'In the' --max-tokens 30 --temperature 0 -q", &rc);
+  REQUIRE(rc == 0);
+
+  child_process serve({"serve", ckpt, "--bind", "127.0.0.1:0", "--max-batch", "4"}, dir.path(),
+                      "serve");
+  const auto at = serve.wait_line("serve: ", milliseconds(30000));
+  REQUIRE_MESSAGE(at, serve.err());
+  const std::size_t colon = at->rfind(':');
+  const int port = std::stoi(at->substr(colon + 1));
+  httplib::Client c("127.0.0.1", port);
+  c.set_read_timeout(60, 0);
+
+  auto health = c.Get("/health");
+  REQUIRE(health);
+  CHECK(health->status == 200);
+  auto models = c.Get("/v1/models");
+  REQUIRE(models);
+  CHECK(nlohmann::json::parse(models->body)["data"][0]["id"] == "cohort-gpt-step-20");
+
+  const std::string body = R"({"prompt": "In the", "max_tokens": 30, "temperature": 0})";
+  auto r = c.Post("/v1/completions", body, "application/json");
+  REQUIRE(r);
+  REQUIRE(r->status == 200);
+  const auto j = nlohmann::json::parse(r->body);
+  CHECK(j["choices"][0]["text"].get<std::string>() + "\n" == expect);
+  CHECK(j["choices"][0]["finish_reason"] == "length");
+  CHECK(j["usage"]["completion_tokens"] == 30);
+  CHECK(j["usage"]["prompt_tokens"] == 6);
+
+  // Streamed: one event per token, then the end with its usage, then [DONE].
+  auto s = c.Post("/v1/completions", R"({"prompt": "In the", "max_tokens": 30, "temperature": 0,
+                                        "stream": true})",
+                  "application/json");
+  REQUIRE(s);
+  CHECK(s->status == 200);
+  CHECK(s->get_header_value("Content-Type") == "text/event-stream");
+  std::string streamed, finish;
+  int events = 0;
+  std::istringstream in(s->body);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("data: ", 0) != 0) continue;
+    ++events;
+    if (line == "data: [DONE]") break;
+    const auto e = nlohmann::json::parse(line.substr(6));
+    streamed += e["choices"][0]["text"].get<std::string>();
+    if (!e["choices"][0]["finish_reason"].is_null()) finish = e["choices"][0]["finish_reason"];
+  }
+  CHECK(streamed + "\n" == expect);
+  CHECK(finish == "length");
+  CHECK(events == 32);  // 30 tokens, the end, [DONE]
+
+  // Eight at once (two batches of four), seeded: each as it is alone.
+  std::vector<std::string> alone(8), together(8);
+  auto ask = [&](int i) {
+    httplib::Client ci("127.0.0.1", port);
+    ci.set_read_timeout(60, 0);
+    auto ri = ci.Post("/v1/completions",
+                      R"({"prompt": "And", "max_tokens": 20, "seed": )" + std::to_string(i) + "}",
+                      "application/json");
+    return ri && ri->status == 200
+               ? nlohmann::json::parse(ri->body)["choices"][0]["text"].get<std::string>()
+               : std::string("failed");
+  };
+  for (int i = 0; i < 8; ++i) alone[static_cast<std::size_t>(i)] = ask(i);
+  std::vector<std::thread> ts;
+  for (int i = 0; i < 8; ++i)
+    ts.emplace_back([&, i] { together[static_cast<std::size_t>(i)] = ask(i); });
+  for (auto& t : ts) t.join();
+  CHECK(together == alone);
+  CHECK(alone[0] != alone[1]);
+
+  // Bad input: 4xx, a JSON error naming the field; the server goes on.
+  struct bad {
+    std::string body;
+    int status;
+    std::string param, says;
+  };
+  const std::vector<bad> bads = {
+      {"{not json", 400, "", "not JSON"},
+      {"[1, 2]", 400, "", "JSON object"},
+      {R"({"max_tokens": 3})", 400, "prompt", "'prompt' is required"},
+      {R"({"prompt": ""})", 400, "prompt", "empty"},
+      {R"({"prompt": "caf\u00e9"})", 400, "prompt", "not in the model's vocabulary"},
+      {R"({"prompt": "In", "max_tokens": -1})", 400, "max_tokens", "[0, 4096]"},
+      {R"({"prompt": "In", "max_tokens": "many"})", 400, "max_tokens", "integer"},
+      {R"({"prompt": "In", "temperature": -1})", 400, "temperature", "'temperature'"},
+      {R"({"prompt": "In", "top_p": 0})", 400, "top_p", "'top_p'"},
+      {R"({"prompt": "In", "n": 2})", 400, "n", "'n' must be 1"},
+      {R"({"prompt": "In", "stream": "yes"})", 400, "stream", "true or false"},
+      {std::string(2 << 20, 'x'), 413, "", "1 MiB"},
+  };
+  for (const bad& b : bads) {
+    CAPTURE(b.body.substr(0, 60));
+    auto e = c.Post("/v1/completions", b.body, "application/json");
+    REQUIRE(e);
+    CHECK(e->status == b.status);
+    const auto err = nlohmann::json::parse(e->body)["error"];
+    CHECK_MESSAGE(err["message"].get<std::string>().find(b.says) != std::string::npos,
+                  err["message"]);
+    if (!b.param.empty()) CHECK(err["param"] == b.param);
+  }
+  auto none = c.Get("/v2/nothing");
+  REQUIRE(none);
+  CHECK(none->status == 404);
+  auto m = c.Get("/metrics");
+  REQUIRE(m);
+  CHECK(m->body.find("cohort_serve_requests_total{status=\"400\"} 11") != std::string::npos);
+  CHECK(m->body.find("cohort_serve_tokens_total") != std::string::npos);
+  CHECK(m->body.find("cohort_serve_kv_blocks_used 0") != std::string::npos);
+  auto again = c.Post("/v1/completions", body, "application/json");
+  REQUIRE(again);
+  CHECK(nlohmann::json::parse(again->body)["choices"][0]["text"].get<std::string>() + "\n" ==
+        expect);
+
+  serve.signal(SIGTERM);
+  CHECK(serve.wait_exit(milliseconds(10000)) == 0);
+}
