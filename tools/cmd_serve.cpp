@@ -45,7 +45,7 @@ void fail(httplib::Response& res, int status, const std::string& message,
             {"type", status >= 500 ? "server_error" : "invalid_request_error"},
             {"param", param.empty() ? json(nullptr) : json(param)}};
   res.status = status;
-  res.set_content(json{{"error", e}}.dump() + "\n", "application/json");
+  res.set_content(json{{"error", e}}.dump(-1, ' ', false, json::error_handler_t::replace) + "\n", "application/json");
 }
 
 // A request's completion as the engine makes it, shared by the engine's callbacks and the
@@ -251,7 +251,7 @@ class server {
     svr_.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
       json model = {{"id", name_}, {"object", "model"}, {"owned_by", "cohort"},
                     {"checkpoint", g_.path}, {"context", g_.shape.context}};
-      res.set_content(json{{"object", "list"}, {"data", json::array({model})}}.dump() + "\n",
+      res.set_content(json{{"object", "list"}, {"data", json::array({model})}}.dump(-1, ' ', false, json::error_handler_t::replace) + "\n",
                       "application/json");
     });
     svr_.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
@@ -337,7 +337,7 @@ class server {
         return fail(res, 503, c->finish);
       }
       count(200);
-      res.set_content(chunk_json(c->text, c->finish.c_str(), c, true, prompt_tokens).dump() + "\n",
+      res.set_content(chunk_json(c->text, c->finish.c_str(), c, true, prompt_tokens).dump(-1, ' ', false, json::error_handler_t::replace) + "\n",
                       "application/json");
       return;
     }
@@ -352,14 +352,14 @@ class server {
           while (!c->fresh.empty()) {
             const std::string piece(1, g_.vocab[static_cast<std::size_t>(c->fresh.front())]);
             c->fresh.pop_front();
-            out += "data: " + chunk_json(piece, nullptr, c, false, 0).dump() + "\n\n";
+            out += "data: " + chunk_json(piece, nullptr, c, false, 0).dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
           }
           const bool done = c->done;
           std::string finish = c->finish;
           lk.unlock();
           if (done) {
             out += "data: " +
-                   chunk_json("", finish.c_str(), c, true, prompt_tokens).dump() +
+                   chunk_json("", finish.c_str(), c, true, prompt_tokens).dump(-1, ' ', false, json::error_handler_t::replace) +
                    "\n\ndata: [DONE]\n\n";
           }
           if (!sink.write(out.data(), out.size())) {

@@ -105,6 +105,7 @@ TEST_CASE("serve: completions over HTTP equal generate's, streamed or not, bad i
   const std::vector<bad> bads = {
       {"{not json", 400, "", "not JSON"},
       {"[1, 2]", 400, "", "JSON object"},
+      {"{\"prompt\xff\": 1", 400, "", "not JSON"},  // a byte that is not UTF-8, echoed back
       {R"({"max_tokens": 3})", 400, "prompt", "'prompt' is required"},
       {R"({"prompt": ""})", 400, "prompt", "empty"},
       {R"({"prompt": "caf\u00e9"})", 400, "prompt", "not in the model's vocabulary"},
@@ -131,7 +132,7 @@ TEST_CASE("serve: completions over HTTP equal generate's, streamed or not, bad i
   CHECK(none->status == 404);
   auto m = c.Get("/metrics");
   REQUIRE(m);
-  CHECK(m->body.find("cohort_serve_requests_total{status=\"400\"} 11") != std::string::npos);
+  CHECK(m->body.find("cohort_serve_requests_total{status=\"400\"} 12") != std::string::npos);
   CHECK(m->body.find("cohort_serve_tokens_total") != std::string::npos);
   CHECK(m->body.find("cohort_serve_kv_blocks_used 0") != std::string::npos);
   auto again = c.Post("/v1/completions", body, "application/json");
