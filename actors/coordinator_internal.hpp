@@ -40,8 +40,8 @@ inline int live_members(const mb::roster& r) {
 /// window, or kept as a spare.
 void on_register(self_ptr self, const std::string& peer, const net::register_request& r);
 /// The join window's timer: admits its registrations as one generation once it is closed,
-/// or at once when COMPLETE (mb::join_window_complete).
-void close_joins(self_ptr self, bool complete = false);
+/// or complete (nobody else could enter with them: mb::join_window_complete).
+void close_joins(self_ptr self);
 /// Fills free seats with waiting spares, oldest first (before a roster goes out).
 void seat_spares(self_ptr self);
 /// Tells everyone waiting to join (spares, the join window) to stop.

@@ -107,6 +107,13 @@ void register_client(self_ptr self, const std::string& peer, const net::register
   send(self, peer, ok);
 }
 
+// Whether nobody else could enter with the open window's registrations.
+bool window_complete(const coordinator_state& st) {
+  return mb::join_window_complete(static_cast<int>(st.roster.members.size()),
+                                  live_members(st.roster), static_cast<int>(st.joiners.size()),
+                                  st.scale_awaited, st.opts.membership);
+}
+
 }  // namespace
 
 void coord::seat_spares(self_ptr self) {
@@ -193,24 +200,21 @@ void coord::on_register(self_ptr self, const std::string& peer, const net::regis
   if (st.joiners.empty()) st.join_first = t;
   st.join_last = t;
   st.joiners.push_back(coordinator_state::joiner{peer, r.name, r.pid});
-  const bool complete = mb::join_window_complete(
-      static_cast<int>(st.roster.members.size()), live_members(st.roster),
-      static_cast<int>(st.joiners.size()), st.scale_awaited, st.opts.membership);
-  if (st.opts.membership.join_window_ms <= 0 || complete) {
-    close_joins(self, complete);
+  if (st.opts.membership.join_window_ms <= 0 || window_complete(st)) {
+    close_joins(self);
   } else if (!st.join_timer) {
     st.join_timer = true;
     self->delayed_send(self, milliseconds(st.opts.membership.join_window_ms), co_joins_atom::value);
   }
 }
 
-void coord::close_joins(self_ptr self, bool complete) {
+void coord::close_joins(self_ptr self) {
   auto& st = self->state;
   st.join_timer = false;
   if (st.joiners.empty() || st.stopping) return;
   const auto t = now(self);
   const auto& mo = st.opts.membership;
-  if (!complete && !mb::join_window_closed(st.join_first, st.join_last, t, mo)) {
+  if (!window_complete(st) && !mb::join_window_closed(st.join_first, st.join_last, t, mo)) {
     // Look again when it would close if nobody else arrives.
     const auto at = mb::join_window_closes(st.join_first, st.join_last, mo);
     st.join_timer = true;

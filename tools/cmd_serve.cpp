@@ -3,18 +3,15 @@
 // request), GET /v1/models, GET /health, GET /metrics. One process on the CPU; requests share
 // the model through runtime/train/serve_engine (continuous batching over a paged KV cache).
 // Owns the command line, the routes and the request checks; cpp-httplib parses HTTP, and
-// runtime/obs/metrics_connections bounds each connection as it does for /metrics.
+// obs::bind_http gives it the metrics endpoint's socket policy and connection bounds.
 #include <httplib.h>
-#include <sys/socket.h>
 
 #include <atomic>
-#include <cerrno>
-#include <cmath>
-#include <cstring>
-#include <ctime>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstdio>
+#include <ctime>
 #include <deque>
 #include <memory>
 #include <mutex>
@@ -181,45 +178,33 @@ class server {
   // Binds, prints the address, serves until stop().
   int run() {
     const auto [host, port] = obs::metrics_server::parse_host_port(opts_.bind);
-    svr_.set_address_family(AF_INET);
-    // Only SO_REUSEADDR (httplib's default adds SO_REUSEPORT, which would let a second server
-    // share the port instead of failing), and the listening socket kept for its backlog.
-    int listener = -1;
-    svr_.set_socket_options([&listener](int sock) {
-      int yes = 1;
-      ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
-      listener = sock;
-    });
-    svr_.set_keep_alive_max_count(1);
+    svr_.set_keep_alive_max_count(1);  // a connection is one request, bounded as one
     svr_.set_read_timeout(5);
     svr_.set_write_timeout(10);
     svr_.set_payload_max_length(1 << 20);
     svr_.set_idle_interval(0, 100000);
-    errno = 0;
-    const int bound = port == 0 ? svr_.bind_to_any_port(host)
-                                : (svr_.bind_to_port(host, port) ? port : -1);
-    if (bound < 0)
-      throw error("serve: cannot listen on " + opts_.bind + ": " +
-                  (errno != 0 ? std::strerror(errno) : "bind failed") +
-                  " (another port: --bind HOST:PORT, 0 for any free one)");
-    // httplib listens with a backlog of 5: a burst of clients would overflow it and each
-    // dropped SYN costs its client a second (as runtime/obs/metrics_server.cpp found).
-    if (listener >= 0) ::listen(listener, SOMAXCONN);
     obs::metrics_server_limits lim;
     lim.connection_deadline = std::chrono::seconds(opts_.request_timeout_s);
     lim.head_max_bytes = 16384;
     lim.max_connections = static_cast<std::size_t>(opts_.max_connections);
-    svr_.new_task_queue = [lim, bound]() -> httplib::TaskQueue* {
-      return new obs::metrics_connections(lim, bound);
-    };
+    const int bound = obs::bind_http(svr_, host, port, lim, "serve");
     std::printf("serve: %s (step %lld) at http://%s:%d/v1/completions\n", g_.path.c_str(),
                 static_cast<long long>(g_.step), host.c_str(), bound);
     std::fflush(stdout);
     const std::string warn = obs::metrics_server::exposure_warning(host, false);
     if (!warn.empty()) std::fprintf(stderr, "serve: %s\n", warn.c_str());
-    return svr_.listen_after_bind() ? 0 : 1;
+    const bool ok = stop_asked_ || svr_.listen_after_bind();
+    listen_returned_ = true;
+    return ok ? 0 : 1;
   }
-  void stop() { svr_.stop(); }
+  /// From the signal thread: httplib's stop() does nothing before the listening loop runs
+  /// (metrics_server::start says so too), so it waits for that or for run() to end.
+  void stop() {
+    stop_asked_ = true;
+    while (!svr_.is_running() && !listen_returned_)
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    svr_.stop();
+  }
 
  private:
   void count(int status) {
@@ -261,10 +246,12 @@ class server {
       m_.set("cohort_serve_kv_blocks_used", {}, s.kv_blocks_used);
       m_.set("cohort_serve_kv_blocks_total", {}, s.kv_blocks_total);
       {
+        // The engine counts; its totals reach the counters as what grew since the last read.
         std::lock_guard<std::mutex> lk(metrics_mu_);
+        m_.add("cohort_serve_tokens_total", {}, static_cast<double>(s.tokens_out - seen_.tokens_out));
         m_.add("cohort_serve_preemptions_total", {},
-               static_cast<double>(s.preemptions - preemptions_seen_));
-        preemptions_seen_ = s.preemptions;
+               static_cast<double>(s.preemptions - seen_.preemptions));
+        seen_ = s;
       }
       res.set_content(m_.exposition(), obs::exposition_content_type);
     });
@@ -313,7 +300,6 @@ class server {
       ++c->tokens;
       c->text.push_back(g_.vocab[static_cast<std::size_t>(id)]);
       c->fresh.push_back(id);
-      m_.add("cohort_serve_tokens_total", {}, 1);
       c->cv.notify_all();
       return !c->gone;
     };
@@ -382,7 +368,8 @@ class server {
   obs::metrics m_;
   std::string name_;
   std::mutex metrics_mu_;
-  uint64_t preemptions_seen_ = 0;  ///< counted into the metric so far
+  train::serve_stats seen_;  ///< the engine's totals already in the counters
+  std::atomic<bool> stop_asked_{false}, listen_returned_{false};
   httplib::Server svr_;
 };
 

@@ -11,28 +11,19 @@ kv_blocks::kv_blocks(int capacity, int block_tokens, int n_layer, int d_model, p
   if (capacity < 1 || block_tokens < 1 || n_layer < 1 || d_model < 1)
     throw usage_error("kv cache: capacity, block_tokens, n_layer and d_model must be >= 1");
   arena_ = tensor(shape_t{static_cast<int64_t>(capacity) * n_layer * 2 * block_tokens * d_model}, p);
-  free_.reserve(static_cast<std::size_t>(capacity));
-  for (int id = capacity - 1; id >= 0; --id) free_.push_back(id);
-  taken_.assign(static_cast<std::size_t>(capacity), false);
+  for (int id = 0; id < capacity; ++id) free_.insert(free_.end(), id);
 }
 
 int kv_blocks::take() {
   if (free_.empty()) return -1;
-  const int id = free_.back();
-  free_.pop_back();
-  taken_[static_cast<std::size_t>(id)] = true;
+  const int id = *free_.begin();
+  free_.erase(free_.begin());
   return id;
 }
 
 void kv_blocks::give(int id) {
-  if (id < 0 || id >= capacity_ || !taken_[static_cast<std::size_t>(id)])
+  if (id < 0 || id >= capacity_ || !free_.insert(id).second)
     throw usage_error("kv cache: block " + std::to_string(id) + " is not taken");
-  taken_[static_cast<std::size_t>(id)] = false;
-  // Keep the free list sorted highest first, so take() always returns the lowest id: the
-  // cache fills from the bottom and a test can name the blocks a sequence gets.
-  auto it = free_.begin();
-  while (it != free_.end() && *it > id) ++it;
-  free_.insert(it, id);
 }
 
 int kv_sequence::blocks_needed(int n) const {

@@ -6,6 +6,7 @@
 // the model's arithmetic (runtime/nn/gpt_decode.hpp) or of requests.
 #pragma once
 #include <cstdint>
+#include <set>
 #include <vector>
 
 #include "runtime/nn/tensor.hpp"
@@ -42,8 +43,7 @@ class kv_blocks {
  private:
   int capacity_, block_tokens_, n_layer_, d_model_;
   tensor arena_;
-  std::vector<int> free_;     ///< free ids, highest first (take() pops the lowest)
-  std::vector<bool> taken_;
+  std::set<int> free_;  ///< free ids; take() gives the lowest, so the cache fills from the bottom
 };
 
 /// One sequence's positions in the cache: its block table and how many positions hold

@@ -77,15 +77,6 @@ std::string bind_failure_hint(int err) {
   return {};
 }
 
-// Only SO_REUSEADDR (a restart may bind while old connections sit in TIME_WAIT).
-// httplib's default adds SO_REUSEPORT, which would let a second server bind the same port
-// and silently share the scrapes instead of failing. LISTENER keeps the socket for start().
-void reuse_address_only(int sock, const std::shared_ptr<int>& listener) {
-  int yes = 1;
-  setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
-  *listener = sock;
-}
-
 void route(httplib::Server& s, const std::function<std::string()>& render) {
   // Before routing, so before httplib reads a body: nothing here takes one, and reading it
   // would let a client make the process hold as much as it sends.
@@ -129,17 +120,11 @@ void route(httplib::Server& s, const std::function<std::string()>& render) {
   s.set_error_handler(not_found);
 }
 
-// A server with cohort's routes and socket policy, not yet bound. QUEUE makes the task queue
-// (runtime/obs/metrics_connections) when the listening loop starts.
-std::unique_ptr<httplib::Server> make_server(const std::function<std::string()>& render,
-                                             std::function<httplib::TaskQueue*()> queue,
-                                             std::shared_ptr<int> listener) {
+// A server with the metrics routes and request policy, not yet bound (bind_http).
+std::unique_ptr<httplib::Server> make_server(const std::function<std::string()>& render) {
   // The httplib::Server constructor also sets SIGPIPE to ignored: a scraper that hangs up
   // mid-answer must not kill the process (Debian's build sends without MSG_NOSIGNAL).
   auto server = std::make_unique<httplib::Server>();
-  server->new_task_queue = std::move(queue);
-  server->set_address_family(AF_INET);
-  server->set_socket_options([listener](int sock) { reuse_address_only(sock, listener); });
   // One request per connection, so a connection's life is one request and its deadlines
   // (metrics_server_limits) are the request's. Prometheus scrapes every few seconds at most;
   // reconnecting costs it nothing that matters.
@@ -159,6 +144,44 @@ std::unique_ptr<httplib::Server> make_server(const std::function<std::string()>&
 }
 
 }  // namespace
+
+int bind_http(httplib::Server& s, const std::string& host, int port,
+              const metrics_server_limits& limits, const std::string& what,
+              std::function<void(metrics_connections*)> on_queue) {
+  const std::string where = host + ":" + std::to_string(port);
+  const std::string unresolved = resolve_failure(host);
+  if (!unresolved.empty()) {
+    throw error(what + ": cannot listen on " + where + ": " + unresolved +
+                "; use an IPv4 address such as 127.0.0.1 or 0.0.0.0");
+  }
+  // Only SO_REUSEADDR (a restart may bind while old connections sit in TIME_WAIT); the
+  // listening socket is kept for its backlog below.
+  auto listener = std::make_shared<int>(-1);
+  s.set_address_family(AF_INET);
+  s.set_socket_options([listener](int sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    *listener = sock;
+  });
+  errno = 0;
+  const int bound =
+      port == 0 ? s.bind_to_any_port(host) : (s.bind_to_port(host, port) ? port : -1);
+  if (bound < 0) {
+    const int err = errno;  // the failed bind(2) or listen(2): httplib only closes after it
+    throw error(what + ": cannot listen on " + where + ": " +
+                (err != 0 ? std::strerror(err) : "bind failed") + bind_failure_hint(err));
+  }
+  // httplib 0.11 listens with a backlog of 5: a burst of connections (200 idle ones, say)
+  // would overflow it, and the kernel would drop a SYN (a 1 s retransmission each time,
+  // measured). Connections are taken off the queue at once; a deep one costs nothing.
+  if (*listener >= 0) ::listen(*listener, SOMAXCONN);
+  s.new_task_queue = [limits, bound, on_queue = std::move(on_queue)]() -> httplib::TaskQueue* {
+    auto* queue = new metrics_connections(limits, bound);
+    if (on_queue) on_queue(queue);
+    return queue;
+  };
+  return bound;
+}
 
 metrics_server::metrics_server(std::function<std::string()> render)
     : metrics_server(std::move(render), metrics_server_limits{}) {}
@@ -207,34 +230,10 @@ int metrics_server::start(const std::string& host, int port) {
     throw usage_error("metrics server: cannot listen on " + where +
                       ": the port must be 0-65535 (0: any free port), e.g. " + kExample);
   }
-  const std::string unresolved = resolve_failure(host);
-  if (!unresolved.empty()) {
-    throw error("metrics server: cannot listen on " + where + ": " + unresolved +
-                "; use an IPv4 address such as 127.0.0.1 or 0.0.0.0");
-  }
-
-  auto listener = std::make_shared<int>(-1);
-  auto server = make_server(
-      render_,
-      [this]() -> httplib::TaskQueue* {
-        auto* queue = new metrics_connections(*limits_, port_);
-        queue_ = queue;
-        return queue;
-      },
-      listener);
-
-  errno = 0;
+  auto server = make_server(render_);
   const int bound =
-      port == 0 ? server->bind_to_any_port(host) : (server->bind_to_port(host, port) ? port : -1);
-  if (bound < 0) {
-    const int err = errno;  // the failed bind(2) or listen(2): httplib only closes after it
-    throw error("metrics server: cannot listen on " + where + ": " +
-                (err != 0 ? std::strerror(err) : "bind failed") + bind_failure_hint(err));
-  }
-  // httplib 0.11 listens with a backlog of 5: a burst of connections (200 idle ones, say)
-  // would overflow it, and the kernel would drop a scrape's SYN (a 1 s retransmission each
-  // time, measured). Connections are taken off the queue at once; a deep one costs nothing.
-  if (*listener >= 0) ::listen(*listener, SOMAXCONN);
+      bind_http(*server, host, port, *limits_, "metrics server",
+                [this](metrics_connections* q) { queue_ = q; });
 
   server_ = std::move(server);
   host_ = host;

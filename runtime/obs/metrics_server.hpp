@@ -24,6 +24,17 @@ struct metrics_server_limits;
 /// Content-Type of a Prometheus text exposition 0.0.4 answer.
 inline constexpr const char* exposition_content_type = "text/plain; version=0.0.4; charset=utf-8";
 
+/// Binds S to HOST:PORT with the socket policy cohort's HTTP endpoints share (this metrics
+/// endpoint and `cohort serve`): IPv4; SO_REUSEADDR only (httplib's default adds SO_REUSEPORT,
+/// which would let a second server share the port instead of failing); a listen backlog of
+/// SOMAXCONN (httplib's 5 drops the SYNs of a burst, a second each); every connection on its
+/// own thread, bounded by LIMITS (metrics_connections), which ON_QUEUE is told of when
+/// S.listen_after_bind() makes it. PORT 0: any free port. Returns the bound port; cohort::error
+/// starting with WHAT ("metrics server") that names HOST:PORT, why, and the fix.
+int bind_http(httplib::Server& s, const std::string& host, int port,
+              const metrics_server_limits& limits, const std::string& what,
+              std::function<void(metrics_connections*)> on_queue = {});
+
 /// Serves a render callback over HTTP on its own thread.
 ///   GET /metrics  200, exposition_content_type, body = render()   (HEAD: the same, no body)
 ///   GET /         200, one line pointing to /metrics

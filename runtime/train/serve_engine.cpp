@@ -126,16 +126,11 @@ void serve_engine::step(std::vector<std::unique_ptr<active>>& batch) {
       continue;
     }
     // Out of blocks: the newest request leaves the batch for the head of the queue and is
-    // recomputed from its text when there is room (it may be this one).
+    // recomputed from its text when there is room. It is this one or one after it, so none
+    // of its rows is listed yet; the loop then tries this one again.
     std::unique_ptr<active> newest = std::move(batch.back());
     batch.pop_back();
     newest->seq->release();
-    if (newest.get() != &a) {
-      // Its rows, if already listed, go too; its blocks were just freed for A's retry.
-      items.erase(std::remove_if(items.begin(), items.end(),
-                                 [&](const nn::decode_item& it) { return it.seq == newest->seq.get(); }),
-                  items.end());
-    }
     std::lock_guard<std::mutex> lk(mu_);
     ++stats_.preemptions;
     waiting_.push_front(std::move(newest));

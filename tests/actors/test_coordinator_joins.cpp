@@ -21,6 +21,25 @@ auto windowed(int window_ms = 50) {
   };
 }
 
+// A coordinator for 1 to 4 workers with a WINDOW_MS join window and a launcher and a ctl
+// attached (scale's requesters); TAKING_OVER: a leader that took over a running job.
+std::unique_ptr<coordinator_fixture> scalable(int window_ms, bool taking_over = false) {
+  auto f = std::make_unique<coordinator_fixture>(
+      [window_ms, taking_over](coordinator_options& o, coordinator_io&) {
+        o.membership.dp = 4;
+        o.membership.min_workers = 1;
+        o.membership.max_workers = 4;
+        o.membership.join_window_ms = window_ms;
+        if (taking_over) {
+          o.term = 2;
+          o.taking_over = true;
+        }
+      });
+  f->deliver("launch", net::register_request{net::peer_role::client, "launch", 1});
+  f->deliver("ctl", net::register_request{net::peer_role::client, "ctl", 1});
+  return f;
+}
+
 }  // namespace
 
 TEST_CASE("coordinator: registrations within the join window share one generation") {
@@ -173,16 +192,8 @@ TEST_CASE("coordinator: silence counts only up to where the transport has read")
 // the launcher for 4 workers while 3 were on their way back). Then, and in any window, the
 // registrations still waiting in the join window count as workers.
 TEST_CASE("coordinator: scale waits for a new leader's workers, and counts the join window") {
-  coordinator_fixture f([](coordinator_options& o, coordinator_io&) {
-    o.membership.dp = 4;
-    o.membership.min_workers = 1;
-    o.membership.max_workers = 4;
-    o.membership.join_window_ms = 50;
-    o.term = 2;
-    o.taking_over = true;
-  });
-  f.deliver("launch", net::register_request{net::peer_role::client, "launch", 1});
-  f.deliver("ctl", net::register_request{net::peer_role::client, "ctl", 1});
+  auto fp = scalable(50, true);
+  coordinator_fixture& f = *fp;
   auto last_reply = [&] { return f.rec->to<net::admin_reply>("ctl").back(); };
   f.register_worker("pa", "a");
   f.register_worker("pb", "b");
@@ -202,14 +213,8 @@ TEST_CASE("coordinator: scale waits for a new leader's workers, and counts the j
 }
 
 TEST_CASE("coordinator: the worker a scale awaits, or the last free seat, enters at once") {
-  coordinator_fixture f([](coordinator_options& o, coordinator_io&) {
-    o.membership.dp = 4;
-    o.membership.min_workers = 1;
-    o.membership.max_workers = 4;
-    o.membership.join_window_ms = 300;
-  });
-  f.deliver("launch", net::register_request{net::peer_role::client, "launch", 1});
-  f.deliver("ctl", net::register_request{net::peer_role::client, "ctl", 1});
+  auto fp = scalable(300);
+  coordinator_fixture& f = *fp;
   f.register_worker("pa", "a");
   f.advance(milliseconds(300));  // nothing awaited, a seat left: a waits out the window
   REQUIRE(f.rec->to<net::register_ok>("pa").size() == 1);

@@ -56,11 +56,9 @@ std::vector<int32_t> alone(nn::gpt& m, const std::vector<int32_t>& prompt, int m
   return train::generate(m, prompt, o);
 }
 
-}  // namespace
-
 // Six requests (one of no tokens, two sliding past the context of 8) under LIM: each must
 // end with the text it gets alone, every block back. Returns the engine's stats at the end.
-static train::serve_stats run_six(nn::gpt& m, const train::serve_limits& lim) {
+train::serve_stats run_six(nn::gpt& m, const train::serve_limits& lim) {
   struct job {
     std::vector<int32_t> prompt;
     int max_tokens;
@@ -86,6 +84,8 @@ static train::serve_stats run_six(nn::gpt& m, const train::serve_limits& lim) {
   CHECK(st.requests_done == jobs.size());
   return st;
 }
+
+}  // namespace
 
 TEST_CASE("serve engine: concurrent requests give the texts they give alone") {
   nn::gpt m(11, 8, 2, 2, 16, 1, 3);
