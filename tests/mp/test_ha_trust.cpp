@@ -116,7 +116,8 @@ nlohmann::json hold(const child_process& launch, const job_address& a) {
                                return st.is_object() && st["step"].is_number() &&
                                       st["step"].get<int64_t>() >= 1;
                              }),
-                  "the job never committed a step: " << st.dump());
+                  "the job never committed a step: " << st.dump() << "\nlaunch said:\n"
+                                                     << launch.out() << launch.err());
   const auto pid = launch.wait_line("launch: started worker-3 (pid ", milliseconds(1000));
   REQUIRE(pid.has_value());
   ::kill(static_cast<pid_t>(std::stol(*pid)), SIGKILL);
