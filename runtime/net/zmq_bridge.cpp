@@ -33,7 +33,10 @@ int64_t socket_size_limit(size_t max_bytes) {
 std::atomic<uint64_t> pipe_counter{0};
 
 // zmq::poll that treats a signal arriving meanwhile (EINTR; e.g. SIGCHLD in the launcher)
-// as "nothing ready yet" instead of an error. True when ITEM became ready.
+// as "nothing ready yet" instead of an error. True when ITEM became ready. A send or receive
+// with dontwait can fail with EINTR as well (libzmq first processes the socket's commands,
+// in a poll a signal can cut: a launch ended "internal error: Interrupted system call" as
+// its workers exited): sync_client retries those too.
 bool poll_retrying(zmq::pollitem_t* item, std::chrono::milliseconds timeout) {
   try {
     return zmq::poll(item, 1, timeout) > 0;
@@ -490,7 +493,11 @@ bool sync_client::send_frame(const std::string& frame) {
   while (std::chrono::steady_clock::now() < deadline) {
     zmq::pollitem_t item{sock_.handle(), 0, ZMQ_POLLOUT, 0};
     if (!poll_retrying(&item, std::chrono::milliseconds(100))) continue;
-    return sock_.send(zmq::buffer(frame), zmq::send_flags::dontwait).has_value();
+    try {
+      return sock_.send(zmq::buffer(frame), zmq::send_flags::dontwait).has_value();
+    } catch (const zmq::error_t& e) {
+      if (e.num() != EINTR) throw;  // a signal cut it (see poll_retrying): not sent, try again
+    }
   }
   return false;
 }
@@ -505,7 +512,12 @@ std::optional<message> sync_client::recv(std::chrono::milliseconds timeout) {
     if (!poll_retrying(&item, left)) continue;
     if (!(item.revents & ZMQ_POLLIN)) continue;
     zmq::message_t frame;
-    if (!sock_.recv(frame, zmq::recv_flags::dontwait)) continue;
+    try {
+      if (!sock_.recv(frame, zmq::recv_flags::dontwait)) continue;
+    } catch (const zmq::error_t& e) {
+      if (e.num() != EINTR) throw;  // a signal cut it: nothing taken, try again
+      continue;
+    }
     const std::string_view bytes(frame.data<char>(), frame.size());
     decoded d = decode(bytes, max_bytes_);
     if (d.ok()) return std::move(d.msg);

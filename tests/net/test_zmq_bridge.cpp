@@ -2,10 +2,13 @@
 // ways between a ROUTER and a DEALER bridge, and every kind of bad inbound frame is dropped
 // and counted under its own reason while good traffic keeps flowing.
 #include <doctest/doctest.h>
+#include <pthread.h>
+#include <sys/time.h>
 
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <csignal>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -303,4 +306,44 @@ TEST_CASE("bridge: a dealer moves between leaders and drops what a lower term sa
   REQUIRE(at_dealer.wait_for(3));
   CHECK(std::get<stop>(at_dealer.at(2).second).reason == "from term 3");
   CHECK(dealer.term_floor() == 3);
+}
+
+namespace {
+std::atomic<int> alarms{0};
+void count_alarm(int) { alarms.fetch_add(1, std::memory_order_relaxed); }
+}  // namespace
+
+TEST_CASE("sync_client: signals arriving all the time cut no send and no receive") {
+  // SIGALRM blocked in every thread the bridge and ZeroMQ start, so that only this one takes
+  // it; a handler without SA_RESTART, as the launcher's SIGCHLD cuts its calls.
+  sigset_t alrm;
+  sigemptyset(&alrm);
+  sigaddset(&alrm, SIGALRM);
+  pthread_sigmask(SIG_BLOCK, &alrm, nullptr);
+  inbox in;
+  zmq_bridge router(router_opts(), in.fn());
+  sync_client client(router.endpoint());
+  struct sigaction sa {};
+  sa.sa_handler = count_alarm;
+  sigaction(SIGALRM, &sa, nullptr);
+  pthread_sigmask(SIG_UNBLOCK, &alrm, nullptr);
+  itimerval every{{0, 50}, {0, 50}};  // every 50 us
+  setitimer(ITIMER_REAL, &every, nullptr);
+  int sent = 0;
+  std::string error;
+  const auto until = std::chrono::steady_clock::now() + milliseconds(500);
+  try {
+    while (std::chrono::steady_clock::now() < until) {
+      if (client.send(heartbeat{1, 1})) ++sent;
+      client.recv(milliseconds(0));
+    }
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  itimerval off{};
+  setitimer(ITIMER_REAL, &off, nullptr);
+  signal(SIGALRM, SIG_DFL);
+  CHECK_MESSAGE(error.empty(), error);
+  CHECK(alarms.load() > 10);  // slack for a loaded machine
+  CHECK(sent > 10);
 }
