@@ -14,6 +14,7 @@
 #include "actors/coordinator_internal.hpp"
 #include "runtime/core/config.hpp"
 #include "runtime/core/faults.hpp"
+#include "runtime/core/process.hpp"
 
 namespace cohort::actors {
 
@@ -343,9 +344,7 @@ void on_inbound(self_ptr self, const net::sender& from, const net::message& m) {
               std::remove_if(js.begin(), js.end(),
                              [&](const auto& j) { return j.name == x.name && j.pid == x.pid; }),
               js.end());
-          const std::string detail = x.exit_code > 128
-                                         ? "killed by signal " + std::to_string(x.exit_code - 128)
-                                         : "exit code " + std::to_string(x.exit_code);
+          const std::string detail = proc::describe_exit_code(x.exit_code);
           if (adopt(self, mb::on_exit_notice_by_name(st.roster, now(self), x.name, x.pid, detail,
                                                      st.opts.membership))) {
             on_new_generation(self);

@@ -1,7 +1,7 @@
 // What the bench commands share: a scratch folder for one command (rendezvous files,
 // per-rank results), removed with everything in it when the command ends, however it
-// ends; how a message size is printed; and the percentiles of a set of durations. Owns
-// nothing else.
+// ends; a failed run's log tail; how a message size is printed; and the percentiles of a set
+// of durations. Owns nothing else.
 #pragma once
 #include <stdlib.h>
 
@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <system_error>
 #include <vector>
@@ -38,6 +39,18 @@ class scratch_dir {
  private:
   std::string path_;
 };
+
+/// The last LINES lines of the file at PATH (a failed run's log, quoted in the bench's error
+/// because the scratch folder that holds it is removed as the command ends).
+inline std::string log_tail(const std::string& path, std::size_t lines = 12) {
+  std::ifstream f(path);
+  std::vector<std::string> all;
+  for (std::string l; std::getline(f, l);) all.push_back(l);
+  std::string out;
+  for (std::size_t i = all.size() > lines ? all.size() - lines : 0; i < all.size(); ++i)
+    out += "\n  " + all[i];
+  return out.empty() ? " (no output)" : out;
+}
 
 /// "4 MiB", "256 KiB", "100 B": a size in the largest binary unit that divides it.
 inline std::string human_bytes(std::size_t bytes) {

@@ -1,12 +1,13 @@
 // `cohort bench dp CFG [--workers 1,2] [--batch B] [--steps S] [--bucket-mb MB]
-// [--transport T] [--balance equal,measured [--micro-batches K] [--slow F]] [--zero 0,1]
-// [--json]`:
+// [--transport T] [--balance equal,measured [--micro-batches K] [--slow F] [--cpu-limit C]]
+// [--zero 0,1] [--json]`:
 // weak scaling of data-parallel training. For each worker count N it runs `cohort launch`
 // (this binary) with N workers, each computing B samples per step (global batch N*B, one
 // micro-batch per worker), and reports the step time, its ratio to the first N's step time
 // measured in the same run, and the per-step time split and overlap fraction the workers
 // report. With --balance, each count runs once per train.balance mode, each worker's batch in
-// K micro-batches and rank 1's compute stretched F times (a `slow` fault), against the ideal
+// K micro-batches and rank 1's compute stretched F times (a `slow` fault) or worker-1 held to C
+// cores by a cgroup (launch --cpu-limit), against the ideal
 // step (the global batch over the sum of the workers' measured rates, the coordinator's
 // figures). With --zero, each count runs once per train.zero stage, and each point shows its
 // model-state bytes per worker (the largest worker's) and the bytes each worker sent per
@@ -51,6 +52,7 @@ struct bench_dp_options {
   std::vector<std::string> balance;  // train.balance modes to compare; empty: the config's
   int micro = 8;                     // --balance: micro-batches per worker
   double slow = 1;                   // --balance: rank 1's compute factor
+  double cpu_limit = 0;              // --balance: worker-1's cores (a cgroup); 0: none
   std::vector<int> zero;             // train.zero stages to compare; empty: the config's
   bool json = false;
 };
@@ -95,6 +97,8 @@ dp_point run_point(const bench_dp_options& o, const config& base, int n,
     if (o.slow > 1 && n > 1)
       args.insert(args.end(), {"--inject", "slow rank=1 factor=" + std::to_string(o.slow) +
                                                " from step=0 to step=" + std::to_string(o.steps)});
+    if (o.cpu_limit > 0 && n > 1)
+      args.insert(args.end(), {"--cpu-limit", "worker-1=" + std::to_string(o.cpu_limit)});
   }
   if (zero >= 0) args.insert(args.end(), {"--set", "train.zero=" + std::to_string(zero)});
   if (o.transport)
@@ -111,10 +115,10 @@ dp_point run_point(const bench_dp_options& o, const config& base, int n,
   const int code = proc::exit_code_of(status);
   if (code != 0)
     throw error("bench dp: launch with " + std::to_string(n) + " worker(s) exited " +
-                std::to_string(code) + "; its output is in " + log);
+                std::to_string(code) + "; the end of its output:" + log_tail(log));
   std::ifstream in(summary);
   const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
-  if (!j.is_object()) throw error("bench dp: no summary in " + summary + " (see " + log + ")");
+  if (!j.is_object()) throw error("bench dp: no summary in " + summary + "; the end of launch's output:" + log_tail(log));
   dp_point p;
   p.workers = n;
   const double rate = j["throughput"].begin().value().get<double>();
@@ -179,6 +183,10 @@ void add_bench_dp(CLI::App& bench, int* rc) {
                   "with --balance: rank 1's compute stretched this many times (a slow fault)")
       ->check(CLI::Range(1.0, 1000.0))
       ->capture_default_str();
+  cmd->add_option("--cpu-limit", o->cpu_limit,
+                  "with --balance: worker-1 runs under a CPU budget of this many cores (a cgroup "
+                  "of its own, throttled by the kernel; needs root), a slower worker for real")
+      ->check(CLI::Range(0.01, 1024.0));
   cmd->add_option("--zero", o->zero,
                   "train.zero stages to compare at each count (0, 1): step time, model-state "
                   "bytes per worker and bytes sent per step, against the first stage")
@@ -247,8 +255,13 @@ void add_bench_dp(CLI::App& bench, int* rc) {
     } else {
       std::printf("bench dp: %s, transport %s\n", o->config.c_str(), transport.c_str());
       if (!o->balance.empty())
-        std::printf("balance: %d micro-batches per worker, rank 1 at %.2gx compute\n", o->micro,
-                    o->slow);
+        std::printf("balance: %d micro-batches per worker, rank 1 at %.2gx compute%s\n", o->micro,
+                    o->slow,
+                    o->cpu_limit > 0
+                        ? (", worker-1 limited to " + std::to_string(o->cpu_limit).substr(0, 4) +
+                           " CPU(s)")
+                              .c_str()
+                        : "");
       std::printf("%8s %9s %10s %8s %11s %13s %13s %9s %8s %9s %9s\n", "workers", "balance",
                   "step_ms", "ratio", "compute_ms", "comm_wait_ms", "allreduce_ms", "idle_ms",
                   "overlap", "ideal_ms", "vs_ideal");

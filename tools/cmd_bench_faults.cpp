@@ -18,6 +18,7 @@
 #include "runtime/core/config.hpp"
 #include "runtime/core/error.hpp"
 #include "runtime/core/process.hpp"
+#include "tools/bench_util.hpp"
 #include "tools/commands.hpp"
 
 namespace cohort::cli {
@@ -69,14 +70,14 @@ run_result launch_once(const faults_bench_options& o, bool faulty, const std::st
   const int code = proc::exit_code_of(status);
   if (code != 0)
     throw error("bench faults: run " + tag + " (cohort launch) ended with exit code " +
-                std::to_string(code) + "; its output is in " + log);
+                std::to_string(code) + "; the end of its output:" + log_tail(log));
   std::ifstream in(summary);
   nlohmann::json j;
   try {
     in >> j;
   } catch (const std::exception& e) {
     throw error("bench faults: run " + tag + " left no readable summary at " + summary + " (" +
-                e.what() + "); its output is in " + log);
+                e.what() + "); the end of its output:" + log_tail(log));
   }
   run_result r;
   r.wall_s = j.value("wall_s", 0.0);

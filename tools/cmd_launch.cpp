@@ -31,6 +31,7 @@
 #include "runtime/net/zmq_bridge.hpp"
 #include "runtime/step/fault_schedule.hpp"
 #include "tools/commands.hpp"
+#include "tools/launch_cpu_limits.hpp"
 #include "tools/launch_ha.hpp"
 #include "tools/launch_keys.hpp"
 #include "tools/launch_options.hpp"
@@ -52,14 +53,10 @@ struct child {
   bool warm = false;     ///< started ahead of a respawn, waiting for its name (start_warm)
 };
 
-std::string describe_exit(int code) {
-  return code > 128 ? "killed by signal " + std::to_string(code - 128)
-                    : "exit code " + std::to_string(code);
-}
-
 class launcher {
  public:
-  launcher(const launch_options& opt, const config& cfg) : opt_(opt), cfg_(cfg) {}
+  launcher(const launch_options& opt, const config& cfg)
+      : opt_(opt), cfg_(cfg), cpu_limits_(opt.cpu_limits) {}
 
   int run() {
     keys_ = std::make_unique<launch_keys>(opt_.keys, opt_.insecure,
@@ -225,7 +222,7 @@ class launcher {
       it->second = child{name, false, clock_type::now(), {}};
       std::printf("launch: started %s (pid %d, warm)\n", name.c_str(), static_cast<int>(warm));
       std::fflush(stdout);
-      return;
+      return cpu_limits_.started(name, warm);
     }
     std::vector<std::string> args = worker_args();
     args.insert(args.end(), {"--name", name, "--local-rank", std::to_string(local_rank)});
@@ -233,6 +230,7 @@ class launcher {
     children_[pid] = child{name, false, clock_type::now(), {}};
     std::printf("launch: started %s (pid %d)\n", name.c_str(), static_cast<int>(pid));
     std::fflush(stdout);
+    cpu_limits_.started(name, pid);
   }
 
   // A worker started ahead of the next respawn or scale-up (launch_warm.hpp) when the job
@@ -416,16 +414,17 @@ class launcher {
       if (it == children_.end()) continue;
       const child c = it->second;
       children_.erase(it);
+      cpu_limits_.reaped(pid);
       const int code = proc::exit_code_of(status);
       if (c.warm) {  // it had no name yet: no member died; the next respawn starts cold
         warm_.exited(pid);
         if (!stopping_ && code != 0)
           std::printf("launch: the warm worker (pid %d) exited: %s\n", static_cast<int>(pid),
-                      describe_exit(code).c_str());
+                      proc::describe_exit_code(code).c_str());
         continue;
       }
       std::printf("launch: %s (pid %d) exited: %s\n", c.name.c_str(), static_cast<int>(pid),
-                  describe_exit(code).c_str());
+                  proc::describe_exit_code(code).c_str());
       std::fflush(stdout);
       // (A coordinator with no endpoint yet died starting: that is launch's failure below.)
       if (c.coordinator && ha() && !stopping_ && !c.endpoint.empty() &&
@@ -504,6 +503,7 @@ class launcher {
   bool stopping_ = false;
   bool spares_started_ = false;  ///< elastic.spares started (start_spares)
   respawns respawns_;            ///< whom to restart, and when
+  launch_cpu_limits cpu_limits_;  ///< --cpu-limit
   static constexpr int spare_respawn_delay_ms = 500;
   clock_type::time_point kill_at_{};
   std::optional<clock_type::time_point> term_at_;  // SIGTERM to workers that outlive it
@@ -575,6 +575,7 @@ void add_launch(CLI::App& app, int* rc) {
                 "No keys: the control plane and p2p channels speak plain ZeroMQ; anyone who "
                 "reaches the coordinator can join, steer or read the run (docs/security.md)")
       ->excludes(keys);
+  add_cpu_limit_option(*cmd, &opt->cpu_limits);
   cmd->callback([opt, rc] {
     const config c = load_config(opt->config_path, opt->overrides);
     // Bad or unsupported specs stop here, before any process starts (exit 2).

@@ -14,6 +14,7 @@
 #include "actors/worker.hpp"
 #include "runtime/core/config.hpp"
 #include "runtime/core/error.hpp"
+#include "runtime/core/cpu_limit.hpp"
 #include "runtime/core/process.hpp"
 #include "runtime/net/membership.hpp"
 #include "tools/commands.hpp"
@@ -30,6 +31,7 @@ void add_worker(CLI::App& app, int* rc) {
     int reattach_ms = 30000;
     int local_rank = -1;
     bool name_from_stdin = false;
+    double cpu_limit = 0;  // cores; 0: none
   };
   auto opt = std::make_shared<options>();
   CLI::App* cmd = app.add_subcommand(
@@ -74,6 +76,11 @@ void add_worker(CLI::App& app, int* rc) {
   add_keys_option(*cmd, &opt->keys,
                   "the worker speaks CURVE with worker.key to a coordinator known by "
                   "coordinator.pub (needed when the coordinator was started with keys)");
+  cmd->add_option("--cpu-limit", opt->cpu_limit,
+                  "Run this worker under a CPU budget of CPUS cores (a cgroup of its own, as "
+                  "docker --cpus; needs root): a slower worker, balanced by train.balance")
+      ->type_name("CPUS")
+      ->check(CLI::Range(0.01, 1024.0));
   cmd->callback([opt, rc] {
     if (!opt->name.empty())
       if (const std::string problem = net::membership::name_problem(opt->name); !problem.empty())
@@ -113,6 +120,8 @@ void add_worker(CLI::App& app, int* rc) {
     // Read where the trainer picks its device (runtime/nn/device.hpp, local_rank_from_env).
     if (opt->local_rank >= 0)
       ::setenv("COHORT_LOCAL_RANK", std::to_string(opt->local_rank).c_str(), 1);
+    const std::string limited =
+        opt->cpu_limit > 0 ? proc::limit_cpu(::getpid(), opt->cpu_limit) : std::string();
     actors::worker_options wo;
     wo.name = opt->name;
     wo.pid = static_cast<int64_t>(::getpid());
@@ -124,6 +133,7 @@ void add_worker(CLI::App& app, int* rc) {
                              static_cast<size_t>(opt->max_message_bytes));
     proc::signal_watcher signals([&node](int) { node.request_leave(); });
     *rc = node.wait();
+    if (!limited.empty()) proc::release_own_cpu_limit(limited);
   });
 }
 

@@ -21,6 +21,7 @@ struct launch_options {
   int stop_timeout_ms = 5000;
   std::string keys;  // --keys: use (or write) the job's keys there
   bool insecure = false;
+  std::vector<std::string> cpu_limits;  // --cpu-limit NAME=CPUS
 };
 
 }  // namespace cohort::cli

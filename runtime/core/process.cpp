@@ -141,6 +141,11 @@ int exit_code_of(int wait_status) {
   return 1;
 }
 
+std::string describe_exit_code(int code) {
+  return code > 128 ? "killed by signal " + std::to_string(code - 128)
+                    : "exit code " + std::to_string(code);
+}
+
 void log_to_stderr() {
   static const bool once = [] {
     auto logger = spdlog::stderr_color_mt("cohort-stderr");

@@ -60,6 +60,8 @@ pid_t spawn_self(const std::vector<std::string>& args, int stdout_fd = -1, int s
 
 /// Exit status of a waitpid() result as one number: the exit code, or 128 + signal.
 int exit_code_of(int wait_status);
+/// exit_code_of's number in words: "exit code N" or "killed by signal N" (above 128).
+std::string describe_exit_code(int code);
 
 /// A private folder (0700) for this process's run files: $TMPDIR (else /tmp)/NAME-PID-XXXXXX.
 /// First removes the NAME-PID-* folders of processes that are gone (a launch killed

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 
 #include "runtime/core/error.hpp"
@@ -108,6 +109,19 @@ bool worth_replanning(const std::vector<int>& current, const std::vector<int>& p
   return predicted_step_s(proposed, speeds) < (1 - threshold) * predicted_step_s(current, speeds);
 }
 
+double speed_drift(const std::vector<double>& reference, const std::vector<double>& speeds) {
+  if (reference.empty() || reference.size() != speeds.size())
+    return std::numeric_limits<double>::infinity();
+  const double then = std::accumulate(reference.begin(), reference.end(), 0.0);
+  const double now = std::accumulate(speeds.begin(), speeds.end(), 0.0);
+  double worst = 0;
+  for (std::size_t r = 0; r < speeds.size(); ++r) {
+    const double was = reference[r] / then;
+    worst = std::max(worst, std::abs(speeds[r] / now - was) / was);
+  }
+  return worst;
+}
+
 int micro_count(const net::step_open& o, int micro_batches) {
   if (o.shares.empty()) {
     if (o.replicas < 1 || o.rank < 0 || o.rank >= o.replicas) return 0;
@@ -127,7 +141,10 @@ std::vector<int32_t> balancer::plan(const std::vector<std::pair<uint64_t, std::s
   const int n = static_cast<int>(by_rank.size());
   const bool moved = ranks_ != by_rank;  // new members or ranks: the old plan is void
   ranks_ = by_rank;
-  if (moved) plan_.clear();
+  if (moved) {
+    plan_.clear();
+    judged_at_.clear();
+  }
   speeds_.clear();
   std::vector<double> known;
   for (const auto& [id, name] : by_rank)
@@ -148,8 +165,16 @@ std::vector<int32_t> balancer::plan(const std::vector<std::pair<uint64_t, std::s
     for (int r = 0; r < n; ++r)
       current.push_back(
           static_cast<int>(train::replica_micro_batches(micro_batches_, n, r).size()));
-  if (moved ? proposed != current : worth_replanning(current, proposed, speeds, threshold)) {
+  // The first judgement for these ranks sets the drift's base, whatever it decides.
+  const bool first = judged_at_.empty();
+  if (first) judged_at_ = speeds;
+  const bool replan =
+      moved ? proposed != current
+            : (first || speed_drift(judged_at_, speeds) > drift) &&
+                  worth_replanning(current, proposed, speeds, threshold);
+  if (replan) {
     plan_ = proposed;
+    judged_at_ = speeds;
     ++replans_;
     if (note != nullptr) {
       std::string line = "balance: micro-batches per rank ";

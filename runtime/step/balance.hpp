@@ -61,17 +61,28 @@ class speed_meter {
 bool worth_replanning(const std::vector<int>& current, const std::vector<int>& proposed,
                       const std::vector<double>& speeds, double threshold);
 
+/// How far SPEEDS have drifted from REFERENCE (the speeds a plan was judged at, same ranks):
+/// the largest change of a rank's fraction of the total speed, relative to its fraction then.
+/// Only fractions count: all ranks slowing alike moves no micro-batch. 0 for equal vectors;
+/// +inf when the lengths differ or REFERENCE is empty.
+double speed_drift(const std::vector<double>& reference, const std::vector<double>& speeds);
+
 /// How many micro-batches the receiver of O computes (its shares, or the round robin's).
 int micro_count(const net::step_open& o, int micro_batches);
 
 /// The coordinator's planner (one per job). Off (train.balance: equal) it plans nothing and
 /// every step_open carries no shares. On, the first plan comes once every stepping member
 /// has a measured speed (a member without one counts at the median of the others), a new
-/// one whenever the members or their ranks change, and otherwise only when it is predicted
-/// to shorten the step by more than `threshold`.
+/// one whenever the members or their ranks change, and otherwise only when the speeds have
+/// drifted by more than `drift` (speed_drift) from those the current plan was judged at AND
+/// the new plan is predicted to shorten the step by more than `threshold`. The drift bound
+/// damps flapping: a rank given fewer micro-batches carries its fixed per-step work over
+/// fewer of them and looks a few per cent slower, which alone used to move the plan on
+/// (11:5, 12:4, 13:3 under a factor-2 slow worker).
 class balancer {
  public:
   static constexpr double threshold = 0.05;
+  static constexpr double drift = 0.10;
   /// MICRO_BATCHES per step, ROWS samples each (the summary's samples/s); STRAGGLER_FACTOR:
   /// elastic.straggler_factor (0: no straggler is named).
   balancer(bool measured, int micro_batches, int rows, double straggler_factor = 0);
@@ -104,6 +115,7 @@ class balancer {
   std::vector<int> plan_;                                ///< empty: equal
   int replans_ = 0;
   std::vector<double> speeds_;          ///< of ranks_ at the last plan (empty: unknown)
+  std::vector<double> judged_at_;       ///< speeds the current plan was judged at (drift's base)
   std::map<uint64_t, int> slow_plans_;  ///< per member: plans in a row below the bound
   void count_stragglers();              ///< slow_plans_ after a plan's speeds_
   double straggler_factor_ = 0;

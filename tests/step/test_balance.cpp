@@ -4,6 +4,7 @@
 // is worth it; and the coordinator putting its plans into step_open.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <numeric>
 #include <set>
 #include <string>
@@ -99,6 +100,44 @@ TEST_CASE("balance: the speed filter weighs the newest step by alpha") {
   CHECK_FALSE(worth_replanning({2, 2}, {2, 2}, {1, 0.5}, 0.05));
   CHECK_FALSE(worth_replanning({2, 2}, {3, 1}, {1, 0.95}, 0.05));    // 2.1 s -> 3 s: worse
   CHECK_FALSE(worth_replanning({10, 10}, {11, 9}, {1, 0.9}, 0.05));  // 11.1 s -> 11 s: 1%
+}
+
+TEST_CASE("balance: the speeds' drift counts fractions of the total, not absolute speeds") {
+  CHECK(speed_drift({1, 1}, {1, 1}) == 0.0);
+  CHECK(speed_drift({1, 1}, {2, 2}) == 0.0);  // everyone twice as fast: no rank's share moves
+  CHECK(speed_drift({1, 1}, {3, 1}) == doctest::Approx(0.5));  // 1/2 -> 3/4 and 1/2 -> 1/4
+  CHECK(speed_drift({2, 1}, {2, 0.5}) == doctest::Approx(0.4));  // b: 1/3 -> 1/5
+  CHECK(speed_drift({1, 1, 1, 1}, {1, 1, 1, 0.9}) == doctest::Approx(0.0769).epsilon(0.001));
+  CHECK(std::isinf(speed_drift({}, {1, 1})));
+  CHECK(std::isinf(speed_drift({1, 1, 1}, {1, 1})));
+}
+
+TEST_CASE("balance: a drift within the bound moves no micro-batch, even when worth 5%") {
+  using ranks = std::vector<std::pair<uint64_t, std::string>>;
+  const ranks ab = {{1, "a"}, {2, "b"}};
+  const auto settle = [](balancer& b, uint64_t id, double speed) {
+    for (int i = 0; i < 60; ++i) b.measured(id, 1.0 / speed, 1);  // the filter converges
+  };
+  balancer b(true, 16, 8);
+  settle(b, 1, 1.0);
+  settle(b, 2, 1.0);
+  std::string note;
+  CHECK(b.plan(ab, &note).empty());  // judged at (1, 1): 8 / 8 is best
+  // b at 0.82: 9 / 7 would predict 9 s against 8 / 0.82 = 9.76 s (7.8% shorter), but b's
+  // fraction of the speed moved from 1/2 to 0.4505, 9.9% of it: within the bound.
+  settle(b, 2, 0.82);
+  CHECK(worth_replanning({8, 8}, {9, 7}, {1, 0.82}, balancer::threshold));
+  CHECK(speed_drift({1, 1}, {1, 0.82}) <= balancer::drift);
+  CHECK(b.plan(ab, &note).empty());
+  CHECK(b.json()["replans"] == 0);
+  // b at 0.7: 17.6% of its fraction: a plan, judged at these speeds from now on.
+  settle(b, 2, 0.7);
+  CHECK(b.plan(ab, &note) == std::vector<int32_t>{9, 7});
+  CHECK(b.json()["replans"] == 1);
+  // Back to 0.75 (b's fraction 0.4118 -> 0.4286, 4%): no move back and forth.
+  settle(b, 2, 0.75);
+  CHECK(b.plan(ab, &note) == std::vector<int32_t>{9, 7});
+  CHECK(b.json()["replans"] == 1);
 }
 
 TEST_CASE("balance: the planner's sequence: off, unmeasured, a plan, a drift, new members") {
