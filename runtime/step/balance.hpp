@@ -77,12 +77,14 @@ int micro_count(const net::step_open& o, int micro_batches);
 /// drifted by more than `drift` (speed_drift) from those the current plan was judged at AND
 /// the new plan is predicted to shorten the step by more than `threshold`. The drift bound
 /// damps flapping: a rank given fewer micro-batches carries its fixed per-step work over
-/// fewer of them and looks a few per cent slower, which alone used to move the plan on
-/// (11:5, 12:4, 13:3 under a factor-2 slow worker).
+/// fewer of them and looks slower, and two loaded cores add noise of 10-20% to a 3 ms
+/// compute; with the 5% rule alone a factor-2 slow worker's plan moved 11 and 13 times
+/// between 11:5, 12:4 and 13:3 in 100 steps, with a 10% bound 8 and 10 times, with 20% a
+/// median of 4 (docs/benchmarks.md, "Workers of different speeds").
 class balancer {
  public:
   static constexpr double threshold = 0.05;
-  static constexpr double drift = 0.10;
+  static constexpr double drift = 0.20;
   /// MICRO_BATCHES per step, ROWS samples each (the summary's samples/s); STRAGGLER_FACTOR:
   /// elastic.straggler_factor (0: no straggler is named).
   balancer(bool measured, int micro_batches, int rows, double straggler_factor = 0);

@@ -123,20 +123,22 @@ TEST_CASE("balance: a drift within the bound moves no micro-batch, even when wor
   settle(b, 2, 1.0);
   std::string note;
   CHECK(b.plan(ab, &note).empty());  // judged at (1, 1): 8 / 8 is best
-  // b at 0.82: 9 / 7 would predict 9 s against 8 / 0.82 = 9.76 s (7.8% shorter), but b's
-  // fraction of the speed moved from 1/2 to 0.4505, 9.9% of it: within the bound.
-  settle(b, 2, 0.82);
-  CHECK(worth_replanning({8, 8}, {9, 7}, {1, 0.82}, balancer::threshold));
-  CHECK(speed_drift({1, 1}, {1, 0.82}) <= balancer::drift);
+  // b at 0.7: 9 / 7 would predict 10 s against 8 / 0.7 = 11.4 s (12.5% shorter), but b's
+  // fraction of the speed moved from 1/2 to 0.4118, 17.6% of it: within the 20% bound.
+  settle(b, 2, 0.7);
+  CHECK(worth_replanning({8, 8}, {9, 7}, {1, 0.7}, balancer::threshold));
+  CHECK(speed_drift({1, 1}, {1, 0.7}) <= balancer::drift);
   CHECK(b.plan(ab, &note).empty());
   CHECK(b.json()["replans"] == 0);
-  // b at 0.7: 17.6% of its fraction: a plan, judged at these speeds from now on.
-  settle(b, 2, 0.7);
-  CHECK(b.plan(ab, &note) == std::vector<int32_t>{9, 7});
+  // b at 0.6: 25% of its fraction: a plan, judged at these speeds from now on.
+  settle(b, 2, 0.6);
+  CHECK(b.plan(ab, &note) == std::vector<int32_t>{10, 6});
   CHECK(b.json()["replans"] == 1);
-  // Back to 0.75 (b's fraction 0.4118 -> 0.4286, 4%): no move back and forth.
+  // b at 0.75 (its fraction 0.375 -> 0.4286, 14%): 9 / 7 would be 6.7% shorter, yet the
+  // plan stays: noise of that size moves nothing back and forth.
   settle(b, 2, 0.75);
-  CHECK(b.plan(ab, &note) == std::vector<int32_t>{9, 7});
+  CHECK(worth_replanning({10, 6}, {9, 7}, {1, 0.75}, balancer::threshold));
+  CHECK(b.plan(ab, &note) == std::vector<int32_t>{10, 6});
   CHECK(b.json()["replans"] == 1);
 }
 
