@@ -31,8 +31,7 @@ void causal_softmax_row(float* row, int i, int t) {
   std::memset(row + n, 0, sizeof(float) * (t - n));
 }
 
-// Softmax backward of one attention row over its first n entries: dr = scale * p (dr - <p, dr>);
-// entries [n, t) are set to zero.
+// <a, b> over n floats: eight lanes with FMA where the CPU has AVX2.
 float dot_generic(const float* a, const float* b, int n) {
   float s = 0.0f;
   for (int i = 0; i < n; ++i) s += a[i] * b[i];
@@ -51,21 +50,32 @@ COHORT_AVX2 float dot_avx2(const float* a, const float* b, int n) {
 }
 #endif
 
+float dot_dispatch(const float* a, const float* b, int n) {
+#if COHORT_X86
+  return use_avx2() ? dot_avx2(a, b, n) : dot_generic(a, b, n);
+#else
+  return dot_generic(a, b, n);
+#endif
+}
+
 COHORT_INLINE void softmax_bwd_scale_body(float* dr, const float* pr, int n, float dot, float sc) {
   for (int j = 0; j < n; ++j) dr[j] = sc * pr[j] * (dr[j] - dot);
 }
 COHORT_TWO_BUILDS(void, softmax_bwd_scale, (float* dr, const float* pr, int n, float dot, float sc),
                   (dr, pr, n, dot, sc))
 
+// Softmax backward of one attention row over its first n entries: dr = scale * p (dr - <p, dr>);
+// entries [n, t) are set to zero.
 void softmax_bwd_row(float* dr, const float* pr, int n, int t, float sc) {
-#if COHORT_X86
-  const float dot = use_avx2() ? dot_avx2(pr, dr, n) : dot_generic(pr, dr, n);
-#else
-  const float dot = dot_generic(pr, dr, n);
-#endif
-  softmax_bwd_scale_dispatch(dr, pr, n, dot, sc);
+  softmax_bwd_scale_dispatch(dr, pr, n, dot_dispatch(pr, dr, n), sc);
   std::memset(dr + n, 0, sizeof(float) * (t - n));
 }
+
+// y[i] += a * x[i].
+COHORT_INLINE void axpy_body(float* y, float a, const float* x, int n) {
+  for (int i = 0; i < n; ++i) y[i] += a * x[i];
+}
+COHORT_TWO_BUILDS(void, axpy, (float* y, float a, const float* x, int n), (y, a, x, n))
 
 // Causal attention touches only the lower triangle of the T x T score matrix. Rows are
 // processed in blocks of k_att_block: the scores of rows [r0, r1) need keys [0, r1) only,
@@ -97,6 +107,21 @@ void attention_fwd(float* out, float* att, const float* qkv, int b, int t, int c
                           o + static_cast<int64_t>(r0) * c, c);
       }
     }
+}
+
+void attention_decode_row(float* y, const float* q, const float* const* k, const float* const* v,
+                          int n, int c, int nh, float* scores) {
+  const int hs = c / nh;
+  const float sc = 1.0f / std::sqrt(static_cast<float>(hs));
+  for (int h = 0; h < nh; ++h) {
+    const int off = h * hs;
+    for (int j = 0; j < n; ++j) scores[j] = sc * dot_dispatch(q + off, k[j] + off, hs);
+    const float m = row_max(scores, n);
+    const float inv = 1.0f / exp_shift_sum(scores, scores, n, m);
+    float* yh = y + off;
+    std::fill(yh, yh + hs, 0.0f);
+    for (int j = 0; j < n; ++j) axpy_dispatch(yh, scores[j] * inv, v[j] + off, hs);
+  }
 }
 
 void attention_bwd(float* dqkv, float* scratch, const float* dout, const float* qkv,

@@ -58,6 +58,12 @@ void layernorm_bwd(float* dx, float* dw, float* db, const float* dy, const float
 /// Causal multi-head self-attention core. qkv [B,T,3C] (q | k | v, heads contiguous in C);
 /// att [B,NH,T,T] saves the softmax probabilities; out [B,T,C].
 void attention_fwd(float* out, float* att, const float* qkv, int b, int t, int c, int nh);
+/// One query row's attention over N cached positions (serving's paged KV cache, where each
+/// position's keys and values are C floats at K[j] and V[j], heads contiguous): for each of
+/// NH heads, y_h = sum_j softmax_j(q_h . k_j,h / sqrt(C / NH)) v_j,h. y [C] assigned;
+/// SCORES: N floats of scratch. attention_fwd's last row, from a cache.
+void attention_decode_row(float* y, const float* q, const float* const* k, const float* const* v,
+                          int n, int c, int nh, float* scores);
 /// dqkv assigned; scratch needs b*nh*t*t floats.
 void attention_bwd(float* dqkv, float* scratch, const float* dout, const float* qkv,
                    const float* att, int b, int t, int c, int nh);

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "runtime/core/error.hpp"
+#include "runtime/cpu/kernels.hpp"
 
 namespace cohort::nn {
 
@@ -14,7 +15,7 @@ gpt_decoder::gpt_decoder(const gpt& m) : m_(m), shape_(m.shape()) {
 }
 
 void gpt_decoder::forward(const std::vector<decode_item>& items, std::vector<float>& logits) {
-  const int C = shape_.d_model, NH = shape_.n_head, hd = C / NH, V = shape_.vocab;
+  const int C = shape_.d_model, NH = shape_.n_head, V = shape_.vocab;
   int rows = 0;
   for (const decode_item& it : items) {
     if (it.n < 1) throw usage_error("decode: an item with no new token");
@@ -57,7 +58,6 @@ void gpt_decoder::forward(const std::vector<decode_item>& items, std::vector<flo
         for (int c = 0; c < C; ++c) out[c] = te[c] + pe[c];
       }
   }
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   for (std::size_t l = 0; l < m_.layers().size(); ++l) {
     const gpt_block& b = m_.layers()[l];
     const int layer = static_cast<int>(l);
@@ -72,38 +72,22 @@ void gpt_decoder::forward(const std::vector<decode_item>& items, std::vector<flo
         std::copy(q + C, q + 2 * C, it.seq->at(layer, false, it.seq->length() + i));
         std::copy(q + 2 * C, q + 3 * C, it.seq->at(layer, true, it.seq->length() + i));
       }
+    // Each row attends to its sequence's positions [0, pos]: their keys and values are
+    // found in the block table once per item and layer, then cpu::attention_decode_row.
     r = 0;
-    for (const decode_item& it : items)
-      for (int i = 0; i < it.n; ++i, ++r) {
-        const int pos = it.seq->length() + i;
-        const float* q = qkv_.data() + static_cast<int64_t>(r) * 3 * C;
-        float* y = atty_.data() + static_cast<int64_t>(r) * C;
-        for (int h = 0; h < NH; ++h) {
-          const float* qh = q + h * hd;
-          float mx = -INFINITY;
-          for (int j = 0; j <= pos; ++j) {
-            const float* k = it.seq->at(layer, false, j) + h * hd;
-            float dot = 0.0f;
-            for (int d = 0; d < hd; ++d) dot += qh[d] * k[d];
-            scores_[static_cast<std::size_t>(j)] = dot * scale;
-            mx = std::max(mx, dot * scale);
-          }
-          float sum = 0.0f;
-          for (int j = 0; j <= pos; ++j) {
-            const float p = std::exp(scores_[static_cast<std::size_t>(j)] - mx);
-            scores_[static_cast<std::size_t>(j)] = p;
-            sum += p;
-          }
-          const float inv = 1.0f / sum;
-          float* yh = y + h * hd;
-          std::fill(yh, yh + hd, 0.0f);
-          for (int j = 0; j <= pos; ++j) {
-            const float p = scores_[static_cast<std::size_t>(j)] * inv;
-            const float* v = it.seq->at(layer, true, j) + h * hd;
-            for (int d = 0; d < hd; ++d) yh[d] += p * v[d];
-          }
-        }
+    for (const decode_item& it : items) {
+      const int n = it.seq->length() + it.n;
+      kp_.resize(static_cast<std::size_t>(n));
+      vp_.resize(static_cast<std::size_t>(n));
+      for (int j = 0; j < n; ++j) {
+        kp_[static_cast<std::size_t>(j)] = it.seq->at(layer, false, j);
+        vp_[static_cast<std::size_t>(j)] = it.seq->at(layer, true, j);
       }
+      for (int i = 0; i < it.n; ++i, ++r)
+        cpu::attention_decode_row(atty_.data() + static_cast<int64_t>(r) * C,
+                                  qkv_.data() + static_cast<int64_t>(r) * 3 * C, kp_.data(),
+                                  vp_.data(), it.seq->length() + i + 1, C, NH, scores_.data());
+    }
     b.attn_proj.forward(res_.data(), atty_.data(), rows);
     b.dev->add_inplace(res_.data(), x_.data(), static_cast<int64_t>(rows) * C);
     b.ln_2.forward(ln_.data(), mean_.data(), rstd_.data(), res_.data(), rows);

@@ -38,6 +38,7 @@ class gpt_decoder {
   const gpt& m_;
   gpt_shape shape_;
   std::vector<float> x_, ln_, qkv_, atty_, res_, fch_, fg_, mean_, rstd_, scores_, last_, lnf_;
+  std::vector<const float*> kp_, vp_;  ///< an item's keys and values by position (one layer)
 };
 
 }  // namespace cohort::nn

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "runtime/cpu/kernels.hpp"
@@ -253,6 +254,35 @@ TEST_CASE(
   std::vector<float> dqkv(B * T * 3 * C, 7.0f), scratch(B * NH * T * T);
   k::attention_bwd(dqkv.data(), scratch.data(), r.data(), qkv.data(), att.data(), B, T, C, NH);
   CHECK(rel_error(dqkv, numeric_grad(qkv, loss)) < k_fd_tol);
+}
+
+TEST_CASE("decode attention of one row over cached keys equals attention_fwd's row, both builds") {
+  // Head size 32 (whole AVX2 lanes) and 12 (a remainder); keys and values reached through
+  // per-position pointers in reverse memory order, as blocks of a paged cache may lie.
+  for (const auto& [C, NH] : {std::pair<int, int>{128, 4}, std::pair<int, int>{36, 3}}) {
+    const int T = 37;
+    const auto qkv = randn(T * 3 * C, 70);
+    std::vector<float> out(T * C), att(NH * T * T);
+    k::attention_fwd(out.data(), att.data(), qkv.data(), 1, T, C, NH);
+    std::vector<std::vector<float>> cache(T);
+    std::vector<const float*> kp(T), vp(T);
+    for (int j = T - 1; j >= 0; --j) {
+      cache[j].assign(qkv.begin() + j * 3 * C + C, qkv.begin() + (j + 1) * 3 * C);
+      kp[j] = cache[j].data();
+      vp[j] = cache[j].data() + C;
+    }
+    for (const bool portable : {false, true}) {
+      k::set_portable_kernels(portable);
+      for (const int row : {0, 5, T - 1}) {
+        std::vector<float> y(C, 9.0f), scores(T);
+        k::attention_decode_row(y.data(), qkv.data() + row * 3 * C, kp.data(), vp.data(), row + 1,
+                                C, NH, scores.data());
+        const std::vector<float> want(out.begin() + row * C, out.begin() + (row + 1) * C);
+        CHECK(rel_error(y, want) < 1e-5);
+      }
+    }
+    k::set_portable_kernels(false);
+  }
 }
 
 TEST_CASE("softmax cross-entropy: loss, probabilities and gradient of the mean loss") {
