@@ -71,11 +71,39 @@ void softmax_bwd_row(float* dr, const float* pr, int n, int t, float sc) {
   std::memset(dr + n, 0, sizeof(float) * (t - n));
 }
 
-// y[i] += a * x[i].
-COHORT_INLINE void axpy_body(float* y, float a, const float* x, int n) {
-  for (int i = 0; i < n; ++i) y[i] += a * x[i];
+// Decode attention of one head, in two passes over the cached positions, each one call (the
+// positions' loop inside the SIMD build, not a call per position). Scores: s[j] = sc * <q,
+// k[j] + off> in eight lanes, summed lane by lane (the AVX2 build turns the lanes into one
+// FMA register); mix: y = inv * sum_j s[j] (v[j] + off).
+COHORT_INLINE void head_scores_body(float* s, const float* q, const float* const* k, int off,
+                                    int n, int hs, float sc) {
+  for (int j = 0; j < n; ++j) {
+    const float* kj = k[j] + off;
+    float lane[8] = {};
+    int d = 0;
+    for (; d + 8 <= hs; d += 8)
+      for (int i = 0; i < 8; ++i) lane[i] += q[d + i] * kj[d + i];
+    float dot = ((lane[0] + lane[4]) + (lane[1] + lane[5])) + ((lane[2] + lane[6]) + (lane[3] + lane[7]));
+    for (; d < hs; ++d) dot += q[d] * kj[d];
+    s[j] = sc * dot;
+  }
 }
-COHORT_TWO_BUILDS(void, axpy, (float* y, float a, const float* x, int n), (y, a, x, n))
+COHORT_TWO_BUILDS(void, head_scores,
+                  (float* s, const float* q, const float* const* k, int off, int n, int hs, float sc),
+                  (s, q, k, off, n, hs, sc))
+
+COHORT_INLINE void head_mix_body(float* y, const float* p, float inv, const float* const* v,
+                                 int off, int n, int hs) {
+  for (int d = 0; d < hs; ++d) y[d] = 0.0f;
+  for (int j = 0; j < n; ++j) {
+    const float w = p[j] * inv;
+    const float* vj = v[j] + off;
+    for (int d = 0; d < hs; ++d) y[d] += w * vj[d];
+  }
+}
+COHORT_TWO_BUILDS(void, head_mix,
+                  (float* y, const float* p, float inv, const float* const* v, int off, int n, int hs),
+                  (y, p, inv, v, off, n, hs))
 
 // Causal attention touches only the lower triangle of the T x T score matrix. Rows are
 // processed in blocks of k_att_block: the scores of rows [r0, r1) need keys [0, r1) only,
@@ -115,12 +143,10 @@ void attention_decode_row(float* y, const float* q, const float* const* k, const
   const float sc = 1.0f / std::sqrt(static_cast<float>(hs));
   for (int h = 0; h < nh; ++h) {
     const int off = h * hs;
-    for (int j = 0; j < n; ++j) scores[j] = sc * dot_dispatch(q + off, k[j] + off, hs);
+    head_scores_dispatch(scores, q + off, k, off, n, hs, sc);
     const float m = row_max(scores, n);
     const float inv = 1.0f / exp_shift_sum(scores, scores, n, m);
-    float* yh = y + off;
-    std::fill(yh, yh + hs, 0.0f);
-    for (int j = 0; j < n; ++j) axpy_dispatch(yh, scores[j] * inv, v[j] + off, hs);
+    head_mix_dispatch(y + off, scores, inv, v, off, n, hs);
   }
 }
 
