@@ -28,6 +28,7 @@
 #include "runtime/train/generate.hpp"
 #include "runtime/train/serve_engine.hpp"
 #include "tools/commands.hpp"
+#include "tools/serve_router.hpp"
 
 namespace cohort::cli {
 namespace {
@@ -152,6 +153,7 @@ struct serve_options {
   int request_timeout_s = 300;
   int max_connections = 256;
   int threads = 1;
+  int replicas = 1;
 };
 
 class server {
@@ -419,10 +421,34 @@ void add_serve(CLI::App& app, int* rc) {
                   "small: more threads spin more than they help)")
       ->capture_default_str()
       ->check(CLI::Range(1, 256));
+  cmd->add_option("--replicas", opt->replicas,
+                  "Serve from this many replicas of the model behind --bind (child processes): "
+                  "a request whose replica dies is answered by another, and the dead one is "
+                  "started again (docs/serving.md, \"Replicas\")")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
   cmd->callback([opt, rc] {
     cpu::set_num_threads(opt->threads);
     obs::metrics_server::parse_host_port(opt->bind);  // a bad --bind is a usage error first
     train::loaded_gpt g = train::load_gpt_checkpoint(opt->checkpoint, opt->n_head);
+    if (opt->replicas > 1) {  // checked above: a bad checkpoint fails here, before any child
+      router_options r;
+      r.bind = opt->bind;
+      r.replicas = opt->replicas;
+      r.request_timeout_s = opt->request_timeout_s;
+      r.max_connections = opt->max_connections;
+      const serve_options& o = *opt;
+      r.child_args = {"serve", o.checkpoint, "--kv-blocks", std::to_string(o.limits.kv_blocks),
+                      "--block-tokens", std::to_string(o.limits.block_tokens), "--max-batch",
+                      std::to_string(o.limits.max_batch), "--max-waiting",
+                      std::to_string(o.limits.max_waiting), "--max-tokens-limit",
+                      std::to_string(o.max_tokens_limit), "--request-timeout-s",
+                      std::to_string(o.request_timeout_s), "--max-connections",
+                      std::to_string(o.max_connections), "--threads", std::to_string(o.threads)};
+      if (o.n_head > 0) r.child_args.insert(r.child_args.end(), {"--n-head", std::to_string(o.n_head)});
+      *rc = run_serve_router(r) == 0 ? exit_ok : exit_runtime;
+      return;
+    }
     std::fprintf(stderr,
                  "serve: GPT of %d layers, d_model %d, %d heads, context %d, %d tokens; KV cache "
                  "%d blocks of %d positions\n",

@@ -1,0 +1,29 @@
+// `cohort serve CKPT --replicas R` (R >= 2): R replicas of the model behind one address, so
+// that a replica that dies does not take the service down (docs/serving.md, "Replicas").
+// The router starts each replica as a child `cohort serve CKPT --bind 127.0.0.1:0` (this
+// binary), learns its port from its first line, and forwards every request to the live
+// replica with the fewest requests in flight. A request whose replica fails (connection
+// refused or cut) is sent again to another one: a completion is a pure function of its body
+// (greedy, or sampled with its seed, 0 when absent), so a retried stream gives the same
+// events and the router skips the ones its client already has. A dead replica is started
+// again at once (not after 5 deaths in a row within a second of their starts). No replica
+// left: 503 with a JSON error. Single process; one thread per request in flight (httplib's),
+// one per replica reading its output, one supervising.
+#pragma once
+#include <string>
+#include <vector>
+
+namespace cohort::cli {
+
+struct router_options {
+  std::string bind;                     ///< HOST:PORT the router listens on
+  int replicas = 2;                     ///< >= 2
+  std::vector<std::string> child_args;  ///< `serve CKPT ...` without --bind / --replicas
+  int request_timeout_s = 300;
+  int max_connections = 256;
+};
+
+/// Serves until SIGINT / SIGTERM; returns the exit code (0 after a stop).
+int run_serve_router(const router_options& o);
+
+}  // namespace cohort::cli
