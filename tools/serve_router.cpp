@@ -385,6 +385,7 @@ class router {
         return;
       }
     }
+    res.status = 200;  // counted as answered; the events follow
     res.set_chunked_content_provider(
         "text/event-stream", [this, rl, idx, tried, body](size_t, httplib::DataSink& sink) mutable {
           std::size_t forwarded = 0;
