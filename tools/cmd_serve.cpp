@@ -179,17 +179,9 @@ class server {
 
   // Binds, prints the address, serves until stop().
   int run() {
-    const auto [host, port] = obs::metrics_server::parse_host_port(opts_.bind);
-    svr_.set_keep_alive_max_count(1);  // a connection is one request, bounded as one
-    svr_.set_read_timeout(5);
-    svr_.set_write_timeout(10);
-    svr_.set_payload_max_length(1 << 20);
-    svr_.set_idle_interval(0, 100000);
-    obs::metrics_server_limits lim;
-    lim.connection_deadline = std::chrono::seconds(opts_.request_timeout_s);
-    lim.head_max_bytes = 16384;
-    lim.max_connections = static_cast<std::size_t>(opts_.max_connections);
-    const int bound = obs::bind_http(svr_, host, port, lim, "serve");
+    const int bound =
+        bind_serve_http(svr_, opts_.bind, opts_.request_timeout_s, opts_.max_connections);
+    const std::string host = obs::metrics_server::parse_host_port(opts_.bind).first;
     std::printf("serve: %s (step %lld) at http://%s:%d/v1/completions\n", g_.path.c_str(),
                 static_cast<long long>(g_.step), host.c_str(), bound);
     std::fflush(stdout);

@@ -62,17 +62,8 @@ class router {
 
   int run() {
     routes();
-    const auto [host, port] = obs::metrics_server::parse_host_port(o_.bind);
-    svr_.set_keep_alive_max_count(1);
-    svr_.set_read_timeout(5);
-    svr_.set_write_timeout(10);
-    svr_.set_payload_max_length(1 << 20);
-    svr_.set_idle_interval(0, 100000);
-    obs::metrics_server_limits lim;
-    lim.connection_deadline = std::chrono::seconds(o_.request_timeout_s);
-    lim.head_max_bytes = 16384;
-    lim.max_connections = static_cast<std::size_t>(o_.max_connections);
-    const int bound = obs::bind_http(svr_, host, port, lim, "serve");
+    const int bound = bind_serve_http(svr_, o_.bind, o_.request_timeout_s, o_.max_connections);
+    const std::string host = obs::metrics_server::parse_host_port(o_.bind).first;
     // Bound (a taken port is the user's error, before any child starts): now the replicas.
     for (int i = 0; i < o_.replicas; ++i) start(i);
     supervisor_ = std::thread([this] { supervise(); });
@@ -461,6 +452,21 @@ class router {
 };
 
 }  // namespace
+
+int bind_serve_http(httplib::Server& svr, const std::string& bind, int request_timeout_s,
+                    int max_connections) {
+  const auto [host, port] = obs::metrics_server::parse_host_port(bind);
+  svr.set_keep_alive_max_count(1);  // a connection is one request, bounded as one
+  svr.set_read_timeout(5);
+  svr.set_write_timeout(10);
+  svr.set_payload_max_length(1 << 20);
+  svr.set_idle_interval(0, 100000);
+  obs::metrics_server_limits lim;
+  lim.connection_deadline = std::chrono::seconds(request_timeout_s);
+  lim.head_max_bytes = 16384;
+  lim.max_connections = static_cast<std::size_t>(max_connections);
+  return obs::bind_http(svr, host, port, lim, "serve");
+}
 
 int run_serve_router(const router_options& o) {
   proc::block_termination_signals();

@@ -13,7 +13,18 @@
 #include <string>
 #include <vector>
 
+namespace httplib {
+class Server;
+}
+
 namespace cohort::cli {
+
+/// The HTTP policy `cohort serve` and its router share: one request a connection, a head
+/// within 5 s and 16 KiB, a body of 1 MiB at most, REQUEST_TIMEOUT_S per connection,
+/// MAX_CONNECTIONS at once; binds SVR to BIND (HOST:PORT) through obs::bind_http and returns
+/// the port bound. Throws as bind_http does (a taken port: the fix in the message).
+int bind_serve_http(httplib::Server& svr, const std::string& bind, int request_timeout_s,
+                    int max_connections);
 
 struct router_options {
   std::string bind;                     ///< HOST:PORT the router listens on
