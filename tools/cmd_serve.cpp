@@ -250,6 +250,7 @@ class server {
       res.set_content(m_.exposition(), obs::exposition_content_type);
     });
     svr_.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
+      obs::metrics_connections::request_read();  // the body is in: no longer evictable
       complete(req, res);
     });
     svr_.set_error_handler([](const httplib::Request& req, httplib::Response& res) {

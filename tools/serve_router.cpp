@@ -265,6 +265,7 @@ class router {
       forward_plain("GET", "/v1/models", "", res);
     });
     svr_.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
+      obs::metrics_connections::request_read();  // the body is in: no longer evictable
       const json j = json::parse(req.body, nullptr, false);
       const bool stream =
           j.is_object() && j.contains("stream") && j["stream"].is_boolean() && j["stream"].get<bool>();
@@ -456,6 +457,26 @@ class router {
 int bind_serve_http(httplib::Server& svr, const std::string& bind, int request_timeout_s,
                     int max_connections) {
   const auto [host, port] = obs::metrics_server::parse_host_port(bind);
+  // A body without a usable Content-Length is refused before httplib reads it: httplib 0.11
+  // reads such a body until the client closes, so the answer came only after its 5 s timeout.
+  svr.set_pre_routing_handler([](const httplib::Request& req, httplib::Response& res) {
+    using H = httplib::Server::HandlerResponse;
+    if ((req.method != "POST" && req.method != "PUT" && req.method != "PATCH") ||
+        req.has_header("Transfer-Encoding"))
+      return H::Unhandled;
+    const std::string cl = req.get_header_value("Content-Length");
+    const bool digits = !cl.empty() && cl.size() <= 18 &&
+                        cl.find_first_not_of("0123456789") == std::string::npos;
+    if (digits && std::stoull(cl) <= (1u << 20)) return H::Unhandled;
+    res.status = cl.empty() ? 411 : digits ? 413 : 400;
+    res.set_content(error_json(cl.empty() ? "a request body needs a Content-Length header"
+                               : digits   ? "the body is over 1 MiB: send a shorter prompt"
+                                          : "Content-Length '" + cl.substr(0, 32) +
+                                                "' is not a number of bytes",
+                               "invalid_request_error"),
+                    "application/json");
+    return H::Handled;
+  });
   svr.set_keep_alive_max_count(1);  // a connection is one request, bounded as one
   svr.set_read_timeout(5);
   svr.set_write_timeout(10);

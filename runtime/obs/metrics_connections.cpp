@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -21,12 +22,26 @@ namespace {
 
 using clock = std::chrono::steady_clock;
 
+// Whether the request of HEAD carries a body httplib will read before it calls a handler: a
+// POST, PUT or PATCH (httplib reads theirs even without a Content-Length, until the client
+// closes), or any Content-Length other than 0.
+bool request_has_body(std::string head) {
+  for (char& ch : head) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  if (head.rfind("post ", 0) == 0 || head.rfind("put ", 0) == 0 || head.rfind("patch ", 0) == 0)
+    return true;
+  const auto at = head.find("\r\ncontent-length:");
+  if (at == std::string::npos) return false;
+  std::size_t i = at + 17;
+  while (i < head.size() && (head[i] == ' ' || head[i] == '\t')) ++i;
+  return !(i < head.size() && head[i] == '0' && (i + 1 == head.size() || head[i + 1] == '\r'));
+}
+
 // Whether a whole request head (up to the blank line) arrives on FD before DEADLINE, within
 // MAX bytes. It only peeks: httplib reads the head itself afterwards, all of it already in
 // the socket's buffer, so its line reader (unbounded in 0.11.4) never sees more than MAX.
 // SO_RCVLOWAT makes poll() wait for more bytes than were peeked last time, so a trickle is
 // followed without spinning; it is set back to 1 before httplib reads.
-bool head_arrives(int fd, clock::time_point deadline, std::size_t max) {
+bool head_arrives(int fd, clock::time_point deadline, std::size_t max, bool* body) {
   std::vector<char> buf(max);
   int want = 1;
   bool whole = false;
@@ -39,8 +54,12 @@ bool head_arrives(int fd, clock::time_point deadline, std::size_t max) {
     if (ready < 0 && errno == EINTR) continue;
     if (ready <= 0) break;  // late, or the socket failed
     const ssize_t n = recv(fd, buf.data(), buf.size(), MSG_PEEK | MSG_DONTWAIT);
-    if (n > 0 && memmem(buf.data(), static_cast<std::size_t>(n), "\r\n\r\n", 4) != nullptr) {
+    const void* end =
+        n > 0 ? memmem(buf.data(), static_cast<std::size_t>(n), "\r\n\r\n", 4) : nullptr;
+    if (end != nullptr) {
       whole = true;
+      *body = request_has_body(
+          std::string(buf.data(), static_cast<std::size_t>(static_cast<const char*>(end) - buf.data())));
       break;
     }
     // Readable without a byte more than last time: the peer closed (or the socket was cut).
@@ -118,7 +137,8 @@ void metrics_connections::reap(clock::time_point now) {
       continue;
     }
     if (now - it->accepted > limits_.connection_deadline ||
-        (it->state == phase::head && now - it->accepted > limits_.head_deadline)) {
+        (it->state == phase::head && now - it->accepted > limits_.head_deadline) ||
+        (it->state == phase::body && now - it->accepted > limits_.request_deadline)) {
       cut(*it);
     }
     ++it;
@@ -135,10 +155,10 @@ void metrics_connections::enqueue(std::function<void()> fn) {
   std::size_t held = 0;
   for (const connection& o : connections_) held += o.cut || o.state == phase::done ? 0 : 1;
   bool room = held < limits_.max_connections;
-  // Full: the oldest connection that has not yet sent its head makes room. One being served
-  // is answered in milliseconds and keeps its place; when all are, the new one is cut.
+  // Full: the oldest connection that has not yet sent its head or body makes room. One being
+  // served keeps its place; when all are, the new one is cut.
   for (auto it = connections_.begin(); !room && it != connections_.end(); ++it) {
-    if (it->state == phase::head && !it->cut) {
+    if ((it->state == phase::head || it->state == phase::body) && !it->cut) {
       cut(*it);
       room = true;
     }
@@ -157,16 +177,31 @@ void metrics_connections::enqueue(std::function<void()> fn) {
   }
 }
 
+namespace {
+// What request_read() does on this thread: marks its connection served (serve() sets it).
+thread_local std::function<void()> t_request_read;
+}  // namespace
+
+void metrics_connections::request_read() {
+  if (t_request_read) t_request_read();
+}
+
 void metrics_connections::serve(connection* c, std::function<void()> fn) {
   // Without our own handle on the socket (not found: never seen) only httplib's timeouts hold.
-  const bool whole =
-      c->fd < 0 || head_arrives(c->fd, c->accepted + limits_.head_deadline, limits_.head_max_bytes);
+  bool body = false;
+  const bool whole = c->fd < 0 || head_arrives(c->fd, c->accepted + limits_.head_deadline,
+                                               limits_.head_max_bytes, &body);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!whole) cut(*c);
-    if (!c->cut) c->state = phase::serving;
+    if (!c->cut) c->state = body ? phase::body : phase::serving;
   }
+  t_request_read = [this, c] {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (c->state == phase::body) c->state = phase::serving;
+  };
   fn();  // httplib: reads the head, answers, shuts its socket down and closes it
+  t_request_read = nullptr;
   std::lock_guard<std::mutex> lock(mutex_);
   c->state = phase::done;
 }

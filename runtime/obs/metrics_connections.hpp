@@ -12,9 +12,14 @@
 // makes room for a new one beyond max_connections, and shutdown() cuts every socket before it
 // joins, so it never waits on a client.
 //
-//   accepted --head whole, <= head_max_bytes--> serving --answer written--> closed
-//      |  head late / too long / evicted / stop          |  deadline / stop
-//      +------------------- cut (socket shut down) ------+----------------> closed
+// A request that carries a body (POST, or a Content-Length above 0) is still arriving after
+// its head: it counts as serving only once its handler calls request_read() (httplib reads the
+// body before it calls the handler), and until then it is cut at request_deadline and is
+// evicted like one still sending its head, so clients trickling bodies cannot hold every slot.
+//
+//   accepted --head whole--> [body --request_read()-->] serving --answer written--> closed
+//      |  head late / too long / evicted / stop  |  late / evicted  |  deadline / stop
+//      +----------------------- cut (socket shut down) -----------------+------> closed
 #pragma once
 #include <httplib.h>
 #include <sys/types.h>
@@ -39,8 +44,12 @@ struct metrics_server_limits {
   /// A connection is cut this long after it was accepted, whatever it is doing (a scrape
   /// takes milliseconds; Prometheus' default scrape timeout is 10 s).
   std::chrono::milliseconds connection_deadline{10000};
-  /// Connections held at once; a new one beyond this cuts the oldest still sending its head.
+  /// Connections held at once; a new one beyond this cuts the oldest still sending its head
+  /// or body.
   std::size_t max_connections = 32;
+  /// A request with a body must be read whole (its handler called) within this long after
+  /// the connection was accepted.
+  std::chrono::milliseconds request_deadline{10000};
 };
 
 /// httplib's task queue for the metrics server: one thread per connection, bounded and cut
@@ -60,8 +69,13 @@ class metrics_connections : public httplib::TaskQueue {
   /// bounds; a cut one's thread may take a moment more to end).
   std::size_t open() const;
 
+  /// Called by a route handler: the request on this thread's connection has been read whole
+  /// (its body too), so the connection is served from now on, bounded by connection_deadline
+  /// only. Does nothing on a thread that is not one of a metrics_connections' connections.
+  static void request_read();
+
  private:
-  enum class phase { head, serving, done };
+  enum class phase { head, body, serving, done };
   struct connection {
     int fd = -1;  // our duplicate of httplib's socket: shutdown() reaches the same socket,
                   // and the number stays ours until we close it (no reuse race)
