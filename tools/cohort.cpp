@@ -39,6 +39,7 @@ int main(int argc, char** argv) {
   cohort::cli::add_bench_dp(*bench, &rc);
   cohort::cli::add_bench_trace(*bench, &rc);
   cohort::cli::add_bench_faults(*bench, &rc);
+  cohort::cli::add_bench_serve(*bench, &rc);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -36,6 +36,8 @@ void add_bench_dp(CLI::App& bench, int* rc);
 void add_bench_trace(CLI::App& bench, int* rc);
 /// `cohort bench faults`: ETTR of a fault schedule, fault-free and faulty launches alternating.
 void add_bench_faults(CLI::App& bench, int* rc);
+/// `cohort bench serve`: a served checkpoint's tokens/s one at a time and at once; hostile requests.
+void add_bench_serve(CLI::App& bench, int* rc);
 
 /// Adds the shared `--keys DIR` option (default $COHORT_KEYS); WHAT says what it is for.
 CLI::Option* add_keys_option(CLI::App& cmd, std::string* dir, const std::string& what);

@@ -467,10 +467,9 @@ int bind_serve_http(httplib::Server& svr, const std::string& bind, int request_t
     const std::string cl = req.get_header_value("Content-Length");
     const bool digits = !cl.empty() && cl.size() <= 18 &&
                         cl.find_first_not_of("0123456789") == std::string::npos;
-    if (digits && std::stoull(cl) <= (1u << 20)) return H::Unhandled;
-    res.status = cl.empty() ? 411 : digits ? 413 : 400;
+    if (digits) return H::Unhandled;  // over the payload limit: httplib's own 413
+    res.status = cl.empty() ? 411 : 400;
     res.set_content(error_json(cl.empty() ? "a request body needs a Content-Length header"
-                               : digits   ? "the body is over 1 MiB: send a shorter prompt"
                                           : "Content-Length '" + cl.substr(0, 32) +
                                                 "' is not a number of bytes",
                                "invalid_request_error"),
