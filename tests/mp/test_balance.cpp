@@ -3,7 +3,7 @@
 // draining a worker that stays slow. In bitwise mode each micro-batch enters the
 // fixed-point sum on its own, so every scenario ends on `cohort train`'s parameter hash.
 // Nothing here asserts on speed: the slow workers are slowed by a `slow` fault, or held to a
-// fifth of a core by a cgroup of their own (launch --cpu-limit, where cgroups can be made).
+// tenth of a core by a cgroup of their own (launch --cpu-limit, where cgroups can be made).
 #include <doctest/doctest.h>
 
 #include <chrono>
@@ -55,12 +55,12 @@ TEST_CASE("balance measured: a slow worker gets fewer micro-batches, a kill too,
   CHECK(events_of(s, "kill").size() == 1);
 }
 
-// A worker slowed by the kernel, not by a fault: `launch --cpu-limit worker-1=0.2` puts it in
-// a cgroup of its own with a fifth of a core's time (against up to a whole core for worker-0),
+// A worker slowed by the kernel, not by a fault: `launch --cpu-limit worker-1=0.1` puts it in
+// a cgroup of its own with a tenth of a core's time (against up to a whole core for worker-0),
 // so its measured speed is lower for real; the plan gives it fewer micro-batches, the run ends
 // on `cohort train`'s hash, and the cgroup is gone after the run. Skipped (77) where this
 // process may not make cgroups.
-TEST_CASE("balance measured: a worker held to a fifth of a core by its cgroup gets fewer "
+TEST_CASE("balance measured: a worker held to a tenth of a core by its cgroup gets fewer "
           "micro-batches, same hash") {
   std::string why;
   if (!cohort::proc::cpu_cgroup_root(&why)) {
@@ -82,7 +82,7 @@ TEST_CASE("balance measured: a worker held to a fifth of a core by its cgroup ge
   const std::string hash = train_summary(dir, cfg)["params_sha256"];
   const std::string out = dir.path() + "/balance-cpu.json";
   child_process launch({"launch", cfg, "-q", "--summary", out, "--set", "cluster.workers=2",
-                        "--set", "train.balance=measured", "--cpu-limit", "worker-1=0.2"},
+                        "--set", "train.balance=measured", "--cpu-limit", "worker-1=0.1"},
                        dir.path(), "launch-balance-cpu");
   const nlohmann::json s = finish_launch(launch, out, run_timeout);
   check_fault_free(s, hash, steps);
@@ -93,8 +93,18 @@ TEST_CASE("balance measured: a worker held to a fifth of a core by its cgroup ge
   REQUIRE_MESSAGE(open != std::string::npos, log);
   const std::string cgroup = log.substr(open + 8, close - open - 8);
   CHECK_MESSAGE(!std::filesystem::exists(cgroup), cgroup << " is left after the run");
-  CHECK(s["balance"]["shares"]["worker-1"].get<int>() < s["balance"]["shares"]["worker-0"].get<int>());
-  CHECK_MESSAGE(!events_of(s, "balance").empty(), s["events"].dump());
+  // A plan gave the limited worker fewer micro-batches (the last plan may not: on a machine
+  // loaded by other tests the unlimited worker can be starved as much, for a while).
+  const auto share = [](const std::string& spec, const std::string& name) {
+    const auto at = spec.find(name + " ");
+    return at == std::string::npos ? -1 : std::stoi(spec.substr(at + name.size() + 1));
+  };
+  bool fewer = false;
+  for (const auto& e : events_of(s, "balance")) {
+    const std::string spec = e["spec"];
+    fewer = fewer || share(spec, "worker-1") < share(spec, "worker-0");
+  }
+  CHECK_MESSAGE(fewer, s["events"].dump());
 }
 
 // train.balance: measured at dp 4 with a slow worker, then a scale down to 3 (a drain at a
