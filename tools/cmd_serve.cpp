@@ -193,7 +193,7 @@ class server {
     // MiB above its idle size, docs/serving.md), so an idle server trims, once per burst.
     std::thread trimmer([this] {
       uint64_t trimmed_at = requests_;
-      while (!listen_returned_) {
+      while (!loop_.returned()) {
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
         const train::serve_stats st = engine_.stats();
         if (requests_ != trimmed_at && st.running == 0 && st.waiting == 0) {
@@ -202,19 +202,12 @@ class server {
         }
       }
     });
-    const bool ok = stop_asked_ || svr_.listen_after_bind();
-    listen_returned_ = true;
+    const bool ok = loop_.run(svr_);
     trimmer.join();
     return ok ? 0 : 1;
   }
-  /// From the signal thread: httplib's stop() does nothing before the listening loop runs
-  /// (metrics_server::start says so too), so it waits for that or for run() to end.
-  void stop() {
-    stop_asked_ = true;
-    while (!svr_.is_running() && !listen_returned_)
-      std::this_thread::sleep_for(std::chrono::microseconds(200));
-    svr_.stop();
-  }
+  /// From the signal thread.
+  void stop() { loop_.stop(svr_); }
 
  private:
   void count(int status) {
@@ -381,7 +374,7 @@ class server {
   std::string name_;
   std::mutex metrics_mu_;
   train::serve_stats seen_;  ///< the engine's totals already in the counters
-  std::atomic<bool> stop_asked_{false}, listen_returned_{false};
+  serve_listener loop_;
   std::atomic<uint64_t> requests_{0};  ///< completions received (the trimmer's clock)
   httplib::Server svr_;
 };

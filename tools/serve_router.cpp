@@ -70,18 +70,12 @@ class router {
     std::printf("serve: %d replicas at http://%s:%d/v1/completions\n", o_.replicas, host.c_str(),
                 bound);
     std::fflush(stdout);
-    const bool ok = stop_asked_ || svr_.listen_after_bind();
-    listen_returned_ = true;
+    const bool ok = loop_.run(svr_);
     shutdown();
     return ok ? 0 : 1;
   }
 
-  void stop() {
-    stop_asked_ = true;
-    while (!svr_.is_running() && !listen_returned_)
-      std::this_thread::sleep_for(std::chrono::microseconds(200));
-    svr_.stop();
-  }
+  void stop() { loop_.stop(svr_); }
 
  private:
   struct replica {
@@ -449,7 +443,8 @@ class router {
   obs::metrics m_;
   httplib::Server svr_;
   std::thread supervisor_;
-  std::atomic<bool> stopping_{false}, stop_asked_{false}, listen_returned_{false};
+  serve_listener loop_;
+  std::atomic<bool> stopping_{false};
 };
 
 }  // namespace
@@ -486,6 +481,19 @@ int bind_serve_http(httplib::Server& svr, const std::string& bind, int request_t
   lim.head_max_bytes = 16384;
   lim.max_connections = static_cast<std::size_t>(max_connections);
   return obs::bind_http(svr, host, port, lim, "serve");
+}
+
+bool serve_listener::run(httplib::Server& svr) {
+  const bool ok = stop_asked_ || svr.listen_after_bind();
+  returned_ = true;
+  return ok;
+}
+
+void serve_listener::stop(httplib::Server& svr) {
+  stop_asked_ = true;
+  while (!svr.is_running() && !returned_)
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  svr.stop();
 }
 
 int run_serve_router(const router_options& o) {

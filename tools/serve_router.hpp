@@ -10,6 +10,7 @@
 // left: 503 with a JSON error. Single process; one thread per request in flight (httplib's),
 // one per replica reading its output, one supervising.
 #pragma once
+#include <atomic>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,21 @@ namespace cohort::cli {
 /// the port bound. Throws as bind_http does (a taken port: the fix in the message).
 int bind_serve_http(httplib::Server& svr, const std::string& bind, int request_timeout_s,
                     int max_connections);
+
+/// A bound server's listening loop with a stop that may come at any time, from any thread:
+/// httplib's stop() does nothing before the loop runs (metrics_server::start says so too), so
+/// stop() waits for the loop to start or for run() to return.
+class serve_listener {
+ public:
+  /// Serves on SVR (bound) until stop(); false when the loop failed.
+  bool run(httplib::Server& svr);
+  void stop(httplib::Server& svr);
+  /// Whether run() has returned.
+  bool returned() const { return returned_; }
+
+ private:
+  std::atomic<bool> stop_asked_{false}, returned_{false};
+};
 
 struct router_options {
   std::string bind;                     ///< HOST:PORT the router listens on

@@ -145,4 +145,14 @@ inline nlohmann::json train_summary(const temp_dir& dir, const std::string& cfg)
   return read_json(out);
 }
 
+/// A 20-step checkpoint of gpt_yaml's small GPT, trained by `cohort train` in DIR (what the
+/// serving tests serve): its checkpoint folder.
+inline std::string small_checkpoint(const temp_dir& dir) {
+  std::string yaml = gpt_yaml(dir.path(), 20);
+  const std::string every = "checkpoint_every: 0";
+  yaml.replace(yaml.find(every), every.size(), "checkpoint_every: 20");
+  train_summary(dir, dir.write("gpt.yaml", yaml));
+  return dir.path() + "/ckpt";
+}
+
 }  // namespace cohort::mp

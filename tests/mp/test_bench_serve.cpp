@@ -15,15 +15,6 @@ using namespace cohort::mp;
 
 namespace {
 
-// A 20-step checkpoint of the small GPT (as tests/mp/test_serve.cpp makes it): its folder.
-std::string small_checkpoint(const temp_dir& dir) {
-  std::string yaml = gpt_yaml(dir.path(), 20);
-  const std::string every = "checkpoint_every: 0";
-  yaml.replace(yaml.find(every), every.size(), "checkpoint_every: 20");
-  train_summary(dir, dir.write("gpt.yaml", yaml));
-  return dir.path() + "/ckpt";
-}
-
 // Whether process PID is gone (reaped by the bench, not merely orphaned).
 bool gone(pid_t pid) { return ::kill(pid, 0) != 0 && errno == ESRCH; }
 

@@ -25,12 +25,7 @@ using std::chrono::milliseconds;
 
 TEST_CASE("serve: completions over HTTP equal generate's, streamed or not, bad input refused") {
   temp_dir dir;
-  std::string yaml = gpt_yaml(dir.path(), 20);
-  const std::string every = "checkpoint_every: 0";
-  yaml.replace(yaml.find(every), every.size(), "checkpoint_every: 20");
-  const std::string cfg = dir.write("gpt.yaml", yaml);
-  train_summary(dir, cfg);
-  const std::string ckpt = dir.path() + "/ckpt";
+  const std::string ckpt = small_checkpoint(dir);
   int rc = -1;
   const std::string expect =
       run_capture("generate " + ckpt + " --prompt 'In the' --max-tokens 30 --temperature 0 -q", &rc);
@@ -199,11 +194,7 @@ struct raw_socket {
 // read timeout (it used to wait for the client to close).
 TEST_CASE("serve: trickled bodies hold no slot, a body without a length is refused at once") {
   temp_dir dir;
-  std::string yaml = gpt_yaml(dir.path(), 20);
-  const std::string every = "checkpoint_every: 0";
-  yaml.replace(yaml.find(every), every.size(), "checkpoint_every: 20");
-  train_summary(dir, dir.write("gpt.yaml", yaml));
-  child_process serve({"serve", dir.path() + "/ckpt", "--bind", "127.0.0.1:0", "--max-connections",
+  child_process serve({"serve", small_checkpoint(dir), "--bind", "127.0.0.1:0", "--max-connections",
                        "4"},
                       dir.path(), "serve-slots");
   const auto at = serve.wait_line("serve: ", milliseconds(30000));

@@ -47,11 +47,7 @@ bool all_up(int port, milliseconds timeout, bool restarted = false) {
 
 TEST_CASE("serve --replicas 2: a replica killed mid-stream, every stream ends on its own text") {
   temp_dir dir;
-  std::string yaml = gpt_yaml(dir.path(), 20);
-  const std::string every = "checkpoint_every: 0";
-  yaml.replace(yaml.find(every), every.size(), "checkpoint_every: 20");
-  train_summary(dir, dir.write("gpt.yaml", yaml));
-  const std::string ckpt = dir.path() + "/ckpt";
+  const std::string ckpt = small_checkpoint(dir);
 
   child_process serve({"serve", ckpt, "--bind", "127.0.0.1:0", "--replicas", "2"}, dir.path(),
                       "serve-replicas");
