@@ -2,13 +2,8 @@
 // served on a port the OS picks; greedy text equal to `cohort generate`'s, the same text
 // streamed as server-sent events and from concurrent requests, the routes, bad input answered
 // with a 4xx and a JSON error naming the field, and the server still serving after it.
-#include <arpa/inet.h>
 #include <doctest/doctest.h>
 #include <httplib.h>
-#include <netinet/in.h>
-#include <poll.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <csignal>
 #include <memory>
@@ -18,6 +13,7 @@
 #include <vector>
 
 #include "tests/mp/dp_util.hpp"
+#include "tests/raw_client.hpp"
 
 using namespace cohort;
 using namespace cohort::mp;
@@ -147,46 +143,7 @@ TEST_CASE("serve: completions over HTTP equal generate's, streamed or not, bad i
   CHECK(serve.wait_exit(milliseconds(10000)) == 0);
 }
 
-namespace {
-
-// A raw TCP client of 127.0.0.1:PORT (what httplib::Client cannot be: one that stops halfway).
-struct raw_socket {
-  int fd = -1;
-  explicit raw_socket(int port) {
-    fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(static_cast<uint16_t>(port));
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-      ::close(fd);
-      fd = -1;
-    }
-  }
-  ~raw_socket() {
-    if (fd >= 0) ::close(fd);
-  }
-  bool send(const std::string& s) const {
-    return fd >= 0 && ::send(fd, s.data(), s.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(s.size());
-  }
-  // Everything until the server closes, or nullopt after TIMEOUT.
-  std::optional<std::string> answer(milliseconds timeout) const {
-    std::string got;
-    const auto end = std::chrono::steady_clock::now() + timeout;
-    for (;;) {
-      const auto left = std::chrono::duration_cast<milliseconds>(end - std::chrono::steady_clock::now());
-      if (left.count() <= 0) return std::nullopt;
-      pollfd p{fd, POLLIN, 0};
-      if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
-      char buf[4096];
-      const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
-      if (n <= 0) return got;
-      got.append(buf, static_cast<std::size_t>(n));
-    }
-  }
-};
-
-}  // namespace
+using cohort::test::raw_client;
 
 // Clients that send a whole head and then trickle the body (or never send it) hold no slot
 // against others: with every connection taken by them a new request still gets in, evicting
@@ -201,10 +158,10 @@ TEST_CASE("serve: trickled bodies hold no slot, a body without a length is refus
   REQUIRE_MESSAGE(at, serve.err());
   const int port = std::stoi(at->substr(at->rfind(':') + 1));
 
-  std::vector<std::unique_ptr<raw_socket>> slow;
+  std::vector<std::unique_ptr<raw_client>> slow;
   for (int i = 0; i < 4; ++i) {
-    slow.push_back(std::make_unique<raw_socket>(port));
-    REQUIRE(slow.back()->send("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+    slow.push_back(std::make_unique<raw_client>(port));
+    REQUIRE(slow.back()->send_all("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
                               "application/json\r\nContent-Length: 1000\r\n\r\n{\"prompt\""));
   }
   // Each of the next requests finds all four slots held by bodies still arriving: it evicts
@@ -222,19 +179,19 @@ TEST_CASE("serve: trickled bodies hold no slot, a body without a length is refus
   }
   // The oldest trickling client made room for the first: closed without an answer (the
   // others are answered 400 once httplib's 5 s read gives up on their bodies).
-  const auto evicted = slow.front()->answer(milliseconds(20000));
+  const auto evicted = slow.front()->read_until_closed(milliseconds(20000));
   REQUIRE(evicted.has_value());
   CHECK_MESSAGE(evicted->empty(), "the oldest slow client was answered: " << *evicted);
-  raw_socket nolength(port);
-  REQUIRE(nolength.send("POST /v1/completions HTTP/1.1\r\nHost: x\r\n\r\n"));
+  raw_client nolength(port);
+  REQUIRE(nolength.send_all("POST /v1/completions HTTP/1.1\r\nHost: x\r\n\r\n"));
   // Answered while this client keeps its end open: the server did not wait for a close.
-  const auto said = nolength.answer(milliseconds(20000));
+  const auto said = nolength.read_until_closed(milliseconds(20000));
   REQUIRE(said.has_value());
   CHECK_MESSAGE(said->rfind("HTTP/1.1 411 ", 0) == 0, *said);
   CHECK(said->find("Content-Length") != std::string::npos);
-  raw_socket negative(port);
-  REQUIRE(negative.send("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n"));
-  const auto neg = negative.answer(milliseconds(20000));
+  raw_client negative(port);
+  REQUIRE(negative.send_all("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n"));
+  const auto neg = negative.read_until_closed(milliseconds(20000));
   REQUIRE(neg.has_value());
   CHECK_MESSAGE(neg->rfind("HTTP/1.1 400 ", 0) == 0, *neg);
   serve.signal(SIGTERM);
