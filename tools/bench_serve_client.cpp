@@ -22,6 +22,7 @@
 #include "runtime/core/error.hpp"
 #include "runtime/core/process.hpp"
 #include "tools/bench_util.hpp"
+#include "tools/serve_router.hpp"
 
 namespace cohort::cli {
 namespace {
@@ -99,20 +100,9 @@ bool reaped_child::running() {
 }
 
 int reaped_child::stop(std::chrono::milliseconds grace) {
-  if (pid <= 0) return code;
   if (running()) {
-    ::kill(pid, SIGTERM);
-    const auto deadline = clock_type::now() + grace;
-    while (running() && clock_type::now() < deadline) std::this_thread::sleep_for(milliseconds(10));
-    if (running()) {
-      ::kill(pid, SIGKILL);
-      int status = 0;
-      while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-      }
-      reaped = true;
-      code = proc::exit_code_of(status);
-      killed = true;
-    }
+    code = proc::stop_child(pid, grace, &killed);
+    reaped = true;
   }
   return code;
 }
@@ -159,14 +149,11 @@ void served_child::find_port() {
   while (clock_type::now() < deadline) {
     std::ifstream in(out_);
     for (std::string line; std::getline(in, line);) {
-      const std::size_t at = line.rfind(" at http://");
-      if (line.rfind("serve: ", 0) != 0 || at == std::string::npos) continue;
-      const std::size_t colon = line.find(':', at + 11);
-      const std::size_t step = line.rfind("(step ", at);
-      if (colon == std::string::npos) continue;
-      port_ = std::atoi(line.c_str() + colon + 1);
+      port_ = serve_line_port(line);
+      if (port_ == 0) continue;
+      const std::size_t step = line.rfind("(step ");
       if (step != std::string::npos) step_ = std::atoll(line.c_str() + step + 6);
-      if (port_ > 0) return;
+      return;
     }
     if (!child_.running())
       throw error("bench serve: cohort serve " + proc::describe_exit_code(child_.code) +

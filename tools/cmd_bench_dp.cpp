@@ -31,6 +31,7 @@
 
 #include "runtime/comm/allreduce_bench.hpp"
 #include "runtime/core/config.hpp"
+#include "runtime/core/cpu_limit.hpp"
 #include "runtime/core/error.hpp"
 #include "runtime/core/process.hpp"
 #include "tools/bench_util.hpp"
@@ -186,7 +187,7 @@ void add_bench_dp(CLI::App& bench, int* rc) {
   cmd->add_option("--cpu-limit", o->cpu_limit,
                   "with --balance: worker-1 runs under a CPU budget of this many cores (a cgroup "
                   "of its own, throttled by the kernel; needs root), a slower worker for real")
-      ->check(CLI::Range(0.01, 1024.0));
+      ->check(CLI::Range(proc::min_cpus, proc::max_cpus));
   cmd->add_option("--zero", o->zero,
                   "train.zero stages to compare at each count (0, 1): step time, model-state "
                   "bytes per worker and bytes sent per step, against the first stage")

@@ -80,7 +80,7 @@ void add_worker(CLI::App& app, int* rc) {
                   "Run this worker under a CPU budget of CPUS cores (a cgroup of its own, as "
                   "docker --cpus; needs root): a slower worker, balanced by train.balance")
       ->type_name("CPUS")
-      ->check(CLI::Range(0.01, 1024.0));
+      ->check(CLI::Range(proc::min_cpus, proc::max_cpus));
   cmd->callback([opt, rc] {
     if (!opt->name.empty())
       if (const std::string problem = net::membership::name_problem(opt->name); !problem.empty())

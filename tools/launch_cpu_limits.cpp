@@ -17,7 +17,7 @@ launch_cpu_limits::launch_cpu_limits(const std::vector<std::string>& specs) {
     if (eq == std::string::npos || eq == 0 || end == s.c_str() + eq + 1 || *end != '\0')
       throw usage_error("--cpu-limit " + s +
                         ": expected NAME=CPUS, a worker's name and its cores, e.g. worker-1=0.5");
-    if (!(cpus >= 0.01 && cpus <= 1024))
+    if (!(cpus >= proc::min_cpus && cpus <= proc::max_cpus))
       throw usage_error("--cpu-limit " + s + ": CPUS must be a number of cores in [0.01, 1024]");
     if (!cpus_.emplace(s.substr(0, eq), cpus).second)
       throw usage_error("--cpu-limit " + s + ": " + s.substr(0, eq) +

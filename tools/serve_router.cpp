@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -121,11 +122,8 @@ class router {
       }
       buf.append(chunk, static_cast<std::size_t>(n));
       for (std::size_t at; (at = buf.find('\n')) != std::string::npos; buf.erase(0, at + 1)) {
-        const std::string line = buf.substr(0, at);
-        const auto h = line.find(" at http://");
-        const auto colon = h == std::string::npos ? h : line.find(':', h + 11);
-        if (colon == std::string::npos) continue;
-        const int port = std::atoi(line.c_str() + colon + 1);
+        const int port = serve_line_port(buf.substr(0, at));
+        if (port == 0) continue;
         std::lock_guard<std::mutex> lk(mu_);
         replica& r = reps_[static_cast<std::size_t>(i)];
         r.port = port;
@@ -424,15 +422,8 @@ class router {
       for (const replica& r : reps_)
         if (r.pid > 0) pids.push_back(r.pid);
     }
-    for (const pid_t p : pids) ::kill(p, SIGTERM);
-    const auto deadline = clock_type::now() + std::chrono::seconds(5);
-    for (const pid_t p : pids) {
-      int status = 0;
-      while (::waitpid(p, &status, WNOHANG) == 0) {
-        if (clock_type::now() > deadline) ::kill(p, SIGKILL);
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
-      }
-    }
+    for (const pid_t p : pids) ::kill(p, SIGTERM);  // all at once; each then gets its grace
+    for (const pid_t p : pids) proc::stop_child(p, std::chrono::seconds(5));
     for (replica& r : reps_)
       if (r.reader.joinable()) r.reader.join();
   }
@@ -481,6 +472,13 @@ int bind_serve_http(httplib::Server& svr, const std::string& bind, int request_t
   lim.head_max_bytes = 16384;
   lim.max_connections = static_cast<std::size_t>(max_connections);
   return obs::bind_http(svr, host, port, lim, "serve");
+}
+
+int serve_line_port(const std::string& line) {
+  const std::size_t at = line.rfind(" at http://");
+  if (line.rfind("serve: ", 0) != 0 || at == std::string::npos) return 0;
+  const std::size_t colon = line.find(':', at + 11);
+  return colon == std::string::npos ? 0 : std::max(0, std::atoi(line.c_str() + colon + 1));
 }
 
 bool serve_listener::run(httplib::Server& svr) {

@@ -27,6 +27,10 @@ namespace cohort::cli {
 int bind_serve_http(httplib::Server& svr, const std::string& bind, int request_timeout_s,
                     int max_connections);
 
+/// The port in the line `cohort serve` (or its router) prints once it listens, "serve: ...
+/// at http://HOST:PORT/v1/completions"; 0 when LINE is not that line.
+int serve_line_port(const std::string& line);
+
 /// A bound server's listening loop with a stop that may come at any time, from any thread:
 /// httplib's stop() does nothing before the loop runs (metrics_server::start says so too), so
 /// stop() waits for the loop to start or for run() to return.

@@ -91,7 +91,7 @@ std::optional<std::string> cpu_cgroup_root(std::string* why) {
 }
 
 std::string limit_cpu(pid_t pid, double cpus) {
-  if (!std::isfinite(cpus) || cpus < 0.01 || cpus > 1024)
+  if (!std::isfinite(cpus) || cpus < min_cpus || cpus > max_cpus)
     throw usage_error("cpu limit: " + std::to_string(cpus) +
                       " cores is out of range: give a number of cores in [0.01, 1024]");
   std::string why;

@@ -14,6 +14,9 @@
 
 namespace cohort::proc {
 
+/// The CPU budgets limit_cpu takes, in cores (the options that pass one on check the same).
+constexpr double min_cpus = 0.01, max_cpus = 1024;
+
 /// The directory under which limit_cpu makes its cgroups: the v1 `cpu` controller's mount,
 /// else a cgroup2 mount whose root offers the `cpu` controller to its children (enabled
 /// there when it is not). nullopt when there is none this process may write to, with the
@@ -21,7 +24,8 @@ namespace cohort::proc {
 std::optional<std::string> cpu_cgroup_root(std::string* why = nullptr);
 
 /// Moves PID (all its threads) into a new cgroup `cohort-cpu-PID` under cpu_cgroup_root(),
-/// limited to CPUS cores' time (quota CPUS x 100 ms per 100 ms period; CPUS in [0.01, 1024]).
+/// limited to CPUS cores' time (quota CPUS x 100 ms per 100 ms period; CPUS in [min_cpus,
+/// max_cpus]).
 /// Returns the cgroup's directory. Throws cohort::error saying what failed and how to fix it
 /// (not root, no cpu controller, a bad CPUS).
 std::string limit_cpu(pid_t pid, double cpus);

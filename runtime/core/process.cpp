@@ -141,6 +141,27 @@ int exit_code_of(int wait_status) {
   return 1;
 }
 
+int stop_child(pid_t pid, std::chrono::milliseconds grace, bool* killed) {
+  if (killed != nullptr) *killed = false;
+  ::kill(pid, SIGTERM);
+  const auto deadline = std::chrono::steady_clock::now() + grace;
+  int status = 0;
+  for (pid_t r; (r = ::waitpid(pid, &status, WNOHANG)) != pid;) {
+    if (r < 0 && errno != EINTR) return -1;
+    if (std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      continue;
+    }
+    ::kill(pid, SIGKILL);
+    if (killed != nullptr) *killed = true;
+    while ((r = ::waitpid(pid, &status, 0)) < 0 && errno == EINTR) {
+    }
+    if (r != pid) return -1;
+    break;
+  }
+  return exit_code_of(status);
+}
+
 std::string describe_exit_code(int code) {
   return code > 128 ? "killed by signal " + std::to_string(code - 128)
                     : "exit code " + std::to_string(code);

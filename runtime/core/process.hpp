@@ -5,6 +5,7 @@
 #include <sys/types.h>
 
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <string>
 #include <thread>
@@ -60,6 +61,10 @@ pid_t spawn_self(const std::vector<std::string>& args, int stdout_fd = -1, int s
 
 /// Exit status of a waitpid() result as one number: the exit code, or 128 + signal.
 int exit_code_of(int wait_status);
+/// Stops the child PID: SIGTERM, up to GRACE for it to exit, then SIGKILL; reaps it and returns
+/// its exit code (exit_code_of; -1 when it was not a child waiting to be reaped). *KILLED:
+/// whether it needed SIGKILL.
+int stop_child(pid_t pid, std::chrono::milliseconds grace, bool* killed = nullptr);
 /// exit_code_of's number in words: "exit code N" or "killed by signal N" (above 128).
 std::string describe_exit_code(int code);
 
