@@ -30,6 +30,7 @@ if ((${#missing[@]})); then
 fi
 
 BUILD_TYPE="${COHORT_BUILD_TYPE:-Release}"
+echo "setup: packages ready after ${SECONDS} s"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE="$BUILD_TYPE"
 cmake --build build -j"$(nproc)"
-echo "setup: built build/cohort"
+echo "setup: built build/cohort after ${SECONDS} s"

@@ -41,7 +41,7 @@ std::string from_hex(const std::string& text) {
 
 // KEY for a log line: printable ASCII, the rest as \xNN, at most 200 characters (a
 // stranger chooses the names under our prefix).
-std::string printable(const std::string& key) {
+std::string printable_key(const std::string& key) {
   static const char* hex = "0123456789abcdef";
   std::string out;
   for (const char c : key.substr(0, 200)) {
@@ -152,7 +152,7 @@ void refusal_log::refuse(const char* who, const std::string& key, long long revi
   const auto line = limiter_.admit();
   if (!line) return;
   ++logged_;
-  spdlog::warn("{}: ignoring etcd key '{}' (revision {}): {}{}", who, printable(key), revision, why,
+  spdlog::warn("{}: ignoring etcd key '{}' (revision {}): {}{}", who, printable_key(key), revision, why,
                log_limiter::suffix(*line, "refused records"));
 }
 

@@ -15,7 +15,7 @@ namespace {
 
 // A JSON string. Span names and categories are nearly always plain ASCII without quotes or
 // backslashes: those are wrapped as they are; anything else goes through the JSON library.
-std::string quoted(const std::string& s) {
+std::string json_quoted(const std::string& s) {
   for (const char c : s)
     if (c == '"' || c == '\\' || static_cast<unsigned char>(c) < 0x20 ||
         static_cast<unsigned char>(c) >= 0x80)
@@ -60,7 +60,7 @@ trace_file::~trace_file() {
 }
 
 std::string trace_file::format(int pid, const trace::event& e) const {
-  std::string s = "{\"name\":" + quoted(e.name) + ",\"cat\":" + quoted(e.cat) + ",\"ph\":\"";
+  std::string s = "{\"name\":" + json_quoted(e.name) + ",\"cat\":" + json_quoted(e.cat) + ",\"ph\":\"";
   s += e.ph;
   s += "\",\"ts\":" + micros(e.ts_ns - zero_ns_);
   if (e.ph == 'X') s += ",\"dur\":" + micros(e.dur_ns);
@@ -77,7 +77,7 @@ void trace_file::name_process(int pid, const std::string& name, int sort_index) 
   pending_.push_back({0,
                       {},
                       "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":" + std::to_string(pid) +
-                          ",\"tid\":0,\"args\":{\"name\":" + quoted(name) + "}}"});
+                          ",\"tid\":0,\"args\":{\"name\":" + json_quoted(name) + "}}"});
   pending_.push_back(
       {0,
        {},
@@ -93,7 +93,7 @@ void trace_file::name_thread(int pid, uint32_t tid, const std::string& name) {
                       {},
                       "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":" + std::to_string(pid) +
                           ",\"tid\":" + std::to_string(tid) +
-                          ",\"args\":{\"name\":" + quoted(name) + "}}"});
+                          ",\"args\":{\"name\":" + json_quoted(name) + "}}"});
   wake_.notify_one();
 }
 
