@@ -8,6 +8,22 @@
 
 namespace cohort {
 
+std::string log_quoted(const std::string& text, std::size_t max) {
+  static const char* hex = "0123456789abcdef";
+  std::string out = "'";
+  for (const char c : text.substr(0, max)) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u >= 0x20 && u < 0x7f && c != '\'') {
+      out += c;
+    } else {
+      out += "\\x";
+      out += hex[u >> 4];
+      out += hex[u & 15];
+    }
+  }
+  return out + (text.size() > max ? "'..." : "'");
+}
+
 log_limiter::log_limiter() : log_limiter(options{}) {}
 
 log_limiter::log_limiter(options o, clock_fn clock) : opts_(o), clock_(std::move(clock)) {

@@ -4,12 +4,18 @@
 // that ctl status shows.
 #pragma once
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <optional>
 #include <string>
 
 namespace cohort {
+
+/// TEXT a stranger chose (an etcd key, a lease) for a log line: in single quotes, printable
+/// ASCII as it is, every other byte and the quote itself as \xNN, cut after MAX bytes with
+/// "..." so that a flood of long names cannot flood the log.
+std::string log_quoted(const std::string& text, std::size_t max = std::string::npos);
 
 /// Decides which occurrences of one repeated warning are logged: at most `burst` in each
 /// `period`, the rest counted. The first line after some were left out says how many, so

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/core/error.hpp"
+#include "runtime/core/log_limiter.hpp"
 
 namespace cohort::ha {
 
@@ -24,23 +25,6 @@ using nlohmann::json;
 namespace {
 
 constexpr int grpc_not_found = 5;
-
-// A key or lease for a message: quoted, bytes outside printable ASCII as \xNN.
-std::string printable(const std::string& s) {
-  static const char* hex = "0123456789abcdef";
-  std::string out = "'";
-  for (const char c : s) {
-    const auto u = static_cast<unsigned char>(c);
-    if (u >= 0x20 && u < 0x7f && c != '\'') {
-      out += c;
-    } else {
-      out += "\\x";
-      out += hex[u >> 4];
-      out += hex[u & 15];
-    }
-  }
-  return out + "'";
-}
 
 std::string lease_name(int64_t lease) { return "lease " + std::to_string(lease); }
 
@@ -208,7 +192,7 @@ std::string base64_encode(const std::string& bytes) {
 
 std::string base64_decode(const std::string& text) {
   auto invalid = [&] {
-    return protocol_error("etcd sent invalid base64 (" + printable(text) +
+    return protocol_error("etcd sent invalid base64 (" + log_quoted(text) +
                           "): is the endpoint an etcd v3 gateway?");
   };
   // EVP_DecodeBlock takes whole quads only and counts the padding as zero bytes.
@@ -334,19 +318,19 @@ void etcd_client::revoke(int64_t lease) {
 int64_t etcd_client::put(const std::string& key, const std::string& value, int64_t lease) {
   json body = {{"key", base64_encode(key)}, {"value", base64_encode(value)}};
   if (lease != 0) body["lease"] = std::to_string(lease);
-  return header_revision(call("put", "key " + printable(key), "/v3/kv/put", body, false));
+  return header_revision(call("put", "key " + log_quoted(key), "/v3/kv/put", body, false));
 }
 
 std::optional<kv> etcd_client::get(const std::string& key) {
   const json j =
-      call("get", "key " + printable(key), "/v3/kv/range", {{"key", base64_encode(key)}}, true);
+      call("get", "key " + log_quoted(key), "/v3/kv/range", {{"key", base64_encode(key)}}, true);
   const auto it = j.find("kvs");
   if (it == j.end() || it->empty()) return std::nullopt;
   return kv_from(it->at(0));
 }
 
 std::vector<kv> etcd_client::get_prefix(const std::string& prefix) {
-  const json j = call("get_prefix", "prefix " + printable(prefix), "/v3/kv/range",
+  const json j = call("get_prefix", "prefix " + log_quoted(prefix), "/v3/kv/range",
                       {{"key", base64_encode(prefix.empty() ? std::string(1, '\0') : prefix)},
                        {"range_end", base64_encode(prefix_end(prefix))}},
                       true);
@@ -358,7 +342,7 @@ std::vector<kv> etcd_client::get_prefix(const std::string& prefix) {
 }
 
 void etcd_client::del(const std::string& key) {
-  call("del", "key " + printable(key), "/v3/kv/deleterange", {{"key", base64_encode(key)}}, true);
+  call("del", "key " + log_quoted(key), "/v3/kv/deleterange", {{"key", base64_encode(key)}}, true);
 }
 
 txn_result etcd_client::create_if_absent(const std::string& key, const std::string& value,
@@ -374,7 +358,7 @@ txn_result etcd_client::create_if_absent(const std::string& key, const std::stri
       {"success", json::array({{{"request_put", put}}, range})},
       {"failure", json::array({range})}};
   // Not idempotent: repeated after a lost answer it would report our own key as another's.
-  const json j = call("create_if_absent", "key " + printable(key), "/v3/kv/txn", body, false);
+  const json j = call("create_if_absent", "key " + log_quoted(key), "/v3/kv/txn", body, false);
   txn_result out;
   out.created = j.value("succeeded", false);
   out.revision = header_revision(j);
@@ -392,7 +376,7 @@ bool etcd_client::put_if_created_at(const std::string& key, const std::string& v
   // create_revision 0 is what etcd compares an absent key as: a guard of 0 would let the
   // write through exactly when nobody leads.
   if (guard_create_revision <= 0)
-    throw usage_error("fenced put of key " + printable(key) + ": guard revision must be > 0, got " +
+    throw usage_error("fenced put of key " + log_quoted(key) + ": guard revision must be > 0, got " +
                       std::to_string(guard_create_revision) + " (campaign first)");
   const json body = {
       {"compare", json::array({{{"key", base64_encode(guard_key)},
@@ -403,7 +387,7 @@ bool etcd_client::put_if_created_at(const std::string& key, const std::string& v
        json::array(
            {{{"request_put", {{"key", base64_encode(key)}, {"value", base64_encode(value)}}}}})}};
   const json j =
-      call("put_if_created_at", "key " + printable(key) + " guarded by " + printable(guard_key),
+      call("put_if_created_at", "key " + log_quoted(key) + " guarded by " + log_quoted(guard_key),
            "/v3/kv/txn", body, false);
   return j.value("succeeded", false);
 }
@@ -417,7 +401,7 @@ bool etcd_client::del_if_created_at(const std::string& key, int64_t create_revis
                                 {"result", "EQUAL"},
                                 {"create_revision", std::to_string(create_revision)}}})},
       {"success", json::array({{{"request_delete_range", {{"key", k}}}}})}};
-  const json j = call("del_if_created_at", "key " + printable(key), "/v3/kv/txn", body, false);
+  const json j = call("del_if_created_at", "key " + log_quoted(key), "/v3/kv/txn", body, false);
   return j.value("succeeded", false);
 }
 

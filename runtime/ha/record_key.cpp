@@ -39,24 +39,6 @@ std::string from_hex(const std::string& text) {
   return out;
 }
 
-// KEY for a log line: printable ASCII, the rest as \xNN, at most 200 characters (a
-// stranger chooses the names under our prefix).
-std::string printable_key(const std::string& key) {
-  static const char* hex = "0123456789abcdef";
-  std::string out;
-  for (const char c : key.substr(0, 200)) {
-    const auto u = static_cast<unsigned char>(c);
-    if (u >= 0x20 && u < 0x7f) {
-      out += c;
-    } else {
-      out += "\\x";
-      out += hex[u >> 4];
-      out += hex[u & 15];
-    }
-  }
-  return key.size() > 200 ? out + "..." : out;
-}
-
 }  // namespace
 
 record_key::record_key(std::string secret) : secret_(std::move(secret)) {
@@ -152,7 +134,7 @@ void refusal_log::refuse(const char* who, const std::string& key, long long revi
   const auto line = limiter_.admit();
   if (!line) return;
   ++logged_;
-  spdlog::warn("{}: ignoring etcd key '{}' (revision {}): {}{}", who, printable_key(key), revision, why,
+  spdlog::warn("{}: ignoring etcd key {} (revision {}): {}{}", who, log_quoted(key, 200), revision, why,
                log_limiter::suffix(*line, "refused records"));
 }
 

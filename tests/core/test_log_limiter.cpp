@@ -87,3 +87,10 @@ TEST_CASE("log limiter: after a quiet spell the next occurrence is logged at onc
   CHECK(line->left_out == 1);
   CHECK(line->since == seconds(3600));
 }
+
+TEST_CASE("log_quoted: a stranger's text quoted, its other bytes and the quote escaped, cut at max") {
+  CHECK(cohort::log_quoted("/cohort/run-a/done") == "'/cohort/run-a/done'");
+  CHECK(cohort::log_quoted(std::string("a'\x01\xff", 4)) == "'a\\x27\\x01\\xff'");
+  CHECK(cohort::log_quoted("abcdef", 3) == "'abc'...");
+  CHECK(cohort::log_quoted("abc", 3) == "'abc'");
+}
