@@ -7,10 +7,7 @@
 // address beyond loopback.
 #include <doctest/doctest.h>
 #include <httplib.h>
-#include <netinet/in.h>
 #include <poll.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
