@@ -84,6 +84,7 @@ class model {
   tensor& flat_values() { return values_; }
   /// All gradients back to back, in parameter order.
   tensor& flat_grads() { return grads_; }
+  const tensor& flat_grads() const { return grads_; }
   /// Total number of parameter elements.
   int64_t num_params() const { return values_.numel(); }
   /// Sets every gradient to zero.

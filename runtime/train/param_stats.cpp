@@ -1,5 +1,6 @@
 #include "runtime/train/param_stats.hpp"
 
+#include <algorithm>
 #include <sstream>
 
 #include "runtime/core/error.hpp"
@@ -8,11 +9,40 @@
 
 namespace cohort::train {
 
-std::vector<double> grad_sum_squares_by_param(const nn::model& m) {
+std::vector<double> grad_sum_squares_by_param(const nn::model& m, bool exact) {
+  if (exact) {
+    const auto all = grad_square_sums_in(m, {{0, m.num_params()}});
+    std::vector<double> out;
+    out.reserve(all.size());
+    for (const auto& s : all) out.push_back(s.value());
+    return out;
+  }
   std::vector<std::pair<const float*, int64_t>> spans;
   spans.reserve(m.parameters().size());
   for (const auto& p : m.parameters()) spans.emplace_back(p.grad.data(), p.grad.numel());
   return m.dev().sum_squares_each(spans);
+}
+
+std::vector<square_sum> grad_square_sums_in(
+    const nn::model& m, const std::vector<std::pair<int64_t, int64_t>>& ranges) {
+  std::vector<square_sum> out(m.parameters().size());
+  std::vector<float> copy;
+  for (std::size_t i = 0; i < m.parameters().size(); ++i) {
+    const nn::parameter& p = m.parameters()[i];
+    const int64_t pb = p.offset, pe = p.offset + p.grad.numel();
+    for (const auto& [b, e] : ranges) {
+      const int64_t lo = std::max(b, pb), hi = std::min(e, pe);
+      if (lo >= hi) continue;
+      const float* g = m.flat_grads().data() + lo;
+      if (!m.dev().host_visible()) {
+        copy.resize(static_cast<std::size_t>(hi - lo));
+        m.dev().to_host(copy.data(), g, copy.size() * sizeof(float));
+        g = copy.data();
+      }
+      out[i].add(g, static_cast<std::size_t>(hi - lo));
+    }
+  }
+  return out;
 }
 
 double ordered_sum(const std::vector<double>& parts, double start) {

@@ -8,11 +8,18 @@
 #include <vector>
 
 #include "runtime/nn/model.hpp"
+#include "runtime/train/square_sum.hpp"
 
 namespace cohort::train {
 
-/// Sum of squares of each parameter's gradient, in parameters() order (double sums).
-std::vector<double> grad_sum_squares_by_param(const nn::model& m);
+/// Sum of squares of each parameter's gradient, in parameters() order: the device's double
+/// sums, or with EXACT (bitwise mode) square_sum's exact totals, which come out the same
+/// bits however a parameter is cut (sharded gradients, train.zero: 2).
+std::vector<double> grad_sum_squares_by_param(const nn::model& m, bool exact = false);
+/// Per parameter, the exact sum of squares of its gradient elements inside RANGES (flat
+/// offsets [begin, end), sorted, disjoint): a sharded member's part of every parameter.
+std::vector<square_sum> grad_square_sums_in(const nn::model& m,
+                                            const std::vector<std::pair<int64_t, int64_t>>& ranges);
 
 /// `start` + every element of `parts`, added one at a time in order. A pipeline continues
 /// the previous stage's running sum with its own parameters, so the total has the same

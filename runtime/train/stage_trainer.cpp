@@ -242,7 +242,7 @@ void* stage_trainer::reduction_buffer() {
 double stage_trainer::finish_gradients(int64_t step) {
   nn::tensor& grads = model_->flat_grads();
   if (bitwise_) fixed_to_float(grads.data(), fixed_.data(), grads.numel());
-  std::vector<double> parts = grad_sum_squares_by_param(*model_);
+  std::vector<double> parts = grad_sum_squares_by_param(*model_, bitwise_);
   if (tp_size_ > 1) {
     // A TP shard holds part of a tensor: the tensor's sum of squares is the sum over the
     // group. Replicated tensors are the same on every rank and count once.

@@ -321,7 +321,7 @@ double trainer::apply_step(int64_t step) {
   run_stages(pipeline_.after_sum, b, 0, n);
   // Per-parameter sums added in parameter order: pipeline stages reproduce these bits by
   // continuing each other's running sum (runtime/train/param_stats.hpp).
-  const double norm = std::sqrt(ordered_sum(grad_sum_squares_by_param(*model_)));
+  const double norm = std::sqrt(ordered_sum(grad_sum_squares_by_param(*model_, bitwise_)));
   b.norm = norm;
   run_stages(pipeline_.before_optimizer, b, 0, n);
   if (!std::isfinite(norm))

@@ -1,0 +1,118 @@
+// holders_sum (runtime/comm/holders_sum.hpp), the reduce-scatter of sharded gradients: each
+// element's sum reaches exactly its holders, in rank order (so both holders of a float
+// element get the same bits), over shared memory and Gloo, bucket by bucket.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "runtime/comm/holders_sum.hpp"
+#include "runtime/comm/shm_comm.hpp"
+#include "tests/comm/comm_test_util.hpp"
+
+using namespace cohort::comm;
+using namespace cohort::comm::test;
+using std::chrono::milliseconds;
+
+namespace {
+
+// Shard j of N over W: [N j / W, N (j + 1) / W); rank r holds its own shard and its
+// neighbour's (r - 1), as train.zero does (a replica of each shard on the next rank).
+holding owner_and_replica(std::size_t n, int w) {
+  holding h;
+  h.ranges.resize(static_cast<std::size_t>(w));
+  auto shard = [&](int j) {
+    return std::make_pair(n * static_cast<std::size_t>(j) / static_cast<std::size_t>(w),
+                          n * static_cast<std::size_t>(j + 1) / static_cast<std::size_t>(w));
+  };
+  for (int r = 0; r < w; ++r) {
+    auto& mine = h.ranges[static_cast<std::size_t>(r)];
+    mine.push_back(shard(r));
+    if (w > 1) mine.push_back(shard((r - 1 + w) % w));
+    std::sort(mine.begin(), mine.end());
+  }
+  return h;
+}
+
+bool holds(const holding& h, int r, std::size_t i) {
+  for (const auto& [b, e] : h.ranges[static_cast<std::size_t>(r)])
+    if (i >= b && i < e) return true;
+  return false;
+}
+
+std::vector<std::unique_ptr<communicator>> group(kv_client& kv, int n, bool shm) {
+  std::vector<std::unique_ptr<communicator>> out(static_cast<std::size_t>(n));
+  if (shm) {
+    rethrow_first(run_ranks(n, [&](int r) {
+      shm_options o;
+      o.timeout = milliseconds(20000);
+      o.rendezvous_timeout = milliseconds(20000);
+      out[static_cast<std::size_t>(r)] = std::make_unique<shm_comm>(kv, 1, r, n, o);
+    }));
+  } else {
+    auto g = make_gloo_group(kv, n, 1, milliseconds(20000));
+    for (int r = 0; r < n; ++r) out[static_cast<std::size_t>(r)] = std::move(g[static_cast<std::size_t>(r)]);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("holders_sum: every held element is the ranks' sum, in rank order, bucket by bucket") {
+  for (bool shm : {true, false}) {
+    for (int w = 1; w <= 4; ++w) {
+      CAPTURE(shm);
+      CAPTURE(w);
+      memory_kv kv;
+      auto comms = group(kv, w, shm);
+      const std::size_t n = 10007;
+      const holding h = owner_and_replica(n, w);
+      // Values whose float sum depends on order: rank r's element i is x_r(i).
+      auto x = [](int r, std::size_t i) {
+        return std::ldexp(1.0f + float(i % 13) / 7.0f, (r * 11 + int(i % 5)) % 30 - 15);
+      };
+      std::vector<std::vector<float>> f(static_cast<std::size_t>(w));
+      std::vector<std::vector<std::int64_t>> q(static_cast<std::size_t>(w));
+      REQUIRE_NOTHROW(rethrow_first(run_ranks(w, [&](int r) {
+        auto& fr = f[static_cast<std::size_t>(r)];
+        auto& qr = q[static_cast<std::size_t>(r)];
+        fr.resize(n);
+        qr.resize(n);
+        for (std::size_t i = 0; i < n; ++i) {
+          fr[i] = x(r, i);
+          qr[i] = (std::int64_t(1) << 40) * (r + 1) - std::int64_t(i);
+        }
+        std::vector<char> scratch;
+        // Buckets from the end, as backward hands them over, cutting across shard edges.
+        for (std::size_t end = n; end > 0;) {
+          const std::size_t begin = end > 1500 ? end - 1500 : 0;
+          holders_sum(*comms[static_cast<std::size_t>(r)], fr.data(), begin, end - begin, h, scratch);
+          holders_sum(*comms[static_cast<std::size_t>(r)], qr.data(), begin, end - begin, h, scratch);
+          end = begin;
+        }
+      })));
+      for (int r = 0; r < w; ++r)
+        for (std::size_t i = 0; i < n; ++i) {
+          if (!holds(h, r, i)) {  // not held: its own value, untouched
+            REQUIRE(f[static_cast<std::size_t>(r)][i] == x(r, i));
+            continue;
+          }
+          float want = x(0, i);
+          for (int s = 1; s < w; ++s) want += x(s, i);
+          REQUIRE(f[static_cast<std::size_t>(r)][i] == want);  // bits: the rank order
+          REQUIRE(q[static_cast<std::size_t>(r)][i] ==
+                  (std::int64_t(1) << 40) * (w * (w + 1) / 2) - std::int64_t(w) * std::int64_t(i));
+        }
+      // What each rank hands the transport: (w - 1) blocks of the largest share.
+      // Two shards of n / w (within one element each) per rank: (w - 1) blocks of them.
+      if (w > 1) {
+        const std::size_t sent = holders_sum_bytes_sent(h, 0, n, 4);
+        CHECK(sent >= std::size_t(w - 1) * (2 * n / std::size_t(w) - 2) * 4);
+        CHECK(sent <= std::size_t(w - 1) * (2 * n / std::size_t(w) + 2) * 4);
+      }
+    }
+  }
+}
