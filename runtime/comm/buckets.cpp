@@ -187,6 +187,7 @@ void bucket_engine::set_wire(const wire_plan& plan) {
   std::lock_guard<std::mutex> lock(mutex_);
   COHORT_CHECK(!in_step_);
   COHORT_CHECK(type_ == grad_type::f32 || plan.compressed.empty());
+  COHORT_CHECK(!holders_ || plan.compressed.empty());
   // The memory may move between steps (the seat keeps a committed copy and a working one);
   // the buckets follow the segments only.
   wire_plan segments_only = plan;
@@ -197,6 +198,15 @@ void bucket_engine::set_wire(const wire_plan& plan) {
   }
   set_buckets(plan_buckets(elements_, sizeof(float), bucket_mb_, plan.compressed));
   wire_ = plan;
+}
+
+void bucket_engine::set_holders(std::shared_ptr<const holding> h,
+                                std::function<void(std::size_t, std::size_t)> on_reduced) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  COHORT_CHECK(!in_step_);
+  COHORT_CHECK(!h || wire_.compressed.empty());
+  holders_ = std::move(h);
+  on_reduced_ = holders_ ? std::move(on_reduced) : nullptr;
 }
 
 void bucket_engine::begin(float* grads) { begin_step(grads, grad_type::f32); }
@@ -220,7 +230,14 @@ void bucket_engine::begin_step(void* grads, grad_type type) {
   marked_total_ = 0;
   for (std::size_t l = 0; l < lanes_.size(); ++l) next_[l] = l;
   done_ = 0;
+  complete_ = 0;
   in_step_ = true;
+}
+
+void bucket_engine::wait_pending(std::size_t most) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  COHORT_CHECK(in_step_);
+  changed_.wait(lock, [&] { return error_ || stop_ || complete_ - done_ <= most; });
 }
 
 void bucket_engine::mark_ready(std::size_t offset, std::size_t count) {
@@ -255,6 +272,7 @@ void bucket_engine::mark_ready(std::size_t offset, std::size_t count) {
       const std::size_t to = std::min(end, b.offset + b.count);
       const std::size_t c = collective_of_[k];
       missing_[c] -= to - from;
+      if (missing_[c] == 0) ++complete_;
       if (missing_[c] == 0 && c == next_[c % lanes_.size()]) wake = true;
       if (b.offset <= offset) break;
     }
@@ -266,6 +284,21 @@ void bucket_engine::run_collective(communicator& comm, const std::vector<std::si
                                    void* grads, const error_memory& memory, plain_sum plain,
                                    std::vector<float>& staging) {
   const bucket_range first = buckets_[members.front()];
+  if (holders_) {
+    // Sharded gradients: one plain bucket per collective, summed to its holders only.
+    COHORT_CHECK(members.size() == 1 && first.format == wire_format::f32);
+    if (type_ == grad_type::i64) {
+      comm.holders_sum(static_cast<std::int64_t*>(grads), first.offset, first.count, *holders_);
+    } else {
+      float* base = static_cast<float*>(grads);
+      comm.holders_sum(base, first.offset, first.count, *holders_);
+      if (post_scale_ != 1.0f)
+        for (const auto& [b, e] : holders_->inside(comm.rank(), first.offset, first.count))
+          for (std::size_t i = b; i < e; ++i) base[i] *= post_scale_;
+    }
+    if (on_reduced_) on_reduced_(first.offset, first.count);
+    return;
+  }
   if (type_ == grad_type::i64) {
     COHORT_CHECK(members.size() == 1);
     comm.allreduce_sum(static_cast<std::int64_t*>(grads) + first.offset, first.count);

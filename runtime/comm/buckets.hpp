@@ -13,12 +13,14 @@
 #include <exception>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
 
 #include "runtime/comm/communicator.hpp"
 #include "runtime/comm/compressed_allreduce.hpp"
+#include "runtime/comm/holders_sum.hpp"
 
 namespace cohort::comm {
 
@@ -149,6 +151,10 @@ class bucket_engine {
   /// Elements [offset, offset + count) are final for this step. Ranges of one step must not
   /// overlap and must stay inside the buffer (checked: a broken invariant aborts).
   void mark_ready(std::size_t offset, std::size_t count);
+  /// Blocks until at most MOST collectives whose elements are all marked wait for their
+  /// sum (or one failed): backward held back so that the summed-and-given-back gradients
+  /// of sharded mode (set_holders) do not pile up behind a busy communication thread.
+  void wait_pending(std::size_t most);
   /// Blocks until every bucket is reduced; returns the step's timing. Every element must
   /// have been marked ready. Rethrows the communication thread's comm_error if a
   /// collective failed (then the engine is dead, like its communicator).
@@ -161,6 +167,16 @@ class bucket_engine {
   /// engines only). Buckets are planned again when the plan changes.
   void set_wire(const wire_plan& plan);
   const wire_plan& wire() const { return wire_; }
+
+  /// Sharded gradients (train.zero: 2), between steps: from the next begin() on, each bucket
+  /// is summed only to the ranks that hold its elements (holders_sum, rank order; the plain
+  /// wire only) instead of to every rank; null: allreduce again. ON_REDUCED (may be empty)
+  /// runs on the lane's thread right after each bucket's sum with the bucket's range, so
+  /// that the caller gives back at once what it does not hold. Float post-scaling touches
+  /// only the held elements.
+  void set_holders(std::shared_ptr<const holding> h,
+                   std::function<void(std::size_t offset, std::size_t count)> on_reduced = {});
+  const holding* holders() const { return holders_.get(); }
 
   /// Test seam, empty in production: HOOK runs on a lane's thread, with the engine's lock
   /// held, each time the lane has nothing to run and waits; its argument is the number of
@@ -189,6 +205,8 @@ class bucket_engine {
   const float post_scale_;
   const double bucket_mb_;
   wire_plan wire_;
+  std::shared_ptr<const holding> holders_;  // set_holders (null: every rank gets every sum)
+  std::function<void(std::size_t, std::size_t)> on_reduced_;
   std::vector<bucket_range> buckets_;
   std::vector<std::vector<std::size_t>> collectives_;
   std::vector<std::size_t> collective_of_;  // per bucket: the collective it travels in
@@ -203,6 +221,7 @@ class bucket_engine {
   std::size_t marked_total_ = 0;
   std::vector<std::size_t> next_;   // per lane: the next collective it runs
   std::size_t done_ = 0;            // collectives run this step
+  std::size_t complete_ = 0;        // collectives whose elements are all marked this step
   std::vector<time_interval> ran_;  // per collective: when it ran this step
   std::exception_ptr error_;
   std::function<void(std::size_t)> before_wait_;  // test seam (set_before_wait)

@@ -36,6 +36,8 @@ struct comm_traffic {
   bool measured = false;
 };
 
+struct holding;  // runtime/comm/holders_sum.hpp
+
 class communicator {
  public:
   virtual ~communicator() = default;
@@ -66,6 +68,13 @@ class communicator {
   /// Personalised exchange: `send` holds size() blocks of `bytes`; block j goes to rank j,
   /// and `recv` (size() * bytes) receives rank r's block for this rank at offset r * bytes.
   virtual void alltoall(const void* send, void* recv, std::size_t bytes) = 0;
+  /// Elements [offset, offset + count) of `data`: each element that H says this rank holds
+  /// becomes the sum over ranks, added in rank order; the others keep their values (the
+  /// sum of sharded gradients, runtime/comm/holders_sum.hpp). The default runs one alltoall
+  /// of padded blocks; a backend with a cheaper way overrides it.
+  virtual void holders_sum(float* data, std::size_t offset, std::size_t count, const holding& h);
+  virtual void holders_sum(std::int64_t* data, std::size_t offset, std::size_t count,
+                           const holding& h);
   /// Rank `root`'s `bytes` at `data` are copied to `data` on every rank.
   virtual void broadcast(void* data, std::size_t bytes, int root) = 0;
   /// Returns once every rank has entered the barrier.

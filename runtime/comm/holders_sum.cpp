@@ -68,14 +68,29 @@ void sum_to_holders(communicator& c, T* data, std::size_t offset, std::size_t co
 
 }  // namespace
 
-void holders_sum(communicator& c, float* data, std::size_t offset, std::size_t count,
-                 const holding& h, std::vector<char>& scratch) {
+void holders_sum_by_alltoall(communicator& c, float* data, std::size_t offset, std::size_t count,
+                             const holding& h, std::vector<char>& scratch) {
   sum_to_holders(c, data, offset, count, h, scratch);
 }
 
-void holders_sum(communicator& c, std::int64_t* data, std::size_t offset, std::size_t count,
-                 const holding& h, std::vector<char>& scratch) {
+void holders_sum_by_alltoall(communicator& c, std::int64_t* data, std::size_t offset,
+                             std::size_t count, const holding& h, std::vector<char>& scratch) {
   sum_to_holders(c, data, offset, count, h, scratch);
+}
+
+namespace {
+// The blocks of the calling thread (a bucket engine's lane), kept between its buckets.
+thread_local std::vector<char> lane_scratch;
+}  // namespace
+
+void communicator::holders_sum(float* data, std::size_t offset, std::size_t count,
+                               const holding& h) {
+  sum_to_holders(*this, data, offset, count, h, lane_scratch);
+}
+
+void communicator::holders_sum(std::int64_t* data, std::size_t offset, std::size_t count,
+                               const holding& h) {
+  sum_to_holders(*this, data, offset, count, h, lane_scratch);
 }
 
 std::size_t holders_sum_bytes_sent(const holding& h, std::size_t offset, std::size_t count,

@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "runtime/comm/build_abort.hpp"
+#include "runtime/comm/holders_sum.hpp"
 #include "runtime/comm/shm_names.hpp"
 
 namespace cohort::comm {
@@ -267,6 +268,48 @@ void shm_comm::allreduce(T* data, std::size_t n, const char* op) {
     std::memcpy(data + off, acc, m * sizeof(T));
     received_ += m * sizeof(T);
   }
+}
+
+template <class T>
+void shm_comm::to_holders(T* data, std::size_t offset, std::size_t count, const holding& h,
+                          const char* op) {
+  check_usable(op);
+  if (size_ == 1 || count == 0) return;
+  COHORT_CHECK(h.ranks() == size_);
+  const auto mine = h.inside(rank_, offset, count);
+  const std::size_t per = opts_.chunk_bytes / sizeof(T);
+  const std::size_t end = offset + count;
+  for (std::size_t off = offset; off < end; off += per) {
+    const std::size_t m = std::min(per, end - off);
+    const int p = parity_;
+    parity_ ^= 1;
+    std::memcpy(buffer(p, rank_), data + off, m * sizeof(T));
+    sent_ += m * sizeof(T);
+    // One synchronisation a chunk, as allgather: a rank writes this parity again only after
+    // the next chunk's synchronisation, which every rank reaches after reading this one.
+    sync(op);
+    for (const auto& [b, e] : mine) {
+      const std::size_t lo = std::max(b, off), hi = std::min(e, off + m);
+      if (lo >= hi) continue;
+      T* out = data + lo;
+      const std::size_t at = lo - off, n = hi - lo;
+      std::memcpy(out, reinterpret_cast<const T*>(buffer(p, 0)) + at, n * sizeof(T));
+      for (int r = 1; r < size_; ++r) {
+        const T* x = reinterpret_cast<const T*>(buffer(p, r)) + at;
+        for (std::size_t i = 0; i < n; ++i) out[i] += x[i];
+      }
+      received_ += n * sizeof(T) * static_cast<std::size_t>(size_);
+    }
+  }
+}
+
+void shm_comm::holders_sum(float* data, std::size_t offset, std::size_t count, const holding& h) {
+  to_holders(data, offset, count, h, "holders_sum(float)");
+}
+
+void shm_comm::holders_sum(std::int64_t* data, std::size_t offset, std::size_t count,
+                           const holding& h) {
+  to_holders(data, offset, count, h, "holders_sum(int64)");
 }
 
 void shm_comm::allreduce_sum(float* data, std::size_t n) {

@@ -57,6 +57,12 @@ class shm_comm final : public communicator {
   void allreduce_sum(std::int64_t* data, std::size_t n) override;
   void allgather(const void* send, void* recv, std::size_t bytes) override;
   void alltoall(const void* send, void* recv, std::size_t bytes) override;
+  /// In one pass through the segment: each rank copies the range in, then its holders add
+  /// the ranks' copies of what they hold (one synchronisation per chunk, half an
+  /// allreduce's).
+  void holders_sum(float* data, std::size_t offset, std::size_t count, const holding& h) override;
+  void holders_sum(std::int64_t* data, std::size_t offset, std::size_t count,
+                   const holding& h) override;
   void broadcast(void* data, std::size_t bytes, int root) override;
   void barrier() override;
   /// Marks the segment aborted and wakes every waiter of every rank: their calls throw
@@ -71,6 +77,9 @@ class shm_comm final : public communicator {
  private:
   template <class T>
   void allreduce(T* data, std::size_t n, const char* op);
+  template <class T>
+  void to_holders(T* data, std::size_t offset, std::size_t count, const holding& h,
+                  const char* op);
   // Arrives at the next phase and waits until every rank has: the one synchronisation.
   void sync(const char* op);
   void check_usable(const char* op);

@@ -306,13 +306,15 @@ const std::vector<key_spec>& schema() {
         {"train",
          "zero",
          COHORT_FIELD(train.zero),
-         from_to(0, 1),
+         from_to(0, 2),
          {},
          nullptr,
-         "Sharded optimizer state (ZeRO stage 1) for whole-model data-parallel jobs. 0: every "
-         "worker holds all of it. 1: each holds its own contiguous shard plus a replica of its "
-         "neighbour's, so a kill loses nothing; members re-cut the shards when the group "
-         "changes (docs/sharding.md). Stages 2 and 3 are not built yet."},
+         "Sharded model state (ZeRO) for whole-model data-parallel jobs. 0: every worker "
+         "holds all of it. 1: the optimizer state is sharded: each worker holds its own "
+         "contiguous shard plus a replica of its neighbour's, so a kill loses nothing; members "
+         "re-cut the shards when the group changes. 2: the gradients too: the DP sum reaches "
+         "each shard's two holders only and the rest of the gradient buffer goes back to the "
+         "kernel (docs/sharding.md). Stage 3 (sharded parameters) is not built yet."},
         {"train",
          "device",
          COHORT_FIELD(train.device),

@@ -304,6 +304,12 @@ class rules {
       complain({"train.zero", "comm.error_feedback"},
                "train.zero does not keep error-feedback memory in this version (remove "
                "comm.error_feedback, or set train.zero: 0)");
+    if (fine({"train.zero", "comm.compression"}) && c.train.zero >= 2 &&
+        c.comm.compression != comm_compression::none)
+      complain({"train.zero", "comm.compression"},
+               "train.zero: 2 sums each gradient shard to its holders as plain numbers; "
+               "comm.compression needs every rank to take the whole sum (set comm.compression: "
+               "none, or train.zero: 1)");
     if (fine({"train.zero", "train.device"}) && c.train.device != "cpu")
       complain({"train.zero", "train.device"},
                "train.zero runs on the CPU in this version (set train.device: cpu, or "

@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -38,6 +39,18 @@ void zero_by_release(void* p, std::size_t bytes) {
   }
   std::memset(p, 0, first - a);
   std::memset(reinterpret_cast<void*>(last), 0, a + bytes - last);
+}
+
+void zero_keeping(void* p, std::size_t element_bytes, std::size_t n,
+                  const std::vector<std::pair<std::size_t, std::size_t>>& keep) {
+  auto* base = static_cast<unsigned char*>(p);
+  std::size_t at = 0;
+  for (const auto& [b, e] : keep) {
+    if (b > at) zero_by_release(base + at * element_bytes, (b - at) * element_bytes);
+    if (e > b) std::memset(base + b * element_bytes, 0, (e - b) * element_bytes);
+    at = std::max(at, e);
+  }
+  if (n > at) zero_by_release(base + at * element_bytes, (n - at) * element_bytes);
 }
 
 void release_pages(void* p, std::size_t bytes) {

@@ -46,6 +46,9 @@ void add(net::step_timing& a, const net::step_timing& b) {
   a.reshard_bytes += b.reshard_bytes;
 }
 
+// Sharded gradients: complete buckets backward may run ahead of their sums by.
+constexpr std::size_t pending_sums = 2;
+
 [[noreturn]] void refuse(const std::string& why) {
   throw comm::comm_error(comm::comm_failure::invalid, "step", why);
 }
@@ -233,6 +236,15 @@ void replica_step::run_step(const net::step_open& o, int rank, net::step_vote& v
   seat_->begin_step();
   comm::bucket_engine& engine = *links_.engine;
   if (engine.type() == comm::grad_type::f32) engine.set_wire(seat_->wire(o.replicas, rank));
+  // Sharded gradients: each bucket's sum goes to its two holders, and the rest of it back
+  // to the kernel as soon as it is summed.
+  train::trainer* const shards = seat_->sharded();
+  if (shards != nullptr && shards->shards_grads())
+    engine.set_holders(shards->holding_of(o.replicas), [shards](std::size_t off, std::size_t n) {
+      shards->grads_reduced(off, n);
+    });
+  else if (engine.holders() != nullptr)
+    engine.set_holders(nullptr);
   const comm::comm_traffic before = links_.traffic();
   void* buf = seat_->reduction_buffer();
   if (seat_->reduction_type() == comm::grad_type::i64)
@@ -252,6 +264,9 @@ void replica_step::run_step(const net::step_open& o, int rank, net::step_vote& v
     loss_rows = seat_->compute_gradients(o.step, micro, [&](std::size_t off, std::size_t n) {
       t_backward_end = clock_type::now();  // these gradients are final now
       engine.mark_ready(off, n);
+      // Sharded gradients: backward waits while two summed buckets are not yet given back,
+      // so that what this member does not hold never piles up (FSDP limits its gathers so).
+      if (shards != nullptr && shards->shards_grads()) engine.wait_pending(pending_sums);
     });
   } catch (const comm::comm_error&) {
     throw;
@@ -262,6 +277,8 @@ void replica_step::run_step(const net::step_open& o, int rank, net::step_vote& v
   }
   const auto t2 = io_.now();
   const comm::bucket_timing bt = engine.wait_all();
+  if (shards != nullptr && shards->shards_grads())
+    shards->finish_sharded_sum(*links_.comm, o.step);  // the norm, from every member's part
   try {
     seat_->finish_gradients(o.step);
   } catch (const comm::comm_error&) {

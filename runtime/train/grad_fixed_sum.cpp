@@ -8,7 +8,7 @@
 namespace cohort::train {
 
 void fixed_sum_stage::begin_micro_batch(grad_buffers& b) {
-  b.dev->zero(b.grads, static_cast<std::size_t>(b.size) * sizeof(float));  // 0.0f is all zero bits
+  b.zero_grads();
 }
 
 void fixed_sum_stage::run(grad_buffers& b, int64_t offset, int64_t count) {

@@ -1,6 +1,7 @@
 #include "runtime/train/grad_pipeline.hpp"
 
 #include "runtime/core/error.hpp"
+#include "runtime/core/host_pages.hpp"
 #include "runtime/train/grad_clip.hpp"
 #include "runtime/train/grad_fixed_sum.hpp"
 #include "runtime/train/grad_fixed_to_float.hpp"
@@ -29,6 +30,14 @@ std::vector<std::string> grad_pipeline::names() const {
   add(after_sum);
   add(before_optimizer);
   return out;
+}
+
+void grad_buffers::zero_grads() {
+  const auto n = static_cast<std::size_t>(size);
+  if (held != nullptr && dev->host_visible())
+    zero_keeping(grads, sizeof(float), n, *held);
+  else
+    dev->zero(grads, n * sizeof(float));  // 0.0f is all zero bits
 }
 
 void run_stages(const grad_pipeline::stages& stages, grad_buffers& b, int64_t offset,

@@ -4,6 +4,8 @@
 // config mode that chose it nor of the DP sum (runtime/comm does the sum).
 #pragma once
 #include <cstdint>
+#include <utility>
+#include <vector>
 
 #include "runtime/nn/device.hpp"
 
@@ -19,6 +21,12 @@ struct grad_buffers {
   int64_t step = 0;          ///< the step in flight (error messages name it)
   int replicas = 1;          ///< the DP group of the step (1 in one process)
   double norm = 0.0;         ///< the gradient norm (known only to before_optimizer stages)
+  /// Sharded gradients (train.zero: 2): the element ranges this member holds; the float
+  /// gradients are zeroed by giving back the pages outside them (zero_keeping), so that what
+  /// it does not hold takes no memory until backward writes it. Null otherwise.
+  const std::vector<std::pair<std::size_t, std::size_t>>* held = nullptr;
+  /// Zeros the float gradients (on the host, keeping only `held` in RAM when set).
+  void zero_grads();
 
   /// The float gradients where the host reads them, elements [offset, offset + count)
   /// brought there first (copied from a GPU); index the result by the same offsets as grads.

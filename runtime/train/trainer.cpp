@@ -7,6 +7,7 @@
 
 #include "runtime/ckpt/checkpoint.hpp"
 #include "runtime/core/error.hpp"
+#include "runtime/core/host_pages.hpp"
 #include "runtime/core/sha256.hpp"
 #include "runtime/core/trace.hpp"
 #include "runtime/cpu/kernels.hpp"
@@ -94,13 +95,24 @@ grad_buffers trainer::buffers(int64_t step) {
   b.size = model_->num_params();
   b.step = step;
   b.replicas = replicas_;
+  b.held = held_elements();
   return b;
 }
 
 void trainer::begin_step() {
-  model_->zero_grad();
   sum_pending_ = false;
-  if (bitwise_) std::fill(fixed_.begin(), fixed_.end(), 0);
+  if (const auto* keep = held_elements()) {
+    // Zeros that take no memory until backward writes them, outside the held ranges: what
+    // this member does not hold goes back to the kernel again as each bucket's sum ends
+    // (grads_reduced). The held ranges stay in RAM, written with zeros.
+    const auto n = static_cast<std::size_t>(model_->num_params());
+    zero_keeping(model_->flat_grads().data(), sizeof(float), n, *keep);
+    // The fixed-point sum is given back whole once converted (grads_reduced).
+    zero_by_release(fixed_.data(), fixed_.size() * sizeof(int64_t));
+  } else {
+    model_->zero_grad();
+    if (bitwise_) std::fill(fixed_.begin(), fixed_.end(), 0);
+  }
   sent_ = false;
   if (error_feedback_) next_ = kept_;  // an aborted step leaves kept_ as it was
 }
@@ -201,6 +213,7 @@ double trainer::compute_gradients(int64_t step, const std::vector<int>& micro,
   }
   // An empty `ready` asks for no reports: the plain path, no hook.
   const nn::grads_ready_fn* report = ready ? &ready : nullptr;
+  sharded_step_ = step;
   if (micro.empty()) {
     if (report == nullptr) return 0.0;
     // Nothing to compute: the buffer holds begin_step's zeros, all final now.
@@ -215,8 +228,12 @@ double trainer::compute_gradients(int64_t step, const std::vector<int>& micro,
     return 0.0;
   }
   double loss_rows = 0.0;
-  for (std::size_t k = 0; k < micro.size(); ++k)
+  for (std::size_t k = 0; k < micro.size(); ++k) {
     loss_rows += run_micro_batch(step, micro[k], k + 1 == micro.size() ? report : nullptr);
+    // Sharded gradients: the most memory they take is at a micro-batch's end (an earlier
+    // one's sum is in every element; the last one's sums to holders may not have begun).
+    sample_grads();
+  }
   sent_ = report != nullptr;
   return loss_rows;
 }
@@ -315,22 +332,36 @@ double trainer::apply_step(int64_t step) {
   const int64_t n = model_->num_params();
   take_sum();
   grad_buffers b = buffers(step);
-  // Nothing reported range by range (one process, no hook): a group of one, whose sum is
-  // its own buffer, sent and received whole.
-  if (!sent_) run_stages(pipeline_.before_sum, b, 0, n);
-  run_stages(pipeline_.after_sum, b, 0, n);
-  // Per-parameter sums added in parameter order: pipeline stages reproduce these bits by
-  // continuing each other's running sum (runtime/train/param_stats.hpp).
-  const double norm = std::sqrt(ordered_sum(grad_sum_squares_by_param(*model_, bitwise_)));
+  if (zero_ && !zero_->holds()) zero_hold_alone();  // one process: it holds everything
+  // Sharded gradients in a group: finish_sharded_sum ran the after-sum stages on the held
+  // ranges and took the norm with its peers; only those ranges are the step's sum here.
+  const bool sharded_sum = shards_grads() && sharded_norm_step_ == step;
+  std::vector<elem_range> ranges{{0, n}};
+  double norm = 0.0;
+  if (sharded_sum) {
+    ranges = zero_->ranges();
+    norm = sharded_norm_;
+  } else {
+    COHORT_CHECK(!shards_grads() || zero_->replicas() == 1);  // a group of one holds it all
+    // Nothing reported range by range (one process, no hook): a group of one, whose sum is
+    // its own buffer, sent and received whole.
+    if (!sent_) run_stages(pipeline_.before_sum, b, 0, n);
+    run_stages(pipeline_.after_sum, b, 0, n);
+    // Per-parameter sums added in parameter order: pipeline stages reproduce these bits by
+    // continuing each other's running sum (runtime/train/param_stats.hpp); exact ones in
+    // bitwise mode and with sharded gradients, whose members each hold a part.
+    norm = std::sqrt(
+        ordered_sum(grad_sum_squares_by_param(*model_, bitwise_ || shards_grads())));
+  }
+  sharded_norm_step_ = -1;
   b.norm = norm;
-  run_stages(pipeline_.before_optimizer, b, 0, n);
+  for (const elem_range& r : ranges) run_stages(pipeline_.before_optimizer, b, r.begin, r.size());
   if (!std::isfinite(norm))
     throw cohort::error("step " + std::to_string(step) +
                         ": gradient norm is not finite (the run diverged: lower train.lr or "
                         "set train.grad_clip)");
   {
     trace::span s("optimizer", "compute", trace::track::compute, trace::args({{"step", step}}));
-    if (zero_ && !zero_->holds()) zero_hold_alone();  // one process: it holds everything
     opt_->step(learning_rate(cfg_.train, step));
   }
   zero_fresh_ = false;

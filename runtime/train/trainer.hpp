@@ -16,6 +16,7 @@
 
 #include "runtime/ckpt/checkpoint.hpp"
 #include "runtime/comm/buckets.hpp"
+#include "runtime/comm/holders_sum.hpp"
 #include "runtime/core/config.hpp"
 #include "runtime/data/dataset.hpp"
 #include "runtime/nn/model.hpp"
@@ -239,8 +240,28 @@ class trainer {
   bool whole_params() const { return whole_params_; }
   /// The parameters are not all of the last applied step (a gather that could not run).
   void params_partial() { whole_params_ = false; }
-  /// This worker's model state now.
+  /// This worker's model state now (with sharded gradients, the gradient buffers' bytes in
+  /// RAM as the kernel counts them: what was given back does not count).
   model_state_bytes state_bytes() const;
+
+  // ---- sharded gradients (train.zero: 2; trainer_zero.cpp) ----
+  /// True when the DP sum reaches each element's holders only (train.zero >= 2).
+  bool shards_grads() const { return zero_ != nullptr && cfg_.train.zero >= 2; }
+  /// Who holds which elements in a group of W (ranges_held of every rank): what the bucket
+  /// engine sums to (comm::holders_sum). Cached per W.
+  std::shared_ptr<const comm::holding> holding_of(int w);
+  /// After the engine summed elements [offset, offset + count) to their holders (on its
+  /// thread, while backward goes on): the held sums' after-sum stages (bitwise mode: back to
+  /// floats), then the pages of the float gradients this member does not hold and of the
+  /// bucket's fixed-point sum go back to the kernel.
+  void grads_reduced(std::size_t offset, std::size_t count);
+  /// In a group, after the DP sum of step STEP: the gradient norm from every member's part
+  /// of each parameter (square_sum: exact, so the bits are `cohort train`'s), for
+  /// apply_step. Throws comm_error.
+  void finish_sharded_sum(comm::communicator& c, int64_t step);
+  /// Sharded gradients: the gradient buffers' bytes in RAM now (mincore), kept as the peak
+  /// state_bytes() reports; the step samples it where it is largest, once backward ends.
+  int64_t sample_grads();
   /// Sharded mode's parts of the checkpoint before NEXT_STEP: rank 0 the parameters as shard
   /// p0_t0, every rank its zero_r<R> (its own shard's parameters and optimizer state).
   std::vector<shard_snapshot> zero_checkpoint_parts(int64_t next_step, uint64_t job_id,
@@ -318,6 +339,16 @@ class trainer {
   /// last applied step; and where a re-cut reads ranges nobody holds (a checkpoint loaded
   /// since the last re-cut: every member can read any range; empty with fresh zeros).
   zero_optimizer* zero_ = nullptr;
+  /// Sharded gradients: the holders of the last group asked for, and the norm
+  /// finish_sharded_sum computed (for step sharded_norm_step_; -1: none).
+  std::shared_ptr<const comm::holding> holding_;
+  int64_t sharded_norm_step_ = -1;
+  int64_t sharded_step_ = 0;  ///< the step compute_gradients last ran (grads_reduced's)
+  double sharded_norm_ = 0.0;
+  int64_t grads_peak_ = 0;  ///< sample_grads' largest figure
+  /// Sharded gradients: the element ranges this member holds in its group (none before
+  /// its first cut); null without sharded gradients.
+  const std::vector<std::pair<std::size_t, std::size_t>>* held_elements();
   bool whole_params_ = true;
   bool zero_fresh_ = true;  ///< no step applied and nothing loaded: the state is zeros
   std::string zero_source_;

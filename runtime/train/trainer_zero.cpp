@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <string>
@@ -15,7 +16,10 @@
 #include "runtime/comm/communicator.hpp"
 #include "runtime/core/config.hpp"
 #include "runtime/core/error.hpp"
+#include "runtime/core/host_pages.hpp"
 #include "runtime/core/trace.hpp"
+#include "runtime/train/param_stats.hpp"
+#include "runtime/train/square_sum.hpp"
 #include "runtime/train/trainer.hpp"
 
 namespace cohort::train {
@@ -340,6 +344,15 @@ model_state_bytes trainer::state_bytes() const {
   const int64_t n = model_->num_params();
   b.params = n * static_cast<int64_t>(sizeof(float));
   b.grads = b.params + static_cast<int64_t>(fixed_.size() * sizeof(int64_t));
+  // Sharded gradients: the most the kernel was seen holding of the two gradient buffers
+  // (sample_grads; before the first sample, the held ranges' share).
+  if (shards_grads()) {
+    const int w = zero_->holds() ? zero_->replicas() : 1;
+    const int64_t held = elements_held(n, w, zero_->holds() ? zero_->rank() : 0);
+    b.grads = grads_peak_ > 0 ? grads_peak_
+                              : held * static_cast<int64_t>(sizeof(float) +
+                                                            (fixed_.empty() ? 0 : sizeof(int64_t)));
+  }
   if (zero_) {
     b.replica = zero_->replica_bytes();
     b.optimizer = zero_->held_bytes() - b.replica;
@@ -387,6 +400,94 @@ std::vector<shard_snapshot> trainer::zero_checkpoint_parts(int64_t next_step, ui
   s.meta.extra["zero.parts"] = std::to_string(w);
   parts.push_back(std::move(s));
   return parts;
+}
+
+}  // namespace cohort::train
+
+namespace cohort::train {
+
+std::shared_ptr<const comm::holding> trainer::holding_of(int w) {
+  if (holding_ && holding_->ranks() == w) return holding_;
+  auto h = std::make_shared<comm::holding>();
+  const int64_t n = model_->num_params();
+  for (int r = 0; r < w; ++r) {
+    std::vector<std::pair<std::size_t, std::size_t>> mine;
+    for (const elem_range& e : ranges_held(n, w, r))
+      if (e.size() > 0)
+        mine.emplace_back(static_cast<std::size_t>(e.begin), static_cast<std::size_t>(e.end));
+    std::sort(mine.begin(), mine.end());
+    h->ranges.push_back(std::move(mine));
+  }
+  holding_ = h;
+  return h;
+}
+
+void trainer::grads_reduced(std::size_t offset, std::size_t count) {
+  const auto& held = holding_->ranges[static_cast<std::size_t>(zero_->rank())];
+  std::size_t at = offset;
+  const std::size_t end = offset + count;
+  // The float gradients outside the held ranges: nobody reads them again this step.
+  auto give_back = [&](std::size_t b, std::size_t e) {
+    if (b < e) release_pages(model_->flat_grads().data() + b, (e - b) * sizeof(float));
+  };
+  grad_buffers buf = buffers(sharded_step_);
+  for (const auto& [b, e] : held) {
+    if (e <= at) continue;
+    if (b >= end) break;
+    give_back(at, std::min(b, end));
+    // The held sums' after-sum stages now (bitwise mode: back to floats), so that the
+    // fixed-point sum is read no more.
+    const std::size_t lo = std::max(b, offset), hi = std::min(e, end);
+    run_stages(pipeline_.after_sum, buf, static_cast<int64_t>(lo), static_cast<int64_t>(hi - lo));
+    at = std::max(at, e);
+  }
+  give_back(at, end);
+  if (!fixed_.empty()) release_pages(fixed_.data() + offset, count * sizeof(int64_t));
+}
+
+int64_t trainer::sample_grads() {
+  if (!shards_grads()) return 0;
+  const nn::tensor& g = model_->flat_grads();
+  const long long f = resident_bytes(g.data(), static_cast<std::size_t>(g.bytes()));
+  const long long q = resident_bytes(fixed_.data(), fixed_.size() * sizeof(int64_t));
+  if (f < 0 || q < 0) return 0;
+  grads_peak_ = std::max<int64_t>(grads_peak_, f + q);
+  return f + q;
+}
+
+const std::vector<std::pair<std::size_t, std::size_t>>* trainer::held_elements() {
+  if (!shards_grads()) return nullptr;
+  static const std::vector<std::pair<std::size_t, std::size_t>> none;
+  if (!zero_->holds()) return &none;
+  return &holding_of(zero_->replicas())->ranges[static_cast<std::size_t>(zero_->rank())];
+}
+
+void trainer::finish_sharded_sum(comm::communicator& c, int64_t step) {
+  COHORT_CHECK(shards_grads() && zero_->holds() && zero_->replicas() == c.size() &&
+               zero_->rank() == c.rank());
+  take_sum();
+  sample_grads();  // the after-sum stages ran bucket by bucket (grads_reduced)
+  // Each member's part of every parameter's sum of squares: its own shard only (the replica
+  // holder's copy counts once, at its owner).
+  const elem_range own = shard_of(model_->num_params(), c.size(), c.rank());
+  const std::vector<square_sum> parts = grad_square_sums_in(*model_, {{own.begin, own.end}});
+  constexpr std::size_t per = square_sum::digits + 1;
+  std::vector<int64_t> mine(parts.size() * per);
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    const auto w = parts[i].words();
+    std::copy(w.begin(), w.end(), mine.begin() + static_cast<std::ptrdiff_t>(i * per));
+  }
+  std::vector<int64_t> all(mine.size() * static_cast<std::size_t>(c.size()));
+  c.allgather(mine.data(), all.data(), mine.size() * sizeof(int64_t));
+  std::vector<double> per_param(parts.size());
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    square_sum s;
+    for (int k = 0; k < c.size(); ++k)
+      s.merge(square_sum::from_words(all.data() + (static_cast<std::size_t>(k) * parts.size() + i) * per));
+    per_param[i] = s.value();
+  }
+  sharded_norm_ = std::sqrt(ordered_sum(per_param));
+  sharded_norm_step_ = step;
 }
 
 }  // namespace cohort::train

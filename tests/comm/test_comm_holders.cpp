@@ -85,12 +85,11 @@ TEST_CASE("holders_sum: every held element is the ranks' sum, in rank order, buc
           fr[i] = x(r, i);
           qr[i] = (std::int64_t(1) << 40) * (r + 1) - std::int64_t(i);
         }
-        std::vector<char> scratch;
         // Buckets from the end, as backward hands them over, cutting across shard edges.
         for (std::size_t end = n; end > 0;) {
           const std::size_t begin = end > 1500 ? end - 1500 : 0;
-          holders_sum(*comms[static_cast<std::size_t>(r)], fr.data(), begin, end - begin, h, scratch);
-          holders_sum(*comms[static_cast<std::size_t>(r)], qr.data(), begin, end - begin, h, scratch);
+          comms[static_cast<std::size_t>(r)]->holders_sum(fr.data(), begin, end - begin, h);
+          comms[static_cast<std::size_t>(r)]->holders_sum(qr.data(), begin, end - begin, h);
           end = begin;
         }
       })));

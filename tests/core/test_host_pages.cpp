@@ -45,7 +45,7 @@ TEST_CASE("zero_by_release: every byte reads zero, the inner pages leave RAM, th
   CHECK(c.p[3 * ps + 1] == 0);
 }
 
-TEST_CASE("release_pages gives back only whole pages; a range inside one page keeps it") {
+TEST_CASE("release_pages gives back only whole pages, a range inside one page keeps it") {
   const long ps = sysconf(_SC_PAGESIZE);
   buffer b(static_cast<std::size_t>(8 * ps));
   std::memset(b.p, 3, b.bytes);

@@ -1,4 +1,4 @@
-// Sharded optimizer state across real processes (train.zero: 1, docs/sharding.md): every DP
+// Sharded model state across real processes (train.zero: 1 and 2, docs/sharding.md): every DP
 // size, a kill, a scale down and back up, and resumes at other sizes and in `cohort train`,
 // each ending on `cohort train`'s parameter hash in bitwise mode: a sharded AdamW update is
 // the whole one's, element for element, wherever the cut falls.
@@ -20,13 +20,14 @@ namespace {
 
 const milliseconds run_timeout(240000);  // generous: two loaded cores, several processes
 
-// `cohort launch CFG` with train.zero: 1 on W workers (min = max = W) plus EXTRA arguments;
+// `cohort launch CFG` with train.zero: STAGE on W workers (min = max = W) plus EXTRA arguments;
 // its summary.
 nlohmann::json zero_launch(const temp_dir& dir, const std::string& cfg, int w,
-                           const std::string& tag, std::vector<std::string> extra = {}) {
+                           const std::string& tag, std::vector<std::string> extra = {},
+                           int stage = 1) {
   const std::string out = dir.path() + "/" + tag + ".json";
   std::vector<std::string> args = {"launch", cfg, "-q", "--summary", out,
-                                   "--set", "train.zero=1",
+                                   "--set", "train.zero=" + std::to_string(stage),
                                    "--set", "cluster.workers=" + std::to_string(w)};
   args.insert(args.end(), extra.begin(), extra.end());
   child_process launch(args, dir.path(), tag);
@@ -69,6 +70,54 @@ TEST_CASE("zero 1 at dp 1, 2, 3 and 4 ends on cohort train's hash, each worker h
   }
 }
 
+// Sharded gradients (zero 2) on the 2-block GPT, whose clipping reads the global norm: every
+// DP size ends on `cohort train`'s bits (the norm's per-parameter sums are exact, whatever
+// the cut), and with buckets small against the model the gradient buffers' peak stays well
+// under the whole model's (12 bytes a parameter in bitwise mode) at dp 4.
+TEST_CASE("zero 2 at dp 1, 2, 3 and 4 ends on cohort train's hash, its gradients sharded") {
+  temp_dir dir;
+  const int steps = 12;
+  const std::string cfg = dir.write("cfg.yaml", gpt_yaml(dir.path(), steps));
+  const std::string hash = train_summary(dir, cfg)["params_sha256"];
+  for (int w = 1; w <= 4; ++w) {
+    CAPTURE(w);
+    const nlohmann::json s = zero_launch(dir, cfg, w, "zero2-dp" + std::to_string(w),
+                                         {"--set", "comm.bucket_mb=0.01"}, 2);
+    check_fault_free(s, hash, steps);
+    CHECK(s["memory"]["zero"] == 2);
+    check_state_bytes(s, w);
+    if (w == 4)
+      for (const auto& worker : s["workers"]) {
+        const nlohmann::json& b = worker["model_state_bytes"];
+        const double whole = 3.0 * b["params"].get<double>();  // 4 + 8 bytes a parameter
+        CHECK_MESSAGE(b["grads"].get<double>() < 0.8 * whole, b.dump());
+      }
+  }
+}
+
+// A kill under zero 2: the victim's gradient shard dies with its step (the step is rerun by
+// the survivors), its optimizer state lives on in its replica.
+TEST_CASE("zero 2: a killed worker's shards come back from their replicas, same hash") {
+  temp_dir dir;
+  const int steps = 200;
+  std::string yaml = small_yaml(dir.path(), "bitwise", steps);
+  yaml.replace(yaml.find("timeout_ms: 2000"), 16, "timeout_ms: 500");
+  const std::string cfg = dir.write("cfg.yaml", yaml);
+  const std::string hash = train_summary(dir, cfg)["params_sha256"];
+  const nlohmann::json s =
+      zero_launch(dir, cfg, 4, "zero2-kill",
+                  {"--set", "elastic.min_workers=3", "--set", "elastic.respawn=false", "--inject",
+                   "kill worker=worker-1 at step=70"},
+                  2);
+  check_fault_free(s, hash, steps);
+  CHECK(s["dp"] == 3);
+  REQUIRE(events_of(s, "kill").size() == 1);
+  const auto cuts = events_of(s, "reshard");
+  REQUIRE_MESSAGE(cuts.size() == 1, s["events"].dump());
+  CHECK(cuts[0]["members"] == 3);
+  check_state_bytes(s, 3);
+}
+
 // A kill loses the victim's shards on it, and each has a second copy on a survivor: the
 // three re-cut from memory (no checkpoint exists: checkpoint_every is 0) and the run ends
 // on the fault-free bits.
@@ -96,7 +145,8 @@ TEST_CASE("zero 1: a killed worker's shards come back from their replicas, same 
 
 // A scale down is a drain at a step boundary, a scale up a joiner that holds nothing: both
 // re-cut, the joiner's shards coming from the members that hold them, and the bits hold.
-TEST_CASE("zero 1: scale 4 -> 3 -> 4 re-cuts twice and ends on cohort train's hash") {
+// Under zero 2 (the optimizer state's cut is stage 1's; the gradients' holders follow it).
+TEST_CASE("zero 2: scale 4 -> 3 -> 4 re-cuts twice and ends on cohort train's hash") {
   temp_dir dir;
   const int steps = 3000;  // long enough that the joiner enters before the end
   const std::string cfg = dir.write("cfg.yaml", small_yaml(dir.path(), "bitwise", steps));
@@ -104,7 +154,8 @@ TEST_CASE("zero 1: scale 4 -> 3 -> 4 re-cuts twice and ends on cohort train's ha
   const nlohmann::json s =
       zero_launch(dir, cfg, 4, "zero-scale",
                   {"--set", "elastic.min_workers=3", "--set", "elastic.max_workers=4", "--inject",
-                   "scale to=3 at step=50", "--inject", "scale to=4 at step=100"});
+                   "scale to=3 at step=50", "--inject", "scale to=4 at step=100"},
+                  2);
   check_fault_free(s, hash, steps);
   CHECK(s["dp"] == 4);
   const auto cuts = events_of(s, "reshard");
@@ -116,7 +167,7 @@ TEST_CASE("zero 1: scale 4 -> 3 -> 4 re-cuts twice and ends on cohort train's ha
 }
 
 // Checkpoints stay one logical model: a dp 4 run's sharded checkpoint resumes at dp 2 with
-// zero 1, at dp 3 with replicated state (zero 0), and in `cohort train`, all on the bits of
+// zero 2, at dp 3 with replicated state (zero 0), and in `cohort train`, all on the bits of
 // the uninterrupted run; a replicated checkpoint resumes sharded the same way.
 TEST_CASE("zero 1 checkpoints resume at another dp, replicated, and in cohort train") {
   temp_dir dir;
@@ -132,9 +183,11 @@ TEST_CASE("zero 1 checkpoints resume at another dp, replicated, and in cohort tr
     CHECK(fs::exists(at30 + "/zero_r" + std::to_string(r) + ".safetensors"));
   CHECK(fs::exists(at30 + "/shard_p0_t0.safetensors"));
 
+  // At dp 2 under zero 2: the state's parts are the same for both stages.
   const nlohmann::json dp2 = zero_launch(dir, cfg, 2, "zero-resume-dp2",
                                          {"--resume-from", at30, "--set",
-                                          "fault_tolerance.checkpoint_dir=" + dir.path() + "/c2"});
+                                          "fault_tolerance.checkpoint_dir=" + dir.path() + "/c2"},
+                                         2);
   CHECK(dp2["params_sha256"] == hash);
 
   const std::string out3 = dir.path() + "/replicated.json";

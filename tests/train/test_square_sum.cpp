@@ -35,7 +35,7 @@ TEST_CASE("square_sum: closed forms") {
   CHECK(std::isinf(of({std::numeric_limits<float>::infinity()})));
 }
 
-TEST_CASE("square_sum: any cut, merged in any order, gives the same total; a float sum does not") {
+TEST_CASE("square_sum: any cut, merged in any order, gives the same total, which a float sum does not") {
   std::mt19937 rng(7);
   std::normal_distribution<float> d(0.0f, 1.0f);
   std::vector<float> x(100000);
