@@ -316,6 +316,17 @@ const std::vector<key_spec>& schema() {
          "each shard's two holders only and the rest of the gradient buffer goes back to the "
          "kernel (docs/sharding.md). Stage 3 (sharded parameters) is not built yet."},
         {"train",
+         "zero_release",
+         COHORT_FIELD(train.zero_release),
+         unbounded(),
+         {},
+         nullptr,
+         "With train.zero: 2, give the gradient pages this worker does not hold back to the "
+         "kernel as each bucket is summed, so the gradients take about 2/dp of the whole. "
+         "false keeps them in RAM: no page faults when backward writes them again (each costs "
+         "~10 us in a virtual machine), at the whole gradient buffer's memory "
+         "(docs/sharding.md)."},
+        {"train",
          "device",
          COHORT_FIELD(train.device),
          unbounded(),

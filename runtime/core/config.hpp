@@ -66,8 +66,12 @@ struct train_config {
   int64_t log_every = 50;
   int threads = 1;  ///< OpenBLAS / compute threads per process
   /// 0: every DP worker holds the whole optimizer state; 1: each holds its own shard and a
-  /// replica of its neighbour's (ZeRO stage 1; runtime/train/zero_shards.hpp).
+  /// replica of its neighbour's (ZeRO stage 1; runtime/train/zero_shards.hpp); 2: the
+  /// gradients are summed to their shard's holders only (runtime/comm/holders_sum.hpp).
   int zero = 0;
+  /// train.zero: 2: give the gradient pages outside the held ranges back to the kernel as
+  /// each bucket is summed (false: keep them, trading the memory for the page faults).
+  bool zero_release = true;
   /// Where the step computes: cpu | cuda | cuda:N | auto (runtime/nn/device.hpp).
   std::string device = "cpu";
   std::string precision = "fp32";  ///< fp32 | bf16: the precision of matrix products

@@ -108,7 +108,7 @@ void trainer::begin_step() {
     const auto n = static_cast<std::size_t>(model_->num_params());
     zero_keeping(model_->flat_grads().data(), sizeof(float), n, *keep);
     // The fixed-point sum is given back whole once converted (grads_reduced).
-    zero_by_release(fixed_.data(), fixed_.size() * sizeof(int64_t));
+    if (!fixed_.empty()) zero_by_release(fixed_.data(), fixed_.size() * sizeof(int64_t));
   } else {
     model_->zero_grad();
     if (bitwise_) std::fill(fixed_.begin(), fixed_.end(), 0);

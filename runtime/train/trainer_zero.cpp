@@ -426,9 +426,11 @@ void trainer::grads_reduced(std::size_t offset, std::size_t count) {
   const auto& held = holding_->ranges[static_cast<std::size_t>(zero_->rank())];
   std::size_t at = offset;
   const std::size_t end = offset + count;
+  const bool release = cfg_.train.zero_release;
   // The float gradients outside the held ranges: nobody reads them again this step.
   auto give_back = [&](std::size_t b, std::size_t e) {
-    if (b < e) release_pages(model_->flat_grads().data() + b, (e - b) * sizeof(float));
+    if (release && b < e)
+      release_pages(model_->flat_grads().data() + b, (e - b) * sizeof(float));
   };
   grad_buffers buf = buffers(sharded_step_);
   for (const auto& [b, e] : held) {
@@ -442,7 +444,7 @@ void trainer::grads_reduced(std::size_t offset, std::size_t count) {
     at = std::max(at, e);
   }
   give_back(at, end);
-  if (!fixed_.empty()) release_pages(fixed_.data() + offset, count * sizeof(int64_t));
+  if (release && !fixed_.empty()) release_pages(fixed_.data() + offset, count * sizeof(int64_t));
 }
 
 int64_t trainer::sample_grads() {
@@ -456,7 +458,7 @@ int64_t trainer::sample_grads() {
 }
 
 const std::vector<std::pair<std::size_t, std::size_t>>* trainer::held_elements() {
-  if (!shards_grads()) return nullptr;
+  if (!shards_grads() || !cfg_.train.zero_release) return nullptr;
   static const std::vector<std::pair<std::size_t, std::size_t>> none;
   if (!zero_->holds()) return &none;
   return &holding_of(zero_->replicas())->ranges[static_cast<std::size_t>(zero_->rank())];
