@@ -6,9 +6,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <random>
 #include <vector>
 
+#include "runtime/comm/buckets.hpp"
 #include "runtime/comm/holders_sum.hpp"
 #include "runtime/comm/shm_comm.hpp"
 #include "tests/comm/comm_test_util.hpp"
@@ -113,5 +116,69 @@ TEST_CASE("holders_sum: every held element is the ranks' sum, in rank order, buc
         CHECK(sent <= std::size_t(w - 1) * (2 * n / std::size_t(w) + 2) * 4);
       }
     }
+  }
+}
+
+// The bucket engine with holders set (train.zero: 2): each bucket is summed to its holders
+// once, ON_REDUCED sees every bucket's range exactly once (after its sum is in), and
+// wait_pending(0) returns only when every complete bucket is summed, so that wait_all then
+// has nothing left to wait for.
+TEST_CASE("bucket engine with holders: sums reach the holders, each bucket is reported once") {
+  const int w = 3;
+  const std::size_t n = 50000;
+  memory_kv kv;
+  auto comms = group(kv, w, true);
+  const holding h = owner_and_replica(n, w);
+  auto held = std::make_shared<const holding>(h);
+  std::vector<std::vector<std::int64_t>> q(w);
+  std::vector<std::vector<std::pair<std::size_t, std::size_t>>> reported(w);
+  std::vector<std::size_t> left_after_wait(w, 1), buckets(w, 0);
+  std::vector<int> unsummed(w, 0);  // held elements not yet summed when their bucket was reported
+  REQUIRE_NOTHROW(rethrow_first(run_ranks(w, [&](int r) {
+    auto& qr = q[static_cast<std::size_t>(r)];
+    qr.assign(n, 0);
+    // 0.05 MiB of int64: eight-odd buckets.
+    bucket_engine engine(*comms[static_cast<std::size_t>(r)], n, grad_type::i64, 0.05);
+    buckets[static_cast<std::size_t>(r)] = engine.buckets().size();
+    std::mutex m;
+    engine.set_holders(held, [&](std::size_t off, std::size_t count) {
+      std::lock_guard<std::mutex> lock(m);
+      reported[static_cast<std::size_t>(r)].emplace_back(off, count);
+      // Already summed when reported: a held element of the bucket holds the total.
+      for (const auto& [b, e] : h.inside(r, off, count))
+        for (std::size_t i = b; i < e; ++i)
+          if (qr[i] != std::int64_t(w) * std::int64_t(i)) ++unsummed[static_cast<std::size_t>(r)];
+    });
+    engine.begin(qr.data());
+    for (std::size_t end = n; end > 0;) {  // backward: from the end, ranges of 3,000
+      const std::size_t begin = end > 3000 ? end - 3000 : 0;
+      for (std::size_t i = begin; i < end; ++i) qr[i] = std::int64_t(i);
+      engine.mark_ready(begin, end - begin);
+      engine.wait_pending(2);
+      end = begin;
+    }
+    engine.wait_pending(0);
+    {
+      std::lock_guard<std::mutex> lock(m);
+      left_after_wait[static_cast<std::size_t>(r)] =
+          engine.collectives().size() - reported[static_cast<std::size_t>(r)].size();
+    }
+    engine.wait_all();
+  })));
+  for (int r = 0; r < w; ++r) {
+    CAPTURE(r);
+    CHECK(buckets[static_cast<std::size_t>(r)] > 4);
+    CHECK(unsummed[static_cast<std::size_t>(r)] == 0);
+    CHECK(left_after_wait[static_cast<std::size_t>(r)] == 0);
+    auto got = reported[static_cast<std::size_t>(r)];
+    std::sort(got.begin(), got.end());
+    std::size_t at = 0;  // the reports tile the buffer once
+    for (const auto& [off, count] : got) {
+      CHECK(off == at);
+      at = off + count;
+    }
+    CHECK(at == n);
+    for (std::size_t i = 0; i < n; ++i)
+      if (holds(h, r, i)) REQUIRE(q[static_cast<std::size_t>(r)][i] == std::int64_t(w) * std::int64_t(i));
   }
 }
