@@ -1477,7 +1477,7 @@ TEST_CASE("dump_config prints every key of the schema, sections in a fixed order
     at = found;
   }
   const std::set<std::string> keys = key_paths(text);
-  CHECK(keys.size() == 74);
+  CHECK(keys.size() == 75);
   for (const char* k : {"cluster.workers",
                         "parallel.dp",
                         "model.hidden",
