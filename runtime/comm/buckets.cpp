@@ -230,14 +230,23 @@ void bucket_engine::begin_step(void* grads, grad_type type) {
   marked_total_ = 0;
   for (std::size_t l = 0; l < lanes_.size(); ++l) next_[l] = l;
   done_ = 0;
-  complete_ = 0;
   in_step_ = true;
 }
 
 void bucket_engine::wait_pending(std::size_t most) {
   std::unique_lock<std::mutex> lock(mutex_);
   COHORT_CHECK(in_step_);
-  changed_.wait(lock, [&] { return error_ || stop_ || complete_ - done_ <= most; });
+  // Only the collectives a lane can run now count: each lane's complete ones in a row from
+  // its next. One behind a collective that still waits for backward would keep backward
+  // waiting for itself.
+  auto runnable = [&] {
+    std::size_t n = 0;
+    const std::size_t stride = lanes_.size();
+    for (std::size_t l = 0; l < stride; ++l)
+      for (std::size_t c = next_[l]; c < collectives_.size() && missing_[c] == 0; c += stride) ++n;
+    return n;
+  };
+  changed_.wait(lock, [&] { return error_ || stop_ || runnable() <= most; });
 }
 
 void bucket_engine::mark_ready(std::size_t offset, std::size_t count) {
@@ -272,7 +281,6 @@ void bucket_engine::mark_ready(std::size_t offset, std::size_t count) {
       const std::size_t to = std::min(end, b.offset + b.count);
       const std::size_t c = collective_of_[k];
       missing_[c] -= to - from;
-      if (missing_[c] == 0) ++complete_;
       if (missing_[c] == 0 && c == next_[c % lanes_.size()]) wake = true;
       if (b.offset <= offset) break;
     }

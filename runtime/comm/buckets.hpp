@@ -151,9 +151,12 @@ class bucket_engine {
   /// Elements [offset, offset + count) are final for this step. Ranges of one step must not
   /// overlap and must stay inside the buffer (checked: a broken invariant aborts).
   void mark_ready(std::size_t offset, std::size_t count);
-  /// Blocks until at most MOST collectives whose elements are all marked wait for their
-  /// sum (or one failed): backward held back so that the summed-and-given-back gradients
-  /// of sharded mode (set_holders) do not pile up behind a busy communication thread.
+  /// Blocks until at most MOST collectives that a lane could run now (all their elements
+  /// marked, and every earlier one of the lane's run or runnable) wait for their sum, or one
+  /// failed: backward held back so that the gradients sharded mode gives back once summed
+  /// (set_holders) do not pile up behind a busy communication thread. A collective still
+  /// waiting for unmarked elements holds nothing back behind it, so this never waits for
+  /// backward itself.
   void wait_pending(std::size_t most);
   /// Blocks until every bucket is reduced; returns the step's timing. Every element must
   /// have been marked ready. Rethrows the communication thread's comm_error if a
@@ -221,7 +224,6 @@ class bucket_engine {
   std::size_t marked_total_ = 0;
   std::vector<std::size_t> next_;   // per lane: the next collective it runs
   std::size_t done_ = 0;            // collectives run this step
-  std::size_t complete_ = 0;        // collectives whose elements are all marked this step
   std::vector<time_interval> ran_;  // per collective: when it ran this step
   std::exception_ptr error_;
   std::function<void(std::size_t)> before_wait_;  // test seam (set_before_wait)
