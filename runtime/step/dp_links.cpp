@@ -192,6 +192,19 @@ void build_stage_links(dp_links& l, const link_context& ctx, const net::step_ope
 
 }  // namespace
 
+double bucket_mb_for(const config& cfg, train::seat& seat) {
+  double mb = static_cast<double>(cfg.comm.bucket_mb);
+  // Sharded gradients give a bucket's pages back once it is summed: buckets of at most an
+  // eighth of the buffer, so that most of it can go back while backward still runs (a
+  // model smaller than 8 buckets would otherwise hold its whole buffer to the end).
+  if (cfg.train.zero >= 2 && cfg.train.zero_release && cfg.parallel.pp * cfg.parallel.tp == 1) {
+    const double width = seat.reduction_type() == comm::grad_type::i64 ? 8.0 : 4.0;
+    const double eighth = static_cast<double>(seat.elements()) * width / 8.0 / (1 << 20);
+    if (eighth > 0) mb = std::min(mb, eighth);
+  }
+  return mb;
+}
+
 void build_links(dp_links& l, const link_context& ctx, const net::step_open& o, int rank,
                  train::seat& seat, bool staged) {
   l.drop(ctx.shared);
@@ -225,9 +238,8 @@ void build_links(dp_links& l, const link_context& ctx, const net::step_open& o, 
     all.push_back(l.lanes.back().get());
   }
   if (staged) build_stage_links(l, ctx, o, rank, seat, timeout, cancel);
-  l.engine = std::make_unique<comm::bucket_engine>(
-      all, seat.elements(), seat.reduction_type(),
-      static_cast<double>(cfg.comm.bucket_mb), 1.0f);
+  l.engine = std::make_unique<comm::bucket_engine>(all, seat.elements(), seat.reduction_type(),
+                                                   bucket_mb_for(cfg, seat), 1.0f);
 }
 
 }  // namespace cohort::step

@@ -117,6 +117,11 @@ struct link_context {
 void build_links(dp_links& l, const link_context& ctx, const net::step_open& o, int rank,
                  train::seat& seat, bool staged);
 
+/// The bucket size (MiB) SEAT's DP engine is planned with: comm.bucket_mb, capped under
+/// train.zero: 2 (with train.zero_release) at an eighth of the reduction buffer, so that a
+/// bucket's pages go back while backward still runs.
+double bucket_mb_for(const config& cfg, train::seat& seat);
+
 /// The device a DP group's communicators are built for (make_communicator's `device`): the
 /// seat's device ("cuda:N") with comm.backend nccl, where the trainer hands the group device
 /// memory; "cpu" with every other backend, auto included, whose transports read host memory
