@@ -32,6 +32,10 @@ std::size_t largest_share(const holding& h, std::size_t offset, std::size_t coun
   return most;
 }
 
+// Elements [offset, offset + count) of DATA: each element this rank holds becomes the ranks'
+// sum, added in rank order, through one alltoall of blocks padded to the largest rank's share
+// (SCRATCH holds both sets of blocks). What communicator::holders_sum does unless a backend
+// overrides it.
 template <class T>
 void sum_to_holders(communicator& c, T* data, std::size_t offset, std::size_t count,
                     const holding& h, std::vector<char>& scratch) {
@@ -66,19 +70,6 @@ void sum_to_holders(communicator& c, T* data, std::size_t offset, std::size_t co
   }
 }
 
-}  // namespace
-
-void holders_sum_by_alltoall(communicator& c, float* data, std::size_t offset, std::size_t count,
-                             const holding& h, std::vector<char>& scratch) {
-  sum_to_holders(c, data, offset, count, h, scratch);
-}
-
-void holders_sum_by_alltoall(communicator& c, std::int64_t* data, std::size_t offset,
-                             std::size_t count, const holding& h, std::vector<char>& scratch) {
-  sum_to_holders(c, data, offset, count, h, scratch);
-}
-
-namespace {
 // The blocks of the calling thread (a bucket engine's lane), kept between its buckets.
 thread_local std::vector<char> lane_scratch;
 }  // namespace

@@ -25,17 +25,6 @@ struct holding {
                                                           std::size_t count) const;
 };
 
-/// Elements [offset, offset + count) of DATA: for each element this rank holds (H, rank
-/// c.rank()), the sum over the ranks of their values, added in rank order (rank 0's value,
-/// + rank 1's, ...); elements it does not hold keep its own value. H.ranks() must equal
-/// c.size(). One alltoall of blocks padded to the largest rank's share; SCRATCH is reused
-/// between calls. A group of one leaves DATA as it is. Throws comm_error. (What
-/// communicator::holders_sum does unless a backend overrides it.)
-void holders_sum_by_alltoall(communicator& c, float* data, std::size_t offset, std::size_t count,
-                             const holding& h, std::vector<char>& scratch);
-void holders_sum_by_alltoall(communicator& c, std::int64_t* data, std::size_t offset,
-                             std::size_t count, const holding& h, std::vector<char>& scratch);
-
 /// Bytes one holders_sum of [offset, offset + count) hands to the transport on each rank:
 /// (ranks - 1) blocks of the largest share (elements of ELEMENT_BYTES).
 std::size_t holders_sum_bytes_sent(const holding& h, std::size_t offset, std::size_t count,

@@ -259,9 +259,6 @@ class trainer {
   /// of each parameter (square_sum: exact, so the bits are `cohort train`'s), for
   /// apply_step. Throws comm_error.
   void finish_sharded_sum(comm::communicator& c, int64_t step);
-  /// Sharded gradients: the gradient buffers' bytes in RAM now (mincore), kept as the peak
-  /// state_bytes() reports; the step samples it where it is largest, once backward ends.
-  int64_t sample_grads();
   /// Sharded mode's parts of the checkpoint before NEXT_STEP: rank 0 the parameters as shard
   /// p0_t0, every rank its zero_r<R> (its own shard's parameters and optimizer state).
   std::vector<shard_snapshot> zero_checkpoint_parts(int64_t next_step, uint64_t job_id,
@@ -346,6 +343,9 @@ class trainer {
   int64_t sharded_step_ = 0;  ///< the step compute_gradients last ran (grads_reduced's)
   double sharded_norm_ = 0.0;
   int64_t grads_peak_ = 0;  ///< sample_grads' largest figure
+  /// Sharded gradients: the gradient buffers' bytes in RAM now (mincore), kept as the peak
+  /// state_bytes() reports; sampled at each micro-batch's end, where it is largest.
+  int64_t sample_grads();
   /// Sharded gradients: the element ranges this member holds in its group (none before
   /// its first cut); null without sharded gradients.
   const std::vector<std::pair<std::size_t, std::size_t>>* held_elements();

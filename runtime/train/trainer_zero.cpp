@@ -467,8 +467,7 @@ const std::vector<std::pair<std::size_t, std::size_t>>* trainer::held_elements()
 void trainer::finish_sharded_sum(comm::communicator& c, int64_t step) {
   COHORT_CHECK(shards_grads() && zero_->holds() && zero_->replicas() == c.size() &&
                zero_->rank() == c.rank());
-  take_sum();
-  sample_grads();  // the after-sum stages ran bucket by bucket (grads_reduced)
+  take_sum();  // the after-sum stages ran bucket by bucket (grads_reduced)
   // Each member's part of every parameter's sum of squares: its own shard only (the replica
   // holder's copy counts once, at its owner).
   const elem_range own = shard_of(model_->num_params(), c.size(), c.rank());

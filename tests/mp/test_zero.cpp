@@ -52,6 +52,32 @@ void check_state_bytes(const nlohmann::json& s, int w) {
   }
 }
 
+// Four workers under train.zero: STAGE, VICTIM killed at step AT with no respawn and no
+// checkpoint: the three survivors re-cut once, at that step, from memory, and end on `cohort
+// train`'s bits.
+void kill_and_recut(int stage, const std::string& victim, int at) {
+  temp_dir dir;
+  const int steps = 200;
+  std::string yaml = small_yaml(dir.path(), "bitwise", steps);
+  yaml.replace(yaml.find("timeout_ms: 2000"), 16, "timeout_ms: 500");
+  const std::string cfg = dir.write("cfg.yaml", yaml);
+  const std::string hash = train_summary(dir, cfg)["params_sha256"];
+  const nlohmann::json s = zero_launch(
+      dir, cfg, 4, "zero" + std::to_string(stage) + "-kill",
+      {"--set", "elastic.min_workers=3", "--set", "elastic.respawn=false", "--inject",
+       "kill worker=" + victim + " at step=" + std::to_string(at)},
+      stage);
+  check_fault_free(s, hash, steps);
+  CHECK(s["dp"] == 3);
+  REQUIRE(events_of(s, "kill").size() == 1);
+  const auto cuts = events_of(s, "reshard");
+  REQUIRE_MESSAGE(cuts.size() == 1, s["events"].dump());
+  CHECK(cuts[0]["step"] == at);
+  CHECK(cuts[0]["members"] == 3);
+  CHECK(cuts[0]["bytes"].get<double>() > 0);
+  check_state_bytes(s, 3);
+}
+
 }  // namespace
 
 TEST_CASE("zero 1 at dp 1, 2, 3 and 4 ends on cohort train's hash, each worker holding 2/dp") {
@@ -95,52 +121,17 @@ TEST_CASE("zero 2 at dp 1, 2, 3 and 4 ends on cohort train's hash, its gradients
   }
 }
 
-// A kill under zero 2: the victim's gradient shard dies with its step (the step is rerun by
-// the survivors), its optimizer state lives on in its replica.
-TEST_CASE("zero 2: a killed worker's shards come back from their replicas, same hash") {
-  temp_dir dir;
-  const int steps = 200;
-  std::string yaml = small_yaml(dir.path(), "bitwise", steps);
-  yaml.replace(yaml.find("timeout_ms: 2000"), 16, "timeout_ms: 500");
-  const std::string cfg = dir.write("cfg.yaml", yaml);
-  const std::string hash = train_summary(dir, cfg)["params_sha256"];
-  const nlohmann::json s =
-      zero_launch(dir, cfg, 4, "zero2-kill",
-                  {"--set", "elastic.min_workers=3", "--set", "elastic.respawn=false", "--inject",
-                   "kill worker=worker-1 at step=70"},
-                  2);
-  check_fault_free(s, hash, steps);
-  CHECK(s["dp"] == 3);
-  REQUIRE(events_of(s, "kill").size() == 1);
-  const auto cuts = events_of(s, "reshard");
-  REQUIRE_MESSAGE(cuts.size() == 1, s["events"].dump());
-  CHECK(cuts[0]["members"] == 3);
-  check_state_bytes(s, 3);
-}
-
 // A kill loses the victim's shards on it, and each has a second copy on a survivor: the
 // three re-cut from memory (no checkpoint exists: checkpoint_every is 0) and the run ends
 // on the fault-free bits.
 TEST_CASE("zero 1: a killed worker's shards come back from their replicas, same hash") {
-  temp_dir dir;
-  const int steps = 200;
-  std::string yaml = small_yaml(dir.path(), "bitwise", steps);
-  yaml.replace(yaml.find("timeout_ms: 2000"), 16, "timeout_ms: 500");
-  const std::string cfg = dir.write("cfg.yaml", yaml);
-  const std::string hash = train_summary(dir, cfg)["params_sha256"];
-  const nlohmann::json s =
-      zero_launch(dir, cfg, 4, "zero-kill",
-                  {"--set", "elastic.min_workers=3", "--set", "elastic.respawn=false", "--inject",
-                   "kill worker=worker-2 at step=60"});
-  check_fault_free(s, hash, steps);
-  CHECK(s["dp"] == 3);
-  REQUIRE(events_of(s, "kill").size() == 1);
-  const auto cuts = events_of(s, "reshard");
-  REQUIRE_MESSAGE(cuts.size() == 1, s["events"].dump());
-  CHECK(cuts[0]["step"] == 60);
-  CHECK(cuts[0]["members"] == 3);
-  CHECK(cuts[0]["bytes"].get<double>() > 0);
-  check_state_bytes(s, 3);
+  kill_and_recut(1, "worker-2", 60);
+}
+
+// Under zero 2 the victim's gradient shard dies with its step (the survivors rerun the step);
+// its optimizer state lives on in its replica as under zero 1.
+TEST_CASE("zero 2: a killed worker's shards come back from their replicas, same hash") {
+  kill_and_recut(2, "worker-1", 70);
 }
 
 // A scale down is a drain at a step boundary, a scale up a joiner that holds nothing: both
