@@ -1,6 +1,6 @@
 // `cohort bench dp CFG [--workers 1,2] [--batch B] [--steps S] [--bucket-mb MB]
 // [--transport T] [--balance equal,measured [--micro-batches K] [--slow F] [--cpu-limit C]]
-// [--zero 0,1,2] [--json]`:
+// [--zero 0,1,2,3] [--json]`:
 // weak scaling of data-parallel training. For each worker count N it runs `cohort launch`
 // (this binary) with N workers, each computing B samples per step (global batch N*B, one
 // micro-batch per worker), and reports the step time, its ratio to the first N's step time
@@ -189,10 +189,10 @@ void add_bench_dp(CLI::App& bench, int* rc) {
                   "of its own, throttled by the kernel; needs root), a slower worker for real")
       ->check(CLI::Range(proc::min_cpus, proc::max_cpus));
   cmd->add_option("--zero", o->zero,
-                  "train.zero stages to compare at each count (0, 1, 2): step time, model-state "
+                  "train.zero stages to compare at each count (0, 1, 2, 3): step time, model-state "
                   "bytes per worker and bytes sent per step, against the first stage")
       ->delimiter(',')
-      ->check(CLI::Range(0, 2));
+      ->check(CLI::Range(0, 3));
   cmd->add_flag("--json", o->json, "one JSON object instead of the table");
   cmd->callback([o, rc] {
     const config base = load_config(o->config, o->overrides);

@@ -306,7 +306,7 @@ const std::vector<key_spec>& schema() {
         {"train",
          "zero",
          COHORT_FIELD(train.zero),
-         from_to(0, 2),
+         from_to(0, 3),
          {},
          nullptr,
          "Sharded model state (ZeRO) for whole-model data-parallel jobs. 0: every worker "
@@ -314,15 +314,17 @@ const std::vector<key_spec>& schema() {
          "contiguous shard plus a replica of its neighbour's, so a kill loses nothing; members "
          "re-cut the shards when the group changes. 2: the gradients too: the DP sum reaches "
          "each shard's two holders only and the rest of the gradient buffer goes back to the "
-         "kernel (docs/sharding.md). Stage 3 (sharded parameters) is not built yet."},
+         "kernel. 3: the parameters too: forward and backward gather each block from its "
+         "owners just before reading it and give it back after (docs/sharding.md)."},
         {"train",
          "zero_release",
          COHORT_FIELD(train.zero_release),
          unbounded(),
          {},
          nullptr,
-         "With train.zero: 2, give the gradient pages this worker does not hold back to the "
-         "kernel as each bucket is summed, so the gradients take about 2/dp of the whole. "
+         "With train.zero: 2 or 3, give the gradient pages this worker does not hold back to "
+         "the kernel as each bucket is summed (and with 3 each gathered block's parameters "
+         "after use), so they take about 2/dp of the whole. "
          "false keeps them in RAM: no page faults when backward writes them again (each costs "
          "~10 us in a virtual machine), at the whole gradient buffer's memory "
          "(docs/sharding.md)."},

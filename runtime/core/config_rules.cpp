@@ -307,7 +307,7 @@ class rules {
     if (fine({"train.zero", "comm.compression"}) && c.train.zero >= 2 &&
         c.comm.compression != comm_compression::none)
       complain({"train.zero", "comm.compression"},
-               "train.zero: 2 sums each gradient shard to its holders as plain numbers; "
+               "train.zero: 2 and 3 sum each gradient shard to its holders as plain numbers; "
                "comm.compression needs every rank to take the whole sum (set comm.compression: "
                "none, or train.zero: 1)");
     if (fine({"train.zero", "train.device"}) && c.train.device != "cpu")

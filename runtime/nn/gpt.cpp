@@ -225,20 +225,29 @@ void gpt::check(const batch& b) const {
       throw usage_error("gpt: token id outside [0, vocab=" + std::to_string(shape_.vocab) + ")");
 }
 
-float gpt::forward(const batch& b) {
+float gpt::forward(const batch& b, bool keep_head) {
   check(b);
   reserve(b.n);
   const int rows = b.n * b.t;
   ids_ = on_device(b.ids, ids_dev_);
   targets_ = on_device(b.targets, targets_dev_);
+  // Blocks: 0 the embedding, 1 + l block h.l, L + 1 the head (need_params / done_params).
+  const std::size_t head = layers_.size() + 1;
+  need_params(0);
   emb_.forward(encoded_.data(), ids_, b.n, b.t);
+  done_params(0);
   const float* x = encoded_.data();
   for (std::size_t l = 0; l < layers_.size(); ++l) {
+    need_params(l + 1);
     layers_[l].forward(acts_[l], x, b.n, b.t);
+    done_params(l + 1);
     x = acts_[l].out.data();
   }
+  need_params(head);
   ln_f_.forward(lnf_.data(), lnf_mean_.data(), lnf_rstd_.data(), x, rows);
   lm_head_.forward(logits_.data(), lnf_.data(), rows);
+  // The head's values stay for backward, which starts with them (forward_backward).
+  if (!keep_head) done_params(head);
   return dev().softmax_xent_fwd(probs_.data(), losses_.data(), logits_.data(), targets_, rows,
                                 shape_.vocab);
 }
@@ -247,10 +256,11 @@ float gpt::forward_backward(const batch& b, float loss_scale) {
   float loss = 0;
   {
     trace::span s("forward", "compute", trace::track::compute);
-    loss = forward(b);
+    loss = forward(b, true);
   }
   trace::span s("backward", "compute", trace::track::compute);
   const int rows = b.n * b.t;
+  const std::size_t head = layers_.size() + 1;
   dev().softmax_xent_bwd(dlogits_.data(), probs_.data(), targets_, rows, shape_.vocab,
                          loss_scale / rows);
   // Memory order is wte, wpe, h.0 .. h.{L-1}, ln_f, lm_head and backward walks it from the
@@ -260,12 +270,35 @@ float gpt::forward_backward(const batch& b, float loss_scale) {
   const float* last = layers_.empty() ? encoded_.data() : acts_.back().out.data();
   ln_f_.backward(dres_.data(), scratch_.dln.data(), last, lnf_mean_.data(), lnf_rstd_.data(), rows,
                  report);
+  done_params(head);
   for (std::size_t l = layers_.size(); l-- > 0;) {
     const float* x = l == 0 ? encoded_.data() : acts_[l - 1].out.data();
+    need_params(l + 1);
     layers_[l].backward(acts_[l], scratch_, dres_.data(), x, b.n, b.t, report);
+    done_params(l + 1);
   }
+  // The embedding's backward reads no parameter value (it adds dres into rows of dwte, dwpe).
   emb_.backward(dres_.data(), ids_, b.n, b.t, report);
   return loss;
+}
+
+void gpt::params_pass(const std::function<void(std::size_t block)>& backward_done) {
+  // forward_backward's order: the embedding, the blocks and the head forward; the head's
+  // backward under the same need; the blocks from the last down; the embedding (no value).
+  const std::size_t head = layers_.size() + 1;
+  for (std::size_t b = 0; b < head; ++b) {
+    need_params(b);
+    done_params(b);
+  }
+  need_params(head);
+  if (backward_done) backward_done(head);
+  done_params(head);
+  for (std::size_t b = head - 1; b >= 1; --b) {
+    need_params(b);
+    if (backward_done) backward_done(b);
+    done_params(b);
+  }
+  if (backward_done) backward_done(0);
 }
 
 std::vector<float> gpt::next_logits(const std::vector<int32_t>& ids) {
@@ -277,16 +310,22 @@ std::vector<float> gpt::next_logits(const std::vector<int32_t>& ids) {
   check(b);
   reserve(1);
   ids_ = on_device(b.ids, ids_dev_);
+  need_params(0);
   emb_.forward(encoded_.data(), ids_, 1, b.t);
+  done_params(0);
   const float* x = encoded_.data();
   for (std::size_t l = 0; l < layers_.size(); ++l) {
+    need_params(l + 1);
     layers_[l].forward(acts_[l], x, 1, b.t);
+    done_params(l + 1);
     x = acts_[l].out.data();
   }
   // Only the last position's row goes through ln_f and lm_head.
   const int64_t C = shape_.d_model, V = shape_.vocab;
+  need_params(layers_.size() + 1);
   ln_f_.forward(lnf_.data(), lnf_mean_.data(), lnf_rstd_.data(), x + (b.t - 1) * C, 1);
   lm_head_.forward(logits_.data(), lnf_.data(), 1);
+  done_params(layers_.size() + 1);
   std::vector<float> copy;
   const float* row = on_host(logits_, V, copy);
   return std::vector<float>(row, row + V);

@@ -91,6 +91,7 @@ class gpt : public model {
   /// Loss and next-token accuracy (argmax) over the n*t positions.
   eval_result eval(const batch& b) override;
   std::string kind() const override { return "gpt"; }
+  void params_pass(const std::function<void(std::size_t block)>& backward_done) override;
   /// The logits [vocab] of the token that follows IDS (one sequence, 1 <= size <= context,
   /// every id in [0, vocab)): what position size - 1 of a forward computes, on the host.
   /// Inference only: saved activations are overwritten, no gradient is touched.
@@ -107,7 +108,8 @@ class gpt : public model {
  private:
   void check(const batch& b) const;
   void reserve(int sequences);
-  float forward(const batch& b);
+  /// KEEP_HEAD: the head's parameters stay needed (forward_backward's backward goes on).
+  float forward(const batch& b, bool keep_head = false);
 
   gpt_shape shape_;
   int capacity_ = 0;

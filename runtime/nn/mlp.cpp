@@ -82,7 +82,9 @@ float mlp::forward(const batch& b) {
   const float* x = x_;
   for (std::size_t i = 0; i < layers_.size(); ++i) {
     float* y = acts_[i].data();
+    need_params(i);
     layers_[i].forward(y, x, b.n);
+    done_params(i);
     if (i + 1 < layers_.size()) dev().relu_fwd(y, y, static_cast<int64_t>(b.n) * layers_[i].out);
     x = y;
   }
@@ -106,7 +108,9 @@ float mlp::forward_backward(const batch& b, float loss_scale) {
     float* dx = i == 0 ? nullptr : dnext;
     // Reports layer i's bias, then its weight rows from the last down: the layers
     // below never touch them again.
+    need_params(i);
     layers_[i].backward(dx, dcur, input, n, reporter());
+    done_params(i);
     if (i > 0) {
       // ReLU's output is positive exactly where its input was, so the saved output
       // serves as the mask.

@@ -51,6 +51,19 @@ void model::grads_ready(const float* first, int64_t count) {
   grads_ready(static_cast<int64_t>(first - grads_.data()), count);
 }
 
+void model::params_pass(const std::function<void(std::size_t block)>& backward_done) {
+  const std::size_t n = blocks_.size();
+  for (std::size_t b = 0; b < n; ++b) {
+    need_params(b);
+    done_params(b);
+  }
+  for (std::size_t b = n; b-- > 0;) {
+    need_params(b);
+    if (backward_done) backward_done(b);
+    done_params(b);
+  }
+}
+
 void model::begin_block(std::string name) {
   block_info b;
   b.name = std::move(name);

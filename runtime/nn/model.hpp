@@ -114,6 +114,26 @@ class model {
   /// Whether a hook is installed (callers that install one temporarily must remove it).
   bool has_grads_ready_hook() const { return static_cast<bool>(grads_ready_); }
 
+  /// How forward_backward, eval and inference use block B's parameter values:
+  /// `need` before the first read of them (in a pass), `done` after the last. Each need is
+  /// followed by its done before the next need of the same block; a block's values are
+  /// read only between the two. Sharded parameters (train.zero: 3) gather a block's
+  /// values on need and give them back on done. Forward needs the blocks in order, backward
+  /// again from the last down (those whose backward reads them: the head's forward runs
+  /// straight into its backward under one need); eval once each, in order.
+  enum class params_use { need, done };
+  using params_fn = std::function<void(std::size_t block, params_use use)>;
+  /// Installs the hook (empty: none, and nothing is called).
+  void set_params_hook(params_fn fn) { params_hook_ = std::move(fn); }
+  bool has_params_hook() const { return static_cast<bool>(params_hook_); }
+  /// The params hook's calls of one forward_backward, in the same order, computing nothing
+  /// (a member with fewer micro-batches than its group's most takes part in the gathers so).
+  /// BACKWARD_DONE(b), when set, runs where backward would have finished block b's gradients:
+  /// after its need in backward's order (for a block backward reads no value of, after the
+  /// later blocks'), before its done. The default is every block up, then every block down
+  /// (what mlp's forward_backward does); models that call the hook otherwise override it.
+  virtual void params_pass(const std::function<void(std::size_t block)>& backward_done);
+
  protected:
   /// Subclasses call this from backward once nothing more will touch elements
   /// [offset, offset + count) of flat_grads() in this micro-batch; calls the hook if set.
@@ -129,6 +149,13 @@ class model {
       staging = basic_tensor<T>({static_cast<int64_t>(host.size())}, *pool_);
     dev().from_host(staging.data(), host.data(), host.size() * sizeof(T));
     return staging.data();
+  }
+  /// The params hook's calls (no-ops without one).
+  void need_params(std::size_t block) {
+    if (params_hook_) params_hook_(block, params_use::need);
+  }
+  void done_params(std::size_t block) {
+    if (params_hook_) params_hook_(block, params_use::done);
   }
   /// What layers report through: empty when no hook is set, so layers skip the calls.
   const grads_ready_span& reporter() const { return reporter_; }
@@ -148,6 +175,7 @@ class model {
   tensor values_, grads_;
   grads_ready_fn grads_ready_;
   grads_ready_span reporter_;  // forwards spans to grads_ready(const float*, count)
+  params_fn params_hook_;
 };
 
 /// Builds the model a config names. `vocab` is used by gpt only; `max_batch` is the

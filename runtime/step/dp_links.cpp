@@ -83,7 +83,7 @@ dp_links::~dp_links() = default;
 
 bool dp_links::current(const net::step_open& o, int r) const {
   return comm && !comm->dead() && !(p2p && p2p->dead()) && !(tp_comm && tp_comm->dead()) &&
-         generation == o.generation && rank == r && size == o.replicas;
+         !(params && params->dead()) && generation == o.generation && rank == r && size == o.replicas;
 }
 
 void dp_links::drop(dp_group_shared& shared) {
@@ -91,18 +91,23 @@ void dp_links::drop(dp_group_shared& shared) {
   for (auto& c : lanes) c->abort();
   if (tp_comm) tp_comm->abort();
   if (p2p) p2p->abort();
+  if (params) params->abort();
   engine.reset();  // joins the communication threads (prompt after abort)
   shared.install(nullptr, 0);
   comm.reset();
   lanes.clear();
   tp_comm.reset();
   p2p.reset();
+  params.reset();
   generation = 0;
 }
 
 comm::comm_traffic dp_links::traffic() const {
   comm::comm_traffic t = comm->traffic();
-  for (const auto& c : lanes) {
+  std::vector<const comm::communicator*> more;
+  for (const auto& c : lanes) more.push_back(c.get());
+  if (params) more.push_back(params.get());
+  for (const comm::communicator* c : more) {
     const comm::comm_traffic l = c->traffic();
     t.sent += l.sent;
     t.received += l.received;
@@ -236,6 +241,12 @@ void build_links(dp_links& l, const link_context& ctx, const net::step_open& o, 
         transport_for(ctx, group + ".l" + std::to_string(k), cancel)));
     ctx.shared.install_extra([c = l.lanes.back().get()] { c->abort(); });
     all.push_back(l.lanes.back().get());
+  }
+  if (cfg.train.zero >= 3 && !staged && o.replicas > 1) {
+    l.params = comm::make_communicator(cfg.comm.backend, device, ctx.kv, rank, o.replicas,
+                                       o.generation, timeout,
+                                       transport_for(ctx, group + ".p", cancel));
+    ctx.shared.install_extra([c = l.params.get()] { c->abort(); });
   }
   if (staged) build_stage_links(l, ctx, o, rank, seat, timeout, cancel);
   l.engine = std::make_unique<comm::bucket_engine>(all, seat.elements(), seat.reduction_type(),

@@ -80,6 +80,9 @@ struct dp_links {
   std::unique_ptr<comm::bucket_engine> engine;  ///< over comm and lanes, the seat's buffer
   std::unique_ptr<comm::communicator> tp_comm;  ///< a stage's TP group (tp > 1)
   std::unique_ptr<comm::p2p_channel> p2p;       ///< a stage's neighbours (pp > 1)
+  /// Sharded parameters (train.zero: 3, a group of two or more): the DP group once more, for
+  /// the blocks' gathers that forward and backward run while the engine sums on its lanes.
+  std::unique_ptr<comm::communicator> params;
   uint64_t generation = 0;
   int rank = -1, size = 0;  ///< this worker's DP rank and the group's size
 

@@ -260,6 +260,22 @@ void replica_step::run_step(const net::step_open& o, int rank, net::step_vote& v
   // window is on the engine's clock (its collectives carry steady_clock stamps).
   const clock_type::time_point b0 = clock_type::now();
   clock_type::time_point t_backward_end = b0;
+  // Sharded parameters: forward and backward gather each block over the group's own
+  // communicator for it; never past this step (the links may go before the next).
+  struct params_links {
+    train::trainer* z;
+    ~params_links() {
+      if (z != nullptr) z->set_params_comm(nullptr);
+    }
+  } params_guard{shards != nullptr && shards->shards_params() ? shards : nullptr};
+  if (params_guard.z != nullptr) {
+    params_guard.z->set_params_comm(links_.params.get());
+    std::size_t most = 0;  // every member's micro-batches are the same pure function
+    for (int r = 0; r < o.replicas; ++r)
+      most = std::max(most,
+                      micro_batches_of(o.shares, seat_->micro_batches(), o.replicas, r).size());
+    params_guard.z->set_params_passes(static_cast<int>(most));
+  }
   try {
     loss_rows = seat_->compute_gradients(o.step, micro, [&](std::size_t off, std::size_t n) {
       t_backward_end = clock_type::now();  // these gradients are final now
@@ -448,12 +464,20 @@ void replica_step::commit(const pending_step& p) {
   }
   next_step_ = p.step + 1;
   ++steps_computed_;
-  // Sharded state: each member applied its own shards; the parameters travel now.
+  // Sharded state: each member applied its own shards; the parameters travel now (sharded
+  // parameters: only before what reads them whole here, a checkpoint, an evaluation or the
+  // final digest; the steps gather block by block).
+  const int64_t every = cfg_->fault_tolerance.checkpoint_every;
+  const int64_t eval_every = cfg_->train.eval_every;
   bool whole = true;
   const auto g0 = io_.now();
-  if (train::trainer* z = seat_->sharded()) whole = gather(*z, p);  // its time: comm wait
+  train::trainer* const z = seat_->sharded();
+  const bool by_blocks = z != nullptr && z->shards_params();
+  const bool read_whole =
+      next_step_ == cfg_->train.steps || (every > 0 && next_step_ % every == 0) ||
+      (eval_every > 0 && next_step_ % eval_every == 0);
+  if (z != nullptr && (!by_blocks || read_whole)) whole = gather(*z, p);  // time: comm wait
   const auto gathered = io_.now() - g0;
-  const int64_t every = cfg_->fault_tolerance.checkpoint_every;
   std::string ckpt;
   try {
     if (!whole) {
@@ -467,10 +491,11 @@ void replica_step::commit(const pending_step& p) {
     spdlog::error("dp group: checkpoint at step {} failed: {}", next_step_, e.what());
   }
   total_.compute_us += micros(io_.now() - t0 - gathered);
-  const int64_t eval_every = cfg_->train.eval_every;
   if (whole && p.rank == 0 && eval_every > 0 && next_step_ % eval_every == 0 &&
       next_step_ < cfg_->train.steps)
     evaluate(next_step_);
+  // What this member does not hold goes back (the checkpoint copied what it writes).
+  if (by_blocks && next_step_ < cfg_->train.steps) z->release_params();
   if (next_step_ == cfg_->train.steps) {
     if (!whole) {
       io_.fatal("the parameters' gather after the last step failed (a member was lost in it): "

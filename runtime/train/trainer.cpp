@@ -65,6 +65,11 @@ trainer::trainer(const config& c, nn::device* given) : cfg_(c) {
     auto z = std::make_unique<zero_optimizer>(model_->flat_values(), model_->flat_grads(), o, memory);
     zero_ = z.get();
     opt_ = std::move(z);
+    // Sharded parameters: forward and backward gather each block as they reach it.
+    if (c.train.zero >= 3)
+      model_->set_params_hook([this](std::size_t block, nn::model::params_use use) {
+        on_params(block, use == nn::model::params_use::need);
+      });
   } else {
     opt_ = nn::make_optimizer(model_->flat_values(), model_->flat_grads(), o, memory);
   }
@@ -214,16 +219,29 @@ double trainer::compute_gradients(int64_t step, const std::vector<int>& micro,
   // An empty `ready` asks for no reports: the plain path, no hook.
   const nn::grads_ready_fn* report = ready ? &ready : nullptr;
   sharded_step_ = step;
+  // Sharded parameters in a group: every member takes part in as many passes' gathers as
+  // the group's busiest computes, the passes it has no micro-batch for first, so that every
+  // member's last pass (whose gradients go out as backward finishes them) gathers together.
+  const bool gathers = params_comm_ != nullptr && !values_whole_;
+  const int idle_passes =
+      gathers ? std::max(0, params_passes_ - static_cast<int>(micro.size())) : 0;
+  for (int k = 0; k + (micro.empty() && report != nullptr ? 1 : 0) < idle_passes; ++k)
+    model_->params_pass(nullptr);
   if (micro.empty()) {
     if (report == nullptr) return 0.0;
     // Nothing to compute: the buffer holds begin_step's zeros, all final now.
     sent_ = true;
     grad_buffers buf = buffers(step);
-    for (std::size_t b = model_->blocks().size(); b-- > 0;) {
+    auto report_block = [&](std::size_t b) {
       const auto [offset, count] = model_->block_elements(b);
       run_stages(pipeline_.before_sum, buf, offset, count);
       stage_for_sum(offset, count);
       if (count > 0) ready(static_cast<std::size_t>(offset), static_cast<std::size_t>(count));
+    };
+    if (idle_passes > 0) {
+      model_->params_pass(report_block);  // where the others' backward reports them
+    } else {
+      for (std::size_t b = model_->blocks().size(); b-- > 0;) report_block(b);
     }
     return 0.0;
   }

@@ -239,7 +239,12 @@ class trainer {
   /// False after a gather that failed, until a re-cut made them whole again.
   bool whole_params() const { return whole_params_; }
   /// The parameters are not all of the last applied step (a gather that could not run).
-  void params_partial() { whole_params_ = false; }
+  /// (Sharded parameters: the held ranges are intact, gathers write the same bits; only
+  /// the rest is partial.)
+  void params_partial() {
+    if (!shards_params()) whole_params_ = false;
+    values_whole_ = false;
+  }
   /// This worker's model state now (with sharded gradients, the gradient buffers' bytes in
   /// RAM as the kernel counts them: what was given back does not count).
   model_state_bytes state_bytes() const;
@@ -259,6 +264,23 @@ class trainer {
   /// of each parameter (square_sum: exact, so the bits are `cohort train`'s), for
   /// apply_step. Throws comm_error.
   void finish_sharded_sum(comm::communicator& c, int64_t step);
+  // ---- sharded parameters (train.zero: 3; trainer_params.cpp) ----
+  /// True when each member holds only its shards of the parameters between steps.
+  bool shards_params() const { return zero_ != nullptr && cfg_.train.zero >= 3; }
+  /// During a step in a group of two or more: the communicator over which forward and
+  /// backward gather each block's parameters just before they read them (the group's own
+  /// for it, so that the bucket engine's sums on its lanes go on meanwhile); null between
+  /// steps. The caller clears it before the communicator goes.
+  void set_params_comm(comm::communicator* c) { params_comm_ = c; }
+  /// During a step: the most micro-batches a member of the group computes (every member
+  /// takes part in that many passes' gathers; compute_gradients).
+  void set_params_passes(int passes) { params_passes_ = passes; }
+  /// Whether every parameter's value is here, not only the held ranges' (after a gather,
+  /// a load, in a group of one).
+  bool params_whole() const { return values_whole_; }
+  /// Sharded parameters in a group: the pages of the parameters this member does not hold
+  /// go back to the kernel (after what read them whole: a checkpoint, an evaluation).
+  void release_params();
   /// Sharded mode's parts of the checkpoint before NEXT_STEP: rank 0 the parameters as shard
   /// p0_t0, every rank its zero_r<R> (its own shard's parameters and optimizer state).
   std::vector<shard_snapshot> zero_checkpoint_parts(int64_t next_step, uint64_t job_id,
@@ -350,6 +372,18 @@ class trainer {
   /// its first cut); null without sharded gradients.
   const std::vector<std::pair<std::size_t, std::size_t>>* held_elements();
   bool whole_params_ = true;
+  /// Sharded parameters: the gathers' communicator (set_params_comm), whether every value is
+  /// here, and the most the kernel was seen holding of them (sampled after each gather).
+  comm::communicator* params_comm_ = nullptr;
+  int params_passes_ = 0;
+  bool values_whole_ = true;
+  int64_t params_peak_ = 0;
+  /// The model's params hook under train.zero: 3: gathers block BLOCK's values from their
+  /// owners on need, gives back what this member does not hold on done.
+  void on_params(std::size_t block, bool need);
+  /// The pages of elements [BEGIN, END) of the parameters outside this member's held ranges
+  /// go back to the kernel.
+  void release_params_in(int64_t begin, int64_t end);
   bool zero_fresh_ = true;  ///< no step applied and nothing loaded: the state is zeros
   std::string zero_source_;
   /// The first re-cut in one process (cohort train, a group of one): hold everything.

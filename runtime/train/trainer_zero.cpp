@@ -108,6 +108,7 @@ int64_t trainer::zero_load(const std::string& step_dir) {
   zero_source_ = step_dir;
   zero_fresh_ = false;
   whole_params_ = true;
+  values_whole_ = true;
   return meta.step;
 }
 
@@ -182,6 +183,11 @@ zero_reshard trainer::reshard(comm::communicator& c, int64_t step, int64_t held_
   if (zeros) {
     for (shard_source& s : f.members) s = {shard_source::everything, -1};
     f.old_w = std::max(1, f.old_w);
+    // Sharded parameters given back since: no step applied, so they are the initial ones.
+    if (shards_params() && !values_whole_) {
+      model_->init_parameters(cfg_.train.seed);
+      values_whole_ = true;
+    }
   }
   out.ran = true;
   out.behind = mine.kind == shard_source::nothing;
@@ -198,7 +204,10 @@ zero_reshard trainer::reshard(comm::communicator& c, int64_t step, int64_t held_
   // holds them all, else from the first that does: sent with the state below, spread over
   // the senders, and only to those that lack them.
   std::vector<shard_move> param_moves;
-  if (whole_from >= 0) {
+  // Sharded parameters travel as one more slot of the moves below: only what changes holder.
+  const bool params_slot = shards_params();
+  if (params_slot) {
+  } else if (whole_from >= 0) {
     for (int k = 0; k < w; ++k) {
       if (all[static_cast<std::size_t>(k)].whole_params) continue;
       for (int j = 0; j < w; ++j) {
@@ -225,12 +234,17 @@ zero_reshard trainer::reshard(comm::communicator& c, int64_t step, int64_t held_
 
   // The optimizer state: what this member keeps, then the moves in one padded alltoall.
   const std::size_t slots = zero_->slots().size();
+  const std::size_t moved_slots = slots + (params_slot ? 1 : 0);  // the parameters last
   const int64_t old_steps = zero_->steps();
   const zero_optimizer::held old = zero_->release();
   try {
   const shard_source my = f.members[static_cast<std::size_t>(me)];
   // Elements [r) of slot S as this member holds them for sending (or keeping).
   auto source_data = [&](elem_range r, std::size_t s, float* dst) {
+    if (s == slots) {  // the parameters: whole, or at least the held ranges the plan reads
+      std::memcpy(dst, values + r.begin, bytes_of(r.size()));
+      return;
+    }
     if (my.kind == shard_source::everything) {
       if (zero_source_.empty()) {
         std::fill(dst, dst + r.size(), 0.0f);
@@ -262,7 +276,7 @@ zero_reshard trainer::reshard(comm::communicator& c, int64_t step, int64_t held_
   // Per pair, the elements that go from src to dst; blocks padded to the largest pair.
   std::map<std::pair<int, int>, int64_t> pair_elems;  // floats per pair
   for (const shard_move& mv : moves)
-    pair_elems[{mv.src, mv.dst}] += mv.r.size() * static_cast<int64_t>(slots);
+    pair_elems[{mv.src, mv.dst}] += mv.r.size() * static_cast<int64_t>(moved_slots);
   for (const shard_move& mv : param_moves) pair_elems[{mv.src, mv.dst}] += mv.r.size();
   int64_t block = 0;
   for (const auto& [pair, e] : pair_elems) block = std::max(block, e);
@@ -273,13 +287,13 @@ zero_reshard trainer::reshard(comm::communicator& c, int64_t step, int64_t held_
     std::vector<std::size_t> cursor(static_cast<std::size_t>(w), 0);
     for (const shard_move& mv : moves) {
       if (mv.src != me) continue;
-      for (std::size_t s = 0; s < slots; ++s) {
+      for (std::size_t s = 0; s < moved_slots; ++s) {
         float* at = send.data() + static_cast<std::size_t>(mv.dst) * block_floats +
                     cursor[static_cast<std::size_t>(mv.dst)];
         source_data(mv.r, s, at);
         cursor[static_cast<std::size_t>(mv.dst)] += static_cast<std::size_t>(mv.r.size());
       }
-      out.bytes_sent += bytes_of(mv.r.size()) * slots;
+      out.bytes_sent += bytes_of(mv.r.size()) * moved_slots;
     }
     for (const shard_move& mv : param_moves) {
       if (mv.src != me) continue;
@@ -293,19 +307,19 @@ zero_reshard trainer::reshard(comm::communicator& c, int64_t step, int64_t held_
     std::fill(cursor.begin(), cursor.end(), 0);
     for (const shard_move& mv : moves) {
       if (mv.dst != me) continue;
-      for (std::size_t s = 0; s < slots; ++s) {
+      for (std::size_t s = 0; s < moved_slots; ++s) {
         const float* at = recv.data() + static_cast<std::size_t>(mv.src) * block_floats +
                           cursor[static_cast<std::size_t>(mv.src)];
         for (std::size_t i = 0; i < zero_->ranges().size(); ++i) {
           const elem_range& h = zero_->ranges()[i];
           const int64_t lo = std::max(h.begin, mv.r.begin), hi = std::min(h.end, mv.r.end);
-          if (hi > lo)
-            std::memcpy(zero_->slot(i, s).data() + (lo - h.begin), at + (lo - mv.r.begin),
-                        bytes_of(hi - lo));
+          if (hi <= lo) continue;
+          float* to = s == slots ? values + lo : zero_->slot(i, s).data() + (lo - h.begin);
+          std::memcpy(to, at + (lo - mv.r.begin), bytes_of(hi - lo));
         }
         cursor[static_cast<std::size_t>(mv.src)] += static_cast<std::size_t>(mv.r.size());
       }
-      out.bytes_received += bytes_of(mv.r.size()) * slots;
+      out.bytes_received += bytes_of(mv.r.size()) * moved_slots;
     }
     for (const shard_move& mv : param_moves) {
       if (mv.dst != me) continue;
@@ -325,11 +339,19 @@ zero_reshard trainer::reshard(comm::communicator& c, int64_t step, int64_t held_
   whole_params_ = true;
   zero_source_.clear();
   zero_fresh_ = false;
+  // Sharded parameters: this member keeps its ranges of them, the rest goes back (a group
+  // of one holds them all).
+  if (params_slot) {
+    values_whole_ = w == 1;
+    if (w > 1 && cfg_.train.zero_release) release_params_in(0, n);
+  }
   return out;
 }
 
 void trainer::gather_params(comm::communicator& c) {
-  whole_params_ = false;  // until every shard is in
+  // Until every shard is in (sharded parameters: the held ranges stay as they are).
+  if (!shards_params()) whole_params_ = false;
+  values_whole_ = false;
   float* values = model_->flat_values().data();
   const int64_t n = model_->num_params();
   for (int j = 0; j < c.size(); ++j) {
@@ -337,12 +359,19 @@ void trainer::gather_params(comm::communicator& c) {
     if (r.size() > 0) c.broadcast(values + r.begin, static_cast<std::size_t>(r.size()) * sizeof(float), j);
   }
   whole_params_ = true;
+  values_whole_ = true;
 }
 
 model_state_bytes trainer::state_bytes() const {
   model_state_bytes b;
   const int64_t n = model_->num_params();
   b.params = n * static_cast<int64_t>(sizeof(float));
+  // Sharded parameters: the most the kernel was seen holding of them during the steps
+  // (on_params; before the first gather, the held ranges' share).
+  if (shards_params() && zero_->holds() && zero_->replicas() > 1)
+    b.params = params_peak_ > 0 ? params_peak_
+                                : elements_held(n, zero_->replicas(), zero_->rank()) *
+                                      static_cast<int64_t>(sizeof(float));
   b.grads = b.params + static_cast<int64_t>(fixed_.size() * sizeof(int64_t));
   // Sharded gradients: the most the kernel was seen holding of the two gradient buffers
   // (sample_grads; before the first sample, the held ranges' share).

@@ -1114,7 +1114,7 @@ const std::vector<broken_case> broken = {
      "train.zero",
      "train.zero runs on the CPU in this version (set train.device: cpu, or train.zero: 0)",
      1},
-    {"zero stage 3", "train:\n  zero: 3\n", {}, "cfg.yaml", 2, 9, "train.zero", "got 3", 1},
+    {"zero stage 4", "train:\n  zero: 4\n", {}, "cfg.yaml", 2, 9, "train.zero", "got 4", 1},
     {"zero 2 with compression",
      "train:\n  zero: 2\ncomm:\n  compression: bf16\n",
      {},
@@ -1122,7 +1122,7 @@ const std::vector<broken_case> broken = {
      2,
      9,
      "train.zero",
-     "train.zero: 2 sums each gradient shard to its holders as plain numbers",
+     "train.zero: 2 and 3 sum each gradient shard to its holders as plain numbers",
      1},
     // --- overrides: reported with file --set and the override text
     {"override without =",

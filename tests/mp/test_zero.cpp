@@ -96,29 +96,50 @@ TEST_CASE("zero 1 at dp 1, 2, 3 and 4 ends on cohort train's hash, each worker h
   }
 }
 
-// Sharded gradients (zero 2) on the 2-block GPT, whose clipping reads the global norm: every
-// DP size ends on `cohort train`'s bits (the norm's per-parameter sums are exact, whatever
-// the cut), and with buckets small against the model the gradient buffers' peak stays well
-// under the whole model's (12 bytes a parameter in bitwise mode) at dp 4.
-TEST_CASE("zero 2 at dp 1, 2, 3 and 4 ends on cohort train's hash, its gradients sharded") {
+namespace {
+
+// Sharded gradients (zero 2), and parameters too (zero 3), on the 2-block GPT, whose
+// clipping reads the global norm: every DP size ends on `cohort train`'s bits (the norm's
+// per-parameter sums are exact, whatever the cut; a gathered block is its owners' bits), and
+// with buckets small against the model the gradient buffers' peak stays well under the whole
+// model's (12 bytes a parameter in bitwise mode) at dp 4.
+void sharded_at_every_dp(int stage) {
   temp_dir dir;
   const int steps = 12;
   const std::string cfg = dir.write("cfg.yaml", gpt_yaml(dir.path(), steps));
   const std::string hash = train_summary(dir, cfg)["params_sha256"];
   for (int w = 1; w <= 4; ++w) {
     CAPTURE(w);
-    const nlohmann::json s = zero_launch(dir, cfg, w, "zero2-dp" + std::to_string(w),
-                                         {"--set", "comm.bucket_mb=0.01"}, 2);
+    const nlohmann::json s = zero_launch(dir, cfg, w,
+                                         "zero" + std::to_string(stage) + "-dp" + std::to_string(w),
+                                         {"--set", "comm.bucket_mb=0.01"}, stage);
     check_fault_free(s, hash, steps);
-    CHECK(s["memory"]["zero"] == 2);
-    check_state_bytes(s, w);
-    if (w == 4)
-      for (const auto& worker : s["workers"]) {
-        const nlohmann::json& b = worker["model_state_bytes"];
-        const double whole = 3.0 * b["params"].get<double>();  // 4 + 8 bytes a parameter
-        CHECK_MESSAGE(b["grads"].get<double>() < 0.8 * whole, b.dump());
-      }
+    CHECK(s["memory"]["zero"] == stage);
+    const double whole_params = 4.0 * s["num_params"].get<double>();
+    for (const auto& worker : s["workers"]) {
+      const nlohmann::json& b = worker["model_state_bytes"];
+      const double held = b["optimizer"].get<double>() + b["replica"].get<double>();
+      // AdamW: two slots of 4 bytes; each worker holds 2/W of them (all at W = 1).
+      CHECK(held == doctest::Approx(2.0 * whole_params * std::min(1.0, 2.0 / w)).epsilon(0.05));
+      // The parameters: all of them but under zero 3 in a group (measured: pages in RAM).
+      if (stage < 3 || w == 1)
+        CHECK(b["params"].get<double>() == whole_params);
+      else
+        CHECK_MESSAGE(b["params"].get<double>() <= whole_params, b.dump());
+      if (w == 4)
+        CHECK_MESSAGE(b["grads"].get<double>() < 0.8 * 3.0 * whole_params, b.dump());
+    }
   }
+}
+
+}  // namespace
+
+TEST_CASE("zero 2 at dp 1, 2, 3 and 4 ends on cohort train's hash, its gradients sharded") {
+  sharded_at_every_dp(2);
+}
+
+TEST_CASE("zero 3 at dp 1, 2, 3 and 4 ends on cohort train's hash, its parameters sharded") {
+  sharded_at_every_dp(3);
 }
 
 // A kill loses the victim's shards on it, and each has a second copy on a survivor: the
@@ -134,10 +155,16 @@ TEST_CASE("zero 2: a killed worker's shards come back from their replicas, same 
   kill_and_recut(2, "worker-1", 70);
 }
 
+// Under zero 3 the victim's parameter shards come back with its optimizer state, from the
+// same replicas (the parameters are one more slot of the re-cut).
+TEST_CASE("zero 3: a killed worker's shards come back from their replicas, same hash") {
+  kill_and_recut(3, "worker-3", 50);
+}
+
 // A scale down is a drain at a step boundary, a scale up a joiner that holds nothing: both
 // re-cut, the joiner's shards coming from the members that hold them, and the bits hold.
 // Under zero 2 (the optimizer state's cut is stage 1's; the gradients' holders follow it).
-TEST_CASE("zero 2: scale 4 -> 3 -> 4 re-cuts twice and ends on cohort train's hash") {
+static void scale_down_and_up(int stage) {
   temp_dir dir;
   const int steps = 3000;  // long enough that the joiner enters before the end
   const std::string cfg = dir.write("cfg.yaml", small_yaml(dir.path(), "bitwise", steps));
@@ -146,7 +173,7 @@ TEST_CASE("zero 2: scale 4 -> 3 -> 4 re-cuts twice and ends on cohort train's ha
       zero_launch(dir, cfg, 4, "zero-scale",
                   {"--set", "elastic.min_workers=3", "--set", "elastic.max_workers=4", "--inject",
                    "scale to=3 at step=50", "--inject", "scale to=4 at step=100"},
-                  2);
+                  stage);
   check_fault_free(s, hash, steps);
   CHECK(s["dp"] == 4);
   const auto cuts = events_of(s, "reshard");
@@ -155,6 +182,14 @@ TEST_CASE("zero 2: scale 4 -> 3 -> 4 re-cuts twice and ends on cohort train's ha
   CHECK(cuts.back()["members"] == 4);
   const auto joined = events_of(s, "joined");
   REQUIRE(!joined.empty());
+}
+
+TEST_CASE("zero 2: scale 4 -> 3 -> 4 re-cuts twice and ends on cohort train's hash") {
+  scale_down_and_up(2);
+}
+
+TEST_CASE("zero 3: scale 4 -> 3 -> 4 re-cuts twice and ends on cohort train's hash") {
+  scale_down_and_up(3);
 }
 
 // Checkpoints stay one logical model: a dp 4 run's sharded checkpoint resumes at dp 2 with
@@ -205,6 +240,32 @@ TEST_CASE("zero 1 checkpoints resume at another dp, replicated, and in cohort tr
                   {"--resume-from", dir.path() + "/t/step_00000030", "--set",
                    "fault_tolerance.checkpoint_dir=" + dir.path() + "/c4"});
   CHECK(sharded["params_sha256"] == hash);
+}
+
+// Under zero 3 no member holds all the parameters between steps: a checkpoint gathers them
+// first, so rank 0 still writes them whole (shard p0_t0, what PyTorch reads) beside every
+// rank's part; written at dp 4, it resumes under zero 3 at dp 2 and at dp 1 on the bits of
+// the uninterrupted run.
+TEST_CASE("zero 3 checkpoints written at dp 4 resume at dp 2 and dp 1") {
+  temp_dir dir;
+  const int steps = 12;
+  std::string yaml = gpt_yaml(dir.path(), steps);
+  yaml.replace(yaml.find("checkpoint_every: 0"), 19, "checkpoint_every: 6");
+  const std::string cfg = dir.write("cfg.yaml", yaml);
+  const std::string hash = train_summary(dir, cfg)["params_sha256"];
+  const nlohmann::json first = zero_launch(dir, cfg, 4, "zero3-ckpt", {}, 3);
+  check_fault_free(first, hash, steps);
+  const std::string at6 = dir.path() + "/ckpt/step_00000006";
+  CHECK(fs::exists(at6 + "/shard_p0_t0.safetensors"));
+  for (int w : {2, 1}) {
+    CAPTURE(w);
+    const nlohmann::json s = zero_launch(
+        dir, cfg, w, "zero3-resume-dp" + std::to_string(w),
+        {"--resume-from", at6, "--set",
+         "fault_tolerance.checkpoint_dir=" + dir.path() + "/c" + std::to_string(w)},
+        3);
+    CHECK(s["params_sha256"] == hash);
+  }
 }
 
 // A sharded checkpoint missing a part is refused with the folder and the part named, and
