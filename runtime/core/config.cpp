@@ -329,6 +329,16 @@ const std::vector<key_spec>& schema() {
          "~10 us in a virtual machine), at the whole gradient buffer's memory "
          "(docs/sharding.md)."},
         {"train",
+         "zero_prefetch",
+         COHORT_FIELD(train.zero_prefetch),
+         unbounded(),
+         {},
+         nullptr,
+         "With train.zero: 3, gather the next block's parameters on a thread of their own "
+         "while the current block computes (FSDP's forward and backward prefetch), at one "
+         "more block's memory; false gathers each block when it is reached "
+         "(docs/sharding.md)."},
+        {"train",
          "device",
          COHORT_FIELD(train.device),
          unbounded(),

@@ -72,6 +72,8 @@ struct train_config {
   /// train.zero: 2: give the gradient pages outside the held ranges back to the kernel as
   /// each bucket is summed (false: keep them, trading the memory for the page faults).
   bool zero_release = true;
+  /// zero 3: gather the next block on a thread of its own while the current one computes.
+  bool zero_prefetch = true;
   /// Where the step computes: cpu | cuda | cuda:N | auto (runtime/nn/device.hpp).
   std::string device = "cpu";
   std::string precision = "fp32";  ///< fp32 | bf16: the precision of matrix products

@@ -66,10 +66,16 @@ trainer::trainer(const config& c, nn::device* given) : cfg_(c) {
     zero_ = z.get();
     opt_ = std::move(z);
     // Sharded parameters: forward and backward gather each block as they reach it.
-    if (c.train.zero >= 3)
+    if (c.train.zero >= 3) {
+      // The order one pass needs the blocks in (the prefetch follows it), from the model.
+      model_->set_params_hook([this](std::size_t block, nn::model::params_use use) {
+        if (use == nn::model::params_use::need) params_order_.push_back(block);
+      });
+      model_->params_pass(nullptr);
       model_->set_params_hook([this](std::size_t block, nn::model::params_use use) {
         on_params(block, use == nn::model::params_use::need);
       });
+    }
   } else {
     opt_ = nn::make_optimizer(model_->flat_values(), model_->flat_grads(), o, memory);
   }
@@ -391,6 +397,10 @@ double trainer::apply_step(int64_t step) {
 }
 
 evaluation trainer::evaluate() {
+  // Sharded parameters: only the held ranges are here between steps (gather_params first).
+  if (!values_whole_)
+    throw cohort::error("evaluation needs every parameter, and this member holds only its shards "
+                        "of them (train.zero: 3): gather them first");
   evaluation e;
   double loss_sum = 0.0;
   int64_t correct = 0;
@@ -408,7 +418,12 @@ evaluation trainer::evaluate() {
   return e;
 }
 
-std::string trainer::params_sha256() const { return combine_param_digests(param_digests(*model_)); }
+std::string trainer::params_sha256() const {
+  if (!values_whole_)
+    throw cohort::error("the parameters' digest needs every parameter, and this member holds only "
+                        "its shards of them (train.zero: 3): gather them first");
+  return combine_param_digests(param_digests(*model_));
+}
 
 int64_t trainer::peak_pool_bytes() const {
   return static_cast<int64_t>(model_->memory().stats().peak_bytes);

@@ -111,6 +111,8 @@ inline int64_t optimizer_steps_of(const training_metadata& meta, const std::stri
   return metadata_number(meta, "optimizer.steps", meta.step, 0, step_dir);
 }
 
+class block_prefetch;  // trainer_params.cpp
+
 class trainer {
  public:
   /// Builds the data set and the model (initialised from train.seed) the config names, on
@@ -118,6 +120,9 @@ class trainer {
   /// stand-in), and sets the compute thread count. Throws data_error when a data package is
   /// missing, cohort::error when the device cannot be opened.
   explicit trainer(const config& c, nn::device* dev = nullptr);
+  ~trainer();
+  trainer(const trainer&) = delete;
+  trainer& operator=(const trainer&) = delete;
 
   const config& cfg() const { return cfg_; }
   nn::model& model() { return *model_; }
@@ -271,7 +276,7 @@ class trainer {
   /// backward gather each block's parameters just before they read them (the group's own
   /// for it, so that the bucket engine's sums on its lanes go on meanwhile); null between
   /// steps. The caller clears it before the communicator goes.
-  void set_params_comm(comm::communicator* c) { params_comm_ = c; }
+  void set_params_comm(comm::communicator* c);
   /// During a step: the most micro-batches a member of the group computes (every member
   /// takes part in that many passes' gathers; compute_gradients).
   void set_params_passes(int passes) { params_passes_ = passes; }
@@ -376,6 +381,14 @@ class trainer {
   /// here, and the most the kernel was seen holding of them (sampled after each gather).
   comm::communicator* params_comm_ = nullptr;
   int params_passes_ = 0;
+  /// train.zero_prefetch: the thread that gathers the blocks in the order one pass needs
+  /// them (params_order_, recorded from model::params_pass), one ahead of the compute
+  /// thread; params_at_ is the compute thread's place in that order.
+  std::unique_ptr<block_prefetch> prefetch_;
+  std::vector<std::size_t> params_order_;
+  std::size_t params_at_ = 0;
+  /// Block BLOCK's values from their owners over C, in place (one broadcast per owner).
+  void gather_block(comm::communicator& c, std::size_t block);
   bool values_whole_ = true;
   int64_t params_peak_ = 0;
   /// The model's params hook under train.zero: 3: gathers block BLOCK's values from their

@@ -142,6 +142,9 @@ shard_snapshot trainer::snapshot(int64_t next_step) const {
   // Sharded state released at a resume and no step since (a final checkpoint written at once):
   // alone, load all of it; that changes nothing a caller sees, hence the const_cast.
   if (zero_ && !zero_->holds()) const_cast<trainer*>(this)->zero_hold_alone();
+  if (!values_whole_)
+    throw checkpoint_error("a checkpoint needs every parameter, and this member holds only its "
+                           "shards of them (train.zero: 3): gather them first");
   shard_snapshot s = snapshot_state(cfg_, *data_, *model_, *opt_, next_step);
   // The whole model in one shard, whatever grid the config names.
   s.meta.extra["parallel.pp"] = s.meta.extra["parallel.tp"] = "1";
