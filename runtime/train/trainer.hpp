@@ -230,13 +230,26 @@ class trainer {
   // ---- sharded optimizer state (train.zero: 1; trainer_zero.cpp, docs/sharding.md) ----
   /// True when train.zero shards the optimizer state over the DP group.
   bool sharded() const { return zero_ != nullptr; }
-  /// Before step STEP of a DP group over C (C.rank() of C.size()), this member holding the
-  /// state before HELD_STEP: the members gather each other's zero_facts and re-cut the state
+  /// Before step STEP of a DP group over C (C.rank() of C.size()), this member on host HOST
+  /// holding the state before HELD_STEP: the members gather each other's zero_facts, place
+  /// themselves on a ring whose neighbours are on different hosts where they can be
+  /// (ring_of_hosts: a shard's replica is the next position's) and re-cut the state
   /// for the group (zero_shards.hpp: the moves every member computes alike), sending each
   /// member the ranges it lacks, the parameters to those without all of them, and the
   /// optimizer's step count. Nothing moves when every member already holds its ranges.
   /// Throws comm_error (a peer), cohort::error (a range whose holders are all gone).
-  zero_reshard reshard(comm::communicator& c, int64_t step, int64_t held_step);
+  zero_reshard reshard(comm::communicator& c, int64_t step, int64_t held_step, uint64_t host = 0);
+  /// The group's ring (zero_shards.hpp, ring_of_hosts, from the members' HOST at the last
+  /// re-cut): the communicator rank at position P, and the position of rank R. The
+  /// identity before the first re-cut and on one host.
+  int rank_at(int p) const {
+    return p < static_cast<int>(ring_.size()) ? ring_[static_cast<std::size_t>(p)] : p;
+  }
+  int position_of(int r) const {
+    for (std::size_t p = 0; p < ring_.size(); ++p)
+      if (ring_[p] == r) return static_cast<int>(p);
+    return r;
+  }
   /// After apply_step in a group: each member's own shard of the parameters to every member
   /// (one broadcast per rank, in place). Throws comm_error; the parameters are then only
   /// partly the step's (whole_params() false) until the next re-cut.
@@ -377,6 +390,7 @@ class trainer {
   /// its first cut); null without sharded gradients.
   const std::vector<std::pair<std::size_t, std::size_t>>* held_elements();
   bool whole_params_ = true;
+  std::vector<int> ring_;  ///< rank_at's table (empty: the identity)
   /// Sharded parameters: the gathers' communicator (set_params_comm), whether every value is
   /// here, and the most the kernel was seen holding of them (sampled after each gather).
   comm::communicator* params_comm_ = nullptr;

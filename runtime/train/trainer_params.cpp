@@ -137,14 +137,16 @@ void trainer::gather_block(comm::communicator& c, std::size_t block) {
   for (int j = 0; j < c.size(); ++j) {
     const elem_range r = shard_of(n, c.size(), j);
     const int64_t lo = std::max(r.begin, begin), hi = std::min(r.end, begin + count);
-    if (hi > lo) c.broadcast(values + lo, static_cast<std::size_t>(hi - lo) * sizeof(float), j);
+    if (hi > lo)
+      c.broadcast(values + lo, static_cast<std::size_t>(hi - lo) * sizeof(float), rank_at(j));
   }
 }
 
 void trainer::on_params(std::size_t block, bool need) {
   comm::communicator* c = params_comm_;
   if (c == nullptr || values_whole_) return;  // all of them are here
-  COHORT_CHECK(zero_->holds() && zero_->replicas() == c->size() && zero_->rank() == c->rank());
+  COHORT_CHECK(zero_->holds() && zero_->replicas() == c->size() &&
+               zero_->rank() == position_of(c->rank()));
   if (!need) {
     const auto [begin, count] = model_->block_elements(block);
     if (cfg_.train.zero_release && count > 0) release_params_in(begin, begin + count);

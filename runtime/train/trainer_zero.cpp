@@ -127,9 +127,10 @@ void trainer::zero_hold_alone() {
   zero_source_.clear();
 }
 
-zero_reshard trainer::reshard(comm::communicator& c, int64_t step, int64_t held_step) {
+zero_reshard trainer::reshard(comm::communicator& c, int64_t step, int64_t held_step,
+                              uint64_t host) {
   const int64_t n = model_->num_params();
-  const int w = c.size(), me = c.rank();
+  const int w = c.size();
   zero_reshard out;
   // What this member holds for STEP.
   zero_facts mine;
@@ -145,9 +146,22 @@ zero_reshard trainer::reshard(comm::communicator& c, int64_t step, int64_t held_
     }
     mine.whole_params = whole_params_ ? 1 : 0;
   }
-  std::vector<zero_facts> all(static_cast<std::size_t>(w));
-  c.allgather(&mine, all.data(), sizeof mine);
-  // Every member computes the same plan from the same facts.
+  mine.host = host;
+  std::vector<zero_facts> by_rank(static_cast<std::size_t>(w));
+  c.allgather(&mine, by_rank.data(), sizeof mine);
+  // The new ring from the members' hosts: from here on everything is by ring position (the
+  // communicator's ranks only at its calls: rank_at), and every member computes the same plan
+  // from the same facts.
+  std::vector<uint64_t> hosts;
+  for (const zero_facts& x : by_rank) hosts.push_back(x.host);
+  const std::vector<int> ring = ring_of_hosts(hosts);
+  std::vector<zero_facts> all;  // by new position
+  int me = 0;
+  for (int p = 0; p < w; ++p) {
+    all.push_back(by_rank[static_cast<std::size_t>(ring[static_cast<std::size_t>(p)])]);
+    if (ring[static_cast<std::size_t>(p)] == c.rank()) me = p;
+  }
+  auto rank_at_new = [&](int p) { return ring[static_cast<std::size_t>(p)]; };
   recut_facts f;
   f.n = n;
   int steps_from = -1, whole_from = -1;
@@ -174,7 +188,10 @@ zero_reshard trainer::reshard(comm::communicator& c, int64_t step, int64_t held_
     settled = settled && x.whole_params && x.kind == shard_source::layout && x.old_w == w &&
               x.old_rank == k;
   }
-  if (settled) return out;  // every member holds its ranges and all the parameters
+  if (settled) {  // every member holds its ranges and all the parameters
+    ring_ = ring;
+    return out;
+  }
   // Before the first optimizer step the state is zeros wherever it is held: each member makes
   // its own ranges and nothing moves (a worker that joins at step 0 costs no transfer).
   bool zeros = true;
@@ -228,7 +245,7 @@ zero_reshard trainer::reshard(comm::communicator& c, int64_t step, int64_t held_
       if (src < 0)
         throw shard_lost("the parameters " + to_string(r) + " of step " + std::to_string(step) +
                          " were held only by members that are gone: resume from a checkpoint");
-      if (r.size() > 0) c.broadcast(values + r.begin, bytes_of(r.size()), src);
+      if (r.size() > 0) c.broadcast(values + r.begin, bytes_of(r.size()), rank_at_new(src));
     }
   }
 
@@ -288,7 +305,7 @@ zero_reshard trainer::reshard(comm::communicator& c, int64_t step, int64_t held_
     for (const shard_move& mv : moves) {
       if (mv.src != me) continue;
       for (std::size_t s = 0; s < moved_slots; ++s) {
-        float* at = send.data() + static_cast<std::size_t>(mv.dst) * block_floats +
+        float* at = send.data() + static_cast<std::size_t>(rank_at_new(mv.dst)) * block_floats +
                     cursor[static_cast<std::size_t>(mv.dst)];
         source_data(mv.r, s, at);
         cursor[static_cast<std::size_t>(mv.dst)] += static_cast<std::size_t>(mv.r.size());
@@ -297,7 +314,7 @@ zero_reshard trainer::reshard(comm::communicator& c, int64_t step, int64_t held_
     }
     for (const shard_move& mv : param_moves) {
       if (mv.src != me) continue;
-      float* at = send.data() + static_cast<std::size_t>(mv.dst) * block_floats +
+      float* at = send.data() + static_cast<std::size_t>(rank_at_new(mv.dst)) * block_floats +
                   cursor[static_cast<std::size_t>(mv.dst)];
       std::memcpy(at, values + mv.r.begin, bytes_of(mv.r.size()));
       cursor[static_cast<std::size_t>(mv.dst)] += static_cast<std::size_t>(mv.r.size());
@@ -308,7 +325,7 @@ zero_reshard trainer::reshard(comm::communicator& c, int64_t step, int64_t held_
     for (const shard_move& mv : moves) {
       if (mv.dst != me) continue;
       for (std::size_t s = 0; s < moved_slots; ++s) {
-        const float* at = recv.data() + static_cast<std::size_t>(mv.src) * block_floats +
+        const float* at = recv.data() + static_cast<std::size_t>(rank_at_new(mv.src)) * block_floats +
                           cursor[static_cast<std::size_t>(mv.src)];
         for (std::size_t i = 0; i < zero_->ranges().size(); ++i) {
           const elem_range& h = zero_->ranges()[i];
@@ -323,7 +340,7 @@ zero_reshard trainer::reshard(comm::communicator& c, int64_t step, int64_t held_
     }
     for (const shard_move& mv : param_moves) {
       if (mv.dst != me) continue;
-      const float* at = recv.data() + static_cast<std::size_t>(mv.src) * block_floats +
+      const float* at = recv.data() + static_cast<std::size_t>(rank_at_new(mv.src)) * block_floats +
                         cursor[static_cast<std::size_t>(mv.src)];
       std::memcpy(values + mv.r.begin, at, bytes_of(mv.r.size()));
       cursor[static_cast<std::size_t>(mv.src)] += static_cast<std::size_t>(mv.r.size());
@@ -339,6 +356,8 @@ zero_reshard trainer::reshard(comm::communicator& c, int64_t step, int64_t held_
   whole_params_ = true;
   zero_source_.clear();
   zero_fresh_ = false;
+  ring_ = ring;
+  holding_.reset();  // the holders follow the ring
   // Sharded parameters: this member keeps its ranges of them, the rest goes back (a group
   // of one holds them all).
   if (params_slot) {
@@ -356,7 +375,8 @@ void trainer::gather_params(comm::communicator& c) {
   const int64_t n = model_->num_params();
   for (int j = 0; j < c.size(); ++j) {
     const elem_range r = shard_of(n, c.size(), j);
-    if (r.size() > 0) c.broadcast(values + r.begin, static_cast<std::size_t>(r.size()) * sizeof(float), j);
+    if (r.size() > 0)
+      c.broadcast(values + r.begin, static_cast<std::size_t>(r.size()) * sizeof(float), rank_at(j));
   }
   whole_params_ = true;
   values_whole_ = true;
@@ -441,7 +461,7 @@ std::shared_ptr<const comm::holding> trainer::holding_of(int w) {
   const int64_t n = model_->num_params();
   for (int r = 0; r < w; ++r) {
     std::vector<std::pair<std::size_t, std::size_t>> mine;
-    for (const elem_range& e : ranges_held(n, w, r))
+    for (const elem_range& e : ranges_held(n, w, position_of(r)))
       if (e.size() > 0)
         mine.emplace_back(static_cast<std::size_t>(e.begin), static_cast<std::size_t>(e.end));
     std::sort(mine.begin(), mine.end());
@@ -452,7 +472,7 @@ std::shared_ptr<const comm::holding> trainer::holding_of(int w) {
 }
 
 void trainer::grads_reduced(std::size_t offset, std::size_t count) {
-  const auto& held = holding_->ranges[static_cast<std::size_t>(zero_->rank())];
+  const auto& held = holding_->ranges[static_cast<std::size_t>(rank_at(zero_->rank()))];
   std::size_t at = offset;
   const std::size_t end = offset + count;
   const bool release = cfg_.train.zero_release;
@@ -490,16 +510,16 @@ const std::vector<std::pair<std::size_t, std::size_t>>* trainer::held_elements()
   if (!shards_grads() || !cfg_.train.zero_release) return nullptr;
   static const std::vector<std::pair<std::size_t, std::size_t>> none;
   if (!zero_->holds()) return &none;
-  return &holding_of(zero_->replicas())->ranges[static_cast<std::size_t>(zero_->rank())];
+  return &holding_of(zero_->replicas())->ranges[static_cast<std::size_t>(rank_at(zero_->rank()))];
 }
 
 void trainer::finish_sharded_sum(comm::communicator& c, int64_t step) {
   COHORT_CHECK(shards_grads() && zero_->holds() && zero_->replicas() == c.size() &&
-               zero_->rank() == c.rank());
+               zero_->rank() == position_of(c.rank()));
   take_sum();  // the after-sum stages ran bucket by bucket (grads_reduced)
   // Each member's part of every parameter's sum of squares: its own shard only (the replica
   // holder's copy counts once, at its owner).
-  const elem_range own = shard_of(model_->num_params(), c.size(), c.rank());
+  const elem_range own = shard_of(model_->num_params(), c.size(), zero_->rank());
   const std::vector<square_sum> parts = grad_square_sums_in(*model_, {{own.begin, own.end}});
   constexpr std::size_t per = square_sum::digits + 1;
   std::vector<int64_t> mine(parts.size() * per);

@@ -15,6 +15,26 @@ elem_range shard_of(int64_t n, int w, int r) {
   return {bound(r), bound(r + 1)};
 }
 
+std::vector<int> ring_of_hosts(const std::vector<uint64_t>& host) {
+  // Each host's ranks, ascending; the hosts in the order of their lowest rank.
+  std::vector<std::vector<int>> hosts;
+  std::vector<uint64_t> keys;
+  for (int k = 0; k < static_cast<int>(host.size()); ++k) {
+    const auto at = std::find(keys.begin(), keys.end(), host[static_cast<std::size_t>(k)]);
+    if (at == keys.end()) {
+      keys.push_back(host[static_cast<std::size_t>(k)]);
+      hosts.push_back({k});
+    } else {
+      hosts[static_cast<std::size_t>(at - keys.begin())].push_back(k);
+    }
+  }
+  std::vector<int> ring;
+  for (std::size_t round = 0; ring.size() < host.size(); ++round)
+    for (const std::vector<int>& h : hosts)
+      if (round < h.size()) ring.push_back(h[round]);
+  return ring;
+}
+
 std::vector<int> holders_of(int w, int j) {
   if (w == 1) return {0};
   return {j, (j + 1) % w};

@@ -1,6 +1,7 @@
 // The arithmetic of sharded optimizer state (train.zero: 1, docs/sharding.md): how N
-// parameter elements are cut into one contiguous shard per DP rank, which ranks hold each
-// shard (its owner, and a replica on the next rank so that no single death loses it), and
+// parameter elements are cut into one contiguous shard per position of the group's ring,
+// which positions hold each shard (its owner, and a replica on the next position, on
+// another host where there is one, so that no single death loses it), and
 // what moves when the group changes: a plan every member computes alike from the same facts
 // (gathered among the members), so that no coordinator is asked. Pure arithmetic: no
 // tensors, no collectives.
@@ -46,6 +47,14 @@ std::vector<int> shards_held(int w, int r);
 std::vector<elem_range> ranges_held(int64_t n, int w, int r);
 /// Elements rank R holds: its shards' sizes summed.
 int64_t elements_held(int64_t n, int w, int r);
+
+/// The ring of shards for a group whose rank K runs on host HOST[K] (any key, equal for the
+/// ranks of one host): RING[P] is the rank at position P, which owns shard P and holds the
+/// replica of shard P - 1, so that a shard's two holders are neighbours on the ring. The
+/// hosts take turns (in the order of their lowest rank, each host's ranks ascending), so
+/// that neighbours, and with them a shard's two copies, are on different hosts wherever the
+/// hosts' sizes allow: a host lost whole then loses no shard. One host: the identity.
+std::vector<int> ring_of_hosts(const std::vector<uint64_t>& host);
 
 /// What one member of the new group brings to a re-cut.
 struct shard_source {

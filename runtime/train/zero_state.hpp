@@ -16,16 +16,17 @@
 namespace cohort::train {
 
 /// A sharded member's facts, as every member of a new group gathers them before a re-cut
-/// (a fixed 32-byte record: it travels through allgather as bytes).
+/// (a fixed 40-byte record: it travels through allgather as bytes).
 struct zero_facts {
   int64_t next_step = -1;     ///< the first step whose update this member's state lacks
   int32_t kind = 0;           ///< shard_source::kind_t for the step the group runs
   int32_t old_w = 0;          ///< layout: the group it held its shards in
-  int32_t old_rank = -1;      ///< layout: its rank there
+  int32_t old_rank = -1;      ///< layout: its position on that group's ring (ring_of_hosts)
   int32_t whole_params = 0;   ///< 1: its parameters are all of that step's
   int64_t optimizer_steps = 0;
+  uint64_t host = 0;          ///< its host (a hash of comm.host_id or the detected identity)
 };
-static_assert(sizeof(zero_facts) == 32, "zero_facts travels as 32 bytes");
+static_assert(sizeof(zero_facts) == 40, "zero_facts travels as 40 bytes");
 
 class zero_optimizer final : public nn::optimizer {
  public:

@@ -237,6 +237,42 @@ TEST_CASE("a worker killed on another host: the survivors go on and end on the s
   CHECK(*code != 0);  // it was killed
 }
 
+// Sharded state (train.zero: 3) on two hosts of two workers: the ring puts each shard's
+// replica on the other host (ring_of_hosts), so when one host is lost whole, both its
+// workers at once, every shard still has a copy on the survivors: they re-cut from memory,
+// with no checkpoint to roll back to (checkpoint_every: 0), and end on `cohort train`'s bits.
+// With the replica on the next rank of the same host this loses two shards.
+TEST_CASE("zero 3: a whole host lost at once, its shards come back from the other host") {
+  require_netns();
+  temp_dir dir;
+  const int steps = 60;
+  std::string yaml = gpt_yaml(dir.path(), steps);
+  yaml.replace(yaml.find("timeout_ms: 2000"), 16, "timeout_ms: 500");
+  const std::string cfg = dir.write("cfg.yaml", yaml);
+  const std::string hash = train_summary(dir, cfg)["params_sha256"];
+  bed b(3);
+  coordinator c(b, dir, cfg,
+                {"--set", "cluster.workers=4", "--set", "elastic.min_workers=2", "--set",
+                 "train.zero=3", "--inject", "kill worker=c-0 at step=20", "--inject",
+                 "kill worker=c-1 at step=20"});
+  auto w1 = worker(b, 2, dir, c, "b-0");
+  auto w2 = worker(b, 2, dir, c, "b-1");
+  auto w3 = worker(b, 3, dir, c, "c-0");
+  auto w4 = worker(b, 3, dir, c, "c-1");
+  const nlohmann::json s = c.finish();
+  check_fault_free(s, hash, steps);
+  CHECK(s["dp"] == 2);
+  CHECK(events_of(s, "kill").size() == 2);
+  const auto cuts = events_of(s, "reshard");
+  REQUIRE_MESSAGE(!cuts.empty(), s["events"].dump());
+  CHECK(cuts.back()["members"] == 2);
+  for (auto* w : {w3.get(), w4.get()}) {
+    const auto code = w->wait_exit(start_timeout);
+    REQUIRE(code.has_value());
+    CHECK(*code != 0);  // killed
+  }
+}
+
 TEST_CASE("a host's link down for 2 s: the others go on, its worker rejoins once it is back") {
   // c-0 (host 3) is declared dead during the cut and b-0, b-1 go on without it. Once the
   // cable is back its next heartbeat is answered rejoin_required: it registers again and

@@ -179,3 +179,35 @@ TEST_CASE("two neighbours lost at once: the shard between them is gone, and the 
   CHECK(plan_recut({n, 2, {at(0), at(0)}}).empty());  // of 2, each held it all
   CHECK_THROWS_AS(plan_recut({n, 2, {at(2)}}), cohort::usage_error);
 }
+
+// The ring: a shard's replica is the next position's, so the hosts take turns around it and a
+// shard's two copies sit on different hosts wherever the hosts' sizes allow.
+TEST_CASE("ring_of_hosts: the hosts take turns, each host's ranks in order") {
+  struct row {
+    std::vector<uint64_t> host;  // per rank
+    std::vector<int> ring;       // rank at each position
+    int same_host_pairs;         // neighbours (p, p + 1 mod W) on one host
+  };
+  const std::vector<row> rows = {
+      {{7}, {0}, 1},
+      {{7, 7, 7, 7}, {0, 1, 2, 3}, 4},           // one host: the identity
+      {{1, 1, 2, 2}, {0, 2, 1, 3}, 0},           // two hosts of two: alternating
+      {{1, 2, 1, 2}, {0, 1, 2, 3}, 0},           // already alternating
+      {{5, 5, 5, 9}, {0, 3, 1, 2}, 2},           // 3 + 1: two pairs are unavoidable
+      {{3, 3, 4, 4, 8, 8}, {0, 2, 4, 1, 3, 5}, 0},
+      {{2, 1, 1, 2, 3}, {0, 1, 4, 3, 2}, 0},     // hosts in the order of their lowest rank
+      {{1, 1, 1, 2, 2}, {0, 3, 1, 4, 2}, 1},
+  };
+  for (const row& r : rows) {
+    CAPTURE(r.ring.size());
+    const std::vector<int> ring = ring_of_hosts(r.host);
+    CHECK(ring == r.ring);
+    // A permutation of the ranks.
+    CHECK(std::set<int>(ring.begin(), ring.end()).size() == r.host.size());
+    int same = 0;
+    for (std::size_t p = 0; p < ring.size(); ++p)
+      same += r.host[static_cast<std::size_t>(ring[p])] ==
+              r.host[static_cast<std::size_t>(ring[(p + 1) % ring.size()])];
+    CHECK(same == r.same_host_pairs);
+  }
+}
