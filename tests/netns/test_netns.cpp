@@ -266,6 +266,10 @@ TEST_CASE("zero 3: a whole host lost at once, its shards come back from the othe
   const auto cuts = events_of(s, "reshard");
   REQUIRE_MESSAGE(!cuts.empty(), s["events"].dump());
   CHECK(cuts.back()["members"] == 2);
+  // Two workers a host: the group sums hierarchically (its holders' sums and the blocks'
+  // gathers too).
+  CHECK_MESSAGE(w1->err().find("group 'dp' of 4 over hierarchical") != std::string::npos,
+                w1->err());
   for (auto* w : {w3.get(), w4.get()}) {
     const auto code = w->wait_exit(start_timeout);
     REQUIRE(code.has_value());
