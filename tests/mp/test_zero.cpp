@@ -162,8 +162,9 @@ TEST_CASE("zero 3: a killed worker's shards come back from their replicas, same 
 }
 
 // A scale down is a drain at a step boundary, a scale up a joiner that holds nothing: both
-// re-cut, the joiner's shards coming from the members that hold them, and the bits hold.
-// Under zero 2 (the optimizer state's cut is stage 1's; the gradients' holders follow it).
+// re-cut, the joiner's shards coming from the members that hold them, and the bits hold,
+// under each stage (zero 2's gradient holders follow the optimizer state's cut; zero 3's
+// parameters are one more slot of it).
 static void scale_down_and_up(int stage) {
   temp_dir dir;
   // Long enough that the joiner enters before the end: it is in by step ~400 in Release
@@ -185,6 +186,10 @@ static void scale_down_and_up(int stage) {
   CHECK(cuts.back()["members"] == 4);
   const auto joined = events_of(s, "joined");
   REQUIRE(!joined.empty());
+}
+
+TEST_CASE("zero 1: scale 4 -> 3 -> 4 re-cuts twice and ends on cohort train's hash") {
+  scale_down_and_up(1);
 }
 
 TEST_CASE("zero 2: scale 4 -> 3 -> 4 re-cuts twice and ends on cohort train's hash") {
