@@ -236,15 +236,7 @@ void replica_step::run_step(const net::step_open& o, int rank, net::step_vote& v
   seat_->begin_step();
   comm::bucket_engine& engine = *links_.engine;
   if (engine.type() == comm::grad_type::f32) engine.set_wire(seat_->wire(o.replicas, rank));
-  // Sharded gradients: each bucket's sum goes to its two holders, and the rest of it back
-  // to the kernel as soon as it is summed.
-  train::trainer* const shards = seat_->sharded();
-  if (shards != nullptr && shards->shards_grads())
-    engine.set_holders(shards->holding_of(o.replicas), [shards](std::size_t off, std::size_t n) {
-      shards->grads_reduced(off, n);
-    });
-  else if (engine.holders() != nullptr)
-    engine.set_holders(nullptr);
+  train::trainer* const shards = sum_to_holders(engine, o.replicas);
   const comm::comm_traffic before = links_.traffic();
   void* buf = seat_->reduction_buffer();
   if (seat_->reduction_type() == comm::grad_type::i64)
@@ -260,29 +252,20 @@ void replica_step::run_step(const net::step_open& o, int rank, net::step_vote& v
   // window is on the engine's clock (its collectives carry steady_clock stamps).
   const clock_type::time_point b0 = clock_type::now();
   clock_type::time_point t_backward_end = b0;
-  // Sharded parameters: forward and backward gather each block over the group's own
-  // communicator for it; never past this step (the links may go before the next).
-  struct params_links {
+  // Sharded parameters: the blocks' gathers, for this step only (its links may go after it).
+  struct params_lease {
     train::trainer* z;
-    ~params_links() {
+    ~params_lease() {
       if (z != nullptr) z->set_params_comm(nullptr);
     }
-  } params_guard{shards != nullptr && shards->shards_params() ? shards : nullptr};
-  if (params_guard.z != nullptr) {
-    params_guard.z->set_params_comm(links_.params.get());
-    std::size_t most = 0;  // every member's micro-batches are the same pure function
-    for (int r = 0; r < o.replicas; ++r)
-      most = std::max(most,
-                      micro_batches_of(o.shares, seat_->micro_batches(), o.replicas, r).size());
-    params_guard.z->set_params_passes(static_cast<int>(most));
-  }
+  } lease{lend_params(o)};
   try {
     loss_rows = seat_->compute_gradients(o.step, micro, [&](std::size_t off, std::size_t n) {
       t_backward_end = clock_type::now();  // these gradients are final now
       engine.mark_ready(off, n);
       // Sharded gradients: backward waits while two summed buckets are not yet given back,
       // so that what this member does not hold never piles up (FSDP limits its gathers so).
-      if (shards != nullptr && shards->shards_grads()) engine.wait_pending(pending_sums);
+      if (shards != nullptr) engine.wait_pending(pending_sums);
     });
   } catch (const comm::comm_error&) {
     throw;
@@ -293,7 +276,7 @@ void replica_step::run_step(const net::step_open& o, int rank, net::step_vote& v
   }
   const auto t2 = io_.now();
   const comm::bucket_timing bt = engine.wait_all();
-  if (shards != nullptr && shards->shards_grads())
+  if (shards != nullptr)
     shards->finish_sharded_sum(*links_.comm, o.step);  // the norm, from every member's part
   try {
     seat_->finish_gradients(o.step);
@@ -464,20 +447,13 @@ void replica_step::commit(const pending_step& p) {
   }
   next_step_ = p.step + 1;
   ++steps_computed_;
-  // Sharded state: each member applied its own shards; the parameters travel now (sharded
-  // parameters: only before what reads them whole here, a checkpoint, an evaluation or the
-  // final digest; the steps gather block by block).
-  const int64_t every = cfg_->fault_tolerance.checkpoint_every;
-  const int64_t eval_every = cfg_->train.eval_every;
+  // Sharded state: each member applied its own shards; the parameters travel now.
   bool whole = true;
   const auto g0 = io_.now();
   train::trainer* const z = seat_->sharded();
-  const bool by_blocks = z != nullptr && z->shards_params();
-  const bool read_whole =
-      next_step_ == cfg_->train.steps || (every > 0 && next_step_ % every == 0) ||
-      (eval_every > 0 && next_step_ % eval_every == 0);
-  if (z != nullptr && (!by_blocks || read_whole)) whole = gather(*z, p);  // time: comm wait
+  if (z != nullptr) whole = gather(*z, p);  // its time: comm wait
   const auto gathered = io_.now() - g0;
+  const int64_t every = cfg_->fault_tolerance.checkpoint_every;
   std::string ckpt;
   try {
     if (!whole) {
@@ -491,11 +467,13 @@ void replica_step::commit(const pending_step& p) {
     spdlog::error("dp group: checkpoint at step {} failed: {}", next_step_, e.what());
   }
   total_.compute_us += micros(io_.now() - t0 - gathered);
+  const int64_t eval_every = cfg_->train.eval_every;
   if (whole && p.rank == 0 && eval_every > 0 && next_step_ % eval_every == 0 &&
       next_step_ < cfg_->train.steps)
     evaluate(next_step_);
-  // What this member does not hold goes back (the checkpoint copied what it writes).
-  if (by_blocks && next_step_ < cfg_->train.steps) z->release_params();
+  // Sharded parameters: what this member does not hold goes back (the checkpoint copied what
+  // it writes); a no-op otherwise.
+  if (z != nullptr && next_step_ < cfg_->train.steps) z->release_params();
   if (next_step_ == cfg_->train.steps) {
     if (!whole) {
       io_.fatal("the parameters' gather after the last step failed (a member was lost in it): "

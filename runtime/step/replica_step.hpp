@@ -123,8 +123,18 @@ class replica_step {
   void receive_state(int donor, int64_t step, net::step_timing& t);
   /// train.zero: the re-cut of the sharded state when the group changed (replica_zero.cpp).
   void reshard(train::trainer& z, const net::step_open& o, net::step_timing& t);
-  /// train.zero: the parameters' gather after applying step P; false when it failed.
+  /// train.zero: the parameters' gather after applying step P (train.zero: 3 only before
+  /// what reads them whole: a checkpoint, an evaluation, the final digest); false when it
+  /// failed.
   bool gather(train::trainer& z, const pending_step& p);
+  /// train.zero: 3: hands the seat's trainer the group's communicator for the blocks'
+  /// gathers during step O, and how many passes the busiest member runs; that trainer (the
+  /// caller takes the communicator back after the step), or null without sharded parameters.
+  train::trainer* lend_params(const net::step_open& o);
+  /// train.zero: 2 and 3: ENGINE sums each bucket to its two holders in a group of REPLICAS
+  /// and the seat's trainer gives back the rest once summed; that trainer, or null (ENGINE
+  /// allreduces again).
+  train::trainer* sum_to_holders(comm::bucket_engine& engine, int replicas);
   void restore(const net::step_open& o);
   void run_step(const net::step_open& o, int rank, net::step_vote& v, net::step_timing& t);
   void commit(const pending_step& p);

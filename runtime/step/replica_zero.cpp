@@ -1,13 +1,18 @@
-// A replica's part in sharded optimizer state (train.zero: 1, docs/sharding.md): the re-cut
-// when its group changed, before the step's gradients, and the parameters' gather after each
-// commit. The arithmetic and the data movement are the trainer's (runtime/train/
-// trainer_zero.cpp); here: when they run, over which links, and what the vote reports.
+// A replica's part in sharded model state (train.zero, docs/sharding.md): the re-cut when
+// its group changed, before the step's gradients; the sums to the shards' holders (zero 2);
+// the blocks' gathers lent to the step (zero 3); and the parameters' gather after a commit.
+// The arithmetic and the data movement are the trainer's (runtime/train/trainer_zero.cpp,
+// trainer_params.cpp); here: when they run, over which links, and what the vote reports.
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+
+#include "runtime/comm/buckets.hpp"
 #include "runtime/comm/comm_error.hpp"
 #include "runtime/comm/communicator.hpp"
 #include "runtime/comm/shm_comm.hpp"
 #include "runtime/core/trace.hpp"
+#include "runtime/step/balance.hpp"
 #include "runtime/step/replica_step.hpp"
 #include "runtime/train/trainer.hpp"
 
@@ -54,8 +59,39 @@ void replica_step::reshard(train::trainer& z, const net::step_open& o, net::step
                                {"bytes_received", static_cast<int64_t>(r.bytes_received)}}));
 }
 
+train::trainer* replica_step::sum_to_holders(comm::bucket_engine& engine, int replicas) {
+  train::trainer* z = seat_->sharded();
+  if (z == nullptr || !z->shards_grads()) {
+    if (engine.holders() != nullptr) engine.set_holders(nullptr);
+    return nullptr;
+  }
+  // Each bucket's sum goes to its two holders, and the rest of it back to the kernel as soon
+  // as it is summed.
+  engine.set_holders(z->holding_of(replicas),
+                     [z](std::size_t off, std::size_t n) { z->grads_reduced(off, n); });
+  return z;
+}
+
+train::trainer* replica_step::lend_params(const net::step_open& o) {
+  train::trainer* z = seat_->sharded();
+  if (z == nullptr || !z->shards_params()) return nullptr;
+  z->set_params_comm(links_.params.get());
+  std::size_t most = 0;  // every member's micro-batches are the same pure function
+  for (int r = 0; r < o.replicas; ++r)
+    most = std::max(most, micro_batches_of(o.shares, seat_->micro_batches(), o.replicas, r).size());
+  z->set_params_passes(static_cast<int>(most));
+  return z;
+}
+
 bool replica_step::gather(train::trainer& z, const pending_step& p) {
   if (links_.size == 1 && links_.comm) return true;  // a group of one holds all of it
+  // Sharded parameters: the steps gather block by block; only a checkpoint, an evaluation
+  // or the final digest reads them whole.
+  const int64_t every = cfg_->fault_tolerance.checkpoint_every;
+  const int64_t eval_every = cfg_->train.eval_every;
+  if (z.shards_params() && next_step_ != cfg_->train.steps &&
+      !(every > 0 && next_step_ % every == 0) && !(eval_every > 0 && next_step_ % eval_every == 0))
+    return true;
   try {
     if (!links_.comm || links_.generation != p.generation)
       throw comm::comm_error(comm::comm_failure::invalid, "gather",

@@ -401,7 +401,9 @@ class trainer {
   std::unique_ptr<block_prefetch> prefetch_;
   std::vector<std::size_t> params_order_;
   std::size_t params_at_ = 0;
-  /// Block BLOCK's values from their owners over C, in place (one broadcast per owner).
+  /// Elements [BEGIN, END) of the parameters from their shards' owners over C, in place (one
+  /// broadcast per owner whose shard the range crosses); gather_block: block BLOCK's.
+  void gather_range(comm::communicator& c, int64_t begin, int64_t end);
   void gather_block(comm::communicator& c, std::size_t block);
   bool values_whole_ = true;
   int64_t params_peak_ = 0;

@@ -126,20 +126,24 @@ void trainer::set_params_comm(comm::communicator* c) {
   if (prefetch_) prefetch_->restart();
 }
 
-void trainer::gather_block(comm::communicator& c, std::size_t block) {
-  const auto [begin, count] = model_->block_elements(block);
-  trace::span s("gather block", "comm", trace::track::compute,
-                trace::args({{"block", static_cast<int64_t>(block)}}));
-  // Each shard's piece of the block from its owner, in place: a member that holds the piece
+void trainer::gather_range(comm::communicator& c, int64_t begin, int64_t end) {
+  // Each shard's piece of the range from its owner, in place: a member that holds the piece
   // (owner or replica holder) has the same bits already, so nothing it holds changes.
   float* values = model_->flat_values().data();
   const int64_t n = model_->num_params();
   for (int j = 0; j < c.size(); ++j) {
     const elem_range r = shard_of(n, c.size(), j);
-    const int64_t lo = std::max(r.begin, begin), hi = std::min(r.end, begin + count);
+    const int64_t lo = std::max(r.begin, begin), hi = std::min(r.end, end);
     if (hi > lo)
       c.broadcast(values + lo, static_cast<std::size_t>(hi - lo) * sizeof(float), rank_at(j));
   }
+}
+
+void trainer::gather_block(comm::communicator& c, std::size_t block) {
+  const auto [begin, count] = model_->block_elements(block);
+  trace::span s("gather block", "comm", trace::track::compute,
+                trace::args({{"block", static_cast<int64_t>(block)}}));
+  gather_range(c, begin, begin + count);
 }
 
 void trainer::on_params(std::size_t block, bool need) {
@@ -181,20 +185,21 @@ void trainer::on_params(std::size_t block, bool need) {
 
 void trainer::release_params_in(int64_t begin, int64_t end) {
   float* values = model_->flat_values().data();
-  int64_t at = begin;
+  const auto give_back = [&](int64_t b, int64_t e) {
+    if (e > b) release_pages(values + b, static_cast<std::size_t>(e - b) * sizeof(float));
+  };
   // Whole pages only (release_pages keeps the partial ones at the ends), so a page shared
-  // with a held range keeps its bytes.
-  std::vector<elem_range> held = zero_->ranges();  // own shard, then the replica
-  std::sort(held.begin(), held.end(),
-            [](const elem_range& a, const elem_range& b) { return a.begin < b.begin; });
-  for (const elem_range& h : held) {
-    if (h.end <= at) continue;
-    if (h.begin >= end) break;
-    if (h.begin > at)
-      release_pages(values + at, static_cast<std::size_t>(h.begin - at) * sizeof(float));
-    at = std::max(at, h.end);
+  // with a held range keeps its bytes. The held ranges, sorted: the sums' holders.
+  int64_t at = begin;
+  for (const auto& [b, e] : holding_of(zero_->replicas())->ranges[static_cast<std::size_t>(
+           rank_at(zero_->rank()))]) {
+    const auto hb = static_cast<int64_t>(b), he = static_cast<int64_t>(e);
+    if (he <= at) continue;
+    if (hb >= end) break;
+    give_back(at, std::min(hb, end));
+    at = std::max(at, he);
   }
-  if (end > at) release_pages(values + at, static_cast<std::size_t>(end - at) * sizeof(float));
+  give_back(at, end);
 }
 
 void trainer::release_params() {

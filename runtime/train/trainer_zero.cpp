@@ -223,8 +223,7 @@ zero_reshard trainer::reshard(comm::communicator& c, int64_t step, int64_t held_
   std::vector<shard_move> param_moves;
   // Sharded parameters travel as one more slot of the moves below: only what changes holder.
   const bool params_slot = shards_params();
-  if (params_slot) {
-  } else if (whole_from >= 0) {
+  if (!params_slot && whole_from >= 0) {
     for (int k = 0; k < w; ++k) {
       if (all[static_cast<std::size_t>(k)].whole_params) continue;
       for (int j = 0; j < w; ++j) {
@@ -233,7 +232,7 @@ zero_reshard trainer::reshard(comm::communicator& c, int64_t step, int64_t held_
           param_moves.push_back({all[static_cast<std::size_t>(j)].whole_params ? j : whole_from, k, r});
       }
     }
-  } else {
+  } else if (!params_slot) {
     for (int j = 0; j < f.old_w; ++j) {
       const elem_range r = shard_of(n, f.old_w, j);
       int src = -1;
@@ -371,13 +370,7 @@ void trainer::gather_params(comm::communicator& c) {
   // Until every shard is in (sharded parameters: the held ranges stay as they are).
   if (!shards_params()) whole_params_ = false;
   values_whole_ = false;
-  float* values = model_->flat_values().data();
-  const int64_t n = model_->num_params();
-  for (int j = 0; j < c.size(); ++j) {
-    const elem_range r = shard_of(n, c.size(), j);
-    if (r.size() > 0)
-      c.broadcast(values + r.begin, static_cast<std::size_t>(r.size()) * sizeof(float), rank_at(j));
-  }
+  gather_range(c, 0, model_->num_params());
   whole_params_ = true;
   values_whole_ = true;
 }

@@ -8,6 +8,7 @@
 #include <doctest/doctest.h>
 #include <unistd.h>
 
+#include <array>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -77,6 +78,13 @@ std::unique_ptr<child_process> worker(const bed& b, int host, const temp_dir& di
   return std::make_unique<child_process>(
       std::vector<std::string>{"worker", "--join", c.endpoint, "--name", name, "--keys", c.keys},
       dir.path(), name, std::vector<std::string>{}, b.on(host));
+}
+
+// Two hosts of two workers joined to C: b-0 and b-1 on host 2, c-0 and c-1 on host 3.
+std::array<std::unique_ptr<child_process>, 4> two_hosts_of_two(const bed& b, const temp_dir& dir,
+                                                               const coordinator& c) {
+  return {worker(b, 2, dir, c, "b-0"), worker(b, 2, dir, c, "b-1"), worker(b, 3, dir, c, "c-0"),
+          worker(b, 3, dir, c, "c-1")};
 }
 
 // `cohort ctl --coordinator EP ARGS` from host 1's namespace: its output parsed as JSON (a
@@ -180,10 +188,7 @@ TEST_CASE("two workers on each of two hosts train bitwise-equal to `cohort train
   const std::string hash = train_summary(dir, cfg)["params_sha256"];
   bed b(3);
   coordinator c(b, dir, cfg, {"--set", "cluster.workers=4"});
-  auto w1 = worker(b, 2, dir, c, "b-0");
-  auto w2 = worker(b, 2, dir, c, "b-1");
-  auto w3 = worker(b, 3, dir, c, "c-0");
-  auto w4 = worker(b, 3, dir, c, "c-1");
+  auto [w1, w2, w3, w4] = two_hosts_of_two(b, dir, c);
   const nlohmann::json s = c.finish();
   check_fault_free(s, hash, steps);
   CHECK(s["dp"] == 4);
@@ -215,10 +220,7 @@ TEST_CASE("a worker killed on another host: the survivors go on and end on the s
   coordinator c(b, dir, cfg,
                 {"--set", "cluster.workers=4", "--set", "elastic.min_workers=3", "--inject",
                  "kill worker=c-1 at step=30"});
-  auto w1 = worker(b, 2, dir, c, "b-0");
-  auto w2 = worker(b, 2, dir, c, "b-1");
-  auto w3 = worker(b, 3, dir, c, "c-0");
-  auto w4 = worker(b, 3, dir, c, "c-1");
+  auto [w1, w2, w3, w4] = two_hosts_of_two(b, dir, c);
   const nlohmann::json s = c.finish();
   check_fault_free(s, hash, steps);
   CHECK(s["dp"] == 3);
@@ -255,10 +257,7 @@ TEST_CASE("zero 3: a whole host lost at once, its shards come back from the othe
                 {"--set", "cluster.workers=4", "--set", "elastic.min_workers=2", "--set",
                  "train.zero=3", "--inject", "kill worker=c-0 at step=20", "--inject",
                  "kill worker=c-1 at step=20"});
-  auto w1 = worker(b, 2, dir, c, "b-0");
-  auto w2 = worker(b, 2, dir, c, "b-1");
-  auto w3 = worker(b, 3, dir, c, "c-0");
-  auto w4 = worker(b, 3, dir, c, "c-1");
+  auto [w1, w2, w3, w4] = two_hosts_of_two(b, dir, c);
   const nlohmann::json s = c.finish();
   check_fault_free(s, hash, steps);
   CHECK(s["dp"] == 2);
