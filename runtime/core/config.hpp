@@ -121,6 +121,10 @@ struct fault_tolerance_config {
   /// the gradients) before the coordinator opens the next; 0: it commits every step.
   int commit_window = 16;
   int64_t checkpoint_every = 0;  ///< 0: only the final checkpoint
+  /// Every this many steps each DP member keeps a rollback point in memory: its state and
+  /// error memory, and its predecessor's error memory (bitwise jobs with error feedback);
+  /// 0: a lost member's memory comes back only from a checkpoint.
+  int64_t memory_every = 0;
   std::string checkpoint_dir = "checkpoints";
   int keep = 3;
 };

@@ -57,6 +57,20 @@ std::vector<key_spec> runtime_keys() {
        nullptr,
        "Checkpoint every this many steps; 0: only at the end."},
       {"fault_tolerance",
+       "memory_every",
+       COHORT_FIELD(fault_tolerance.memory_every),
+       at_least(0),
+       {},
+       nullptr,
+       "Bitwise jobs with error-feedback memory (onebit_adam, or comm.compression with "
+       "comm.error_feedback): every this many steps each data-parallel worker keeps a "
+       "rollback point in memory, its own state and error memory and a copy of its "
+       "predecessor's error memory, sent at that step's start. A worker lost with memory only "
+       "it had rolls the group back to the point without a checkpoint on disk (the newer of "
+       "the point and the last checkpoint is taken); the run still ends on the uninterrupted "
+       "run's bits. Costs a copy of the state and two of the memory per worker, and each "
+       "rank's memory broadcast to the group once per point (docs/compression.md). 0: off."},
+      {"fault_tolerance",
        "checkpoint_dir",
        COHORT_FIELD(fault_tolerance.checkpoint_dir),
        unbounded(),

@@ -56,6 +56,7 @@ class rules {
     check_transport();
     check_compression();
     check_zero();
+    check_memory_points();
     check_control();
     check_ha();
   }
@@ -283,6 +284,24 @@ class rules {
       complain({"comm.error_feedback", "comm.compression"},
                "error feedback keeps what compression loses, and comm.compression is none "
                "(choose bf16, fp16 or fp8, or remove error_feedback)");
+  }
+
+  // Rollback points in memory (trainer::take_point): only where a rollback keeps bits.
+  void check_memory_points() {
+    const config& c = c_;
+    if (c.fault_tolerance.memory_every == 0) return;
+    if (fine({"fault_tolerance.memory_every", "train.optimizer", "comm.error_feedback"}) &&
+        !keeps_error_feedback(c))
+      complain({"fault_tolerance.memory_every", "train.optimizer", "comm.error_feedback"},
+               "rollback points keep error-feedback memory, and this job keeps none (use "
+               "train.optimizer: onebit_adam, or comm.compression with comm.error_feedback; "
+               "or set memory_every: 0)");
+    if (fine({"fault_tolerance.memory_every", "train.determinism"}) &&
+        c.train.determinism != "bitwise")
+      complain({"fault_tolerance.memory_every", "train.determinism"},
+               "rollback points serve bitwise jobs: in fast mode a lost worker's memory is "
+               "dropped and training goes on (set train.determinism: bitwise, or memory_every: "
+               "0)");
   }
 
   // Sharded optimizer state (runtime/train/zero_shards.hpp): whole-model DP on the host.

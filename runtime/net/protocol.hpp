@@ -352,10 +352,18 @@ struct step_open {
   /// summing to the step's micro-batches; contiguous ranges in rank order). Empty: equal
   /// shares, round robin (runtime/step/balance.hpp).
   std::vector<int32_t> shares = {};
+  /// A rollback from memory (fault_tolerance.memory_every): restore is the step of a
+  /// rollback point every member kept, and part p of its error memory (p < size: the
+  /// point's group) comes from the member of rank restore_parts[p] now. Empty: restore
+  /// names a checkpoint on disk.
+  std::vector<int32_t> restore_parts = {};
+  /// The newest rollback point the coordinator holds good (its step committed): members
+  /// drop older ones. -1: none.
+  int64_t point = -1;
   template <class S>
   static auto fields(S& s) {
     return std::tie(s.generation, s.step, s.replicas, s.donor_rank, s.rank, s.stage, s.tp_rank,
-                    s.through, s.restore, s.shares);
+                    s.through, s.restore, s.shares, s.restore_parts, s.point);
   }
 };
 
@@ -397,11 +405,16 @@ struct step_timing {
   /// here, and the bytes of state and parameters this member received in it
   uint64_t reshard_us = 0;
   uint64_t reshard_bytes = 0;
+  /// fault_tolerance.memory_every: the rollback points this member took or rolled back to
+  /// this step, their time and the bytes of error memory it received in them
+  uint64_t points = 0;
+  uint64_t point_us = 0;
+  uint64_t point_bytes = 0;
   template <class S>
   static auto fields(S& s) {
     return std::tie(s.compute_us, s.comm_wait_us, s.allreduce_us, s.setup_us, s.idle_us,
                     s.bytes_sent, s.bytes_recv, s.state_bytes, s.state_us, s.reshard_us,
-                    s.reshard_bytes);
+                    s.reshard_bytes, s.points, s.point_us, s.point_bytes);
   }
 };
 
@@ -478,13 +491,15 @@ struct train_report {
   /// (train.zero)
   int64_t state_params = 0, state_grads = 0, state_optimizer = 0, state_replica = 0;
   int64_t reshards = 0;  ///< re-cuts of sharded state this member took part in that moved data
+  int64_t point_held_bytes = 0;  ///< fault_tolerance.memory_every: what its points hold now
   template <class S>
   static auto fields(S& s) {
     return std::tie(s.member_id, s.generation, s.next_step, s.params_sha256, s.has_eval,
                     s.eval_loss, s.eval_accuracy, s.eval_count, s.steps_computed, s.overlap,
                     s.peak_pool_bytes, s.checkpoint, s.num_params, s.timing, s.param_digests,
                     s.stage, s.compressed_steps, s.compressed_bytes_sent, s.state_params,
-                    s.state_grads, s.state_optimizer, s.state_replica, s.reshards);
+                    s.state_grads, s.state_optimizer, s.state_replica, s.reshards,
+                    s.point_held_bytes);
   }
 };
 

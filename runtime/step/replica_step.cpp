@@ -44,6 +44,9 @@ void add(net::step_timing& a, const net::step_timing& b) {
   a.bytes_recv += b.bytes_recv;
   a.reshard_us += b.reshard_us;
   a.reshard_bytes += b.reshard_bytes;
+  a.points += b.points;
+  a.point_us += b.point_us;
+  a.point_bytes += b.point_bytes;
 }
 
 // Sharded gradients: complete buckets backward may run ahead of their sums by.
@@ -177,6 +180,50 @@ void replica_step::restore(const net::step_open& o) {
   spdlog::info("dp group: rolled back to {} (step {})", dir, next_step_);
 }
 
+// A rollback to the point in memory of step o.restore (fault_tolerance.memory_every): a
+// member that kept it takes its own state back; the lost members' error memory comes from
+// their successors' copies (trainer::restore_point); a member without the point takes a
+// donor's state next.
+void replica_step::restore_from_memory(const net::step_open& o, net::step_timing& t) {
+  train::trainer* w = seat_->whole_model();
+  if (w == nullptr || !w->keeps_feedback())
+    refuse("asked to roll back to a point in memory, and this seat keeps none");
+  const auto ts = io_.now();
+  const comm::comm_traffic before = links_.traffic();
+  bool own = false;
+  try {
+    own = w->restore_point(o.restore, o.restore_parts, *links_.comm);
+  } catch (const comm::comm_error&) {
+    throw;
+  } catch (const std::exception& e) {
+    refuse(e.what());
+  }
+  if (own) next_step_ = o.restore;
+  ++t.points;
+  t.point_us += micros(io_.now() - ts);
+  t.point_bytes += links_.traffic().received - before.received;
+  spdlog::info("dp group: rolled back to the point of step {} in memory{}", o.restore,
+               own ? "" : " (this worker's state comes from a donor)");
+}
+
+// fault_tolerance.memory_every: at a point's step, every member of the group keeps one
+// (its state, its error memory and its predecessor's), before the step computes anything;
+// the coordinator counts it once the step commits (training_job::commit).
+void replica_step::take_point(const net::step_open& o, net::step_timing& t) {
+  const int64_t every = cfg_->fault_tolerance.memory_every;
+  train::trainer* w = seat_->whole_model();
+  // A step replayed from its own point (o.point is it) takes none: the point holds already.
+  if (every <= 0 || o.step % every != 0 || o.step == o.point || w == nullptr ||
+      !w->keeps_feedback())
+    return;
+  const auto ts = io_.now();
+  const comm::comm_traffic before = links_.traffic();
+  w->take_point(o.step, o.point, *links_.comm);
+  ++t.points;
+  t.point_us += micros(io_.now() - ts);
+  t.point_bytes += links_.traffic().received - before.received;
+}
+
 // One step of this replica's seat: links of the generation, state from a donor, the
 // gradients (bucketed while backward runs), the DP sum, and what the vote says.
 void replica_step::run_step(const net::step_open& o, int rank, net::step_vote& v,
@@ -194,9 +241,17 @@ void replica_step::run_step(const net::step_open& o, int rank, net::step_vote& v
       throw;
     }
   }
-  // A rollback: every member goes back to the checkpoint of this step, its own error
-  // memory included (docs/compression.md, "A killed worker").
-  if (o.restore >= 0) restore(o);
+  // The coordinator's newest good rollback point: older ones are dropped.
+  if (train::trainer* w = seat_->whole_model(); w != nullptr && o.point >= 0)
+    w->confirm_point(o.point);
+  // A rollback: every member goes back to the checkpoint of this step, or to the point in
+  // memory, its own error memory included (docs/compression.md, "A killed worker").
+  if (o.restore >= 0) {
+    if (o.restore_parts.empty())
+      restore(o);
+    else
+      restore_from_memory(o, t);
+  }
   // The donor's state is everyone's after the transfer, counters included: a donor that
   // does not hold this step must not hand out an older one as if it did.
   if (o.donor_rank == rank && next_step_ != o.step)
@@ -220,11 +275,12 @@ void replica_step::run_step(const net::step_open& o, int rank, net::step_vote& v
              " are not whole here after the re-cut");
   } else if (o.donor_rank >= 0)
     receive_state(o.donor_rank, o.step, t);
-  const auto t1 = io_.now();
-  t.setup_us = micros(t1 - t0);
   if (next_step_ != o.step)
     refuse("this worker holds the state of step " + std::to_string(next_step_) + ", not " +
            std::to_string(o.step));
+  take_point(o, t);
+  const auto t1 = io_.now();
+  t.setup_us = micros(t1 - t0);
   // The micro-batches this rank computes: the coordinator's shares (train.balance) or the
   // round robin; shares that do not fit the step are refused before any collective.
   std::vector<int> micro;
@@ -577,6 +633,7 @@ void replica_step::report(const pending_step& p, const std::string& ckpt) {
   rep.state_optimizer = s.state.optimizer;
   rep.state_replica = s.state.replica;
   rep.reshards = reshards_;
+  if (train::trainer* w = seat_->whole_model()) rep.point_held_bytes = w->point_bytes();
   rep.checkpoint = ckpt;
   rep.num_params = s.model_params;
   rep.timing = total_;

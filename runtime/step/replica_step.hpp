@@ -13,8 +13,10 @@
 //     resend_vote ─► the last vote again, nothing else
 //     commit_first ─► commit(pending s - 1)          (its step_result was lost)
 //     run: seat (a stage: built at its first open) ─► links of g (built unless current)
-//          ─► restore >= 0: load checkpoint `restore` ─► donor >= 0: state from the donor
-//          ─► next_step == s, else refuse ─► gradients, bucketed while backward runs
+//          ─► restore >= 0: load checkpoint `restore`, or its point in memory
+//             (restore_parts) ─► donor >= 0: state from the donor
+//          ─► next_step == s, else refuse ─► s % memory_every == 0: keep a rollback point
+//          ─► gradients, bucketed while backward runs
 //          ─► DP sum ─► finish_gradients ─► vote (failed: links dropped)
 //     vote ok and through >= s (a commit window) ─► commit(s) before the vote goes out,
 //          the vote marked applied; the window's next step is queued (continue_window)
@@ -136,6 +138,11 @@ class replica_step {
   /// allreduces again).
   train::trainer* sum_to_holders(comm::bucket_engine& engine, int replicas);
   void restore(const net::step_open& o);
+  /// A rollback to the point in memory of step o.restore (o.restore_parts names who holds
+  /// each part of its error memory).
+  void restore_from_memory(const net::step_open& o, net::step_timing& t);
+  /// At a step of fault_tolerance.memory_every: every member keeps a rollback point.
+  void take_point(const net::step_open& o, net::step_timing& t);
   void run_step(const net::step_open& o, int rank, net::step_vote& v, net::step_timing& t);
   void commit(const pending_step& p);
   std::string checkpoint(int64_t step);

@@ -498,6 +498,11 @@ nlohmann::json run_report::summary(double wall_s) const {
           {"total", r.state_params + r.state_grads + r.state_optimizer + r.state_replica}};
       workers.back()["reshards"] = r.reshards;
     }
+    if (cfg_.fault_tolerance.memory_every > 0)
+      workers.back()["rollback_points"] = {{"taken", t.points},
+                                           {"time_s", seconds(t.point_us)},
+                                           {"bytes_received", t.point_bytes},
+                                           {"held_bytes", r.point_held_bytes}};
     if (r.stage.stage >= 0) {
       workers.back()["stage"] = r.stage.stage;
       workers.back()["tp_rank"] = r.stage.tp_rank;

@@ -95,8 +95,25 @@ training_job::phase training_job::state() const {
 }
 
 bool training_job::rolls_back() const {
-  return keeps_error_feedback(cfg_) && cfg_.train.determinism == "bitwise" &&
-         cfg_.fault_tolerance.checkpoint_every > 0 && seat_size_ == 1 && checkpoints_ != nullptr;
+  return keeps_error_feedback(cfg_) && cfg_.train.determinism == "bitwise" && seat_size_ == 1 &&
+         ((cfg_.fault_tolerance.checkpoint_every > 0 && checkpoints_ != nullptr) ||
+          cfg_.fault_tolerance.memory_every > 0);
+}
+
+std::optional<std::vector<int32_t>> training_job::point_holders(const mb::roster& r) const {
+  if (point_.step < 0) return std::nullopt;
+  const int w = point_.replicas;
+  std::vector<int32_t> now(static_cast<std::size_t>(w), -1);
+  for (const auto& [id, rank] : point_.ranks)
+    if (const mb::member* m = r.find(id)) now[static_cast<std::size_t>(rank)] = m->rank;
+  std::vector<int32_t> holders(static_cast<std::size_t>(w), -1);
+  for (int p = 0; p < w; ++p) {
+    int32_t h = now[static_cast<std::size_t>(p)];
+    if (h < 0 && w > 1) h = now[static_cast<std::size_t>((p + 1) % w)];
+    if (h < 0) return std::nullopt;
+    holders[static_cast<std::size_t>(p)] = h;
+  }
+  return holders;
 }
 
 int64_t training_job::window_end() const {
@@ -105,9 +122,14 @@ int64_t training_job::window_end() const {
   // The job's last step commits by result, so every member has applied it before the
   // reports are awaited (a member whose last collective broke would otherwise be left
   // behind with no step to catch up on).
-  const int64_t last = std::min(steps_ - 2, next_step_ + w - 1);
+  int64_t last = std::min(steps_ - 2, next_step_ + w - 1);
   if (last < next_step_) return -1;
-  // A step a fault acts on opens by itself: its opening carries the fault's order.
+  // A step a fault acts on opens by itself: its opening carries the fault's order. So does
+  // a step that takes a rollback point, so that its opening says which point is good.
+  if (keeps_points()) {
+    const int64_t k = cfg_.fault_tolerance.memory_every;
+    last = std::min(last, (next_step_ / k + 1) * k - 1);
+  }
   return faults_.next_acting_step(next_step_ + 1, last) - 1;
 }
 
@@ -229,11 +251,27 @@ job_actions training_job::try_open(const mb::roster& r, double now_s) {
       return out;
     }
   }
-  // A rollback: every member loads the newest checkpoint that holds the lost memory.
+  // A rollback: every member goes back to the newest state that holds the lost memory, a
+  // rollback point in memory or a checkpoint.
   int64_t restore = -1;
+  std::vector<int32_t> restore_parts;
   if (rollback_) {
     rollback_ = false;
-    if (const auto c = checkpoints_(next_step_)) {
+    const std::optional<int64_t> c =
+        cfg_.fault_tolerance.checkpoint_every > 0 && checkpoints_ ? checkpoints_(next_step_)
+                                                                  : std::nullopt;
+    const auto parts = keeps_points() ? point_holders(r) : std::nullopt;
+    if (parts && (!c || point_.step >= *c)) {
+      restore = point_.step;
+      restore_parts = *parts;
+      out.notes.push_back("step " + std::to_string(next_step_) +
+                          ": a lost member's error-feedback memory is in the rollback point of "
+                          "step " +
+                          std::to_string(restore) +
+                          " in memory: every member rolls back to it and the steps since are "
+                          "replayed");
+      next_step_ = restore;
+    } else if (c) {
       restore = *c;
       out.notes.push_back("step " + std::to_string(next_step_) +
                           ": a lost member's state (error-feedback memory, or a shard of the "
@@ -252,7 +290,15 @@ job_actions training_job::try_open(const mb::roster& r, double now_s) {
   int donor = -1;
   bool behind = false;
   for (const auto& m : r.members) {
-    if (restore >= 0) break;  // every member loads the checkpoint instead
+    if (restore >= 0 && restore_parts.empty()) break;  // every member loads the checkpoint
+    if (restore >= 0) {
+      // A point in memory: the members that kept it hold its state, the others are behind.
+      if (point_.ranks.count(m.id) == 0)
+        behind = true;
+      else if (donor < 0)
+        donor = m.rank;
+      continue;
+    }
     const int64_t at = ready_[m.id];
     if (at == next_step_) {
       if (donor < 0) donor = m.rank;
@@ -283,6 +329,8 @@ job_actions training_job::try_open(const mb::roster& r, double now_s) {
     o.sent[m.id] = net::step_open{r.generation, next_step_, replicas_, donor, m.rank};
     o.sent[m.id].through = o.through;
     o.sent[m.id].restore = restore;
+    o.sent[m.id].restore_parts = restore_parts;
+    o.sent[m.id].point = point_.step;
     o.sent[m.id].shares = shares;
     out.sends.push_back({m.id, o.sent[m.id]});
     ready_[m.id] = next_step_;  // after the transfer every member holds this step's state
@@ -432,6 +480,14 @@ job_actions training_job::on_applied(const mb::roster& r, const net::step_vote& 
 void training_job::commit(const mb::roster& r, int64_t step, double loss, double now_s,
                           job_actions& out) {
   next_step_ = step + 1;
+  // Every member of the step took its rollback point (docs/compression.md): it is the one
+  // to roll back to now. A step replayed from its own point took none.
+  if (keeps_points() && step % cfg_.fault_tolerance.memory_every == 0 && point_.step != step) {
+    point_.step = step;
+    point_.replicas = static_cast<int>(open_->votes.size());
+    point_.ranks.clear();
+    for (const auto& [id, sent] : open_->sent) point_.ranks[id] = sent.rank;
+  }
   last_voters_.clear();
   for (const auto& [id, ok] : open_->votes) {
     last_voters_.insert(id);

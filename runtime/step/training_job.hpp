@@ -290,8 +290,21 @@ class training_job {
   /// A member whose error-feedback memory is needed was lost: the next open rolls back.
   bool rollback_ = false;
   checkpoint_lookup checkpoints_;
-  /// Rollbacks restore error feedback: bitwise mode, memory kept, checkpoints on, pp = tp = 1.
+  /// Rollbacks restore error feedback: bitwise mode, memory kept, checkpoints or rollback
+  /// points in memory on, pp = tp = 1.
   bool rolls_back() const;
+  /// fault_tolerance.memory_every: the newest rollback point every member of its step took
+  /// (its step committed), with the members' ranks then (-1: none yet).
+  struct point_held {
+    int64_t step = -1;
+    int replicas = 0;
+    std::map<mb::member_id, int> ranks;
+  } point_;
+  bool keeps_points() const { return rolls_back() && cfg_.fault_tolerance.memory_every > 0; }
+  /// For a rollback to point_ with the members of R: for each part p of its error memory,
+  /// the rank in R of a member holding it (p's own member, else its successor, which kept a
+  /// copy); nullopt when a part's two holders are both gone.
+  std::optional<std::vector<int32_t>> point_holders(const mb::roster& r) const;
   std::optional<open_state> open_;
   int replicas_ = 0;
   double first_open_s_ = -1;

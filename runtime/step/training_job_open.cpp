@@ -50,6 +50,7 @@ job_actions training_job::open_step_on(const mb::roster& r, const mb::roster& s,
     o.sent[m.id] = net::step_open{s.generation, next_step_, replicas_, -1, m.rank};
     o.sent[m.id].through = o.through;
     o.sent[m.id].shares = shares;
+    o.sent[m.id].point = point_.step;
     out.sends.push_back({m.id, o.sent[m.id]});
   }
   report_.step_opened(replicas_, now_s);

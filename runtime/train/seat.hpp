@@ -114,6 +114,9 @@ class seat {
   /// the DP group re-cuts it when the group changes and gathers the parameters after each
   /// commit (trainer::reshard, trainer::gather_params).
   virtual trainer* sharded() { return nullptr; }
+  /// The whole model's trainer (null for a pipeline stage or TP shard): where the DP group
+  /// keeps rollback points in memory (fault_tolerance.memory_every, trainer::take_point).
+  virtual trainer* whole_model() { return nullptr; }
 };
 
 /// The whole model on one worker (the adapter lives with trainer, in trainer.cpp).

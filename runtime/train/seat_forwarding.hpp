@@ -48,6 +48,7 @@ class forwarding_seat : public seat {
   seat_report report() override { return inner_->report(); }
   int64_t peak_pool_bytes() const override { return inner_->peak_pool_bytes(); }
   trainer* sharded() override { return inner_->sharded(); }
+  trainer* whole_model() override { return inner_->whole_model(); }
 
  private:
   std::unique_ptr<seat> inner_;

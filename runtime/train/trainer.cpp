@@ -485,6 +485,7 @@ class whole_seat final : public seat {
   }
   bool saves_every_rank() const override { return tr_.keeps_feedback() || tr_.sharded(); }
   trainer* sharded() override { return tr_.sharded() ? &tr_ : nullptr; }
+  trainer* whole_model() override { return &tr_; }
   int64_t peak_pool_bytes() const override { return tr_.peak_pool_bytes(); }
   evaluation evaluate(int64_t) override { return tr_.evaluate(); }
   seat_report report() override {

@@ -205,6 +205,30 @@ class trainer {
   std::vector<shard_snapshot> checkpoint_parts(int64_t next_step, uint64_t job_id,
                                                std::vector<std::string>& all_files);
 
+  // ---- rollback points in memory (fault_tolerance.memory_every; trainer_point.cpp) ----
+  /// At step STEP's start in the DP group `c` (this worker is c.rank() of c.size()): a
+  /// rollback point, the training state before STEP (parameters, optimizer state and steps)
+  /// and this worker's error memory as part c.rank() of the group, plus a copy of its
+  /// predecessor's part (rank - 1 mod W): one broadcast per rank, each member keeping its
+  /// predecessor's. A point of STEP held already is replaced; points older than KEEP_FROM
+  /// (the coordinator confirmed a newer one) are dropped. Throws comm_error.
+  void take_point(int64_t step, int64_t keep_from, comm::communicator& c);
+  /// Drops the points older than STEP (the coordinator's rollback target now).
+  void confirm_point(int64_t step);
+  /// Whether this worker holds the point of STEP (its own state of then).
+  bool holds_point(int64_t step) const;
+  /// A rollback to the point of STEP in the group `c`: this worker's own state from it (a
+  /// member that holds none takes a donor's afterwards), then the error memory: old part p
+  /// (of the point's group of holders.size() ranks) comes from the member at rank
+  /// holders[p] of c, its own part or its predecessor's copy. Rank R of W keeps part R bit
+  /// for bit when W is the point group's size, else the sum of parts R, R + W, ... (as a
+  /// checkpoint's parts are taken). Points other than STEP's are dropped. Returns whether
+  /// this worker's own state came from the point. Throws comm_error, cohort::error (a part
+  /// this worker was named to hold and does not).
+  bool restore_point(int64_t step, const std::vector<int32_t>& holders, comm::communicator& c);
+  /// Bytes the rollback points hold now (state and error-memory copies).
+  int64_t point_bytes() const;
+
   /// Every float of the training state a joiner needs, in one fixed order: the parameters,
   /// then each optimizer state slot (in optimizer::state() order), each num_params() long.
   /// Views straight into the live tensors (on a GPU, host copies: call state_received()
@@ -360,6 +384,18 @@ class trainer {
   };
   bool error_feedback_ = false;
   feedback kept_, next_;
+  /// A rollback point (take_point): the state before `step`, this worker's error memory as
+  /// part `own.rank` of `own.replicas`, and its predecessor's part.
+  struct memory_point {
+    int64_t step = -1;
+    std::vector<float> values;
+    std::vector<std::vector<float>> slots;  ///< optimizer::state() order
+    int64_t opt_steps = 0;
+    feedback own, pred;
+    /// Part P of the point's group, which this worker holds (own or pred); null if neither.
+    const feedback* part(int p) const;
+  };
+  std::vector<memory_point> points_;
   int replicas_ = 1;  ///< the DP group of the step (wire() sets it; 1 in one process)
   int rank_ = 0;      ///< this worker's rank in it
   int committed_replicas_ = 1, committed_rank_ = 0;  ///< the same for the last applied step

@@ -1115,6 +1115,25 @@ const std::vector<broken_case> broken = {
      "train.zero runs on the CPU in this version (set train.device: cpu, or train.zero: 0)",
      1},
     {"zero stage 4", "train:\n  zero: 4\n", {}, "cfg.yaml", 2, 9, "train.zero", "got 4", 1},
+    // --- rollback points in memory (fault_tolerance.memory_every)
+    {"rollback points without error memory",
+     "train:\n  determinism: bitwise\nfault_tolerance:\n  memory_every: 8\n",
+     {},
+     "cfg.yaml",
+     4,
+     17,
+     "fault_tolerance.memory_every",
+     "rollback points keep error-feedback memory, and this job keeps none",
+     1},
+    {"rollback points in fast mode",
+     "train:\n  optimizer: onebit_adam\nfault_tolerance:\n  memory_every: 8\n",
+     {},
+     "cfg.yaml",
+     4,
+     17,
+     "fault_tolerance.memory_every",
+     "rollback points serve bitwise jobs",
+     1},
     {"zero 2 with compression",
      "train:\n  zero: 2\ncomm:\n  compression: bf16\n",
      {},
@@ -1477,7 +1496,7 @@ TEST_CASE("dump_config prints every key of the schema, sections in a fixed order
     at = found;
   }
   const std::set<std::string> keys = key_paths(text);
-  CHECK(keys.size() == 76);
+  CHECK(keys.size() == 77);
   for (const char* k : {"cluster.workers",
                         "parallel.dp",
                         "model.hidden",
@@ -1845,7 +1864,7 @@ TEST_CASE("configs/reference.yaml is the generated reference and holds every key
     }
     previous = line;
   }
-  CHECK(keys == 75);
+  CHECK(keys == 76);
   CHECK(top_level == 1);
   // The commented examples are the language's own examples, and each of them parses.
   size_t examples = 0;

@@ -884,6 +884,130 @@ TEST_CASE(
   }
 }
 
+TEST_CASE(
+    "rollback points in memory: the group rolls back to the newest point whose parts live on") {
+  // onebit_adam in bitwise mode with fault_tolerance.memory_every: 4 (no checkpoints): each
+  // member keeps a point at steps 0 and 4 and its predecessor's error memory. Member 2 (rank
+  // 1) dies after step 5: its part is its successor's (member 3, rank 2) copy; the
+  // replacement is behind and takes a donor's state. Two neighbours lost together leave a
+  // part with no holder: a checkpoint, if any, or no rollback. A newer checkpoint wins.
+  auto onebit = [](int points, int checkpoints, int window) {
+    return load_config_text(
+        "cluster: {workers: 3}\n"
+        "train: {steps: 20, global_batch: 64, micro_batch: 16, optimizer: onebit_adam, "
+        "determinism: bitwise}\n"
+        "fault_tolerance: {commit_window: " +
+            std::to_string(window) + ", memory_every: " + std::to_string(points) +
+            ", checkpoint_every: " + std::to_string(checkpoints) + "}\n",
+        "<test>");
+  };
+  auto run_to_6 = [](training_job& job, const mb::roster& r) {
+    all_ready(job, r);
+    job_actions a;
+    for (int64_t s = 0; s < 6; ++s)
+      for (const auto& m : r.members) a = job.on_vote(r, ok_vote(m.id, r.generation, s), 0);
+    REQUIRE(job.next_step() == 6);
+    // Step 6's opening says which point is good: step 4's, every member having taken it.
+    const auto opens = sent<net::step_open>(a);
+    REQUIRE(opens.size() == 3);
+    CHECK(opens[0].second.point == 4);
+  };
+  // Members NEW replace the members of the same rank (ids 4, 5, ...), ready at step 0.
+  auto replace = [](training_job& job, const std::vector<int>& ranks) {
+    mb::roster r2 = roster_of(2, 3);
+    mb::member_id id = 4;
+    for (const int k : ranks) {
+      r2.members[static_cast<std::size_t>(k)].id = id;
+      r2.members[static_cast<std::size_t>(k)].name = "w" + std::to_string(id++);
+    }
+    std::vector<std::string> notes = job.on_generation(r2, 0).notes;
+    std::vector<std::pair<mb::member_id, net::step_open>> opens;
+    for (const auto& m : r2.members) {
+      const job_actions a = job.on_ready(r2, net::worker_ready{m.id, 2, m.id >= 4 ? 0 : 6}, 0);
+      for (const auto& o : sent<net::step_open>(a)) opens.push_back(o);
+      notes.insert(notes.end(), a.notes.begin(), a.notes.end());
+    }
+    return std::make_tuple(r2, opens, notes);
+  };
+  {
+    const config c = onebit(4, 0, 0);
+    training_job job(c, dump_config(c));
+    const mb::roster r = roster_of(1, 3);
+    run_to_6(job, r);
+    const auto [r2, opens, notes] = replace(job, {1});
+    REQUIRE(opens.size() == 3);
+    for (const auto& [to, o] : opens) {
+      CHECK(o.step == 4);
+      CHECK(o.restore == 4);
+      CHECK(o.restore_parts == std::vector<int32_t>{0, 2, 2});  // part 1 from rank 2's copy
+      CHECK(o.donor_rank == 0);  // for the replacement, which kept no point
+      CHECK(o.point == 4);       // so no member takes step 4's point again
+    }
+    CHECK(job.next_step() == 4);
+    bool said = false;
+    for (const auto& n : notes) said = said || n.find("rollback point of step 4 in memory") != std::string::npos;
+    CHECK(said);
+    // Replayed, steps open as usual; the point stays the one of the first group.
+    job_actions a;
+    for (int64_t s = 4; s < 6; ++s)
+      for (const auto& m : r2.members) a = job.on_vote(r2, ok_vote(m.id, 2, s), 0);
+    const auto next = sent<net::step_open>(a);
+    REQUIRE(next.size() == 3);
+    CHECK(next[0].second.step == 6);
+    CHECK(next[0].second.restore == -1);
+    CHECK(next[0].second.restore_parts.empty());
+  }
+  {
+    // Ranks 1 and 2 lost together: part 1's copy was on rank 2. No checkpoint: training
+    // goes on from a donor, not bit-identically, and says so.
+    const config c = onebit(4, 0, 0);
+    training_job job(c, dump_config(c));
+    run_to_6(job, roster_of(1, 3));
+    const auto [r2, opens, notes] = replace(job, {1, 2});
+    REQUIRE(opens.size() == 3);
+    CHECK(opens[0].second.step == 6);
+    CHECK(opens[0].second.restore == -1);
+    CHECK(opens[0].second.donor_rank == 0);
+    bool said = false;
+    for (const auto& n : notes) said = said || n.find("not bit-identical") != std::string::npos;
+    CHECK(said);
+  }
+  {
+    // The same with checkpoints: the checkpoint (of step 4) is the rollback.
+    const config c = onebit(4, 4, 0);
+    training_job job(c, dump_config(c));
+    job.set_checkpoints([](int64_t) { return std::optional<int64_t>(4); });
+    run_to_6(job, roster_of(1, 3));
+    const auto opens = std::get<1>(replace(job, {1, 2}));
+    REQUIRE(opens.size() == 3);
+    CHECK(opens[0].second.restore == 4);
+    CHECK(opens[0].second.restore_parts.empty());
+    CHECK(opens[0].second.donor_rank == -1);
+  }
+  {
+    // A checkpoint newer than the point is taken instead; one as old, not.
+    for (const int64_t newest : {5, 4}) {
+      const config c = onebit(4, 1, 0);
+      training_job job(c, dump_config(c));
+      job.set_checkpoints([newest](int64_t) { return std::optional<int64_t>(newest); });
+      run_to_6(job, roster_of(1, 3));
+      const auto opens = std::get<1>(replace(job, {1}));
+      REQUIRE(opens.size() == 3);
+      CHECK(opens[0].second.restore == newest);
+      CHECK(opens[0].second.restore_parts.empty() == (newest == 5));
+    }
+  }
+  {
+    // Commit windows end before each point's step: its opening says which point is good.
+    const config c = onebit(4, 0, 16);
+    training_job job(c, dump_config(c));
+    const mb::roster r = roster_of(1, 3);
+    const auto opens = sent<net::step_open>(all_ready(job, r));
+    REQUIRE(opens.size() == 3);
+    CHECK(opens[0].second.through == 3);
+  }
+}
+
 TEST_CASE("a new leader takes a running job over at the newest state its members hold") {
   const config c = job_config(3, 10);
   training_job job(c, dump_config(c));

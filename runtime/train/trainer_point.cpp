@@ -1,0 +1,166 @@
+// Rollback points in memory (fault_tolerance.memory_every, docs/compression.md "A killed
+// worker"): every K steps each DP member copies its own training state and its error memory,
+// and keeps a copy of its predecessor's error memory, so that a member lost with the memory
+// only it had is restored from its successor instead of a checkpoint on disk. The parts are
+// the checkpoint's feedback_r<R> parts, held in memory: taken back the same way at the same
+// group size (bit for bit) or another (R, R + W, ... folded).
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "runtime/comm/communicator.hpp"
+#include "runtime/core/error.hpp"
+#include "runtime/core/trace.hpp"
+#include "runtime/train/trainer.hpp"
+
+namespace cohort::train {
+
+const trainer::feedback* trainer::memory_point::part(int p) const {
+  if (own.rank == p) return &own;
+  if (pred.rank == p && !pred.worker.empty()) return &pred;
+  return nullptr;
+}
+
+void trainer::take_point(int64_t step, int64_t keep_from, comm::communicator& c) {
+  COHORT_CHECK(error_feedback_ && zero_ == nullptr);
+  const int w = c.size(), r = c.rank();
+  const auto n = static_cast<std::size_t>(model_->num_params());
+  trace::span traced("rollback point", "state", trace::track::control,
+                     trace::args({{"step", step}}));
+  // A resumed checkpoint's parts not taken yet (no compressed step since): taken now, as
+  // wire() would at this step.
+  if (pending_.replicas > 0) restore_feedback(w, r);
+  memory_point p;
+  p.step = step;
+  p.values = model_->flat_values().to_vector();
+  for (auto& [slot, t] : opt_->state()) p.slots.push_back(t.to_vector());
+  p.opt_steps = opt_->steps();
+  p.own = kept_;
+  // Kept in another group (no compressed step since it changed): its chunks are gone, as
+  // wire() would fold them at this step.
+  if (p.own.replicas != w || p.own.rank != r) p.own.fold_owner_into_sender();
+  p.own.replicas = w;
+  p.own.rank = r;
+  if (w > 1) {
+    // Each rank's part to every member; its successor keeps it.
+    const int from = (r + w - 1) % w;
+    p.pred.worker.assign(n, 0.0f);
+    p.pred.server.assign(n, 0.0f);
+    p.pred.replicas = w;
+    p.pred.rank = from;
+    std::vector<float> scratch(n);
+    for (int q = 0; q < w; ++q) {
+      for (int half = 0; half < 2; ++half) {
+        std::vector<float>& mine = half == 0 ? p.own.worker : p.own.server;
+        std::vector<float>& kept = half == 0 ? p.pred.worker : p.pred.server;
+        float* buf = q == r ? mine.data() : q == from ? kept.data() : scratch.data();
+        c.broadcast(buf, n * sizeof(float), q);
+      }
+    }
+  }
+  points_.erase(std::remove_if(points_.begin(), points_.end(),
+                               [&](const memory_point& m) {
+                                 return m.step == step || m.step < keep_from;
+                               }),
+                points_.end());
+  points_.push_back(std::move(p));
+}
+
+void trainer::confirm_point(int64_t step) {
+  points_.erase(std::remove_if(points_.begin(), points_.end(),
+                               [&](const memory_point& m) { return m.step < step; }),
+                points_.end());
+}
+
+bool trainer::holds_point(int64_t step) const {
+  return std::any_of(points_.begin(), points_.end(),
+                     [&](const memory_point& m) { return m.step == step; });
+}
+
+bool trainer::restore_point(int64_t step, const std::vector<int32_t>& holders,
+                            comm::communicator& c) {
+  COHORT_CHECK(error_feedback_ && zero_ == nullptr);
+  const int w = c.size(), r = c.rank();
+  const int old = static_cast<int>(holders.size());
+  const auto n = static_cast<std::size_t>(model_->num_params());
+  const auto it = std::find_if(points_.begin(), points_.end(),
+                               [&](const memory_point& m) { return m.step == step; });
+  const memory_point* p = it == points_.end() ? nullptr : &*it;
+  // Named the holder of a part it does not have: the coordinator and this worker disagree;
+  // said before any collective (the others' broadcasts then fail on the dropped links).
+  for (int q = 0; q < old; ++q) {
+    if (holders[static_cast<std::size_t>(q)] != r) continue;
+    if (p == nullptr || p->own.replicas != old || p->part(q) == nullptr)
+      throw cohort::error("rolling back to the point of step " + std::to_string(step) +
+                          ": named the holder of error-memory part " + std::to_string(q) +
+                          " of " + std::to_string(old) + ", which this worker does not hold");
+  }
+  trace::span traced("rollback from memory", "state", trace::track::control,
+                     trace::args({{"step", step}}));
+  bool restored = false;
+  if (p != nullptr) {
+    model_->flat_values().copy_from_host(p->values.data());
+    std::vector<std::pair<std::string, nn::tensor>> slots = opt_->state();
+    COHORT_CHECK(slots.size() == p->slots.size());
+    for (std::size_t i = 0; i < slots.size(); ++i) slots[i].second.copy_from_host(p->slots[i].data());
+    opt_->set_steps(p->opt_steps);
+    restored = true;
+  }
+  // The error memory: part q to rank q % W, moved only where its holder is another rank.
+  feedback f;
+  f.reset(n);
+  const bool same = old == w;
+  std::vector<float> worker(n), server(n);
+  for (int q = 0; q < old; ++q) {
+    const int h = holders[static_cast<std::size_t>(q)], to = q % w;
+    const feedback* src = nullptr;
+    if (h == to) {
+      if (r != to) continue;
+      src = p->part(q);
+    } else if (r == h) {
+      // Sent from the point itself (a broadcast's root only reads).
+      const feedback* mine = p->part(q);
+      c.broadcast(const_cast<float*>(mine->worker.data()), n * sizeof(float), h);
+      c.broadcast(const_cast<float*>(mine->server.data()), n * sizeof(float), h);
+      continue;
+    } else {
+      c.broadcast(worker.data(), n * sizeof(float), h);
+      c.broadcast(server.data(), n * sizeof(float), h);
+      if (r != to) continue;
+    }
+    const float* sw = src != nullptr ? src->worker.data() : worker.data();
+    const float* ss = src != nullptr ? src->server.data() : server.data();
+    if (same) {
+      std::copy(sw, sw + n, f.worker.begin());
+      std::copy(ss, ss + n, f.server.begin());
+    } else {
+      // Another group size: everything the old ranks kept becomes sender memory.
+      for (std::size_t i = 0; i < n; ++i) f.worker[i] += sw[i] + ss[i];
+    }
+  }
+  f.replicas = w;
+  f.rank = r;
+  kept_ = f;
+  next_ = std::move(f);
+  pending_ = {};
+  committed_replicas_ = w;
+  committed_rank_ = r;
+  choose_pipeline();
+  // Points after STEP are of steps about to be replayed; they are taken again.
+  points_.erase(std::remove_if(points_.begin(), points_.end(),
+                               [&](const memory_point& m) { return m.step != step; }),
+                points_.end());
+  return restored;
+}
+
+int64_t trainer::point_bytes() const {
+  std::size_t floats = 0;
+  for (const memory_point& m : points_) {
+    floats += m.values.size() + m.own.worker.size() + m.own.server.size() + m.pred.worker.size() +
+              m.pred.server.size();
+    for (const auto& s : m.slots) floats += s.size();
+  }
+  return static_cast<int64_t>(floats * sizeof(float));
+}
+
+}  // namespace cohort::train
