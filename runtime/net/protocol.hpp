@@ -441,10 +441,13 @@ struct step_vote {
   /// Failed because training state is gone from memory (train.zero: a shard whose holders
   /// all left at once): the coordinator rolls every member back to the last checkpoint.
   bool lost_state = false;
+  /// The step took a rollback point (fault_tolerance.memory_every): its ring (rank at each
+  /// position; the copy of a rank's error memory is at the next position). Empty: none.
+  std::vector<int32_t> point_ring = {};
   template <class S>
   static auto fields(S& s) {
     return std::tie(s.member_id, s.generation, s.step, s.ok, s.fatal, s.unreachable, s.applied,
-                    s.reason, s.loss_rows, s.rows, s.timing, s.lost_state);
+                    s.reason, s.loss_rows, s.rows, s.timing, s.lost_state, s.point_ring);
   }
 };
 

@@ -16,6 +16,7 @@
 #include "runtime/ckpt/checkpoint_dir.hpp"
 #include "runtime/comm/buckets.hpp"
 #include "runtime/comm/comm_error.hpp"
+#include "runtime/comm/shm_comm.hpp"
 #include "runtime/core/config.hpp"
 #include "runtime/core/error.hpp"
 #include "runtime/core/paths.hpp"
@@ -180,6 +181,15 @@ void replica_step::restore(const net::step_open& o) {
   spdlog::info("dp group: rolled back to {} (step {})", dir, next_step_);
 }
 
+uint64_t replica_step::host_key() const {
+  // As the transports tell "same host": comm.host_id, else the detected identity.
+  const std::string host =
+      cfg_->comm.host_id == "auto" ? comm::host_identity() : cfg_->comm.host_id;
+  uint64_t key = 1469598103934665603ull;  // FNV-1a
+  for (unsigned char ch : host) key = (key ^ ch) * 1099511628211ull;
+  return key;
+}
+
 // A rollback to the point in memory of step o.restore (fault_tolerance.memory_every): a
 // member that kept it takes its own state back; the lost members' error memory comes from
 // their successors' copies (trainer::restore_point); a member without the point takes a
@@ -209,7 +219,7 @@ void replica_step::restore_from_memory(const net::step_open& o, net::step_timing
 // fault_tolerance.memory_every: at a point's step, every member of the group keeps one
 // (its state, its error memory and its predecessor's), before the step computes anything;
 // the coordinator counts it once the step commits (training_job::commit).
-void replica_step::take_point(const net::step_open& o, net::step_timing& t) {
+void replica_step::take_point(const net::step_open& o, net::step_vote& v, net::step_timing& t) {
   const int64_t every = cfg_->fault_tolerance.memory_every;
   train::trainer* w = seat_->whole_model();
   // A step replayed from its own point (o.point is it) takes none: the point holds already.
@@ -218,7 +228,7 @@ void replica_step::take_point(const net::step_open& o, net::step_timing& t) {
     return;
   const auto ts = io_.now();
   const comm::comm_traffic before = links_.traffic();
-  w->take_point(o.step, o.point, *links_.comm);
+  v.point_ring = w->take_point(o.step, o.point, *links_.comm, host_key());
   ++t.points;
   t.point_us += micros(io_.now() - ts);
   t.point_bytes += links_.traffic().received - before.received;
@@ -278,7 +288,7 @@ void replica_step::run_step(const net::step_open& o, int rank, net::step_vote& v
   if (next_step_ != o.step)
     refuse("this worker holds the state of step " + std::to_string(next_step_) + ", not " +
            std::to_string(o.step));
-  take_point(o, t);
+  take_point(o, v, t);
   const auto t1 = io_.now();
   t.setup_us = micros(t1 - t0);
   // The micro-batches this rank computes: the coordinator's shares (train.balance) or the

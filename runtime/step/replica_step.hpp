@@ -142,7 +142,10 @@ class replica_step {
   /// each part of its error memory).
   void restore_from_memory(const net::step_open& o, net::step_timing& t);
   /// At a step of fault_tolerance.memory_every: every member keeps a rollback point.
-  void take_point(const net::step_open& o, net::step_timing& t);
+  void take_point(const net::step_open& o, net::step_vote& v, net::step_timing& t);
+  /// This worker's host as the transports tell "same host" (comm.host_id, else the detected
+  /// identity), hashed: what the rings of the zero shards and of the points place by.
+  uint64_t host_key() const;
   void run_step(const net::step_open& o, int rank, net::step_vote& v, net::step_timing& t);
   void commit(const pending_step& p);
   std::string checkpoint(int64_t step);

@@ -10,7 +10,6 @@
 #include "runtime/comm/buckets.hpp"
 #include "runtime/comm/comm_error.hpp"
 #include "runtime/comm/communicator.hpp"
-#include "runtime/comm/shm_comm.hpp"
 #include "runtime/core/trace.hpp"
 #include "runtime/step/balance.hpp"
 #include "runtime/step/replica_step.hpp"
@@ -31,13 +30,8 @@ void replica_step::reshard(train::trainer& z, const net::step_open& o, net::step
   if (resharded_generation_ == o.generation && o.restore < 0) return;
   const auto ts = io_.now();
   const auto trace_ts = trace::now_ns();
-  // The host, as the transports tell "same host" (comm.host_id, else the detected identity):
-  // the ring places a shard's two copies on different hosts where it can.
-  const std::string host =
-      cfg_->comm.host_id == "auto" ? comm::host_identity() : cfg_->comm.host_id;
-  uint64_t key = 1469598103934665603ull;  // FNV-1a
-  for (unsigned char ch : host) key = (key ^ ch) * 1099511628211ull;
-  const train::zero_reshard r = z.reshard(*links_.comm, o.step, next_step_, key);
+  // The ring places a shard's two copies on different hosts where it can.
+  const train::zero_reshard r = z.reshard(*links_.comm, o.step, next_step_, host_key());
   resharded_generation_ = o.generation;
   next_step_ = o.step;
   if (!r.ran || (r.moved_elements == 0 && r.bytes_received == 0 && r.bytes_sent == 0))

@@ -100,16 +100,37 @@ bool training_job::rolls_back() const {
           cfg_.fault_tolerance.memory_every > 0);
 }
 
+void training_job::note_point_ring(const net::step_vote& v) {
+  if (!open_ || v.point_ring.empty() || !open_->point_ring.empty()) return;
+  // A permutation of the step's ranks, or nothing (a vote that says otherwise is not used).
+  const std::size_t w = open_->votes.size();
+  if (v.point_ring.size() != w) return;
+  std::vector<bool> seen(w, false);
+  for (const int32_t k : v.point_ring) {
+    if (k < 0 || static_cast<std::size_t>(k) >= w || seen[static_cast<std::size_t>(k)]) return;
+    seen[static_cast<std::size_t>(k)] = true;
+  }
+  open_->point_ring = v.point_ring;
+}
+
 std::optional<std::vector<int32_t>> training_job::point_holders(const mb::roster& r) const {
   if (point_.step < 0) return std::nullopt;
   const int w = point_.replicas;
   std::vector<int32_t> now(static_cast<std::size_t>(w), -1);
   for (const auto& [id, rank] : point_.ranks)
     if (const mb::member* m = r.find(id)) now[static_cast<std::size_t>(rank)] = m->rank;
+  // Who keeps the copy of each rank's part: the next rank on the point's ring.
+  std::vector<int> copy_at(static_cast<std::size_t>(w));
+  for (int p = 0; p < w; ++p) {
+    const bool ring = static_cast<int>(point_.ring.size()) == w;
+    const int at = ring ? point_.ring[static_cast<std::size_t>(p)] : p;
+    const int next = ring ? point_.ring[static_cast<std::size_t>((p + 1) % w)] : (p + 1) % w;
+    copy_at[static_cast<std::size_t>(at)] = next;
+  }
   std::vector<int32_t> holders(static_cast<std::size_t>(w), -1);
   for (int p = 0; p < w; ++p) {
     int32_t h = now[static_cast<std::size_t>(p)];
-    if (h < 0 && w > 1) h = now[static_cast<std::size_t>((p + 1) % w)];
+    if (h < 0 && w > 1) h = now[static_cast<std::size_t>(copy_at[static_cast<std::size_t>(p)])];
     if (h < 0) return std::nullopt;
     holders[static_cast<std::size_t>(p)] = h;
   }
@@ -368,6 +389,7 @@ job_actions training_job::on_vote(const mb::roster& r, const net::step_vote& v, 
   auto it = open_->votes.find(v.member_id);
   if (it == open_->votes.end() || it->second) return out;
   const mb::member* m = r.find(v.member_id);
+  if (v.ok) note_point_ring(v);
   if (!v.ok) {
     const std::string why =
         (m != nullptr ? who(*m) : "member " + std::to_string(v.member_id)) + " failed: " + v.reason;
@@ -441,6 +463,7 @@ job_actions training_job::on_applied(const mb::roster& r, const net::step_vote& 
   auto voted = open_->votes.find(v.member_id);
   if (voted == open_->votes.end()) return out;
   measure(v);
+  if (v.step == open_->step) note_point_ring(v);
   // A member that applied step s applied every step of the window before it (a vote that
   // a lost frame overtook is counted by the later one, without its loss).
   auto [at, fresh] = open_->reached.emplace(v.member_id, v.step);
@@ -487,6 +510,7 @@ void training_job::commit(const mb::roster& r, int64_t step, double loss, double
     point_.replicas = static_cast<int>(open_->votes.size());
     point_.ranks.clear();
     for (const auto& [id, sent] : open_->sent) point_.ranks[id] = sent.rank;
+    point_.ring = open_->point_ring;
   }
   last_voters_.clear();
   for (const auto& [id, ok] : open_->votes) {

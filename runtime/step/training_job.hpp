@@ -228,7 +228,10 @@ class training_job {
     std::map<mb::member_id, net::step_open> sent;  ///< what each member was sent (resends)
     double loss_rows = 0;
     int64_t rows = 0;
+    std::vector<int32_t> point_ring;  ///< a vote's point_ring at a point's step
   };
+  /// Keeps V's point_ring in the open step when it is a ring of the step's ranks.
+  void note_point_ring(const net::step_vote& v);
 
   job_actions try_open(const mb::roster& r, double now_s);
   /// pp * tp > 1: the opens of a step over the whole replicas (docs/pipeline.md,
@@ -299,6 +302,9 @@ class training_job {
     int64_t step = -1;
     int replicas = 0;
     std::map<mb::member_id, int> ranks;
+    /// The point's ring (its votes' point_ring): the copy of rank RING[P]'s error memory is
+    /// at rank RING[P + 1] (ranks of then). Empty: the ranks' order.
+    std::vector<int32_t> ring;
   } point_;
   bool keeps_points() const { return rolls_back() && cfg_.fault_tolerance.memory_every > 0; }
   /// For a rollback to point_ with the members of R: for each part p of its error memory,

@@ -206,13 +206,17 @@ class trainer {
                                                std::vector<std::string>& all_files);
 
   // ---- rollback points in memory (fault_tolerance.memory_every; trainer_point.cpp) ----
-  /// At step STEP's start in the DP group `c` (this worker is c.rank() of c.size()): a
-  /// rollback point, the training state before STEP (parameters, optimizer state and steps)
-  /// and this worker's error memory as part c.rank() of the group, plus a copy of its
-  /// predecessor's part (rank - 1 mod W): one broadcast per rank, each member keeping its
-  /// predecessor's. A point of STEP held already is replaced; points older than KEEP_FROM
-  /// (the coordinator confirmed a newer one) are dropped. Throws comm_error.
-  void take_point(int64_t step, int64_t keep_from, comm::communicator& c);
+  /// At step STEP's start in the DP group `c` (this worker is c.rank() of c.size(), on host
+  /// HOST: any key, equal for the ranks of one host): a rollback point, the training state
+  /// before STEP (parameters, optimizer state and steps) and this worker's error memory as
+  /// part c.rank() of the group, plus a copy of its predecessor's part on the ring of hosts
+  /// (ring_of_hosts of the members' hosts: the copy is on another host wherever the hosts'
+  /// sizes allow). One broadcast per rank, each member keeping its predecessor's. A point of
+  /// STEP held already is replaced; points older than KEEP_FROM (the coordinator confirmed
+  /// a newer one) are dropped. Returns the ring (RING[P]: the rank at position P; the copy
+  /// of rank RING[P]'s part is at RING[P + 1 mod W]). Throws comm_error.
+  std::vector<int32_t> take_point(int64_t step, int64_t keep_from, comm::communicator& c,
+                                  uint64_t host);
   /// Drops the points older than STEP (the coordinator's rollback target now).
   void confirm_point(int64_t step);
   /// Whether this worker holds the point of STEP (its own state of then).

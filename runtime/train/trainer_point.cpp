@@ -12,6 +12,7 @@
 #include "runtime/core/error.hpp"
 #include "runtime/core/trace.hpp"
 #include "runtime/train/trainer.hpp"
+#include "runtime/train/zero_shards.hpp"
 
 namespace cohort::train {
 
@@ -21,7 +22,8 @@ const trainer::feedback* trainer::memory_point::part(int p) const {
   return nullptr;
 }
 
-void trainer::take_point(int64_t step, int64_t keep_from, comm::communicator& c) {
+std::vector<int32_t> trainer::take_point(int64_t step, int64_t keep_from, comm::communicator& c,
+                                         uint64_t host) {
   COHORT_CHECK(error_feedback_ && zero_ == nullptr);
   const int w = c.size(), r = c.rank();
   const auto n = static_cast<std::size_t>(model_->num_params());
@@ -41,9 +43,16 @@ void trainer::take_point(int64_t step, int64_t keep_from, comm::communicator& c)
   if (p.own.replicas != w || p.own.rank != r) p.own.fold_owner_into_sender();
   p.own.replicas = w;
   p.own.rank = r;
+  // The members' hosts: the copy goes to the next member on the ring of hosts, on another
+  // host wherever the hosts' sizes allow (the zero shards' ring, zero_shards.hpp).
+  std::vector<uint64_t> hosts(static_cast<std::size_t>(w));
+  c.allgather(&host, hosts.data(), sizeof host);
+  const std::vector<int> ring = ring_of_hosts(hosts);
+  const auto at = static_cast<std::size_t>(
+      std::find(ring.begin(), ring.end(), r) - ring.begin());
   if (w > 1) {
-    // Each rank's part to every member; its successor keeps it.
-    const int from = (r + w - 1) % w;
+    // Each rank's part to every member; its successor on the ring keeps it.
+    const int from = ring[(at + ring.size() - 1) % ring.size()];
     p.pred.worker.assign(n, 0.0f);
     p.pred.server.assign(n, 0.0f);
     p.pred.replicas = w;
@@ -64,6 +73,7 @@ void trainer::take_point(int64_t step, int64_t keep_from, comm::communicator& c)
                                }),
                 points_.end());
   points_.push_back(std::move(p));
+  return std::vector<int32_t>(ring.begin(), ring.end());
 }
 
 void trainer::confirm_point(int64_t step) {
@@ -86,8 +96,17 @@ bool trainer::restore_point(int64_t step, const std::vector<int32_t>& holders,
   const auto it = std::find_if(points_.begin(), points_.end(),
                                [&](const memory_point& m) { return m.step == step; });
   const memory_point* p = it == points_.end() ? nullptr : &*it;
-  // Named the holder of a part it does not have: the coordinator and this worker disagree;
-  // said before any collective (the others' broadcasts then fail on the dropped links).
+  // Named the holder of a part it does not have, or a rank the group has not: the
+  // coordinator and this worker disagree; said before any collective (the others'
+  // broadcasts then fail on the dropped links).
+  for (const int32_t h : holders)
+    if (h < 0 || h >= w)
+      throw cohort::error("rolling back to the point of step " + std::to_string(step) +
+                          ": a part's holder is rank " + std::to_string(h) + ", not one of the " +
+                          std::to_string(w) + " ranks of the group");
+  if (old == 0)
+    throw cohort::error("rolling back to the point of step " + std::to_string(step) +
+                        ": no part of its error memory is named");
   for (int q = 0; q < old; ++q) {
     if (holders[static_cast<std::size_t>(q)] != r) continue;
     if (p == nullptr || p->own.replicas != old || p->part(q) == nullptr)

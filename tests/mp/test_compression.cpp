@@ -216,7 +216,9 @@ TEST_CASE("onebit_adam goes on through a change of size and a killed worker") {
   CHECK(f["communication"]["compressed_bytes_per_step"].get<double>() > 0);
 }
 
-TEST_CASE("onebit_adam resumed at the same size ends on the uninterrupted run's bits") {
+TEST_CASE(
+    "onebit_adam resumed at the same size ends on the uninterrupted run's bits, and rollback "
+    "points in memory do what the checkpoint did") {
   // 3 workers in bitwise mode, the variance frozen after step 4, a checkpoint every 8 steps:
   // each holds the model's shard and every rank's error memory (feedback_r0..2). The run is
   // cut after step 16 (its later checkpoint removed, as a kill of the whole job would leave
@@ -263,6 +265,49 @@ TEST_CASE("onebit_adam resumed at the same size ends on the uninterrupted run's 
   const double lw = whole["final_loss"], lf = fewer["final_loss"];
   CHECK(std::isfinite(lf));
   CHECK(lf == doctest::Approx(lw).epsilon(0.15));
+
+  // Rollback points in memory stand in for the checkpoints (fault_tolerance.memory_every: 8,
+  // no checkpoint but the last): rank 1 killed at step 20, its memory is its successor's
+  // copy in the point of step 16. Replaced, the run ends on the whole run's bits; not
+  // replaced, the two left take the three parts regrouped, as the resume at 2 did from the
+  // checkpoint of step 16, and end on its bits. (Without the points both runs end elsewhere:
+  // checked when this test was written.)
+  auto killed = [&](const std::vector<std::string>& more, const std::string& tag) {
+    std::filesystem::remove_all(dir.path() + "/ckpt");
+    const std::string out = dir.path() + "/" + tag + ".json";
+    std::vector<std::string> args = {"launch", cfg, "-q", "--summary", out, "--set",
+                                     "cluster.workers=3", "--set",
+                                     "fault_tolerance.checkpoint_every=0", "--set",
+                                     "fault_tolerance.memory_every=8", "--inject",
+                                     "kill rank=1 at step=20"};
+    for (const std::string& x : onebit) args.insert(args.end(), {"--set", x});
+    for (const std::string& x : more) args.insert(args.end(), {"--set", x});
+    child_process p(args, dir.path(), tag);
+    const auto code = p.wait_exit(milliseconds(120000));
+    REQUIRE_MESSAGE(code.has_value(), "launch did not finish: " << p.err());
+    REQUIRE_MESSAGE(*code == 0, p.out() << p.err());
+    CHECK(p.err().find("rollback point of step 16 in memory: every member rolls back to it") !=
+          std::string::npos);
+    const nlohmann::json k = read_json(out);
+    REQUIRE(k.is_object());
+    CHECK(k["params_consistent"] == true);
+    CHECK_MESSAGE(events_of(k, "kill").size() == 1, k["events"].dump());
+    // Every worker there from the start took the points of steps 0, 8, 16, and 16 again.
+    for (const auto& w : k["workers"]) {
+      if (w["steps"].get<int>() < 24) continue;  // the replacement
+      CHECK(w["rollback_points"]["taken"].get<int>() >= 4);
+      CHECK(w["rollback_points"]["held_bytes"].get<int64_t>() > 0);
+      CHECK(w["rollback_points"]["bytes_received"].get<int64_t>() > 0);
+    }
+    return k;
+  };
+  const nlohmann::json replaced = killed({}, "mem_replaced");
+  CHECK(replaced["dp"] == 3);
+  CHECK(replaced["params_sha256"] == whole["params_sha256"]);
+  const nlohmann::json shrunk =
+      killed({"elastic.respawn=false", "elastic.min_workers=2"}, "mem_shrunk");
+  CHECK(shrunk["dp"] == 2);
+  CHECK(shrunk["params_sha256"] == fewer["params_sha256"]);
 }
 
 TEST_CASE(

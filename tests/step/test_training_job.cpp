@@ -998,6 +998,24 @@ TEST_CASE(
     }
   }
   {
+    // The points' votes say their ring (the hosts take turns: ranks 0, 2, 1): the copy of
+    // rank 1's part is at rank 0, its successor on that ring.
+    const config c = onebit(4, 0, 0);
+    training_job job(c, dump_config(c));
+    const mb::roster r = roster_of(1, 3);
+    all_ready(job, r);
+    for (int64_t s = 0; s < 6; ++s)
+      for (const auto& m : r.members) {
+        net::step_vote v = ok_vote(m.id, r.generation, s);
+        if (s % 4 == 0) v.point_ring = {0, 2, 1};
+        job.on_vote(r, v, 0);
+      }
+    const auto opens = std::get<1>(replace(job, {1}));
+    REQUIRE(opens.size() == 3);
+    CHECK(opens[0].second.restore == 4);
+    CHECK(opens[0].second.restore_parts == std::vector<int32_t>{0, 0, 2});
+  }
+  {
     // Commit windows end before each point's step: its opening says which point is good.
     const config c = onebit(4, 0, 16);
     training_job job(c, dump_config(c));
