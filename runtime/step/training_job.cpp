@@ -300,10 +300,14 @@ job_actions training_job::try_open(const mb::roster& r, double now_s) {
                           std::to_string(restore) +
                           ": every member rolls back to it and the steps since are replayed");
       next_step_ = restore;
+      // A point after the checkpoint lost a part (else it would be the rollback): the
+      // replay takes that step's point again.
+      if (point_.step > restore) point_ = {};
     } else {
       out.notes.push_back("step " + std::to_string(next_step_) +
                           ": no checkpoint holds the lost member's error-feedback memory: "
                           "training goes on without it (not bit-identical from here)");
+      point_ = {};  // of a run that differs from here on: never to be gone back to
     }
   }
   // Members behind the job (a worker that rejoined after being declared dead) get the

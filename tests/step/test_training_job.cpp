@@ -971,6 +971,9 @@ TEST_CASE(
     bool said = false;
     for (const auto& n : notes) said = said || n.find("not bit-identical") != std::string::npos;
     CHECK(said);
+    // That point belongs to a run that went otherwise: the next opening names none, so the
+    // members take the point of step 8 afresh.
+    CHECK(opens[0].second.point == -1);
   }
   {
     // The same with checkpoints: the checkpoint (of step 4) is the rollback.
