@@ -68,8 +68,9 @@ std::vector<key_spec> runtime_keys() {
        "predecessor's error memory, sent at that step's start. A worker lost with memory only "
        "it had rolls the group back to the point without a checkpoint on disk (the newer of "
        "the point and the last checkpoint is taken); the run still ends on the uninterrupted "
-       "run's bits. Costs a copy of the state and two of the memory per worker, and each "
-       "rank's memory broadcast to the group once per point (docs/compression.md). 0: off."},
+       "run's bits. Costs per worker two points' memory (each a copy of the state and two "
+       "error memories: 7 floats a parameter with onebit_adam), and each rank's memory "
+       "broadcast to the group once per point (docs/compression.md). 0: off."},
       {"fault_tolerance",
        "checkpoint_dir",
        COHORT_FIELD(fault_tolerance.checkpoint_dir),

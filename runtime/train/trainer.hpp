@@ -230,7 +230,8 @@ class trainer {
   /// this worker's own state came from the point. Throws comm_error, cohort::error (a part
   /// this worker was named to hold and does not).
   bool restore_point(int64_t step, const std::vector<int32_t>& holders, comm::communicator& c);
-  /// Bytes the rollback points hold now (state and error-memory copies).
+  /// Bytes the rollback points hold now (state and error-memory copies, and the storage of
+  /// a dropped one kept for the next).
   int64_t point_bytes() const;
 
   /// Every float of the training state a joiner needs, in one fixed order: the parameters,
@@ -400,6 +401,12 @@ class trainer {
     const feedback* part(int p) const;
   };
   std::vector<memory_point> points_;
+  /// A dropped point's storage, which the next take_point writes into (its pages are in
+  /// RAM: a fresh point's would fault on every page, most of a point's time).
+  memory_point spare_;
+  std::vector<float> point_scratch_;  ///< take_point receives the parts it does not keep here
+  /// Drops the points GONE says, keeping one's storage as spare_.
+  void drop_points(const std::function<bool(const memory_point&)>& gone);
   int replicas_ = 1;  ///< the DP group of the step (wire() sets it; 1 in one process)
   int rank_ = 0;      ///< this worker's rank in it
   int committed_replicas_ = 1, committed_rank_ = 0;  ///< the same for the last applied step

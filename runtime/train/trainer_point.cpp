@@ -5,6 +5,7 @@
 // the checkpoint's feedback_r<R> parts, held in memory: taken back the same way at the same
 // group size (bit for bit) or another (R, R + W, ... folded).
 #include <algorithm>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,17 @@
 #include "runtime/train/zero_shards.hpp"
 
 namespace cohort::train {
+
+namespace {
+
+// T's elements into INTO, whose storage is reused when it has room (a recycled point's:
+// its pages are in RAM already, where fresh ones would cost a page fault each).
+void copy_out(const nn::tensor& t, std::vector<float>& into) {
+  into.resize(static_cast<std::size_t>(t.numel()));
+  if (t.numel() > 0) t.dev().to_host(into.data(), t.data(), t.bytes());
+}
+
+}  // namespace
 
 const trainer::feedback* trainer::memory_point::part(int p) const {
   if (own.rank == p) return &own;
@@ -32,10 +44,13 @@ std::vector<int32_t> trainer::take_point(int64_t step, int64_t keep_from, comm::
   // A resumed checkpoint's parts not taken yet (no compressed step since): taken now, as
   // wire() would at this step.
   if (pending_.replicas > 0) restore_feedback(w, r);
-  memory_point p;
+  memory_point p = std::move(spare_);
+  spare_ = {};
   p.step = step;
-  p.values = model_->flat_values().to_vector();
-  for (auto& [slot, t] : opt_->state()) p.slots.push_back(t.to_vector());
+  copy_out(model_->flat_values(), p.values);
+  std::vector<std::pair<std::string, nn::tensor>> slots = opt_->state();
+  p.slots.resize(slots.size());
+  for (std::size_t i = 0; i < slots.size(); ++i) copy_out(slots[i].second, p.slots[i]);
   p.opt_steps = opt_->steps();
   p.own = kept_;
   // Kept in another group (no compressed step since it changed): its chunks are gone, as
@@ -53,11 +68,12 @@ std::vector<int32_t> trainer::take_point(int64_t step, int64_t keep_from, comm::
   if (w > 1) {
     // Each rank's part to every member; its successor on the ring keeps it.
     const int from = ring[(at + ring.size() - 1) % ring.size()];
-    p.pred.worker.assign(n, 0.0f);
-    p.pred.server.assign(n, 0.0f);
+    p.pred.worker.resize(n);  // every element is written by the broadcasts below
+    p.pred.server.resize(n);
     p.pred.replicas = w;
     p.pred.rank = from;
-    std::vector<float> scratch(n);
+    std::vector<float>& scratch = point_scratch_;  // the parts this member does not keep
+    scratch.resize(n);
     for (int q = 0; q < w; ++q) {
       for (int half = 0; half < 2; ++half) {
         std::vector<float>& mine = half == 0 ? p.own.worker : p.own.server;
@@ -66,20 +82,28 @@ std::vector<int32_t> trainer::take_point(int64_t step, int64_t keep_from, comm::
         c.broadcast(buf, n * sizeof(float), q);
       }
     }
+  } else {
+    p.pred = {};  // a group of one keeps no copy (nor a recycled point's)
   }
-  points_.erase(std::remove_if(points_.begin(), points_.end(),
-                               [&](const memory_point& m) {
-                                 return m.step == step || m.step < keep_from;
-                               }),
-                points_.end());
+  drop_points([&](const memory_point& m) { return m.step == step || m.step < keep_from; });
   points_.push_back(std::move(p));
   return std::vector<int32_t>(ring.begin(), ring.end());
 }
 
+void trainer::drop_points(const std::function<bool(const memory_point&)>& gone) {
+  for (auto it = points_.begin(); it != points_.end();) {
+    if (!gone(*it)) {
+      ++it;
+      continue;
+    }
+    // One dropped point's storage is kept for the next point to write into.
+    if (spare_.values.empty()) spare_ = std::move(*it);
+    it = points_.erase(it);
+  }
+}
+
 void trainer::confirm_point(int64_t step) {
-  points_.erase(std::remove_if(points_.begin(), points_.end(),
-                               [&](const memory_point& m) { return m.step < step; }),
-                points_.end());
+  drop_points([&](const memory_point& m) { return m.step < step; });
 }
 
 bool trainer::holds_point(int64_t step) const {
@@ -166,19 +190,20 @@ bool trainer::restore_point(int64_t step, const std::vector<int32_t>& holders,
   committed_rank_ = r;
   choose_pipeline();
   // Points after STEP are of steps about to be replayed; they are taken again.
-  points_.erase(std::remove_if(points_.begin(), points_.end(),
-                               [&](const memory_point& m) { return m.step != step; }),
-                points_.end());
+  drop_points([&](const memory_point& m) { return m.step != step; });
   return restored;
 }
 
 int64_t trainer::point_bytes() const {
   std::size_t floats = 0;
-  for (const memory_point& m : points_) {
-    floats += m.values.size() + m.own.worker.size() + m.own.server.size() + m.pred.worker.size() +
-              m.pred.server.size();
-    for (const auto& s : m.slots) floats += s.size();
-  }
+  auto add = [&floats](const memory_point& m) {
+    floats += m.values.capacity() + m.own.worker.capacity() + m.own.server.capacity() +
+              m.pred.worker.capacity() + m.pred.server.capacity();
+    for (const auto& s : m.slots) floats += s.capacity();
+  };
+  for (const memory_point& m : points_) add(m);
+  add(spare_);
+  floats += point_scratch_.capacity();
   return static_cast<int64_t>(floats * sizeof(float));
 }
 
