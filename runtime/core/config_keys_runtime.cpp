@@ -67,8 +67,8 @@ std::vector<key_spec> runtime_keys() {
        "rollback point in memory, its own state and error memory and a copy of its "
        "predecessor's error memory, sent at that step's start. A worker lost with memory only "
        "it had rolls the group back to the point without a checkpoint on disk (the newer of "
-       "the point and the last checkpoint is taken); the run still ends on the uninterrupted "
-       "run's bits. Costs per worker two points' memory (each a copy of the state and two "
+       "the point and the last checkpoint is taken); at the same group size the run still "
+       "ends on the uninterrupted run's bits (at another, the memory is regrouped). Costs per worker two points' memory (each a copy of the state and two "
        "error memories: 7 floats a parameter with onebit_adam), and each rank's memory "
        "broadcast to the group once per point (docs/compression.md). 0: off."},
       {"fault_tolerance",

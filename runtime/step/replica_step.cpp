@@ -288,7 +288,6 @@ void replica_step::run_step(const net::step_open& o, int rank, net::step_vote& v
   if (next_step_ != o.step)
     refuse("this worker holds the state of step " + std::to_string(next_step_) + ", not " +
            std::to_string(o.step));
-  take_point(o, v, t);
   const auto t1 = io_.now();
   t.setup_us = micros(t1 - t0);
   // The micro-batches this rank computes: the coordinator's shares (train.balance) or the
@@ -299,6 +298,7 @@ void replica_step::run_step(const net::step_open& o, int rank, net::step_vote& v
   } catch (const std::exception& e) {
     refuse(e.what());
   }
+  take_point(o, v, t);  // its own figure (point_us), not the step's setup
   seat_->begin_step();
   comm::bucket_engine& engine = *links_.engine;
   if (engine.type() == comm::grad_type::f32) engine.set_wire(seat_->wire(o.replicas, rank));

@@ -278,9 +278,8 @@ job_actions training_job::try_open(const mb::roster& r, double now_s) {
   std::vector<int32_t> restore_parts;
   if (rollback_) {
     rollback_ = false;
-    const std::optional<int64_t> c =
-        cfg_.fault_tolerance.checkpoint_every > 0 && checkpoints_ ? checkpoints_(next_step_)
-                                                                  : std::nullopt;
+    // (The lookup also knows the checkpoint the run resumed from, checkpoints on or not.)
+    const std::optional<int64_t> c = checkpoints_ ? checkpoints_(next_step_) : std::nullopt;
     const auto parts = keeps_points() ? point_holders(r) : std::nullopt;
     if (parts && (!c || point_.step >= *c)) {
       restore = point_.step;
@@ -300,9 +299,10 @@ job_actions training_job::try_open(const mb::roster& r, double now_s) {
                           std::to_string(restore) +
                           ": every member rolls back to it and the steps since are replayed");
       next_step_ = restore;
-      // A point after the checkpoint lost a part (else it would be the rollback): the
-      // replay takes that step's point again.
-      if (point_.step > restore) point_ = {};
+      // A point that lost a part stays unusable (its holders do not come back), and one
+      // after the checkpoint is ahead of the replay: either way the replay takes that step's
+      // point again.
+      if (!parts || point_.step > restore) point_ = {};
     } else {
       out.notes.push_back("step " + std::to_string(next_step_) +
                           ": no checkpoint holds the lost member's error-feedback memory: "
@@ -509,7 +509,10 @@ void training_job::commit(const mb::roster& r, int64_t step, double loss, double
   next_step_ = step + 1;
   // Every member of the step took its rollback point (docs/compression.md): it is the one
   // to roll back to now. A step replayed from its own point took none.
-  if (keeps_points() && step % cfg_.fault_tolerance.memory_every == 0 && point_.step != step) {
+  // (Without the ring, which travels in the point step's votes, a group of several cannot
+  // say who holds which copy: the older point stays the good one.)
+  if (keeps_points() && step % cfg_.fault_tolerance.memory_every == 0 && point_.step != step &&
+      (open_->votes.size() == 1 || !open_->point_ring.empty())) {
     point_.step = step;
     point_.replicas = static_cast<int>(open_->votes.size());
     point_.ranks.clear();

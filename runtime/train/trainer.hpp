@@ -211,9 +211,9 @@ class trainer {
   /// before STEP (parameters, optimizer state and steps) and this worker's error memory as
   /// part c.rank() of the group, plus a copy of its predecessor's part on the ring of hosts
   /// (ring_of_hosts of the members' hosts: the copy is on another host wherever the hosts'
-  /// sizes allow). One broadcast per rank, each member keeping its predecessor's. A point of
-  /// STEP held already is replaced; points older than KEEP_FROM (the coordinator confirmed
-  /// a newer one) are dropped. Returns the ring (RING[P]: the rank at position P; the copy
+  /// sizes allow). One broadcast per rank, each member keeping its predecessor's. Every
+  /// other point but KEEP_FROM's (the one the coordinator holds good; -1: none) is dropped,
+  /// so at most two are held. Returns the ring (RING[P]: the rank at position P; the copy
   /// of rank RING[P]'s part is at RING[P + 1 mod W]). Throws comm_error.
   std::vector<int32_t> take_point(int64_t step, int64_t keep_from, comm::communicator& c,
                                   uint64_t host);

@@ -85,7 +85,9 @@ std::vector<int32_t> trainer::take_point(int64_t step, int64_t keep_from, comm::
   } else {
     p.pred = {};  // a group of one keeps no copy (nor a recycled point's)
   }
-  drop_points([&](const memory_point& m) { return m.step == step || m.step < keep_from; });
+  // Kept: the point the coordinator holds good (KEEP_FROM), the one it may name next. One
+  // it never counted (a step a resync passed over) will not be named: dropped.
+  drop_points([&](const memory_point& m) { return m.step != keep_from; });
   points_.push_back(std::move(p));
   return std::vector<int32_t>(ring.begin(), ring.end());
 }

@@ -901,11 +901,16 @@ TEST_CASE(
             ", checkpoint_every: " + std::to_string(checkpoints) + "}\n",
         "<test>");
   };
+  // The votes of a point's step say its ring: on one host, the ranks' order.
   auto run_to_6 = [](training_job& job, const mb::roster& r) {
     all_ready(job, r);
     job_actions a;
     for (int64_t s = 0; s < 6; ++s)
-      for (const auto& m : r.members) a = job.on_vote(r, ok_vote(m.id, r.generation, s), 0);
+      for (const auto& m : r.members) {
+        net::step_vote v = ok_vote(m.id, r.generation, s);
+        if (s % 4 == 0) v.point_ring = {0, 1, 2};
+        a = job.on_vote(r, v, 0);
+      }
     REQUIRE(job.next_step() == 6);
     // Step 6's opening says which point is good: step 4's, every member having taken it.
     const auto opens = sent<net::step_open>(a);
@@ -986,6 +991,21 @@ TEST_CASE(
     CHECK(opens[0].second.restore == 4);
     CHECK(opens[0].second.restore_parts.empty());
     CHECK(opens[0].second.donor_rank == -1);
+    CHECK(opens[0].second.point == -1);  // that point lost a part: the replay takes it again
+  }
+  {
+    // A point's step whose votes said no ring (a window whose point-step votes were all
+    // lost) is not counted: who holds which copy is not known. The good point stays none.
+    const config c = onebit(4, 0, 0);
+    training_job job(c, dump_config(c));
+    const mb::roster r = roster_of(1, 3);
+    all_ready(job, r);
+    job_actions a;
+    for (int64_t s = 0; s < 6; ++s)
+      for (const auto& m : r.members) a = job.on_vote(r, ok_vote(m.id, r.generation, s), 0);
+    const auto opens = sent<net::step_open>(a);
+    REQUIRE(opens.size() == 3);
+    CHECK(opens[0].second.point == -1);
   }
   {
     // A checkpoint newer than the point is taken instead; one as old, not.
