@@ -94,6 +94,13 @@ struct replica_io {
 class replica_step {
  public:
   using clock_type = replica_io::clock_type;
+  /// A step this worker cannot run as opened: a comm_error (invalid) naming WHY, which
+  /// fails the step and drops the links.
+  [[noreturn]] static void refuse(const std::string& why);
+  /// D in whole microseconds (the step_timing figures).
+  static uint64_t micros(clock_type::duration d) {
+    return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(d).count());
+  }
   /// SHARED: through it the worker actor aborts the links when a newer generation comes.
   replica_step(replica_io io, std::shared_ptr<dp_group_shared> shared);
   /// Aborts and drops the links (uninstalling them from the shared handle).

@@ -17,12 +17,6 @@
 
 namespace cohort::step {
 
-namespace {
-uint64_t micros(replica_step::clock_type::duration d) {
-  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(d).count());
-}
-}  // namespace
-
 // Once per generation (and after a rollback loaded a checkpoint): every member says what
 // it holds, and the state is re-cut for this group. A member behind the step (a joiner)
 // holds the step's state afterwards, as a donor's transfer would have left it.
