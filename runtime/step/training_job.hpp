@@ -311,6 +311,11 @@ class training_job {
   /// the rank in R of a member holding it (p's own member, else its successor, which kept a
   /// copy); nullopt when a part's two holders are both gone.
   std::optional<std::vector<int32_t>> point_holders(const mb::roster& r) const;
+  /// The rollback the next open carries (rollback_ set): the step every member goes back to
+  /// (-1: none, training goes on without the lost memory), with PARTS the holders of a
+  /// point's error memory when it is a point in memory (empty: a checkpoint); notes in OUT.
+  /// Sets next_step_ to it. (training_job_rollback.cpp)
+  int64_t roll_back(const mb::roster& r, std::vector<int32_t>& parts, job_actions& out);
   std::optional<open_state> open_;
   int replicas_ = 0;
   double first_open_s_ = -1;

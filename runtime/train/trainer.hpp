@@ -386,6 +386,9 @@ class trainer {
     /// What was kept as a chunk owner joins what is kept as a sender (the chunks moved to
     /// others); the total is unchanged.
     void fold_owner_into_sender();
+    /// Another rank's part of another group size (W, S: its sender and owner memory, N
+    /// each) joins this sender memory: all of it, the chunks being others now.
+    void fold_in(const float* w, const float* s);
   };
   bool error_feedback_ = false;
   feedback kept_, next_;

@@ -29,6 +29,10 @@ void trainer::feedback::fold_owner_into_sender() {
   }
 }
 
+void trainer::feedback::fold_in(const float* w, const float* s) {
+  for (std::size_t i = 0; i < worker.size(); ++i) worker[i] += w[i] + s[i];
+}
+
 void trainer::restore_feedback(int replicas, int rank) {
   const auto n = static_cast<std::size_t>(model_->num_params());
   feedback f;
@@ -47,7 +51,7 @@ void trainer::restore_feedback(int replicas, int rank) {
     std::vector<float> w(n), s(n);
     for (int part = rank; part < pending_.replicas; part += replicas) {
       load(part, w.data(), s.data());
-      for (std::size_t i = 0; i < n; ++i) f.worker[i] += w[i] + s[i];
+      f.fold_in(w.data(), s.data());
     }
   }
   f.replicas = replicas;

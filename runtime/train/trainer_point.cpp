@@ -179,8 +179,7 @@ bool trainer::restore_point(int64_t step, const std::vector<int32_t>& holders,
       std::copy(sw, sw + n, f.worker.begin());
       std::copy(ss, ss + n, f.server.begin());
     } else {
-      // Another group size: everything the old ranks kept becomes sender memory.
-      for (std::size_t i = 0; i < n; ++i) f.worker[i] += sw[i] + ss[i];
+      f.fold_in(sw, ss);  // another group size: all the old ranks kept is sender memory
     }
   }
   f.replicas = w;
