@@ -138,15 +138,25 @@ void check_hierarchical_exit(child_process& w) {
 
 // One job of CFG with four workers, rank i on host HOSTS[i] (each registered before the
 // next starts); its summary.
+// Workers TAG-<i>-h<host> joined to C one after the other, worker i on HOSTS[i] as rank i.
+std::vector<std::unique_ptr<child_process>> join_on_hosts(const bed& b, const temp_dir& dir,
+                                                          const coordinator& c,
+                                                          const std::string& tag,
+                                                          const std::vector<int>& hosts) {
+  std::vector<std::unique_ptr<child_process>> ws;
+  for (std::size_t i = 0; i < hosts.size(); ++i)
+    ws.push_back(join_as(b, hosts[i], dir, c,
+                         tag + "-" + std::to_string(i) + "-h" + std::to_string(hosts[i]),
+                         static_cast<int>(i)));
+  return ws;
+}
+
 nlohmann::json run_on_hosts(const bed& b, const temp_dir& dir, const std::string& cfg,
                             const std::vector<int>& hosts, std::vector<std::string> extra,
                             const std::string& tag) {
   extra.insert(extra.end(), {"--set", "cluster.workers=4"});
   coordinator c(b, dir, cfg, extra, tag + "-");
-  std::vector<std::unique_ptr<child_process>> ws;
-  for (int i = 0; i < 4; ++i)
-    ws.push_back(join_as(b, hosts[i], dir, c,
-                         tag + "-" + std::to_string(i) + "-h" + std::to_string(hosts[i]), i));
+  std::vector<std::unique_ptr<child_process>> ws = join_on_hosts(b, dir, c, tag, hosts);
   const nlohmann::json s = c.finish();
   for (auto& w : ws) check_hierarchical_exit(*w);
   return s;
@@ -495,11 +505,7 @@ TEST_CASE(
   extra.insert(extra.end(),
                {"--set", "cluster.workers=4", "--inject", "kill worker=k-3-h3 at step=20"});
   coordinator c(b, dir, cfg, extra, "k-");
-  std::vector<std::unique_ptr<child_process>> ws;
-  const std::vector<int> hosts = {2, 2, 3, 3};
-  for (int i = 0; i < 4; ++i)
-    ws.push_back(join_as(b, hosts[i], dir, c,
-                         "k-" + std::to_string(i) + "-h" + std::to_string(hosts[i]), i));
+  std::vector<std::unique_ptr<child_process>> ws = join_on_hosts(b, dir, c, "k", {2, 2, 3, 3});
   const auto killed = ws[3]->wait_exit(run_timeout);
   REQUIRE(killed.has_value());
   CHECK(*killed != 0);
@@ -535,11 +541,7 @@ TEST_CASE(
                              "kill worker=m-2-h3 at step=20", "--inject",
                              "kill worker=m-3-h3 at step=20"});
   coordinator c(b, dir, cfg, extra, "m-");
-  std::vector<std::unique_ptr<child_process>> ws;
-  const std::vector<int> hosts = {2, 2, 3, 3};
-  for (int i = 0; i < 4; ++i)
-    ws.push_back(join_as(b, hosts[i], dir, c,
-                         "m-" + std::to_string(i) + "-h" + std::to_string(hosts[i]), i));
+  std::vector<std::unique_ptr<child_process>> ws = join_on_hosts(b, dir, c, "m", {2, 2, 3, 3});
   for (int i = 2; i < 4; ++i) {
     const auto killed = ws[static_cast<std::size_t>(i)]->wait_exit(run_timeout);
     REQUIRE(killed.has_value());
