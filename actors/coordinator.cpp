@@ -15,6 +15,7 @@
 #include "runtime/core/config.hpp"
 #include "runtime/core/faults.hpp"
 #include "runtime/core/process.hpp"
+#include "runtime/net/relay.hpp"
 
 namespace cohort::actors {
 
@@ -292,6 +293,18 @@ net::status_reply make_status(self_ptr self, uint64_t request_id) {
   return out;
 }
 
+// Whether the worker named NAME (a member, or a registration waiting in the join window)
+// reached this coordinator through the host agent AGENT.
+bool relays_member(const coordinator_state& st, const std::string& agent, const std::string& name) {
+  if (const auto* m = st.roster.find_name(name)) {
+    const auto it = st.peer_of.find(m->id);
+    if (it != st.peer_of.end() && net::relayed_by(it->second, agent)) return true;
+  }
+  return std::any_of(st.joiners.begin(), st.joiners.end(), [&](const auto& j) {
+    return j.name == name && net::relayed_by(j.peer, agent);
+  });
+}
+
 void on_pong(self_ptr self, const std::string& peer, const net::pong& p) {
   auto& st = self->state;
   if (!st.bench || peer != st.bench->peer || p.seq != st.bench->seq) return;
@@ -332,10 +345,15 @@ void on_inbound(self_ptr self, const net::sender& from, const net::message& m) {
             on_new_generation(self);
           }
         } else if constexpr (std::is_same_v<T, net::exit_notice>) {
-          // Only the launcher sees its children exit, and it always names the pid it reaped.
-          if (st.launcher.empty() || peer != st.launcher || x.pid <= 0) {
+          // Only the launcher sees its children exit, and it always names the pid it reaped;
+          // a host agent speaks for the workers it relays only (its children, or one it
+          // found hung).
+          const bool from_launcher = !st.launcher.empty() && peer == st.launcher;
+          const bool from_agent = st.agents.count(peer) != 0 && relays_member(st, peer, x.name);
+          if (!(from_launcher || from_agent) || x.pid <= 0) {
             warn_peer(self, "exit notice for '" + x.name +
-                                "' ignored: not from the launcher, or without a pid");
+                                "' ignored: not from the launcher or the worker's host agent, "
+                                "or without a pid");
             return;
           }
           // A worker that died while its registration waited in the join window.
@@ -344,7 +362,9 @@ void on_inbound(self_ptr self, const net::sender& from, const net::message& m) {
               std::remove_if(js.begin(), js.end(),
                              [&](const auto& j) { return j.name == x.name && j.pid == x.pid; }),
               js.end());
-          const std::string detail = proc::describe_exit_code(x.exit_code);
+          const std::string detail = x.exit_code == net::exit_code_hung
+                                         ? "silent past the timeout at its host agent (hung)"
+                                         : proc::describe_exit_code(x.exit_code);
           if (adopt(self, mb::on_exit_notice_by_name(st.roster, now(self), x.name, x.pid, detail,
                                                      st.opts.membership))) {
             on_new_generation(self);

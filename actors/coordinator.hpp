@@ -45,6 +45,8 @@ struct coordinator_io {
   std::function<void(const std::string& peer, const net::message& m)> send;
   std::function<void(const std::string& peer)> admit;      ///< peer may send more than register
   std::function<void(const std::string& peer)> forget;     ///< optional: back to register only
+  /// Optional: PEER, a host agent, may relay its workers' frames (zmq_bridge::allow_relay).
+  std::function<void(const std::string& peer)> relay;
   std::function<std::vector<net::counter>()> drop_counts;  ///< optional
   std::function<mb::mono_time()> clock;                    ///< optional: steady_clock::now
   /// Optional: where the bridge thread answers live members' heartbeats itself (the actor
@@ -58,6 +60,8 @@ struct coordinator_io {
 /// Clients (ctl calls, benchmark drivers) the coordinator remembers at once: ZeroMQ never says
 /// when one is gone, so the oldest registration is forgotten beyond this (never the launcher).
 inline constexpr size_t max_clients = 256;
+/// Host agents the coordinator keeps at once (one per host: far above any job's hosts).
+inline constexpr size_t max_agents = 65536;
 
 /// Timing and limits of the coordinator.
 struct coordinator_options {
@@ -150,6 +154,9 @@ struct coordinator_state {
   std::vector<mb::member_id> announced;              ///< members of the last announced generation
   std::unordered_map<mb::member_id, uint64_t> held;  ///< generation each member was last told
   std::string launcher;  ///< the client registered as "launch" (starts workers on scale)
+  /// Host agents ("agent-HOST" clients, docs/agent.md): never forgotten as clients are; each
+  /// may report the exits of the workers it relays.
+  std::unordered_set<std::string> agents;
   std::unordered_map<uint64_t, kv_waiter> kv_waiters;  ///< store request id -> requester
   uint64_t next_kv_id = 1;
   int64_t step = 0;  ///< next training step (the job's), 0 without a job
@@ -201,6 +208,11 @@ class coordinator_node {
   void cut_off(uint32_t ms);
 
  private:
+  // A host agent's host_beat, on the bridge thread: each entry as its worker's heartbeat
+  // (recorded in BEATS when the table answers it, else to TARGET as a heartbeat).
+  static void on_host_beat(const net::sender& from, const net::host_beat& hb,
+                           net::heartbeat_table* beats, net::zmq_bridge* bridge,
+                           const caf::actor& target);
   step::link_cut cut_;
   std::unique_ptr<caf::actor_system_config> caf_cfg_;
   std::unique_ptr<caf::actor_system> system_;

@@ -10,6 +10,7 @@
 
 #include "actors/coordinator.hpp"
 #include "actors/coordinator_internal.hpp"
+#include "runtime/net/relay.hpp"
 
 namespace cohort::actors {
 
@@ -88,6 +89,22 @@ void register_client(self_ptr self, const std::string& peer, const net::register
     return;
   }
   st.io.admit(peer);
+  if (net::is_agent_name(r.name)) {
+    // A host agent (with keys, the bridge let only a launcher key's connection register
+    // so): kept for the run, as the launcher is; bounded like the roster it relays.
+    if (st.agents.size() >= max_agents && !st.agents.count(peer)) {
+      send(self, peer, net::register_reject{"agent refused: " + std::to_string(max_agents) +
+                                            " host agents are registered already"});
+      if (st.io.forget) st.io.forget(peer);
+      return;
+    }
+    if (st.agents.insert(peer).second)
+      spdlog::info("coordinator: host agent '{}' registered (pid {})", r.name, r.pid);
+    if (st.io.relay) st.io.relay(peer);
+    net::register_ok ok = ok_for(self, nullptr);
+    ok.name = r.name;
+    return send(self, peer, ok);
+  }
   if (st.clients.insert(peer).second) st.client_order.push_back(peer);
   if (r.name == "launch") st.launcher = peer;
   // Each `cohort ctl` call is a new client: keep the newest, so that a stream of them (or

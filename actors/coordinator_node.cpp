@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "actors/coordinator.hpp"
+#include "runtime/net/relay.hpp"
 
 namespace cohort::actors {
 
@@ -35,6 +36,9 @@ coordinator_node::coordinator_node(coordinator_options opts, const std::string& 
   };
   io.admit = [this](const std::string& peer) {
     if (auto* b = out_.load()) b->admit(peer);
+  };
+  io.relay = [this](const std::string& peer) {
+    if (auto* b = out_.load()) b->allow_relay(peer);
   };
   io.forget = [this](const std::string& peer) {
     if (auto* b = out_.load()) b->forget(peer);
@@ -77,6 +81,12 @@ coordinator_node::coordinator_node(coordinator_options opts, const std::string& 
           const std::string& peer = from.peer;
           if (cut_.down()) return;          // injected cut (partition coordinator)
           auto* self_bridge = out_.load();  // null until the constructor is done
+          if (const auto* hb = std::get_if<net::host_beat>(&m)) {
+            // A host agent's beat (only a registered agent's passes the bridge): each entry is
+            // its worker's heartbeat, the frame the agent's own (docs/agent.md).
+            on_host_beat(from, *hb, beats.get(), self_bridge, target);
+            return;
+          }
           if (const auto* hb = std::get_if<net::heartbeat>(&m);
               hb != nullptr && beats && self_bridge != nullptr) {
             if (const auto g = beats->on_beat(peer, hb->member_id, hb->generation,
@@ -101,6 +111,31 @@ coordinator_node::coordinator_node(coordinator_options opts, const std::string& 
     throw;
   }
   out_ = bridge_.get();
+}
+
+void coordinator_node::on_host_beat(const net::sender& from, const net::host_beat& hb,
+                                    net::heartbeat_table* beats, net::zmq_bridge* bridge,
+                                    const caf::actor& target) {
+  const auto now = std::chrono::steady_clock::now();
+  if (beats != nullptr) beats->on_relay_beat(from.peer, now);
+  // The frame is the agent's; each entry is its worker's, under the worker's own name.
+  const std::optional<net::key_role> role =
+      from.role ? std::optional<net::key_role>(net::key_role::worker) : std::nullopt;
+  for (const auto& e : hb.beats) {
+    if (e.worker.empty() || e.worker.size() > 255) continue;
+    std::string peer = net::relay_peer(from.peer, e.worker);
+    if (beats != nullptr && bridge != nullptr) {
+      // All of one host's entries share its frame's time: a lost host's workers fall silent
+      // together and leave in one change.
+      if (const auto g = beats->on_beat(peer, e.member_id, e.generation, now, false)) {
+        if (e.generation < *g) bridge->reply(peer, net::heartbeat_ack{e.member_id, *g, e.seq, false});
+        continue;
+      }
+    }
+    caf::anon_send(target, co_in_atom::value, net::sender{std::move(peer), role},
+                   net::message{net::heartbeat{e.member_id, e.generation, e.seq, false}});
+  }
+  if (hb.want_ack && bridge != nullptr) bridge->reply(from.peer, net::host_beat_ack{hb.seq});
 }
 
 coordinator_node::~coordinator_node() {

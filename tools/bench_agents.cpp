@@ -21,12 +21,14 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 #include <zmq.hpp>
+#include <zmq_addon.hpp>
 
 #include "runtime/core/process.hpp"
 #include "actors/worker.hpp"
@@ -34,6 +36,7 @@
 #include "runtime/core/error.hpp"
 #include "runtime/net/codec.hpp"
 #include "runtime/net/curve.hpp"
+#include "runtime/net/relay.hpp"
 #include "runtime/net/zmq_bridge.hpp"
 #include "tools/bench_util.hpp"
 
@@ -72,16 +75,19 @@ proc_usage usage_of(pid_t pid) {
   return u;
 }
 
+// Workers the simulation runs: one per agent, or per_host per host agent.
+int workers(const agents_options& o) { return o.agents * std::max(1, o.per_host); }
+
 // The coordinator as a child process; killed and reaped on destruction.
 class coordinator_child {
  public:
   coordinator_child(const agents_options& o, const std::string& dir)
       : log_(dir + "/coordinator.log"), keep_(o.coordinator_log) {
     std::vector<std::string> args{
-        "coordinator", "--control-only", "--set", "cluster.workers=" + std::to_string(o.agents),
+        "coordinator", "--control-only", "--set", "cluster.workers=" + std::to_string(workers(o)),
         "--set",
         // A control-only job still passes the config's checks: one sample per replica.
-        "train.global_batch=" + std::to_string(o.agents), "--set", "train.micro_batch=1", "--set",
+        "train.global_batch=" + std::to_string(workers(o)), "--set", "train.micro_batch=1", "--set",
         "fault_tolerance.heartbeat_ms=" + std::to_string(o.heartbeat_ms), "--set",
         "fault_tolerance.timeout_ms=" + std::to_string(o.timeout_ms)};
     if (o.secure) args.insert(args.end(), {"--keys", dir + "/keys"});
@@ -199,8 +205,21 @@ class status_poller {
   std::thread thread_;
 };
 
+// A worker behind a simulated host agent: the agent speaks for it with [rid, frame].
+struct relayed_worker {
+  std::string rid;
+  std::string name;
+  uint64_t member_id = 0;
+  uint64_t generation = 0;
+  uint64_t seq = 0;
+  bool registered = false;
+};
+
 struct agent {
   std::unique_ptr<zmq::socket_t> sock;
+  // per_host > 0: a host agent: its own registration (as agent-NAME) and its workers.
+  bool host_registered = false;
+  std::vector<relayed_worker> workers;
   std::string name;
   uint64_t member_id = 0;
   uint64_t generation = 0;  ///< the newest the coordinator told it
@@ -214,7 +233,8 @@ struct agent {
 struct traffic {
   uint64_t roster_frames = 0;
   uint64_t roster_bytes = 0;
-  uint64_t heartbeats = 0;
+  uint64_t heartbeats = 0;  ///< heartbeat frames (host beats with per_host)
+  uint64_t relayed_beats = 0;  ///< workers' beats inside host beats
   uint64_t rejoins = 0;        ///< heartbeat_acks that said rejoin_required
   uint64_t rejects = 0;        ///< register_rejects
   uint64_t send_failures = 0;  ///< frames the agent's socket would not queue
@@ -229,6 +249,12 @@ class agent_pool {
     for (int i = 0; i < o.agents; ++i) {
       agent& a = agents_[static_cast<size_t>(i)];
       a.name = "agent-" + std::to_string(i);
+      for (int w = 0; w < o.per_host; ++w) {
+        relayed_worker rw;
+        rw.rid = "w" + std::to_string(w);
+        rw.name = "h" + std::to_string(i) + "-w" + std::to_string(w);
+        a.workers.push_back(std::move(rw));
+      }
       a.sock = std::make_unique<zmq::socket_t>(ctx_, zmq::socket_type::dealer);
       a.sock->set(zmq::sockopt::linger, 0);
       a.sock->set(zmq::sockopt::routing_id, net::make_identity(a.name));
@@ -259,7 +285,10 @@ class agent_pool {
   /// Every agent registers, at once (a burst, as a job's workers start).
   void register_all() {
     for (auto& a : agents_) {
-      send(a, net::register_request{net::peer_role::worker, a.name, getpid()});
+      if (opts_.per_host > 0)
+        send(a, net::register_request{net::peer_role::client, a.name, getpid()});
+      else
+        send(a, net::register_request{net::peer_role::worker, a.name, getpid()});
       // ZeroMQ signals a socket's fd only once a read found it empty: read (nothing) now,
       // so that the answer wakes epoll.
       drain(a);
@@ -282,7 +311,18 @@ class agent_pool {
   /// or cut-off worker). Returns their member ids.
   std::vector<uint64_t> stop_some(int k) {
     std::vector<uint64_t> ids;
+    int hosts = 0;
     for (auto& a : agents_) {
+      if (opts_.per_host > 0) {
+        // A host stops as a whole (its agent stopped): every worker of it goes silent.
+        if (hosts == k) break;
+        if (!a.host_registered) continue;
+        a.stopped = true;
+        ++hosts;
+        for (const auto& w : a.workers)
+          if (w.registered) ids.push_back(w.member_id);
+        continue;
+      }
       if (static_cast<int>(ids.size()) == k) break;
       if (!a.registered) continue;
       a.stopped = true;
@@ -297,14 +337,21 @@ class agent_pool {
   /// The newest generation any agent was told of.
   uint64_t max_generation() const {
     uint64_t g = 0;
-    for (const auto& a : agents_) g = std::max(g, a.generation);
+    for (const auto& a : agents_) {
+      g = std::max(g, a.generation);
+      for (const auto& w : a.workers) g = std::max(g, w.generation);
+    }
     return g;
   }
   /// Generations the live (not stopped) agents hold: one entry when they agree.
   std::set<uint64_t> live_generations() const {
     std::set<uint64_t> g;
-    for (const auto& a : agents_)
-      if (!a.stopped && a.registered) g.insert(a.generation);
+    for (const auto& a : agents_) {
+      if (a.stopped) continue;
+      if (a.registered) g.insert(a.generation);
+      for (const auto& w : a.workers)
+        if (w.registered) g.insert(w.generation);
+    }
     return g;
   }
   /// When each of the stopped ids was first missing from a roster a live agent received.
@@ -321,6 +368,61 @@ class agent_pool {
     // late: counted, so a run that lost registrations or beats says so.
     if (!a.sock->send(zmq::buffer(frame), zmq::send_flags::dontwait)) ++counts_.send_failures;
   }
+  // A relayed worker's frame: [rid, frame], as the agent's relay sends it.
+  void send_for(agent& a, const relayed_worker& w, const net::message& m) {
+    const std::string frame = net::encode(m);
+    const bool ok = a.sock->send(zmq::buffer(w.rid), zmq::send_flags::sndmore | zmq::send_flags::dontwait) &&
+                    a.sock->send(zmq::buffer(frame), zmq::send_flags::dontwait);
+    if (!ok) ++counts_.send_failures;
+  }
+  void register_worker(agent& a, relayed_worker& w) {
+    w.registered = false;
+    send_for(a, w, net::register_request{net::peer_role::worker, w.name, getpid()});
+  }
+  // A host agent's period: one host_beat listing every registered worker.
+  void host_beat(agent& a) {
+    net::host_beat hb;
+    hb.seq = ++a.seq;
+    hb.want_ack = a.seq % 4 == 1;
+    for (auto& w : a.workers) {
+      if (!w.registered) continue;
+      hb.beats.push_back(net::relayed_beat{w.rid, w.member_id, w.generation, ++w.seq});
+    }
+    counts_.relayed_beats += hb.beats.size();
+    send(a, hb);
+  }
+  // What arrived for worker RID of host agent A.
+  void on_relayed(agent& a, std::string_view rid, std::string_view frame, size_t bytes) {
+    relayed_worker* w = nullptr;
+    for (auto& x : a.workers)
+      if (x.rid == rid) w = &x;
+    if (w == nullptr) return;
+    net::decoded d = net::decode(frame, 64u << 20);
+    if (!d.ok()) return;
+    if (const auto* ok = std::get_if<net::register_ok>(&d.msg)) {
+      w->registered = true;
+      w->member_id = ok->member_id;
+      w->generation = std::max(w->generation, ok->generation);
+    } else if (const auto* ru = std::get_if<net::roster_update>(&d.msg)) {
+      ++counts_.roster_frames;
+      counts_.roster_bytes += bytes;
+      w->generation = std::max(w->generation, ru->generation);
+      if (!a.stopped && !watched_.empty()) {
+        const auto now = clock_type::now();
+        for (uint64_t id : ru->left)
+          if (watched_.count(id) != 0) seen_gone_.emplace(id, now);
+      }
+    } else if (const auto* ack = std::get_if<net::heartbeat_ack>(&d.msg)) {
+      if (ack->rejoin_required && ack->member_id == w->member_id && !a.stopped) {
+        ++counts_.rejoins;
+        register_worker(a, *w);
+      } else if (ack->generation > w->generation) {
+        w->generation = ack->generation;
+      }
+    } else if (std::holds_alternative<net::register_reject>(d.msg)) {
+      ++counts_.rejects;
+    }
+  }
 
   // Sends the heartbeats due, then reads what arrived, waiting at most until the next one.
   void step() {
@@ -328,6 +430,17 @@ class agent_pool {
     const auto period = milliseconds(opts_.heartbeat_ms);
     auto next_due = now + milliseconds(5);
     for (auto& a : agents_) {
+      if (opts_.per_host > 0 && a.host_registered && !a.stopped) {
+        if (a.next_beat <= now) {
+          host_beat(a);
+          ++counts_.heartbeats;
+          a.next_beat += period;
+          if (a.next_beat <= now) a.next_beat = now + period;
+          drain(a);
+        }
+        next_due = std::min(next_due, a.next_beat);
+        continue;
+      }
       if (!a.registered || a.stopped) continue;
       if (a.next_beat <= now) {
         // As a worker with the default coordinator timeout asks: one answer in eight.
@@ -352,6 +465,7 @@ class agent_pool {
   }
 
   void drain(agent& a) {
+    if (opts_.per_host > 0) return drain_host(a);
     zmq::message_t m;
     while (a.sock->recv(m, zmq::recv_flags::dontwait)) {
       const std::string_view frame(m.data<char>(), m.size());
@@ -405,6 +519,32 @@ class agent_pool {
     }
   }
 
+  void drain_host(agent& a) {
+    std::vector<zmq::message_t> parts;
+    while (true) {
+      parts.clear();
+      if (!zmq::recv_multipart(*a.sock, std::back_inserter(parts), zmq::recv_flags::dontwait))
+        break;
+      if (parts.size() == 2) {
+        on_relayed(a, parts[0].to_string_view(),
+                   std::string_view(parts[1].data<char>(), parts[1].size()), parts[1].size());
+        continue;
+      }
+      net::decoded d = net::decode(std::string_view(parts.back().data<char>(), parts.back().size()),
+                                   64u << 20);
+      if (!d.ok()) continue;
+      if (std::holds_alternative<net::register_ok>(d.msg) && !a.host_registered) {
+        a.host_registered = true;
+        a.next_beat = clock_type::now() +
+                      milliseconds(static_cast<int64_t>(opts_.heartbeat_ms) *
+                                   static_cast<int64_t>(&a - agents_.data()) / opts_.agents);
+        for (auto& w : a.workers) register_worker(a, w);
+      } else if (std::holds_alternative<net::register_reject>(d.msg)) {
+        ++counts_.rejects;
+      }
+    }
+  }
+
   agents_options opts_;
   zmq::context_t ctx_;
   std::vector<agent> agents_;
@@ -422,8 +562,9 @@ nlohmann::json run_agents_bench(const agents_options& o) {
   std::unique_ptr<net::client_keys> worker_keys, admin_keys;
   if (o.secure) {
     net::write_job_keys(scratch.path() + "/keys");
-    worker_keys = std::make_unique<net::client_keys>(
-        net::load_client_keys(scratch.path() + "/keys", net::key_role::worker));
+    // Host agents hold the launcher key; workers on their own, the worker key.
+    worker_keys = std::make_unique<net::client_keys>(net::load_client_keys(
+        scratch.path() + "/keys", o.per_host > 0 ? net::key_role::launcher : net::key_role::worker));
     admin_keys = std::make_unique<net::client_keys>(
         net::load_client_keys(scratch.path() + "/keys", net::key_role::admin));
   }
@@ -433,6 +574,8 @@ nlohmann::json run_agents_bench(const agents_options& o) {
   nlohmann::json r{
       {"bench", "control agents"},
       {"agents", o.agents},
+      {"per_host", o.per_host},
+      {"workers", workers(o)},
       {"heartbeat_ms", o.heartbeat_ms},
       {"timeout_ms", o.timeout_ms},
       {"ack_every",
@@ -447,7 +590,7 @@ nlohmann::json run_agents_bench(const agents_options& o) {
   const auto t0 = clock_type::now();
   pool.register_all();
   const bool formed =
-      pool.run_until(o.form_limit_s, [&] { return status.view().alive == o.agents; });
+      pool.run_until(o.form_limit_s, [&] { return status.view().alive == workers(o); });
   const status_view at_form = status.view();
   const traffic form = pool.counts();
   r["form"] = {{"formed", formed},
@@ -484,6 +627,7 @@ nlohmann::json run_agents_bench(const agents_options& o) {
       {"seconds", steady_s},
       {"heartbeats", steady.heartbeats},
       {"heartbeats_per_s", static_cast<double>(steady.heartbeats) / steady_s},
+      {"relayed_beats_per_s", static_cast<double>(steady.relayed_beats) / steady_s},
       {"send_failures", steady.send_failures},
       {"coordinator_cpu_share", (u1.cpu_s - u0.cpu_s) / steady_s},
       {"coordinator_cpu_ms_per_1000_heartbeats",
@@ -507,7 +651,7 @@ nlohmann::json run_agents_bench(const agents_options& o) {
   const double limit = 10.0 * o.timeout_ms / 1000.0 + 5.0;
   const bool seen = pool.run_until(limit, [&] {
     return pool.seen_gone().size() == ids.size() && pool.live_generations().size() == 1 &&
-           status.view().alive == o.agents - k;
+           status.view().alive == workers(o) - static_cast<int>(ids.size());
   });
   // The last roster of the change may still be on its way to some survivors.
   pool.run_until(2.0 * o.heartbeat_ms / 1000.0, [] { return false; });
@@ -518,6 +662,7 @@ nlohmann::json run_agents_bench(const agents_options& o) {
   const summary seen_at = summarize(seen_ns);
   const traffic stop = pool.counts();
   r["stop"] = {{"stopped", k},
+               {"workers_stopped", ids.size()},
                {"settled", seen},
                {"seen_ms_p50", seen_at.p50_us / 1e3},
                {"seen_ms_p99", seen_at.p99_us / 1e3},
@@ -531,10 +676,152 @@ nlohmann::json run_agents_bench(const agents_options& o) {
   return r;
 }
 
+namespace {
+
+// Live members by name -> pid, from one status answer; nullopt when none came.
+std::optional<std::map<std::string, int64_t>> alive_members(net::sync_client& c, uint64_t id) {
+  try {
+    const net::message m =
+        c.request(net::status_request{id}, net::msg_type::status_reply, milliseconds(2000));
+    std::map<std::string, int64_t> out;
+    for (const auto& w : std::get<net::status_reply>(m).workers)
+      if (w.member.state == net::member_state::alive) out[w.member.name] = w.member.pid;
+    return out;
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+// One setup: K workers (under an agent, or direct), N kills. Returns the detection times (ns).
+nlohmann::json kills_run(const agents_options& o, int kills, bool agent, const std::string& dir) {
+  agents_options co = o;
+  co.agents = 1;
+  coordinator_child coord(co, dir);
+  const int k = std::max(1, o.per_host);
+  const std::string keys = dir + "/keys";
+  const int devnull = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
+  std::vector<pid_t> children;
+  auto start_direct = [&](const std::string& name) {
+    std::vector<std::string> args{"worker", "--join", coord.endpoint(), "--name", name};
+    if (o.secure) args.insert(args.end(), {"--keys", keys});
+    children.push_back(proc::spawn_self(args, devnull, devnull));
+  };
+  if (agent) {
+    std::vector<std::string> args{"agent", "--join", coord.endpoint(), "--workers",
+                                  std::to_string(k), "--host", "bench"};
+    if (o.secure)
+      args.insert(args.end(), {"--keys", keys});
+    else
+      args.push_back("--insecure");
+    children.push_back(proc::spawn_self(args, devnull, devnull));
+  } else {
+    for (int i = 0; i < k; ++i) start_direct("direct-" + std::to_string(i));
+  }
+  std::unique_ptr<net::client_keys> admin;
+  if (o.secure)
+    admin = std::make_unique<net::client_keys>(net::load_client_keys(keys, net::key_role::admin));
+  net::sync_client status(coord.endpoint(), 64u << 20, net::make_identity("bench-kills"),
+                          admin.get());
+  uint64_t id = 1;
+  auto wait_all = [&](double seconds) {
+    const auto end = clock_type::now() + std::chrono::duration_cast<clock_type::duration>(
+                                             std::chrono::duration<double>(seconds));
+    while (clock_type::now() < end) {
+      const auto a = alive_members(status, id++);
+      if (a && static_cast<int>(a->size()) == k) return *a;
+      std::this_thread::sleep_for(milliseconds(20));
+    }
+    return std::map<std::string, int64_t>{};
+  };
+  std::vector<uint64_t> seen_ns;
+  int missed = 0;
+  for (int i = 0; i < kills; ++i) {
+    auto alive = wait_all(30);
+    if (alive.empty()) {
+      ++missed;
+      break;
+    }
+    // The victims go round the workers.
+    auto it = alive.begin();
+    std::advance(it, i % static_cast<int>(alive.size()));
+    const std::string victim = it->first;
+    const pid_t pid = static_cast<pid_t>(it->second);
+    const auto t0 = clock_type::now();
+    ::kill(pid, SIGKILL);
+    bool gone = false;
+    while (clock_type::now() - t0 < std::chrono::seconds(10)) {
+      const auto a = alive_members(status, id++);
+      if (a && a->count(victim) == 0) {
+        gone = true;
+        break;
+      }
+    }
+    if (gone)
+      seen_ns.push_back(static_cast<uint64_t>(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(clock_type::now() - t0).count()));
+    else
+      ++missed;
+    if (!agent) {
+      ::waitpid(pid, nullptr, 0);
+      children.erase(std::remove(children.begin(), children.end(), pid), children.end());
+      start_direct(victim);
+    }
+  }
+  for (pid_t c : children) ::kill(c, SIGKILL);
+  for (pid_t c : children) ::waitpid(c, nullptr, 0);
+  if (devnull >= 0) ::close(devnull);
+  const summary sm = summarize(seen_ns);
+  return {{"path", agent ? "agent" : "direct"},
+          {"kills", seen_ns.size()},
+          {"missed", missed},
+          {"seen_ms_p50", sm.p50_us / 1e3},
+          {"seen_ms_p99", sm.p99_us / 1e3},
+          {"seen_ms_max", seen_ns.empty() ? 0.0
+                                          : static_cast<double>(*std::max_element(
+                                                seen_ns.begin(), seen_ns.end())) / 1e6}};
+}
+
+}  // namespace
+
+nlohmann::json run_kills_bench(const agents_options& o, int kills) {
+  if (kills < 1) throw usage_error("--kills: at least 1");
+  const scratch_dir scratch("bench-kills");
+  if (o.secure) net::write_job_keys(scratch.path() + "/keys");
+  nlohmann::json r{{"bench", "control kills"},
+                   {"kills", kills},
+                   {"per_host", std::max(1, o.per_host)},
+                   {"heartbeat_ms", o.heartbeat_ms},
+                   {"timeout_ms", o.timeout_ms},
+                   {"security", o.secure ? "curve" : "none"}};
+  r["runs"] = {kills_run(o, kills, true, scratch.path()), kills_run(o, kills, false, scratch.path())};
+  return r;
+}
+
+void print_kills_table(const nlohmann::json& r) {
+  std::printf(
+      "cohort bench control --kills %d --per-host %d: SIGKILL of a worker until the coordinator's "
+      "roster no longer lists it (heartbeat %d ms, timeout %d ms, security %s)\n",
+      r["kills"].get<int>(), r["per_host"].get<int>(), r["heartbeat_ms"].get<int>(),
+      r["timeout_ms"].get<int>(), r["security"].get<std::string>().c_str());
+  std::printf("%-8s %6s %7s %10s %10s %10s\n", "path", "kills", "missed", "p50 ms", "p99 ms",
+              "max ms");
+  for (const auto& x : r["runs"])
+    std::printf("%-8s %6d %7d %10.1f %10.1f %10.1f\n", x["path"].get<std::string>().c_str(),
+                x["kills"].get<int>(), x["missed"].get<int>(), x["seen_ms_p50"].get<double>(),
+                x["seen_ms_p99"].get<double>(), x["seen_ms_max"].get<double>());
+}
+
 void print_agents_table(const nlohmann::json& r) {
-  std::printf("cohort bench control --agents %d: heartbeat %d ms, timeout %d ms, security %s\n",
-              r["agents"].get<int>(), r["heartbeat_ms"].get<int>(), r["timeout_ms"].get<int>(),
-              r["security"].get<std::string>().c_str());
+  if (r["per_host"].get<int>() > 0)
+    std::printf("cohort bench control --agents %d --per-host %d (%d workers behind host agents): "
+                "heartbeat %d ms, timeout %d ms, security %s\n",
+                r["agents"].get<int>(), r["per_host"].get<int>(), r["workers"].get<int>(),
+                r["heartbeat_ms"].get<int>(), r["timeout_ms"].get<int>(),
+                r["security"].get<std::string>().c_str());
+  else
+    std::printf("cohort bench control --agents %d: heartbeat %d ms, timeout %d ms, security %s\n",
+                r["agents"].get<int>(), r["heartbeat_ms"].get<int>(), r["timeout_ms"].get<int>(),
+                r["security"].get<std::string>().c_str());
   const auto& f = r["form"];
   if (!f["formed"].get<bool>()) {
     std::printf(
@@ -554,17 +841,20 @@ void print_agents_table(const nlohmann::json& r) {
       f["forced_rejoins"].get<unsigned long long>(), f["dead_listed"].get<int>());
   const auto& s = r["steady"];
   std::printf(
-      "steady: %.0f heartbeats/s, coordinator %.1f%% of a core (%.1f ms per 1000 heartbeats), "
-      "RSS %.1f MB, %llu false positives, %llu generations in %.1f s\n",
-      s["heartbeats_per_s"].get<double>(), 100.0 * s["coordinator_cpu_share"].get<double>(),
+      "steady: %.0f heartbeats/s (%.0f workers' beats in host beats), coordinator %.1f%% of a "
+      "core (%.1f ms per 1000 heartbeat frames), RSS %.1f MB, %llu false positives, %llu "
+      "generations in %.1f s\n",
+      s["heartbeats_per_s"].get<double>(), s["relayed_beats_per_s"].get<double>(),
+      100.0 * s["coordinator_cpu_share"].get<double>(),
       s["coordinator_cpu_ms_per_1000_heartbeats"].get<double>(),
       s["coordinator_rss_mb"].get<double>(), s["false_positives"].get<unsigned long long>(),
       s["generations"].get<unsigned long long>(), s["seconds"].get<double>());
   const auto& k = r["stop"];
   std::printf(
-      "stop:   %d stopped, seen gone p50 %.0f ms p99 %.0f ms (%zu of them), %s, %llu "
+      "stop:   %d stopped (%zu workers), seen gone p50 %.0f ms p99 %.0f ms (%zu of them), %s, %llu "
       "generations, %llu roster updates (%.1f MB), %llu false positives\n",
-      k["stopped"].get<int>(), k["seen_ms_p50"].get<double>(), k["seen_ms_p99"].get<double>(),
+      k["stopped"].get<int>(), k["workers_stopped"].get<size_t>(), k["seen_ms_p50"].get<double>(),
+      k["seen_ms_p99"].get<double>(),
       k["seen"].get<size_t>(), k["settled"].get<bool>() ? "settled" : "NOT settled",
       k["generations"].get<unsigned long long>(), k["roster_updates"].get<unsigned long long>(),
       k["roster_bytes"].get<double>() / 1e6, k["false_positives"].get<unsigned long long>());

@@ -12,6 +12,9 @@ namespace cohort::cli {
 
 struct agents_options {
   int agents = 0;  ///< 0: not this benchmark
+  /// 0: each agent is one worker with its own connection. K > 0: each agent is a host agent
+  /// (docs/agent.md) relaying K workers over its one connection, with host beats.
+  int per_host = 0;
   int heartbeat_ms = 100;
   int timeout_ms = 500;
   int join_window_ms = -1;  ///< fault_tolerance.join_window_ms; -1: the config's default
@@ -37,5 +40,13 @@ nlohmann::json run_agents_bench(const agents_options& o);
 
 /// The result as a table on stdout.
 void print_agents_table(const nlohmann::json& result);
+
+/// `cohort bench control --kills N --per-host K`: real processes. A control-only
+/// coordinator, K workers under one `cohort agent`, and K workers joined directly (no
+/// supervisor, as `cohort worker --join` from a shell), one setup after the other: N times a
+/// worker is SIGKILLed and the time until the coordinator's roster no longer lists it alive
+/// is measured (status asked in a tight loop), then the worker is back before the next kill.
+nlohmann::json run_kills_bench(const agents_options& o, int kills);
+void print_kills_table(const nlohmann::json& result);
 
 }  // namespace cohort::cli

@@ -232,6 +232,7 @@ void add_bench_control(CLI::App& bench, int* rc) {
     bool json = false;
     agents_options agents{};
     bool insecure = false;
+    int kills = 0;
   };
   auto opt = std::make_shared<options>();
   CLI::App* cmd = bench.add_subcommand(
@@ -256,6 +257,11 @@ void add_bench_control(CLI::App& bench, int* rc) {
                   "Instead: N simulated workers (one ZeroMQ connection each, the real protocol) "
                   "against a `cohort coordinator --control-only` child")
       ->check(CLI::Range(1, 65536));
+  cmd->add_option("--per-host", opt->agents.per_host,
+                  "With --agents: each agent is a host agent relaying K workers over its one "
+                  "connection (host beats; docs/agent.md); 0: each agent is one worker")
+      ->check(CLI::Range(0, 4096))
+      ->capture_default_str();
   cmd->add_option("--heartbeat-ms", opt->agents.heartbeat_ms, "With --agents: heartbeat period")
       ->check(CLI::Range(1, 60000))
       ->capture_default_str();
@@ -285,12 +291,31 @@ void add_bench_control(CLI::App& bench, int* rc) {
   cmd->add_option("--coordinator-log", opt->agents.coordinator_log,
                   "With --agents: keep the coordinator's log (info level: each generation and "
                   "who joined together) in this file");
+  cmd->add_option("--kills", opt->kills,
+                  "Real processes: N SIGKILLs of a worker, under `cohort agent` and joined "
+                  "directly, each timed until the roster no longer lists it (--per-host K "
+                  "workers, default 8)")
+      ->check(CLI::Range(1, 10000));
   cmd->add_flag("--insecure", opt->insecure,
                 "With --agents: no keys (plain ZeroMQ); by default the agents and the "
                 "coordinator speak CURVE with fresh job keys, as `cohort launch` does");
   cmd->callback([opt, rc] {
+    if (opt->kills > 0) {
+      if (opt->agents.agents > 0) throw usage_error("--kills and --agents are two benchmarks: one at a time");
+      opt->agents.secure = !opt->insecure;
+      if (opt->agents.per_host == 0) opt->agents.per_host = 8;
+      const nlohmann::json r = run_kills_bench(opt->agents, opt->kills);
+      if (opt->json)
+        std::cout << r.dump() << std::endl;
+      else
+        print_kills_table(r);
+      *rc = exit_ok;
+      for (const auto& x : r["runs"])
+        if (x["missed"].get<int>() > 0) *rc = exit_runtime;
+      return;
+    }
     if (opt->agents.agents > 0 || opt->insecure) {
-      if (opt->agents.agents <= 0) throw usage_error("--insecure goes with --agents N");
+      if (opt->agents.agents <= 0) throw usage_error("--insecure goes with --agents N or --kills N");
       opt->agents.secure = !opt->insecure;
       const nlohmann::json r = run_agents_bench(opt->agents);
       if (opt->json)

@@ -28,6 +28,7 @@
 #include "runtime/core/faults.hpp"
 #include "runtime/core/process.hpp"
 #include "runtime/ha/ha_candidate.hpp"
+#include "runtime/net/host_relay.hpp"
 #include "runtime/net/zmq_bridge.hpp"
 #include "runtime/step/fault_schedule.hpp"
 #include "tools/commands.hpp"
@@ -38,6 +39,7 @@
 #include "tools/launch_respawns.hpp"
 #include "tools/launch_roster_lines.hpp"
 #include "tools/launch_warm.hpp"
+#include "tools/host_agent.hpp"
 
 namespace cohort::cli {
 namespace {
@@ -122,6 +124,17 @@ class launcher {
       begin_stop("coordinator does not answer");
       return finish();
     }
+    if (opt_.agent && !ha()) {
+      // The local host's agent (docs/agent.md): the workers' one connection to the
+      // coordinator, relaying their heartbeats as one and their exits at once.
+      try {
+        relay_ = start_host_relay(endpoint_, host_agent_name(""), keys_->dir(), cfg_);
+      } catch (const std::exception& e) {
+        spdlog::error("launch: the host agent did not start: {}", e.what());
+        begin_stop("host agent did not start");
+        return finish();
+      }
+    }
     for (; next_index_ < cfg_.cluster.workers; ++next_index_)
       start_worker("worker-" + std::to_string(next_index_));
     warm_due_ = clock_type::now();  // at once: the workers' own start is under way anyway
@@ -205,6 +218,7 @@ class launcher {
 
   // `cohort worker` for this run, less its name and local rank.
   std::vector<std::string> worker_args() const {
+    if (relay_) return host_worker_args(*relay_, keys_->dir());
     std::vector<std::string> args{"worker", "--join", ha() ? join(candidates_, 0) : endpoint_};
     if (ha()) args.insert(args.end(), {"--reattach-ms", std::to_string(cfg_.ha.reattach_ms)});
     if (!keys_->dir().empty()) args.insert(args.end(), {"--keys", keys_->dir()});
@@ -456,7 +470,9 @@ class launcher {
         }
       } else {
         // Faster than any heartbeat timeout: the coordinator hears it now.
-        if (client_ && coordinator_running()) {
+        if (relay_ && coordinator_running()) {
+          relay_->report_exit(c.name, static_cast<int64_t>(pid), code);
+        } else if (client_ && coordinator_running()) {
           client_->send(net::exit_notice{c.name, static_cast<int64_t>(pid), code});
         }
         maybe_respawn(c, code);
@@ -500,6 +516,7 @@ class launcher {
   std::optional<clock_type::time_point> warm_due_;  ///< when start_warm runs next
   std::map<std::string, int> local_ranks_;          // worker name -> its local rank (its GPU)
   std::unique_ptr<net::sync_client> client_;
+  std::unique_ptr<net::host_relay> relay_;  ///< the local host's agent (opt_.agent, no ha)
   bool stopping_ = false;
   bool spares_started_ = false;  ///< elastic.spares started (start_spares)
   respawns respawns_;            ///< whom to restart, and when
@@ -576,6 +593,11 @@ void add_launch(CLI::App& app, int* rc) {
                 "reaches the coordinator can join, steer or read the run (docs/security.md)")
       ->excludes(keys);
   add_cpu_limit_option(*cmd, &opt->cpu_limits);
+  cmd->add_flag("!--no-agent", opt->agent,
+                "The workers connect to the coordinator each on its own, as `cohort worker "
+                "--join` from a shell does; by default they reach it through launch's host "
+                "agent (docs/agent.md), as under `cohort agent`. Runs with coordinator "
+                "standbys (ha) always connect directly");
   cmd->callback([opt, rc] {
     const config c = load_config(opt->config_path, opt->overrides);
     // Bad or unsupported specs stop here, before any process starts (exit 2).

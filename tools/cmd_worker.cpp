@@ -32,6 +32,7 @@ void add_worker(CLI::App& app, int* rc) {
     int local_rank = -1;
     bool name_from_stdin = false;
     double cpu_limit = 0;  // cores; 0: none
+    std::string agent_key;  // Z85: the host agent's local socket key
   };
   auto opt = std::make_shared<options>();
   CLI::App* cmd = app.add_subcommand(
@@ -76,6 +77,12 @@ void add_worker(CLI::App& app, int* rc) {
   add_keys_option(*cmd, &opt->keys,
                   "the worker speaks CURVE with worker.key to a coordinator known by "
                   "coordinator.pub (needed when the coordinator was started with keys)");
+  cmd->add_option("--agent-key", opt->agent_key,
+                  "--join names a host agent (`cohort agent`, or launch's own): its local "
+                  "socket's public key (Z85, printed by the agent and passed by it to the "
+                  "workers it starts) stands in for coordinator.pub; worker.key is still this "
+                  "worker's key")
+      ->type_name("KEY");
   cmd->add_option("--cpu-limit", opt->cpu_limit,
                   "Run this worker under a CPU budget of CPUS cores (a cgroup of its own, as "
                   "docker --cpus; needs root): a slower worker, balanced by train.balance")
@@ -88,9 +95,20 @@ void add_worker(CLI::App& app, int* rc) {
     for (const auto& ep : opt->join)
       if (ep.empty()) throw usage_error("--join: an empty endpoint (EP[,EP...])");
     std::shared_ptr<const net::client_keys> keys;
-    if (!opt->keys.empty())
-      keys = std::make_shared<const net::client_keys>(
-          net::load_client_keys(opt->keys, net::key_role::worker));
+    if (!opt->keys.empty()) {
+      net::client_keys k = net::load_client_keys(opt->keys, net::key_role::worker);
+      if (!opt->agent_key.empty()) {
+        if (!net::valid_z85_key(opt->agent_key))
+          throw usage_error("--agent-key: '" + opt->agent_key +
+                            "' is not a 40-character Z85 key (the agent prints it)");
+        k.server_public = opt->agent_key;
+      }
+      keys = std::make_shared<const net::client_keys>(std::move(k));
+    } else if (!opt->agent_key.empty()) {
+      throw usage_error("--agent-key goes with --keys DIR (the worker's own key)");
+    }
+    if (!opt->agent_key.empty() && opt->join.size() > 1)
+      throw usage_error("--agent-key: a host agent is one endpoint, not a list of candidates");
     if (opt->name_from_stdin) {
       // Everything above is done ahead (a warm worker); the name is what remains.
       std::string line;

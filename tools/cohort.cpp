@@ -25,6 +25,7 @@ int main(int argc, char** argv) {
   cohort::cli::add_worker(app, &rc);
   cohort::cli::add_ctl(app, &rc);
   cohort::cli::add_launch(app, &rc);
+  cohort::cli::add_agent(app, &rc);
   cohort::cli::add_keygen(app, &rc);
   cohort::cli::add_plot(app, &rc);
   cohort::cli::add_generate(app, &rc);

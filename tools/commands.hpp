@@ -17,6 +17,8 @@ void add_coordinator(CLI::App& app, int* rc);
 void add_worker(CLI::App& app, int* rc);
 void add_ctl(CLI::App& app, int* rc);
 void add_launch(CLI::App& app, int* rc);
+/// `cohort agent --join EP --workers N`: one host's agent (docs/agent.md).
+void add_agent(CLI::App& app, int* rc);
 /// `cohort plot SUMMARY_OR_TRACE --out DIR`: PNG pictures of a run with gnuplot.
 void add_plot(CLI::App& app, int* rc);
 /// `cohort keygen DIR`: a job's CurveZMQ keys.

@@ -22,6 +22,7 @@ struct launch_options {
   std::string keys;  // --keys: use (or write) the job's keys there
   bool insecure = false;
   std::vector<std::string> cpu_limits;  // --cpu-limit NAME=CPUS
+  bool agent = true;  // !--no-agent: the workers reach the coordinator through launch's relay
 };
 
 }  // namespace cohort::cli

@@ -249,6 +249,10 @@ const char* type_name(msg_type t) {
       return "scale_order";
     case msg_type::telemetry:
       return "telemetry";
+    case msg_type::host_beat:
+      return "host_beat";
+    case msg_type::host_beat_ack:
+      return "host_beat_ack";
   }
   return "unknown";
 }

@@ -22,6 +22,7 @@
 #include "runtime/core/folder_trust.hpp"
 #include "runtime/core/sha256.hpp"
 #include "runtime/net/protocol.hpp"
+#include "runtime/net/relay.hpp"
 
 namespace cohort::net {
 namespace fs = std::filesystem;
@@ -213,6 +214,7 @@ bool role_may_send(key_role role, int type) {
     case msg_type::telemetry:
       return role == key_role::worker;
     case msg_type::exit_notice:
+    case msg_type::host_beat:
       return role == key_role::launcher;
     case msg_type::status_request:
     case msg_type::stop:
@@ -231,12 +233,13 @@ std::string registration_problem(key_role role, const register_request& r) {
     case key_role::worker:
       return worker ? "" : "a worker key registers workers only, not the client '" + r.name + "'";
     case key_role::launcher:
-      return !worker && r.name == "launch" ? ""
-                                           : "a launcher key registers the client 'launch' only";
-    case key_role::admin:
-      return !worker && r.name != "launch"
+      return !worker && (r.name == "launch" || is_agent_name(r.name))
                  ? ""
-                 : "an admin key registers clients other than 'launch' only";
+                 : "a launcher key registers the client 'launch' or a host agent 'agent-HOST' only";
+    case key_role::admin:
+      return !worker && r.name != "launch" && !is_agent_name(r.name)
+                 ? ""
+                 : "an admin key registers clients other than 'launch' and 'agent-HOST' only";
   }
   return "unknown key role";
 }

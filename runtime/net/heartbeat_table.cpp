@@ -59,19 +59,27 @@ std::chrono::milliseconds heartbeat_table::lag(membership::mono_time now) const 
 std::optional<std::uint64_t> heartbeat_table::on_beat(std::string_view peer,
                                                       membership::member_id id,
                                                       std::uint64_t generation,
-                                                      membership::mono_time now) {
+                                                      membership::mono_time now,
+                                                      bool counts_lag) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = slots_.find(id);
   if (it == slots_.end() || !it->second.alive || it->second.peer != peer ||
       generation > generation_)
     return std::nullopt;
   // The first beat recorded here (published with the registration's time) says nothing.
-  if (it->second.beaten && now - it->second.last > period_)
+  if (counts_lag && it->second.beaten && now - it->second.last > period_)
     note_delay(now, now - it->second.last - period_);
   it->second.beaten = true;
   it->second.last = std::max(it->second.last, now);
   ++answered_;
   return generation_;
+}
+
+void heartbeat_table::on_relay_beat(std::string_view agent, membership::mono_time now) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto [it, fresh] = relays_.try_emplace(std::string(agent), now);
+  if (!fresh && now - it->second > period_) note_delay(now, now - it->second - period_);
+  it->second = std::max(it->second, now);
 }
 
 void heartbeat_table::publish(

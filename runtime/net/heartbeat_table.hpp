@@ -39,8 +39,16 @@ class heartbeat_table {
   /// is published alive with PEER and GENERATION is not ahead of the published generation,
   /// the beat is recorded and the generation to acknowledge returned; otherwise nullopt (the
   /// actor decides, nothing recorded).
+  /// COUNTS_LAG false: a beat a host agent relayed (host_beat), whose lateness is its
+  /// agent's, counted once per host by on_relay_beat.
   std::optional<std::uint64_t> on_beat(std::string_view peer, membership::member_id id,
-                                       std::uint64_t generation, membership::mono_time now);
+                                       std::uint64_t generation, membership::mono_time now,
+                                       bool counts_lag = true);
+
+  /// Bridge thread: host agent AGENT's host_beat arrived at NOW. A late one is one piece of
+  /// evidence of the coordinator's lag, however many workers it lists: one stalled host is
+  /// its own stall, as one stalled worker is.
+  void on_relay_beat(std::string_view agent, membership::mono_time now);
 
   /// Actor: R's live members may beat here from now on, acknowledged with R's generation;
   /// anyone else goes to the actor. Beats recorded for members still live are kept.
@@ -91,6 +99,8 @@ class heartbeat_table {
   std::uint64_t generation_ = 0;
   std::uint64_t answered_ = 0;
   std::unordered_map<membership::member_id, slot> slots_;
+  /// Host agents' last host_beat (bounded: agents register with the launcher key only).
+  std::unordered_map<std::string, membership::mono_time> relays_;
 };
 
 }  // namespace cohort::net

@@ -37,6 +37,8 @@ enum class msg_type : uint16_t {
   admin_reply = 26,
   scale_order = 27,
   telemetry = 28,
+  host_beat = 29,
+  host_beat_ack = 30,
 };
 
 /// Who is registering: a worker joins the roster; a client (ctl, launch, bench driver)

@@ -275,6 +275,46 @@ struct exit_notice {
   }
 };
 
+/// One local worker's heartbeat as its host's agent relays it in a host_beat: the fields
+/// of the worker's own heartbeat, and the routing id of the worker's connection to the agent
+/// (the coordinator knows the worker as that connection behind the agent's).
+struct relayed_beat {
+  std::string worker;  ///< routing id at the agent (1..255 bytes)
+  uint64_t member_id = 0;
+  uint64_t generation = 0;
+  uint64_t seq = 0;
+  template <class S>
+  static auto fields(S& s) {
+    return std::tie(s.worker, s.member_id, s.generation, s.seq);
+  }
+};
+
+/// Host agent to coordinator, once a heartbeat period: each local worker that beat since the
+/// agent's previous host_beat (docs/agent.md). The coordinator takes each entry as that
+/// worker's heartbeat (answered through the agent only when the worker is behind or must
+/// rejoin) and the frame itself as the agent's; want_ack asks for a host_beat_ack.
+struct host_beat {
+  static constexpr msg_type type = msg_type::host_beat;
+  uint64_t seq = 0;
+  bool want_ack = false;
+  std::vector<relayed_beat> beats;
+  template <class S>
+  static auto fields(S& s) {
+    return std::tie(s.seq, s.want_ack, s.beats);
+  }
+};
+
+/// Coordinator to host agent: host_beat SEQ arrived (the agent answers its workers' own
+/// heartbeats while it hears the coordinator).
+struct host_beat_ack {
+  static constexpr msg_type type = msg_type::host_beat_ack;
+  uint64_t seq = 0;
+  template <class S>
+  static auto fields(S& s) {
+    return std::tie(s.seq);
+  }
+};
+
 /// Benchmark probe; answered by a pong with the same fields.
 struct ping {
   static constexpr msg_type type = msg_type::ping;
@@ -369,7 +409,7 @@ using message =
                  roster_update, kv_set, kv_get, kv_wait, kv_reply, status_request, status_reply,
                  stop, leave, exit_notice, ping, pong, job_spec, worker_ready, step_open, step_vote,
                  step_result, train_report, fault_order, admin_request, admin_reply, scale_order,
-                 telemetry>;
+                 telemetry, host_beat, host_beat_ack>;
 
 /// Type id of whichever message M holds.
 inline msg_type type_of(const message& m) {

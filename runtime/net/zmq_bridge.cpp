@@ -14,6 +14,7 @@
 #include <zmq_addon.hpp>
 
 #include "runtime/core/error.hpp"
+#include "runtime/net/relay.hpp"
 
 namespace cohort::net {
 namespace {
@@ -141,7 +142,14 @@ bool zmq_bridge::send_out(zmq::socket_t& net, zmq::message_t& peer, zmq::message
   try {
     zmq::send_result_t ok;
     if (opts_.kind == bridge_options::socket_kind::router) {
-      ok = net.send(peer, zmq::send_flags::sndmore | zmq::send_flags::dontwait);
+      const std::string_view name(peer.data<char>(), peer.size());
+      if (const auto relayed = split_relay_peer(name)) {
+        // A worker behind its host's agent: [agent, worker, frame], as a proxy's envelope.
+        ok = net.send(zmq::buffer(relayed->first), zmq::send_flags::sndmore | zmq::send_flags::dontwait);
+        if (ok) ok = net.send(zmq::buffer(relayed->second), zmq::send_flags::sndmore | zmq::send_flags::dontwait);
+      } else {
+        ok = net.send(peer, zmq::send_flags::sndmore | zmq::send_flags::dontwait);
+      }
       if (ok) ok = net.send(frame, zmq::send_flags::dontwait);
     } else {
       ok = net.send(frame, zmq::send_flags::dontwait);
@@ -177,6 +185,12 @@ void zmq_bridge::admit(const std::string& peer) {
 void zmq_bridge::forget(const std::string& peer) {
   std::lock_guard<std::mutex> lock(peers_mu_);
   admitted_.erase(peer);
+  relays_.erase(peer);
+}
+
+void zmq_bridge::allow_relay(const std::string& peer) {
+  std::lock_guard<std::mutex> lock(peers_mu_);
+  relays_.insert(peer);
 }
 
 uint64_t zmq_bridge::dropped(drop_reason r) const {
@@ -376,24 +390,57 @@ void zmq_bridge::on_version_mismatch(const std::string& peer, int version, zmq::
 
 void zmq_bridge::on_inbound(std::vector<zmq::message_t>& parts, zmq::socket_t& net) {
   const bool router = opts_.kind == bridge_options::socket_kind::router;
-  if (parts.size() != (router ? 2u : 1u)) {
+  // ROUTER: [peer, frame], or [agent, worker, frame] from a host agent relaying a worker.
+  const bool relayed = router && parts.size() == 3;
+  if (parts.size() != (router ? 2u : 1u) && !relayed) {
     count(drop_reason::bad_parts);
     return;
   }
   zmq::message_t& payload = parts.back();
   const std::string_view frame(payload.data<char>(), payload.size());
   std::string peer = router ? parts[0].to_string() : std::string();
+  // A direct routing id may not pass for a relayed worker's name.
+  if (router && is_relay_peer(peer)) {
+    count(drop_reason::bad_parts);
+    return;
+  }
   // CURVE: the connection's key decides what it may send, from the envelope alone. The
   // role is read from the frame itself, so a routing id taken over by another connection
   // carries that connection's role, not the first one's.
   std::optional<key_role> role;
-  if (zap_) {
-    role = message_role(payload.handle());
-    if (!role ||
-        (frame_version(frame) == protocol_version && !role_may_send(*role, frame_type(frame)))) {
+  if (zap_) role = message_role(payload.handle());
+  if (zap_ && !role) {
+    count(drop_reason::wrong_role);
+    return;
+  }
+  bool relay = false;  // PEER is a registered host agent
+  if (router) {
+    std::lock_guard<std::mutex> lock(peers_mu_);
+    relay = relays_.count(peer) != 0;
+  }
+  if (relayed) {
+    // Only a host agent relays (with keys: a launcher key's connection); the frame is then
+    // its worker's, held to a worker's rules, under the worker's own name.
+    const size_t worker_bytes = parts[1].size();
+    if (!relay || worker_bytes == 0 || worker_bytes > 255 || peer.size() > 255) {
+      count(drop_reason::unknown_peer);
+      return;
+    }
+    if (role && *role != key_role::launcher) {
       count(drop_reason::wrong_role);
       return;
     }
+    if (role) role = key_role::worker;
+    peer = relay_peer(peer, parts[1].to_string());
+  } else if (router && !relay && frame_version(frame) == protocol_version &&
+             frame_type(frame) == static_cast<int>(msg_type::host_beat)) {
+    count(drop_reason::unknown_peer);  // a host beat from anyone but a registered agent
+    return;
+  }
+  if (role && frame_version(frame) == protocol_version &&
+      !role_may_send(*role, frame_type(frame))) {
+    count(drop_reason::wrong_role);
+    return;
   }
   bool admitted = !router;
   if (router) {
@@ -418,7 +465,7 @@ void zmq_bridge::on_inbound(std::vector<zmq::message_t>& parts, zmq::socket_t& n
     count(static_cast<drop_reason>(d.error));
     // Only the envelope of such a frame is read: its version field.
     if (d.error == decode_error::bad_version)
-      on_version_mismatch(router ? parts[0].to_string() : std::string(), frame_version(frame), net);
+      on_version_mismatch(peer, frame_version(frame), net);
     return;
   }
   if (role) {

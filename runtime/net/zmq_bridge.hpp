@@ -129,8 +129,11 @@ class zmq_bridge {
 
   /// ROUTER: PEER may now send any message (before, only register_request passes).
   void admit(const std::string& peer);
-  /// ROUTER: PEER is back to register_request only.
+  /// ROUTER: PEER is back to register_request only (and relays no more).
   void forget(const std::string& peer);
+  /// ROUTER: PEER (a registered host agent) may relay its workers' frames and send
+  /// host_beat (docs/agent.md).
+  void allow_relay(const std::string& peer);
 
   /// Frames dropped for reason R so far.
   uint64_t dropped(drop_reason r) const;
@@ -167,6 +170,7 @@ class zmq_bridge {
   bool stopped_ = false;  // guarded by push_mu_
   mutable std::mutex peers_mu_;
   std::unordered_set<std::string> admitted_;
+  std::unordered_set<std::string> relays_;  ///< host agents (allow_relay)
   /// ROUTER: peers already told of a version mismatch (bridge thread only; bounded).
   std::unordered_set<std::string> told_version_;
   /// ROUTER: how often telling such a peer is logged (bridge thread only): new identities
