@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "actors/worker.hpp"
+#include "runtime/net/relay.hpp"
 #include "tests/actors/actor_fixture.hpp"
 
 using namespace cohort;
@@ -584,4 +585,36 @@ TEST_CASE("coordinator: a spare is sent the job while it waits, once, and again 
   f.deliver("launch", net::exit_notice{"a", 100, 137});
   REQUIRE(f.rec->to<net::register_ok>("ps").size() == 1);
   CHECK(f.rec->to<net::job_spec>("ps").size() == 2);
+}
+
+TEST_CASE("coordinator: a host agent reports the exits of the workers it relays, and only "
+          "theirs") {
+  coordinator_fixture f;
+  const std::string a0 = net::relay_peer("agent-h0-1", "w0");
+  const std::string b0 = net::relay_peer("agent-h1-1", "w0");
+  f.deliver("agent-h0-1", net::register_request{net::peer_role::client, "agent-h0", 7});
+  f.deliver("agent-h1-1", net::register_request{net::peer_role::client, "agent-h1", 8});
+  REQUIRE(f.rec->to<net::register_ok>("agent-h0-1").size() == 1);
+  f.register_worker(a0, "a");
+  f.register_worker(b0, "b");
+  REQUIRE(f.status().workers.size() == 2);
+  const uint64_t g = f.status().generation;
+  // Another host's agent may not speak for a; a's own may, with a's pid.
+  f.deliver("agent-h1-1", net::exit_notice{"a", 100, 137});
+  f.deliver("agent-h0-1", net::exit_notice{"b", 100, 137});
+  f.deliver("agent-h0-1", net::exit_notice{"a", 0, 137});
+  CHECK(f.status().generation == g);
+  f.deliver("agent-h0-1", net::exit_notice{"a", 100, net::exit_code_hung});
+  const auto s = f.status();
+  CHECK(s.generation == g + 1);
+  int alive = 0;
+  for (const auto& w : s.workers) alive += w.member.state == net::member_state::alive ||
+                                           w.member.state == net::member_state::joining;
+  CHECK(alive == 1);
+  // Agents are kept past the clients' bound: a flood of ctl clients forgets none of them.
+  for (int i = 0; i < 300; ++i)
+    f.deliver("ctl-" + std::to_string(i), net::register_request{net::peer_role::client, "ctl", 1});
+  CHECK(std::count(f.rec->forgotten.begin(), f.rec->forgotten.end(), "agent-h0-1") == 0);
+  f.deliver("agent-h1-1", net::exit_notice{"b", 100, 1});
+  CHECK(f.status().generation == g + 2);
 }
