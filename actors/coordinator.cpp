@@ -349,7 +349,10 @@ void on_inbound(self_ptr self, const net::sender& from, const net::message& m) {
           // a host agent speaks for the workers it relays only (its children, or one it
           // found hung).
           const bool from_launcher = !st.launcher.empty() && peer == st.launcher;
-          const bool from_agent = st.agents.count(peer) != 0 && relays_member(st, peer, x.name);
+          const bool agent = st.agents.count(peer) != 0;
+          const bool from_agent = agent && relays_member(st, peer, x.name);
+          // An agent's worker that died before it registered names nobody: nothing to do.
+          if (agent && !from_agent && st.roster.find_name(x.name) == nullptr) return;
           if (!(from_launcher || from_agent) || x.pid <= 0) {
             warn_peer(self, "exit notice for '" + x.name +
                                 "' ignored: not from the launcher or the worker's host agent, "

@@ -88,6 +88,10 @@ struct worker_options {
   std::vector<std::string> candidates;
   int reattach_ms = 30000;
   bool ha() const { return candidates.size() > 1; }
+  /// The data plane's address (comm.interface: auto) is the local address of the route to
+  /// this endpoint; empty: the endpoint joined. A host agent's workers join the agent on
+  /// loopback and name the coordinator here.
+  std::string route_to;
 };
 
 struct worker_state {

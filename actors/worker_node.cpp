@@ -64,7 +64,7 @@ worker_node::worker_node(const std::string& endpoint, worker_options opts, size_
   io.kv_call = [this](net::message req, std::chrono::milliseconds timeout) {
     return kv_call(std::move(req), timeout);
   };
-  io.data_host = net::local_address_toward(endpoint);
+  io.data_host = net::local_address_toward(opts.route_to.empty() ? endpoint : opts.route_to);
   if (opts.ha()) {
     io.reconnect = [this](const std::string& ep) {
       if (bridge_) bridge_->reconnect(ep);

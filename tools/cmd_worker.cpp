@@ -33,6 +33,7 @@ void add_worker(CLI::App& app, int* rc) {
     bool name_from_stdin = false;
     double cpu_limit = 0;  // cores; 0: none
     std::string agent_key;  // Z85: the host agent's local socket key
+    std::string route_to;   // the data plane's route (default: --join)
   };
   auto opt = std::make_shared<options>();
   CLI::App* cmd = app.add_subcommand(
@@ -83,6 +84,11 @@ void add_worker(CLI::App& app, int* rc) {
                   "workers it starts) stands in for coordinator.pub; worker.key is still this "
                   "worker's key")
       ->type_name("KEY");
+  cmd->add_option("--route-to", opt->route_to,
+                  "With comm.interface: auto, the data plane uses the local address of the "
+                  "route to EP (default: the --join endpoint; a host agent passes the "
+                  "coordinator's, since its workers join it on loopback)")
+      ->type_name("EP");
   cmd->add_option("--cpu-limit", opt->cpu_limit,
                   "Run this worker under a CPU budget of CPUS cores (a cgroup of its own, as "
                   "docker --cpus; needs root): a slower worker, balanced by train.balance")
@@ -147,6 +153,7 @@ void add_worker(CLI::App& app, int* rc) {
     wo.candidates = opt->join;
     wo.reattach_ms = opt->reattach_ms;
     wo.keys = keys;
+    wo.route_to = opt->route_to;
     actors::worker_node node(wo.candidates.front(), wo,
                              static_cast<size_t>(opt->max_message_bytes));
     proc::signal_watcher signals([&node](int) { node.request_leave(); });

@@ -52,7 +52,9 @@ std::unique_ptr<net::host_relay> start_host_relay(const std::string& endpoint,
 
 std::vector<std::string> host_worker_args(const net::host_relay& relay,
                                           const std::string& keys_dir) {
-  std::vector<std::string> args{"worker", "--join", relay.endpoint()};
+  // The data plane routes towards the coordinator, not the agent's loopback socket.
+  std::vector<std::string> args{"worker", "--join", relay.endpoint(), "--route-to",
+                                relay.coordinator()};
   if (!keys_dir.empty())
     args.insert(args.end(), {"--keys", keys_dir, "--agent-key", relay.public_key()});
   return args;

@@ -176,6 +176,10 @@ void host_relay::run(std::promise<std::string>* ready) {
   auto next_beat = clock_type::now() + period;
   std::vector<zmq::message_t> parts;
   bool running = true;
+  // When this thread last ran: after a stall of its own (a starved or stopped agent) its
+  // workers' silence is first its own to catch up with, not theirs.
+  auto last_wake = clock_type::now();
+  bool starved = false;
   while (running) {
     const bool registered = registered_.load();
     // Workers are read only once the coordinator knows the agent: until then their frames
@@ -194,6 +198,8 @@ void host_relay::run(std::promise<std::string>* ready) {
       break;
     }
     const auto now = clock_type::now();
+    starved = starved || now - last_wake > 2 * period;
+    last_wake = now;
     if (items[0].revents & ZMQ_POLLIN) {
       while (true) {
         parts.clear();
@@ -294,7 +300,11 @@ void host_relay::run(std::promise<std::string>* ready) {
         ++c.host_beats;
       else
         ++c.dropped;
-      for (const auto& s : beats.hung(clock_type::now())) {
+      // After a stall of the agent's own, its workers' queued beats are read first: a
+      // report waits for the next period.
+      const bool judge = !starved;
+      starved = false;
+      for (const auto& s : judge ? beats.hung(clock_type::now()) : std::vector<relay_beats::silent>{}) {
         spdlog::warn("host agent: {} (pid {}) silent for {} ms: reported hung", s.name, s.pid,
                      s.for_ms.count());
         send_one(up, encode(exit_notice{s.name, s.pid, exit_code_hung}));

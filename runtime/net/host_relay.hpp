@@ -67,6 +67,8 @@ class host_relay {
 
   /// The endpoint local workers join (`cohort worker --join EP --agent-key KEY`).
   const std::string& endpoint() const { return endpoint_; }
+  /// The coordinator's endpoint the relay connects to.
+  const std::string& coordinator() const { return opts_.coordinator; }
   /// With keys: the local socket's public key (Z85), the workers' server key; else empty.
   const std::string& public_key() const { return self_.public_key; }
   /// Waits up to WAIT for the coordinator's register_ok; false if it did not come (refused:
