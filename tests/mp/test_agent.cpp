@@ -110,7 +110,7 @@ struct agent_cluster {
 
 }  // namespace
 
-TEST_CASE("cohort agent: its workers form through one connection; a worker killed or crashed "
+TEST_CASE("cohort agent: its workers form through one connection, a worker killed or crashed "
           "is out of the roster before any timeout, and the agent starts it again") {
   agent_cluster c(3);
   const nlohmann::json s = c.wait_alive(3);

@@ -76,6 +76,8 @@ std::vector<message> samples() {
   tm.spans.push_back(trace_span{"forward", "compute", 'X', 99, 1000, 0, "\"mb\":1"});
   tm.spans.push_back(trace_span{"kill", "fault", 'i', -5, 0, 3, ""});
   out.push_back(tm);
+  out.push_back(host_beat{12, true, {relayed_beat{"w0", 7, 3, 41}, relayed_beat{"w1", 8, 3, 40}}});
+  out.push_back(host_beat_ack{12});
   return out;
 }
 
@@ -177,7 +179,7 @@ TEST_CASE("corrupted headers and payloads are rejected with the right reason") {
     CHECK(decode(f, max_bytes).error == decode_error::bad_version);
   }
   SUBCASE("unknown type ids") {
-    for (uint16_t t : {0, 29, 255, 65535}) {
+    for (uint16_t t : {0, 31, 255, 65535}) {
       std::string f = good;
       put_u16(f, 6, t);
       CHECK(decode(f, max_bytes).error == decode_error::unknown_type);

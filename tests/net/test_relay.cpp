@@ -170,7 +170,7 @@ struct raw_dealer {
 
 }  // namespace
 
-TEST_CASE("bridge with keys: only a registered agent with the launcher key relays; a relayed "
+TEST_CASE("bridge with keys: only a registered agent with the launcher key relays, and a relayed "
           "frame is its worker's, under the worker's name, answered through the agent") {
   cohort::test::temp_dir tmp;
   const std::string dir = tmp.file("keys");
