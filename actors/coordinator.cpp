@@ -445,16 +445,21 @@ caf::behavior coordinator_actor(caf::stateful_actor<coordinator_state>* self,
             milliseconds(std::max<int64_t>(st.opts.tick_ms, st.opts.membership.timeout_ms / 4));
         if (!st.tick_deferred && t - st.tick_due > lag_allowed) {
           st.tick_deferred = true;
+          st.tick_queued = t;
           self->send(self, co_tick_atom::value);
           return;
         }
+        // What reached the mailbox after this tick was queued waits behind it (first beats
+        // of a burst of joiners, say): silence counts only up to when it was queued.
+        const auto queued = st.tick_deferred ? st.tick_queued : st.tick_due;
         st.tick_deferred = false;
         // Silence counts only up to where the transport has read what arrived: a beat still
         // queued in it is not the member's fault. The bridge's beats join the roster first.
         if (st.io.beats) st.io.beats->refresh(st.roster);
         // And beats that came late say the coordinator itself is behind: the others' silence
         // may be the same delay (heartbeat_table::lag).
-        const auto heard = st.io.caught_up ? std::min(t, st.io.caught_up()) : t;
+        const auto heard =
+            std::min(queued, st.io.caught_up ? std::min(t, st.io.caught_up()) : t);
         const auto lag = st.io.beats ? st.io.beats->lag(t) : milliseconds(0);
         if (adopt(self, mb::check_timeouts(st.roster, heard, st.opts.membership, lag))) {
           on_new_generation(self);

@@ -166,6 +166,7 @@ struct coordinator_state {
   /// because the coordinator itself ran late (see the tick handler).
   mb::mono_time tick_due{};
   bool tick_deferred = false;
+  mb::mono_time tick_queued{};  ///< when a deferred tick was queued again
   std::unique_ptr<bench_run> bench;
   log_limiter peer_warnings;  ///< how often warnings a peer causes reach the log
 };

@@ -116,23 +116,25 @@ coordinator_node::coordinator_node(coordinator_options opts, const std::string& 
 void coordinator_node::on_host_beat(const net::sender& from, const net::host_beat& hb,
                                     net::heartbeat_table* beats, net::zmq_bridge* bridge,
                                     const caf::actor& target) {
+  // All of one host's entries share its frame's time: a lost host's workers fall silent
+  // together and leave in one change.
   const auto now = std::chrono::steady_clock::now();
-  if (beats != nullptr) beats->on_relay_beat(from.peer, now);
+  std::vector<std::optional<uint64_t>> acked;
+  if (beats != nullptr && bridge != nullptr) acked = beats->on_host_beat(from.peer, hb.beats, now);
   // The frame is the agent's; each entry is its worker's, under the worker's own name.
   const std::optional<net::key_role> role =
       from.role ? std::optional<net::key_role>(net::key_role::worker) : std::nullopt;
-  for (const auto& e : hb.beats) {
+  for (std::size_t i = 0; i < hb.beats.size(); ++i) {
+    const auto& e = hb.beats[i];
     if (e.worker.empty() || e.worker.size() > 255) continue;
-    std::string peer = net::relay_peer(from.peer, e.worker);
-    if (beats != nullptr && bridge != nullptr) {
-      // All of one host's entries share its frame's time: a lost host's workers fall silent
-      // together and leave in one change.
-      if (const auto g = beats->on_beat(peer, e.member_id, e.generation, now, false)) {
-        if (e.generation < *g) bridge->reply(peer, net::heartbeat_ack{e.member_id, *g, e.seq, false});
-        continue;
-      }
+    if (i < acked.size() && acked[i]) {
+      // Recorded; answered only when the worker is behind.
+      if (e.generation < *acked[i])
+        bridge->reply(net::relay_peer(from.peer, e.worker),
+                      net::heartbeat_ack{e.member_id, *acked[i], e.seq, false});
+      continue;
     }
-    caf::anon_send(target, co_in_atom::value, net::sender{std::move(peer), role},
+    caf::anon_send(target, co_in_atom::value, net::sender{net::relay_peer(from.peer, e.worker), role},
                    net::message{net::heartbeat{e.member_id, e.generation, e.seq, false}});
   }
   if (hb.want_ack && bridge != nullptr) bridge->reply(from.peer, net::host_beat_ack{hb.seq});

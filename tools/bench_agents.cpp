@@ -379,11 +379,26 @@ class agent_pool {
     w.registered = false;
     send_for(a, w, net::register_request{net::peer_role::worker, w.name, getpid()});
   }
+  // When host agent A beats next after NOW: on the period's grid (t0_ + k x period) plus
+  // its own clock skew, or (not aligned) at its own phase, spread evenly over the period.
+  clock_type::time_point next_host_beat(const agent& a, clock_type::time_point now) {
+    const auto period = std::chrono::duration_cast<clock_type::duration>(
+        milliseconds(opts_.heartbeat_ms));
+    const auto i = static_cast<int64_t>(&a - agents_.data());
+    const auto phase =
+        opts_.aligned
+            ? std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double, std::milli>(
+                  opts_.skew_ms * static_cast<double>((i * 7919) % 1000) / 1000.0))
+            : period * i / opts_.agents;
+    const auto since = (now - t0_ - phase) % period;
+    return now - since + period;
+  }
+
   // A host agent's period: one host_beat listing every registered worker.
   void host_beat(agent& a) {
     net::host_beat hb;
     hb.seq = ++a.seq;
-    hb.want_ack = a.seq % 4 == 1;
+    hb.want_ack = a.seq % 8 == 1;
     for (auto& w : a.workers) {
       if (!w.registered) continue;
       hb.beats.push_back(net::relayed_beat{w.rid, w.member_id, w.generation, ++w.seq});
@@ -397,6 +412,20 @@ class agent_pool {
     for (auto& x : a.workers)
       if (x.rid == rid) w = &x;
     if (w == nullptr) return;
+    // Rosters, outside the stop phase: their generation only, as drain() reads them (the
+    // simulated hosts' one thread would otherwise spend itself decoding lists).
+    if (watched_.empty() &&
+        net::frame_type(frame) == static_cast<int>(net::msg_type::roster_update) &&
+        frame.size() >= net::envelope_header_bytes + 8) {
+      uint64_t g = 0;
+      for (int i = 7; i >= 0; --i)
+        g = (g << 8) | static_cast<unsigned char>(
+                           frame[net::envelope_header_bytes + static_cast<size_t>(i)]);
+      ++counts_.roster_frames;
+      counts_.roster_bytes += bytes;
+      w->generation = std::max(w->generation, g);
+      return;
+    }
     net::decoded d = net::decode(frame, 64u << 20);
     if (!d.ok()) return;
     if (const auto* ok = std::get_if<net::register_ok>(&d.msg)) {
@@ -434,8 +463,7 @@ class agent_pool {
         if (a.next_beat <= now) {
           host_beat(a);
           ++counts_.heartbeats;
-          a.next_beat += period;
-          if (a.next_beat <= now) a.next_beat = now + period;
+          a.next_beat = next_host_beat(a, now);
           drain(a);
         }
         next_due = std::min(next_due, a.next_beat);
@@ -535,9 +563,7 @@ class agent_pool {
       if (!d.ok()) continue;
       if (std::holds_alternative<net::register_ok>(d.msg) && !a.host_registered) {
         a.host_registered = true;
-        a.next_beat = clock_type::now() +
-                      milliseconds(static_cast<int64_t>(opts_.heartbeat_ms) *
-                                   static_cast<int64_t>(&a - agents_.data()) / opts_.agents);
+        a.next_beat = next_host_beat(a, clock_type::now());
         for (auto& w : a.workers) register_worker(a, w);
       } else if (std::holds_alternative<net::register_reject>(d.msg)) {
         ++counts_.rejects;
@@ -546,6 +572,7 @@ class agent_pool {
   }
 
   agents_options opts_;
+  clock_type::time_point t0_ = clock_type::now();  ///< the simulated hosts' common grid
   zmq::context_t ctx_;
   std::vector<agent> agents_;
   int epoll_ = -1;
@@ -575,6 +602,8 @@ nlohmann::json run_agents_bench(const agents_options& o) {
       {"bench", "control agents"},
       {"agents", o.agents},
       {"per_host", o.per_host},
+      {"host_beats", o.per_host > 0 ? (o.aligned ? "aligned" : "spread") : "-"},
+      {"skew_ms", o.skew_ms},
       {"workers", workers(o)},
       {"heartbeat_ms", o.heartbeat_ms},
       {"timeout_ms", o.timeout_ms},
@@ -813,9 +842,10 @@ void print_kills_table(const nlohmann::json& r) {
 
 void print_agents_table(const nlohmann::json& r) {
   if (r["per_host"].get<int>() > 0)
-    std::printf("cohort bench control --agents %d --per-host %d (%d workers behind host agents): "
-                "heartbeat %d ms, timeout %d ms, security %s\n",
+    std::printf("cohort bench control --agents %d --per-host %d (%d workers behind host agents, "
+                "host beats %s, skew %.1f ms): heartbeat %d ms, timeout %d ms, security %s\n",
                 r["agents"].get<int>(), r["per_host"].get<int>(), r["workers"].get<int>(),
+                r["host_beats"].get<std::string>().c_str(), r["skew_ms"].get<double>(),
                 r["heartbeat_ms"].get<int>(), r["timeout_ms"].get<int>(),
                 r["security"].get<std::string>().c_str());
   else

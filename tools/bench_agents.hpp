@@ -15,6 +15,12 @@ struct agents_options {
   /// 0: each agent is one worker with its own connection. K > 0: each agent is a host agent
   /// (docs/agent.md) relaying K workers over its one connection, with host beats.
   int per_host = 0;
+  /// With per_host: host beats on a common grid of the period, as `cohort agent` sends
+  /// them (hosts' clocks agreeing within skew_ms: each host's beat lands uniformly in
+  /// [0, skew_ms) after the grid's tick); false: spread evenly over the period, as
+  /// unsynchronised processes would.
+  bool aligned = true;
+  double skew_ms = 2.0;
   int heartbeat_ms = 100;
   int timeout_ms = 500;
   int join_window_ms = -1;  ///< fault_tolerance.join_window_ms; -1: the config's default

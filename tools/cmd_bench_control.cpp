@@ -262,6 +262,14 @@ void add_bench_control(CLI::App& bench, int* rc) {
                   "connection (host beats; docs/agent.md); 0: each agent is one worker")
       ->check(CLI::Range(0, 4096))
       ->capture_default_str();
+  cmd->add_flag("!--spread", opt->agents.aligned,
+                "With --per-host: the host agents beat at phases spread evenly over the period "
+                "(unsynchronised hosts); by default they beat on the wall clock's grid, as "
+                "`cohort agent` does");
+  cmd->add_option("--skew-ms", opt->agents.skew_ms,
+                  "With --per-host (aligned): the hosts' clocks disagree by up to this much")
+      ->check(CLI::Range(0.0, 10000.0))
+      ->capture_default_str();
   cmd->add_option("--heartbeat-ms", opt->agents.heartbeat_ms, "With --agents: heartbeat period")
       ->check(CLI::Range(1, 60000))
       ->capture_default_str();

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <functional>
 
+#include "runtime/net/relay.hpp"
+
 namespace cohort::net {
 
 heartbeat_table::heartbeat_table(std::chrono::milliseconds period, std::chrono::milliseconds window,
@@ -80,6 +82,27 @@ void heartbeat_table::on_relay_beat(std::string_view agent, membership::mono_tim
   auto [it, fresh] = relays_.try_emplace(std::string(agent), now);
   if (!fresh && now - it->second > period_) note_delay(now, now - it->second - period_);
   it->second = std::max(it->second, now);
+}
+
+std::vector<std::optional<std::uint64_t>> heartbeat_table::on_host_beat(
+    std::string_view agent, const std::vector<relayed_beat>& beats, membership::mono_time now) {
+  std::vector<std::optional<std::uint64_t>> out(beats.size());
+  std::lock_guard<std::mutex> lock(mu_);
+  auto [rt, fresh] = relays_.try_emplace(std::string(agent), now);
+  if (!fresh && now - rt->second > period_) note_delay(now, now - rt->second - period_);
+  rt->second = std::max(rt->second, now);
+  for (std::size_t i = 0; i < beats.size(); ++i) {
+    const relayed_beat& b = beats[i];
+    auto it = slots_.find(b.member_id);
+    if (it == slots_.end() || !it->second.alive || b.generation > generation_ ||
+        !is_relay_peer_of(it->second.peer, agent, b.worker))
+      continue;
+    it->second.beaten = true;
+    it->second.last = std::max(it->second.last, now);
+    ++answered_;
+    out[i] = generation_;
+  }
+  return out;
 }
 
 void heartbeat_table::publish(

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "runtime/net/membership.hpp"
+#include "runtime/net/protocol.hpp"
 
 namespace cohort::net {
 
@@ -49,6 +50,14 @@ class heartbeat_table {
   /// evidence of the coordinator's lag, however many workers it lists: one stalled host is
   /// its own stall, as one stalled worker is.
   void on_relay_beat(std::string_view agent, membership::mono_time now);
+
+  /// Bridge thread: host agent AGENT's host_beat with BEATS arrived at NOW: its lateness as
+  /// on_relay_beat, and each entry as on_beat of relay_peer(AGENT, entry.worker) under one
+  /// lock and without building the peers' names. Per entry, in order: the generation to
+  /// acknowledge, or nullopt (the actor decides).
+  std::vector<std::optional<std::uint64_t>> on_host_beat(std::string_view agent,
+                                                         const std::vector<relayed_beat>& beats,
+                                                         membership::mono_time now);
 
   /// Actor: R's live members may beat here from now on, acknowledged with R's generation;
   /// anyone else goes to the actor. Beats recorded for members still live are kept.

@@ -21,9 +21,26 @@ using std::chrono::milliseconds;
 
 std::atomic<uint64_t> relay_pipes{0};
 constexpr int relay_hwm = 100000;
-// The relay asks the coordinator to answer one host_beat in this many: its workers' acks
-// depend on hearing it, and a worker gives up after coordinator_timeout_ms.
-constexpr uint64_t host_beats_per_ack = 4;
+// The relay asks the coordinator to answer one host_beat in this many at most (as a worker
+// does: actors::max_beats_per_ack), and often enough that it hears the coordinator four
+// times within the workers' coordinator timeout: their acks depend on it.
+constexpr uint64_t max_host_beats_per_ack = 8;
+uint64_t host_beats_per_ack(std::chrono::milliseconds period, std::chrono::milliseconds timeout) {
+  const auto n = static_cast<uint64_t>(std::max<int64_t>(1, timeout.count() / (4 * std::max<int64_t>(1, period.count()))));
+  return std::min(max_host_beats_per_ack, n);
+}
+
+// The next host beat: on the wall clock's grid of PERIOD (every multiple of it since the
+// epoch). Hosts whose clocks agree (NTP: a millisecond or so) beat together, so the
+// coordinator reads a period's host beats in a few wake-ups instead of one each
+// (docs/agent.md, "Figures": what the alignment saves).
+clock_type::time_point next_on_grid(std::chrono::milliseconds period) {
+  const auto p = std::chrono::duration_cast<std::chrono::nanoseconds>(period).count();
+  const auto wall = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                        std::chrono::system_clock::now().time_since_epoch())
+                        .count();
+  return clock_type::now() + std::chrono::nanoseconds(p - wall % p);
+}
 
 int64_t to_ns(clock_type::time_point t) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
@@ -173,7 +190,7 @@ void host_relay::run(std::promise<std::string>* ready) {
       register_request{peer_role::client, opts_.name, static_cast<int64_t>(::getpid()), 0, 0});
   send_one(up, registration);
   auto next_register = clock_type::now() + milliseconds(1000);
-  auto next_beat = clock_type::now() + period;
+  auto next_beat = next_on_grid(period);
   std::vector<zmq::message_t> parts;
   bool running = true;
   // When this thread last ran: after a stall of its own (a starved or stopped agent) its
@@ -294,7 +311,8 @@ void host_relay::run(std::promise<std::string>* ready) {
     if (registered_.load() && clock_type::now() >= next_beat) {
       host_beat hb;
       hb.seq = ++seq;
-      hb.want_ack = seq % host_beats_per_ack == 1;
+      const uint64_t every = host_beats_per_ack(period, coordinator_timeout);
+      hb.want_ack = every <= 1 || seq % every == 1;
       hb.beats = beats.take();
       if (send_one(up, encode(hb)))
         ++c.host_beats;
@@ -310,8 +328,7 @@ void host_relay::run(std::promise<std::string>* ready) {
         send_one(up, encode(exit_notice{s.name, s.pid, exit_code_hung}));
         ++c.hung;
       }
-      next_beat += period;
-      if (next_beat < clock_type::now()) next_beat = clock_type::now() + period;
+      next_beat = next_on_grid(period);
     }
     if (!registered_.load() && clock_type::now() >= next_register) {
       send_one(up, registration);

@@ -40,6 +40,11 @@ bool relayed_by(std::string_view peer, std::string_view agent) {
   return p && p->first == agent;
 }
 
+bool is_relay_peer_of(std::string_view peer, std::string_view agent, std::string_view worker) {
+  const auto p = split_relay_peer(peer);
+  return p && agent.size() <= 255 && p->first == agent && p->second == worker;
+}
+
 relay_beats::relay_beats(std::chrono::milliseconds hung_after, std::size_t max_workers)
     : hung_after_(hung_after), max_(std::max<std::size_t>(1, max_workers)) {}
 

@@ -35,6 +35,8 @@ bool is_relay_peer(std::string_view peer);
 std::optional<std::pair<std::string_view, std::string_view>> split_relay_peer(std::string_view peer);
 /// Whether PEER is a worker relayed by AGENT.
 bool relayed_by(std::string_view peer, std::string_view agent);
+/// Whether PEER == relay_peer(AGENT, WORKER), without building it.
+bool is_relay_peer_of(std::string_view peer, std::string_view agent, std::string_view worker);
 
 /// The exit code an agent reports for a worker it found silent past its timeout (hung):
 /// below every real exit status.
