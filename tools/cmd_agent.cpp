@@ -14,6 +14,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <string>
@@ -52,7 +53,10 @@ class host_agent {
 
   int run() {
     signals_ = std::make_unique<proc::signal_pipe>(std::vector<int>{SIGINT, SIGTERM, SIGCHLD});
-    const std::string name = host_agent_name(opt_.host);
+    // Under Slurm (srun) the node's name is Slurm's, which may differ from the host name.
+    const char* slurm_node = std::getenv("SLURMD_NODENAME");
+    const std::string name =
+        host_agent_name(!opt_.host.empty() || slurm_node == nullptr ? opt_.host : slurm_node);
     prefix_ = opt_.name_prefix.empty() ? name.substr(6) + "-" : opt_.name_prefix;
     relay_ = start_host_relay(opt_.join, name, opt_.keys, config{});
     std::printf("agent: %s registered with %s; workers join %s\n", name.c_str(),
@@ -162,7 +166,7 @@ void add_agent(CLI::App& app, int* rc) {
       ->capture_default_str();
   cmd->add_option("--host", opt->host,
                   "This host's name in the agent's name (agent-HOST) and its workers' (default: "
-                  "the machine's host name)")
+                  "Slurm's node name, SLURMD_NODENAME, under srun; else the machine's host name)")
       ->type_name("HOST");
   cmd->add_option("--name-prefix", opt->name_prefix,
                   "Workers are named PREFIX0, PREFIX1, ... (default: HOST-)")

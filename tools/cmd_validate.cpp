@@ -1,9 +1,12 @@
 // `cohort validate CFG [--set k=v ...]`: checks a config and prints it resolved, and the
 // shared --set option every config-taking subcommand uses. Owns no config logic: the
 // schema, checks and printing live in runtime/core/config.
+#include <yaml-cpp/yaml.h>
+
 #include <cstdio>
 #include <iostream>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -57,6 +60,7 @@ void add_validate(CLI::App& app, int* rc) {
     bool hash = false;
     bool reference = false;
     bool keys_markdown = false;
+    std::string get;  // --get KEY: one resolved value
   };
   auto opt = std::make_shared<options>();
   CLI::App* cmd = app.add_subcommand(
@@ -72,6 +76,10 @@ void add_validate(CLI::App& app, int* rc) {
                 "Print the reference config (every key, its default and meaning) and exit");
   cmd->add_flag("--keys-markdown", opt->keys_markdown,
                 "Print the markdown table of every key (as in docs/config.md) and exit");
+  cmd->add_option("--get", opt->get,
+                  "Print only the resolved value of one key (dotted, e.g. cluster.workers), "
+                  "for scripts such as tools/slurm/cohort.sbatch")
+      ->type_name("KEY");
   cmd->callback([opt, rc] {
     if (opt->reference) {
       std::cout << reference_config_yaml();
@@ -92,6 +100,27 @@ void add_validate(CLI::App& app, int* rc) {
     }
     try {
       const config c = load_config(opt->path, opt->overrides);
+      if (!opt->get.empty()) {
+        // The resolved config as YAML, walked by the dotted key.
+        YAML::Node n = YAML::Load(dump_config(c));
+        std::string part;
+        std::istringstream path(opt->get);
+        while (std::getline(path, part, '.')) {
+          if (!n.IsMap() || !n[part]) {
+            std::fprintf(stderr, "cohort validate: --get %s: no such key (cohort validate "
+                         "--reference lists every key)\n", opt->get.c_str());
+            *rc = exit_usage;
+            return;
+          }
+          n = n[part];
+        }
+        if (n.IsScalar())
+          std::cout << n.as<std::string>() << "\n";
+        else
+          std::cout << YAML::Dump(n) << "\n";
+        *rc = exit_ok;
+        return;
+      }
       std::cout << (opt->hash ? config_hash(c) + "\n" : dump_config(c));
       *rc = exit_ok;
     } catch (const config_error& e) {

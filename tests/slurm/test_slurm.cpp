@@ -1,0 +1,178 @@
+// cohort under a real Slurm (issue 41, docs/slurm.md): Debian's slurmctld and three slurmd
+// (`slurmd -N nodeK`, each on its own port of this machine), authenticated by a munged of the
+// fixture's own (its own key and socket), all started here and stopped at the end. The job is
+// tools/slurm/cohort.sbatch as a user submits it. Needs root and the slurm-wlm and munge
+// packages (tools/setup.sh installs them), else each case exits 77 with the reason.
+#include <doctest/doctest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <memory>
+#include <set>
+#include <thread>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "tests/mp/dp_util.hpp"
+#include "tests/mp/mp_util.hpp"
+
+using namespace cohort;
+using namespace cohort::mp;
+
+namespace {
+
+void skip(const std::string& why) {
+  std::printf("skipped: %s\n", why.c_str());
+  std::fflush(stdout);
+  std::_Exit(77);
+}
+
+// A TCP port nothing listens on now (the OS picks it; released before Slurm binds it).
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t n = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &n);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+std::string source_dir() { return std::string(COHORT_SOURCE_DIR); }
+
+// munged, slurmctld and NODES slurmd, killed (process groups) when it goes out of scope.
+struct slurm_cluster {
+  temp_dir dir;
+  std::string conf;
+  std::unique_ptr<child_process> munged, ctld;
+  std::vector<std::unique_ptr<child_process>> slurmd;
+
+  explicit slurm_cluster(int nodes) {
+    if (::geteuid() != 0) skip("needs root (slurmd runs jobs as their user)");
+    for (const char* b : {"munged", "slurmctld", "slurmd", "sbatch", "srun", "sinfo"})
+      if (run_shell(std::string("command -v ") + b + " >/dev/null") != 0)
+        skip(std::string(b) + " is not installed (tools/setup.sh installs slurm-wlm and munge)");
+    const std::string d = dir.path();
+    REQUIRE(run_shell("mkdir -p " + d + "/state " + d + "/spool && dd if=/dev/urandom of=" + d +
+                      "/munge.key bs=1 count=1024 2>/dev/null && chmod 400 " + d + "/munge.key") == 0);
+    munged = std::make_unique<child_process>(
+        program{"/usr/sbin/munged"},
+        std::vector<std::string>{"-F", "-f", "--socket=" + d + "/munge.sock",
+                                 "--key-file=" + d + "/munge.key", "--log-file=" + d + "/munged.log",
+                                 "--pid-file=" + d + "/munged.pid", "--seed-file=" + d + "/munged.seed"},
+        d, "munged");
+    REQUIRE(eventually(milliseconds(10000), [&] { return ::access((d + "/munge.sock").c_str(), F_OK) == 0; }));
+    std::string c = "ClusterName=cohorttest\nSlurmctldHost=localhost\n";
+    c += "SlurmctldPort=" + std::to_string(free_port()) + "\n";
+    c += "AuthType=auth/munge\nAuthInfo=socket=" + d + "/munge.sock\nCredType=cred/munge\n";
+    c += "SlurmUser=root\nSlurmdUser=root\n";
+    c += "StateSaveLocation=" + d + "/state\nSlurmdSpoolDir=" + d + "/spool/%n\n";
+    c += "SlurmctldPidFile=" + d + "/slurmctld.pid\nSlurmdPidFile=" + d + "/slurmd-%n.pid\n";
+    c += "SlurmctldLogFile=" + d + "/slurmctld.log\nSlurmdLogFile=" + d + "/slurmd-%n.log\n";
+    c += "ProctrackType=proctrack/linuxproc\nTaskPlugin=task/none\nMpiDefault=none\n";
+    c += "JobAcctGatherType=jobacct_gather/none\nAccountingStorageType=accounting_storage/none\n";
+    c += "JobCompType=jobcomp/none\nSchedulerType=sched/builtin\nSelectType=select/cons_tres\n";
+    c += "SelectTypeParameters=CR_CPU\nReturnToService=2\nSlurmdTimeout=5\nSlurmctldTimeout=5\n";
+    c += "InactiveLimit=0\nKillWait=5\nMinJobAge=5\n";
+    // Each node on this machine, on a port of its own (slurmd -N picks its line).
+    for (int i = 1; i <= nodes; ++i)
+      c += "NodeName=node" + std::to_string(i) + " NodeHostname=localhost NodeAddr=127.0.0.1 Port=" +
+           std::to_string(free_port()) + " CPUs=2 State=UNKNOWN\n";
+    c += "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP\n";
+    conf = dir.write("slurm.conf", c);
+    ::setenv("SLURM_CONF", conf.c_str(), 1);
+    ctld = std::make_unique<child_process>(program{"/usr/sbin/slurmctld"},
+                                           std::vector<std::string>{"-D", "-c"}, d, "slurmctld");
+    for (int i = 1; i <= nodes; ++i)
+      slurmd.push_back(std::make_unique<child_process>(
+          program{"/usr/sbin/slurmd"}, std::vector<std::string>{"-D", "-N", "node" + std::to_string(i)},
+          d, "slurmd" + std::to_string(i)));
+    std::string out;
+    const bool up = eventually(milliseconds(30000), [&] {
+      out.clear();
+      return run_shell("sinfo -h -o '%t %D' 2>&1", &out) == 0 &&
+             out.find("idle " + std::to_string(nodes)) != std::string::npos;
+    });
+    REQUIRE_MESSAGE(up, "sinfo: " << out << "\nslurmctld log: " << read_file(d + "/slurmctld.log"));
+  }
+
+  ~slurm_cluster() {
+    run_shell("scancel --full --quiet --user=root 2>/dev/null");
+    ::unsetenv("SLURM_CONF");
+  }
+
+  // `sbatch --wait` of the recipe with ENV (KEY=VALUE ...); its exit code, the job's output.
+  int submit(const std::string& env, std::string* out, const std::string& extra = "") {
+    const std::string log = dir.path() + "/job.out";
+    const int rc = run_shell("cd " + source_dir() + " && env " + env + " COHORT_BIN=" +
+                             cohort_binary() + " COHORT_BIND_ADDR=127.0.0.1 timeout 300 sbatch --wait " +
+                             extra + " -o " + log + " tools/slurm/cohort.sbatch >/dev/null 2>&1");
+    *out = read_file(log);
+    return rc;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("slurm: sbatch of the recipe on three nodes trains to cohort train's hash, one agent "
+          "a node, and leaves no keys behind") {
+  slurm_cluster s(3);
+  const std::string cfg =
+      s.dir.write("job.yaml", small_yaml(s.dir.path(), "bitwise", 12) + "cluster:\n  workers: 3\n");
+  const std::string hash = train_summary(s.dir, cfg)["params_sha256"];
+  std::string out;
+  const std::string summary = s.dir.path() + "/run.json";
+  const int rc = s.submit("COHORT_CONFIG=" + cfg + " COHORT_SUMMARY=" + summary, &out);
+  REQUIRE_MESSAGE(rc == 0, out);
+  const nlohmann::json j = read_json(summary);
+  REQUIRE_MESSAGE(j.is_object(), out);
+  CHECK(j["params_sha256"] == hash);
+  std::set<std::string> names;
+  for (const auto& w : j["workers"]) names.insert(w["name"].get<std::string>());
+  // Each node's agent named its worker after Slurm's node name.
+  CHECK(names == std::set<std::string>{"node1-0", "node2-0", "node3-0"});
+  for (const char* a : {"agent-node1", "agent-node2", "agent-node3"})
+    CHECK_MESSAGE(out.find(std::string("agent: ") + a + " registered") != std::string::npos, out);
+  std::string left;
+  run_shell("ls -d /tmp/cohort-keys-* 2>/dev/null", &left);
+  CHECK_MESSAGE(left.empty(), left);
+}
+
+TEST_CASE("slurm: a task killed (its agent and workers gone) does not end the job, which ends "
+          "on the fault-free hash") {
+  slurm_cluster s(3);
+  const std::string cfg = s.dir.write(
+      "job.yaml", small_yaml(s.dir.path(), "bitwise", 3000) +
+                      "cluster:\n  workers: 3\nelastic:\n  min_workers: 1\n  respawn: false\n");
+  const std::string hash = train_summary(s.dir, cfg)["params_sha256"];
+  const std::string summary = s.dir.path() + "/run.json";
+  std::string out;
+  int rc = -1;
+  std::thread job([&] { rc = s.submit("COHORT_CONFIG=" + cfg + " COHORT_SUMMARY=" + summary, &out); });
+  // One agent, once training runs (a progress line out), is SIGKILLed: a task dying. Its
+  // worker dies with it (PR_SET_PDEATHSIG); the job's step goes on (--kill-on-bad-exit=0).
+  std::string pids;
+  const bool running = eventually(milliseconds(60000), [&] {
+    pids.clear();
+    return run_shell("pgrep -f '^[^ ]*/cohort agent --join'", &pids) == 0 && !pids.empty() &&
+           read_file(s.dir.path() + "/job.out").find("step ") != std::string::npos;
+  });
+  const std::string victim = pids.substr(0, pids.find('\n'));
+  if (running) run_shell("kill -KILL " + victim);
+  job.join();
+  REQUIRE_MESSAGE(running, out);
+  REQUIRE_MESSAGE(rc == 0, out);
+  const nlohmann::json j = read_json(summary);
+  REQUIRE_MESSAGE(j.is_object(), out);
+  CHECK(j["params_sha256"] == hash);
+  // The kill happened mid-run: the job went on with one worker less.
+  CHECK_MESSAGE(out.find("exited") != std::string::npos, out);
+  int departed = 0;
+  for (const auto& e : j["events"]) departed += e["kind"] == "departed";
+  CHECK_MESSAGE(departed == 1, j["events"].dump());
+}
