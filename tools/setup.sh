@@ -12,6 +12,7 @@ PACKAGES=(
   dataset-fashion-mnist bible-kjv
   libcpp-httplib-dev prometheus-cpp-dev gnuplot-nox etcd-server
   clang libclang-rt-14-dev procps python3 iproute2
+  slurm-wlm slurmctld slurmd munge libhwloc-dev
 )
 # The references of the benchmarks (PyTorch for tools/bench_vs_torch.py and tools/bench_ddp.py,
 # Open MPI for tools/bench_shm_vs_mpi.sh) are only needed for benchmarks:

@@ -101,8 +101,14 @@ struct slurm_cluster {
     REQUIRE_MESSAGE(up, "sinfo: " << out << "\nslurmctld log: " << read_file(d + "/slurmctld.log"));
   }
 
+  // Jobs still there are cancelled and waited for (their slurmstepd live outside the
+  // daemons' process groups); then the daemons go with their groups.
   ~slurm_cluster() {
-    run_shell("scancel --full --quiet --user=root 2>/dev/null");
+    run_shell("scancel --quiet --user=root 2>/dev/null");
+    eventually(milliseconds(20000), [] {
+      std::string q;
+      return run_shell("squeue -h 2>/dev/null", &q) != 0 || q.empty();
+    });
     ::unsetenv("SLURM_CONF");
   }
 
@@ -174,5 +180,32 @@ TEST_CASE("slurm: a task killed (its agent and workers gone) does not end the jo
   CHECK_MESSAGE(out.find("exited") != std::string::npos, out);
   int departed = 0;
   for (const auto& e : j["events"]) departed += e["kind"] == "departed";
+  CHECK_MESSAGE(departed == 1, j["events"].dump());
+}
+
+TEST_CASE("slurm: a node set DOWN mid-run takes its workers out, the rest go on to the "
+          "fault-free hash") {
+  slurm_cluster s(3);
+  const std::string cfg = s.dir.write(
+      "job.yaml", small_yaml(s.dir.path(), "bitwise", 3000) +
+                      "cluster:\n  workers: 3\nelastic:\n  min_workers: 1\n");
+  const std::string hash = train_summary(s.dir, cfg)["params_sha256"];
+  const std::string summary = s.dir.path() + "/run.json";
+  std::string out;
+  int rc = -1;
+  std::thread job([&] { rc = s.submit("COHORT_CONFIG=" + cfg + " COHORT_SUMMARY=" + summary, &out); });
+  const bool running = eventually(milliseconds(60000), [&] {
+    return read_file(s.dir.path() + "/job.out").find("step ") != std::string::npos;
+  });
+  std::string said;
+  if (running) run_shell("scontrol update NodeName=node3 State=DOWN Reason=cohort-test 2>&1", &said);
+  job.join();
+  REQUIRE_MESSAGE(running, out);
+  REQUIRE_MESSAGE(rc == 0, said << out);
+  const nlohmann::json j = read_json(summary);
+  REQUIRE_MESSAGE(j.is_object(), out);
+  CHECK(j["params_sha256"] == hash);
+  int departed = 0;
+  for (const auto& e : j["events"]) departed += e["kind"] == "departed" && e["worker"] == "node3-0";
   CHECK_MESSAGE(departed == 1, j["events"].dump());
 }
