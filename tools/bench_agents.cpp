@@ -368,6 +368,21 @@ class agent_pool {
     // late: counted, so a run that lost registrations or beats says so.
     if (!a.sock->send(zmq::buffer(frame), zmq::send_flags::dontwait)) ++counts_.send_failures;
   }
+  // A roster_update's generation (its first field, little-endian after the envelope), read
+  // without decoding the rest; nullopt for anything else, and in the stop phase, which
+  // reads who left.
+  std::optional<uint64_t> roster_generation(std::string_view frame) const {
+    if (!watched_.empty() ||
+        net::frame_type(frame) != static_cast<int>(net::msg_type::roster_update) ||
+        frame.size() < net::envelope_header_bytes + 8)
+      return std::nullopt;
+    uint64_t g = 0;
+    for (int i = 7; i >= 0; --i)
+      g = (g << 8) |
+          static_cast<unsigned char>(frame[net::envelope_header_bytes + static_cast<size_t>(i)]);
+    return g;
+  }
+
   // A relayed worker's frame: [rid, frame], as the agent's relay sends it.
   void send_for(agent& a, const relayed_worker& w, const net::message& m) {
     const std::string frame = net::encode(m);
@@ -414,16 +429,10 @@ class agent_pool {
     if (w == nullptr) return;
     // Rosters, outside the stop phase: their generation only, as drain() reads them (the
     // simulated hosts' one thread would otherwise spend itself decoding lists).
-    if (watched_.empty() &&
-        net::frame_type(frame) == static_cast<int>(net::msg_type::roster_update) &&
-        frame.size() >= net::envelope_header_bytes + 8) {
-      uint64_t g = 0;
-      for (int i = 7; i >= 0; --i)
-        g = (g << 8) | static_cast<unsigned char>(
-                           frame[net::envelope_header_bytes + static_cast<size_t>(i)]);
+    if (const auto g = roster_generation(frame)) {
       ++counts_.roster_frames;
       counts_.roster_bytes += bytes;
-      w->generation = std::max(w->generation, g);
+      w->generation = std::max(w->generation, *g);
       return;
     }
     net::decoded d = net::decode(frame, 64u << 20);
@@ -500,16 +509,10 @@ class agent_pool {
       // Rosters are the bulk of what a forming job sends: outside the stop phase only their
       // size and generation count (the first field, little-endian after the envelope), so
       // the agents spend their two cores' share on heartbeats, not on decoding lists.
-      if (watched_.empty() &&
-          net::frame_type(frame) == static_cast<int>(net::msg_type::roster_update) &&
-          frame.size() >= net::envelope_header_bytes + 8) {
-        uint64_t g = 0;
-        for (int i = 7; i >= 0; --i)
-          g = (g << 8) | static_cast<unsigned char>(
-                             frame[net::envelope_header_bytes + static_cast<size_t>(i)]);
+      if (const auto g = roster_generation(frame)) {
         ++counts_.roster_frames;
         counts_.roster_bytes += m.size();
-        a.generation = std::max(a.generation, g);
+        a.generation = std::max(a.generation, *g);
         continue;
       }
       net::decoded d = net::decode(frame, 64u << 20);
