@@ -45,6 +45,11 @@ int free_port() {
 
 std::string source_dir() { return std::string(COHORT_SOURCE_DIR); }
 
+// Whether the job's output at LOG has a progress line with its three workers training.
+bool all_training(const std::string& log) {
+  return read_file(log).find("| 3 workers") != std::string::npos;
+}
+
 // munged, slurmctld and NODES slurmd, killed (process groups) when it goes out of scope.
 struct slurm_cluster {
   temp_dir dir;
@@ -160,13 +165,14 @@ TEST_CASE("slurm: a task killed (its agent and workers gone) does not end the jo
   std::string out;
   int rc = -1;
   std::thread job([&] { rc = s.submit("COHORT_CONFIG=" + cfg + " COHORT_SUMMARY=" + summary, &out); });
-  // One agent, once training runs (a progress line out), is SIGKILLed: a task dying. Its
-  // worker dies with it (PR_SET_PDEATHSIG); the job's step goes on (--kill-on-bad-exit=0).
+  // One agent, once all three workers train (a progress line says so: with min_workers 1
+  // the job may start before the last has joined), is SIGKILLed: a task dying. Its worker
+  // dies with it (PR_SET_PDEATHSIG); the job's step goes on (--kill-on-bad-exit=0).
   std::string pids;
   const bool running = eventually(milliseconds(60000), [&] {
     pids.clear();
     return run_shell("pgrep -f '^[^ ]*/cohort agent --join'", &pids) == 0 && !pids.empty() &&
-           read_file(s.dir.path() + "/job.out").find("step ") != std::string::npos;
+           all_training(s.dir.path() + "/job.out");
   });
   const std::string victim = pids.substr(0, pids.find('\n'));
   if (running) run_shell("kill -KILL " + victim);
@@ -194,9 +200,7 @@ TEST_CASE("slurm: a node set DOWN mid-run takes its workers out, the rest go on 
   std::string out;
   int rc = -1;
   std::thread job([&] { rc = s.submit("COHORT_CONFIG=" + cfg + " COHORT_SUMMARY=" + summary, &out); });
-  const bool running = eventually(milliseconds(60000), [&] {
-    return read_file(s.dir.path() + "/job.out").find("step ") != std::string::npos;
-  });
+  const bool running = eventually(milliseconds(60000), [&] { return all_training(s.dir.path() + "/job.out"); });
   std::string said;
   if (running) run_shell("scontrol update NodeName=node3 State=DOWN Reason=cohort-test 2>&1", &said);
   job.join();
