@@ -313,7 +313,7 @@ void host_relay::run(std::promise<std::string>* ready) {
       hb.seq = ++seq;
       const uint64_t every = host_beats_per_ack(period, coordinator_timeout);
       hb.want_ack = every <= 1 || seq % every == 1;
-      hb.beats = beats.take();
+      hb.beats = beats.take(clock_type::now());
       if (send_one(up, encode(hb)))
         ++c.host_beats;
       else

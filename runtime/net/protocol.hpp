@@ -289,8 +289,8 @@ struct relayed_beat {
   }
 };
 
-/// Host agent to coordinator, once a heartbeat period: each local worker that beat since the
-/// agent's previous host_beat (docs/agent.md). The coordinator takes each entry as that
+/// Host agent to coordinator, once a heartbeat period: each local worker it heard within the
+/// timeout, with its newest beat (docs/agent.md). The coordinator takes each entry as that
 /// worker's heartbeat (answered through the agent only when the worker is behind or must
 /// rejoin) and the frame itself as the agent's; want_ack asks for a host_beat_ack.
 struct host_beat {

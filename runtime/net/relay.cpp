@@ -77,17 +77,15 @@ void relay_beats::on_register(const std::string& id, const register_request& r, 
 void relay_beats::on_beat(const std::string& id, const heartbeat& hb, mono now) {
   worker& w = slot(id, now);
   w.beaten = true;
-  w.fresh = true;
   w.reported = false;
   w.last = hb;
   w.last_at = now;
 }
 
-std::vector<relayed_beat> relay_beats::take() {
+std::vector<relayed_beat> relay_beats::take(mono now) {
   std::vector<relayed_beat> out;
   for (auto& [id, w] : workers_) {
-    if (!w.fresh) continue;
-    w.fresh = false;
+    if (!w.beaten || w.reported || now - w.last_at > hung_after_) continue;
     out.push_back(relayed_beat{id, w.last.member_id, w.last.generation, w.last.seq});
   }
   std::sort(out.begin(), out.end(),

@@ -6,7 +6,7 @@
 // Frames travel with the usual ZeroMQ envelope of a proxy: the coordinator reads
 // [agent id, worker id, frame] and answers the same way, so each relayed worker is a peer of
 // its own there, named relay_peer(agent id, worker id). Heartbeats stop at the agent: once a
-// heartbeat period it sends one host_beat listing the workers that beat since the last one.
+// heartbeat period it sends one host_beat listing the workers it heard within the timeout.
 #pragma once
 #include <chrono>
 #include <cstdint>
@@ -42,8 +42,8 @@ bool is_relay_peer_of(std::string_view peer, std::string_view agent, std::string
 /// below every real exit status.
 inline constexpr int32_t exit_code_hung = -1;
 
-/// The agent's table of its local workers' heartbeats: which beat since the last host_beat
-/// (relayed in the next one), which fell silent past the timeout (reported once as hung).
+/// The agent's table of its local workers' heartbeats: which it vouches for in a host_beat
+/// (heard within the timeout), which fell silent past it (reported once as hung).
 class relay_beats {
  public:
   using mono = std::chrono::steady_clock::time_point;
@@ -55,9 +55,12 @@ class relay_beats {
   void on_register(const std::string& worker, const register_request& r, mono now);
   /// WORKER's heartbeat arrived at NOW.
   void on_beat(const std::string& worker, const heartbeat& hb, mono now);
-  /// The next host_beat's entries: each worker that beat since the last call, with its
-  /// newest beat, in routing-id order.
-  std::vector<relayed_beat> take();
+  /// The next host_beat's entries at NOW: each worker heard within HUNG_AFTER (and not
+  /// reported hung), with its newest beat, in routing-id order. A worker's beat that came
+  /// just after the previous host beat is vouched for all the same, so all of a host's
+  /// workers carry the same time at the coordinator, and a lost host's workers fall silent
+  /// together: one roster change.
+  std::vector<relayed_beat> take(mono now);
 
   struct silent {
     std::string worker;
@@ -78,7 +81,6 @@ class relay_beats {
     std::string name;
     int64_t pid = 0;
     bool beaten = false;    ///< a heartbeat arrived at least once
-    bool fresh = false;     ///< a heartbeat arrived since the last take()
     bool reported = false;  ///< reported hung since its last heartbeat
     heartbeat last;
     mono last_at{};

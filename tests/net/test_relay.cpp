@@ -49,7 +49,7 @@ TEST_CASE("relayed peers: names no direct routing id can take, split back exactl
   CHECK_FALSE(is_agent_name("worker-agent-1"));
 }
 
-TEST_CASE("the agent's heartbeat table: who is relayed, who is hung, each once") {
+TEST_CASE("the agent's heartbeat table: who is vouched for, who is hung, each once") {
   using clock = relay_beats::mono;
   const clock t0{};
   const auto at = [&](int ms) { return t0 + milliseconds(ms); };
@@ -57,21 +57,21 @@ TEST_CASE("the agent's heartbeat table: who is relayed, who is hung, each once")
   b.on_register("w0", register_request{peer_role::worker, "h-0", 100}, at(0));
   b.on_register("w1", register_request{peer_role::worker, "h-1", 101}, at(0));
   // Nothing beat yet: an empty host beat, nobody hung (never past a first beat).
-  CHECK(b.take().empty());
+  CHECK(b.take(at(0)).empty());
   CHECK(b.hung(at(10000)).empty());
 
   struct row {
     int at_ms;
-    const char* beats;         // workers that beat at this time ("" none)
-    const char* relayed;       // what take() lists after it
-    const char* hung;          // what hung() reports at this time
+    const char* beats;    // workers that beat at this time ("" none)
+    const char* relayed;  // what take() lists after it: heard within the 500 ms
+    const char* hung;     // what hung() reports at this time
   };
   const row table[] = {
       {100, "w0 w1", "w0 w1", ""},
-      {200, "w0", "w0", ""},        // w1 missed one: not listed, not hung
-      {300, "", "", ""},            // nobody beat since the last take
-      {550, "w0", "w0", ""},        // w1 silent 450 ms since its beat at 100
-      {650, "w0", "w0", "h-1"},     // 550 ms, past 500: reported ...
+      {200, "w0", "w0 w1", ""},     // w1 missed one: still vouched for (heard 100 ms ago)
+      {300, "", "w0 w1", ""},       // nobody beat since: both heard within the timeout
+      {550, "w0", "w0 w1", ""},     // w1 silent 450 ms since its beat at 100
+      {650, "w0", "w0", "h-1"},     // 550 ms, past 500: no longer listed, reported ...
       {800, "w0", "w0", ""},        // ... once
       {900, "w0 w1", "w0 w1", ""},  // it beat again: listed, and may be reported again
       {1500, "w0", "w0", "h-1"},
@@ -89,7 +89,7 @@ TEST_CASE("the agent's heartbeat table: who is relayed, who is hung, each once")
       }
     }
     std::string relayed;
-    for (const auto& e : b.take()) relayed += (relayed.empty() ? "" : " ") + e.worker;
+    for (const auto& e : b.take(at(r.at_ms))) relayed += (relayed.empty() ? "" : " ") + e.worker;
     CHECK(relayed == r.relayed);
     std::string hung;
     for (const auto& h : b.hung(at(r.at_ms))) {
@@ -101,7 +101,7 @@ TEST_CASE("the agent's heartbeat table: who is relayed, who is hung, each once")
   }
   // The newest beat's fields travel.
   b.on_beat("w0", heartbeat{9, 4, 77, true}, at(1600));
-  const auto e = b.take();
+  const auto e = b.take(at(1600));
   REQUIRE(e.size() == 1);
   CHECK(e[0].member_id == 9);
   CHECK(e[0].generation == 4);
@@ -110,7 +110,7 @@ TEST_CASE("the agent's heartbeat table: who is relayed, who is hung, each once")
   b.forget_name("h-1");
   CHECK(b.size() == 1);
   b.on_register("w0", register_request{peer_role::worker, "h-0", 200}, at(1700));
-  CHECK(b.take().empty());
+  CHECK(b.take(at(1700)).empty());
   CHECK(b.hung(at(5000)).empty());
 }
 
@@ -121,7 +121,7 @@ TEST_CASE("the agent's table is bounded: the longest quiet routing id goes first
     b.on_beat("w" + std::to_string(i), heartbeat{}, t0 + milliseconds(i));
   CHECK(b.size() == 3);
   std::string relayed;
-  for (const auto& e : b.take()) relayed += e.worker;
+  for (const auto& e : b.take(t0 + milliseconds(5))) relayed += e.worker;
   CHECK(relayed == "w2w3w4");
 }
 
