@@ -150,7 +150,8 @@ TEST_CASE("slurm: sbatch of the recipe on three nodes trains to cohort train's h
   for (const char* a : {"agent-node1", "agent-node2", "agent-node3"})
     CHECK_MESSAGE(out.find(std::string("agent: ") + a + " registered") != std::string::npos, out);
   std::string left;
-  run_shell("ls -d /tmp/cohort-keys-* 2>/dev/null", &left);
+  // The recipe's folders (cohort-keys-CLUSTER-JOB-...; a launch beside this test has its own).
+  run_shell("ls -d /tmp/cohort-keys-cohorttest-* 2>/dev/null", &left);
   CHECK_MESSAGE(left.empty(), left);
 }
 
