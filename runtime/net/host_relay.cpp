@@ -1,6 +1,8 @@
 // The host agent's relay thread; see host_relay.hpp.
 #include "runtime/net/host_relay.hpp"
 
+#include <pthread.h>
+#include <signal.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
@@ -123,7 +125,16 @@ void host_relay::report_exit(const std::string& name, int64_t pid, int32_t code)
   const std::string frame = encode(exit_notice{name, pid, code});
   std::lock_guard<std::mutex> lock(push_mu_);
   if (stopped_ || !push_) return;
-  push_->send(zmq::buffer(frame), zmq::send_flags::dontwait);
+  // The caller reaps on SIGCHLD: another child's signal may cut the send (EINTR, as libzmq
+  // processes the socket's commands first); nothing was queued then, so it is sent again.
+  for (int tries = 0; tries < 100; ++tries) {
+    try {
+      push_->send(zmq::buffer(frame), zmq::send_flags::dontwait);
+      return;
+    } catch (const zmq::error_t& e) {
+      if (e.num() != EINTR) return;
+    }
+  }
 }
 
 clock_type::time_point host_relay::heard() const {
@@ -136,6 +147,11 @@ relay_counters host_relay::counters() const {
 }
 
 void host_relay::run(std::promise<std::string>* ready) {
+  // No signal handler runs on this thread (its host, launch or the agent, reaps children on
+  // SIGCHLD): its socket calls are never cut short by EINTR.
+  sigset_t all;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, nullptr);
   zmq::socket_t up(ctx_, zmq::socket_type::dealer);
   zmq::socket_t down(ctx_, zmq::socket_type::router);
   zmq::socket_t pull(ctx_, zmq::socket_type::pull);
