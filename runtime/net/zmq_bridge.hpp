@@ -47,6 +47,11 @@ enum class drop_reason : uint8_t {
   count_
 };
 
+/// How long frames stay queued after a bridge's or a client's socket closes, so that a final
+/// `stop` or `leave` still leaves the process; a peer that is gone costs at most this much
+/// at shutdown.
+inline constexpr int bridge_linger_ms = 1000;
+
 /// Largest frame a ROUTER bridge reads from a peer it has not admitted (a register_request
 /// with a name of at most a few KiB); larger ones are dropped as too_large unread.
 inline constexpr size_t max_unregistered_bytes = 4096;

@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <functional>
 #include <memory>
 #include <set>
 #include <thread>
@@ -155,62 +156,72 @@ TEST_CASE("slurm: sbatch of the recipe on three nodes trains to cohort train's h
   CHECK_MESSAGE(left.empty(), left);
 }
 
+namespace {
+
+// What a 3,000-step job of three workers under the recipe ended with, FAULT having run once
+// all three trained (with min_workers 1 the job may start before the last has joined).
+struct faulted_run {
+  std::string hash;  ///< cohort train's, fault-free
+  std::string out;   ///< the job's output
+  std::string said;  ///< what FAULT's command printed
+  nlohmann::json summary;
+};
+
+faulted_run run_with_fault(slurm_cluster& s, const std::string& elastic,
+                           const std::function<std::string()>& fault) {
+  const std::string cfg = s.dir.write(
+      "job.yaml", small_yaml(s.dir.path(), "bitwise", 3000) + "cluster:\n  workers: 3\n" + elastic);
+  faulted_run r;
+  r.hash = train_summary(s.dir, cfg)["params_sha256"];
+  const std::string summary = s.dir.path() + "/run.json";
+  int rc = -1;
+  std::thread job([&] { rc = s.submit("COHORT_CONFIG=" + cfg + " COHORT_SUMMARY=" + summary, &r.out); });
+  const bool running =
+      eventually(milliseconds(60000), [&] { return all_training(s.dir.path() + "/job.out"); });
+  if (running) r.said = fault();
+  job.join();
+  REQUIRE_MESSAGE(running, r.out);
+  REQUIRE_MESSAGE(rc == 0, r.said << r.out);
+  r.summary = read_json(summary);
+  REQUIRE_MESSAGE(r.summary.is_object(), r.out);
+  return r;
+}
+
+int departed(const nlohmann::json& summary, const std::string& worker = "") {
+  int n = 0;
+  for (const auto& e : summary["events"])
+    n += e["kind"] == "departed" && (worker.empty() || e["worker"] == worker);
+  return n;
+}
+
+}  // namespace
+
 TEST_CASE("slurm: a task killed (its agent and workers gone) does not end the job, which ends "
           "on the fault-free hash") {
   slurm_cluster s(3);
-  const std::string cfg = s.dir.write(
-      "job.yaml", small_yaml(s.dir.path(), "bitwise", 3000) +
-                      "cluster:\n  workers: 3\nelastic:\n  min_workers: 1\n  respawn: false\n");
-  const std::string hash = train_summary(s.dir, cfg)["params_sha256"];
-  const std::string summary = s.dir.path() + "/run.json";
-  std::string out;
-  int rc = -1;
-  std::thread job([&] { rc = s.submit("COHORT_CONFIG=" + cfg + " COHORT_SUMMARY=" + summary, &out); });
-  // One agent, once all three workers train (a progress line says so: with min_workers 1
-  // the job may start before the last has joined), is SIGKILLed: a task dying. Its worker
-  // dies with it (PR_SET_PDEATHSIG); the job's step goes on (--kill-on-bad-exit=0).
-  std::string pids;
-  const bool running = eventually(milliseconds(60000), [&] {
-    pids.clear();
-    return run_shell("pgrep -f '^[^ ]*/cohort agent --join'", &pids) == 0 && !pids.empty() &&
-           all_training(s.dir.path() + "/job.out");
+  // One agent is SIGKILLed: a task dying. Its worker dies with it (PR_SET_PDEATHSIG); the
+  // job's step goes on (--kill-on-bad-exit=0).
+  const faulted_run r = run_with_fault(s, "elastic:\n  min_workers: 1\n  respawn: false\n", [] {
+    std::string pids;
+    run_shell("pgrep -f '^[^ ]*/cohort agent --join'", &pids);
+    std::string said;
+    run_shell("kill -KILL " + pids.substr(0, pids.find('\n')) + " 2>&1", &said);
+    return said;
   });
-  const std::string victim = pids.substr(0, pids.find('\n'));
-  if (running) run_shell("kill -KILL " + victim);
-  job.join();
-  REQUIRE_MESSAGE(running, out);
-  REQUIRE_MESSAGE(rc == 0, out);
-  const nlohmann::json j = read_json(summary);
-  REQUIRE_MESSAGE(j.is_object(), out);
-  CHECK(j["params_sha256"] == hash);
+  CHECK(r.summary["params_sha256"] == r.hash);
   // The kill happened mid-run: the job went on with one worker less.
-  CHECK_MESSAGE(out.find("exited") != std::string::npos, out);
-  int departed = 0;
-  for (const auto& e : j["events"]) departed += e["kind"] == "departed";
-  CHECK_MESSAGE(departed == 1, j["events"].dump());
+  CHECK_MESSAGE(r.out.find("exited") != std::string::npos, r.out);
+  CHECK_MESSAGE(departed(r.summary) == 1, r.summary["events"].dump());
 }
 
 TEST_CASE("slurm: a node set DOWN mid-run takes its workers out, the rest go on to the "
           "fault-free hash") {
   slurm_cluster s(3);
-  const std::string cfg = s.dir.write(
-      "job.yaml", small_yaml(s.dir.path(), "bitwise", 3000) +
-                      "cluster:\n  workers: 3\nelastic:\n  min_workers: 1\n");
-  const std::string hash = train_summary(s.dir, cfg)["params_sha256"];
-  const std::string summary = s.dir.path() + "/run.json";
-  std::string out;
-  int rc = -1;
-  std::thread job([&] { rc = s.submit("COHORT_CONFIG=" + cfg + " COHORT_SUMMARY=" + summary, &out); });
-  const bool running = eventually(milliseconds(60000), [&] { return all_training(s.dir.path() + "/job.out"); });
-  std::string said;
-  if (running) run_shell("scontrol update NodeName=node3 State=DOWN Reason=cohort-test 2>&1", &said);
-  job.join();
-  REQUIRE_MESSAGE(running, out);
-  REQUIRE_MESSAGE(rc == 0, said << out);
-  const nlohmann::json j = read_json(summary);
-  REQUIRE_MESSAGE(j.is_object(), out);
-  CHECK(j["params_sha256"] == hash);
-  int departed = 0;
-  for (const auto& e : j["events"]) departed += e["kind"] == "departed" && e["worker"] == "node3-0";
-  CHECK_MESSAGE(departed == 1, j["events"].dump());
+  const faulted_run r = run_with_fault(s, "elastic:\n  min_workers: 1\n", [] {
+    std::string said;
+    run_shell("scontrol update NodeName=node3 State=DOWN Reason=cohort-test 2>&1", &said);
+    return said;
+  });
+  CHECK(r.summary["params_sha256"] == r.hash);
+  CHECK_MESSAGE(departed(r.summary, "node3-0") == 1, r.summary["events"].dump());
 }
