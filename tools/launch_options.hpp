@@ -1,7 +1,10 @@
-// What `cohort launch` was asked on its command line (tools/cmd_launch.cpp's add_launch).
+// What `cohort launch` was asked on its command line (tools/cmd_launch_cli.cpp), and the
+// launcher that carries it out (tools/cmd_launch.cpp).
 #pragma once
 #include <string>
 #include <vector>
+
+#include "runtime/core/config.hpp"
 
 namespace cohort::cli {
 
@@ -24,5 +27,8 @@ struct launch_options {
   std::vector<std::string> cpu_limits;  // --cpu-limit NAME=CPUS
   bool agent = true;  // !--no-agent: the workers reach the coordinator through launch's relay
 };
+
+/// Supervises one local cluster as OPT asks for the job CFG until it ends: the exit code.
+int run_launch(const launch_options& opt, const config& cfg);
 
 }  // namespace cohort::cli
