@@ -140,7 +140,10 @@ void coord::run_job(self_ptr self, job_actions a) {
     return;
   }
   if (a.finished) {
-    do_stop(self, "training complete");
+    do_stop(self, st.opts.job->stopped_early()
+                      ? "stopped early with a checkpoint at step " +
+                            std::to_string(st.opts.job->steps())
+                      : std::string("training complete"));
     return;
   }
   if (!a.leave.empty() && !st.stopping) {
@@ -473,6 +476,7 @@ caf::behavior coordinator_actor(caf::stateful_actor<coordinator_state>* self,
       [=](co_joins_atom) { close_joins(self); },
       [=](co_status_atom) -> net::status_reply { return make_status(self, 0); },
       [=](co_stop_atom, const std::string& reason) { do_stop(self, reason); },
+      [=](co_ckstop_atom, const std::string& by) { checkpoint_stop(self, by); },
       [=](co_bench_atom, const std::string& name, uint32_t n) -> caf::result<bench_result> {
         auto& st = self->state;
         const mb::member* m = st.roster.find_name(name);

@@ -200,6 +200,10 @@ class coordinator_node {
 
   /// Asks the coordinator to stop the cluster (thread-safe; e.g. from a signal thread).
   void request_stop(const std::string& reason);
+  /// Asks the training job to stop early with a checkpoint at the next step boundary it can
+  /// reach (training_job::stop_early; thread-safe). BY names who asked (for the events).
+  /// Without a job, or once it cannot stop early any more, nothing happens.
+  void request_checkpoint_stop(const std::string& by);
   /// Blocks until the coordinator actor has quit.
   void wait();
   /// True once the actor has quit.

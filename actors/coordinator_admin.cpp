@@ -1,5 +1,6 @@
 // The coordinator's admin commands (docs/architecture.md, "Elasticity"): `cohort ctl drain
-// NAME | scale N | inject SPEC` and a worker's own drain on SIGTERM, each decided by the role
+// NAME | scale N | inject SPEC | stop --checkpoint` and a worker's own drain (or, under
+// fault_tolerance.on_sigterm: checkpoint, the run's stop with a checkpoint) on SIGTERM, each decided by the role
 // of the key that opened the asking connection and answered with an admin_reply; and the
 // drains and launcher requests they start.
 #include <spdlog/spdlog.h>
@@ -87,6 +88,21 @@ std::string scale_to(self_ptr self, int target, const std::string& spec) {
   return {};
 }
 
+std::string checkpoint_stop(self_ptr self, const std::string& by) {
+  auto& st = self->state;
+  if (!st.opts.job) return "this coordinator runs no training job";
+  if (st.stopping) return "the coordinator is stopping";
+  step::training_job& job = *st.opts.job;
+  if (job.stopping_early()) return {};  // asked already: the same stop
+  if (!job.stop_early(by, now_s(self)))
+    return "the run is at its last step already: it ends with its final checkpoint";
+  job_actions a;
+  a.notes.push_back("stopping with a checkpoint (asked by " + by +
+                    "): the next step that opens is the run's last");
+  run_job(self, std::move(a));
+  return {};
+}
+
 void on_admin(self_ptr self, const net::sender& from, const net::admin_request& a) {
   auto& st = self->state;
   auto reply = [&](bool ok, const std::string& text) {
@@ -97,6 +113,15 @@ void on_admin(self_ptr self, const net::sender& from, const net::admin_request& 
   // and nothing else; scale and inject are the admin's. Decided by the key, so a worker
   // key's connection that holds no member (it left, its record was pruned) gains nothing.
   const net::key_role who = authority(st, from);
+  // SIGTERM to a worker under fault_tolerance.on_sigterm: checkpoint (a preemption reaches
+  // every process of the job): the whole run stops with a checkpoint.
+  if (a.command == "preempt" && who == net::key_role::worker && st.opts.job &&
+      st.opts.job->spec().sigterm_checkpoints) {
+    const mb::member* own = own_member(st, from.peer);
+    if (own == nullptr) return reply(false, "this connection holds no live worker");
+    const std::string why = checkpoint_stop(self, own->name + " (SIGTERM)");
+    return reply(why.empty(), why.empty() ? "the run stops with a checkpoint" : why);
+  }
   if (who == net::key_role::worker && a.command != "drain")
     return reply(false, "a worker may only drain itself");
   if (who != net::key_role::worker && who != net::key_role::admin)
@@ -187,7 +212,13 @@ void on_admin(self_ptr self, const net::sender& from, const net::admin_request& 
       return reply(false, e.what());
     }
   }
-  reply(false, "unknown command '" + a.command + "' (drain, scale, inject)");
+  if (a.command == "preempt") {
+    const std::string why = checkpoint_stop(self, "ctl");
+    return reply(why.empty(), why.empty() ? "the run stops with a checkpoint at the next step "
+                                            "boundary it can reach, then exits 3"
+                                          : why);
+  }
+  reply(false, "unknown command '" + a.command + "' (drain, scale, inject, preempt)");
 }
 
 }  // namespace cohort::actors::coord

@@ -69,6 +69,9 @@ void drain(self_ptr self, mb::member_id id);
 std::string scale_to(self_ptr self, int target, const std::string& spec);
 /// ctl drain / scale / inject, and a worker's own drain on SIGTERM: decided by the role of
 /// the key that opened FROM's connection, answered to it.
+/// Stops the training job early with a checkpoint (training_job::stop_early), BY asking:
+/// empty when it will, else why not.
+std::string checkpoint_stop(self_ptr self, const std::string& by);
 void on_admin(self_ptr self, const net::sender& from, const net::admin_request& a);
 
 }  // namespace cohort::actors::coord

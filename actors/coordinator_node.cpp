@@ -157,6 +157,10 @@ void coordinator_node::request_stop(const std::string& reason) {
   caf::anon_send(actor_, co_stop_atom::value, reason);
 }
 
+void coordinator_node::request_checkpoint_stop(const std::string& by) {
+  caf::anon_send(actor_, co_ckstop_atom::value, by);
+}
+
 void coordinator_node::wait() {
   caf::scoped_actor self{*system_};
   self->wait_for(actor_);

@@ -17,6 +17,8 @@ using co_in_atom = caf::atom_constant<caf::atom("co_in")>;
 using co_tick_atom = caf::atom_constant<caf::atom("co_tick")>;      ///< coordinator timer
 using co_joins_atom = caf::atom_constant<caf::atom("co_joins")>;    ///< coordinator: join window
 using co_stop_atom = caf::atom_constant<caf::atom("co_stop")>;      ///< stop (local request)
+/// stop with a checkpoint (local request: SIGTERM under fault_tolerance.on_sigterm: checkpoint)
+using co_ckstop_atom = caf::atom_constant<caf::atom("co_ckstop")>;
 using co_status_atom = caf::atom_constant<caf::atom("co_status")>;  ///< status (local request)
 using co_bench_atom = caf::atom_constant<caf::atom("co_bench")>;    ///< ping-pong benchmark
 using co_start_atom = caf::atom_constant<caf::atom("co_start")>;    ///< worker: begin registering

@@ -21,6 +21,8 @@ namespace {
 
 using self_ptr = caf::stateful_actor<worker_state>*;
 using std::chrono::milliseconds;
+/// A SIGTERM this soon after the one that asked for a stop with a checkpoint is its echo.
+constexpr milliseconds stop_echo{2000};
 
 void finish(self_ptr self, int code) {
   auto& st = self->state;
@@ -170,6 +172,7 @@ void on_job(self_ptr self, const net::job_spec& spec, uint64_t member_id) {
   }
   // --trace on the coordinator: record spans from now on (they go out with telemetry).
   if (spec.trace && !trace::enabled()) trace::enable(true);
+  st.sigterm_checkpoints = spec.sigterm_checkpoints;
   if (!st.group) {
     dp_group_io gio;
     gio.send = st.io.send;
@@ -283,6 +286,8 @@ void on_inbound(self_ptr self, const net::message& m) {
           st.io.send(net::pong{x.seq, x.sent_ns, net::now_ns()});
         } else if constexpr (std::is_same_v<T, net::admin_reply>) {
           // Only the drain this worker asked for on SIGTERM gets an answer here.
+          if (st.asked_stop && !st.draining && !x.ok)
+            spdlog::info("worker {}: stop with a checkpoint: {}", st.opts.name, x.text);
           if (st.draining && !x.ok) {
             spdlog::warn("worker {}: drain refused ({}); leaving now", st.opts.name, x.text);
             leave_now(self);
@@ -323,7 +328,26 @@ caf::behavior worker_actor(caf::stateful_actor<worker_state>* self, worker_optio
       [=](co_in_atom, const std::string&, const net::message& m) { on_inbound(self, m); },
       [=](co_leave_atom) {
         auto& st = self->state;
-        if (st.ph == worker_state::phase::active && st.group && !st.draining) {
+        if (st.ph == worker_state::phase::active && st.group && st.sigterm_checkpoints &&
+            !st.asked_stop && !st.draining) {
+          // A preemption or a time limit signals every process of the job: the whole run
+          // stops with a checkpoint, and this worker with it (the coordinator's stop); a
+          // second SIGTERM leaves at once.
+          st.asked_stop = true;
+          st.asked_stop_at = std::chrono::steady_clock::now();
+          spdlog::info("worker {}: SIGTERM: asking the coordinator to stop the run with a "
+                       "checkpoint",
+                       st.opts.name);
+          st.io.send(net::admin_request{0, "preempt", st.opts.name});
+          return;
+        }
+        if (st.asked_stop && std::chrono::steady_clock::now() - st.asked_stop_at < stop_echo) {
+          spdlog::info("worker {}: SIGTERM again within {} ms: the same stop (send another "
+                       "later to leave at once)",
+                       st.opts.name, stop_echo.count());
+          return;
+        }
+        if (st.ph == worker_state::phase::active && st.group && !st.draining && !st.asked_stop) {
           // Training: leave at the next step boundary so that no step is aborted. The
           // coordinator answers with `stop`; a second SIGTERM, or no stop in time, leaves
           // at once.

@@ -114,6 +114,14 @@ struct worker_state {
   int registrations = 0;  ///< successful registrations (1 + rejoins)
   bool spare = false;     ///< waiting for a seat (world full)
   bool draining = false;  ///< asked to leave at the next step boundary
+  /// The job's fault_tolerance.on_sigterm is checkpoint (job_spec.sigterm_checkpoints):
+  /// SIGTERM asks the coordinator to stop the whole run with a checkpoint (asked_stop).
+  bool sigterm_checkpoints = false;
+  bool asked_stop = false;
+  /// When asked_stop was sent: a SIGTERM within stop_echo of it is the same request from
+  /// another sender (Slurm signals every process of a step, and the host agent passes its
+  /// own SIGTERM on), not the second SIGTERM that leaves at once.
+  std::chrono::steady_clock::time_point asked_stop_at{};
   /// ha: looking for a leader since then (a loss or the first registration); empty: not.
   std::optional<std::chrono::steady_clock::time_point> reattach_since;
   size_t candidate = 0;          ///< ha: index of the candidate spoken to now

@@ -131,7 +131,10 @@ class host_agent {
   void begin_stop(const char* why) {
     if (stopping_) return;
     stopping_ = true;
-    std::printf("agent: %s: each worker drains and exits\n", why);
+    std::printf("agent: %s: passed on to each worker (it drains, or under "
+                "fault_tolerance.on_sigterm: checkpoint asks for the run's stop with a "
+                "checkpoint)\n",
+                why);
     std::fflush(stdout);
     for (const auto& [pid, c] : children_) ::kill(pid, SIGTERM);
     kill_at_ = clock_type::now() + milliseconds(opt_.stop_timeout_ms);

@@ -382,14 +382,40 @@ void add_coordinator(CLI::App& app, int* rc) {
     if (telemetry && !telemetry->metrics_url().empty())
       std::printf("coordinator metrics at %s\n", telemetry->metrics_url().c_str());
     std::fflush(stdout);
-    proc::signal_watcher signals(
-        [&node](int sig) { node.request_stop(sig == SIGINT ? "SIGINT" : "SIGTERM"); });
+    // fault_tolerance.on_sigterm: checkpoint (a preemption, a time limit): the first SIGTERM
+    // stops the run with a checkpoint; a second one, or SIGINT, stops it at once.
+    // A SIGTERM within 2 s of the first is its echo (`cohort launch` passes its own on, and
+    // Slurm signals every process of the batch step): the same stop.
+    std::optional<std::chrono::steady_clock::time_point> asked_checkpoint;
+    const bool sigterm_checkpoints = co.job && c.fault_tolerance.on_sigterm == "checkpoint";
+    proc::signal_watcher signals([&node, &asked_checkpoint, sigterm_checkpoints](int sig) {
+      const auto now = std::chrono::steady_clock::now();
+      if (sig == SIGTERM && sigterm_checkpoints) {
+        if (!asked_checkpoint) {
+          asked_checkpoint = now;
+          node.request_checkpoint_stop("SIGTERM");
+          return;
+        }
+        if (now - *asked_checkpoint < std::chrono::seconds(2)) return;
+      }
+      node.request_stop(sig == SIGINT ? "SIGINT" : "SIGTERM");
+    });
     node.wait();
     if (cand && failure.empty() && co.job && co.job->finished()) cand->record_done();
     node_at = nullptr;
     if (!failure.empty()) {
       std::fprintf(stderr, "error: training failed: %s\n", failure.c_str());
       *rc = exit_runtime;
+      return;
+    }
+    if (co.job && co.job->stopped_early()) {
+      std::fprintf(stderr,
+                   "coordinator: stopped early at step %lld of %lld with a checkpoint in %s: "
+                   "run again with --resume to go on\n",
+                   static_cast<long long>(co.job->steps()),
+                   static_cast<long long>(c.train.steps),
+                   c.fault_tolerance.checkpoint_dir.c_str());
+      *rc = exit_stopped;
       return;
     }
     *rc = exit_ok;

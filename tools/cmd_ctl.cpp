@@ -281,7 +281,13 @@ void add_ctl(CLI::App& app, int* rc) {
       cmd->add_subcommand("stop",
                           "Stop the coordinator and every worker (workers exit 0); waits for the "
                           "coordinator's acknowledgement");
-  stop->callback([opt, rc] {
+  auto with_checkpoint = std::make_shared<bool>(false);
+  stop->add_flag("--checkpoint", *with_checkpoint,
+                 "Stop the training run at the next step boundary it can reach with a complete "
+                 "checkpoint of that step instead (a preemption: the coordinator exits 3, "
+                 "`--resume` goes on from it)");
+  stop->callback([opt, rc, admin, with_checkpoint] {
+    if (*with_checkpoint) return admin("preempt", "");
     opt->client()->request(net::stop{"cohort ctl stop"}, net::msg_type::stop,
                            std::chrono::milliseconds(opt->timeout_ms));
     std::printf("coordinator at %s is stopping the cluster\n", opt->coordinator.c_str());

@@ -356,6 +356,18 @@ class launcher {
       for (int sig : signals_->take()) {
         if (sig == SIGCHLD) {
           reap();
+        } else if (sig == SIGTERM && !stopping_ && !asked_checkpoint_ && !ha() &&
+                   cfg_.fault_tolerance.on_sigterm == "checkpoint" && coordinator_running()) {
+          // fault_tolerance.on_sigterm: checkpoint: the coordinator stops the run with a
+          // checkpoint (its own SIGTERM does that) and then its workers; a second SIGTERM
+          // stops everything at once.
+          asked_checkpoint_ = true;
+          std::printf("launch: SIGTERM: the run stops with a checkpoint (a second SIGTERM stops "
+                      "it at once)\n");
+          std::fflush(stdout);
+          respawns_.clear();
+          for (const auto& [pid, c] : children_)
+            if (c.coordinator) kill(pid, SIGTERM);
         } else {
           std::printf("launch: %s: stopping the cluster\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
           std::fflush(stdout);
@@ -455,11 +467,13 @@ class launcher {
       }
       if (c.coordinator) {
         // A usage error of the coordinator (bad --resume, bad fault) is the user's: exit 2.
-        if (code != 0) rc_ = code == exit_usage ? exit_usage : exit_runtime;
+        // Stopped early with a checkpoint (fault_tolerance.on_sigterm): exit 3 as it did.
+        if (code != 0)
+          rc_ = code == exit_usage || code == exit_stopped ? code : exit_runtime;
         // Without a coordinator the workers cannot do anything useful. After a clean end
         // they already got `stop` and exit on their own; otherwise they are told now.
         begin_stop("coordinator exited");
-        if (code != 0) {
+        if (code != 0 && code != exit_stopped) {
           for (const auto& [wpid, w] : children_) kill(wpid, SIGTERM);
         } else {
           term_at_ = clock_type::now() + milliseconds(2000);
@@ -521,6 +535,7 @@ class launcher {
   clock_type::time_point kill_at_{};
   std::optional<clock_type::time_point> term_at_;  // SIGTERM to workers that outlive it
   int rc_ = exit_ok;
+  bool asked_checkpoint_ = false;  ///< SIGTERM under on_sigterm: checkpoint passed on
   uint64_t status_seq_ = 0;
   roster_lines roster_lines_;  // what launch has printed of the membership
   int next_index_ = 0;         // worker-<index> of the next new worker

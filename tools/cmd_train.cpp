@@ -3,11 +3,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <regex>
 
@@ -61,6 +64,16 @@ int64_t resume(train::trainer& tr, const train::resume_plan& plan) {
 int run_train(const train_args& a) {
   proc::log_to_stderr();  // stdout carries the final line other programs parse
   config c = load_config(a.config, a.overrides);
+  // fault_tolerance.on_sigterm: checkpoint: SIGTERM ends the run after the step in flight,
+  // with a checkpoint of it (exit 3); a second SIGTERM or SIGINT ends it at once. Before the
+  // trainer's threads exist, so only the watcher sees the signals.
+  std::atomic<bool> stop_asked{false};
+  std::unique_ptr<proc::signal_watcher> signals;
+  if (c.fault_tolerance.on_sigterm == "checkpoint")
+    signals = std::make_unique<proc::signal_watcher>([&stop_asked](int sig) {
+      if (sig == SIGTERM && !stop_asked.exchange(true)) return;
+      std::_Exit(128 + sig);
+    });
   train::trainer tr(c);
   const auto& t = c.train;
   const bool lm = tr.data().is_language_model();
@@ -126,6 +139,16 @@ int run_train(const train_args& a) {
     if (c.fault_tolerance.checkpoint_every > 0 &&
         (s + 1) % c.fault_tolerance.checkpoint_every == 0 && s + 1 < t.steps)
       writer.save(tr, s + 1);
+    if (stop_asked && s + 1 < t.steps) {
+      progress.finish();
+      writer.save(tr, s + 1);
+      const std::string path = writer.wait();
+      std::fprintf(stderr,
+                   "train: SIGTERM: stopped early at step %lld of %lld with a checkpoint in %s: "
+                   "run again with --resume to go on\n",
+                   static_cast<long long>(s + 1), static_cast<long long>(t.steps), path.c_str());
+      return exit_stopped;
+    }
   }
   progress.finish();
   const double wall = std::chrono::duration<double>(clock::now() - t0).count();

@@ -127,6 +127,9 @@ struct fault_tolerance_config {
   int64_t memory_every = 0;
   std::string checkpoint_dir = "checkpoints";
   int keep = 3;
+  /// SIGTERM: "drain" (a worker leaves, the coordinator stops) or "checkpoint" (the run
+  /// stops at the next step boundary with a checkpoint: preemption, docs/slurm.md).
+  std::string on_sigterm = "drain";
 };
 
 struct elastic_config {

@@ -79,6 +79,19 @@ std::vector<key_spec> runtime_keys() {
        nullptr,
        "Directory of checkpoints; ~ is expanded."},
       {"fault_tolerance",
+       "on_sigterm",
+       COHORT_FIELD(fault_tolerance.on_sigterm),
+       unbounded(),
+       {"drain", "checkpoint"},
+       nullptr,
+       "What SIGTERM to a training worker, to the coordinator, to `cohort launch` or to "
+       "`cohort train` does. drain: the worker leaves at the next step boundary and the "
+       "others go on; the coordinator or launch stops the run; train dies. checkpoint "
+       "(preemption, a time limit: docs/slurm.md): the whole run stops at the next step "
+       "boundary it can reach with a complete checkpoint of that step and exits 3 (`cohort "
+       "ctl stop --checkpoint` does the same); `--resume` goes on from it. A SIGTERM 2 s or "
+       "more after the first stops at once (sooner: the same signal from another sender)."},
+      {"fault_tolerance",
        "keep",
        COHORT_FIELD(fault_tolerance.keep),
        at_least(1),

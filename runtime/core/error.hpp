@@ -11,7 +11,10 @@
 namespace cohort {
 
 /// Process exit codes used by every subcommand (documented in README and docs/).
-enum exit_code : int { exit_ok = 0, exit_runtime = 1, exit_usage = 2 };
+/// exit_stopped: a run stopped early on purpose with a complete checkpoint of the step it
+/// stopped at (fault_tolerance.on_sigterm: checkpoint, `cohort ctl stop --checkpoint`):
+/// `--resume` goes on from it.
+enum exit_code : int { exit_ok = 0, exit_runtime = 1, exit_usage = 2, exit_stopped = 3 };
 
 /// Base of every recoverable error; `what()` is the user-facing message.
 class error : public std::runtime_error {

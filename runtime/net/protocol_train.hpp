@@ -22,9 +22,13 @@ struct job_spec {
   /// workers complete together never vouches for a shard an earlier run left behind.
   uint64_t job_id = 0;
   bool trace = false;  ///< record trace spans and ship them with telemetry (--trace)
+  /// fault_tolerance.on_sigterm: checkpoint. SIGTERM to the worker asks the coordinator to
+  /// stop the whole run with a checkpoint (admin_request "preempt") instead of draining.
+  bool sigterm_checkpoints = false;
   template <class S>
   static auto fields(S& s) {
-    return std::tie(s.config_yaml, s.config_hash, s.resume_checkpoint, s.job_id, s.trace);
+    return std::tie(s.config_yaml, s.config_hash, s.resume_checkpoint, s.job_id, s.trace,
+                    s.sigterm_checkpoints);
   }
 };
 
@@ -73,10 +77,15 @@ struct step_open {
   /// The newest rollback point the coordinator holds good (its step committed): members
   /// drop older ones. -1: none.
   int64_t point = -1;
+  /// The run's end as the coordinator sees it now: the step after the last. train.steps
+  /// unless the run is stopping early (a preemption, `ctl stop --checkpoint`): the member
+  /// that applies step end - 1 writes the final checkpoint and reports, as at train.steps.
+  /// 0: train.steps.
+  int64_t end = 0;
   template <class S>
   static auto fields(S& s) {
     return std::tie(s.generation, s.step, s.replicas, s.donor_rank, s.rank, s.stage, s.tp_rank,
-                    s.through, s.restore, s.shares, s.restore_parts, s.point);
+                    s.through, s.restore, s.shares, s.restore_parts, s.point, s.end);
   }
 };
 

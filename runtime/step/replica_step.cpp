@@ -291,6 +291,7 @@ void replica_step::on_next(const net::step_open& o, uint64_t member, int rank) {
 void replica_step::on_open(const net::step_open& o, uint64_t member, int rank) {
   begin_handler();
   member_id_ = member;
+  if (o.end > 0) end_ = o.end;
   const worker_step::open_plan plan = protocol_.on_open(o.generation, o.step, o.through);
   if (plan.resend_vote) {
     io_.send(*last_vote_);
@@ -381,7 +382,7 @@ std::string replica_step::checkpoint(int64_t step) {
   trace::span traced("checkpoint", "checkpoint", trace::track::compute,
                      trace::args({{"step", step}}));
   seat_->save(*writer_, step, job_id_);
-  return step == cfg_->train.steps ? writer_->wait() : std::string();
+  return step == end_step() ? writer_->wait() : std::string();
 }
 
 // Like `cohort train`: a held-out evaluation now and then, by replica 0 (every stage of it
@@ -426,11 +427,11 @@ void replica_step::commit(const pending_step& p) {
   std::string ckpt;
   try {
     if (!whole) {
-      if (next_step_ == cfg_->train.steps || (every > 0 && next_step_ % every == 0))
+      if (next_step_ == end_step() || (every > 0 && next_step_ % every == 0))
         spdlog::warn("dp group: no checkpoint at step {}: its parameters' gather failed",
                      next_step_);
     } else if ((p.rank == 0 || seat_->saves_every_rank()) &&
-        (next_step_ == cfg_->train.steps || (every > 0 && next_step_ % every == 0)))
+        (next_step_ == end_step() || (every > 0 && next_step_ % every == 0)))
       ckpt = checkpoint(next_step_);
   } catch (const std::exception& e) {
     spdlog::error("dp group: checkpoint at step {} failed: {}", next_step_, e.what());
@@ -438,12 +439,12 @@ void replica_step::commit(const pending_step& p) {
   total_.compute_us += micros(io_.now() - t0 - gathered);
   const int64_t eval_every = cfg_->train.eval_every;
   if (whole && p.rank == 0 && eval_every > 0 && next_step_ % eval_every == 0 &&
-      next_step_ < cfg_->train.steps)
+      next_step_ < end_step())
     evaluate(next_step_);
   // Sharded parameters: what this member does not hold goes back (the checkpoint copied what
   // it writes); a no-op otherwise.
-  if (z != nullptr && next_step_ < cfg_->train.steps) z->release_params();
-  if (next_step_ == cfg_->train.steps) {
+  if (z != nullptr && next_step_ < end_step()) z->release_params();
+  if (next_step_ == end_step()) {
     if (!whole) {
       io_.fatal("the parameters' gather after the last step failed (a member was lost in it): "
                 "the final parameters are not whole here; resume from the last checkpoint");

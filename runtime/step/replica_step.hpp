@@ -177,6 +177,11 @@ class replica_step {
   std::unique_ptr<train::checkpoint_writer> writer_;
   std::string data_host_;  ///< where this worker's Gloo pairs and p2p channel listen
   int64_t next_step_ = 0;
+  /// The run's end as the last step_open said (step_open.end; 0 until one did): a run
+  /// stopping early (a preemption) ends before train.steps, with the same final checkpoint
+  /// and report. The learning-rate schedule stays on train.steps.
+  int64_t end_ = 0;
+  int64_t end_step() const { return end_ > 0 ? end_ : cfg_->train.steps; }
   /// train.zero: the generation whose re-cut ran last (0: none yet), and the re-cuts that
   /// moved data.
   uint64_t resharded_generation_ = 0;

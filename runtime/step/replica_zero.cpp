@@ -77,7 +77,7 @@ bool replica_step::gather(train::trainer& z, const pending_step& p) {
   // or the final digest reads them whole.
   const int64_t every = cfg_->fault_tolerance.checkpoint_every;
   const int64_t eval_every = cfg_->train.eval_every;
-  if (z.shards_params() && next_step_ != cfg_->train.steps &&
+  if (z.shards_params() && next_step_ != end_step() &&
       !(every > 0 && next_step_ % every == 0) && !(eval_every > 0 && next_step_ % eval_every == 0))
     return true;
   try {

@@ -195,6 +195,25 @@ void run_report::scale_asked(int target, const std::string& spec, const job_mome
   add_event("scale", "", at, spec, 0, target);
 }
 
+void run_report::stop_asked(const std::string& by, int64_t step, double now_s) {
+  add_event("stop", by, {step, generation_, now_s}, "stop with a checkpoint", 0);
+  last_now_s_ = std::max(last_now_s_, now_s);
+}
+
+void run_report::stop_settled(int64_t end) {
+  for (auto& e : events_)
+    if (e.kind == "stop") e.target = static_cast<int>(end);
+}
+
+void run_report::stop_done(int64_t end, double now_s) {
+  for (auto& e : events_) {
+    if (e.kind != "stop") continue;
+    e.target = static_cast<int>(end);
+    e.recover_ms = 1000.0 * (now_s - e.at_s);
+    if (watch_) watch_->event("recovered", e, now_s);
+  }
+}
+
 void run_report::vote_counted(const std::string& worker, const net::step_timing& t) {
   if (watch_) watch_->vote(worker, t);
   recent_votes_.push_back(t);
@@ -265,7 +284,8 @@ void run_report::step_committed(int64_t steps_done, double loss, const mb::roste
     }
   }
   for (auto& e : events_) {
-    if (e.recover_ms >= 0 || e.kind == "slow" || e.kind == "balance" || e.kind == "straggler")
+    if (e.recover_ms >= 0 || e.kind == "slow" || e.kind == "balance" || e.kind == "straggler" ||
+        e.kind == "stop")
       continue;
     if (e.kind == "scale" && e.target != members) continue;
     // A joiner counts from joining to the first committed step it took part in.
@@ -442,6 +462,7 @@ nlohmann::json run_report::events_json() const {
     if (!e.detail.empty()) x["spec"] = e.detail;
     if (e.transfer_mb_s >= 0) x["transfer_mb_s"] = e.transfer_mb_s;
     if (e.kind == "scale") x["target"] = e.target;
+    if (e.kind == "stop") x["end_step"] = e.target;
     if (e.kind == "reshard") {
       x["members"] = e.target;
       x["bytes"] = e.bytes;
@@ -459,6 +480,13 @@ nlohmann::json run_report::summary(double wall_s) const {
   const bool lm = units_per_sample_ > 1;
   j["steps_completed"] = steps_done_;
   j["final_loss"] = last_loss_;
+  // Stopped early with a checkpoint (a preemption): where, who asked, how long it took.
+  for (const auto& e : events_)
+    if (e.kind == "stop" && e.recover_ms >= 0 && e.target < cfg_.train.steps)
+      j["stopped_early"] = {{"end_step", e.target},
+                            {"asked_at_step", e.step},
+                            {"asked_by", e.worker},
+                            {"ms", e.recover_ms}};
   std::string hash;
   bool consistent = true;
   nlohmann::json workers = nlohmann::json::array();

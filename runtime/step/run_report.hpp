@@ -152,6 +152,15 @@ class run_report {
   /// A scale to TARGET members was asked for (ctl scale or a scale fault, SPEC): recovered
   /// at the first committed step with TARGET members.
   void scale_asked(int target, const std::string& spec, const job_moment& at);
+  /// The run was asked to stop early with a checkpoint (training_job::stop_early) by BY
+  /// (SIGTERM, ctl, or the worker whose SIGTERM asked), at STEP: a "stop" event, BY its
+  /// worker.
+  void stop_asked(const std::string& by, int64_t step, double now_s);
+  /// The stop's last step opened: the run ends at END (its checkpoint's step).
+  void stop_settled(int64_t end);
+  /// Every member reported after the run's last step, END (the checkpoint is written): the
+  /// stop event's recover_ms is the time since it was asked.
+  void stop_done(int64_t end, double now_s);
   /// WORKER voted ok; T: its step's timing (a joiner's state transfer from the donor).
   void vote_counted(const std::string& worker, const net::step_timing& t);
   /// A step committed: STEPS_DONE steps done, LOSS its mean loss, VOTERS its members (in

@@ -165,6 +165,7 @@ job_actions training_job::try_open(const mb::roster& r, double now_s) {
   std::map<mb::member_id, net::step_open> opens;
   if (seat_size_ > 1) {
     if (!open_hybrid(r, now_s, out, opens)) return out;
+    settle_end();
     waiting_.noted = false;
     waiting_.paused_since_s = -1;
     track_membership(r, now_s, out);
@@ -173,6 +174,7 @@ job_actions training_job::try_open(const mb::roster& r, double now_s) {
     o.generation = r.generation;
     o.step = next_step_;
     for (auto& [id, m] : opens) {
+      m.end = steps_;
       o.votes[id] = false;
       o.sent[id] = m;
       out.sends.push_back({id, m});
@@ -233,6 +235,7 @@ job_actions training_job::try_open(const mb::roster& r, double now_s) {
   // rollback point in memory or a checkpoint.
   std::vector<int32_t> restore_parts;
   const int64_t restore = rollback_ ? roll_back(r, restore_parts, out) : -1;
+  settle_end();
   // Members behind the job (a worker that rejoined after being declared dead) get the
   // state of the step from a member that has it, over the new generation's communicator.
   int donor = -1;
@@ -280,6 +283,7 @@ job_actions training_job::try_open(const mb::roster& r, double now_s) {
     o.sent[m.id].restore_parts = restore_parts;
     o.sent[m.id].point = point_.step;
     o.sent[m.id].shares = shares;
+    o.sent[m.id].end = steps_;
     out.sends.push_back({m.id, o.sent[m.id]});
     ready_[m.id] = next_step_;  // after the transfer every member holds this step's state
   }
@@ -464,7 +468,7 @@ void training_job::on_telemetry(const mb::roster& r, const net::telemetry& t, do
 }
 
 job_actions training_job::on_report(const mb::roster& r, const net::train_report& rep,
-                                    double /*now_s*/) {
+                                    double now_s) {
   job_actions out;
   const mb::member* m = r.find(rep.member_id);
   if (finished_ || m == nullptr || next_step_ < steps_ || rep.next_step != steps_) return out;
@@ -476,6 +480,7 @@ job_actions training_job::on_report(const mb::roster& r, const net::train_report
     if (reporting_.reported.count(mem.id) == 0 && last_voters_.count(mem.id) != 0) return out;
   }
   finished_ = true;
+  if (early_.asked) report_.stop_done(steps_, now_s);
   out.finished = true;
   return out;
 }

@@ -70,6 +70,8 @@
 //   T25 reporting on_tick, resend_interval_s quiet → reporting  the last commit again to
 //                                                        members that have not reported
 //   T26 done     any event                     → done     nothing
+//   T27 waiting, open, window, resync  stop_early → the same state; the next step that
+//                opens is the last: its step_open.end is step + 1, and its commit is T8's
 //   Any state: on_scale and on_telemetry are only recorded (run_report); on_heartbeat
 //   runs the guard; on_tick also sends job_spec again to members not ready.
 #pragma once
@@ -127,6 +129,17 @@ class training_job {
   /// Member ID (already marked leaving in R) is drained: it leaves at the next step
   /// boundary. Records the event; returns the leave now if no step is open.
   job_actions on_drain(const mb::roster& r, mb::member_id id, double now_s);
+  /// Stop the run early with a checkpoint (a preemption: SIGTERM under
+  /// fault_tolerance.on_sigterm: checkpoint, or `cohort ctl stop --checkpoint`; BY names
+  /// who asked). The next step that opens is the last: its step_open.end says so, and its
+  /// members write the final checkpoint and report as at train.steps (T27). A step or window
+  /// open now runs to its end first. Returns whether this call started it (false: the run
+  /// was already stopping early, is past its last open, or is done).
+  bool stop_early(const std::string& by, double now_s);
+  /// Whether the run is stopping (or stopped) before train.steps with a checkpoint.
+  bool stopping_early() const { return early_.asked; }
+  /// The run ended early at a checkpoint: finished, and its end below train.steps.
+  bool stopped_early() const { return finished_ && early_.asked && steps_ < cfg_.train.steps; }
   /// A scale to TARGET members was asked for (ctl scale or a scale fault): an event whose
   /// recover_ms is the time to the first committed step with TARGET members.
   void on_scale(const mb::roster& r, int target, const std::string& spec, double now_s);
@@ -143,7 +156,10 @@ class training_job {
   void set_checkpoints(checkpoint_lookup lookup) { checkpoints_ = std::move(lookup); }
 
   /// What every new worker is sent after register_ok.
-  net::job_spec spec() const { return net::job_spec{yaml_, hash_, resume_, job_id_, trace_}; }
+  net::job_spec spec() const {
+    return net::job_spec{yaml_,   hash_, resume_, job_id_,
+                         trace_, cfg_.fault_tolerance.on_sigterm == "checkpoint"};
+  }
 
   /// The roster moved to a new generation: an open step of an older one is aborted (its
   /// members are told), departed members are forgotten, and a step opens if it can.
@@ -346,6 +362,15 @@ class training_job {
   };
   reporting_state reporting_;
   bool finished_ = false;  ///< [done]
+  /// stop_early: asked (by whom, when); the end (steps_) moves to the next step opened + 1
+  /// as it opens (settle_end).
+  struct early_stop {
+    bool asked = false;
+    std::string by;
+    double at_s = 0;
+  } early_;
+  /// With a stop asked: the step about to open (next_step_) is the last.
+  void settle_end();
   fault_schedule faults_;
   std::set<mb::member_id> drained_;              ///< members that left by drain (not "departed")
   std::map<mb::member_id, double> spec_sent_s_;  ///< members not ready: when the job went out

@@ -34,6 +34,7 @@ job_actions training_job::open_step_on(const mb::roster& r, const mb::roster& s,
   // Over the last step's links (its generation and ranks): no rebuild, no donor, and the
   // faults due pick their victims among those stepping.
   job_actions out;
+  settle_end();
   waiting_.noted = false;
   waiting_.paused_since_s = -1;
   track_membership(r, now_s, out);
@@ -51,12 +52,28 @@ job_actions training_job::open_step_on(const mb::roster& r, const mb::roster& s,
     o.sent[m.id].through = o.through;
     o.sent[m.id].shares = shares;
     o.sent[m.id].point = point_.step;
+    o.sent[m.id].end = steps_;
     out.sends.push_back({m.id, o.sent[m.id]});
   }
   report_.step_opened(replicas_, now_s);
   report_.step_members(names_of(s, o.votes), now_s);
   open_ = std::move(o);
   return out;
+}
+
+bool training_job::stop_early(const std::string& by, double now_s) {
+  if (early_.asked || finished_ || next_step_ >= steps_) return false;
+  // A window or step open now may already run to the end: nothing to shorten.
+  if (open_ && first_unopened() >= steps_) return false;
+  early_ = {true, by, now_s};
+  report_.stop_asked(by, progress(), now_s);
+  return true;
+}
+
+void training_job::settle_end() {
+  if (!early_.asked || steps_ <= next_step_ + 1) return;
+  steps_ = next_step_ + 1;
+  report_.stop_settled(steps_);
 }
 
 std::vector<int32_t> training_job::shares_for_step(const mb::roster& s, double now_s,

@@ -6,12 +6,14 @@
 
 #include <csignal>
 #include <filesystem>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <utility>
 
 #include "runtime/ckpt/checkpoint_dir.hpp"
+#include "tests/mp/dp_util.hpp"
 #include "tests/mp/mp_util.hpp"
 
 using namespace cohort;
@@ -170,4 +172,100 @@ TEST_CASE("a launch killed inside a checkpoint write resumes on another worker c
   CHECK(s["dp"] == 2);
   CHECK(s["params_sha256"] == hash);  // three workers, a kill mid-write, two workers: same bits
   CHECK(s["checkpoint"] == checkpoint_path(ckdir, 40));
+}
+
+TEST_CASE("fault_tolerance.on_sigterm: checkpoint: SIGTERM to a launch and `ctl stop --checkpoint` "
+          "each stop the run at a checkpoint (exit 3), and --resume on other worker counts ends "
+          "on the fault-free hash") {
+  temp_dir dir;
+  std::string yaml = kill_yaml(dir.path());
+  yaml.replace(yaml.find("steps: 20"), 9, "steps: 3000");
+  yaml.replace(yaml.find("checkpoint_every: 5"), 19, "checkpoint_every: 0");
+  const std::string cfg = dir.write("cfg.yaml", yaml + "  on_sigterm: checkpoint\n");
+  const std::string ckdir = dir.path() + "/ckpt";
+  const std::string hash = reference(dir, cfg)["params_sha256"];
+  REQUIRE(hash.size() == 64);
+  // Runs a launch of WORKERS until its job is past step AT (RESUME: from the newest
+  // checkpoint), then STOP(launch, its address); its summary once it has exited 3.
+  auto stop_at = [&](int workers, int64_t at, bool resume,
+                     const std::function<void(child_process&, const job_address&)>& stop) {
+    const std::string out = dir.path() + "/run-" + std::to_string(workers) + ".json";
+    std::vector<std::string> args{"launch", cfg, "-q", "--summary", out, "--set",
+                                  "cluster.workers=" + std::to_string(workers)};
+    if (resume) args.push_back("--resume");
+    child_process launch(args, dir.path(), "stop-" + std::to_string(workers));
+    const job_address ep = address_of(launch);
+    REQUIRE(eventually(milliseconds(60000), [&] {
+      const nlohmann::json s = ctl_status(ep);
+      return s.is_object() && s["step"].get<int64_t>() > at;
+    }));
+    stop(launch, ep);
+    const auto code = launch.wait_exit(milliseconds(60000));
+    REQUIRE_MESSAGE(code.has_value(), launch.err());
+    CHECK_MESSAGE(*code == 3, launch.out() << launch.err());
+    const nlohmann::json s = nlohmann::json::parse(read_file(out), nullptr, false);
+    REQUIRE_MESSAGE(s.is_object(), launch.err());
+    REQUIRE(s.contains("stopped_early"));
+    const int64_t end = s["stopped_early"]["end_step"];
+    CHECK(s["steps_completed"] == end);
+    CHECK(s["checkpoint"] == checkpoint_path(ckdir, end));
+    CHECK(newest_checkpoint(ckdir)->first == end);  // complete: the marker is written
+    return s;
+  };
+  const nlohmann::json first = stop_at(3, 100, false, [](child_process& l, const job_address&) {
+    l.signal(SIGTERM);
+  });
+  CHECK(first["stopped_early"]["asked_by"] == "SIGTERM");
+  const int64_t end1 = first["stopped_early"]["end_step"];
+  const nlohmann::json second =
+      stop_at(2, end1 + 100, true, [](child_process&, const job_address& ep) {
+        int rc = -1;
+        const std::string said = run_capture("ctl " + ep.ctl_args() + " stop --checkpoint", &rc);
+        CHECK_MESSAGE(rc == 0, said);
+      });
+  CHECK(second["stopped_early"]["asked_by"] == "ctl");
+  CHECK(second["stopped_early"]["end_step"].get<int64_t>() > end1);
+  const std::string out = dir.path() + "/last.json";
+  child_process last({"launch", cfg, "-q", "--resume", "--summary", out, "--set",
+                      "cluster.workers=4"},
+                     dir.path(), "last");
+  const auto code = last.wait_exit(milliseconds(120000));
+  REQUIRE_MESSAGE(code.has_value(), last.err());
+  CHECK_MESSAGE(*code == 0, last.out() << last.err());
+  const nlohmann::json s = nlohmann::json::parse(read_file(out), nullptr, false);
+  REQUIRE(s.is_object());
+  CHECK(s["steps_completed"] == 3000);
+  CHECK_FALSE(s.contains("stopped_early"));
+  CHECK(s["params_sha256"] == hash);  // 3 workers, a stop, 2 workers, a stop, 4 workers
+}
+
+TEST_CASE("fault_tolerance.on_sigterm: checkpoint: SIGTERM to cohort train writes the step it "
+          "reached and exits 3; --resume ends on the uninterrupted run's bits") {
+  temp_dir dir;
+  std::string yaml = kill_yaml(dir.path());
+  yaml.replace(yaml.find("steps: 20"), 9, "steps: 5000");
+  yaml.replace(yaml.find("checkpoint_every: 5"), 19, "checkpoint_every: 0");
+  const std::string cfg = dir.write("cfg.yaml", yaml + "  on_sigterm: checkpoint\n");
+  const std::string ckdir = dir.path() + "/ckpt";
+  const std::string hash = reference(dir, cfg)["params_sha256"];
+  child_process first({"train", cfg, "--set", "train.log_every=10"}, dir.path(), "train-term");
+  // A progress line: the run is past its first steps (and the watcher is up).
+  REQUIRE(eventually(milliseconds(30000), [&] { return first.err().find("step 10/") != std::string::npos; }));
+  first.signal(SIGTERM);
+  const auto code = first.wait_exit(milliseconds(30000));
+  REQUIRE(code.has_value());
+  CHECK_MESSAGE(*code == 3, first.err());
+  const auto newest = newest_checkpoint(ckdir);
+  REQUIRE(newest.has_value());
+  CHECK(newest->first > 0);
+  CHECK(newest->first < 5000);
+  CHECK(first.err().find("stopped early at step " + std::to_string(newest->first)) !=
+        std::string::npos);
+  const std::string out = dir.path() + "/resumed.json";
+  int rc = -1;
+  run_capture("train " + cfg + " -q --resume --summary " + out, &rc);
+  CHECK(rc == 0);
+  const nlohmann::json s = nlohmann::json::parse(read_file(out), nullptr, false);
+  REQUIRE(s.is_object());
+  CHECK(s["params_sha256"] == hash);
 }

@@ -75,7 +75,9 @@ struct slurm_cluster {
     REQUIRE(eventually(milliseconds(10000), [&] { return ::access((d + "/munge.sock").c_str(), F_OK) == 0; }));
     std::string c = "ClusterName=cohorttest\nSlurmctldHost=localhost\n";
     c += "SlurmctldPort=" + std::to_string(free_port()) + "\n";
-    c += "AuthType=auth/munge\nAuthInfo=socket=" + d + "/munge.sock\nCredType=cred/munge\n";
+    // cred_expire: a requeued job starts again once its old credential expires (120 s else).
+    c += "AuthType=auth/munge\nAuthInfo=socket=" + d +
+         "/munge.sock,cred_expire=5\nCredType=cred/munge\n";
     c += "SlurmUser=root\nSlurmdUser=root\n";
     c += "StateSaveLocation=" + d + "/state\nSlurmdSpoolDir=" + d + "/spool/%n\n";
     c += "SlurmctldPidFile=" + d + "/slurmctld.pid\nSlurmdPidFile=" + d + "/slurmd-%n.pid\n";
@@ -224,4 +226,86 @@ TEST_CASE("slurm: a node set DOWN mid-run takes its workers out, the rest go on 
   });
   CHECK(r.summary["params_sha256"] == r.hash);
   CHECK_MESSAGE(departed(r.summary, "node3-0") == 1, r.summary["events"].dump());
+}
+
+namespace {
+
+// The state and exit code of job JOB as `scontrol show job` says (e.g. "COMPLETED 0:0").
+std::string job_state(const std::string& job) {
+  std::string out;
+  run_shell("scontrol show job " + job + " 2>/dev/null", &out);
+  auto field = [&](const std::string& key) {
+    const auto at = out.find(key + "=");
+    if (at == std::string::npos) return std::string();
+    const auto from = at + key.size() + 1;
+    return out.substr(from, out.find_first_of(" \n", from) - from);
+  };
+  return field("JobState") + " " + field("ExitCode") + " " + field("Reason");
+}
+
+}  // namespace
+
+TEST_CASE("slurm: SIGTERM to the whole job (a preemption) stops it with a checkpoint, and the "
+          "requeued job resumes from it on fewer nodes to the fault-free hash") {
+  slurm_cluster s(3);
+  const std::string d = s.dir.path();
+  const std::string body = small_yaml(d + "/job", "bitwise", 3000) +
+                           "cluster:\n  workers: 3\nelastic:\n  min_workers: 1\n";
+  const std::string cfg = s.dir.write("job.yaml", body);
+  // The same run (the checkpoint folder is not part of its identity) with its own folder.
+  const std::string hash =
+      train_summary(s.dir, s.dir.write("ref.yaml", small_yaml(d + "/ref", "bitwise", 3000) +
+                                                      "cluster:\n  workers: 3\n"))["params_sha256"];
+  const std::string log = d + "/job.out", summary = d + "/run.json";
+  std::string job;
+  REQUIRE(run_shell("cd " + source_dir() + " && env COHORT_CONFIG=" + cfg +
+                        " COHORT_SUMMARY=" + summary + " COHORT_WORKERS_PER_NODE=1 COHORT_BIN=" +
+                        cohort_binary() +
+                        " COHORT_BIND_ADDR=127.0.0.1 sbatch --parsable --open-mode=append -o " +
+                        log + " tools/slurm/cohort.sbatch",
+                    &job) == 0);
+  job = job.substr(0, job.find_first_of(";\n"));
+  REQUIRE_MESSAGE(eventually(milliseconds(60000), [&] { return all_training(log); }), read_file(log));
+  // SIGTERM to the job's steps, as Slurm's preemption sends it: the agents and workers (the
+  // coordinator hears it from them).
+  std::string said;
+  REQUIRE_MESSAGE(run_shell("scancel --signal=TERM " + job + " 2>&1", &said) == 0, said);
+  std::string state;
+  REQUIRE_MESSAGE(eventually(milliseconds(60000), [&] {
+                    state = job_state(job);
+                    return state.rfind("FAILED", 0) == 0 || state.rfind("COMPLETED", 0) == 0;
+                  }),
+                  state << "\n" << read_file(log));
+  // Exit code 3: stopped early with a complete checkpoint.
+  CHECK_MESSAGE(state.rfind("FAILED 3:0", 0) == 0, state << "\n" << read_file(log));
+  const nlohmann::json first = read_json(summary);
+  REQUIRE_MESSAGE(first.is_object(), read_file(log));
+  REQUIRE(first.contains("stopped_early"));
+  const int64_t end = first["stopped_early"]["end_step"];
+  CHECK(end > 0);
+  CHECK(end < 3000);
+  CHECK(first["steps_completed"] == end);
+  MESSAGE("stopped at step " << end << ", " << first["stopped_early"]["ms"].get<double>()
+                             << " ms after it was asked (by " << first["stopped_early"]["asked_by"]
+                             << ")");
+  // Requeued on two nodes: it resumes from that checkpoint with two workers.
+  REQUIRE(run_shell("scontrol requeuehold " + job + " 2>&1", &said) == 0);
+  // (A requeued job starts again once the credential of its last run has expired: 5 s here.)
+  REQUIRE_MESSAGE(run_shell("scontrol update JobId=" + job + " NumNodes=2-2 NumTasks=2 2>&1",
+                            &said) == 0,
+                  said);
+  REQUIRE(run_shell("scontrol release " + job + " 2>&1", &said) == 0);
+  REQUIRE_MESSAGE(eventually(milliseconds(120000), [&] {
+                    state = job_state(job);
+                    return state.rfind("FAILED", 0) == 0 || state.rfind("COMPLETED", 0) == 0;
+                  }),
+                  state << "\n" << read_file(log));
+  const std::string out = read_file(log);
+  CHECK_MESSAGE(state.rfind("COMPLETED 0:0", 0) == 0, state << "\n" << out);
+  CHECK_MESSAGE(out.find("resuming from") != std::string::npos, out);
+  const nlohmann::json second = read_json(summary);
+  REQUIRE_MESSAGE(second.is_object(), out);
+  CHECK(second["params_sha256"] == hash);
+  CHECK(second["workers"].size() == 2);
+  CHECK_FALSE(second.contains("stopped_early"));
 }

@@ -1,5 +1,5 @@
 // The coordinator's step machine drawn in runtime/step/training_job.hpp, as one table: a
-// row per arrow of the diagram (T1..T26): the state a row starts in, the event, the state
+// row per arrow of the diagram (T1..T27): the state a row starts in, the event, the state
 // it ends in and what the job told the coordinator to do. Pure: no sockets, no clock.
 #include <doctest/doctest.h>
 
@@ -351,6 +351,19 @@ const std::vector<row>& table() {
     {"T26 done ignores a tick", [] { return done_failed(); }, phase::done,
      [](bench& b) { return b.job->on_tick(b.r, 1e6); },
      phase::done, {0, 0, 0, 0, false, false, false, false}, 0},
+    {"T27 stop_early in a window: it runs out, the next step opens alone as the last", [] {
+       bench b = window_0_to_3();
+       b.job->stop_early("test", 0);
+       b.job->on_vote(b.r, vote(1, 1, 3, true, true), 0);
+       return b; }, phase::window,
+     [](bench& b) { return b.job->on_vote(b.r, vote(2, 1, 3, true, true), 0); },
+     phase::open, {2, 0, 0, 0, false, true, false, false}, 4},
+    {"T27 stop_early while waiting: the first step to open is the last", [] {
+       bench b = waiting_one_ready(10);
+       b.job->stop_early("test", 0);
+       return b; }, phase::waiting,
+     [](bench& b) { return b.job->on_ready(b.r, net::worker_ready{2, 1, 0}, 0); },
+     phase::open, {2, 0, 0, 0, false, false, false, false}, 0},
   };
   // clang-format on
   return rows;
@@ -391,7 +404,7 @@ TEST_CASE("every arrow the diagram's legend names has a row") {
     if (arrow.size() > 1 && std::isdigit(static_cast<unsigned char>(arrow[1])))
       legend.insert(arrow);
   }
-  CHECK(legend.size() == 26);
+  CHECK(legend.size() == 27);
   std::set<std::string> covered;
   for (const row& t : table()) {
     const std::string a = t.arrow;
@@ -402,4 +415,49 @@ TEST_CASE("every arrow the diagram's legend names has a row") {
     CHECK(covered.count(arrow) == 1);
   }
   CHECK(covered.size() == legend.size());  // no row for an arrow the legend lacks
+}
+
+TEST_CASE("stop_early: the step that opens next carries the end, its commit ends the run, and "
+          "the job says it stopped early") {
+  bench b = window_0_to_3();  // 10 steps, windows of 4: steps 0..3 open
+  CHECK(b.job->stop_early("SIGTERM", 0));
+  CHECK_FALSE(b.job->stop_early("SIGTERM", 0));  // the same stop
+  CHECK(b.job->stopping_early());
+  b.job->on_vote(b.r, vote(1, 1, 3, true, true), 0);
+  const job_actions a = b.job->on_vote(b.r, vote(2, 1, 3, true, true), 0);
+  int opens = 0;
+  for (const auto& x : a.sends)
+    if (const auto* o = std::get_if<net::step_open>(&x.m)) {
+      ++opens;
+      CHECK(o->step == 4);
+      CHECK(o->through == -1);  // by result: every member applies it before the reports
+      CHECK(o->end == 5);
+    }
+  CHECK(opens == 2);
+  CHECK(b.job->steps() == 5);
+  b.job->on_vote(b.r, vote(1, 1, 4, true), 0);
+  b.job->on_vote(b.r, vote(2, 1, 4, true), 0);
+  CHECK(name(b.job->state()) == std::string("reporting"));
+  b.job->on_report(b.r, report(1, 5), 1.0);
+  const job_actions end = b.job->on_report(b.r, report(2, 5), 1.5);
+  CHECK(end.finished);
+  CHECK(end.failed.empty());
+  CHECK(b.job->stopped_early());
+  const nlohmann::json j = b.job->report().summary(2.0);
+  REQUIRE(j.contains("stopped_early"));
+  CHECK(j["stopped_early"]["end_step"] == 5);
+  CHECK(j["stopped_early"]["asked_by"] == "SIGTERM");
+  CHECK(j["stopped_early"]["ms"].get<double>() == doctest::Approx(1500.0));
+}
+
+TEST_CASE("stop_early at the last step, or once done, changes nothing; a normal end is no early "
+          "stop") {
+  bench b = open_step0(1);  // the one step is the last
+  CHECK_FALSE(b.job->stop_early("ctl", 0));
+  bench w = window_0_to_3();
+  // Every step opens with the run's end, train.steps, when nobody asked to stop.
+  CHECK(w.job->steps() == 10);
+  bench d = done_failed();
+  CHECK_FALSE(d.job->stop_early("ctl", 0));
+  CHECK_FALSE(d.job->stopped_early());
 }
