@@ -95,6 +95,7 @@ class host_agent {
   void start(const std::string& name, int local_rank) {
     std::vector<std::string> args = host_worker_args(*relay_, opt_.keys);
     args.insert(args.end(), {"--name", name, "--local-rank", std::to_string(local_rank),
+                             "--local-size", std::to_string(opt_.workers),
                              "--coordinator-timeout-ms", std::to_string(opt_.coordinator_timeout_ms)});
     const pid_t pid = proc::spawn_self(args);
     children_[pid] = child{name, local_rank, clock_type::now()};

@@ -1,6 +1,6 @@
 // `cohort bench dp CFG [--workers 1,2] [--batch B] [--steps S] [--bucket-mb MB]
 // [--transport T] [--balance equal,measured [--micro-batches K] [--slow F] [--cpu-limit C]]
-// [--zero 0,1,2,3] [--json]`:
+// [--zero 0,1,2,3] [--bind none,cores,numa] [--json]`:
 // weak scaling of data-parallel training. For each worker count N it runs `cohort launch`
 // (this binary) with N workers, each computing B samples per step (global batch N*B, one
 // micro-batch per worker), and reports the step time, its ratio to the first N's step time
@@ -11,7 +11,9 @@
 // step (the global batch over the sum of the workers' measured rates, the coordinator's
 // figures). With --zero, each count runs once per train.zero stage, and each point shows its
 // model-state bytes per worker (the largest worker's) and the bytes each worker sent per
-// step, with both ratios to the first stage's point at that count. Owns the driving and the
+// step, with both ratios to the first stage's point at that count. With --bind, each count runs
+// once per cluster.bind mode, each point with its step time against the first mode's and
+// where each worker ran (its cpus). Owns the driving and the
 // table; the numbers come from the launch summaries.
 #include <fcntl.h>
 #include <sys/wait.h>
@@ -55,6 +57,7 @@ struct bench_dp_options {
   double slow = 1;                   // --balance: rank 1's compute factor
   double cpu_limit = 0;              // --balance: worker-1's cores (a cgroup); 0: none
   std::vector<int> zero;             // train.zero stages to compare; empty: the config's
+  std::vector<std::string> bind;     // cluster.bind modes to compare; empty: the config's
   bool json = false;
 };
 
@@ -69,14 +72,17 @@ struct dp_point {
   int zero = -1;        // --zero: the stage of this run
   double state_bytes = 0;     // the largest worker's model state (params, grads, optimizer)
   double sent_per_step = 0;   // bytes each worker handed its transport per step (mean)
-  double state_ratio = 1, step_ratio = 1;  // --zero: against the first stage at this count
+  double state_ratio = 1, step_ratio = 1;  // --zero, --bind: against the first at this count
+  std::string bind;  // --bind: the mode of this run
+  std::string cpus;  // --bind: each worker's cpus ("worker-0 0, worker-1 1")
 };
 
 dp_point run_point(const bench_dp_options& o, const config& base, int n,
-                   const std::filesystem::path& dir, const std::string& balance, int zero) {
+                   const std::filesystem::path& dir, const std::string& balance, int zero,
+                   const std::string& bind) {
   const int b = o.batch > 0 ? o.batch : base.train.micro_batch;
   const std::string tag =
-      "dp" + std::to_string(n) + balance + (zero >= 0 ? "z" + std::to_string(zero) : "");
+      "dp" + std::to_string(n) + balance + (zero >= 0 ? "z" + std::to_string(zero) : "") + bind;
   const std::string summary = (dir / (tag + ".json")).string();
   std::vector<std::string> args{"launch", o.config, "-q", "--summary", summary};
   for (const auto& s : o.overrides) args.insert(args.end(), {"--set", s});
@@ -102,6 +108,7 @@ dp_point run_point(const bench_dp_options& o, const config& base, int n,
       args.insert(args.end(), {"--cpu-limit", "worker-1=" + std::to_string(o.cpu_limit)});
   }
   if (zero >= 0) args.insert(args.end(), {"--set", "train.zero=" + std::to_string(zero)});
+  if (!bind.empty()) args.insert(args.end(), {"--set", "cluster.bind=" + bind});
   if (o.transport)
     args.insert(args.end(),
                 {"--set", "comm.transport=" + std::string(to_string(o.transport->kind)), "--set",
@@ -133,6 +140,7 @@ dp_point run_point(const bench_dp_options& o, const config& base, int n,
     for (const auto& [name, r] : j["balance"]["samples_per_s"].items()) rates += r.get<double>();
   if (rates > 0) p.ideal_ms = 1000.0 * n * b / rates;
   p.zero = zero;
+  p.bind = bind;
   if (j["memory"].contains("model_state_bytes"))
     p.state_bytes = j["memory"]["model_state_bytes"].get<double>();
   for (const auto& w : j["workers"]) {
@@ -143,6 +151,8 @@ dp_point run_point(const bench_dp_options& o, const config& base, int n,
     p.allreduce_ms += 1000.0 * w["allreduce_s"].get<double>() / steps / n;
     p.idle_ms += 1000.0 * w["idle_s"].get<double>() / steps / n;
     p.overlap += w["overlap"].get<double>() / n;
+    if (!p.cpus.empty()) p.cpus += ", ";
+    p.cpus += w["name"].get<std::string>() + " " + w.value("cpus", std::string("?"));
   }
   return p;
 }
@@ -193,6 +203,11 @@ void add_bench_dp(CLI::App& bench, int* rc) {
                   "bytes per worker and bytes sent per step, against the first stage")
       ->delimiter(',')
       ->check(CLI::Range(0, 3));
+  cmd->add_option("--bind", o->bind,
+                  "cluster.bind modes to compare at each count (none, cores, numa): step time "
+                  "and each worker's cpus, against the first mode")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"none", "cores", "numa"}));
   cmd->add_flag("--json", o->json, "one JSON object instead of the table");
   cmd->callback([o, rc] {
     const config base = load_config(o->config, o->overrides);
@@ -213,16 +228,20 @@ void add_bench_dp(CLI::App& bench, int* rc) {
     const std::vector<std::string> modes =
         o->balance.empty() ? std::vector<std::string>{""} : o->balance;
     const std::vector<int> zeros = o->zero.empty() ? std::vector<int>{-1} : o->zero;
+    const std::vector<std::string> binds =
+        o->bind.empty() ? std::vector<std::string>{""} : o->bind;
     std::vector<dp_point> pts;
     for (int n : o->workers)
       for (const std::string& mode : modes) {
         const std::size_t first = pts.size();  // this count's first stage
-        for (int zero : zeros) {
+        for (int zero : zeros)
+        for (const std::string& bind : binds) {
           if (!o->json)
-            std::fprintf(stderr, "bench dp: %d worker(s)%s%s...\n", n,
+            std::fprintf(stderr, "bench dp: %d worker(s)%s%s%s...\n", n,
                          mode.empty() ? "" : (", balance " + mode).c_str(),
-                         zero < 0 ? "" : (", zero " + std::to_string(zero)).c_str());
-          pts.push_back(run_point(*o, base, n, dir, mode, zero));
+                         zero < 0 ? "" : (", zero " + std::to_string(zero)).c_str(),
+                         bind.empty() ? "" : (", bind " + bind).c_str());
+          pts.push_back(run_point(*o, base, n, dir, mode, zero, bind));
           dp_point& p = pts.back();
           p.ratio = pts.front().step_ms > 0 ? p.step_ms / pts.front().step_ms : 0;
           const dp_point& ref = pts[first];
@@ -251,7 +270,9 @@ void add_bench_dp(CLI::App& bench, int* rc) {
                                {"model_state_bytes", p.state_bytes},
                                {"bytes_sent_per_step", p.sent_per_step},
                                {"step_vs_first_zero", p.step_ratio},
-                               {"state_vs_first_zero", p.state_ratio}});
+                               {"state_vs_first_zero", p.state_ratio},
+                               {"bind", p.bind},
+                               {"cpus", p.cpus}});
       std::printf("%s\n", j.dump(2).c_str());
     } else {
       std::printf("bench dp: %s, transport %s\n", o->config.c_str(), transport.c_str());
@@ -271,6 +292,13 @@ void add_bench_dp(CLI::App& bench, int* rc) {
                     p.workers, p.balance.empty() ? "-" : p.balance.c_str(), p.step_ms, p.ratio,
                     p.compute_ms, p.comm_wait_ms, p.allreduce_ms, p.idle_ms, p.overlap, p.ideal_ms,
                     p.ideal_ms > 0 ? p.step_ms / p.ideal_ms : 0.0);
+      if (!o->bind.empty()) {
+        std::printf("\n%8s %6s %10s %13s %11s  %s\n", "workers", "bind", "step_ms",
+                    "step_vs_first", "compute_ms", "cpus");
+        for (const auto& p : pts)
+          std::printf("%8d %6s %10.2f %13.2f %11.2f  %s\n", p.workers, p.bind.c_str(), p.step_ms,
+                      p.step_ratio, p.compute_ms, p.cpus.c_str());
+      }
       if (!o->zero.empty()) {
         std::printf("\n%8s %5s %10s %13s %12s %15s %14s\n", "workers", "zero", "step_ms",
                     "step_vs_first", "state_MB", "state_vs_first", "sent_MB_step");

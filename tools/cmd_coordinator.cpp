@@ -50,14 +50,14 @@ void print_job_result(const nlohmann::json& j, bool lm) {
     std::printf(" | checkpoint %s", j["checkpoint"].get<std::string>().c_str());
   if (j.contains("ettr")) std::printf(" | ETTR %.3f", j["ettr"].get<double>());
   std::printf("\n");
-  std::printf("%-12s %6s %10s %12s %10s %10s %8s %12s\n", "worker", "steps", "compute_s",
-              "comm_wait_s", "setup_s", "idle_s", "overlap", "MB_sent");
+  std::printf("%-12s %6s %10s %12s %10s %10s %8s %12s  %s\n", "worker", "steps", "compute_s",
+              "comm_wait_s", "setup_s", "idle_s", "overlap", "MB_sent", "cpus");
   for (const auto& w : j["workers"]) {
-    std::printf("%-12s %6lld %10.2f %12.2f %10.2f %10.2f %8.2f %12.1f\n",
+    std::printf("%-12s %6lld %10.2f %12.2f %10.2f %10.2f %8.2f %12.1f  %s\n",
                 w["name"].get<std::string>().c_str(), w["steps"].get<long long>(),
                 w["compute_s"].get<double>(), w["comm_wait_s"].get<double>(),
                 w["setup_s"].get<double>(), w["idle_s"].get<double>(), w["overlap"].get<double>(),
-                w["bytes_sent"].get<double>() / 1e6);
+                w["bytes_sent"].get<double>() / 1e6, w.value("cpus", std::string()).c_str());
   }
   if (!j["events"].empty()) {
     std::printf("%-9s %-12s %6s %5s %10s %11s  %s\n", "event", "worker", "step", "gen", "detect_ms",
@@ -401,10 +401,21 @@ void add_coordinator(CLI::App& app, int* rc) {
       node.request_stop(sig == SIGINT ? "SIGINT" : "SIGTERM");
     });
     node.wait();
-    if (cand && failure.empty() && co.job && co.job->finished()) cand->record_done();
+    // A run stopped early with a checkpoint is not over: a resume under the same name goes on.
+    if (cand && failure.empty() && co.job && co.job->finished() && !co.job->stopped_early())
+      cand->record_done();
     node_at = nullptr;
     if (!failure.empty()) {
       std::fprintf(stderr, "error: training failed: %s\n", failure.c_str());
+      *rc = exit_runtime;
+      return;
+    }
+    if (co.job && co.job->stopping_early() && !co.job->finished()) {
+      // A second SIGTERM (or SIGINT) cut the stop short: no checkpoint of where it was.
+      std::fprintf(stderr,
+                   "error: stopped before the run's checkpoint was complete (a second signal); "
+                   "--resume goes on from the newest complete one in %s\n",
+                   c.fault_tolerance.checkpoint_dir.c_str());
       *rc = exit_runtime;
       return;
     }

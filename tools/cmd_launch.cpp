@@ -213,11 +213,17 @@ class launcher {
   }
 
   // `cohort worker` for this run, less its name and local rank.
+  // Every worker of launch is on this host: cluster.bind splits it among cluster.workers.
   std::vector<std::string> worker_args() const {
-    if (relay_) return host_worker_args(*relay_, keys_->dir());
-    std::vector<std::string> args{"worker", "--join", ha() ? join(candidates_, 0) : endpoint_};
-    if (ha()) args.insert(args.end(), {"--reattach-ms", std::to_string(cfg_.ha.reattach_ms)});
-    if (!keys_->dir().empty()) args.insert(args.end(), {"--keys", keys_->dir()});
+    std::vector<std::string> args;
+    if (relay_) {
+      args = host_worker_args(*relay_, keys_->dir());
+    } else {
+      args = {"worker", "--join", ha() ? join(candidates_, 0) : endpoint_};
+      if (ha()) args.insert(args.end(), {"--reattach-ms", std::to_string(cfg_.ha.reattach_ms)});
+      if (!keys_->dir().empty()) args.insert(args.end(), {"--keys", keys_->dir()});
+    }
+    args.insert(args.end(), {"--local-size", std::to_string(cfg_.cluster.workers)});
     return args;
   }
 

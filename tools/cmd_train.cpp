@@ -67,11 +67,19 @@ int run_train(const train_args& a) {
   // fault_tolerance.on_sigterm: checkpoint: SIGTERM ends the run after the step in flight,
   // with a checkpoint of it (exit 3); a second SIGTERM or SIGINT ends it at once. Before the
   // trainer's threads exist, so only the watcher sees the signals.
+  // (A SIGTERM within 2 s of the first is its echo: srun passes its own on to its task.)
   std::atomic<bool> stop_asked{false};
   std::unique_ptr<proc::signal_watcher> signals;
+  std::chrono::steady_clock::time_point asked_at{};
   if (c.fault_tolerance.on_sigterm == "checkpoint")
-    signals = std::make_unique<proc::signal_watcher>([&stop_asked](int sig) {
-      if (sig == SIGTERM && !stop_asked.exchange(true)) return;
+    signals = std::make_unique<proc::signal_watcher>([&stop_asked, &asked_at](int sig) {
+      const auto now = std::chrono::steady_clock::now();
+      if (sig == SIGTERM && !stop_asked) {
+        asked_at = now;
+        stop_asked = true;
+        return;
+      }
+      if (sig == SIGTERM && now - asked_at < std::chrono::seconds(2)) return;
       std::_Exit(128 + sig);
     });
   train::trainer tr(c);
@@ -136,12 +144,12 @@ int run_train(const train_args& a) {
       progress.note("eval at step " + std::to_string(s + 1) + ": loss " + std::to_string(e.loss) +
                     (lm ? "" : ", accuracy " + std::to_string(e.accuracy)));
     }
-    if (c.fault_tolerance.checkpoint_every > 0 &&
-        (s + 1) % c.fault_tolerance.checkpoint_every == 0 && s + 1 < t.steps)
-      writer.save(tr, s + 1);
+    const bool periodic = c.fault_tolerance.checkpoint_every > 0 &&
+                          (s + 1) % c.fault_tolerance.checkpoint_every == 0 && s + 1 < t.steps;
+    if (periodic) writer.save(tr, s + 1);
     if (stop_asked && s + 1 < t.steps) {
       progress.finish();
-      writer.save(tr, s + 1);
+      if (!periodic) writer.save(tr, s + 1);  // written once: a rewrite would unmark it first
       const std::string path = writer.wait();
       std::fprintf(stderr,
                    "train: SIGTERM: stopped early at step %lld of %lld with a checkpoint in %s: "

@@ -30,6 +30,7 @@ void add_worker(CLI::App& app, int* rc) {
     std::string keys;
     int reattach_ms = 30000;
     int local_rank = -1;
+    int local_size = 0;
     bool name_from_stdin = false;
     double cpu_limit = 0;  // cores; 0: none
     std::string agent_key;  // Z85: the host agent's local socket key
@@ -70,6 +71,11 @@ void add_worker(CLI::App& app, int* rc) {
                   "auto take GPU N modulo the GPUs it sees (default: COHORT_LOCAL_RANK, "
                   "SLURM_LOCALID or LOCAL_RANK from the environment, else 0)")
       ->check(CLI::Range(0, 1 << 20));
+  cmd->add_option("--local-size", opt->local_size,
+                  "Workers on this host (cluster.bind splits the host's cores among them by "
+                  "local rank; default: COHORT_LOCAL_SIZE, SLURM_NTASKS_PER_NODE or "
+                  "LOCAL_WORLD_SIZE from the environment, else 1)")
+      ->check(CLI::Range(1, 1 << 20));
   cmd->add_flag("--name-from-stdin", opt->name_from_stdin,
                 "Start, then wait for the first line of standard input, 'NAME [LOCAL_RANK]', "
                 "before registering under that name (launch keeps one such worker ready for "
@@ -144,6 +150,8 @@ void add_worker(CLI::App& app, int* rc) {
     // Read where the trainer picks its device (runtime/nn/device.hpp, local_rank_from_env).
     if (opt->local_rank >= 0)
       ::setenv("COHORT_LOCAL_RANK", std::to_string(opt->local_rank).c_str(), 1);
+    if (opt->local_size > 0)
+      ::setenv("COHORT_LOCAL_SIZE", std::to_string(opt->local_size).c_str(), 1);
     const std::string limited =
         opt->cpu_limit > 0 ? proc::limit_cpu(::getpid(), opt->cpu_limit) : std::string();
     actors::worker_options wo;

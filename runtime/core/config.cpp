@@ -39,6 +39,18 @@ const std::vector<key_spec>& schema() {
          {},
          nullptr,
          "Worker processes `cohort launch` starts; must equal parallel.dp * pp * tp."},
+        {"cluster",
+         "bind",
+         COHORT_FIELD(cluster.bind),
+         unbounded(),
+         {"none", "cores", "numa"},
+         nullptr,
+         "Where each worker of a host runs, by its local rank among the host's workers (`cohort "
+         "launch`'s, or a `cohort agent`'s): cores: on its own run of the cores it may use; "
+         "numa: on its own NUMA node (round robin when there are more workers), memory from "
+         "it too; none: wherever the kernel puts it. Within the cores its starter was given "
+         "(a Slurm task's, a taskset's); a worker srun started and bound itself keeps Slurm's "
+         "binding. The summary lists each worker's cpus (docs/slurm.md, \"Binding\")."},
         {"parallel",
          "dp",
          COHORT_FIELD(parallel.dp),

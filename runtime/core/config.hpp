@@ -16,6 +16,8 @@ namespace cohort {
 
 struct cluster_config {
   int workers = 1;  ///< worker processes `cohort launch` starts; must equal dp*pp*tp
+  /// none | cores | numa: each local worker on its own cores / NUMA node (proc::bind_self)
+  std::string bind = "none";
 };
 
 struct parallel_config {

@@ -217,6 +217,7 @@ struct train_report {
   int64_t state_params = 0, state_grads = 0, state_optimizer = 0, state_replica = 0;
   int64_t reshards = 0;  ///< re-cuts of sharded state this member took part in that moved data
   int64_t point_held_bytes = 0;  ///< fault_tolerance.memory_every: what its points hold now
+  std::string cpus;  ///< the processing units it ran on (cluster.bind; "0-3,8"), "" unknown
   template <class S>
   static auto fields(S& s) {
     return std::tie(s.member_id, s.generation, s.next_step, s.params_sha256, s.has_eval,
@@ -224,7 +225,7 @@ struct train_report {
                     s.peak_pool_bytes, s.checkpoint, s.num_params, s.timing, s.param_digests,
                     s.stage, s.compressed_steps, s.compressed_bytes_sent, s.state_params,
                     s.state_grads, s.state_optimizer, s.state_replica, s.reshards,
-                    s.point_held_bytes);
+                    s.point_held_bytes, s.cpus);
   }
 };
 

@@ -13,6 +13,8 @@
 #include <cstdio>
 
 #include "runtime/ckpt/checkpoint.hpp"
+#include "runtime/core/cpu_bind.hpp"
+#include "runtime/nn/device.hpp"
 #include "runtime/comm/buckets.hpp"
 #include "runtime/comm/comm_error.hpp"
 #include "runtime/core/config.hpp"
@@ -82,6 +84,15 @@ void replica_step::on_job(const net::job_spec& spec, uint64_t member, uint64_t g
   if (!cfg_) {
     try {
       cfg_ = std::make_unique<config>(load_config_text(spec.config_yaml, "<job from coordinator>"));
+      // cluster.bind: before the model's threads exist (they inherit it).
+      if (cfg_->cluster.bind != "none") {
+        const proc::cpu_binding b =
+            proc::bind_self(cfg_->cluster.bind, nn::local_rank_from_env(), proc::local_size_from_env());
+        cpus_ = b.cpus;
+        if (!b.note.empty()) spdlog::info("dp group: {}", b.note);
+      } else {
+        cpus_ = proc::current_cpus();
+      }
       staged_ = cfg_->parallel.pp * cfg_->parallel.tp > 1;
       job_id_ = spec.job_id;
       data_host_ = io_.data_host(*cfg_);
@@ -506,7 +517,9 @@ void replica_step::report(const pending_step& p, const std::string& ckpt) {
   rep.next_step = next_step_;
   const train::seat_report s = seat_->report();
   rep.params_sha256 = s.params_sha256;
-  if (p.rank == 0) {
+  // A run stopping early (a preemption) skips the final evaluation: its grace time is for
+  // the checkpoint, and the resumed run evaluates at its end.
+  if (p.rank == 0 && end_step() == cfg_->train.steps) {
     try {
       const train::evaluation e = seat_->evaluate(next_step_ + 1);
       if (e.count > 0) {
@@ -549,6 +562,7 @@ void replica_step::report(const pending_step& p, const std::string& ckpt) {
   rep.reshards = reshards_;
   if (train::trainer* w = seat_->whole_model()) rep.point_held_bytes = w->point_bytes();
   rep.checkpoint = ckpt;
+  rep.cpus = cpus_;
   rep.num_params = s.model_params;
   rep.timing = total_;
   last_report_ = rep;

@@ -181,6 +181,7 @@ class replica_step {
   /// stopping early (a preemption) ends before train.steps, with the same final checkpoint
   /// and report. The learning-rate schedule stays on train.steps.
   int64_t end_ = 0;
+  std::string cpus_;  ///< where this worker runs (cluster.bind; train_report.cpus)
   int64_t end_step() const { return end_ > 0 ? end_ : cfg_->train.steps; }
   /// train.zero: the generation whose re-cut ran last (0: none yet), and the re-cuts that
   /// moved data.

@@ -516,6 +516,7 @@ nlohmann::json run_report::summary(double wall_s) const {
                        {"bytes_received", t.bytes_recv},
                        {"overlap", r.overlap},
                        {"peak_pool_bytes", r.peak_pool_bytes},
+                       {"cpus", r.cpus},
                        {"params_sha256", r.params_sha256}});
     if (cfg_.train.zero > 0 || r.state_params > 0) {
       workers.back()["model_state_bytes"] = {
