@@ -240,7 +240,7 @@ TEST_CASE("fault_tolerance.on_sigterm: checkpoint: SIGTERM to a launch and `ctl 
 }
 
 TEST_CASE("fault_tolerance.on_sigterm: checkpoint: SIGTERM to cohort train writes the step it "
-          "reached and exits 3; --resume ends on the uninterrupted run's bits") {
+          "reached and exits 3, and --resume ends on the uninterrupted run's bits") {
   temp_dir dir;
   std::string yaml = kill_yaml(dir.path());
   yaml.replace(yaml.find("steps: 20"), 9, "steps: 5000");

@@ -450,8 +450,8 @@ TEST_CASE("stop_early: the step that opens next carries the end, its commit ends
   CHECK(j["stopped_early"]["ms"].get<double>() == doctest::Approx(1500.0));
 }
 
-TEST_CASE("stop_early at the last step, or once done, changes nothing; a normal end is no early "
-          "stop") {
+TEST_CASE("stop_early at the last step, or once done, changes nothing, and a normal end is no "
+          "early stop") {
   bench b = open_step0(1);  // the one step is the last
   CHECK_FALSE(b.job->stop_early("ctl", 0));
   bench w = window_0_to_3();
