@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <set>
@@ -87,6 +88,9 @@ struct slurm_cluster {
     c += "JobCompType=jobcomp/none\nSchedulerType=sched/builtin\nSelectType=select/cons_tres\n";
     c += "SelectTypeParameters=CR_CPU\nReturnToService=2\nSlurmdTimeout=5\nSlurmctldTimeout=5\n";
     c += "InactiveLimit=0\nKillWait=5\nMinJobAge=5\n";
+    // A scheduling pass every 2 s (60 s by default): a requeued job starts once its begin
+    // time has come, not up to a minute later.
+    c += "SchedulerParameters=sched_interval=2\n";
     // Each node on this machine, on a port of its own (slurmd -N picks its line).
     for (int i = 1; i <= nodes; ++i)
       c += "NodeName=node" + std::to_string(i) + " NodeHostname=localhost NodeAddr=127.0.0.1 Port=" +
@@ -176,16 +180,24 @@ struct faulted_run {
 };
 
 faulted_run run_with_fault(slurm_cluster& s, const std::string& elastic,
-                           const std::function<std::string()>& fault) {
+                           const std::function<std::string()>& fault, int steps = 3000) {
   const std::string cfg = s.dir.write(
-      "job.yaml", small_yaml(s.dir.path(), "bitwise", 3000) + "cluster:\n  workers: 3\n" + elastic);
+      "job.yaml", small_yaml(s.dir.path(), "bitwise", steps) + "cluster:\n  workers: 3\n" + elastic);
   faulted_run r;
   r.hash = train_summary(s.dir, cfg)["params_sha256"];
   const std::string summary = s.dir.path() + "/run.json";
   int rc = -1;
-  std::thread job([&] { rc = s.submit("COHORT_CONFIG=" + cfg + " COHORT_SUMMARY=" + summary, &r.out); });
+  std::thread job([&] {
+    rc = s.submit("COHORT_CONFIG=" + cfg + " COHORT_SUMMARY=" + summary + " COHORT_JOIN_FILE=" +
+                      s.dir.path() + "/job.join",
+                  &r.out);
+  });
+  const auto t0 = std::chrono::steady_clock::now();
   const bool running =
       eventually(milliseconds(60000), [&] { return all_training(s.dir.path() + "/job.out"); });
+  if (running)
+    MESSAGE("sbatch to a progress line of 3 workers: "
+            << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() << " s");
   if (running) r.said = fault();
   job.join();
   REQUIRE_MESSAGE(running, r.out);
@@ -204,22 +216,54 @@ int departed(const nlohmann::json& summary, const std::string& worker = "") {
 
 }  // namespace
 
-TEST_CASE("slurm: a task killed (its agent and workers gone) does not end the job, which ends "
-          "on the fault-free hash") {
+TEST_CASE("slurm: a task killed (its agent and workers gone) does not end the job, and a second "
+          "job step (cohort-grow) brings the node back: the job ends on the fault-free hash") {
   slurm_cluster s(3);
+  const std::string d = s.dir.path();
   // One agent is SIGKILLed: a task dying. Its worker dies with it (PR_SET_PDEATHSIG); the
-  // job's step goes on (--kill-on-bad-exit=0).
-  const faulted_run r = run_with_fault(s, "elastic:\n  min_workers: 1\n  respawn: false\n", [] {
-    std::string pids;
-    run_shell("pgrep -f '^[^ ]*/cohort agent --join'", &pids);
-    std::string said;
-    run_shell("kill -KILL " + pids.substr(0, pids.find('\n')) + " 2>&1", &said);
-    return said;
-  });
+  // job's step goes on (--kill-on-bad-exit=0). Then tools/slurm/cohort-grow starts an agent
+  // on that node again as a second step of the job: its worker joins the running job.
+  std::string node;
+  const faulted_run r = run_with_fault(
+      s, "elastic:\n  min_workers: 1\n  respawn: false\n",
+      [&] {
+        std::string pids;
+        run_shell("pgrep -f '^[^ ]*/cohort agent --join'", &pids);
+        const std::string pid = pids.substr(0, pids.find('\n'));
+        run_shell("tr '\\0' '\\n' < /proc/" + pid +
+                      "/environ | sed -n 's/^SLURMD_NODENAME=//p' | tr -d '\\n'",
+                  &node);
+        std::string said;
+        run_shell("kill -KILL " + pid + " 2>&1", &said);
+        // Out of the roster, then back through a second step on the same node.
+        if (!eventually(milliseconds(30000), [&] {
+              return read_file(d + "/job.out").find(node + "-0 left the roster") != std::string::npos;
+            }))
+          return said + "\n(no departure of " + node + "-0)";
+        std::string job;
+        run_shell("squeue -h -o %i | head -1 | tr -d '\\n'", &job);
+        std::string grew;
+        run_shell("cd " + source_dir() + " && COHORT_JOIN_FILE=" + d + "/job.join COHORT_BIN=" +
+                      cohort_binary() + " tools/slurm/cohort-grow " + job + " " + node + " 1 2>&1",
+                  &grew);
+        return said + grew;
+      },
+      10000);
   CHECK(r.summary["params_sha256"] == r.hash);
-  // The kill happened mid-run: the job went on with one worker less.
+  // The kill happened mid-run: the job went on with one worker less, then it came back.
   CHECK_MESSAGE(r.out.find("exited") != std::string::npos, r.out);
   CHECK_MESSAGE(departed(r.summary) == 1, r.summary["events"].dump());
+  int joined = 0;
+  for (const auto& e : r.summary["events"]) joined += e["kind"] == "joined" && e["worker"] == node + "-0";
+  CHECK_MESSAGE(joined == 1, r.said << "\n" << r.summary["events"].dump());
+  CHECK(r.summary["workers"].size() == 3);
+  for (const auto& e : r.summary["events"])
+    if (e["kind"] == "departed" || e["kind"] == "joined")
+      MESSAGE(e["kind"].get<std::string>() << " " << e["worker"].get<std::string>()
+                                           << ": recover_ms " << e["recover_ms"].dump());
+  std::string left;
+  run_shell("ls " + d + "/job.join 2>/dev/null", &left);
+  CHECK_MESSAGE(left.empty(), "the join file outlived the job");
 }
 
 TEST_CASE("slurm: a node set DOWN mid-run takes its workers out, the rest go on to the "
@@ -255,7 +299,7 @@ TEST_CASE("slurm: a job preempted by a more urgent one stops within its grace ti
           "checkpoint, and requeued on fewer nodes resumes from it to the fault-free hash") {
   slurm_cluster s(3);
   const std::string d = s.dir.path();
-  const int steps = 20000;
+  const int steps = 8000;
   const std::string body = small_yaml(d + "/job", "bitwise", steps) +
                            "cluster:\n  workers: 3\nelastic:\n  min_workers: 1\n";
   const std::string cfg = s.dir.write("job.yaml", body);
