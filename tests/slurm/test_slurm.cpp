@@ -1,8 +1,10 @@
-// cohort under a real Slurm (issue 41, docs/slurm.md): Debian's slurmctld and three slurmd
-// (`slurmd -N nodeK`, each on its own port of this machine), authenticated by a munged of the
+// cohort under a real Slurm (issue 41, docs/slurm.md): Debian's slurmctld and three slurmd,
+// each slurmd on an emulated host of its own (a network namespace of tools/netns.sh, node K
+// at 10.77.0.K, `slurmd -N nodeK`; slurmctld beside node1), authenticated by a munged of the
 // fixture's own (its own key and socket), all started here and stopped at the end. The job is
-// tools/slurm/cohort.sbatch as a user submits it. Needs root and the slurm-wlm and munge
-// packages (tools/setup.sh installs them), else each case exits 77 with the reason.
+// tools/slurm/cohort.sbatch as a user submits it, from node1. Needs root, network namespaces
+// and the slurm-wlm and munge packages (tools/setup.sh installs them), else each case exits
+// 77 with the reason.
 #include <doctest/doctest.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -20,6 +22,7 @@
 
 #include "tests/mp/dp_util.hpp"
 #include "tests/mp/mp_util.hpp"
+#include "tests/netns/netns_util.hpp"
 
 using namespace cohort;
 using namespace cohort::mp;
@@ -52,18 +55,41 @@ bool all_training(const std::string& log) {
   return read_file(log).find("| 3 workers") != std::string::npos;
 }
 
-// munged, slurmctld and NODES slurmd, killed (process groups) when it goes out of scope.
+// munged, slurmctld and NODES slurmd, killed (process groups) when it goes out of scope; the
+// emulated hosts go last, with anything still running on them.
 struct slurm_cluster {
   temp_dir dir;
   std::string conf;
+  std::unique_ptr<bed> hosts;  // node K on host K (10.77.0.K); slurmctld on host 1
   std::unique_ptr<child_process> munged, ctld;
   std::vector<std::unique_ptr<child_process>> slurmd;
+
+  // A command on host I (`ip netns exec`), from a script file: no quoting to get right.
+  int sh(const std::string& cmd, std::string* out = nullptr, int host = 1) const {
+    static int n = 0;
+    const std::string script = dir.path() + "/sh" + std::to_string(++n) + ".sh";
+    {
+      std::FILE* f = std::fopen(script.c_str(), "w");
+      REQUIRE(f != nullptr);
+      std::fprintf(f, "export SLURM_CONF=%s\n%s\n", conf.c_str(), cmd.c_str());
+      std::fclose(f);
+    }
+    return run_shell(enter(host) + " bash " + script, out);
+  }
+
+  // `nsenter --net=...` into host I's network namespace. Not `ip netns exec`, which mounts a
+  // sysfs of its own without the cgroup tree slurmd needs.
+  std::string enter(int host) const {
+    return "nsenter --net=/run/netns/" + hosts->on(host).back();
+  }
 
   explicit slurm_cluster(int nodes) {
     if (::geteuid() != 0) skip("needs root (slurmd runs jobs as their user)");
     for (const char* b : {"munged", "slurmctld", "slurmd", "sbatch", "srun", "sinfo"})
       if (run_shell(std::string("command -v ") + b + " >/dev/null") != 0)
         skip(std::string(b) + " is not installed (tools/setup.sh installs slurm-wlm and munge)");
+    require_netns();
+    hosts = std::make_unique<bed>(nodes);
     const std::string d = dir.path();
     REQUIRE(run_shell("mkdir -p " + d + "/state " + d + "/spool && dd if=/dev/urandom of=" + d +
                       "/munge.key bs=1 count=1024 2>/dev/null && chmod 400 " + d + "/munge.key") == 0);
@@ -74,7 +100,7 @@ struct slurm_cluster {
                                  "--pid-file=" + d + "/munged.pid", "--seed-file=" + d + "/munged.seed"},
         d, "munged");
     REQUIRE(eventually(milliseconds(10000), [&] { return ::access((d + "/munge.sock").c_str(), F_OK) == 0; }));
-    std::string c = "ClusterName=cohorttest\nSlurmctldHost=localhost\n";
+    std::string c = "ClusterName=cohorttest\nSlurmctldHost=localhost(" + bed::address(1) + ")\n";
     c += "SlurmctldPort=" + std::to_string(free_port()) + "\n";
     // cred_expire: a requeued job starts again once its old credential expires (120 s else).
     c += "AuthType=auth/munge\nAuthInfo=socket=" + d +
@@ -93,7 +119,8 @@ struct slurm_cluster {
     c += "SchedulerParameters=sched_interval=2\n";
     // Each node on this machine, on a port of its own (slurmd -N picks its line).
     for (int i = 1; i <= nodes; ++i)
-      c += "NodeName=node" + std::to_string(i) + " NodeHostname=localhost NodeAddr=127.0.0.1 Port=" +
+      c += "NodeName=node" + std::to_string(i) + " NodeHostname=localhost NodeAddr=" +
+           bed::address(i) + " Port=" +
            std::to_string(free_port()) + " CPUs=2 State=UNKNOWN\n";
     // Preemption as a cluster sets it up: a job of `urgent` takes the nodes of a `debug` job,
     // which gets SIGTERM on its tasks, GraceTime to finish, then SIGKILL, and is requeued.
@@ -104,16 +131,22 @@ struct slurm_cluster {
          "PreemptMode=OFF\n";
     conf = dir.write("slurm.conf", c);
     ::setenv("SLURM_CONF", conf.c_str(), 1);
-    ctld = std::make_unique<child_process>(program{"/usr/sbin/slurmctld"},
-                                           std::vector<std::string>{"-D", "-c"}, d, "slurmctld");
-    for (int i = 1; i <= nodes; ++i)
-      slurmd.push_back(std::make_unique<child_process>(
-          program{"/usr/sbin/slurmd"}, std::vector<std::string>{"-D", "-N", "node" + std::to_string(i)},
-          d, "slurmd" + std::to_string(i)));
+    // Each daemon on its host: `nsenter --net=HOST DAEMON ...`.
+    auto on = [&](int host, std::vector<std::string> cmd) {
+      std::vector<std::string> args{"--net=/run/netns/" + hosts->on(host).back()};
+      args.insert(args.end(), cmd.begin(), cmd.end());
+      return std::make_pair(program{"/usr/bin/nsenter"}, args);
+    };
+    const auto [ctld_ip, ctld_args] = on(1, {"/usr/sbin/slurmctld", "-D", "-c"});
+    ctld = std::make_unique<child_process>(ctld_ip, ctld_args, d, "slurmctld");
+    for (int i = 1; i <= nodes; ++i) {
+      const auto [ip, args] = on(i, {"/usr/sbin/slurmd", "-D", "-N", "node" + std::to_string(i)});
+      slurmd.push_back(std::make_unique<child_process>(ip, args, d, "slurmd" + std::to_string(i)));
+    }
     std::string out;
     const bool up = eventually(milliseconds(30000), [&] {
       out.clear();
-      return run_shell("sinfo -h -o '%t %D' 2>&1", &out) == 0 &&
+      return sh("sinfo -h -o '%t %D' 2>&1", &out) == 0 &&
              out.find("idle " + std::to_string(nodes)) != std::string::npos;
     });
     REQUIRE_MESSAGE(up, "sinfo: " << out << "\nslurmctld log: " << read_file(d + "/slurmctld.log"));
@@ -122,10 +155,10 @@ struct slurm_cluster {
   // Jobs still there are cancelled and waited for (their slurmstepd live outside the
   // daemons' process groups); then the daemons go with their groups.
   ~slurm_cluster() {
-    run_shell("scancel --quiet --user=root 2>/dev/null");
-    eventually(milliseconds(20000), [] {
+    sh("scancel --quiet --user=root 2>/dev/null");
+    eventually(milliseconds(20000), [&] {
       std::string q;
-      return run_shell("squeue -h 2>/dev/null", &q) != 0 || q.empty();
+      return sh("squeue -h 2>/dev/null", &q) != 0 || q.empty();
     });
     ::unsetenv("SLURM_CONF");
   }
@@ -133,9 +166,9 @@ struct slurm_cluster {
   // `sbatch --wait` of the recipe with ENV (KEY=VALUE ...); its exit code, the job's output.
   int submit(const std::string& env, std::string* out, const std::string& extra = "") {
     const std::string log = dir.path() + "/job.out";
-    const int rc = run_shell("cd " + source_dir() + " && env " + env + " COHORT_BIN=" +
-                             cohort_binary() + " COHORT_BIND_ADDR=127.0.0.1 timeout 300 sbatch --wait " +
-                             extra + " -o " + log + " tools/slurm/cohort.sbatch >/dev/null 2>&1");
+    const int rc = sh("cd " + source_dir() + " && env " + env + " COHORT_BIN=" + cohort_binary() +
+                      " timeout 300 sbatch --wait " + extra + " -o " + log +
+                      " tools/slurm/cohort.sbatch >/dev/null 2>&1");
     *out = read_file(log);
     return rc;
   }
@@ -241,9 +274,9 @@ TEST_CASE("slurm: a task killed (its agent and workers gone) does not end the jo
             }))
           return said + "\n(no departure of " + node + "-0)";
         std::string job;
-        run_shell("squeue -h -o %i | head -1 | tr -d '\\n'", &job);
+        s.sh("squeue -h -o %i | head -1 | tr -d '\\n'", &job);
         std::string grew;
-        run_shell("cd " + source_dir() + " && COHORT_JOIN_FILE=" + d + "/job.join COHORT_BIN=" +
+        s.sh("cd " + source_dir() + " && COHORT_JOIN_FILE=" + d + "/job.join COHORT_BIN=" +
                       cohort_binary() + " tools/slurm/cohort-grow " + job + " " + node + " 1 2>&1",
                   &grew);
         return said + grew;
@@ -269,9 +302,9 @@ TEST_CASE("slurm: a task killed (its agent and workers gone) does not end the jo
 TEST_CASE("slurm: a node set DOWN mid-run takes its workers out, the rest go on to the "
           "fault-free hash") {
   slurm_cluster s(3);
-  const faulted_run r = run_with_fault(s, "elastic:\n  min_workers: 1\n", [] {
+  const faulted_run r = run_with_fault(s, "elastic:\n  min_workers: 1\n", [&s] {
     std::string said;
-    run_shell("scontrol update NodeName=node3 State=DOWN Reason=cohort-test 2>&1", &said);
+    s.sh("scontrol update NodeName=node3 State=DOWN Reason=cohort-test 2>&1", &said);
     return said;
   });
   CHECK(r.summary["params_sha256"] == r.hash);
@@ -281,9 +314,9 @@ TEST_CASE("slurm: a node set DOWN mid-run takes its workers out, the rest go on 
 namespace {
 
 // The state and exit code of job JOB as `scontrol show job` says (e.g. "COMPLETED 0:0").
-std::string job_state(const std::string& job) {
+std::string job_state(const slurm_cluster& s, const std::string& job) {
   std::string out;
-  run_shell("scontrol show job " + job + " 2>/dev/null", &out);
+  s.sh("scontrol show job " + job + " 2>/dev/null", &out);
   auto field = [&](const std::string& key) {
     const auto at = out.find(key + "=");
     if (at == std::string::npos) return std::string();
@@ -309,18 +342,17 @@ TEST_CASE("slurm: a job preempted by a more urgent one stops within its grace ti
                                                       "cluster:\n  workers: 3\n"))["params_sha256"];
   const std::string log = d + "/job.out", summary = d + "/run.json";
   std::string job;
-  REQUIRE(run_shell("cd " + source_dir() + " && env COHORT_CONFIG=" + cfg +
-                        " COHORT_SUMMARY=" + summary + " COHORT_WORKERS_PER_NODE=1 COHORT_BIN=" +
-                        cohort_binary() +
-                        " COHORT_BIND_ADDR=127.0.0.1 sbatch --parsable --open-mode=append -o " +
-                        log + " tools/slurm/cohort.sbatch",
-                    &job) == 0);
+  REQUIRE(s.sh("cd " + source_dir() + " && env COHORT_CONFIG=" + cfg + " COHORT_SUMMARY=" +
+                   summary + " COHORT_WORKERS_PER_NODE=1 COHORT_BIN=" + cohort_binary() +
+                   " sbatch --parsable --open-mode=append -o " + log +
+                   " tools/slurm/cohort.sbatch",
+               &job) == 0);
   job = job.substr(0, job.find_first_of(";\n"));
   REQUIRE_MESSAGE(eventually(milliseconds(60000), [&] { return all_training(log); }), read_file(log));
   // A job of the `urgent` partition wants every node: Slurm preempts ours (SIGTERM to its
   // tasks, GraceTime 15 s, then SIGKILL) and requeues it.
   std::string said;
-  REQUIRE_MESSAGE(run_shell("sbatch -p urgent -N 3 --exclusive -o /dev/null --wrap 'sleep 4' 2>&1", &said) == 0,
+  REQUIRE_MESSAGE(s.sh("sbatch -p urgent -N 3 --exclusive -o /dev/null --wrap 'sleep 4' 2>&1", &said) == 0,
                   said);
   // The first run's end: its summary says where it stopped.
   nlohmann::json first;
@@ -328,7 +360,7 @@ TEST_CASE("slurm: a job preempted by a more urgent one stops within its grace ti
                     first = read_json(summary);
                     return first.is_object() && first.contains("stopped_early");
                   }),
-                  job_state(job) << "\n" << read_file(log));
+                  job_state(s, job) << "\n" << read_file(log));
   const int64_t end = first["stopped_early"]["end_step"];
   CHECK(end > 0);
   CHECK(end < steps);
@@ -339,15 +371,15 @@ TEST_CASE("slurm: a job preempted by a more urgent one stops within its grace ti
   // Requeued while the urgent job runs: on two nodes when it starts again, two workers.
   std::string state;
   REQUIRE_MESSAGE(eventually(milliseconds(30000), [&] {
-                    state = job_state(job);
+                    state = job_state(s, job);
                     return state.rfind("PENDING", 0) == 0;
                   }),
                   state);
-  REQUIRE_MESSAGE(run_shell("scontrol update JobId=" + job + " NumNodes=2-2 NumTasks=2 2>&1",
+  REQUIRE_MESSAGE(s.sh("scontrol update JobId=" + job + " NumNodes=2-2 NumTasks=2 2>&1",
                             &said) == 0,
                   said);
   REQUIRE_MESSAGE(eventually(milliseconds(180000), [&] {
-                    state = job_state(job);
+                    state = job_state(s, job);
                     return state.rfind("FAILED", 0) == 0 || state.rfind("COMPLETED", 0) == 0;
                   }),
                   state << "\n" << read_file(log));
