@@ -11,6 +11,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -392,3 +393,4 @@ TEST_CASE("slurm: a job preempted by a more urgent one stops within its grace ti
   CHECK(second["workers"].size() == 2);
   CHECK_FALSE(second.contains("stopped_early"));
 }
+
