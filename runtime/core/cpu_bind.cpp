@@ -114,15 +114,20 @@ std::vector<core_info> allowed_cores(hwloc_topology_t t, hwloc_const_bitmap_t al
 
 }  // namespace
 
-int local_size_from_env() {
-  for (const char* name : {"COHORT_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE", "LOCAL_WORLD_SIZE"}) {
+int int_from_env(std::initializer_list<const char*> names, long lo, long hi, int fallback) {
+  for (const char* name : names) {
     const char* v = std::getenv(name);
     if (v == nullptr || *v == '\0') continue;
     char* end = nullptr;
     const long n = std::strtol(v, &end, 10);
-    if (*end == '\0' && n >= 1 && n < 1 << 20) return static_cast<int>(n);
+    if (*end == '\0' && n >= lo && n <= hi) return static_cast<int>(n);
   }
-  return 1;
+  return fallback;
+}
+
+int local_size_from_env() {
+  return int_from_env({"COHORT_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE", "LOCAL_WORLD_SIZE"}, 1,
+                      (1 << 20) - 1, 1);
 }
 
 std::string current_cpus() {

@@ -5,6 +5,7 @@
 // taskset gave the process that started it), tested as tables; bind_self reads the
 // topology with hwloc (Debian's libhwloc-dev) and binds the calling process, every thread.
 #pragma once
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -47,5 +48,10 @@ std::string current_cpus();
 /// COHORT_LOCAL_SIZE (`cohort worker --local-size`, set by launch and the host agent),
 /// SLURM_NTASKS_PER_NODE or LOCAL_WORLD_SIZE (torchrun's), else 1.
 int local_size_from_env();
+
+/// The first of NAMES set in the environment to a whole number in [LO, HI], or FALLBACK:
+/// how a process learns its local rank and size from its launcher (cohort's, Slurm's,
+/// torchrun's variables).
+int int_from_env(std::initializer_list<const char*> names, long lo, long hi, int fallback);
 
 }  // namespace cohort::proc

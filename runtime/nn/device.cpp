@@ -7,6 +7,7 @@
 #include <new>
 
 #include "gpu/device.hpp"
+#include "runtime/core/cpu_bind.hpp"
 #include "runtime/core/error.hpp"
 #include "runtime/core/rules.hpp"
 #include "runtime/cpu/kernels.hpp"
@@ -156,14 +157,8 @@ bool valid_device_spec(const std::string& spec) { return rules::device_spec_vali
 int cuda_device_count() { return gpu::device_count(); }
 
 int local_rank_from_env() {
-  for (const char* name : {"COHORT_LOCAL_RANK", "SLURM_LOCALID", "LOCAL_RANK"}) {
-    const char* v = std::getenv(name);
-    if (v == nullptr || *v == '\0') continue;
-    char* end = nullptr;
-    const long r = std::strtol(v, &end, 10);
-    if (*end == '\0' && r >= 0 && r < 1 << 20) return static_cast<int>(r);
-  }
-  return 0;
+  return proc::int_from_env({"COHORT_LOCAL_RANK", "SLURM_LOCALID", "LOCAL_RANK"}, 0,
+                            (1 << 20) - 1, 0);
 }
 
 device_choice resolve_device(const std::string& spec, int local_rank) {
