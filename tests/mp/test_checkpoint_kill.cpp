@@ -31,6 +31,14 @@ std::string kill_yaml(const std::string& dir) {
          dir + "/ckpt\n";
 }
 
+// STEPS steps of kill_yaml's MLP, only the final checkpoint, SIGTERM stopping at a checkpoint.
+std::string sigterm_yaml(const std::string& dir, int steps) {
+  std::string yaml = kill_yaml(dir);
+  yaml.replace(yaml.find("steps: 20"), 9, "steps: " + std::to_string(steps));
+  yaml.replace(yaml.find("checkpoint_every: 5"), 19, "checkpoint_every: 0");
+  return yaml + "  on_sigterm: checkpoint\n";
+}
+
 // A folder of DIR that holds a shard but no COMPLETE marker, newer than every complete one.
 std::optional<std::pair<int64_t, std::string>> in_flight(const std::string& dir) {
   const auto newest = newest_checkpoint(dir);
@@ -178,10 +186,7 @@ TEST_CASE("fault_tolerance.on_sigterm: checkpoint: SIGTERM to a launch and `ctl 
           "each stop the run at a checkpoint (exit 3), and --resume on other worker counts ends "
           "on the fault-free hash") {
   temp_dir dir;
-  std::string yaml = kill_yaml(dir.path());
-  yaml.replace(yaml.find("steps: 20"), 9, "steps: 3000");
-  yaml.replace(yaml.find("checkpoint_every: 5"), 19, "checkpoint_every: 0");
-  const std::string cfg = dir.write("cfg.yaml", yaml + "  on_sigterm: checkpoint\n");
+  const std::string cfg = dir.write("cfg.yaml", sigterm_yaml(dir.path(), 3000));
   const std::string ckdir = dir.path() + "/ckpt";
   const std::string hash = reference(dir, cfg)["params_sha256"];
   REQUIRE(hash.size() == 64);
@@ -242,10 +247,7 @@ TEST_CASE("fault_tolerance.on_sigterm: checkpoint: SIGTERM to a launch and `ctl 
 TEST_CASE("fault_tolerance.on_sigterm: checkpoint: SIGTERM to cohort train writes the step it "
           "reached and exits 3, and --resume ends on the uninterrupted run's bits") {
   temp_dir dir;
-  std::string yaml = kill_yaml(dir.path());
-  yaml.replace(yaml.find("steps: 20"), 9, "steps: 5000");
-  yaml.replace(yaml.find("checkpoint_every: 5"), 19, "checkpoint_every: 0");
-  const std::string cfg = dir.write("cfg.yaml", yaml + "  on_sigterm: checkpoint\n");
+  const std::string cfg = dir.write("cfg.yaml", sigterm_yaml(dir.path(), 5000));
   const std::string ckdir = dir.path() + "/ckpt";
   const std::string hash = reference(dir, cfg)["params_sha256"];
   child_process first({"train", cfg, "--set", "train.log_every=10"}, dir.path(), "train-term");
