@@ -84,8 +84,11 @@ std::string reference_hash(const temp_dir& dir) {
 std::vector<std::string> held_launch(const temp_dir& dir, const std::string& out) {
   std::vector<std::string> args{"launch", quickstart_ha(), "-q", "--summary", out};
   for (const auto& a : overrides(dir, "launch-ckpt")) args.push_back(a);
-  args.insert(args.end(),
-              {"--set", "elastic.min_workers=4", "--inject", "kill worker=worker-3 at step=1"});
+  // The hold lasts as long as the attacks take: on a loaded 2-core CI machine that was once
+  // past the default elastic.pause_timeout_ms (60 s), and the job failed as it was told to.
+  args.insert(args.end(), {"--set", "elastic.min_workers=4", "--set",
+                           "elastic.pause_timeout_ms=" + std::to_string(run_timeout.count()),
+                           "--inject", "kill worker=worker-3 at step=1"});
   return args;
 }
 
