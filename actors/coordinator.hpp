@@ -97,6 +97,10 @@ struct coordinator_options {
   /// coordinator leads; else why not (the request is refused, saying so). Null:
   /// no ha, nothing to check.
   std::function<std::string(const std::string& spec)> confirm_scale;
+  /// ha: a stop with a checkpoint, asked BY, is about to act: the host records it (fenced)
+  /// so that a leader taking over mid-stop carries it out. Empty: recorded; else why not
+  /// (the stop is refused, saying so). Null: no ha.
+  std::function<std::string(const std::string& by)> record_stop;
   /// Every frame between the coordinator and a member, in and out, passes through it
   /// (injected faults); null: the job's (step::job_frame_filter), none without a job.
   std::shared_ptr<step::frame_filter> control_filter;

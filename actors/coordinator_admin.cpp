@@ -94,8 +94,14 @@ std::string checkpoint_stop(self_ptr self, const std::string& by) {
   if (st.stopping) return "the coordinator is stopping";
   step::training_job& job = *st.opts.job;
   if (job.stopping_early()) return {};  // asked already: the same stop
-  if (!job.stop_early(by, now_s(self)))
+  if (!job.can_stop_early())
     return "the run is at its last step already: it ends with its final checkpoint";
+  // ha: recorded first, so that a leader taking over mid-stop carries it out too.
+  if (st.opts.record_stop) {
+    const std::string why = st.opts.record_stop(by);
+    if (!why.empty()) return why;
+  }
+  job.stop_early(by, now_s(self));
   job_actions a;
   a.notes.push_back("stopping with a checkpoint (asked by " + by +
                     "): the next step that opens is the run's last");

@@ -282,6 +282,17 @@ void add_coordinator(CLI::App& app, int* rc) {
         std::vector<faults::fault_fired> fired = run_record.worker_faults;
         for (const std::size_t i : run_record.fired) fired.push_back({i, -1});
         co.job->take_over(fired);
+        // A stop with a checkpoint an earlier leader was carrying out: this one finishes it.
+        if (run_record.stop) {
+          std::fprintf(stderr,
+                       "coordinator: the run was stopping with a checkpoint (asked by %s): "
+                       "the next step that opens is its last\n",
+                       run_record.stop->c_str());
+          co.job->stop_early(*run_record.stop,
+                             std::chrono::duration<double>(
+                                 std::chrono::steady_clock::now().time_since_epoch())
+                                 .count());
+        }
       }
       // Rollbacks (error feedback, bitwise; sharded state lost, train.zero) go to this run's
       // checkpoints, or to the one it resumed from when it is in this run's folder
@@ -420,6 +431,8 @@ void add_coordinator(CLI::App& app, int* rc) {
       return;
     }
     if (co.job && co.job->stopped_early()) {
+      // Carried out: a resumed run under the same name must not stop again at once.
+      if (cand && failure.empty()) cand->clear_stop();
       std::fprintf(stderr,
                    "coordinator: stopped early at step %lld of %lld with a checkpoint in %s: "
                    "run again with --resume to go on\n",

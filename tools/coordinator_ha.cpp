@@ -131,6 +131,16 @@ void ha_wire(ha::ha_candidate& cand, const ha::ha_run_record& record,
       return std::string("etcd could not confirm this coordinator leads the run: ") + e.what();
     }
   };
+  co.record_stop = [&cand](const std::string& by) -> std::string {
+    try {
+      return cand.record_stop(by) ? std::string()
+                                  : "this coordinator no longer leads the run; ask the new "
+                                    "leader (`cohort ctl ... status` names it)";
+    } catch (const std::exception& e) {
+      return std::string("the stop could not be recorded in etcd for the next leader: ") +
+             e.what();
+    }
+  };
   if (record.job_id)
     failover_from_ns = record.fault_at_ns ? *record.fault_at_ns : ha::ha_now_realtime_ns();
 }

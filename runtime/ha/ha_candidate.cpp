@@ -237,6 +237,7 @@ ha_run_record ha_candidate::read_run() {
   for (const auto& kv : client_->get_prefix(key("added_faults/")))
     if (auto v = opened(kv)) r.added_faults.push_back(std::move(*v));
   added_faults_ = r.added_faults.size();
+  if (const auto stop = client_->get(key("stop"))) r.stop = opened(*stop);
   return r;
 }
 
@@ -250,6 +251,16 @@ bool ha_candidate::record_added_fault(const std::string& spec) {
 
 bool ha_candidate::record_scale(const std::string& spec) {
   return fenced_sealed(key("scaled"), spec);
+}
+
+bool ha_candidate::record_stop(const std::string& by) { return fenced_sealed(key("stop"), by); }
+
+void ha_candidate::clear_stop() {
+  try {
+    client_->del(key("stop"));
+  } catch (const std::exception& e) {
+    spdlog::warn("coordinator: cannot remove the run's stop record from etcd: {}", e.what());
+  }
 }
 
 bool ha_candidate::record_worker_faults(const std::vector<faults::fault_fired>& fired) {

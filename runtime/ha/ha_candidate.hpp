@@ -61,6 +61,7 @@ struct ha_run_record {
   std::vector<nlohmann::json> events;     ///< earlier leaders' events, failovers among them
   std::vector<std::string> added_faults;  ///< faults `ctl inject` added, in order
   std::vector<faults::fault_fired> worker_faults; ///< worker faults that acted (job_actions)
+  std::optional<std::string> stop;        ///< a stop with a checkpoint asked (by whom)
 };
 
 class ha_candidate {
@@ -98,6 +99,14 @@ class ha_candidate {
   /// leader acts on it. False when this candidate no longer leads; throws cohort::error when
   /// etcd fails.
   bool record_scale(const std::string& spec);
+  /// A stop with a checkpoint (fault_tolerance.on_sigterm, `ctl stop --checkpoint`), asked
+  /// BY, is about to act: recorded (fenced) so that a leader taking over mid-stop carries
+  /// it out too. False when this candidate no longer leads; throws cohort::error when etcd
+  /// fails.
+  bool record_stop(const std::string& by);
+  /// The stop is carried out (its checkpoint is complete): its record goes, so that a
+  /// resumed run under the same name is not stopped again. Failures are logged.
+  void clear_stop();
   /// This leader's events so far (the job's, in the summary's form) and its own failover:
   /// kept in etcd, one record per term, for the leaders after it. Written in the
   /// background (the step is not held up), fenced, the newest only.

@@ -136,6 +136,8 @@ class training_job {
   /// open now runs to its end first. Returns whether this call started it (false: the run
   /// was already stopping early, is past its last open, or is done).
   bool stop_early(const std::string& by, double now_s);
+  /// Whether stop_early would start a stop now (not asked yet, and steps left to cut).
+  bool can_stop_early() const;
   /// Whether the run is stopping (or stopped) before train.steps with a checkpoint.
   bool stopping_early() const { return early_.asked; }
   /// The run ended early at a checkpoint: finished, and its end below train.steps.

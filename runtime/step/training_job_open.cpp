@@ -61,10 +61,14 @@ job_actions training_job::open_step_on(const mb::roster& r, const mb::roster& s,
   return out;
 }
 
-bool training_job::stop_early(const std::string& by, double now_s) {
+bool training_job::can_stop_early() const {
   if (early_.asked || finished_ || next_step_ >= steps_) return false;
   // A window or step open now may already run to the end: nothing to shorten.
-  if (open_ && first_unopened() >= steps_) return false;
+  return !(open_ && first_unopened() >= steps_);
+}
+
+bool training_job::stop_early(const std::string& by, double now_s) {
+  if (!can_stop_early()) return false;
   early_ = {true, by, now_s};
   report_.stop_asked(by, progress(), now_s);
   return true;

@@ -8,6 +8,8 @@
 // certificate from launch's private folder), whose records must be refused. Either way the
 // run ends as if nothing happened: every step, `cohort train`'s hash, launch exit 0.
 // Needs etcd and root (setpriv); without them each case exits 77 (CTest: skipped).
+// Last, a record the run itself writes: a stop with a checkpoint that its leader did not live
+// to carry out is carried out by the next one (issue #41; needs etcd only).
 #include <doctest/doctest.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -348,4 +350,50 @@ TEST_CASE(
       &rc, true);
   CHECK_MESSAGE(rc == 2, said);
   CHECK_MESSAGE(said.find("chmod 600") != std::string::npos, said);
+}
+
+TEST_CASE("a stop with a checkpoint outlives its leader: the next one carries it out, and the "
+          "resumed run ends on cohort train's hash") {
+  require_etcd();
+  temp_dir dir;
+  const std::string hash = reference_hash(dir);
+  const std::string out = dir.path() + "/s.json";
+  child_process launch(held_launch(dir, out), dir.path(), "launch-stop");
+  const job_address ep = address_of(launch);
+  const run_etcd e = etcd_of(launch);
+  hold(launch, ep);
+
+  // Asked while the job holds: no step can open, so the stop is still to be carried out
+  // when the leader goes.
+  int rc = -1;
+  const std::string said = run_capture("ctl " + ep.ctl_args() + " stop --checkpoint", &rc, true);
+  REQUIRE_MESSAGE(rc == 0, said);
+  auto c = insider(e);
+  REQUIRE(c->get(e.key("stop")).has_value());
+  insider_revoke_leader(*c, e);
+  const bool carried = eventually(step_timeout, [&] {
+    return launch.err().find("the run was stopping with a checkpoint") != std::string::npos;
+  });
+  REQUIRE_MESSAGE(carried, launch.out() << launch.err());
+
+  release(ep);
+  const auto code = launch.wait_exit(run_timeout);
+  REQUIRE_MESSAGE(code.has_value(), launch.out() << launch.err());
+  CHECK_MESSAGE(*code == 3, launch.out() << launch.err());
+  const nlohmann::json first = read_json(out);
+  REQUIRE_MESSAGE(first.is_object(), launch.out() << launch.err());
+  REQUIRE(first.contains("stopped_early"));
+  const int64_t end = first["stopped_early"]["end_step"];
+  CHECK(end < steps);
+  CHECK(first["steps_completed"] == end);
+  CHECK(first["coordinator"]["failovers"] == 1);
+
+  // Resumed (a fresh etcd of its own): to the end, on the fault-free run's bits.
+  const std::string out2 = dir.path() + "/resumed.json";
+  std::vector<std::string> args{"launch", quickstart_ha(), "-q", "--resume", "--summary", out2};
+  for (const auto& a : overrides(dir, "launch-ckpt")) args.push_back(a);
+  child_process again(args, dir.path(), "launch-resumed");
+  const nlohmann::json s = finish_launch(again, out2, run_timeout);
+  CHECK_MESSAGE(again.err().find("resuming from") != std::string::npos, again.err());
+  check_fault_free(s, hash, steps);
 }
