@@ -360,6 +360,16 @@ void gpt_stage::release(int slot) {
   if (!options_.activation_checkpointing) sets_[slot] = act_set();
 }
 
+void gpt_stage::load_from(const model& whole) {
+  std::vector<parameter>& ps = parameters();
+  for (std::size_t i = 0; i < ps.size(); ++i) {
+    const parameter& full = whole.param(ps[i].name);
+    if (full.value.shape() != tp_slices_[i].full_shape)
+      throw usage_error("gpt_stage: " + ps[i].name + " has another shape in the model loaded");
+    copy_shard(tp_slices_[i], full.value.data(), ps[i].value.data());
+  }
+}
+
 void gpt_stage::init_like_gpt(uint64_t seed) {
   gpt_init_draws draws(gpt_param_specs(shape_), range_, seed, memory());
   std::vector<parameter>& ps = parameters();

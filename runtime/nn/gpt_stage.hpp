@@ -136,6 +136,16 @@ class gpt_stage : public model {
   /// of that value). (model::init_parameters would key the draws by the stage-local index
   /// and give other values.)
   void init_like_gpt(uint64_t seed);
+  /// Sets every parameter to its value (a TP shard: its slice) in WHOLE, a model with the
+  /// whole GPT's parameters under the same names (a loaded checkpoint). Throws usage_error
+  /// for a missing parameter or one of another shape.
+  void load_from(const model& whole);
+  /// The stage's parts, read by inference (runtime/nn/gpt_decode.hpp): the embedding (first
+  /// stage), the blocks (a TP shard's with tp_size > 1), ln_f and lm_head (last stage).
+  const embedding& embed() const { return emb_; }
+  const std::vector<gpt_block>& layers() const { return layers_; }
+  const layernorm& final_norm() const { return ln_f_; }
+  const linear& head() const { return lm_head_; }
 
   /// Where a parameter of a TP rank lies in the whole-model tensor of the same name.
   /// dim -1: replicated, the shard is the whole tensor. dim 0: rows; the full tensor's dim 0

@@ -8,9 +8,12 @@ namespace cohort::nn {
 
 kv_blocks::kv_blocks(int capacity, int block_tokens, int n_layer, int d_model, pool& p)
     : capacity_(capacity), block_tokens_(block_tokens), n_layer_(n_layer), d_model_(d_model) {
-  if (capacity < 1 || block_tokens < 1 || n_layer < 1 || d_model < 1)
-    throw usage_error("kv cache: capacity, block_tokens, n_layer and d_model must be >= 1");
-  arena_ = tensor(shape_t{static_cast<int64_t>(capacity) * n_layer * 2 * block_tokens * d_model}, p);
+  if (capacity < 1 || block_tokens < 1 || n_layer < 0 || d_model < 1)
+    throw usage_error(
+        "kv cache: capacity, block_tokens and d_model must be >= 1, n_layer >= 0");
+  // No layers: the blocks are only numbered here (their keys and values live elsewhere).
+  if (n_layer > 0)
+    arena_ = tensor(shape_t{static_cast<int64_t>(capacity) * n_layer * 2 * block_tokens * d_model}, p);
   for (int id = 0; id < capacity; ++id) free_.insert(free_.end(), id);
 }
 

@@ -14,7 +14,9 @@
 namespace cohort::nn {
 
 /// The blocks: capacity of them, each holding block_tokens positions of keys and values
-/// for every layer ([layer][k|v][position][d_model] floats).
+/// for every layer ([layer][k|v][position][d_model] floats). With n_layer 0 they hold
+/// nothing: ids only, for a model whose parts keep the keys and values in their own
+/// processes (runtime/train/serve_shards.hpp).
 class kv_blocks {
  public:
   kv_blocks(int capacity, int block_tokens, int n_layer, int d_model, pool& p = pool::global());
@@ -72,6 +74,7 @@ class kv_sequence {
     return blocks_->at(table_[static_cast<std::size_t>(pos / bt)], layer, v, pos % bt);
   }
   const std::vector<int>& table() const { return table_; }
+  kv_blocks* blocks() const { return blocks_; }
 
  private:
   kv_blocks* blocks_;

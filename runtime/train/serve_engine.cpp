@@ -5,9 +5,12 @@
 namespace cohort::train {
 
 serve_engine::serve_engine(const nn::gpt& m, const serve_limits& limits)
-    : dec_(m),
+    : serve_engine(std::make_unique<nn::gpt_decoder>(m), limits) {}
+
+serve_engine::serve_engine(std::unique_ptr<nn::decoder> d, const serve_limits& limits)
+    : dec_(std::move(d)),
       limits_(limits),
-      blocks_(limits.kv_blocks, limits.block_tokens, m.shape().n_layer, m.shape().d_model) {
+      blocks_(limits.kv_blocks, limits.block_tokens, dec_->cache_layers(), dec_->shape().d_model) {
   stats_.kv_blocks_total = blocks_.capacity();
   thread_ = std::thread([this] { loop(); });
 }
@@ -136,7 +139,7 @@ void serve_engine::step(std::vector<std::unique_ptr<active>>& batch) {
     waiting_.push_front(std::move(newest));
   }
   if (items.empty()) return;
-  dec_.forward(items, logits_);
+  dec_->forward(items, logits_);
   uint64_t made = 0;
   for (std::size_t i = 0, k = 0; i < batch.size(); ++k) {
     active& a = *batch[i];

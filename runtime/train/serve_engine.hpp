@@ -61,6 +61,8 @@ class serve_engine {
  public:
   /// M (on the host) must outlive the engine. Starts the engine's thread.
   serve_engine(const nn::gpt& m, const serve_limits& limits);
+  /// The model behind D (a sharded model's head: runtime/train/serve_shards.hpp).
+  serve_engine(std::unique_ptr<nn::decoder> d, const serve_limits& limits);
   /// Stops the thread; requests still queued or running end with on_done("error: ...").
   ~serve_engine();
   serve_engine(const serve_engine&) = delete;
@@ -71,7 +73,7 @@ class serve_engine {
   std::string submit(serve_request r);
 
   serve_stats stats() const;
-  const nn::gpt_shape& shape() const { return dec_.shape(); }
+  const nn::gpt_shape& shape() const { return dec_->shape(); }
 
  private:
   struct active {
@@ -85,7 +87,7 @@ class serve_engine {
   /// One decode step over the running batch (the engine's thread, lock not held).
   void step(std::vector<std::unique_ptr<active>>& batch);
 
-  nn::gpt_decoder dec_;
+  std::unique_ptr<nn::decoder> dec_;
   serve_limits limits_;
   nn::kv_blocks blocks_;
   mutable std::mutex mu_;
