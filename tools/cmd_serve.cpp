@@ -6,6 +6,7 @@
 // obs::bind_http gives it the metrics endpoint's socket policy and connection bounds.
 #include <httplib.h>
 #include <malloc.h>
+#include <sys/wait.h>
 
 #include <atomic>
 #include <chrono>
@@ -14,6 +15,7 @@
 #include <cstdio>
 #include <ctime>
 #include <deque>
+#include <filesystem>
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -28,6 +30,7 @@
 #include "runtime/obs/metrics_server.hpp"
 #include "runtime/train/generate.hpp"
 #include "runtime/train/serve_engine.hpp"
+#include "runtime/train/serve_shards.hpp"
 #include "tools/commands.hpp"
 #include "tools/serve_router.hpp"
 
@@ -155,12 +158,18 @@ struct serve_options {
   int max_connections = 256;
   int threads = 1;
   int replicas = 1;
+  train::shard_layout layout;  ///< --tp, --pp: the model across 1 + tp * pp processes
+  std::string shard_dir;       ///< a shard process: its group's folder (hidden option)
+  int shard_rank = 0;          ///< a shard process: its rank in the group (hidden option)
 };
 
 class server {
  public:
-  server(const serve_options& o, train::loaded_gpt g)
-      : opts_(o), g_(std::move(g)), engine_(*g_.model, o.limits) {
+  /// D: the model's decoder when it runs elsewhere (shards); null: G's own, here.
+  server(const serve_options& o, train::loaded_gpt g, std::unique_ptr<nn::decoder> d = nullptr)
+      : opts_(o),
+        g_(std::move(g)),
+        engine_(d ? std::move(d) : std::make_unique<nn::gpt_decoder>(*g_.model), o.limits) {
     m_.counter("cohort_serve_requests_total", "Completion requests answered, by HTTP status");
     m_.counter("cohort_serve_tokens_total", "Tokens generated");
     m_.gauge("cohort_serve_running", "Requests in the running batch");
@@ -379,6 +388,84 @@ class server {
   httplib::Server svr_;
 };
 
+// The model across processes (--tp / --pp): this process is the head (rank 0) and starts
+// the shards, children of this binary (`serve ... --shard-dir DIR --shard-rank K`, killed
+// with it), and watches them: a shard that exits while the server runs ends the server with
+// exit code 1 (under --replicas the router answers from another replica and starts this one
+// again). The shards' group rendezvous through files in a private folder (0700).
+class shard_children {
+ public:
+  shard_children(const serve_options& o, const std::vector<std::string>& common) : layout_(o.layout) {
+    dir_ = proc::private_run_dir("cohort-serve");
+    for (int r = 1; r < layout_.world(); ++r) {
+      std::vector<std::string> args = common;
+      args.insert(args.end(), {"--shard-dir", dir_, "--shard-rank", std::to_string(r)});
+      pids_.push_back(proc::spawn_self(args));
+    }
+    std::fprintf(stderr, "serve: %d shard process(es), tp %d x pp %d (group folder %s)\n",
+                 layout_.world() - 1, layout_.tp, layout_.pp, dir_.c_str());
+    watcher_ = std::thread([this] { watch(); });
+  }
+  ~shard_children() {
+    stopping_ = true;
+    for (pid_t p : pids_) proc::stop_child(p, std::chrono::milliseconds(5000));
+    if (watcher_.joinable()) watcher_.join();
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+  const std::string& dir() const { return dir_; }
+  /// The head's decoder once every shard has joined the group (it waits for them).
+  std::unique_ptr<nn::decoder> head(const nn::gpt_shape& shape, int timeout_ms) {
+    return std::make_unique<train::shard_head>(
+        train::shard_group(dir_, layout_, 0, timeout_ms), shape, layout_);
+  }
+  /// The head is done: its shards' exits from now on are the end they were told.
+  void ending() { stopping_ = true; }
+
+ private:
+  void watch() {
+    while (!stopping_) {
+      for (std::size_t k = 0; k < pids_.size(); ++k) {
+        int status = 0;
+        const pid_t got = ::waitpid(pids_[k], &status, WNOHANG);
+        if (got != pids_[k] || stopping_) continue;
+        std::fprintf(stderr,
+                     "serve: shard %zu (pid %d) exited: %s; the server stops (exit 1: under "
+                     "--replicas another replica answers and this one is started again)\n",
+                     k + 1, static_cast<int>(pids_[k]),
+                     proc::describe_exit_code(proc::exit_code_of(status)).c_str());
+        std::fflush(stderr);
+        std::_Exit(exit_runtime);  // the kernel kills the other shards (their death signal)
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+
+  train::shard_layout layout_;
+  std::string dir_;
+  std::vector<pid_t> pids_;
+  std::atomic<bool> stopping_{false};
+  std::thread watcher_;
+};
+
+// The arguments every child of this serve shares (a replica, a shard): the model and limits.
+std::vector<std::string> child_args(const serve_options& o) {
+  std::vector<std::string> a = {
+      "serve", o.checkpoint, "--kv-blocks", std::to_string(o.limits.kv_blocks),
+      "--block-tokens", std::to_string(o.limits.block_tokens), "--max-batch",
+      std::to_string(o.limits.max_batch), "--max-waiting", std::to_string(o.limits.max_waiting),
+      "--max-tokens-limit", std::to_string(o.max_tokens_limit), "--request-timeout-s",
+      std::to_string(o.request_timeout_s), "--max-connections", std::to_string(o.max_connections),
+      "--threads", std::to_string(o.threads), "--tp", std::to_string(o.layout.tp), "--pp",
+      std::to_string(o.layout.pp)};
+  if (o.n_head > 0) a.insert(a.end(), {"--n-head", std::to_string(o.n_head)});
+  return a;
+}
+
+// How long a shard group's collectives may wait: a step is milliseconds, but an idle server's
+// shards wait for the next step in one (the head's death ends them sooner).
+constexpr int shard_timeout_ms = 24 * 3600 * 1000;
+
 }  // namespace
 
 void add_serve(CLI::App& app, int* rc) {
@@ -431,6 +518,17 @@ void add_serve(CLI::App& app, int* rc) {
                   "started again (docs/serving.md, \"Replicas\")")
       ->capture_default_str()
       ->check(CLI::Range(1, 64));
+  cmd->add_option("--tp", opt->layout.tp,
+                  "Tensor-parallel shards of each pipeline stage: the model runs in tp x pp "
+                  "processes of this host, this one scheduling (docs/serving.md, \"Across "
+                  "processes\")")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
+  cmd->add_option("--pp", opt->layout.pp, "Pipeline stages of the model (see --tp)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
+  cmd->add_option("--shard-dir", opt->shard_dir, "")->group("");  // a shard process (internal)
+  cmd->add_option("--shard-rank", opt->shard_rank, "")->group("");
   cmd->callback([opt, rc] {
     // Two malloc arenas, not one per connection thread (8 per core by default): a burst of
     // connections otherwise leaves memory behind in arenas the trimmer reaches less well.
@@ -438,21 +536,27 @@ void add_serve(CLI::App& app, int* rc) {
     cpu::set_num_threads(opt->threads);
     obs::metrics_server::parse_host_port(opt->bind);  // a bad --bind is a usage error first
     train::loaded_gpt g = train::load_gpt_checkpoint(opt->checkpoint, opt->n_head);
+    train::check_shard_layout(g.shape, opt->layout);
+    if (!opt->shard_dir.empty()) {  // one shard of a head's model: until the head says stop
+      train::shard_options so;
+      so.dir = opt->shard_dir;
+      so.layout = opt->layout;
+      so.rank = opt->shard_rank;
+      so.kv_blocks = opt->limits.kv_blocks;
+      so.block_tokens = opt->limits.block_tokens;
+      so.timeout_ms = shard_timeout_ms;
+      proc::block_termination_signals();  // the head ends it (stop, or its death signal)
+      train::run_shard(g, so);
+      *rc = exit_ok;
+      return;
+    }
     if (opt->replicas > 1) {  // checked above: a bad checkpoint fails here, before any child
       router_options r;
       r.bind = opt->bind;
       r.replicas = opt->replicas;
       r.request_timeout_s = opt->request_timeout_s;
       r.max_connections = opt->max_connections;
-      const serve_options& o = *opt;
-      r.child_args = {"serve", o.checkpoint, "--kv-blocks", std::to_string(o.limits.kv_blocks),
-                      "--block-tokens", std::to_string(o.limits.block_tokens), "--max-batch",
-                      std::to_string(o.limits.max_batch), "--max-waiting",
-                      std::to_string(o.limits.max_waiting), "--max-tokens-limit",
-                      std::to_string(o.max_tokens_limit), "--request-timeout-s",
-                      std::to_string(o.request_timeout_s), "--max-connections",
-                      std::to_string(o.max_connections), "--threads", std::to_string(o.threads)};
-      if (o.n_head > 0) r.child_args.insert(r.child_args.end(), {"--n-head", std::to_string(o.n_head)});
+      r.child_args = child_args(*opt);
       *rc = run_serve_router(r) == 0 ? exit_ok : exit_runtime;
       return;
     }
@@ -462,9 +566,18 @@ void add_serve(CLI::App& app, int* rc) {
                  g.shape.n_layer, g.shape.d_model, g.shape.n_head, g.shape.context, g.shape.vocab,
                  opt->limits.kv_blocks, opt->limits.block_tokens);
     proc::block_termination_signals();
-    server s(*opt, std::move(g));
-    proc::signal_watcher signals([&s](int) { s.stop(); });
-    *rc = s.run() == 0 ? exit_ok : exit_runtime;
+    std::unique_ptr<shard_children> shards;
+    std::unique_ptr<nn::decoder> dec;
+    if (opt->layout.world() > 1) {
+      shards = std::make_unique<shard_children>(*opt, child_args(*opt));
+      dec = shards->head(g.shape, shard_timeout_ms);
+    }
+    {
+      server s(*opt, std::move(g), std::move(dec));
+      proc::signal_watcher signals([&s](int) { s.stop(); });
+      *rc = s.run() == 0 ? exit_ok : exit_runtime;
+      if (shards) shards->ending();  // the server's end tells the shards to stop
+    }
   });
 }
 

@@ -197,3 +197,64 @@ TEST_CASE("serve: trickled bodies hold no slot, a body without a length is refus
   serve.signal(SIGTERM);
   CHECK(serve.wait_exit(milliseconds(20000)) == std::optional<int>(0));
 }
+
+TEST_CASE("serve --tp 2 --pp 2: the model across five processes gives generate's texts, and a "
+          "stop ends every shard") {
+  temp_dir dir;
+  const std::string ckpt = small_checkpoint(dir);
+  child_process serve({"serve", ckpt, "--bind", "127.0.0.1:0", "--tp", "2", "--pp", "2"},
+                      dir.path(), "serve-shards");
+  const auto at = serve.wait_line("serve: ", milliseconds(30000));
+  REQUIRE_MESSAGE(at, serve.err());
+  CHECK_MESSAGE(serve.err().find("4 shard process(es), tp 2 x pp 2") != std::string::npos,
+                serve.err());
+  const int port = std::stoi(at->substr(at->rfind(':') + 1));
+  httplib::Client c("127.0.0.1", port);
+  c.set_read_timeout(60, 0);
+  // Greedy and seeded, alone and four at once (one batch: prefill and decode together).
+  const std::vector<std::string> opts = {"--temperature 0", "--temperature 0.9 --seed 3",
+                                         "--temperature 0.7 --top-p 0.9 --seed 8",
+                                         "--temperature 0"};
+  const std::vector<std::string> bodies = {
+      R"({"prompt": "In the", "max_tokens": 40, "temperature": 0})",
+      R"({"prompt": "In the", "max_tokens": 40, "temperature": 0.9, "seed": 3})",
+      R"({"prompt": "In the", "max_tokens": 40, "temperature": 0.7, "top_p": 0.9, "seed": 8})",
+      R"({"prompt": "And the", "max_tokens": 40, "temperature": 0})"};
+  std::vector<std::string> expect;
+  for (std::size_t i = 0; i < opts.size(); ++i) {
+    int rc = -1;
+    const std::string prompt = i == 3 ? "'And the'" : "'In the'";
+    expect.push_back(run_capture("generate " + ckpt + " --prompt " + prompt +
+                                     " --max-tokens 40 -q " + opts[i],
+                                 &rc));
+    REQUIRE(rc == 0);
+  }
+  auto text = [](const httplib::Result& r) {
+    REQUIRE(r);
+    REQUIRE(r->status == 200);
+    return nlohmann::json::parse(r->body)["choices"][0]["text"].get<std::string>() + "\n";
+  };
+  for (std::size_t i = 0; i < bodies.size(); ++i)
+    CHECK(text(c.Post("/v1/completions", bodies[i], "application/json")) == expect[i]);
+  std::vector<std::string> together(bodies.size());
+  std::vector<std::thread> ts;
+  for (std::size_t i = 0; i < bodies.size(); ++i)
+    ts.emplace_back([&, i] {
+      httplib::Client ci("127.0.0.1", port);
+      ci.set_read_timeout(60, 0);
+      const auto r = ci.Post("/v1/completions", bodies[i], "application/json");
+      together[i] = r && r->status == 200
+                        ? nlohmann::json::parse(r->body)["choices"][0]["text"].get<std::string>() + "\n"
+                        : "";
+    });
+  for (auto& t : ts) t.join();
+  CHECK(together == expect);
+
+  serve.signal(SIGTERM);
+  const auto code = serve.wait_exit(milliseconds(20000));
+  REQUIRE(code.has_value());
+  CHECK(*code == 0);
+  std::string left;
+  run_shell("pgrep -f -- '[-]-shard-dir .*cohort-serve-" + std::to_string(serve.pid()) + "-'", &left);  // [-]: not this shell's own line
+  CHECK_MESSAGE(left.empty(), left);
+}

@@ -43,20 +43,29 @@ bool all_up(int port, milliseconds timeout, bool restarted = false) {
   return false;
 }
 
-}  // namespace
-
-TEST_CASE("serve --replicas 2: a replica killed mid-stream, every stream ends on its own text") {
+// Six long streams through `serve --replicas 2` (with EXTRA options); once every stream has
+// its first events, replica 0 is SIGKILLed, or with SHARD its first shard process (--tp): the
+// replica's server exits 1 on that and the router starts it again.
+void kill_mid_stream(const std::vector<std::string>& extra, bool shard) {
   temp_dir dir;
   const std::string ckpt = small_checkpoint(dir);
 
-  child_process serve({"serve", ckpt, "--bind", "127.0.0.1:0", "--replicas", "2"}, dir.path(),
-                      "serve-replicas");
+  std::vector<std::string> args{"serve", ckpt, "--bind", "127.0.0.1:0", "--replicas", "2"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  child_process serve(args, dir.path(), "serve-replicas");
   const auto at = serve.wait_line("serve: 2 replicas at http://", milliseconds(30000));
   REQUIRE_MESSAGE(at, serve.out() << serve.err());
   const std::string tail = at->substr(at->find("127.0.0.1:") + 10);
   const int port = std::stoi(tail);
   REQUIRE_MESSAGE(all_up(port, milliseconds(30000)), serve.out() << serve.err());
-  const int victim = health(port)["replicas"][0]["pid"].get<int>();
+  const int replica = health(port)["replicas"][0]["pid"].get<int>();
+  int victim = replica;
+  if (shard) {
+    std::string pid;
+    run_shell("pgrep -P " + std::to_string(replica) + " -f -- '--shard-rank 1$'", &pid);
+    REQUIRE_MESSAGE(!pid.empty(), serve.err());
+    victim = std::stoi(pid);
+  }
 
   // Six long streams, half greedy, half sampled with seeds; each thread counts its events.
   const int n = 6, tokens = 1500;
@@ -104,7 +113,15 @@ TEST_CASE("serve --replicas 2: a replica killed mid-stream, every stream ends on
   // The killed replica is started again and serves; the same requests, not streamed and
   // after the kill, give each stream's text.
   CHECK_MESSAGE(all_up(port, milliseconds(20000), true), serve.out());
-  CHECK(serve.out().find("exited: killed by signal 9; starting it again") != std::string::npos);
+  if (shard) {
+    CHECK_MESSAGE(serve.err().find("shard 1 (pid " + std::to_string(victim) +
+                                   ") exited: killed by signal 9; the server stops") !=
+                      std::string::npos,
+                  serve.err());
+    CHECK(serve.out().find("exited: exit code 1; starting it again") != std::string::npos);
+  } else {
+    CHECK(serve.out().find("exited: killed by signal 9; starting it again") != std::string::npos);
+  }
   httplib::Client c("127.0.0.1", port);
   c.set_read_timeout(120, 0);
   for (int i = 0; i < n; ++i) {
@@ -131,4 +148,15 @@ TEST_CASE("serve --replicas 2: a replica killed mid-stream, every stream ends on
   REQUIRE(code.has_value());
   CHECK(*code == 0);
   CHECK(::kill(other, 0) != 0);
+}
+
+}  // namespace
+
+TEST_CASE("serve --replicas 2: a replica killed mid-stream, every stream ends on its own text") {
+  kill_mid_stream({}, false);
+}
+
+TEST_CASE("serve --replicas 2 --tp 2: a shard killed mid-stream takes its replica out, every "
+          "stream ends on its own text on the other, and the replica comes back") {
+  kill_mid_stream({"--tp", "2"}, true);
 }
