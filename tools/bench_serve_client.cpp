@@ -108,7 +108,7 @@ int reaped_child::stop(std::chrono::milliseconds grace) {
 }
 
 served_child::served_child(const std::string& checkpoint, const std::string& dir,
-                           const cpu_binding& cpus)
+                           const cpu_binding& cpus, const std::vector<std::string>& extra)
     : out_(dir + "/serve.out"), err_(dir + "/serve.err") {
   // The child inherits the affinity of the thread that forks: bind, fork, unbind.
   cpu_set_t mine;
@@ -121,7 +121,9 @@ served_child::served_child(const std::string& checkpoint, const std::string& dir
     failed = "bench serve: cannot write the server's logs in " + dir;
   } else {
     try {
-      child_.pid = proc::spawn_self({"serve", checkpoint, "--bind", "127.0.0.1:0"}, out_fd, err_fd);
+      std::vector<std::string> args{"serve", checkpoint, "--bind", "127.0.0.1:0"};
+      args.insert(args.end(), extra.begin(), extra.end());
+      child_.pid = proc::spawn_self(args, out_fd, err_fd);
     } catch (const std::exception& e) {
       failed = e.what();
     }

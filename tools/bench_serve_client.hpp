@@ -48,11 +48,12 @@ struct reaped_child {
   int stop(std::chrono::milliseconds grace);
 };
 
-/// `cohort serve CKPT --bind 127.0.0.1:0` started by this binary: its port (from the line it
-/// prints), answering GET /health before the constructor returns.
+/// `cohort serve CKPT --bind 127.0.0.1:0 [EXTRA...]` started by this binary: its port (from
+/// the line it prints), answering GET /health before the constructor returns.
 class served_child {
  public:
-  served_child(const std::string& checkpoint, const std::string& dir, const cpu_binding& cpus);
+  served_child(const std::string& checkpoint, const std::string& dir, const cpu_binding& cpus,
+               const std::vector<std::string>& extra = {});
 
   int port() const { return port_; }
   int64_t step() const { return step_; }

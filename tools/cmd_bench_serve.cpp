@@ -51,6 +51,7 @@ struct bench_serve_options {
   double settle_s = 2;
   std::string bind_threads;  // SERVER_CPUS[:CLIENT_CPUS]
   bool json = false;
+  int tp = 1, pp = 1;  // the server's --tp / --pp
 };
 
 struct phase_result {
@@ -275,7 +276,8 @@ int run_bench(const bench_serve_options& o) {
     bodies.push_back(completion_body(prompts[static_cast<std::size_t>(i) % prompts.size()],
                                      o.max_tokens, static_cast<uint64_t>(i), o.stream));
   const scratch_dir scratch("bench-serve");
-  served_child server(o.checkpoint, scratch.path(), cpus);
+  served_child server(o.checkpoint, scratch.path(), cpus,
+                      {"--tp", std::to_string(o.tp), "--pp", std::to_string(o.pp)});
   if (cpus.client) bind_this_thread(*cpus.client, cpus.client_text);
   if (!o.json)
     std::fprintf(stderr, "bench serve: cohort serve (pid %d) on port %d\n",
@@ -397,6 +399,10 @@ void add_bench_serve(CLI::App& bench, int* rc) {
                   "seconds after the attack before the RSS and the KV cache are read again")
       ->check(CLI::Range(0.0, 600.0))
       ->capture_default_str();
+  cmd->add_option("--tp", o->tp, "the server's --tp: its model in tp x pp shard processes")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
+  cmd->add_option("--pp", o->pp, "the server's --pp")->capture_default_str()->check(CLI::Range(1, 64));
   cmd->add_option("--bind-threads", o->bind_threads,
                   "SERVER[:CLIENT] CPU lists (e.g. 1:0 or 0-1:): the server's threads run on "
                   "the first, this client's on the second (default: anywhere)");

@@ -546,7 +546,8 @@ void add_serve(CLI::App& app, int* rc) {
       so.block_tokens = opt->limits.block_tokens;
       so.timeout_ms = shard_timeout_ms;
       proc::block_termination_signals();  // the head ends it (stop, or its death signal)
-      train::run_shard(g, so);
+      // The whole model goes once the shard holds its slice.
+      train::run_shard(g, so, [&g] { g.model.reset(); });
       *rc = exit_ok;
       return;
     }

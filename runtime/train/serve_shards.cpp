@@ -91,7 +91,7 @@ void shard_head::forward(const std::vector<nn::decode_item>& items, std::vector<
   for (const nn::decode_item& it : items) it.seq->advance(it.n);
 }
 
-void run_shard(const loaded_gpt& g, const shard_options& o) {
+void run_shard(const loaded_gpt& g, const shard_options& o, const std::function<void()>& loaded) {
   const shard_layout& l = o.layout;
   check_shard_layout(g.shape, l);
   if (o.rank < 1 || o.rank >= l.world())
@@ -116,6 +116,7 @@ void run_shard(const loaded_gpt& g, const shard_options& o) {
   const nn::stage_range range = nn::partition_gpt(g.shape, l.pp).at(static_cast<std::size_t>(stage));
   nn::gpt_stage part(g.shape, range, so, 0);
   part.load_from(*g.model);
+  if (loaded) loaded();
   nn::gpt_decoder dec(nn::gpt_part::of_stage(part, sum));
   const int cl = g.shape.d_model / l.tp;
   nn::kv_blocks blocks(o.kv_blocks, o.block_tokens, range.layers(), cl);

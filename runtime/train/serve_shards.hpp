@@ -14,6 +14,7 @@
 // nothing to overlap).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -77,7 +78,10 @@ struct shard_options {
 };
 
 /// A shard's life: its part of G (a TP slice of its stage's blocks), its TP group, then the
-/// steps the head sends until it says stop. Throws comm_error when the group breaks.
-void run_shard(const loaded_gpt& g, const shard_options& o);
+/// steps the head sends until it says stop. LOADED, when set, is called once the shard holds
+/// its slice: from then on G's model is not read (a shard process frees it there). Throws
+/// comm_error when the group breaks.
+void run_shard(const loaded_gpt& g, const shard_options& o,
+               const std::function<void()>& loaded = {});
 
 }  // namespace cohort::train
