@@ -39,6 +39,12 @@ struct model_config {
   int n_head = 4;                     ///< gpt
   int d_model = 128;                  ///< gpt
   int context = 128;                  ///< gpt context length (T)
+  /// gpt: mixture of experts (runtime/nn/moe.hpp); 0 experts: dense.
+  int moe_experts = 0;
+  int moe_top_k = 1;
+  float moe_capacity_factor = 1.25f;
+  int moe_every = 1;
+  float moe_aux_loss = 0.01f;
 };
 
 struct data_config {

@@ -43,6 +43,7 @@ class rules {
   // found, so this order is part of the messages: keep it.
   void run() {
     check_split();
+    check_moe();
     check_stage_layers();
     resolve_grid();
     resolve_dataset();
@@ -70,6 +71,29 @@ class rules {
 
   // ---- parallel: the dp x pp x tp grid and how it cuts the model (runtime/nn/gpt_stage,
   // runtime/train/stage_trainer; the launcher and the membership count the workers) ----
+
+  // ---- model.moe: a mixture of experts in a whole GPT on the CPU (runtime/nn/moe.hpp) ----
+  void check_moe() {
+    config& c = c_;
+    if (c.model.moe_experts == 0) return;
+    if (fine({"model.moe.experts", "model.kind"}) && c.model.kind != "gpt")
+      complain({"model.moe.experts", "model.kind"},
+               "a mixture of experts replaces a GPT block's MLP, but model.kind is " +
+                   c.model.kind + " (set model.kind: gpt, or model.moe.experts: 0)");
+    if (fine({"model.moe.experts", "model.moe.top_k"}) && c.model.moe_top_k > c.model.moe_experts)
+      complain({"model.moe.experts", "model.moe.top_k"},
+               "model.moe.top_k = " + std::to_string(c.model.moe_top_k) + " experts a token, of " +
+                   std::to_string(c.model.moe_experts) + " (top_k must be at most experts)");
+    if (fine({"model.moe.experts", "parallel.pp", "parallel.tp"}) &&
+        (c.parallel.pp > 1 || c.parallel.tp > 1))
+      complain({"model.moe.experts", "parallel.pp", "parallel.tp"},
+               "model.moe with pipeline or tensor parallelism is not built yet (set parallel.pp: "
+               "1 and parallel.tp: 1; data parallelism replicates the experts)");
+    if (fine({"model.moe.experts", "train.device"}) && c.train.device != "cpu" &&
+        c.train.device != "auto")
+      complain({"model.moe.experts", "train.device"},
+               "model.moe runs on the CPU only for now (train.device: cpu)");
+  }
 
   void check_split() {
     config& c = c_;

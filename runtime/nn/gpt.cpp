@@ -17,9 +17,14 @@ void gpt_block::forward(gpt_block_acts& a, const float* x, int b, int t) const {
   attn_proj.forward(a.res2.data(), a.atty.data(), rows);
   dev->add_inplace(a.res2.data(), x, static_cast<int64_t>(rows) * c);
   ln_2.forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.res2.data(), rows);
-  c_fc.forward(a.fch.data(), a.ln2.data(), rows);
-  dev->gelu_fwd(a.fch_gelu.data(), a.fch.data(), static_cast<int64_t>(rows) * 4 * c);
-  mlp_proj.forward(a.out.data(), a.fch_gelu.data(), rows);
+  if (moe) {
+    if (!a.moe) a.moe = std::make_shared<moe_acts>();
+    moe->forward(*a.moe, a.out.data(), a.ln2.data(), rows);
+  } else {
+    c_fc.forward(a.fch.data(), a.ln2.data(), rows);
+    dev->gelu_fwd(a.fch_gelu.data(), a.fch.data(), static_cast<int64_t>(rows) * 4 * c);
+    mlp_proj.forward(a.out.data(), a.fch_gelu.data(), rows);
+  }
   dev->add_inplace(a.out.data(), a.res2.data(), static_cast<int64_t>(rows) * c);
 }
 
@@ -30,9 +35,13 @@ void gpt_block::backward(gpt_block_acts& a, gpt_grad_scratch& s, float* dres, co
   // Parameters are visited in reverse memory order (mlp.c_proj .. ln_1), so the reports
   // come out in descending offsets. MLP branch: the residual passes dres through unchanged, the
   // branch adds its part.
-  mlp_proj.backward(s.dfch_gelu.data(), dres, a.fch_gelu.data(), rows, report);
-  dev->gelu_bwd(s.dfch.data(), s.dfch_gelu.data(), a.fch.data(), 4 * n);
-  c_fc.backward(s.dln.data(), s.dfch.data(), a.ln2.data(), rows, report);
+  if (moe) {
+    moe->backward(*a.moe, s.dln.data(), dres, a.ln2.data(), rows, aux_scale, report);
+  } else {
+    mlp_proj.backward(s.dfch_gelu.data(), dres, a.fch_gelu.data(), rows, report);
+    dev->gelu_bwd(s.dfch.data(), s.dfch_gelu.data(), a.fch.data(), 4 * n);
+    c_fc.backward(s.dln.data(), s.dfch.data(), a.ln2.data(), rows, report);
+  }
   ln_2.backward(s.dtmp.data(), s.dln.data(), a.res2.data(), a.ln2_mean.data(), a.ln2_rstd.data(),
                 rows, report);
   dev->add_inplace(dres, s.dtmp.data(), n);
@@ -51,6 +60,11 @@ std::vector<gpt_param_spec> gpt_param_specs(const gpt_shape& s) {
   if (!rules::heads_divide_width(s.d_model, s.n_head))
     throw usage_error("gpt: d_model (" + std::to_string(s.d_model) +
                       ") must be divisible by n_head (" + std::to_string(s.n_head) + ")");
+  if (s.moe_experts < 0 || (s.moe_experts > 0 && (s.moe_every < 1 || s.moe_top_k < 1 ||
+                                                   s.moe_top_k > 2 || s.moe_top_k > s.moe_experts ||
+                                                   !(s.moe_capacity_factor > 0))))
+    throw usage_error("gpt: model.moe needs experts >= 1, top_k 1 or 2 (at most experts), "
+                      "every >= 1 and capacity_factor > 0");
   const int64_t C = s.d_model;
   const init_spec w_init{init_spec::normal, 0.02f};
   const init_spec proj_init{init_spec::normal,
@@ -76,6 +90,17 @@ std::vector<gpt_param_spec> gpt_param_specs(const gpt_shape& s) {
     add(h + "attn.c_proj.bias", {C}, zero);
     add(h + "ln_2.weight", {C}, one);
     add(h + "ln_2.bias", {C}, zero);
+    if (s.moe_at(l)) {  // the router, then each expert's MLP (runtime/nn/moe.hpp)
+      add(h + "mlp.router.weight", {s.moe_experts, C}, w_init);
+      for (int e = 0; e < s.moe_experts; ++e) {
+        const std::string x = h + "mlp.experts." + std::to_string(e) + ".";
+        add(x + "c_fc.weight", {4 * C, C}, w_init);
+        add(x + "c_fc.bias", {4 * C}, zero);
+        add(x + "c_proj.weight", {C, 4 * C}, proj_init);
+        add(x + "c_proj.bias", {C}, zero);
+      }
+      continue;
+    }
     add(h + "mlp.c_fc.weight", {4 * C, C}, w_init);
     add(h + "mlp.c_fc.bias", {4 * C}, zero);
     add(h + "mlp.c_proj.weight", {C, 4 * C}, proj_init);
@@ -126,8 +151,12 @@ void gpt_grad_scratch::allocate(int64_t sequences, const gpt_shape& s, pool& p) 
 
 gpt::gpt(int vocab, int context, int n_layer, int n_head, int d_model, int max_batch, uint64_t seed,
          pool& p)
-    : model(p), shape_{vocab, context, n_layer, n_head, d_model} {
-  const int C = d_model;
+    : gpt(gpt_shape{vocab, context, n_layer, n_head, d_model}, max_batch, seed, p) {}
+
+gpt::gpt(const gpt_shape& s, int max_batch, uint64_t seed, pool& p) : model(p), shape_(s) {
+  const int C = s.d_model, vocab = s.vocab, n_layer = s.n_layer, n_head = s.n_head;
+  if (s.moe_experts > 0 && !p.dev().host_visible())
+    throw usage_error("gpt: model.moe runs on the CPU only for now (train.device cpu)");
   device* dev = &p.dev();
   for (const gpt_param_spec& spec : gpt_param_specs(shape_)) {
     if (blocks().empty() || blocks().back().name != spec.block) begin_block(spec.block);
@@ -172,13 +201,30 @@ gpt::gpt(int vocab, int context, int n_layer, int n_head, int d_model, int max_b
     emb_.dev = dev;
   }
   layers_.resize(n_layer);
-  for (gpt_block& blk : layers_) {
+  for (int l = 0; l < n_layer; ++l) {
+    gpt_block& blk = layers_[static_cast<std::size_t>(l)];
     blk.n_head = n_head;
     blk.dev = dev;
     bind_ln(blk.ln_1);
     bind_linear(blk.c_attn, C, 3 * C, true);
     bind_linear(blk.attn_proj, C, C, true);
     bind_ln(blk.ln_2);
+    if (s.moe_at(l)) {
+      auto m = std::make_shared<moe_layer>();
+      bind_linear(m->router, C, s.moe_experts, false);
+      m->fc.resize(static_cast<std::size_t>(s.moe_experts));
+      m->proj.resize(static_cast<std::size_t>(s.moe_experts));
+      for (int e = 0; e < s.moe_experts; ++e) {
+        bind_linear(m->fc[static_cast<std::size_t>(e)], C, 4 * C, true);
+        bind_linear(m->proj[static_cast<std::size_t>(e)], 4 * C, C, true);
+      }
+      m->top_k = s.moe_top_k;
+      m->capacity_factor = s.moe_capacity_factor;
+      m->aux_coef = s.moe_aux_coef;
+      m->dev = dev;
+      blk.moe = std::move(m);
+      continue;
+    }
     bind_linear(blk.c_fc, C, 4 * C, true);
     bind_linear(blk.mlp_proj, 4 * C, C, true);
   }
@@ -252,11 +298,28 @@ float gpt::forward(const batch& b, bool keep_head) {
                                 shape_.vocab);
 }
 
+gpt::moe_stats gpt::last_moe() const {
+  moe_stats st;
+  for (std::size_t l = 0; l < layers_.size(); ++l) {
+    if (!layers_[l].moe || !acts_[l].moe) continue;
+    const moe_routing& r = acts_[l].moe->route;
+    st.tokens.resize(std::max(st.tokens.size(), r.kept.size()), 0);
+    for (std::size_t e = 0; e < r.kept.size(); ++e) st.tokens[e] += r.kept[e];
+    st.dropped += r.dropped;
+    st.aux_loss += layers_[l].moe->aux_coef * acts_[l].moe->aux;
+  }
+  return st;
+}
+
 float gpt::forward_backward(const batch& b, float loss_scale) {
   float loss = 0;
   {
     trace::span s("forward", "compute", trace::track::compute);
     loss = forward(b, true);
+  }
+  if (shape_.moe_experts > 0) {
+    loss += last_moe().aux_loss;  // the objective the gradients below are of
+    for (gpt_block& blk : layers_) blk.aux_scale = loss_scale;
   }
   trace::span s("backward", "compute", trace::track::compute);
   const int rows = b.n * b.t;

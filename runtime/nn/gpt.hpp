@@ -6,8 +6,11 @@
 #include <string>
 #include <vector>
 
+#include <memory>
+
 #include "runtime/nn/layers.hpp"
 #include "runtime/nn/model.hpp"
+#include "runtime/nn/moe.hpp"
 
 namespace cohort::nn {
 
@@ -18,6 +21,14 @@ struct gpt_shape {
   int n_layer = 0;
   int n_head = 0;
   int d_model = 0;  ///< C; must be divisible by n_head
+  /// Mixture of experts (model.moe; runtime/nn/moe.hpp): 0 experts, a dense model.
+  int moe_experts = 0;
+  int moe_top_k = 1;
+  int moe_every = 1;  ///< every moe_every-th block's MLP is an MoE layer (blocks every-1, 2every-1, ...)
+  float moe_capacity_factor = 1.25f;
+  float moe_aux_coef = 0.01f;
+  /// Whether block L's MLP is a mixture of experts.
+  bool moe_at(int l) const { return moe_experts > 0 && (l + 1) % moe_every == 0; }
 };
 
 /// One GPT parameter as the model declares it. gpt_param_specs is the single source of
@@ -44,6 +55,7 @@ struct gpt_block_acts {
   tensor ln2, ln2_mean, ln2_rstd;
   tensor fch, fch_gelu;  ///< [rows, 4C] before / after GELU
   tensor out;            ///< [rows, C] block output (residual after the MLP)
+  std::shared_ptr<moe_acts> moe;  ///< an MoE block's routing and experts' activations
 
   /// Fresh zeroed buffers for `sequences` sequences of s.context tokens.
   void allocate(int64_t sequences, const gpt_shape& s, pool& p);
@@ -68,6 +80,11 @@ struct gpt_block {
   linear c_attn, attn_proj, c_fc, mlp_proj;  ///< attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj
   int n_head = 0;
   device* dev = &cpu_device();  ///< attention, GELU and the residual adds run here
+  /// Set: the MLP is this mixture of experts (c_fc and mlp_proj unused).
+  std::shared_ptr<moe_layer> moe;
+  /// An MoE block's backward: the scale of its load-balancing loss's gradient (the loss
+  /// scale of the step; gpt::forward_backward sets it).
+  float aux_scale = 1.0f;
 
   /// Reads x [b*t, C], fills a (a.out is the block output).
   void forward(gpt_block_acts& a, const float* x, int b, int t) const;
@@ -85,9 +102,20 @@ class gpt : public model {
   /// for max_batch sequences of `context` tokens.
   gpt(int vocab, int context, int n_layer, int n_head, int d_model, int max_batch, uint64_t seed,
       pool& p = pool::global());
+  /// A GPT of shape S, with its mixture-of-experts blocks when S has experts (on the host).
+  gpt(const gpt_shape& s, int max_batch, uint64_t seed, pool& p = pool::global());
 
-  /// b.ids and b.targets are [n, t] with 1 <= t <= context; the loss is the mean over n*t.
+  /// b.ids and b.targets are [n, t] with 1 <= t <= context; the loss is the mean over n*t,
+  /// plus the MoE blocks' load-balancing losses.
   float forward_backward(const batch& b, float loss_scale) override;
+  /// The MoE blocks of the last forward: tokens each expert computed (summed over the MoE
+  /// blocks), assignments dropped over capacity, the load-balancing loss added.
+  struct moe_stats {
+    std::vector<int64_t> tokens;
+    int64_t dropped = 0;
+    float aux_loss = 0;
+  };
+  moe_stats last_moe() const;
   /// Loss and next-token accuracy (argmax) over the n*t positions.
   eval_result eval(const batch& b) override;
   std::string kind() const override { return "gpt"; }

@@ -125,9 +125,15 @@ void model::init_parameters(uint64_t seed) {
 std::unique_ptr<model> make_model(const model_config& cfg, int vocab, int max_batch, uint64_t seed,
                                   pool& p) {
   if (cfg.kind == "mlp") return std::make_unique<mlp>(784, cfg.hidden, 10, max_batch, seed, p);
-  if (cfg.kind == "gpt")
-    return std::make_unique<gpt>(vocab, cfg.context, cfg.n_layer, cfg.n_head, cfg.d_model,
-                                 max_batch, seed, p);
+  if (cfg.kind == "gpt") {
+    gpt_shape s{vocab, cfg.context, cfg.n_layer, cfg.n_head, cfg.d_model};
+    s.moe_experts = cfg.moe_experts;
+    s.moe_top_k = cfg.moe_top_k;
+    s.moe_every = cfg.moe_every;
+    s.moe_capacity_factor = cfg.moe_capacity_factor;
+    s.moe_aux_coef = cfg.moe_aux_loss;
+    return std::make_unique<gpt>(s, max_batch, seed, p);
+  }
   throw usage_error("unknown model kind '" + cfg.kind + "' (expected mlp or gpt)");
 }
 

@@ -71,6 +71,10 @@ loaded_gpt load_gpt_checkpoint(const std::string& path, int n_head) {
   g.shape.context = static_cast<int>(wpe[0]);
   while (all.count("transformer.h." + std::to_string(g.shape.n_layer) + ".ln_1.weight"))
     ++g.shape.n_layer;
+  for (const auto& [name, t] : all)
+    if (name.find(".mlp.router.weight") != std::string::npos)
+      throw usage_error(dir + " holds a mixture-of-experts GPT (model.moe, " + name +
+                        "): generate and serve do not run those yet (docs/moe.md)");
   const int64_t recorded = metadata_number(meta, "model.n_head", 0, 1, dir);
   if (recorded == 0 && n_head <= 0)
     throw usage_error(dir +

@@ -917,6 +917,33 @@ const std::vector<broken_case> broken = {
      "parallel.tp",
      "pipeline / tensor parallelism (pp = 1, tp = 2) splits a GPT, but model.kind is mlp",
      1},
+    {"moe of an mlp",
+     "model:\n  moe:\n    experts: 4\n",
+     {},
+     "cfg.yaml",
+     3,
+     14,
+     "model.moe.experts",
+     "a mixture of experts replaces a GPT block's MLP, but model.kind is mlp",
+     1},
+    {"moe with a pipeline",
+     "model:\n  kind: gpt\n  moe:\n    experts: 4\ncluster:\n  workers: 2\nparallel:\n  pp: 2\n",
+     {},
+     "cfg.yaml",
+     4,
+     14,
+     "model.moe.experts",
+     "model.moe with pipeline or tensor parallelism is not built yet",
+     1},
+    {"moe top_k above experts",
+     "model:\n  kind: gpt\n  moe:\n    experts: 1\n    top_k: 2\n",
+     {},
+     "cfg.yaml",
+     4,
+     14,
+     "model.moe.experts",
+     "model.moe.top_k = 2 experts a token, of 1 (top_k must be at most experts)",
+     1},
     {"workers not divisible by pp*tp",
      "cluster:\n  workers: 3\nparallel:\n  tp: 2\n",
      {},
@@ -1496,7 +1523,7 @@ TEST_CASE("dump_config prints every key of the schema, sections in a fixed order
     at = found;
   }
   const std::set<std::string> keys = key_paths(text);
-  CHECK(keys.size() == 79);
+  CHECK(keys.size() == 84);
   for (const char* k : {"cluster.workers",
                         "parallel.dp",
                         "model.hidden",
@@ -1864,7 +1891,7 @@ TEST_CASE("configs/reference.yaml is the generated reference and holds every key
     }
     previous = line;
   }
-  CHECK(keys == 78);
+  CHECK(keys == 83);
   CHECK(top_level == 1);
   // The commented examples are the language's own examples, and each of them parses.
   size_t examples = 0;

@@ -364,3 +364,33 @@ TEST_CASE("with elastic.min_workers below the world the survivors go on without 
   CHECK(s["workers"].size() == 2);
   CHECK(s["params_sha256"] == hash);  // bitwise: the DP size does not change the result
 }
+
+TEST_CASE("moe: a mixture-of-experts GPT ends on cohort train's hash at dp 1, 2 and 4 "
+          "(bitwise), and after a worker is killed mid-run") {
+  temp_dir dir;
+  std::string yaml = gpt_yaml(dir.path(), 8);
+  const std::string ctx = "  context: 32\n";
+  // Four experts, top-2, in the second block; capacity tight enough that tokens are dropped.
+  yaml.replace(yaml.find(ctx), ctx.size(),
+               ctx + "  moe:\n    experts: 4\n    top_k: 2\n    capacity_factor: 1.0\n"
+                     "    every: 2\n");
+  const std::string cfg = dir.write("moe.yaml", yaml);
+  const nlohmann::json ref = train_summary(dir, cfg);
+  const std::string hash = ref["params_sha256"];
+  REQUIRE(hash.size() == 64);
+  for (int n : {1, 2, 4}) {
+    CAPTURE(n);
+    const nlohmann::json s = launch_summary(dir, cfg, n);
+    REQUIRE(s.is_object());
+    CHECK(s["params_sha256"] == hash);
+    CHECK(s["steps_completed"] == 8);
+  }
+  // dp 4, rank 1 SIGKILLed at step 4: the survivors go on, the launcher starts it again.
+  const std::string out = dir.path() + "/killed.json";
+  child_process launch({"launch", cfg, "-q", "--summary", out, "--set", "cluster.workers=4",
+                        "--set", "elastic.respawn=true", "--inject", "kill rank=1 at step=4"},
+                       dir.path(), "launch-moe-kill");
+  const nlohmann::json k = finish_launch(launch, out, milliseconds(120000));
+  CHECK(k["params_sha256"] == hash);
+  CHECK(events_of(k, "kill").size() == 1);
+}

@@ -1,0 +1,231 @@
+#include "runtime/nn/moe.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "runtime/core/error.hpp"
+
+namespace cohort::nn {
+
+namespace {
+
+// A linear layer's gradient spans in the order linear::backward reports them, for an
+// expert that got no token (nothing to add, but the spans are final all the same).
+void report_untouched(linear& l, const grads_ready_span& report) {
+  if (!report) return;
+  if (!l.db.empty()) report(l.db.data(), l.out);
+  const int step = l.dev->chunked_weight_grads() ? linear::dw_chunk_rows(l.out, l.in) : std::max(1, l.out);
+  for (int r1 = l.out; r1 > 0;) {
+    const int r0 = std::max(0, r1 - step);
+    report(l.dw.data() + static_cast<int64_t>(r0) * l.in, static_cast<int64_t>(r1 - r0) * l.in);
+    r1 = r0;
+  }
+}
+
+}  // namespace
+
+int moe_capacity(int tokens, int experts, int top_k, float capacity_factor) {
+  const double c = std::ceil(static_cast<double>(capacity_factor) * tokens * top_k / experts);
+  return static_cast<int>(std::max(1.0, c));
+}
+
+moe_routing moe_route(const float* probs, int tokens, int experts, int top_k,
+                      float capacity_factor) {
+  if (experts < 1 || top_k < 1 || top_k > 2 || top_k > experts)
+    throw usage_error("moe: top_k must be 1 or 2, and at most the number of experts");
+  moe_routing r;
+  r.tokens = tokens;
+  r.experts = experts;
+  r.top_k = top_k;
+  r.capacity = moe_capacity(tokens, experts, top_k, capacity_factor);
+  const std::size_t n = static_cast<std::size_t>(tokens) * top_k;
+  r.expert.assign(n, -1);
+  r.gate.assign(n, 0.0f);
+  r.slot.assign(n, -1);
+  r.kept.assign(static_cast<std::size_t>(experts), 0);
+  r.wanted.assign(static_cast<std::size_t>(experts), 0);
+  for (int t = 0; t < tokens; ++t) {
+    const float* p = probs + static_cast<int64_t>(t) * experts;
+    int first = 0;
+    for (int e = 1; e < experts; ++e)
+      if (p[e] > p[first]) first = e;
+    const std::size_t i = static_cast<std::size_t>(t) * top_k;
+    r.expert[i] = first;
+    if (top_k == 1) {
+      r.gate[i] = p[first];
+      continue;
+    }
+    int second = first == 0 ? 1 : 0;
+    for (int e = 0; e < experts; ++e)
+      if (e != first && p[e] > p[second]) second = e;
+    r.expert[i + 1] = second;
+    const float s = p[first] + p[second];
+    r.gate[i] = p[first] / s;
+    r.gate[i + 1] = p[second] / s;
+  }
+  // Every token's first choice, then every token's second: a second choice never takes the
+  // place of another token's first.
+  for (int c = 0; c < top_k; ++c)
+    for (int t = 0; t < tokens; ++t) {
+      const std::size_t i = static_cast<std::size_t>(t) * top_k + c;
+      const int e = r.expert[i];
+      ++r.wanted[static_cast<std::size_t>(e)];
+      if (r.kept[static_cast<std::size_t>(e)] < r.capacity)
+        r.slot[i] = r.kept[static_cast<std::size_t>(e)]++;
+      else
+        ++r.dropped;
+    }
+  return r;
+}
+
+float moe_layer::forward(moe_acts& a, float* y, const float* x, int rows) const {
+  const int E = experts(), C = router.in, H = fc.empty() ? 0 : fc[0].out;
+  a.probs.resize(static_cast<std::size_t>(rows) * E);
+  router.forward(a.probs.data(), x, rows);
+  // Softmax per row, in double for the sum (the logits are few).
+  for (int t = 0; t < rows; ++t) {
+    float* p = a.probs.data() + static_cast<int64_t>(t) * E;
+    const float m = *std::max_element(p, p + E);
+    double s = 0;
+    for (int e = 0; e < E; ++e) s += (p[e] = std::exp(p[e] - m));
+    for (int e = 0; e < E; ++e) p[e] = static_cast<float>(p[e] / s);
+  }
+  a.route = moe_route(a.probs.data(), rows, E, top_k, capacity_factor);
+  const moe_routing& r = a.route;
+  const int64_t cap = r.capacity;
+  a.xin.assign(static_cast<std::size_t>(E * cap * C), 0.0f);
+  a.h.resize(static_cast<std::size_t>(E * cap * H));
+  a.hg.resize(static_cast<std::size_t>(E * cap * H));
+  a.y.resize(static_cast<std::size_t>(E * cap * C));
+  for (int t = 0; t < rows; ++t)
+    for (int c = 0; c < top_k; ++c) {
+      const std::size_t i = static_cast<std::size_t>(t) * top_k + c;
+      if (r.slot[i] < 0) continue;
+      const int64_t row = r.expert[i] * cap + r.slot[i];
+      std::copy(x + static_cast<int64_t>(t) * C, x + static_cast<int64_t>(t + 1) * C,
+                a.xin.data() + row * C);
+    }
+  for (int e = 0; e < E; ++e) {
+    const int n = r.kept[static_cast<std::size_t>(e)];
+    if (n == 0) continue;
+    const int64_t at = e * cap;
+    fc[static_cast<std::size_t>(e)].forward(a.h.data() + at * H, a.xin.data() + at * C, n);
+    dev->gelu_fwd(a.hg.data() + at * H, a.h.data() + at * H, static_cast<int64_t>(n) * H);
+    proj[static_cast<std::size_t>(e)].forward(a.y.data() + at * C, a.hg.data() + at * H, n);
+  }
+  // Each token's output: its kept assignments' outputs times their gates, in choice order.
+  std::fill(y, y + static_cast<int64_t>(rows) * C, 0.0f);
+  for (int t = 0; t < rows; ++t)
+    for (int c = 0; c < top_k; ++c) {
+      const std::size_t i = static_cast<std::size_t>(t) * top_k + c;
+      if (r.slot[i] < 0) continue;
+      const float* src = a.y.data() + (r.expert[i] * cap + r.slot[i]) * C;
+      float* dst = y + static_cast<int64_t>(t) * C;
+      for (int k = 0; k < C; ++k) dst[k] += r.gate[i] * src[k];
+    }
+  // Switch's load-balancing loss: experts * sum_e f_e * P_e.
+  double aux = 0;
+  const double assignments = static_cast<double>(rows) * top_k;
+  for (int e = 0; e < E; ++e) {
+    double pe = 0;
+    for (int t = 0; t < rows; ++t) pe += a.probs[static_cast<std::size_t>(t) * E + e];
+    aux += (r.wanted[static_cast<std::size_t>(e)] / assignments) * (pe / rows);
+  }
+  a.aux = static_cast<float>(E * aux);
+  return aux_coef * a.aux;
+}
+
+void moe_layer::backward(moe_acts& a, float* dx, const float* dy, const float* x, int rows,
+                         float aux_scale, const grads_ready_span& report) {
+  const int E = experts(), C = router.in, H = fc.empty() ? 0 : fc[0].out;
+  const moe_routing& r = a.route;
+  const int64_t cap = r.capacity;
+  a.dy.assign(static_cast<std::size_t>(E * cap * C), 0.0f);
+  a.dhg.resize(static_cast<std::size_t>(E * cap * H));
+  a.dh.resize(static_cast<std::size_t>(E * cap * H));
+  a.dxin.resize(static_cast<std::size_t>(E * cap * C));
+  a.dprobs.assign(static_cast<std::size_t>(rows) * E, 0.0f);
+  // Each kept assignment: its expert's output gradient (gate * dy) and its gate's gradient
+  // (dy . the expert's output), which goes to the router probabilities.
+  std::vector<float> dgate(r.gate.size(), 0.0f);
+  for (int t = 0; t < rows; ++t)
+    for (int c = 0; c < top_k; ++c) {
+      const std::size_t i = static_cast<std::size_t>(t) * top_k + c;
+      if (r.slot[i] < 0) continue;
+      const int64_t row = r.expert[i] * cap + r.slot[i];
+      const float* g = dy + static_cast<int64_t>(t) * C;
+      const float* out = a.y.data() + row * C;
+      float* d = a.dy.data() + row * C;
+      double dot = 0;
+      for (int k = 0; k < C; ++k) {
+        d[k] = r.gate[i] * g[k];
+        dot += static_cast<double>(g[k]) * out[k];
+      }
+      dgate[i] = static_cast<float>(dot);
+    }
+  for (int t = 0; t < rows; ++t) {
+    const std::size_t i = static_cast<std::size_t>(t) * top_k;
+    float* dp = a.dprobs.data() + static_cast<int64_t>(t) * E;
+    const float* p = a.probs.data() + static_cast<int64_t>(t) * E;
+    if (top_k == 1) {
+      dp[r.expert[i]] += dgate[i];
+      continue;
+    }
+    // g0 = p0 / s, g1 = p1 / s, s = p0 + p1.
+    const int e0 = r.expert[i], e1 = r.expert[i + 1];
+    const float s = p[e0] + p[e1];
+    const float g0 = r.gate[i], g1 = r.gate[i + 1];
+    const float common = (dgate[i] * g0 + dgate[i + 1] * g1) / s;
+    dp[e0] += dgate[i] / s - common;
+    dp[e1] += dgate[i + 1] / s - common;
+  }
+  // The load-balancing loss through P_e (f_e counts, no gradient).
+  const double assignments = static_cast<double>(rows) * top_k;
+  for (int e = 0; e < E; ++e) {
+    const float d = static_cast<float>(aux_scale * aux_coef * E *
+                                       (r.wanted[static_cast<std::size_t>(e)] / assignments) / rows);
+    for (int t = 0; t < rows; ++t) a.dprobs[static_cast<std::size_t>(t) * E + e] += d;
+  }
+  // The experts, last first (descending addresses), each adding its inputs' gradient.
+  std::fill(dx, dx + static_cast<int64_t>(rows) * C, 0.0f);
+  for (int e = E; e-- > 0;) {
+    const int n = r.kept[static_cast<std::size_t>(e)];
+    linear& p = proj[static_cast<std::size_t>(e)];
+    linear& f = fc[static_cast<std::size_t>(e)];
+    if (n == 0) {
+      report_untouched(p, report);
+      report_untouched(f, report);
+      continue;
+    }
+    const int64_t at = e * cap;
+    p.backward(a.dhg.data() + at * H, a.dy.data() + at * C, a.hg.data() + at * H, n, report);
+    dev->gelu_bwd(a.dh.data() + at * H, a.dhg.data() + at * H, a.h.data() + at * H,
+                  static_cast<int64_t>(n) * H);
+    f.backward(a.dxin.data() + at * C, a.dh.data() + at * H, a.xin.data() + at * C, n, report);
+  }
+  // Scattered back in token and choice order (the same order on every run).
+  for (int t = 0; t < rows; ++t)
+    for (int c = 0; c < top_k; ++c) {
+      const std::size_t i = static_cast<std::size_t>(t) * top_k + c;
+      if (r.slot[i] < 0) continue;
+      const float* src = a.dxin.data() + (r.expert[i] * cap + r.slot[i]) * C;
+      float* dst = dx + static_cast<int64_t>(t) * C;
+      for (int k = 0; k < C; ++k) dst[k] += src[k];
+    }
+  // Softmax backward, then the router.
+  a.dlogits.resize(static_cast<std::size_t>(rows) * E);
+  for (int t = 0; t < rows; ++t) {
+    const float* p = a.probs.data() + static_cast<int64_t>(t) * E;
+    const float* dp = a.dprobs.data() + static_cast<int64_t>(t) * E;
+    double s = 0;
+    for (int e = 0; e < E; ++e) s += static_cast<double>(p[e]) * dp[e];
+    float* dl = a.dlogits.data() + static_cast<int64_t>(t) * E;
+    for (int e = 0; e < E; ++e) dl[e] = static_cast<float>(p[e] * (dp[e] - s));
+  }
+  std::vector<float> drouter(static_cast<std::size_t>(rows) * C);
+  router.backward(drouter.data(), a.dlogits.data(), x, rows, report);
+  for (std::size_t k = 0; k < drouter.size(); ++k) dx[k] += drouter[k];
+}
+
+}  // namespace cohort::nn

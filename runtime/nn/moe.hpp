@@ -1,0 +1,73 @@
+// A mixture-of-experts feed-forward layer (issue #43; docs/moe.md), the MLP of every K-th GPT
+// block when model.moe is set: a router (a linear layer without bias, d_model -> experts)
+// gives each token a softmax over the experts; the token goes to its top-k (1 or 2; ties to
+// the lowest index), each expert is the dense block's MLP (c_fc, GELU, c_proj) of its own,
+// and the token's output is the experts' outputs weighted by its gates (top-1: the chosen
+// expert's probability, as Switch; top-2: the two probabilities normalised to sum 1, as
+// GShard). Each expert takes at most capacity = ceil(capacity_factor * tokens * top_k /
+// experts) tokens of a micro-batch, in order (every token's first choice, then every
+// token's second); the rest are dropped and counted, and pass through the block's residual
+// alone. The load-balancing loss of Switch, aux_coef * experts * sum_e f_e * P_e (f_e: the
+// share of the micro-batch's assignments routed to e before capacity, P_e: e's mean router
+// probability), is added to the training loss. Backward is hand-written, as the other
+// layers'. On the host (a CPU model); routing is a pure function of the router's
+// probabilities, so the same micro-batch routes the same way in every process.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "runtime/nn/layers.hpp"
+#include "runtime/nn/model.hpp"
+
+namespace cohort::nn {
+
+/// Tokens an expert takes at most from TOKENS tokens of a micro-batch.
+int moe_capacity(int tokens, int experts, int top_k, float capacity_factor);
+
+/// Where a micro-batch's tokens go: assignment i = token * top_k + choice.
+struct moe_routing {
+  int tokens = 0, experts = 0, top_k = 1, capacity = 0;
+  std::vector<int32_t> expert;  ///< [tokens * top_k] the chosen expert
+  std::vector<float> gate;      ///< [tokens * top_k] its weight in the token's output
+  std::vector<int32_t> slot;    ///< [tokens * top_k] row in the expert's batch; -1: dropped
+  std::vector<int32_t> kept;    ///< [experts] tokens each expert computes
+  std::vector<int32_t> wanted;  ///< [experts] assignments before capacity
+  int dropped = 0;              ///< assignments over capacity
+};
+
+/// Routes TOKENS tokens from their router probabilities PROBS [tokens, experts].
+moe_routing moe_route(const float* probs, int tokens, int experts, int top_k,
+                      float capacity_factor);
+
+/// What a forward keeps for backward (sized on use).
+struct moe_acts {
+  moe_routing route;
+  std::vector<float> probs;             ///< [rows, experts]
+  std::vector<float> xin, h, hg, y;     ///< per expert, capacity rows each: input, c_fc, GELU, c_proj
+  std::vector<float> dy, dhg, dh, dxin; ///< backward scratch, same layout
+  std::vector<float> dprobs, dlogits;   ///< [rows, experts]
+  float aux = 0;                        ///< the load-balancing loss (before aux_coef)
+};
+
+/// The layer's parameters: the router, then each expert's c_fc and c_proj (memory order).
+struct moe_layer {
+  linear router;                ///< [experts, d_model], no bias
+  std::vector<linear> fc, proj; ///< per expert: [hidden, d_model] and [d_model, hidden], biased
+  int top_k = 1;
+  float capacity_factor = 1.25f;
+  float aux_coef = 0.01f;
+  device* dev = &cpu_device();
+
+  int experts() const { return static_cast<int>(fc.size()); }
+  /// Y [rows, d_model] = the layer on X [rows, d_model]; saves into A. Returns aux_coef times
+  /// the load-balancing loss (the training loss adds it).
+  float forward(moe_acts& a, float* y, const float* x, int rows) const;
+  /// On entry DY = dL/dY; DX (assigned) = dL/dX. Parameter gradients accumulate, reported in
+  /// descending addresses (experts from the last, c_proj before c_fc, then the router).
+  /// AUX_SCALE multiplies the load-balancing loss's gradient (the loss scale the training
+  /// loss's gradient carries).
+  void backward(moe_acts& a, float* dx, const float* dy, const float* x, int rows, float aux_scale,
+                const grads_ready_span& report = {});
+};
+
+}  // namespace cohort::nn
