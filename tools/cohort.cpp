@@ -36,6 +36,7 @@ int main(int argc, char** argv) {
   cohort::cli::add_bench_control(*bench, &rc);
   cohort::cli::add_bench_train(*bench, &rc);
   cohort::cli::add_bench_allreduce(*bench, &rc);
+  cohort::cli::add_bench_alltoall(*bench, &rc);
   cohort::cli::add_bench_p2p(*bench, &rc);
   cohort::cli::add_bench_dp(*bench, &rc);
   cohort::cli::add_bench_trace(*bench, &rc);

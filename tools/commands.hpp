@@ -30,6 +30,7 @@ void add_bench_control(CLI::App& bench, int* rc);
 void add_bench_train(CLI::App& bench, int* rc);
 /// `cohort bench allreduce`: cohort's allreduce path vs raw Gloo across N local processes.
 void add_bench_allreduce(CLI::App& bench, int* rc);
+void add_bench_alltoall(CLI::App& bench, int* rc);
 /// `cohort bench p2p`: the pipeline point-to-point channel (ping-pong and streaming) against
 /// the Gloo allreduce busbw of the same sizes, two local processes.
 void add_bench_p2p(CLI::App& bench, int* rc);
