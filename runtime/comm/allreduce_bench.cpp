@@ -71,6 +71,44 @@ double busbw_gbps(std::size_t bytes, double seconds, int ranks) {
   return algbw_gbps(bytes, seconds) * 2.0 * (ranks - 1) / ranks;
 }
 
+std::shared_ptr<gloo::rendezvous::Context> raw_gloo_context(int rank, int n,
+                                                            const std::string& dir,
+                                                            std::chrono::milliseconds timeout) {
+  gloo::rendezvous::FileStore store(dir);
+  auto raw = std::make_shared<gloo::rendezvous::Context>(rank, n);
+  raw->setTimeout(timeout);
+  auto device = gloo::transport::tcp::CreateDevice("127.0.0.1");
+  raw->connectFullMesh(store, device);
+  return raw;
+}
+
+std::vector<double> slowest_per_call(communicator& control, const std::vector<double>& mine, int n) {
+  const std::size_t iters = mine.size();
+  std::vector<double> all(static_cast<std::size_t>(n) * iters), slowest(iters, 0.0);
+  control.allgather(mine.data(), all.data(), sizeof(double) * iters);
+  for (int r = 0; r < n; ++r)
+    for (std::size_t i = 0; i < iters; ++i)
+      slowest[i] = std::max(slowest[i], all[static_cast<std::size_t>(r) * iters + i]);
+  return slowest;
+}
+
+path_stats summarize(std::vector<double> times) {
+  path_stats st;
+  if (times.empty()) return st;
+  for (double x : times) st.mean += x / static_cast<double>(times.size());
+  std::sort(times.begin(), times.end());
+  st.median = times[times.size() / 2];
+  st.min = times.front();
+  return st;
+}
+
+double paired_ratio(const std::vector<double>& a, const std::vector<double>& b) {
+  std::vector<double> q(a.size());
+  for (std::size_t i = 0; i < a.size(); ++i) q[i] = a[i] / b[i];
+  std::sort(q.begin(), q.end());
+  return q.empty() ? 0 : q[q.size() / 2];
+}
+
 std::vector<allreduce_bench_row> run_allreduce_bench_rank(const allreduce_bench_options& opts,
                                                           int rank, const std::string& dir) {
   const int n = opts.ranks;
@@ -105,13 +143,7 @@ std::vector<allreduce_bench_row> run_allreduce_bench_rank(const allreduce_bench_
   }
 
   // Raw Gloo: its own file store, device and context; nothing of cohort in its loop.
-  gloo::rendezvous::FileStore raw_store(dir + "/raw");
-  auto raw = std::make_shared<gloo::rendezvous::Context>(rank, n);
-  raw->setTimeout(timeout);
-  {
-    auto device = gloo::transport::tcp::CreateDevice("127.0.0.1");
-    raw->connectFullMesh(raw_store, device);
-  }
+  auto raw = raw_gloo_context(rank, n, dir + "/raw", timeout);
   auto raw_barrier = [&] {
     gloo::BarrierOptions b(raw);
     b.setTimeout(timeout);
@@ -205,19 +237,10 @@ std::vector<allreduce_bench_row> run_allreduce_bench_rank(const allreduce_bench_
     allreduce_bench_row row;
     row.bytes = bytes;
     row.iters = iters;
-    std::vector<std::vector<double>> slowest(paths.size(), std::vector<double>(iters, 0.0));
+    std::vector<std::vector<double>> slowest(paths.size());
     for (std::size_t path = 0; path < paths.size(); ++path) {
-      std::vector<double> all(std::size_t(n) * iters);
-      control->allgather(mine[path].data(), all.data(), sizeof(double) * iters);
-      for (int r = 0; r < n; ++r)
-        for (int i = 0; i < iters; ++i)
-          slowest[path][i] = std::max(slowest[path][i], all[std::size_t(r) * iters + i]);
-      std::vector<double> sorted = slowest[path];
-      path_stats st;
-      for (double x : sorted) st.mean += x / iters;
-      std::sort(sorted.begin(), sorted.end());
-      st.median = sorted[sorted.size() / 2];
-      st.min = sorted.front();
+      slowest[path] = slowest_per_call(*control, mine[path], n);
+      const path_stats st = summarize(slowest[path]);
       if (path == 0) row.cohort = st;
       if (path == 1) row.buckets = st;
       if (path == 2) row.raw = st;
@@ -226,10 +249,7 @@ std::vector<allreduce_bench_row> run_allreduce_bench_rank(const allreduce_bench_
     // Paired ratios: call i of each path ran back to back, so raw_i / path_i compares
     // them under the same machine state; the median of those is the steadiest estimate.
     auto paired = [&](std::size_t path, std::size_t reference = 2) {
-      std::vector<double> q(iters);
-      for (int i = 0; i < iters; ++i) q[i] = slowest[reference][i] / slowest[path][i];
-      std::sort(q.begin(), q.end());
-      return q[q.size() / 2];
+      return paired_ratio(slowest[reference], slowest[path]);
     };
     row.ratio_cohort_raw = paired(0);
     row.ratio_buckets_raw = paired(1);

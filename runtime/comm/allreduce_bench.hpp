@@ -3,14 +3,22 @@
 // and the nccl-tests bandwidth formulas. Spawning the rank processes and printing is
 // tools/cmd_bench_allreduce.cpp.
 #pragma once
+#include <chrono>
 #include <cstddef>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "runtime/comm/compress.hpp"
 #include "runtime/core/comm_choices.hpp"
 
+namespace gloo::rendezvous {
+class Context;
+}
+
 namespace cohort::comm {
+
+class communicator;
 
 /// A bench's `--transport` word as the factory's two choices: gloo | shm | auto (transport
 /// and hierarchy automatic) | hierarchical (transport automatic, hierarchy hierarchical).
@@ -64,6 +72,20 @@ struct path_stats {
   double mean = 0;
   double min = 0;
 };
+
+/// What the collective benches share (allreduce here, alltoall_bench.hpp).
+/// Raw Gloo for rank RANK of N: a context of its own over a file store in DIR, TCP on
+/// 127.0.0.1, connected to every peer; nothing of cohort in what it runs.
+std::shared_ptr<gloo::rendezvous::Context> raw_gloo_context(int rank, int n,
+                                                            const std::string& dir,
+                                                            std::chrono::milliseconds timeout);
+/// Per call i, the slowest of the N ranks' times MINE[i] (every rank's gathered through
+/// CONTROL; every rank must call it with as many times).
+std::vector<double> slowest_per_call(communicator& control, const std::vector<double>& mine, int n);
+/// Median, mean and minimum of TIMES.
+path_stats summarize(std::vector<double> times);
+/// The median over i of A[i] / B[i] (calls i of two paths ran back to back).
+double paired_ratio(const std::vector<double>& a, const std::vector<double>& b);
 
 /// One size.
 struct allreduce_bench_row {

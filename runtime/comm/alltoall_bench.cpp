@@ -3,8 +3,6 @@
 #include <gloo/alltoall.h>
 #include <gloo/barrier.h>
 #include <gloo/rendezvous/context.h>
-#include <gloo/rendezvous/file_store.h>
-#include <gloo/transport/tcp/device.h>
 
 #include <algorithm>
 #include <chrono>
@@ -62,13 +60,7 @@ std::vector<alltoall_bench_row> run_alltoall_bench_rank(const alltoall_bench_opt
   t.hierarchy = opts.transport.hierarchy;
   auto comm = make_communicator(comm_backend::gloo, "cpu", kv, rank, n, 1, opts.timeout_ms, t);
 
-  gloo::rendezvous::FileStore raw_store(dir + "/raw");
-  auto raw = std::make_shared<gloo::rendezvous::Context>(rank, n);
-  raw->setTimeout(timeout);
-  {
-    auto device = gloo::transport::tcp::CreateDevice("127.0.0.1");
-    raw->connectFullMesh(raw_store, device);
-  }
+  auto raw = raw_gloo_context(rank, n, dir + "/raw", timeout);
   auto raw_barrier = [&] {
     gloo::BarrierOptions b(raw);
     b.setTimeout(timeout);
@@ -112,28 +104,11 @@ std::vector<alltoall_bench_row> run_alltoall_bench_rank(const alltoall_bench_opt
     alltoall_bench_row row;
     row.bytes = bytes;
     row.iters = iters;
-    std::vector<std::vector<double>> slowest(2, std::vector<double>(static_cast<std::size_t>(iters), 0.0));
-    for (std::size_t p = 0; p < 2; ++p) {
-      std::vector<double> all(static_cast<std::size_t>(n) * iters);
-      control->allgather(mine[p].data(), all.data(), sizeof(double) * static_cast<std::size_t>(iters));
-      for (int r = 0; r < n; ++r)
-        for (int i = 0; i < iters; ++i)
-          slowest[p][static_cast<std::size_t>(i)] =
-              std::max(slowest[p][static_cast<std::size_t>(i)],
-                       all[static_cast<std::size_t>(r) * iters + static_cast<std::size_t>(i)]);
-      std::vector<double> sorted = slowest[p];
-      path_stats st;
-      for (double x : sorted) st.mean += x / iters;
-      std::sort(sorted.begin(), sorted.end());
-      st.median = sorted[sorted.size() / 2];
-      st.min = sorted.front();
-      (p == 0 ? row.cohort : row.raw) = st;
-    }
-    std::vector<double> q(static_cast<std::size_t>(iters));
-    for (int i = 0; i < iters; ++i)
-      q[static_cast<std::size_t>(i)] = slowest[1][static_cast<std::size_t>(i)] / slowest[0][static_cast<std::size_t>(i)];
-    std::sort(q.begin(), q.end());
-    row.ratio_cohort_raw = q[q.size() / 2];
+    const std::vector<double> ours = slowest_per_call(*control, mine[0], n);
+    const std::vector<double> theirs = slowest_per_call(*control, mine[1], n);
+    row.cohort = summarize(ours);
+    row.raw = summarize(theirs);
+    row.ratio_cohort_raw = paired_ratio(theirs, ours);
     rows.push_back(row);
   }
   control->barrier();

@@ -11,6 +11,7 @@
 
 #include "runtime/core/batch.hpp"
 #include "runtime/core/rng.hpp"
+#include "runtime/nn/model.hpp"
 
 namespace cohort::nn::testing {
 
@@ -70,6 +71,32 @@ inline double project(const std::vector<float>& y, const std::vector<float>& r) 
   double s = 0;
   for (std::size_t i = 0; i < y.size(); ++i) s += double(y[i]) * r[i];
   return s;
+}
+
+/// Every parameter's gradient from M.forward_backward(B, 1) against central differences of
+/// LOSS (evaluated with one value moved by +-EPS), compared per parameter by rel_error with
+/// FLOOR; each failure names the parameter.
+inline void check_param_grads(model& m, const batch& b, const std::function<double()>& loss,
+                              float eps, double tol, double floor = 1e-4) {
+  m.zero_grad();
+  m.forward_backward(b, 1.0f);
+  const std::vector<float> all(m.flat_grads().data(), m.flat_grads().data() + m.flat_grads().numel());
+  for (parameter& p : m.parameters()) {
+    const std::vector<float> analytic(all.begin() + p.offset,
+                                      all.begin() + p.offset + p.value.numel());
+    std::vector<double> numeric(static_cast<std::size_t>(p.value.numel()));
+    for (int64_t i = 0; i < p.value.numel(); ++i) {
+      const float keep = p.value[i];
+      p.value[i] = keep + eps;
+      const double up = loss();
+      p.value[i] = keep - eps;
+      const double down = loss();
+      p.value[i] = keep;
+      numeric[static_cast<std::size_t>(i)] = (up - down) / (2.0 * eps);
+    }
+    INFO("parameter " << p.name);
+    CHECK(rel_error(analytic, numeric, floor) < tol);
+  }
 }
 
 }  // namespace cohort::nn::testing

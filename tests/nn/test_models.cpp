@@ -53,23 +53,7 @@ void scramble(model& m, uint64_t seed, float std) {
 
 /// Every parameter's analytic gradient vs central differences of eval's loss.
 void check_model_grads(model& m, const batch& b, float eps, double tol) {
-  m.zero_grad();
-  m.forward_backward(b, 1.0f);
-  for (parameter& p : m.parameters()) {
-    std::vector<float> analytic(p.grad.data(), p.grad.data() + p.grad.numel());
-    std::vector<double> numeric(p.value.numel());
-    for (int64_t i = 0; i < p.value.numel(); ++i) {
-      const float keep = p.value[i];
-      p.value[i] = keep + eps;
-      const double up = m.eval(b).loss;
-      p.value[i] = keep - eps;
-      const double down = m.eval(b).loss;
-      p.value[i] = keep;
-      numeric[i] = (up - down) / (2.0 * eps);
-    }
-    INFO("parameter " << p.name);
-    CHECK(rel_error(analytic, numeric, 1e-4) < tol);
-  }
+  check_param_grads(m, b, [&] { return static_cast<double>(m.eval(b).loss); }, eps, tol);
 }
 
 std::vector<float> grads_of(model& m) {
