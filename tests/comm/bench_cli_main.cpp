@@ -1,4 +1,4 @@
-// A stand-in for tools/cohort.cpp holding only `bench allreduce`, so the bench's CLI (and
+// A stand-in for tools/cohort.cpp holding only `bench allreduce` and `bench alltoall`, so the bench's CLI (and
 // the rank processes it spawns from /proc/self/exe) is tested without the whole tool.
 #include <CLI/CLI.hpp>
 #include <cstdio>
@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
   auto* bench = app.add_subcommand("bench", "benchmarks");
   bench->require_subcommand(1);
   cohort::cli::add_bench_allreduce(*bench, &rc);
+  cohort::cli::add_bench_alltoall(*bench, &rc);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

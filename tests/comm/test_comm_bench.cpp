@@ -57,3 +57,29 @@ TEST_CASE("bench allreduce rejects sizes it cannot run") {
   CHECK(run("bench allreduce --ranks 2 --sizes 1X", &out) == 2);
   CHECK(run("bench allreduce --ranks 0", &out) == 2);
 }
+
+TEST_CASE("bench alltoall --json: a row per size for shared memory and for Gloo, both paths "
+          "checked byte for byte before they are timed") {
+  for (const std::string transport : {"shm", "gloo"}) {
+    CAPTURE(transport);
+    std::string out;
+    REQUIRE(run("bench alltoall --ranks 3 --sizes 1000,64K --iters 3 --warmup 1 --transport " +
+                    transport + " --json",
+                &out) == 0);
+    const auto j = nlohmann::json::parse(out);
+    CHECK(j.at("ranks") == 3);
+    CHECK(j.at("transport") == transport);
+    REQUIRE(j.at("rows").size() == 2);
+    CHECK(j["rows"][0]["bytes"] == 1000);
+    CHECK(j["rows"][1]["bytes"] == 65536);
+    for (const auto& row : j["rows"]) {
+      CHECK(row["iters"] == 3);
+      CHECK(double(row["cohort"]["median_s"]) > 0);
+      CHECK(double(row["raw"]["median_s"]) > 0);
+      CHECK(double(row["ratio_cohort_raw"]) > 0);
+    }
+  }
+  std::string out;
+  CHECK(run("bench alltoall --ranks 1", &out) == 2);
+  CHECK(run("bench alltoall --ranks 2 --sizes 1Q", &out) == 2);
+}
