@@ -365,7 +365,7 @@ TEST_CASE("with elastic.min_workers below the world the survivors go on without 
   CHECK(s["params_sha256"] == hash);  // bitwise: the DP size does not change the result
 }
 
-TEST_CASE("moe: a mixture-of-experts GPT ends on cohort train's hash at dp 1, 2 and 4 "
+TEST_CASE("moe: a mixture-of-experts GPT ends on cohort train's hash at dp 2 and 4 "
           "(bitwise), and after a worker is killed mid-run") {
   temp_dir dir;
   std::string yaml = gpt_yaml(dir.path(), 8);
@@ -378,7 +378,7 @@ TEST_CASE("moe: a mixture-of-experts GPT ends on cohort train's hash at dp 1, 2 
   const nlohmann::json ref = train_summary(dir, cfg);
   const std::string hash = ref["params_sha256"];
   REQUIRE(hash.size() == 64);
-  for (int n : {1, 2, 4}) {
+  for (int n : {2, 4}) {  // dp 1 is cohort train's own arithmetic (the case above)
     CAPTURE(n);
     const nlohmann::json s = launch_summary(dir, cfg, n);
     REQUIRE(s.is_object());
