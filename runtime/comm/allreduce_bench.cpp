@@ -82,6 +82,13 @@ std::shared_ptr<gloo::rendezvous::Context> raw_gloo_context(int rank, int n,
   return raw;
 }
 
+std::unique_ptr<communicator> bench_control_group(kv_client& kv, int rank, int n, int timeout_ms) {
+  transport_options t;
+  t.rendezvous_timeout_ms = timeout_ms;
+  t.group = "control";
+  return make_communicator(comm_backend::gloo, "cpu", kv, rank, n, /*generation=*/1, timeout_ms, t);
+}
+
 std::vector<double> slowest_per_call(communicator& control, const std::vector<double>& mine, int n) {
   const std::size_t iters = mine.size();
   std::vector<double> all(static_cast<std::size_t>(n) * iters), slowest(iters, 0.0);
@@ -114,16 +121,10 @@ std::vector<allreduce_bench_row> run_allreduce_bench_rank(const allreduce_bench_
   const int n = opts.ranks;
   const std::chrono::milliseconds timeout(opts.timeout_ms);
 
-  // A control communicator first, for the self-check-free chores (gathering the times,
-  // the final barrier). A/A runs (raw Gloo against raw Gloo) showed the first Gloo
-  // context a process creates running 15-20 % slower at 1-4 MiB with 4 ranks on this
-  // 2-vCPU machine, whichever code drives it; neither measured path may be that one.
   file_kv kv(dir + "/kv");
+  auto control = bench_control_group(kv, rank, n, opts.timeout_ms);
   transport_options t;
   t.rendezvous_timeout_ms = opts.timeout_ms;
-  t.group = "control";
-  auto control = make_communicator(comm_backend::gloo, "cpu", kv, rank, n, /*generation=*/1,
-                                   opts.timeout_ms, t);
 
   // cohort's path: the factory over the file store, as a worker builds it.
   t.group = "dp";

@@ -19,6 +19,7 @@ class Context;
 namespace cohort::comm {
 
 class communicator;
+class kv_client;
 
 /// A bench's `--transport` word as the factory's two choices: gloo | shm | auto (transport
 /// and hierarchy automatic) | hierarchical (transport automatic, hierarchy hierarchical).
@@ -82,6 +83,10 @@ std::shared_ptr<gloo::rendezvous::Context> raw_gloo_context(int rank, int n,
 /// Per call i, the slowest of the N ranks' times MINE[i] (every rank's gathered through
 /// CONTROL; every rank must call it with as many times).
 std::vector<double> slowest_per_call(communicator& control, const std::vector<double>& mine, int n);
+/// The bench's control group (gathering the times, the final barrier) over KV: a Gloo
+/// communicator of its own, built first so that neither measured path is the process's
+/// first Gloo context (A/A runs showed that one 15-20 % slower at 1-4 MiB, 4 ranks).
+std::unique_ptr<communicator> bench_control_group(kv_client& kv, int rank, int n, int timeout_ms);
 /// Median, mean and minimum of TIMES.
 path_stats summarize(std::vector<double> times);
 /// The median over i of A[i] / B[i] (calls i of two paths ran back to back).

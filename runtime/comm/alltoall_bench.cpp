@@ -51,10 +51,9 @@ std::vector<alltoall_bench_row> run_alltoall_bench_rank(const alltoall_bench_opt
   const int n = opts.ranks;
   const std::chrono::milliseconds timeout(opts.timeout_ms);
   file_kv kv(dir + "/kv");
+  auto control = bench_control_group(kv, rank, n, opts.timeout_ms);
   transport_options t;
   t.rendezvous_timeout_ms = opts.timeout_ms;
-  t.group = "control";  // not measured (allreduce_bench.cpp: the first Gloo context is slower)
-  auto control = make_communicator(comm_backend::gloo, "cpu", kv, rank, n, 1, opts.timeout_ms, t);
   t.group = "a2a";
   t.transport = opts.transport.kind;
   t.hierarchy = opts.transport.hierarchy;

@@ -148,7 +148,8 @@ void moe_layer::backward(moe_acts& a, float* dx, const float* dy, const float* x
   a.dprobs.assign(static_cast<std::size_t>(rows) * E, 0.0f);
   // Each kept assignment: its expert's output gradient (gate * dy) and its gate's gradient
   // (dy . the expert's output), which goes to the router probabilities.
-  std::vector<float> dgate(r.gate.size(), 0.0f);
+  std::vector<float>& dgate = a.dgate;
+  dgate.assign(r.gate.size(), 0.0f);
   for (int t = 0; t < rows; ++t)
     for (int c = 0; c < top_k; ++c) {
       const std::size_t i = static_cast<std::size_t>(t) * top_k + c;
@@ -223,9 +224,9 @@ void moe_layer::backward(moe_acts& a, float* dx, const float* dy, const float* x
     float* dl = a.dlogits.data() + static_cast<int64_t>(t) * E;
     for (int e = 0; e < E; ++e) dl[e] = static_cast<float>(p[e] * (dp[e] - s));
   }
-  std::vector<float> drouter(static_cast<std::size_t>(rows) * C);
-  router.backward(drouter.data(), a.dlogits.data(), x, rows, report);
-  for (std::size_t k = 0; k < drouter.size(); ++k) dx[k] += drouter[k];
+  a.drouter.resize(static_cast<std::size_t>(rows) * C);
+  router.backward(a.drouter.data(), a.dlogits.data(), x, rows, report);
+  for (std::size_t k = 0; k < a.drouter.size(); ++k) dx[k] += a.drouter[k];
 }
 
 }  // namespace cohort::nn

@@ -46,6 +46,8 @@ struct moe_acts {
   std::vector<float> xin, h, hg, y;     ///< per expert, capacity rows each: input, c_fc, GELU, c_proj
   std::vector<float> dy, dhg, dh, dxin; ///< backward scratch, same layout
   std::vector<float> dprobs, dlogits;   ///< [rows, experts]
+  std::vector<float> dgate;             ///< [rows * top_k]
+  std::vector<float> drouter;           ///< [rows, d_model]: the router's input gradient
   float aux = 0;                        ///< the load-balancing loss (before aux_coef)
 };
 

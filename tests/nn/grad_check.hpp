@@ -35,6 +35,14 @@ inline std::vector<float> randn(std::size_t n, uint64_t seed, float std = 1.0f) 
   return v;
 }
 
+/// Sets every parameter of M to N(0, STD^2) draws from SEED, away from the (small) default
+/// init, so every path carries gradient.
+inline void scramble(model& m, uint64_t seed, float std) {
+  rng r(seed);
+  tensor& v = m.flat_values();
+  for (int64_t i = 0; i < v.numel(); ++i) v[i] = r.normal() * std;
+}
+
 /// Central differences of f with respect to every element of x (x is restored).
 inline std::vector<double> numeric_grad(std::vector<float>& x, const std::function<double()>& f,
                                         float eps = 1e-2f) {

@@ -44,13 +44,6 @@ batch slice(const batch& b, int from, int count) {
   return s;
 }
 
-/// Moves parameters away from the (small) default init so every path carries gradient.
-void scramble(model& m, uint64_t seed, float std) {
-  rng r(seed);
-  tensor& v = m.flat_values();
-  for (int64_t i = 0; i < v.numel(); ++i) v[i] = r.normal() * std;
-}
-
 /// Every parameter's analytic gradient vs central differences of eval's loss.
 void check_model_grads(model& m, const batch& b, float eps, double tol) {
   check_param_grads(m, b, [&] { return static_cast<double>(m.eval(b).loss); }, eps, tol);

@@ -85,12 +85,6 @@ gpt_shape moe_shape(int top_k, float capacity, int every) {
   return s;
 }
 
-void scramble(model& m, uint64_t seed, float std) {
-  rng r(seed);
-  tensor& v = m.flat_values();
-  for (int64_t i = 0; i < v.numel(); ++i) v[i] = r.normal() * std;
-}
-
 // Every parameter's gradient from forward_backward against central differences of the loss
 // forward_backward returns (the cross-entropy plus the load-balancing losses). The floor:
 // experts that few tokens reach have gradients near float noise at this eps.
