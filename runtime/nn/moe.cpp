@@ -23,6 +23,17 @@ void report_untouched(linear& l, const grads_ready_span& report) {
   }
 }
 
+// F(token, assignment, row) for each kept assignment, in token and choice order; ROW is its
+// row in the experts' batches (expert * capacity + slot).
+template <class F>
+void for_each_kept(const moe_routing& r, F f) {
+  for (int t = 0; t < r.tokens; ++t)
+    for (int c = 0; c < r.top_k; ++c) {
+      const std::size_t i = static_cast<std::size_t>(t) * r.top_k + c;
+      if (r.slot[i] >= 0) f(t, i, static_cast<int64_t>(r.expert[i]) * r.capacity + r.slot[i]);
+    }
+}
+
 }  // namespace
 
 int moe_capacity(int tokens, int experts, int top_k, float capacity_factor) {
@@ -98,14 +109,10 @@ float moe_layer::forward(moe_acts& a, float* y, const float* x, int rows) const 
   a.h.resize(static_cast<std::size_t>(E * cap * H));
   a.hg.resize(static_cast<std::size_t>(E * cap * H));
   a.y.resize(static_cast<std::size_t>(E * cap * C));
-  for (int t = 0; t < rows; ++t)
-    for (int c = 0; c < top_k; ++c) {
-      const std::size_t i = static_cast<std::size_t>(t) * top_k + c;
-      if (r.slot[i] < 0) continue;
-      const int64_t row = r.expert[i] * cap + r.slot[i];
-      std::copy(x + static_cast<int64_t>(t) * C, x + static_cast<int64_t>(t + 1) * C,
-                a.xin.data() + row * C);
-    }
+  for_each_kept(r, [&](int t, std::size_t, int64_t row) {
+    std::copy(x + static_cast<int64_t>(t) * C, x + static_cast<int64_t>(t + 1) * C,
+              a.xin.data() + row * C);
+  });
   for (int e = 0; e < E; ++e) {
     const int n = r.kept[static_cast<std::size_t>(e)];
     if (n == 0) continue;
@@ -116,14 +123,11 @@ float moe_layer::forward(moe_acts& a, float* y, const float* x, int rows) const 
   }
   // Each token's output: its kept assignments' outputs times their gates, in choice order.
   std::fill(y, y + static_cast<int64_t>(rows) * C, 0.0f);
-  for (int t = 0; t < rows; ++t)
-    for (int c = 0; c < top_k; ++c) {
-      const std::size_t i = static_cast<std::size_t>(t) * top_k + c;
-      if (r.slot[i] < 0) continue;
-      const float* src = a.y.data() + (r.expert[i] * cap + r.slot[i]) * C;
-      float* dst = y + static_cast<int64_t>(t) * C;
-      for (int k = 0; k < C; ++k) dst[k] += r.gate[i] * src[k];
-    }
+  for_each_kept(r, [&](int t, std::size_t i, int64_t row) {
+    const float* src = a.y.data() + row * C;
+    float* dst = y + static_cast<int64_t>(t) * C;
+    for (int k = 0; k < C; ++k) dst[k] += r.gate[i] * src[k];
+  });
   // Switch's load-balancing loss: experts * sum_e f_e * P_e.
   double aux = 0;
   const double assignments = static_cast<double>(rows) * top_k;
@@ -150,21 +154,17 @@ void moe_layer::backward(moe_acts& a, float* dx, const float* dy, const float* x
   // (dy . the expert's output), which goes to the router probabilities.
   std::vector<float>& dgate = a.dgate;
   dgate.assign(r.gate.size(), 0.0f);
-  for (int t = 0; t < rows; ++t)
-    for (int c = 0; c < top_k; ++c) {
-      const std::size_t i = static_cast<std::size_t>(t) * top_k + c;
-      if (r.slot[i] < 0) continue;
-      const int64_t row = r.expert[i] * cap + r.slot[i];
-      const float* g = dy + static_cast<int64_t>(t) * C;
-      const float* out = a.y.data() + row * C;
-      float* d = a.dy.data() + row * C;
-      double dot = 0;
-      for (int k = 0; k < C; ++k) {
-        d[k] = r.gate[i] * g[k];
-        dot += static_cast<double>(g[k]) * out[k];
-      }
-      dgate[i] = static_cast<float>(dot);
+  for_each_kept(r, [&](int t, std::size_t i, int64_t row) {
+    const float* g = dy + static_cast<int64_t>(t) * C;
+    const float* out = a.y.data() + row * C;
+    float* d = a.dy.data() + row * C;
+    double dot = 0;
+    for (int k = 0; k < C; ++k) {
+      d[k] = r.gate[i] * g[k];
+      dot += static_cast<double>(g[k]) * out[k];
     }
+    dgate[i] = static_cast<float>(dot);
+  });
   for (int t = 0; t < rows; ++t) {
     const std::size_t i = static_cast<std::size_t>(t) * top_k;
     float* dp = a.dprobs.data() + static_cast<int64_t>(t) * E;
@@ -206,14 +206,11 @@ void moe_layer::backward(moe_acts& a, float* dx, const float* dy, const float* x
     f.backward(a.dxin.data() + at * C, a.dh.data() + at * H, a.xin.data() + at * C, n, report);
   }
   // Scattered back in token and choice order (the same order on every run).
-  for (int t = 0; t < rows; ++t)
-    for (int c = 0; c < top_k; ++c) {
-      const std::size_t i = static_cast<std::size_t>(t) * top_k + c;
-      if (r.slot[i] < 0) continue;
-      const float* src = a.dxin.data() + (r.expert[i] * cap + r.slot[i]) * C;
-      float* dst = dx + static_cast<int64_t>(t) * C;
-      for (int k = 0; k < C; ++k) dst[k] += src[k];
-    }
+  for_each_kept(r, [&](int t, std::size_t, int64_t row) {
+    const float* src = a.dxin.data() + row * C;
+    float* dst = dx + static_cast<int64_t>(t) * C;
+    for (int k = 0; k < C; ++k) dst[k] += src[k];
+  });
   // Softmax backward, then the router.
   a.dlogits.resize(static_cast<std::size_t>(rows) * E);
   for (int t = 0; t < rows; ++t) {
