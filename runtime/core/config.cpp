@@ -83,6 +83,17 @@ const std::vector<key_spec>& schema() {
          "Tensor-parallel ranks per stage (GPT only; must divide model.n_head): Megatron "
          "column / row parallel attention and MLP (docs/pipeline.md)."},
         {"parallel",
+         "ep",
+         COHORT_FIELD(parallel.ep),
+         at_least(1),
+         {},
+         nullptr,
+         "Expert parallelism (model.moe only): the DP group's workers, in groups of ep "
+         "consecutive DP ranks, share out each MoE layer's experts (expert e computed by the "
+         "group's rank e mod ep) and send each token to its experts and back with an "
+         "all-to-all. Every worker still keeps every expert's state, so a lost worker's "
+         "experts are taken over from memory (docs/moe.md). 1: every expert computed here."},
+        {"parallel",
          "schedule",
          COHORT_FIELD(parallel.schedule),
          unbounded(),

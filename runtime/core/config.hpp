@@ -24,6 +24,9 @@ struct parallel_config {
   int dp = 0;  ///< data-parallel replicas; 0 in YAML means "resolve to workers/(pp*tp)"
   int pp = 1;  ///< pipeline stages
   int tp = 1;  ///< tensor-parallel ranks
+  /// Expert parallelism: the DP group's workers in groups of ep share out each MoE layer's
+  /// experts, tokens travelling to them and back (runtime/nn/moe.hpp, docs/moe.md)
+  int ep = 1;
   /// gpipe | 1f1b: the micro-batch schedule of pipeline stages (train/pipeline_schedule.hpp)
   std::string schedule = "1f1b";
   /// Keep only stage-boundary activations and recompute the rest in backward

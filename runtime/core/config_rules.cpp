@@ -75,7 +75,13 @@ class rules {
   // ---- model.moe: a mixture of experts in a whole GPT on the CPU (runtime/nn/moe.hpp) ----
   void check_moe() {
     config& c = c_;
-    if (c.model.moe_experts == 0) return;
+    if (c.model.moe_experts == 0) {
+      if (fine({"parallel.ep", "model.moe.experts"}) && c.parallel.ep > 1)
+        complain({"parallel.ep", "model.moe.experts"},
+                 "parallel.ep shares out a mixture of experts' experts, but the model has none "
+                 "(set model.moe.experts, or parallel.ep: 1)");
+      return;
+    }
     if (fine({"model.moe.experts", "model.kind"}) && c.model.kind != "gpt")
       complain({"model.moe.experts", "model.kind"},
                "a mixture of experts replaces a GPT block's MLP, but model.kind is " +
@@ -89,6 +95,15 @@ class rules {
       complain({"model.moe.experts", "parallel.pp", "parallel.tp"},
                "model.moe with pipeline or tensor parallelism is not built yet (set parallel.pp: "
                "1 and parallel.tp: 1; data parallelism replicates the experts)");
+    if (fine({"parallel.ep", "model.moe.experts"}) && c.parallel.ep > c.model.moe_experts)
+      complain({"parallel.ep", "model.moe.experts"},
+               "parallel.ep = " + std::to_string(c.parallel.ep) + " shares out " +
+                   std::to_string(c.model.moe_experts) +
+                   " experts: a rank would compute none (set parallel.ep at most model.moe.experts)");
+    if (fine({"parallel.ep", "train.zero"}) && c.parallel.ep > 1 && c.train.zero > 0)
+      complain({"parallel.ep", "train.zero"},
+               "parallel.ep with sharded state (train.zero) is not built yet (set train.zero: 0, "
+               "or parallel.ep: 1)");
     if (fine({"model.moe.experts", "train.device"}) && c.train.device != "cpu" &&
         c.train.device != "auto")
       complain({"model.moe.experts", "train.device"},

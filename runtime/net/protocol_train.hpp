@@ -132,11 +132,20 @@ struct step_timing {
   uint64_t points = 0;
   uint64_t point_us = 0;
   uint64_t point_bytes = 0;
+  /// model.moe: tokens the MoE layers routed here (kept assignments, summed over the layers)
+  /// and assignments dropped over capacity; parallel.ep: the experts' all-to-all calls, the
+  /// bytes this member sent in them and their time (on the compute thread, inside compute_us)
+  uint64_t moe_tokens = 0;
+  uint64_t moe_dropped = 0;
+  uint64_t alltoall_calls = 0;
+  uint64_t alltoall_bytes = 0;
+  uint64_t alltoall_us = 0;
   template <class S>
   static auto fields(S& s) {
     return std::tie(s.compute_us, s.comm_wait_us, s.allreduce_us, s.setup_us, s.idle_us,
                     s.bytes_sent, s.bytes_recv, s.state_bytes, s.state_us, s.reshard_us,
-                    s.reshard_bytes, s.points, s.point_us, s.point_bytes);
+                    s.reshard_bytes, s.points, s.point_us, s.point_bytes, s.moe_tokens,
+                    s.moe_dropped, s.alltoall_calls, s.alltoall_bytes, s.alltoall_us);
   }
 };
 
@@ -218,6 +227,9 @@ struct train_report {
   int64_t reshards = 0;  ///< re-cuts of sharded state this member took part in that moved data
   int64_t point_held_bytes = 0;  ///< fault_tolerance.memory_every: what its points hold now
   std::string cpus;  ///< the processing units it ran on (cluster.bind; "0-3,8"), "" unknown
+  /// model.moe: tokens each expert computed for this member's micro-batches over the run
+  /// (summed over the MoE layers, steps this member applied); empty without experts
+  std::vector<int64_t> moe_expert_tokens = {};
   template <class S>
   static auto fields(S& s) {
     return std::tie(s.member_id, s.generation, s.next_step, s.params_sha256, s.has_eval,
@@ -225,7 +237,7 @@ struct train_report {
                     s.peak_pool_bytes, s.checkpoint, s.num_params, s.timing, s.param_digests,
                     s.stage, s.compressed_steps, s.compressed_bytes_sent, s.state_params,
                     s.state_grads, s.state_optimizer, s.state_replica, s.reshards,
-                    s.point_held_bytes, s.cpus);
+                    s.point_held_bytes, s.cpus, s.moe_expert_tokens);
   }
 };
 

@@ -345,6 +345,21 @@ float gpt::forward_backward(const batch& b, float loss_scale) {
   return loss;
 }
 
+void gpt::set_moe_exchange(const moe_exchange* ex) {
+  for (gpt_block& blk : layers_)
+    if (blk.moe) blk.moe->ep = ex;
+}
+
+void gpt::moe_pass() {
+  // forward_backward's order: the MoE blocks forward from the first, backward from the last.
+  std::vector<moe_acts> acts(layers_.size());
+  for (std::size_t l = 0; l < layers_.size(); ++l)
+    if (layers_[l].moe) layers_[l].moe->forward(acts[l], nullptr, nullptr, 0);
+  for (std::size_t l = layers_.size(); l-- > 0;)
+    if (layers_[l].moe)
+      layers_[l].moe->backward(acts[l], nullptr, nullptr, nullptr, 0, 0.0f);
+}
+
 void gpt::params_pass(const std::function<void(std::size_t block)>& backward_done) {
   // forward_backward's order: the embedding, the blocks and the head forward; the head's
   // backward under the same need; the blocks from the last down; the embedding (no value).

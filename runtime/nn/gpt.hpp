@@ -120,6 +120,9 @@ class gpt : public model {
   eval_result eval(const batch& b) override;
   std::string kind() const override { return "gpt"; }
   void params_pass(const std::function<void(std::size_t block)>& backward_done) override;
+  void set_moe_exchange(const moe_exchange* ex) override;
+  bool has_moe() const override { return shape_.moe_experts > 0; }
+  void moe_pass() override;
   /// The logits [vocab] of the token that follows IDS (one sequence, 1 <= size <= context,
   /// every id in [0, vocab)): what position size - 1 of a forward computes, on the host.
   /// Inference only: saved activations are overwritten, no gradient is touched.

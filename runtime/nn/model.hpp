@@ -22,6 +22,8 @@ struct model_config;
 
 namespace cohort::nn {
 
+struct moe_exchange;  // runtime/nn/moe.hpp
+
 /// How a parameter is initialised; every draw comes from rng(hash_coords(seed, index)).
 struct init_spec {
   enum kind_t { uniform, normal, constant } kind = constant;
@@ -133,6 +135,18 @@ class model {
   /// later blocks'), before its done. The default is every block up, then every block down
   /// (what mlp's forward_backward does); models that call the hook otherwise override it.
   virtual void params_pass(const std::function<void(std::size_t block)>& backward_done);
+
+  /// Expert parallelism (parallel.ep; runtime/nn/moe.hpp): lends EX to every mixture-of-experts
+  /// layer for a training step's passes; null takes it back. A model without experts has no
+  /// use for it.
+  virtual void set_moe_exchange(const moe_exchange* ex) { (void)ex; }
+  /// Whether the model has mixture-of-experts layers.
+  virtual bool has_moe() const { return false; }
+  /// A training pass without a micro-batch of its own: every MoE layer's exchanges of one
+  /// forward_backward, in the same order, computing this rank's experts for the others' tokens
+  /// (a member with fewer micro-batches than its group's most takes part so). Gradients it
+  /// computes are the others' and are not reported.
+  virtual void moe_pass() {}
 
  protected:
   /// Subclasses call this from backward once nothing more will touch elements

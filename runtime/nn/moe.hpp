@@ -13,7 +13,9 @@
 // layers'. On the host (a CPU model); routing is a pure function of the router's
 // probabilities, so the same micro-batch routes the same way in every process.
 #pragma once
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "runtime/nn/layers.hpp"
@@ -39,6 +41,24 @@ struct moe_routing {
 moe_routing moe_route(const float* probs, int tokens, int experts, int top_k,
                       float capacity_factor);
 
+/// Expert parallelism for the passes of a training step (parallel.ep; docs/moe.md): the group
+/// of RANKS workers a layer's experts are shared out over, expert e computed by rank e % ranks.
+/// Each layer's forward sends every kept token to its expert's rank and gets the output back,
+/// and backward does the same with the gradients; each rank computes its experts for every
+/// rank's tokens, one source rank at a time (the same products, row for row, as the source
+/// would compute alone, so the bits do not depend on ranks).
+struct moe_exchange {
+  int ranks = 1, rank = 0;
+  /// The group's all-to-all of blocks of BYTES each (communicator::alltoall's contract: every
+  /// rank calls it in the same order with the same size). Throws what the transport throws.
+  std::function<void(const void* send, void* recv, std::size_t bytes)> alltoall;
+  /// Bitwise mode: FC and PROJ's gradients hold another rank's contribution alone (computed
+  /// from zero): add it to the fixed-point sum and zero them. Empty: contributions add up in
+  /// float, as a micro-batch's do.
+  std::function<void(linear& fc, linear& proj)> settle;
+  bool owns(int expert) const { return expert % ranks == rank; }
+};
+
 /// What a forward keeps for backward (sized on use).
 struct moe_acts {
   moe_routing route;
@@ -49,6 +69,14 @@ struct moe_acts {
   std::vector<float> dgate;             ///< [rows * top_k]
   std::vector<float> drouter;           ///< [rows, d_model]: the router's input gradient
   float aux = 0;                        ///< the load-balancing loss (before aux_coef)
+  // Expert parallelism (moe_exchange), kept from forward for backward:
+  int per_rank = 0;          ///< experts a rank computes at most: ceil(experts / ranks)
+  int64_t block_rows = 0;    ///< rows of the pass's largest block (every rank agrees); 0: none
+  std::vector<int32_t> send_n, recv_n;  ///< [ranks][per_rank]: rows to / from each rank
+  std::vector<int64_t> served_at;       ///< [ranks * per_rank + 1]: row offsets of the served
+  std::vector<float> sxin, sh, shg, sy; ///< rows computed here for every rank, by source then
+  std::vector<float> sdy, sdhg, sdh, sdxin;  ///< expert (forward, then backward)
+  std::vector<float> out, in;           ///< padded blocks [ranks][block_rows, d_model]
 };
 
 /// The layer's parameters: the router, then each expert's c_fc and c_proj (memory order).
@@ -59,10 +87,14 @@ struct moe_layer {
   float capacity_factor = 1.25f;
   float aux_coef = 0.01f;
   device* dev = &cpu_device();
+  /// Expert parallelism for the current training pass, or null (every expert here). Lent by
+  /// the trainer for a step's passes only: evaluation and inference run every expert locally.
+  const moe_exchange* ep = nullptr;
 
   int experts() const { return static_cast<int>(fc.size()); }
   /// Y [rows, d_model] = the layer on X [rows, d_model]; saves into A. Returns aux_coef times
-  /// the load-balancing loss (the training loss adds it).
+  /// the load-balancing loss (the training loss adds it). Under expert parallelism ROWS may be
+  /// 0 (a pass without a micro-batch of its own: it computes its experts for the others).
   float forward(moe_acts& a, float* y, const float* x, int rows) const;
   /// On entry DY = dL/dY; DX (assigned) = dL/dX. Parameter gradients accumulate, reported in
   /// descending addresses (experts from the last, c_proj before c_fc, then the router).
@@ -70,6 +102,12 @@ struct moe_layer {
   /// loss's gradient carries).
   void backward(moe_acts& a, float* dx, const float* dy, const float* x, int rows, float aux_scale,
                 const grads_ready_span& report = {});
+
+ private:
+  // Expert parallelism: the experts' forward on A.xin into A.y, and their backward
+  // from A.dy into A.dxin (parameter gradients reported as backward's are).
+  void forward_experts_ep(moe_acts& a) const;
+  void backward_experts_ep(moe_acts& a, const grads_ready_span& report);
 };
 
 }  // namespace cohort::nn

@@ -83,7 +83,8 @@ dp_links::~dp_links() = default;
 
 bool dp_links::current(const net::step_open& o, int r) const {
   return comm && !comm->dead() && !(p2p && p2p->dead()) && !(tp_comm && tp_comm->dead()) &&
-         !(params && params->dead()) && generation == o.generation && rank == r && size == o.replicas;
+         !(params && params->dead()) && !(experts && experts->dead()) &&
+         generation == o.generation && rank == r && size == o.replicas;
 }
 
 void dp_links::drop(dp_group_shared& shared) {
@@ -92,6 +93,7 @@ void dp_links::drop(dp_group_shared& shared) {
   if (tp_comm) tp_comm->abort();
   if (p2p) p2p->abort();
   if (params) params->abort();
+  if (experts) experts->abort();
   engine.reset();  // joins the communication threads (prompt after abort)
   shared.install(nullptr, 0);
   comm.reset();
@@ -99,6 +101,7 @@ void dp_links::drop(dp_group_shared& shared) {
   tp_comm.reset();
   p2p.reset();
   params.reset();
+  experts.reset();
   generation = 0;
 }
 
@@ -197,6 +200,15 @@ void build_stage_links(dp_links& l, const link_context& ctx, const net::step_ope
 
 }  // namespace
 
+expert_place expert_group(int ep, int replicas, int rank) {
+  expert_place p;
+  const int width = std::max(1, ep);
+  p.group = rank / width;
+  p.rank = rank - p.group * width;
+  p.size = std::min(replicas, (p.group + 1) * width) - p.group * width;
+  return p;
+}
+
 double bucket_mb_for(const config& cfg, train::seat& seat) {
   double mb = static_cast<double>(cfg.comm.bucket_mb);
   // Sharded gradients give a bucket's pages back once it is summed: buckets of at most an
@@ -247,6 +259,14 @@ void build_links(dp_links& l, const link_context& ctx, const net::step_open& o, 
                                        o.generation, timeout,
                                        transport_for(ctx, group + ".p", cancel));
     ctx.shared.install_extra([c = l.params.get()] { c->abort(); });
+  }
+  // Expert parallelism: this worker's EP group (its own communicator, used by the compute
+  // thread while the engine sums on the lanes).
+  if (const expert_place ep = expert_group(cfg.parallel.ep, o.replicas, rank); ep.size > 1 && !staged) {
+    l.experts = comm::make_communicator(
+        cfg.comm.backend, device, ctx.kv, ep.rank, ep.size, o.generation, timeout,
+        transport_for(ctx, group + ".e" + std::to_string(ep.group), cancel));
+    ctx.shared.install_extra([c = l.experts.get()] { c->abort(); });
   }
   if (staged) build_stage_links(l, ctx, o, rank, seat, timeout, cancel);
   l.engine = std::make_unique<comm::bucket_engine>(all, seat.elements(), seat.reduction_type(),

@@ -83,6 +83,9 @@ struct dp_links {
   /// Sharded parameters (train.zero: 3, a group of two or more): the DP group once more, for
   /// the blocks' gathers that forward and backward run while the engine sums on its lanes.
   std::unique_ptr<comm::communicator> params;
+  /// Expert parallelism (parallel.ep, a group of two or more): this worker's EP group, over
+  /// which the MoE layers' tokens travel to their experts during forward and backward.
+  std::unique_ptr<comm::communicator> experts;
   uint64_t generation = 0;
   int rank = -1, size = 0;  ///< this worker's DP rank and the group's size
 
@@ -119,6 +122,14 @@ struct link_context {
 /// newer roster (shared.abort_below) ends a build that waits for a peer that is gone.
 void build_links(dp_links& l, const link_context& ctx, const net::step_open& o, int rank,
                  train::seat& seat, bool staged);
+
+/// Where DP rank RANK of REPLICAS sits for expert parallelism EP: group GROUP, its ranks
+/// [group * ep, min(replicas, (group + 1) * ep)) (the last group may be smaller after a
+/// worker left), its rank in it.
+struct expert_place {
+  int group = 0, rank = 0, size = 1;
+};
+expert_place expert_group(int ep, int replicas, int rank);
 
 /// The bucket size (MiB) SEAT's DP engine is planned with: comm.bucket_mb, capped under
 /// train.zero: 2 (with train.zero_release) at an eighth of the reduction buffer, so that a

@@ -74,6 +74,14 @@ void job_telemetry::declare_metrics() {
           "A worker's model state: parameters, gradients, optimizer state and its replica "
           "(train.zero).");
   m.counter("cohort_bytes_sent_total", "Bytes a worker's data-parallel collectives sent.");
+  m.counter("cohort_moe_tokens_total",
+            "Tokens a worker's MoE layers routed to an expert and kept (model.moe).");
+  m.counter("cohort_moe_dropped_total",
+            "Assignments a worker's MoE layers dropped over an expert's capacity.");
+  m.counter("cohort_alltoall_bytes_total",
+            "Bytes a worker sent the others in the experts' all-to-all (parallel.ep).");
+  m.counter("cohort_alltoall_seconds_total",
+            "Time a worker spent in the experts' all-to-all (parallel.ep).");
   m.gauge("cohort_loss", "Mean training loss of the last committed step.");
   m.gauge("cohort_balance_micro_batches",
           "Micro-batches a step gives each worker (train.balance; equal: the round robin's).");
@@ -193,6 +201,17 @@ void job_telemetry::vote(const std::string& worker, const net::step_timing& t) {
     metrics_->set("cohort_comm_wait_ratio", worker_label(worker),
                   static_cast<double>(t.comm_wait_us) / busy);
   metrics_->add("cohort_bytes_sent_total", worker_label(worker), static_cast<double>(t.bytes_sent));
+  if (t.moe_tokens + t.moe_dropped > 0) {
+    metrics_->add("cohort_moe_tokens_total", worker_label(worker), static_cast<double>(t.moe_tokens));
+    metrics_->add("cohort_moe_dropped_total", worker_label(worker),
+                  static_cast<double>(t.moe_dropped));
+  }
+  if (t.alltoall_calls > 0) {
+    metrics_->add("cohort_alltoall_bytes_total", worker_label(worker),
+                  static_cast<double>(t.alltoall_bytes));
+    metrics_->add("cohort_alltoall_seconds_total", worker_label(worker),
+                  static_cast<double>(t.alltoall_us) * 1e-6);
+  }
 }
 
 void job_telemetry::eval(const eval_point& e) {

@@ -44,6 +44,11 @@ void add(net::step_timing& a, const net::step_timing& b) {
   a.points += b.points;
   a.point_us += b.point_us;
   a.point_bytes += b.point_bytes;
+  a.moe_tokens += b.moe_tokens;
+  a.moe_dropped += b.moe_dropped;
+  a.alltoall_calls += b.alltoall_calls;
+  a.alltoall_bytes += b.alltoall_bytes;
+  a.alltoall_us += b.alltoall_us;
 }
 
 // Sharded gradients: complete buckets backward may run ahead of their sums by.
@@ -239,6 +244,15 @@ void replica_step::run_step(const net::step_open& o, int rank, net::step_vote& v
       if (z != nullptr) z->set_params_comm(nullptr);
     }
   } lease{lend_params(o)};
+  // Expert parallelism: the EP group's exchanges, for this step only, likewise.
+  struct experts_lease {
+    train::trainer* w;
+    ~experts_lease() {
+      if (w != nullptr) w->set_experts_comm(nullptr, 0);
+    }
+  } experts{lend_experts(o, rank)};
+  train::trainer* const whole = seat_->whole_model();
+  if (whole != nullptr) (void)whole->take_moe_counters();  // an earlier, failed try's
   try {
     loss_rows = seat_->compute_gradients(o.step, micro, [&](std::size_t off, std::size_t n) {
       t_backward_end = clock_type::now();  // these gradients are final now
@@ -255,6 +269,7 @@ void replica_step::run_step(const net::step_open& o, int rank, net::step_vote& v
     throw;
   }
   const auto t2 = io_.now();
+  if (whole != nullptr) count_moe(*whole, t);
   const comm::bucket_timing bt = engine.wait_all();
   if (shards != nullptr)
     shards->finish_sharded_sum(*links_.comm, o.step);  // the norm, from every member's part
@@ -428,6 +443,7 @@ void replica_step::commit(const pending_step& p) {
   }
   next_step_ = p.step + 1;
   ++steps_computed_;
+  expert_tokens_applied();
   // Sharded state: each member applied its own shards; the parameters travel now.
   bool whole = true;
   const auto g0 = io_.now();
@@ -565,6 +581,7 @@ void replica_step::report(const pending_step& p, const std::string& ckpt) {
   rep.cpus = cpus_;
   rep.num_params = s.model_params;
   rep.timing = total_;
+  rep.moe_expert_tokens = moe_expert_tokens_;
   last_report_ = rep;
   io_.send(rep);
 }

@@ -140,6 +140,14 @@ class replica_step {
   /// gathers during step O, and how many passes the busiest member runs; that trainer (the
   /// caller takes the communicator back after the step), or null without sharded parameters.
   train::trainer* lend_params(const net::step_open& o);
+  /// parallel.ep (replica_moe.cpp): hands the seat's trainer this worker's EP group for the
+  /// MoE layers' exchanges during step O and how many passes the group's busiest member runs;
+  /// that trainer (the caller takes the communicator back after the step), or null.
+  train::trainer* lend_experts(const net::step_open& o, int rank);
+  /// model.moe: the MoE layers' counters of W's step into T; its tokens per expert wait for
+  /// the step's commit (expert_tokens_applied) to join the run's.
+  void count_moe(train::trainer& w, net::step_timing& t);
+  void expert_tokens_applied();
   /// train.zero: 2 and 3: ENGINE sums each bucket to its two holders in a group of REPLICAS
   /// and the seat's trainer gives back the rest once summed; that trainer, or null (ENGINE
   /// allreduces again).
@@ -196,6 +204,8 @@ class replica_step {
 
   net::step_timing total_;  ///< whole run
   int64_t steps_computed_ = 0;
+  /// model.moe: tokens per expert of the applied steps, and of the step voted on last
+  std::vector<int64_t> moe_expert_tokens_, pending_expert_tokens_;
   // Steps whose DP sum travelled compressed (computed without error) and their bytes sent.
   int64_t compressed_steps_ = 0;
   uint64_t compressed_bytes_sent_ = 0;

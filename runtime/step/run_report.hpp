@@ -199,6 +199,8 @@ class run_report {
   /// The run as JSON: cohort train's summary keys plus per-worker time split, bytes,
   /// overlap, the DP size and the number of aborted steps. Valid once every report is in.
   nlohmann::json summary(double wall_s) const;
+  /// model.moe: the summary's "moe" block (docs/moe.md).
+  nlohmann::json moe_summary() const;
   /// Effective training time ratio so far: the committed steps' time over the time since
   /// the first step opened (-1 before the first commit).
   double ettr() const;

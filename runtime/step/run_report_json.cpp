@@ -170,6 +170,41 @@ nlohmann::json run_report::events_json() const {
   return events;
 }
 
+// The mixture of experts over the workers that reported (each over the steps it applied):
+// tokens each expert computed, summed over the MoE layers, assignments dropped, the experts'
+// all-to-all (parallel.ep).
+nlohmann::json run_report::moe_summary() const {
+  std::vector<int64_t> tokens(static_cast<std::size_t>(cfg_.model.moe_experts), 0);
+  uint64_t kept = 0, dropped = 0, calls = 0, bytes = 0, us = 0;
+  for (const auto& [id, rep] : reports_) {
+    const auto& r = rep.r;
+    for (std::size_t e = 0; e < r.moe_expert_tokens.size() && e < tokens.size(); ++e)
+      tokens[e] += r.moe_expert_tokens[e];
+    kept += r.timing.moe_tokens;
+    dropped += r.timing.moe_dropped;
+    calls += r.timing.alltoall_calls;
+    bytes += r.timing.alltoall_bytes;
+    us += r.timing.alltoall_us;
+  }
+  int64_t most = 0, sum = 0;
+  for (int64_t n : tokens) most = std::max(most, n), sum += n;
+  nlohmann::json m = {{"experts", cfg_.model.moe_experts},
+                      {"top_k", cfg_.model.moe_top_k},
+                      {"ep", cfg_.parallel.ep},
+                      {"tokens_per_expert", tokens},
+                      {"tokens", kept},
+                      {"dropped", dropped},
+                      {"dropped_share", kept + dropped > 0 ? static_cast<double>(dropped) /
+                                                                 static_cast<double>(kept + dropped)
+                                                           : 0.0},
+                      {"alltoall", {{"calls", calls}, {"bytes_sent", bytes}, {"time_s", seconds(us)}}}};
+  // The busiest expert against an even share: 1 is perfect balance.
+  if (sum > 0)
+    m["imbalance"] = static_cast<double>(most) * static_cast<double>(tokens.size()) /
+                     static_cast<double>(sum);
+  return m;
+}
+
 nlohmann::json run_report::summary(double wall_s) const {
   nlohmann::json j;
   const bool lm = units_per_sample_ > 1;
@@ -227,6 +262,12 @@ nlohmann::json run_report::summary(double wall_s) const {
                                            {"time_s", seconds(t.point_us)},
                                            {"bytes_received", t.point_bytes},
                                            {"held_bytes", r.point_held_bytes}};
+    if (cfg_.model.moe_experts > 0)
+      workers.back()["moe"] = {{"tokens", t.moe_tokens},
+                               {"dropped", t.moe_dropped},
+                               {"alltoall_calls", t.alltoall_calls},
+                               {"alltoall_bytes_sent", t.alltoall_bytes},
+                               {"alltoall_s", seconds(t.alltoall_us)}};
     if (r.stage.stage >= 0) {
       workers.back()["stage"] = r.stage.stage;
       workers.back()["tp_rank"] = r.stage.tp_rank;
@@ -254,6 +295,7 @@ nlohmann::json run_report::summary(double wall_s) const {
   }
   j["params_sha256"] = hash;
   j["params_consistent"] = consistent;
+  if (cfg_.model.moe_experts > 0) j["moe"] = moe_summary();
   // Bytes each worker handed its transport per step it computed (measured by the
   // communicators; 0 where a backend cannot count), split into the steps whose sum travelled
   // compressed and the others (1-bit Adam's warm-up), each averaged over the workers.

@@ -176,6 +176,7 @@ double trainer::run_micro_batch(int64_t step, int i, const nn::grads_ready_fn* r
   if (ready == nullptr) {
     // No hook: the plain path costs what it always did.
     const double loss_rows = static_cast<double>(model_->forward_backward(batch_, scale)) * rows;
+    count_moe();
     run_stages(pipeline_.micro_batch, b, 0, model_->num_params());
     return loss_rows;
   }
@@ -195,6 +196,7 @@ double trainer::run_micro_batch(int64_t step, int i, const nn::grads_ready_fn* r
     ~unhook() { m.set_grads_ready_hook(nullptr); }
   } guard{*model_};
   const double loss_rows = static_cast<double>(model_->forward_backward(batch_, scale)) * rows;
+  count_moe();
   // A model that skipped or repeated a range would leave gradients unconverted and
   // unreported, or counted twice.
   std::sort(seen.begin(), seen.end());
@@ -233,6 +235,10 @@ double trainer::compute_gradients(int64_t step, const std::vector<int>& micro,
       gathers ? std::max(0, params_passes_ - static_cast<int>(micro.size())) : 0;
   for (int k = 0; k + (micro.empty() && report != nullptr ? 1 : 0) < idle_passes; ++k)
     model_->params_pass(nullptr);
+  // Expert parallelism: likewise every member takes part in as many passes' exchanges as
+  // its EP group's busiest computes, the passes without a micro-batch of its own first.
+  if (experts_comm_ != nullptr)
+    for (int k = static_cast<int>(micro.size()); k < experts_passes_; ++k) model_->moe_pass();
   if (micro.empty()) {
     if (report == nullptr) return 0.0;
     // Nothing to compute: the buffer holds begin_step's zeros, all final now.

@@ -20,6 +20,7 @@
 #include "runtime/core/config.hpp"
 #include "runtime/data/dataset.hpp"
 #include "runtime/nn/model.hpp"
+#include "runtime/nn/moe.hpp"
 #include "runtime/nn/optim.hpp"
 #include "runtime/train/grad_pipeline.hpp"
 #include "runtime/train/onebit.hpp"
@@ -322,6 +323,22 @@ class trainer {
   /// During a step: the most micro-batches a member of the group computes (every member
   /// takes part in that many passes' gathers; compute_gradients).
   void set_params_passes(int passes) { params_passes_ = passes; }
+  // ---- expert parallelism (parallel.ep; trainer_moe.cpp, docs/moe.md) ----
+  /// During a step: the communicator of this worker's EP group, over which each MoE layer's
+  /// tokens travel to their experts and back; PASSES: the most micro-batches a member of the
+  /// group computes (every member takes part in that many passes' exchanges). Null takes it
+  /// back (evaluation and inference run every expert here); the caller does so before the
+  /// communicator goes.
+  void set_experts_comm(comm::communicator* c, int passes);
+  /// What the MoE layers did since the last call (and resets it): tokens each expert computed
+  /// (routed here, summed over the layers), assignments dropped over capacity, and the
+  /// exchanges' all-to-all calls, bytes sent and time.
+  struct moe_counters {
+    std::vector<int64_t> expert_tokens;
+    int64_t dropped = 0;
+    uint64_t alltoall_calls = 0, alltoall_bytes = 0, alltoall_us = 0;
+  };
+  moe_counters take_moe_counters();
   /// Whether every parameter's value is here, not only the held ranges' (after a gather,
   /// a load, in a group of one).
   bool params_whole() const { return values_whole_; }
@@ -445,6 +462,14 @@ class trainer {
   /// here, and the most the kernel was seen holding of them (sampled after each gather).
   comm::communicator* params_comm_ = nullptr;
   int params_passes_ = 0;
+  /// Expert parallelism: the exchange lent to the model's MoE layers (set_experts_comm), its
+  /// communicator and passes, and the counters since take_moe_counters.
+  nn::moe_exchange experts_;
+  comm::communicator* experts_comm_ = nullptr;
+  int experts_passes_ = 0;
+  moe_counters moe_;
+  /// Adds the last forward's routing (tokens per expert, drops) to moe_.
+  void count_moe();
   /// train.zero_prefetch: the thread that gathers the blocks in the order one pass needs
   /// them (params_order_, recorded from model::params_pass), one ahead of the compute
   /// thread; params_at_ is the compute thread's place in that order.

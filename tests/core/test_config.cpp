@@ -944,6 +944,33 @@ const std::vector<broken_case> broken = {
      "model.moe.experts",
      "model.moe.top_k = 2 experts a token, of 1 (top_k must be at most experts)",
      1},
+    {"ep without experts",
+     "parallel:\n  ep: 2\n",
+     {},
+     "cfg.yaml",
+     2,
+     7,
+     "parallel.ep",
+     "parallel.ep shares out a mixture of experts' experts, but the model has none",
+     1},
+    {"ep above experts",
+     "model:\n  kind: gpt\n  moe:\n    experts: 2\nparallel:\n  ep: 4\n",
+     {},
+     "cfg.yaml",
+     6,
+     7,
+     "parallel.ep",
+     "parallel.ep = 4 shares out 2 experts: a rank would compute none",
+     1},
+    {"ep with sharded state",
+     "model:\n  kind: gpt\n  moe:\n    experts: 4\nparallel:\n  ep: 2\ntrain:\n  zero: 1\n",
+     {},
+     "cfg.yaml",
+     6,
+     7,
+     "parallel.ep",
+     "parallel.ep with sharded state (train.zero) is not built yet",
+     1},
     {"workers not divisible by pp*tp",
      "cluster:\n  workers: 3\nparallel:\n  tp: 2\n",
      {},
@@ -1523,7 +1550,7 @@ TEST_CASE("dump_config prints every key of the schema, sections in a fixed order
     at = found;
   }
   const std::set<std::string> keys = key_paths(text);
-  CHECK(keys.size() == 84);
+  CHECK(keys.size() == 85);
   for (const char* k : {"cluster.workers",
                         "parallel.dp",
                         "model.hidden",
@@ -1891,7 +1918,7 @@ TEST_CASE("configs/reference.yaml is the generated reference and holds every key
     }
     previous = line;
   }
-  CHECK(keys == 83);
+  CHECK(keys == 84);
   CHECK(top_level == 1);
   // The commented examples are the language's own examples, and each of them parses.
   size_t examples = 0;

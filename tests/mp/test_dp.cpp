@@ -365,6 +365,58 @@ TEST_CASE("with elastic.min_workers below the world the survivors go on without 
   CHECK(s["params_sha256"] == hash);  // bitwise: the DP size does not change the result
 }
 
+TEST_CASE("moe expert parallelism: ep 2 and 4 at dp 4 end on cohort train's hash (bitwise), "
+          "with tokens per expert and the all-to-all in the summary, and after a worker holding "
+          "experts is killed mid-run") {
+  temp_dir dir;
+  std::string yaml = gpt_yaml(dir.path(), 8);
+  const std::string ctx = "  context: 32\n";
+  yaml.replace(yaml.find(ctx), ctx.size(),
+               ctx + "  moe:\n    experts: 4\n    top_k: 2\n    capacity_factor: 1.0\n"
+                     "    every: 2\n");
+  // Six micro-batches: at dp 4 two ranks have one fewer, and take part in a pass without one.
+  const std::string batch = "global_batch: 8";
+  yaml.replace(yaml.find(batch), batch.size(), "global_batch: 12");
+  const nlohmann::json ref = train_summary(dir, dir.write("moe.yaml", yaml));
+  const std::string hash = ref["params_sha256"];
+  REQUIRE(hash.size() == 64);
+  for (int ep : {2, 4}) {
+    CAPTURE(ep);
+    const std::string cfg =
+        dir.write("moe_ep" + std::to_string(ep) + ".yaml",
+                  yaml + "parallel:\n  ep: " + std::to_string(ep) + "\n");
+    const nlohmann::json s = launch_summary(dir, cfg, 4);
+    REQUIRE(s.is_object());
+    CHECK(s["params_sha256"] == hash);
+    CHECK(s["steps_completed"] == 8);
+    const nlohmann::json& m = s["moe"];
+    CHECK(m["ep"] == ep);
+    REQUIRE(m["tokens_per_expert"].size() == 4);
+    int64_t sum = 0;
+    for (const auto& n : m["tokens_per_expert"]) sum += n.get<int64_t>();
+    // Every token of every step reached its experts or was dropped: 8 steps x 12 sequences x
+    // 32 tokens x top-2 assignments in the one MoE block.
+    CHECK(sum + m["dropped"].get<int64_t>() == 8 * 12 * 32 * 2);
+    CHECK(m["tokens"].get<int64_t>() == sum);
+    CHECK(m["alltoall"]["calls"].get<int64_t>() > 0);
+    CHECK(m["alltoall"]["bytes_sent"].get<int64_t>() > 0);
+    for (const auto& w : s["workers"]) CHECK(w["moe"]["alltoall_calls"].get<int64_t>() > 0);
+  }
+  // ep 4, rank 1 (expert 1 of 4) SIGKILLed at step 4, not started again: the other three
+  // compute every expert between them from then on (expert e on rank e mod 3; the state of
+  // each is in every worker).
+  const std::string cfg = dir.path() + "/moe_ep4.yaml";
+  const std::string out = dir.path() + "/killed.json";
+  child_process launch({"launch", cfg, "-q", "--summary", out, "--set", "cluster.workers=4",
+                        "--set", "elastic.respawn=false", "--set", "elastic.min_workers=2",
+                        "--inject", "kill rank=1 at step=4"},
+                       dir.path(), "launch-ep-kill");
+  const nlohmann::json k = finish_launch(launch, out, milliseconds(120000));
+  CHECK(k["params_sha256"] == hash);
+  CHECK(events_of(k, "kill").size() == 1);
+  CHECK(k["workers"].size() == 3);
+}
+
 TEST_CASE("moe: a mixture-of-experts GPT ends on cohort train's hash at dp 2 and 4 "
           "(bitwise), and after a worker is killed mid-run") {
   temp_dir dir;

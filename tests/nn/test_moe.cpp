@@ -4,6 +4,11 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <condition_variable>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <thread>
 #include <vector>
 
 #include "runtime/core/error.hpp"
@@ -146,4 +151,135 @@ TEST_CASE("moe: a token over every expert's capacity gets no MoE output (the res
     CHECK(all_zero);
   }
   CHECK(zero_rows == a.route.dropped);
+}
+
+namespace {
+
+// An all-to-all among threads (ranks of one process), with communicator::alltoall's contract.
+class thread_group {
+ public:
+  explicit thread_group(int n) : n_(n), send_(static_cast<std::size_t>(n)) {}
+  void alltoall(int rank, const void* send, void* recv, std::size_t bytes) {
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      send_[static_cast<std::size_t>(rank)] = static_cast<const char*>(send);
+    }
+    wait();
+    for (int q = 0; q < n_; ++q)
+      std::memcpy(static_cast<char*>(recv) + q * bytes,
+                  send_[static_cast<std::size_t>(q)] + static_cast<std::size_t>(rank) * bytes, bytes);
+    wait();  // nobody reuses its send buffer before every rank has read it
+  }
+
+ private:
+  void wait() {
+    std::unique_lock<std::mutex> g(mu_);
+    const uint64_t gen = gen_;
+    if (++arrived_ == n_) {
+      arrived_ = 0;
+      ++gen_;
+      cv_.notify_all();
+    } else {
+      cv_.wait(g, [&] { return gen_ != gen; });
+    }
+  }
+  int n_;
+  std::vector<const char*> send_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int arrived_ = 0;
+  uint64_t gen_ = 0;
+};
+
+int64_t to_fixed(float v) { return std::llrint(static_cast<double>(v) * 1099511627776.0); }  // 2^40
+
+}  // namespace
+
+TEST_CASE("moe expert parallelism: experts shared out over 3 ranks (uneven counts, an idle rank) "
+          "give each rank the outputs and loss of its own run, and the same fixed-point gradient "
+          "sum") {
+  const int R = 3;
+  gpt_shape s = moe_shape(2, 1.0f, 1);  // 4 experts over 3 ranks: 0 and 3, 1, 2; drops
+  // Rank 0: 6 tokens, rank 1: none (a pass without a micro-batch), rank 2: 12 tokens.
+  const std::vector<int> n = {2, 0, 3}, t = {3, 0, 4};
+  std::vector<std::unique_ptr<gpt>> alone, ep;
+  for (int r = 0; r < R; ++r) {
+    alone.push_back(std::make_unique<gpt>(s, 3, 11));
+    ep.push_back(std::make_unique<gpt>(s, 3, 11));
+    scramble(*alone.back(), 12, 0.5f);
+    scramble(*ep.back(), 12, 0.5f);
+    alone.back()->zero_grad();
+    ep.back()->zero_grad();
+  }
+  const int64_t P = alone[0]->num_params();
+  std::vector<float> loss_alone(R, 0.0f), loss_ep(R, 0.0f);
+  for (int r = 0; r < R; ++r)
+    if (n[static_cast<std::size_t>(r)] > 0)
+      loss_alone[static_cast<std::size_t>(r)] =
+          alone[static_cast<std::size_t>(r)]->forward_backward(
+              lm_batch(n[static_cast<std::size_t>(r)], t[static_cast<std::size_t>(r)], 7, 60 + r), 0.5f);
+
+  for (bool bitwise : {true, false}) {
+    CAPTURE(bitwise);
+    thread_group g(R);
+    std::vector<std::vector<int64_t>> settled(static_cast<std::size_t>(R), std::vector<int64_t>(static_cast<std::size_t>(P), 0));
+    std::vector<moe_exchange> ex(static_cast<std::size_t>(R));
+    for (int r = 0; r < R; ++r) {
+      gpt& m = *ep[static_cast<std::size_t>(r)];
+      m.zero_grad();
+      moe_exchange& e = ex[static_cast<std::size_t>(r)];
+      e.ranks = R;
+      e.rank = r;
+      e.alltoall = [&g, r](const void* a, void* b, std::size_t bytes) { g.alltoall(r, a, b, bytes); };
+      if (bitwise)
+        e.settle = [&m, &settled, r](linear& fc, linear& proj) {
+          float* base = m.flat_grads().data();
+          for (tensor* x : {&proj.db, &proj.dw, &fc.db, &fc.dw}) {
+            for (int64_t i = 0; i < x->numel(); ++i) {
+              settled[static_cast<std::size_t>(r)][static_cast<std::size_t>(x->data() - base + i)] += to_fixed(x->data()[i]);
+              x->data()[i] = 0.0f;
+            }
+          }
+        };
+      m.set_moe_exchange(&e);
+    }
+    std::vector<std::thread> ranks;
+    for (int r = 0; r < R; ++r)
+      ranks.emplace_back([&, r] {
+        gpt& m = *ep[static_cast<std::size_t>(r)];
+        if (n[static_cast<std::size_t>(r)] == 0)
+          m.moe_pass();
+        else
+          loss_ep[static_cast<std::size_t>(r)] = m.forward_backward(
+              lm_batch(n[static_cast<std::size_t>(r)], t[static_cast<std::size_t>(r)], 7, 60 + r), 0.5f);
+      });
+    for (auto& th : ranks) th.join();
+    for (int r = 0; r < R; ++r) ep[static_cast<std::size_t>(r)]->set_moe_exchange(nullptr);
+    CHECK(loss_ep == loss_alone);  // the same outputs, bit for bit
+    // The group's sum: in bitwise mode each rank's float gradients converted (what the
+    // micro-batch stage does) plus what it settled equals the ranks' own runs converted.
+    int64_t differ = 0;
+    double worst = 0;
+    for (int64_t i = 0; i < P; ++i) {
+      int64_t want = 0, got = 0;
+      double fwant = 0, fgot = 0;
+      for (int r = 0; r < R; ++r) {
+        const float a = alone[static_cast<std::size_t>(r)]->flat_grads().data()[i];
+        const float b = ep[static_cast<std::size_t>(r)]->flat_grads().data()[i];
+        want += to_fixed(a);
+        got += to_fixed(b) + settled[static_cast<std::size_t>(r)][static_cast<std::size_t>(i)];
+        fwant += a;
+        fgot += b;
+      }
+      if (bitwise)
+        differ += want != got;
+      else
+        worst = std::max(worst, std::abs(fwant - fgot) / (std::abs(fwant) + 1e-6));
+    }
+    CHECK(differ == 0);
+    CHECK(worst < 1e-5);
+  }
+  // Evaluation after the step runs every expert here again (the exchange was taken back).
+  const batch b = lm_batch(2, 3, 7, 60);
+  CHECK(ep[0]->eval(b).loss == alone[0]->eval(b).loss);
 }

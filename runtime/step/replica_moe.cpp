@@ -1,0 +1,43 @@
+// A replica's side of a mixture of experts (model.moe, parallel.ep; docs/moe.md): the EP
+// group's communicator lent to the trainer for a step, and the MoE layers' counters into the
+// step's timing and the run's tokens per expert.
+#include <algorithm>
+#include <utility>
+
+#include "runtime/step/balance.hpp"
+#include "runtime/step/replica_step.hpp"
+#include "runtime/train/seat.hpp"
+#include "runtime/train/trainer.hpp"
+
+namespace cohort::step {
+
+train::trainer* replica_step::lend_experts(const net::step_open& o, int rank) {
+  train::trainer* w = seat_->whole_model();
+  if (w == nullptr || !links_.experts) return nullptr;
+  const expert_place ep = expert_group(cfg_->parallel.ep, o.replicas, rank);
+  std::size_t most = 0;  // every member's micro-batches are the same pure function
+  for (int r = rank - ep.rank; r < rank - ep.rank + ep.size; ++r)
+    most = std::max(most, micro_batches_of(o.shares, seat_->micro_batches(), o.replicas, r).size());
+  w->set_experts_comm(links_.experts.get(), static_cast<int>(most));
+  return w;
+}
+
+void replica_step::count_moe(train::trainer& w, net::step_timing& t) {
+  train::trainer::moe_counters m = w.take_moe_counters();
+  for (int64_t n : m.expert_tokens) t.moe_tokens += static_cast<uint64_t>(n);
+  pending_expert_tokens_ = std::move(m.expert_tokens);
+  t.moe_dropped = static_cast<uint64_t>(m.dropped);
+  t.alltoall_calls = m.alltoall_calls;
+  t.alltoall_bytes = m.alltoall_bytes;
+  t.alltoall_us = m.alltoall_us;
+}
+
+void replica_step::expert_tokens_applied() {
+  if (moe_expert_tokens_.size() < pending_expert_tokens_.size())
+    moe_expert_tokens_.resize(pending_expert_tokens_.size(), 0);
+  for (std::size_t e = 0; e < pending_expert_tokens_.size(); ++e)
+    moe_expert_tokens_[e] += pending_expert_tokens_[e];
+  pending_expert_tokens_.clear();
+}
+
+}  // namespace cohort::step
