@@ -48,6 +48,7 @@ struct model_config {
   float moe_capacity_factor = 1.25f;
   int moe_every = 1;
   float moe_aux_loss = 0.01f;
+  int moe_hidden = 0;  ///< an expert's hidden width; 0: the dense MLP's, 4 * d_model
 };
 
 struct data_config {

@@ -62,9 +62,9 @@ std::vector<gpt_param_spec> gpt_param_specs(const gpt_shape& s) {
                       ") must be divisible by n_head (" + std::to_string(s.n_head) + ")");
   if (s.moe_experts < 0 || (s.moe_experts > 0 && (s.moe_every < 1 || s.moe_top_k < 1 ||
                                                    s.moe_top_k > 2 || s.moe_top_k > s.moe_experts ||
-                                                   !(s.moe_capacity_factor > 0))))
+                                                   !(s.moe_capacity_factor > 0) || s.moe_hidden < 0)))
     throw usage_error("gpt: model.moe needs experts >= 1, top_k 1 or 2 (at most experts), "
-                      "every >= 1 and capacity_factor > 0");
+                      "every >= 1, capacity_factor > 0 and hidden >= 0");
   const int64_t C = s.d_model;
   const init_spec w_init{init_spec::normal, 0.02f};
   const init_spec proj_init{init_spec::normal,
@@ -94,9 +94,10 @@ std::vector<gpt_param_spec> gpt_param_specs(const gpt_shape& s) {
       add(h + "mlp.router.weight", {s.moe_experts, C}, w_init);
       for (int e = 0; e < s.moe_experts; ++e) {
         const std::string x = h + "mlp.experts." + std::to_string(e) + ".";
-        add(x + "c_fc.weight", {4 * C, C}, w_init);
-        add(x + "c_fc.bias", {4 * C}, zero);
-        add(x + "c_proj.weight", {C, 4 * C}, proj_init);
+        const int64_t H = s.expert_hidden();
+        add(x + "c_fc.weight", {H, C}, w_init);
+        add(x + "c_fc.bias", {H}, zero);
+        add(x + "c_proj.weight", {C, H}, proj_init);
         add(x + "c_proj.bias", {C}, zero);
       }
       continue;
@@ -215,8 +216,8 @@ gpt::gpt(const gpt_shape& s, int max_batch, uint64_t seed, pool& p) : model(p), 
       m->fc.resize(static_cast<std::size_t>(s.moe_experts));
       m->proj.resize(static_cast<std::size_t>(s.moe_experts));
       for (int e = 0; e < s.moe_experts; ++e) {
-        bind_linear(m->fc[static_cast<std::size_t>(e)], C, 4 * C, true);
-        bind_linear(m->proj[static_cast<std::size_t>(e)], 4 * C, C, true);
+        bind_linear(m->fc[static_cast<std::size_t>(e)], C, s.expert_hidden(), true);
+        bind_linear(m->proj[static_cast<std::size_t>(e)], s.expert_hidden(), C, true);
       }
       m->top_k = s.moe_top_k;
       m->capacity_factor = s.moe_capacity_factor;

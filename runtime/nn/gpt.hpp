@@ -27,6 +27,8 @@ struct gpt_shape {
   int moe_every = 1;  ///< every moe_every-th block's MLP is an MoE layer (blocks every-1, 2every-1, ...)
   float moe_capacity_factor = 1.25f;
   float moe_aux_coef = 0.01f;
+  int moe_hidden = 0;  ///< an expert's hidden width; 0: 4 * d_model, the dense MLP's
+  int expert_hidden() const { return moe_hidden > 0 ? moe_hidden : 4 * d_model; }
   /// Whether block L's MLP is a mixture of experts.
   bool moe_at(int l) const { return moe_experts > 0 && (l + 1) % moe_every == 0; }
 };

@@ -132,6 +132,7 @@ std::unique_ptr<model> make_model(const model_config& cfg, int vocab, int max_ba
     s.moe_every = cfg.moe_every;
     s.moe_capacity_factor = cfg.moe_capacity_factor;
     s.moe_aux_coef = cfg.moe_aux_loss;
+    s.moe_hidden = cfg.moe_hidden;
     return std::make_unique<gpt>(s, max_batch, seed, p);
   }
   throw usage_error("unknown model kind '" + cfg.kind + "' (expected mlp or gpt)");

@@ -41,7 +41,7 @@ struct recorder {
   }
 };
 
-std::unique_ptr<caf::actor_system_config> testing_config() {
+inline std::unique_ptr<caf::actor_system_config> testing_config() {
   auto c = std::make_unique<caf::actor_system_config>();
   c->set("scheduler.policy", caf::atom("testing"));
   return c;
