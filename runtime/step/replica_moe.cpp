@@ -15,11 +15,15 @@ train::trainer* replica_step::lend_experts(const net::step_open& o, int rank) {
   train::trainer* w = seat_->whole_model();
   if (w == nullptr || !links_.experts) return nullptr;
   const expert_place ep = expert_group(cfg_->parallel.ep, o.replicas, rank);
-  std::size_t most = 0;  // every member's micro-batches are the same pure function
-  for (int r = rank - ep.rank; r < rank - ep.rank + ep.size; ++r)
-    most = std::max(most, micro_batches_of(o.shares, seat_->micro_batches(), o.replicas, r).size());
-  w->set_experts_comm(links_.experts.get(), static_cast<int>(most));
+  w->set_experts_comm(links_.experts.get(), most_micro_batches(o, rank - ep.rank, ep.size));
   return w;
+}
+
+int replica_step::most_micro_batches(const net::step_open& o, int first, int count) const {
+  std::size_t most = 0;  // every member's micro-batches are the same pure function
+  for (int r = first; r < first + count; ++r)
+    most = std::max(most, micro_batches_of(o.shares, seat_->micro_batches(), o.replicas, r).size());
+  return static_cast<int>(most);
 }
 
 void replica_step::count_moe(train::trainer& w, net::step_timing& t) {

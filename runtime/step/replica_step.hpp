@@ -144,6 +144,8 @@ class replica_step {
   /// MoE layers' exchanges during step O and how many passes the group's busiest member runs;
   /// that trainer (the caller takes the communicator back after the step), or null.
   train::trainer* lend_experts(const net::step_open& o, int rank);
+  /// The most micro-batches one of DP ranks [FIRST, FIRST + COUNT) computes in step O.
+  int most_micro_batches(const net::step_open& o, int first, int count) const;
   /// model.moe: the MoE layers' counters of W's step into T; its tokens per expert wait for
   /// the step's commit (expert_tokens_applied) to join the run's.
   void count_moe(train::trainer& w, net::step_timing& t);

@@ -64,10 +64,7 @@ train::trainer* replica_step::lend_params(const net::step_open& o) {
   train::trainer* z = seat_->sharded();
   if (z == nullptr || !z->shards_params()) return nullptr;
   z->set_params_comm(links_.params.get());
-  std::size_t most = 0;  // every member's micro-batches are the same pure function
-  for (int r = 0; r < o.replicas; ++r)
-    most = std::max(most, micro_batches_of(o.shares, seat_->micro_batches(), o.replicas, r).size());
-  z->set_params_passes(static_cast<int>(most));
+  z->set_params_passes(most_micro_batches(o, 0, o.replicas));
   return z;
 }
 

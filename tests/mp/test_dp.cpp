@@ -37,6 +37,17 @@ nlohmann::json launch_summary(const temp_dir& dir, const std::string& cfg, int w
   return read_json(out);
 }
 
+// gpt_yaml's GPT, 8 steps, with four experts, top-2, in the second block; capacity tight
+// enough that tokens are dropped.
+std::string moe_gpt_yaml(const std::string& dir) {
+  std::string yaml = gpt_yaml(dir, 8);
+  const std::string ctx = "  context: 32\n";
+  yaml.replace(yaml.find(ctx), ctx.size(),
+               ctx + "  moe:\n    experts: 4\n    top_k: 2\n    capacity_factor: 1.0\n"
+                     "    every: 2\n");
+  return yaml;
+}
+
 }  // namespace
 
 TEST_CASE(
@@ -369,11 +380,7 @@ TEST_CASE("moe expert parallelism: ep 2 and 4 at dp 4 end on cohort train's hash
           "with tokens per expert and the all-to-all in the summary, and after a worker holding "
           "experts is killed mid-run") {
   temp_dir dir;
-  std::string yaml = gpt_yaml(dir.path(), 8);
-  const std::string ctx = "  context: 32\n";
-  yaml.replace(yaml.find(ctx), ctx.size(),
-               ctx + "  moe:\n    experts: 4\n    top_k: 2\n    capacity_factor: 1.0\n"
-                     "    every: 2\n");
+  std::string yaml = moe_gpt_yaml(dir.path());
   // Six micro-batches: at dp 4 two ranks have one fewer, and take part in a pass without one.
   const std::string batch = "global_batch: 8";
   yaml.replace(yaml.find(batch), batch.size(), "global_batch: 12");
@@ -420,13 +427,7 @@ TEST_CASE("moe expert parallelism: ep 2 and 4 at dp 4 end on cohort train's hash
 TEST_CASE("moe: a mixture-of-experts GPT ends on cohort train's hash at dp 2 and 4 "
           "(bitwise), and after a worker is killed mid-run") {
   temp_dir dir;
-  std::string yaml = gpt_yaml(dir.path(), 8);
-  const std::string ctx = "  context: 32\n";
-  // Four experts, top-2, in the second block; capacity tight enough that tokens are dropped.
-  yaml.replace(yaml.find(ctx), ctx.size(),
-               ctx + "  moe:\n    experts: 4\n    top_k: 2\n    capacity_factor: 1.0\n"
-                     "    every: 2\n");
-  const std::string cfg = dir.write("moe.yaml", yaml);
+  const std::string cfg = dir.write("moe.yaml", moe_gpt_yaml(dir.path()));
   const nlohmann::json ref = train_summary(dir, cfg);
   const std::string hash = ref["params_sha256"];
   REQUIRE(hash.size() == 64);
