@@ -91,8 +91,10 @@ const std::vector<key_spec>& schema() {
          "Expert parallelism (model.moe only): the DP group's workers, in groups of ep "
          "consecutive DP ranks, share out each MoE layer's experts (expert e computed by the "
          "group's rank e mod ep) and send each token to its experts and back with an "
-         "all-to-all. Every worker still keeps every expert's state, so a lost worker's "
-         "experts are taken over from memory (docs/moe.md). 1: every expert computed here."},
+         "all-to-all. The experts' state is every worker's, or with train.zero sharded as "
+         "the rest of the model's (two copies each, re-cut from memory when a worker is "
+         "lost; zero 3 gathers a member its own experts only) (docs/moe.md). 1: every expert "
+         "computed here."},
         {"parallel",
          "schedule",
          COHORT_FIELD(parallel.schedule),

@@ -100,10 +100,6 @@ class rules {
                "parallel.ep = " + std::to_string(c.parallel.ep) + " shares out " +
                    std::to_string(c.model.moe_experts) +
                    " experts: a rank would compute none (set parallel.ep at most model.moe.experts)");
-    if (fine({"parallel.ep", "train.zero"}) && c.parallel.ep > 1 && c.train.zero > 0)
-      complain({"parallel.ep", "train.zero"},
-               "parallel.ep with sharded state (train.zero) is not built yet (set train.zero: 0, "
-               "or parallel.ep: 1)");
     if (fine({"model.moe.experts", "train.device"}) && c.train.device != "cpu" &&
         c.train.device != "auto")
       complain({"model.moe.experts", "train.device"},

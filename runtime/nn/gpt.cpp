@@ -361,12 +361,23 @@ void gpt::moe_pass() {
       layers_[l].moe->backward(acts[l], nullptr, nullptr, nullptr, 0, 0.0f);
 }
 
-void gpt::params_pass(const std::function<void(std::size_t block)>& backward_done) {
+void gpt::params_pass(const std::function<void(std::size_t block)>& backward_done,
+                      bool exchanges) {
   // forward_backward's order: the embedding, the blocks and the head forward; the head's
   // backward under the same need; the blocks from the last down; the embedding (no value).
+  // Block b > 0 of the hook is layer b - 1; its MoE exchanges run inside its need and done.
+  std::vector<moe_acts> acts(exchanges ? layers_.size() : 0);
+  auto exchange = [&](std::size_t b, bool forward) {
+    if (!exchanges || b == 0 || b > layers_.size() || !layers_[b - 1].moe) return;
+    if (forward)
+      layers_[b - 1].moe->forward(acts[b - 1], nullptr, nullptr, 0);
+    else
+      layers_[b - 1].moe->backward(acts[b - 1], nullptr, nullptr, nullptr, 0, 0.0f);
+  };
   const std::size_t head = layers_.size() + 1;
   for (std::size_t b = 0; b < head; ++b) {
     need_params(b);
+    exchange(b, true);
     done_params(b);
   }
   need_params(head);
@@ -374,6 +385,7 @@ void gpt::params_pass(const std::function<void(std::size_t block)>& backward_don
   done_params(head);
   for (std::size_t b = head - 1; b >= 1; --b) {
     need_params(b);
+    exchange(b, false);
     if (backward_done) backward_done(b);
     done_params(b);
   }

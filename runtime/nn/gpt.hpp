@@ -121,7 +121,8 @@ class gpt : public model {
   /// Loss and next-token accuracy (argmax) over the n*t positions.
   eval_result eval(const batch& b) override;
   std::string kind() const override { return "gpt"; }
-  void params_pass(const std::function<void(std::size_t block)>& backward_done) override;
+  void params_pass(const std::function<void(std::size_t block)>& backward_done,
+                   bool exchanges = false) override;
   void set_moe_exchange(const moe_exchange* ex) override;
   bool has_moe() const override { return shape_.moe_experts > 0; }
   void moe_pass() override;

@@ -51,7 +51,9 @@ void model::grads_ready(const float* first, int64_t count) {
   grads_ready(static_cast<int64_t>(first - grads_.data()), count);
 }
 
-void model::params_pass(const std::function<void(std::size_t block)>& backward_done) {
+void model::params_pass(const std::function<void(std::size_t block)>& backward_done,
+                        bool exchanges) {
+  (void)exchanges;  // no experts here
   const std::size_t n = blocks_.size();
   for (std::size_t b = 0; b < n; ++b) {
     need_params(b);

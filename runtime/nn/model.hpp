@@ -134,7 +134,12 @@ class model {
   /// after its need in backward's order (for a block backward reads no value of, after the
   /// later blocks'), before its done. The default is every block up, then every block down
   /// (what mlp's forward_backward does); models that call the hook otherwise override it.
-  virtual void params_pass(const std::function<void(std::size_t block)>& backward_done);
+  /// EXCHANGES: the pass is one of moe_pass's too (expert parallelism with sharded
+  /// parameters), each MoE layer's exchanges inside its block's need and done, where
+  /// forward_backward runs them, so that the gathers and the exchanges, on two communicators,
+  /// come in the same order on every member. Models without experts ignore it.
+  virtual void params_pass(const std::function<void(std::size_t block)>& backward_done,
+                           bool exchanges = false);
 
   /// Expert parallelism (parallel.ep; runtime/nn/moe.hpp): lends EX to every mixture-of-experts
   /// layer for a training step's passes; null takes it back. A model without experts has no

@@ -36,6 +36,20 @@ void for_each_kept(const moe_routing& r, F f) {
 
 }  // namespace
 
+int expert_of_param(const std::string& name) {
+  static const std::string key = "mlp.experts.";
+  const std::size_t at = name.find(key);
+  if (at == std::string::npos) return -1;
+  std::size_t i = at + key.size();
+  int e = 0;
+  bool digits = false;
+  for (; i < name.size() && name[i] >= '0' && name[i] <= '9'; ++i) {
+    e = e * 10 + (name[i] - '0');
+    digits = true;
+  }
+  return digits && i < name.size() && name[i] == '.' ? e : -1;
+}
+
 int moe_capacity(int tokens, int experts, int top_k, float capacity_factor) {
   const double c = std::ceil(static_cast<double>(capacity_factor) * tokens * top_k / experts);
   return static_cast<int>(std::max(1.0, c));

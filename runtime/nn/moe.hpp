@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "runtime/nn/layers.hpp"
@@ -40,6 +41,9 @@ struct moe_routing {
 /// Routes TOKENS tokens from their router probabilities PROBS [tokens, experts].
 moe_routing moe_route(const float* probs, int tokens, int experts, int top_k,
                       float capacity_factor);
+
+/// The expert whose parameter NAME is ("...mlp.experts.E.<rest>": E), or -1 (a dense one).
+int expert_of_param(const std::string& name);
 
 /// Expert parallelism for the passes of a training step (parallel.ep; docs/moe.md): the group
 /// of RANKS workers a layer's experts are shared out over, expert e computed by rank e % ranks.

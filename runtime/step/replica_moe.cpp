@@ -15,7 +15,15 @@ train::trainer* replica_step::lend_experts(const net::step_open& o, int rank) {
   train::trainer* w = seat_->whole_model();
   if (w == nullptr || !links_.experts) return nullptr;
   const expert_place ep = expert_group(cfg_->parallel.ep, o.replicas, rank);
-  w->set_experts_comm(links_.experts.get(), most_micro_batches(o, rank - ep.rank, ep.size));
+  // Sharded parameters: each member gathers the experts it computes, not the others'.
+  std::vector<std::pair<int, int>> places;
+  if (w->shards_params())
+    for (int k = 0; k < o.replicas; ++k) {
+      const expert_place p = expert_group(cfg_->parallel.ep, o.replicas, k);
+      places.emplace_back(p.rank, p.size);
+    }
+  w->set_experts_comm(links_.experts.get(), most_micro_batches(o, rank - ep.rank, ep.size),
+                      std::move(places));
   return w;
 }
 

@@ -233,12 +233,19 @@ double trainer::compute_gradients(int64_t step, const std::vector<int>& micro,
   const bool gathers = params_comm_ != nullptr && !values_whole_;
   const int idle_passes =
       gathers ? std::max(0, params_passes_ - static_cast<int>(micro.size())) : 0;
-  for (int k = 0; k + (micro.empty() && report != nullptr ? 1 : 0) < idle_passes; ++k)
-    model_->params_pass(nullptr);
   // Expert parallelism: likewise every member takes part in as many passes' exchanges as
-  // its EP group's busiest computes, the passes without a micro-batch of its own first.
-  if (experts_comm_ != nullptr)
-    for (int k = static_cast<int>(micro.size()); k < experts_passes_; ++k) model_->moe_pass();
+  // its EP group's busiest computes, the passes without a micro-batch of its own first. With
+  // gathers too (an EP group's busiest computes at most the DP group's most) they are the
+  // last of the idle passes, each exchange inside its block's gather as a real pass has it.
+  const int exchange_passes =
+      experts_comm_ != nullptr ? std::max(0, experts_passes_ - static_cast<int>(micro.size()))
+                               : 0;
+  COHORT_CHECK(!gathers || exchange_passes <= idle_passes);
+  const bool report_pass = micro.empty() && report != nullptr && idle_passes > 0;
+  for (int k = 0; k + (report_pass ? 1 : 0) < idle_passes; ++k)
+    model_->params_pass(nullptr, k >= idle_passes - exchange_passes);
+  if (!gathers)
+    for (int k = 0; k < exchange_passes; ++k) model_->moe_pass();
   if (micro.empty()) {
     if (report == nullptr) return 0.0;
     // Nothing to compute: the buffer holds begin_step's zeros, all final now.
@@ -251,7 +258,9 @@ double trainer::compute_gradients(int64_t step, const std::vector<int>& micro,
       if (count > 0) ready(static_cast<std::size_t>(offset), static_cast<std::size_t>(count));
     };
     if (idle_passes > 0) {
-      model_->params_pass(report_block);  // where the others' backward reports them
+      // Where the others' backward reports them (the last idle pass: an exchange pass too
+      // when there are any).
+      model_->params_pass(report_block, exchange_passes > 0);
     } else {
       for (std::size_t b = model_->blocks().size(); b-- > 0;) report_block(b);
     }

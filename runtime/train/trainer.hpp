@@ -75,6 +75,12 @@ std::vector<tensor_target> param_targets(const nn::model& m, float* base);
 /// then each optimizer slot (optimizer::state() order), each num_params() long; views into
 /// the live tensors (what a joiner receives from a donor).
 std::vector<std::pair<float*, std::size_t>> state_buffers_of(nn::model& m, nn::optimizer& opt);
+/// Expert parallelism with sharded parameters: the elements of M's block BLOCK each rank k of
+/// a DP group reads in a training pass, where PLACES[k] is k's (rank, size) in its EP group:
+/// the block's dense parameters and the experts e with e % size == rank (the experts it
+/// computes); sorted, adjacent parameters merged.
+std::vector<std::vector<elem_range>> expert_block_needs(
+    const nn::model& m, std::size_t block, const std::vector<std::pair<int, int>>& places);
 /// The optimizer settings of train.* (kind, betas, eps, weight decay, momentum).
 nn::optim_options optim_options_from(const train_config& t);
 
@@ -328,8 +334,11 @@ class trainer {
   /// tokens travel to their experts and back; PASSES: the most micro-batches a member of the
   /// group computes (every member takes part in that many passes' exchanges). Null takes it
   /// back (evaluation and inference run every expert here); the caller does so before the
-  /// communicator goes.
-  void set_experts_comm(comm::communicator* c, int passes);
+  /// communicator goes. PLACES (sharded parameters): per rank of the DP group, its rank and
+  /// size in its EP group, so that a block's gather brings each member the dense values and
+  /// its own experts' only (gather_block); empty: every member gathers every value.
+  void set_experts_comm(comm::communicator* c, int passes,
+                        std::vector<std::pair<int, int>> places = {});
   /// What the MoE layers did since the last call (and resets it): tokens each expert computed
   /// (routed here, summed over the layers), assignments dropped over capacity, and the
   /// exchanges' all-to-all calls, bytes sent and time.
@@ -467,6 +476,7 @@ class trainer {
   nn::moe_exchange experts_;
   comm::communicator* experts_comm_ = nullptr;
   int experts_passes_ = 0;
+  std::vector<std::pair<int, int>> expert_places_;  ///< [DP rank]: (EP rank, EP size)
   moe_counters moe_;
   /// Adds the last forward's routing (tokens per expert, drops) to moe_.
   void count_moe();
@@ -480,6 +490,10 @@ class trainer {
   /// broadcast per owner whose shard the range crosses); gather_block: block BLOCK's.
   void gather_range(comm::communicator& c, int64_t begin, int64_t end);
   void gather_block(comm::communicator& c, std::size_t block);
+  /// Expert parallelism: block BLOCK's values that each member reads (its dense values and
+  /// the experts its EP rank computes; block_needs), each piece a member lacks from its
+  /// shard's owner, in one all-to-all. False: the block has no experts, or no EP group is lent.
+  bool gather_block_experts(comm::communicator& c, std::size_t block);
   bool values_whole_ = true;
   int64_t params_peak_ = 0;
   /// The model's params hook under train.zero: 3: gathers block BLOCK's values from their

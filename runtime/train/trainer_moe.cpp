@@ -5,8 +5,11 @@
 #include <algorithm>
 #include <chrono>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "runtime/comm/communicator.hpp"
+#include "runtime/core/error.hpp"
 #include "runtime/core/trace.hpp"
 #include "runtime/nn/gpt.hpp"
 #include "runtime/train/fixed_point.hpp"
@@ -14,9 +17,11 @@
 
 namespace cohort::train {
 
-void trainer::set_experts_comm(comm::communicator* c, int passes) {
+void trainer::set_experts_comm(comm::communicator* c, int passes,
+                               std::vector<std::pair<int, int>> places) {
   experts_comm_ = c;
   experts_passes_ = c != nullptr ? passes : 0;
+  expert_places_ = c != nullptr ? std::move(places) : std::vector<std::pair<int, int>>{};
   if (c == nullptr) {
     model_->set_moe_exchange(nullptr);
     return;
@@ -62,6 +67,98 @@ void trainer::count_moe() {
   if (moe_.expert_tokens.size() < st.tokens.size()) moe_.expert_tokens.resize(st.tokens.size(), 0);
   for (std::size_t e = 0; e < st.tokens.size(); ++e) moe_.expert_tokens[e] += st.tokens[e];
   moe_.dropped += st.dropped;
+}
+
+std::vector<std::vector<elem_range>> expert_block_needs(
+    const nn::model& m, std::size_t block, const std::vector<std::pair<int, int>>& places) {
+  const nn::block_info& b = m.blocks().at(block);
+  std::vector<std::vector<elem_range>> out(places.size());
+  for (std::size_t k = 0; k < places.size(); ++k) {
+    const auto [rank, size] = places[k];
+    COHORT_CHECK(size >= 1 && rank >= 0 && rank < size);
+    for (std::size_t i = b.first; i < b.first + b.count; ++i) {
+      const nn::parameter& p = m.parameters()[i];
+      const int e = nn::expert_of_param(p.name);
+      if (e >= 0 && e % size != rank) continue;
+      const elem_range r{p.offset, p.offset + p.value.numel()};
+      if (!out[k].empty() && out[k].back().end == r.begin)
+        out[k].back().end = r.end;
+      else
+        out[k].push_back(r);
+    }
+  }
+  return out;
+}
+
+bool trainer::gather_block_experts(comm::communicator& c, std::size_t block) {
+  if (expert_places_.empty()) return false;
+  COHORT_CHECK(static_cast<int>(expert_places_.size()) == c.size());
+  const nn::block_info& b = model_->blocks().at(block);
+  bool experts = false;
+  for (std::size_t i = b.first; i < b.first + b.count && !experts; ++i)
+    experts = nn::expert_of_param(model_->parameters()[i].name) >= 0;
+  if (!experts) return false;
+  const int w = c.size(), me = c.rank();
+  const int64_t n = model_->num_params();
+  const std::vector<std::vector<elem_range>> needs = expert_block_needs(*model_, block, expert_places_);
+  const comm::holding& held = *holding_of(w);
+  // The pieces each rank reads and does not hold, each split at the shards' boundaries and
+  // sent by its shard's owner; every member lists the same pieces in the same order.
+  struct piece {
+    int src, dst;
+    elem_range r;
+  };
+  std::vector<piece> pieces;
+  for (int k = 0; k < w; ++k) {
+    const auto& mine = held.ranges[static_cast<std::size_t>(k)];
+    for (const elem_range& want : needs[static_cast<std::size_t>(k)]) {
+      int64_t at = want.begin;
+      auto lack = [&](int64_t lo, int64_t hi) {  // [lo, hi) is not held by k
+        for (int j = 0; j < w && lo < hi; ++j) {
+          const elem_range s = shard_of(n, w, j);
+          const int64_t a = std::max(lo, s.begin), z = std::min(hi, s.end);
+          if (z > a) pieces.push_back({rank_at(j), k, {a, z}});
+        }
+      };
+      for (const auto& [hb, he] : mine) {
+        const auto b0 = static_cast<int64_t>(hb), e0 = static_cast<int64_t>(he);
+        if (e0 <= at) continue;
+        if (b0 >= want.end) break;
+        lack(at, std::min(b0, want.end));
+        at = std::max(at, e0);
+      }
+      lack(at, want.end);
+    }
+  }
+  std::vector<int64_t> pair(static_cast<std::size_t>(w) * static_cast<std::size_t>(w), 0);
+  int64_t block_floats = 0;
+  for (const piece& p : pieces) {
+    int64_t& e = pair[static_cast<std::size_t>(p.src * w + p.dst)];
+    e += p.r.size();
+    block_floats = std::max(block_floats, e);
+  }
+  if (block_floats == 0) return true;  // every member holds what it reads
+  trace::span s("gather experts", "comm", trace::track::compute,
+                trace::args({{"block", static_cast<int64_t>(block)}}));
+  const auto blk = static_cast<std::size_t>(block_floats);
+  std::vector<float> send(blk * static_cast<std::size_t>(w), 0.0f), recv(send.size(), 0.0f);
+  std::vector<std::size_t> cursor(static_cast<std::size_t>(w), 0);
+  float* values = model_->flat_values().data();
+  for (const piece& p : pieces) {
+    if (p.src != me) continue;
+    std::copy(values + p.r.begin, values + p.r.end,
+              send.data() + static_cast<std::size_t>(p.dst) * blk + cursor[static_cast<std::size_t>(p.dst)]);
+    cursor[static_cast<std::size_t>(p.dst)] += static_cast<std::size_t>(p.r.size());
+  }
+  c.alltoall(send.data(), recv.data(), blk * sizeof(float));
+  std::fill(cursor.begin(), cursor.end(), 0);
+  for (const piece& p : pieces) {
+    if (p.dst != me) continue;
+    const float* from = recv.data() + static_cast<std::size_t>(p.src) * blk + cursor[static_cast<std::size_t>(p.src)];
+    std::copy(from, from + p.r.size(), values + p.r.begin);
+    cursor[static_cast<std::size_t>(p.src)] += static_cast<std::size_t>(p.r.size());
+  }
+  return true;
 }
 
 trainer::moe_counters trainer::take_moe_counters() {

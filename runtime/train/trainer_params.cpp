@@ -141,6 +141,7 @@ void trainer::gather_range(comm::communicator& c, int64_t begin, int64_t end) {
 
 void trainer::gather_block(comm::communicator& c, std::size_t block) {
   const auto [begin, count] = model_->block_elements(block);
+  if (gather_block_experts(c, block)) return;  // expert parallelism: what each member reads
   trace::span s("gather block", "comm", trace::track::compute,
                 trace::args({{"block", static_cast<int64_t>(block)}}));
   gather_range(c, begin, begin + count);

@@ -110,6 +110,28 @@ TEST_CASE("moe GPT: names and shapes, the router and each expert in every every-
   CHECK_THROWS_AS(m.param("transformer.h.1.mlp.c_fc.weight"), usage_error);
 }
 
+TEST_CASE("moe: a parameter's expert from its name, -1 for a dense one") {
+  struct row {
+    const char* name;
+    int expert;
+  };
+  for (const row& r : {row{"transformer.h.1.mlp.experts.3.c_fc.weight", 3},
+                       row{"transformer.h.11.mlp.experts.12.c_proj.bias", 12},
+                       row{"transformer.h.1.mlp.experts.0.c_fc.bias", 0},
+                       row{"transformer.h.1.mlp.router.weight", -1},
+                       row{"transformer.h.0.mlp.c_fc.weight", -1},
+                       row{"transformer.h.1.mlp.experts.x.c_fc.weight", -1},
+                       row{"transformer.h.1.mlp.experts.3", -1}, row{"lm_head.weight", -1}}) {
+    CAPTURE(r.name);
+    CHECK(expert_of_param(r.name) == r.expert);
+  }
+  // Every expert parameter of a model, and nothing else.
+  gpt m(moe_shape(2, 2.0f, 2), 2, 1);
+  int experts = 0;
+  for (const parameter& p : m.parameters()) experts += expert_of_param(p.name) >= 0 ? 1 : 0;
+  CHECK(experts == 4 * 4);  // one MoE block of 4 experts, 4 tensors each
+}
+
 TEST_CASE("moe GPT gradients match finite differences, top-1 and top-2, with the "
           "load-balancing loss") {
   for (int top_k : {1, 2}) {

@@ -8,6 +8,8 @@
 #include <vector>
 
 #include "runtime/core/error.hpp"
+#include "runtime/nn/gpt.hpp"
+#include "runtime/train/trainer.hpp"
 #include "runtime/train/zero_shards.hpp"
 
 using namespace cohort::train;
@@ -210,4 +212,44 @@ TEST_CASE("ring_of_hosts: the hosts take turns, each host's ranks in order") {
               r.host[static_cast<std::size_t>(ring[(p + 1) % ring.size()])];
     CHECK(same == r.same_host_pairs);
   }
+}
+
+// Expert parallelism with sharded parameters: what each DP rank gathers of a block is the
+// block's dense parameters and the experts its EP rank computes (e % size == rank).
+TEST_CASE("expert_block_needs: dense parameters for every rank, each expert for its EP rank only") {
+  cohort::nn::gpt_shape s{7, 4, 2, 2, 8};  // vocab 7, context 4, 2 layers, 2 heads, d_model 8
+  s.moe_experts = 4;
+  s.moe_top_k = 2;
+  s.moe_every = 2;  // block h.1's MLP is the mixture
+  cohort::nn::gpt m(s, 2, 1);
+  const std::size_t moe_block = 2, dense_block = 1;  // embedding, h.0, h.1, head
+  REQUIRE(m.blocks()[moe_block].name == "h.1");
+  auto range_of = [&](const std::string& name) {
+    const cohort::nn::parameter& p = m.param(name);
+    return elem_range{p.offset, p.offset + p.value.numel()};
+  };
+  auto expert = [&](int e) {
+    const std::string x = "transformer.h.1.mlp.experts." + std::to_string(e) + ".";
+    return elem_range{range_of(x + "c_fc.weight").begin, range_of(x + "c_proj.bias").end};
+  };
+  const auto [first, count] = m.block_elements(moe_block);
+  const elem_range dense{first, range_of("transformer.h.1.mlp.router.weight").end};
+  // Two EP groups of 2 (ranks 0 1 and 2 3), then one group of 3 and one of 1.
+  const auto two = expert_block_needs(m, moe_block, {{0, 2}, {1, 2}, {0, 2}, {1, 2}});
+  REQUIRE(two.size() == 4);
+  const std::vector<elem_range> even{{dense.begin, expert(0).end}, expert(2)};
+  const std::vector<elem_range> odd{dense, expert(1), expert(3)};
+  CHECK(two[0] == even);
+  CHECK(two[1] == odd);
+  CHECK(two[2] == even);
+  CHECK(two[3] == odd);
+  const auto uneven = expert_block_needs(m, moe_block, {{0, 3}, {1, 3}, {2, 3}, {0, 1}});
+  CHECK(uneven[0] == std::vector<elem_range>{{dense.begin, expert(0).end}, expert(3)});
+  CHECK(uneven[1] == std::vector<elem_range>{dense, expert(1)});
+  CHECK(uneven[2] == std::vector<elem_range>{dense, expert(2)});
+  CHECK(uneven[3] == std::vector<elem_range>{{first, first + static_cast<int64_t>(count)}});
+  // A block without experts: the whole block for everyone.
+  const auto [f1, c1] = m.block_elements(dense_block);
+  for (const auto& r : expert_block_needs(m, dense_block, {{0, 2}, {1, 2}}))
+    CHECK(r == std::vector<elem_range>{{f1, f1 + static_cast<int64_t>(c1)}});
 }
