@@ -425,31 +425,43 @@ TEST_CASE("moe expert parallelism: ep 2 and 4 at dp 4 end on cohort train's hash
   CHECK(k["workers"].size() == 3);
 }
 
+namespace {
+
 // Expert parallelism with sharded state (train.zero): the experts' optimizer state, gradients
 // and (zero 3) parameters live on two workers each, as every other element's; a block's gather
 // brings a member its own experts only; a kill, a drain and a join re-cut them from memory.
-TEST_CASE("moe expert parallelism with sharded state: zero 2 and 3 at ep 4 end on cohort "
-          "train's hash, a member gathers only its experts, and a kill, a drain and a join "
-          "re-cut the experts from memory") {
-  temp_dir dir;
-  std::string yaml = moe_gpt_yaml(dir.path());
-  // Six micro-batches (two ranks run a pass without one); experts 16 x d_model wide, so that
-  // one expert's parameters (133 KB) span many pages.
+// moe_gpt_yaml's GPT with six micro-batches (two ranks run a pass without one) and experts
+// 16 x d_model wide, so that one expert's parameters (133 KB) span many pages; STEPS steps.
+std::string moe_sharded_yaml(const std::string& dir, int steps) {
+  std::string yaml = moe_gpt_yaml(dir);
   const std::string batch = "global_batch: 8";
   yaml.replace(yaml.find(batch), batch.size(), "global_batch: 12");
   const std::string every = "    every: 2\n";
   yaml.replace(yaml.find(every), every.size(), every + "    hidden: 512\n");
-  const std::string cfg = dir.write("moe.yaml", yaml);
+  yaml.replace(yaml.find("steps: 8"), 8, "steps: " + std::to_string(steps));
+  return yaml;
+}
+
+// `cohort launch` of CFG with 4 workers and EXTRA; its summary.
+nlohmann::json launch4(const temp_dir& dir, const std::string& cfg, const std::string& tag,
+                       const std::vector<std::string>& extra) {
+  const std::string out = dir.path() + "/" + tag + ".json";
+  std::vector<std::string> args = {"launch", cfg, "-q", "--summary", out, "--set",
+                                   "cluster.workers=4"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  child_process launch(args, dir.path(), tag);
+  return finish_launch(launch, out, milliseconds(120000));
+}
+
+}  // namespace
+
+TEST_CASE("moe expert parallelism with sharded state: zero 2 and 3 at ep 4 end on cohort "
+          "train's hash, a member gathers only its experts, and the worker of an expert killed "
+          "is re-cut from memory") {
+  temp_dir dir;
+  const std::string cfg = dir.write("moe.yaml", moe_sharded_yaml(dir.path(), 8));
   const std::string hash = train_summary(dir, cfg)["params_sha256"];
   REQUIRE(hash.size() == 64);
-  auto run = [&](const std::string& tag, std::vector<std::string> extra) {
-    const std::string out = dir.path() + "/" + tag + ".json";
-    std::vector<std::string> args = {"launch", cfg, "-q", "--summary", out, "--set",
-                                     "cluster.workers=4"};
-    args.insert(args.end(), extra.begin(), extra.end());
-    child_process launch(args, dir.path(), tag);
-    return finish_launch(launch, out, milliseconds(120000));
-  };
   std::map<int, double> params_peak;  // ep -> the largest member's, zero 3
   for (int zero : {2, 3})
     for (int ep : {1, 4}) {
@@ -457,9 +469,9 @@ TEST_CASE("moe expert parallelism with sharded state: zero 2 and 3 at ep 4 end o
       CAPTURE(zero);
       CAPTURE(ep);
       const nlohmann::json s =
-          run("z" + std::to_string(zero) + "ep" + std::to_string(ep),
-              {"--set", "train.zero=" + std::to_string(zero), "--set",
-               "parallel.ep=" + std::to_string(ep)});
+          launch4(dir, cfg, "z" + std::to_string(zero) + "ep" + std::to_string(ep),
+                  {"--set", "train.zero=" + std::to_string(zero), "--set",
+                   "parallel.ep=" + std::to_string(ep)});
       CHECK(s["params_sha256"] == hash);
       CHECK(s["steps_completed"] == 8);
       for (const auto& w : s["workers"]) {
@@ -480,32 +492,33 @@ TEST_CASE("moe expert parallelism with sharded state: zero 2 and 3 at ep 4 end o
   // zero 3, ep 4: the worker of expert 1 killed at step 4, not restarted; the three left
   // re-cut its shards from their copies and end on the same hash.
   const nlohmann::json k =
-      run("z3kill", {"--set", "train.zero=3", "--set", "parallel.ep=4", "--set",
-                     "elastic.respawn=false", "--set", "elastic.min_workers=2", "--inject",
-                     "kill rank=1 at step=4"});
+      launch4(dir, cfg, "z3kill",
+              {"--set", "train.zero=3", "--set", "parallel.ep=4", "--set",
+               "elastic.respawn=false", "--set", "elastic.min_workers=2", "--inject",
+               "kill rank=1 at step=4"});
   CHECK(k["params_sha256"] == hash);
   CHECK(events_of(k, "kill").size() == 1);
   CHECK(events_of(k, "reshard").size() == 1);
   CHECK(k["workers"].size() == 3);
-  // A drain to 3 and a join back to 4 (long enough for the joiner to start): two re-cuts, the
-  // hash of cohort train over the same steps.
-  std::string longer = yaml;
-  longer.replace(longer.find("steps: 8"), 8, "steps: 300");
-  const std::string cfg300 = dir.write("moe300.yaml", longer);
-  const std::string hash300 = train_summary(dir, cfg300)["params_sha256"];
-  const std::string out = dir.path() + "/z3scale.json";
-  child_process launch({"launch", cfg300, "-q", "--summary", out, "--set", "cluster.workers=4",
-                        "--set", "train.zero=3", "--set", "parallel.ep=4", "--set",
-                        "elastic.min_workers=3", "--set", "elastic.max_workers=4", "--inject",
-                        "scale to=3 at step=20", "--inject", "scale to=4 at step=40"},
-                       dir.path(), "z3scale");
-  const nlohmann::json sc = finish_launch(launch, out, milliseconds(120000));
-  CHECK(sc["params_sha256"] == hash300);
-  const auto cuts = events_of(sc, "reshard");
-  REQUIRE_MESSAGE(cuts.size() >= 2, sc["events"].dump());
+}
+
+TEST_CASE("moe expert parallelism with sharded state: a drain to 3 and a join back to 4 re-cut "
+          "the experts twice and end on cohort train's hash") {
+  temp_dir dir;
+  // Long enough for the joiner to start (~3 s) before the end.
+  const std::string cfg = dir.write("moe300.yaml", moe_sharded_yaml(dir.path(), 300));
+  const std::string hash = train_summary(dir, cfg)["params_sha256"];
+  const nlohmann::json s =
+      launch4(dir, cfg, "z3scale",
+              {"--set", "train.zero=3", "--set", "parallel.ep=4", "--set",
+               "elastic.min_workers=3", "--set", "elastic.max_workers=4", "--inject",
+               "scale to=3 at step=20", "--inject", "scale to=4 at step=40"});
+  CHECK(s["params_sha256"] == hash);
+  const auto cuts = events_of(s, "reshard");
+  REQUIRE_MESSAGE(cuts.size() >= 2, s["events"].dump());
   CHECK(cuts.front()["members"] == 3);
   CHECK(cuts.back()["members"] == 4);
-  CHECK(!events_of(sc, "joined").empty());
+  CHECK(!events_of(s, "joined").empty());
 }
 
 TEST_CASE("moe: a mixture-of-experts GPT ends on cohort train's hash at dp 2 and 4 "
