@@ -36,6 +36,15 @@ void for_each_kept(const moe_routing& r, F f) {
 
 }  // namespace
 
+expert_place expert_group(int ep, int replicas, int rank) {
+  expert_place p;
+  const int width = std::max(1, ep);
+  p.group = rank / width;
+  p.rank = rank - p.group * width;
+  p.size = std::min(replicas, (p.group + 1) * width) - p.group * width;
+  return p;
+}
+
 int expert_of_param(const std::string& name) {
   static const std::string key = "mlp.experts.";
   const std::size_t at = name.find(key);

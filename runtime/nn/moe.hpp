@@ -42,6 +42,14 @@ struct moe_routing {
 moe_routing moe_route(const float* probs, int tokens, int experts, int top_k,
                       float capacity_factor);
 
+/// Expert parallelism's groups (parallel.ep): a DP group's REPLICAS ranks cut into groups of
+/// EP consecutive ranks (the last one smaller when EP does not divide); rank RANK's group,
+/// its rank in it and the group's size. Expert e is computed by each group's rank e % size.
+struct expert_place {
+  int group = 0, rank = 0, size = 1;
+};
+expert_place expert_group(int ep, int replicas, int rank);
+
 /// The expert whose parameter NAME is ("...mlp.experts.E.<rest>": E), or -1 (a dense one).
 int expert_of_param(const std::string& name);
 

@@ -200,15 +200,6 @@ void build_stage_links(dp_links& l, const link_context& ctx, const net::step_ope
 
 }  // namespace
 
-expert_place expert_group(int ep, int replicas, int rank) {
-  expert_place p;
-  const int width = std::max(1, ep);
-  p.group = rank / width;
-  p.rank = rank - p.group * width;
-  p.size = std::min(replicas, (p.group + 1) * width) - p.group * width;
-  return p;
-}
-
 double bucket_mb_for(const config& cfg, train::seat& seat) {
   double mb = static_cast<double>(cfg.comm.bucket_mb);
   // Sharded gradients give a bucket's pages back once it is summed: buckets of at most an

@@ -15,6 +15,7 @@
 #include "runtime/core/comm_choices.hpp"
 #include "runtime/net/curve.hpp"
 #include "runtime/net/protocol.hpp"
+#include "runtime/nn/moe.hpp"
 
 namespace cohort {
 struct config;
@@ -123,13 +124,9 @@ struct link_context {
 void build_links(dp_links& l, const link_context& ctx, const net::step_open& o, int rank,
                  train::seat& seat, bool staged);
 
-/// Where DP rank RANK of REPLICAS sits for expert parallelism EP: group GROUP, its ranks
-/// [group * ep, min(replicas, (group + 1) * ep)) (the last group may be smaller after a
-/// worker left), its rank in it.
-struct expert_place {
-  int group = 0, rank = 0, size = 1;
-};
-expert_place expert_group(int ep, int replicas, int rank);
+/// Where DP rank RANK of REPLICAS sits for expert parallelism EP (runtime/nn/moe.hpp).
+using nn::expert_group;
+using nn::expert_place;
 
 /// The bucket size (MiB) SEAT's DP engine is planned with: comm.bucket_mb, capped under
 /// train.zero: 2 (with train.zero_release) at an eighth of the reduction buffer, so that a

@@ -281,6 +281,11 @@ class trainer {
   int rank_at(int p) const {
     return p < static_cast<int>(ring_.size()) ? ring_[static_cast<std::size_t>(p)] : p;
   }
+  /// The cut of a group of W whose ring is RING (rank at each position; empty: the identity):
+  /// with expert parallelism (parallel.ep > 1 and a model with experts) each expert goes
+  /// whole to the position of the rank that computes it (unit_cut; an expert of several EP
+  /// groups to one of them in turn), else the even cut.
+  shard_cut cut_for(int w, const std::vector<int>& ring) const;
   int position_of(int r) const {
     for (std::size_t p = 0; p < ring_.size(); ++p)
       if (ring_[p] == r) return static_cast<int>(p);

@@ -90,6 +90,43 @@ std::vector<std::vector<elem_range>> expert_block_needs(
   return out;
 }
 
+shard_cut trainer::cut_for(int w, const std::vector<int>& ring) const {
+  const int64_t n = model_->num_params();
+  const int ep = cfg_.parallel.ep;
+  if (ep <= 1 || w <= 1 || !model_->has_moe()) return even_cut(n, w);
+  std::vector<int> position(static_cast<std::size_t>(w));
+  for (int p = 0; p < w; ++p)
+    position[static_cast<std::size_t>(p < static_cast<int>(ring.size()) ? ring[static_cast<std::size_t>(p)] : p)] = p;
+  const int groups = (w + ep - 1) / ep;
+  // Each expert's parameters (consecutive), in order; the K-th of them (counted over the
+  // MoE layers) is computed in every EP group, and goes to group K mod groups's rank for it.
+  std::vector<elem_range> units;
+  std::vector<int> owner;
+  int last_block = -1, last_expert = -1, k = -1;
+  for (std::size_t b = 0; b < model_->blocks().size(); ++b) {
+    const nn::block_info& blk = model_->blocks()[b];
+    for (std::size_t i = blk.first; i < blk.first + blk.count; ++i) {
+      const nn::parameter& p = model_->parameters()[i];
+      const int e = nn::expert_of_param(p.name);
+      if (e < 0) continue;
+      const elem_range r{p.offset, p.offset + p.value.numel()};
+      if (static_cast<int>(b) == last_block && e == last_expert && units.back().end == r.begin) {
+        units.back().end = r.end;
+        continue;
+      }
+      last_block = static_cast<int>(b);
+      last_expert = e;
+      ++k;
+      const int g = k % groups;
+      const nn::expert_place place = nn::expert_group(ep, w, g * ep);
+      const int rank = g * ep + e % place.size;
+      units.push_back(r);
+      owner.push_back(position[static_cast<std::size_t>(rank)]);
+    }
+  }
+  return unit_cut(n, w, units, owner);
+}
+
 bool trainer::gather_block_experts(comm::communicator& c, std::size_t block) {
   if (expert_places_.empty()) return false;
   COHORT_CHECK(static_cast<int>(expert_places_.size()) == c.size());
@@ -99,7 +136,8 @@ bool trainer::gather_block_experts(comm::communicator& c, std::size_t block) {
     experts = nn::expert_of_param(model_->parameters()[i].name) >= 0;
   if (!experts) return false;
   const int w = c.size(), me = c.rank();
-  const int64_t n = model_->num_params();
+  COHORT_CHECK(zero_->holds() && zero_->replicas() == w);
+  const shard_cut& cut = zero_->cut();
   const std::vector<std::vector<elem_range>> needs = expert_block_needs(*model_, block, expert_places_);
   const comm::holding& held = *holding_of(w);
   // The pieces each rank reads and does not hold, each split at the shards' boundaries and
@@ -114,11 +152,11 @@ bool trainer::gather_block_experts(comm::communicator& c, std::size_t block) {
     for (const elem_range& want : needs[static_cast<std::size_t>(k)]) {
       int64_t at = want.begin;
       auto lack = [&](int64_t lo, int64_t hi) {  // [lo, hi) is not held by k
-        for (int j = 0; j < w && lo < hi; ++j) {
-          const elem_range s = shard_of(n, w, j);
-          const int64_t a = std::max(lo, s.begin), z = std::min(hi, s.end);
-          if (z > a) pieces.push_back({rank_at(j), k, {a, z}});
-        }
+        for (int j = 0; j < w && lo < hi; ++j)
+          for (const elem_range& s : cut.shards[static_cast<std::size_t>(j)]) {
+            const int64_t a = std::max(lo, s.begin), z = std::min(hi, s.end);
+            if (z > a) pieces.push_back({rank_at(j), k, {a, z}});
+          }
       };
       for (const auto& [hb, he] : mine) {
         const auto b0 = static_cast<int64_t>(hb), e0 = static_cast<int64_t>(he);

@@ -39,6 +39,26 @@ int zero_parts_of(const training_metadata& head, const std::string& step_dir) {
   return static_cast<int>(metadata_number(head, "zero.parts", 0, 1, step_dir));
 }
 
+// The cut a sharded checkpoint's PARTS parts were written in: the head's "zero.cut" (an
+// experts' cut), else the even one.
+shard_cut checkpoint_cut(const std::string& step_dir, int64_t n, int parts) {
+  const training_metadata head = read_checkpoint_metadata(step_dir);
+  const auto it = head.extra.find("zero.cut");
+  if (it == head.extra.end()) return even_cut(n, parts);
+  shard_cut c;
+  try {
+    c = cut_from_text(it->second, n);
+  } catch (const usage_error& e) {
+    throw checkpoint_error("checkpoint " + step_dir + ": its zero.cut does not read: " + e.what() +
+                           " (the checkpoint is damaged: resume from another)");
+  }
+  if (c.w() != parts)
+    throw checkpoint_error("checkpoint " + step_dir + ": its zero.cut has " + std::to_string(c.w()) +
+                           " shards for " + std::to_string(parts) +
+                           " parts (the checkpoint is damaged: resume from another)");
+  return c;
+}
+
 }  // namespace
 
 void read_state_range(const std::string& step_dir, const nn::model& m,
@@ -49,21 +69,31 @@ void read_state_range(const std::string& step_dir, const nn::model& m,
   if (range.size() <= 0) return;
   const int parts = checkpoint_zero_parts(step_dir);
   if (parts > 0) {
-    // Each part overlapping the range is read whole (a shard's size) and its overlap kept.
+    const shard_cut cut = checkpoint_cut(step_dir, n, parts);
+    // Each part overlapping the range is read whole (its shard's ranges back to back) and
+    // its overlaps kept.
     for (int p = 0; p < parts; ++p) {
-      const elem_range pr = shard_of(n, parts, p);
-      const int64_t lo = std::max(pr.begin, range.begin), hi = std::min(pr.end, range.end);
-      if (hi <= lo) continue;
-      std::vector<float> values(static_cast<std::size_t>(pr.size()));
+      const std::vector<elem_range>& pr = cut.shards[static_cast<std::size_t>(p)];
+      bool overlaps = false;
+      for (const elem_range& x : pr) overlaps = overlaps || (x.end > range.begin && x.begin < range.end);
+      if (!overlaps) continue;
+      const int64_t size = cut.size(p);
+      std::vector<float> values(static_cast<std::size_t>(size));
       std::vector<std::vector<float>> state(slots.size(), values);
       std::vector<optimizer_state_target> targets;
       for (std::size_t s = 0; s < slots.size(); ++s)
-        targets.push_back({slots[s], flat_target("zero", pr.size(), state[s].data())});
+        targets.push_back({slots[s], flat_target("zero", size, state[s].data())});
       load_checkpoint_file(step_dir, zero_file_name(p),
-                           {flat_target("zero", pr.size(), values.data())}, targets);
-      for (std::size_t s = 0; s < slots.size(); ++s)
-        std::memcpy(out[s] + (lo - range.begin), state[s].data() + (lo - pr.begin),
-                    static_cast<std::size_t>(hi - lo) * sizeof(float));
+                           {flat_target("zero", size, values.data())}, targets);
+      int64_t at = 0;  // where range x starts in the part
+      for (const elem_range& x : pr) {
+        const int64_t lo = std::max(x.begin, range.begin), hi = std::min(x.end, range.end);
+        if (hi > lo)
+          for (std::size_t s = 0; s < slots.size(); ++s)
+            std::memcpy(out[s] + (lo - range.begin), state[s].data() + at + (lo - x.begin),
+                        static_cast<std::size_t>(hi - lo) * sizeof(float));
+        at += x.size();
+      }
     }
     return;
   }
@@ -182,7 +212,30 @@ zero_reshard trainer::reshard(comm::communicator& c, int64_t step, int64_t held_
     if (s.kind != shard_source::nothing && steps_from < 0) steps_from = k;
     if (x.whole_params && whole_from < 0) whole_from = k;
   }
-  bool settled = true;
+  // The cuts: the new group's from its ring; the old group's from the ring a member of it
+  // sends (an experts' cut depends on it; the even cut does not, and nothing travels).
+  const shard_cut new_cut = cut_for(w, ring);
+  shard_cut old_cut = even_cut(n, f.old_w);
+  if (cfg_.parallel.ep > 1 && model_->has_moe()) {
+    int old_w = 0;  // the largest old group any member names: every member sends that many
+    for (const zero_facts& x : by_rank)
+      if (x.kind == shard_source::layout) old_w = std::max(old_w, x.old_w);
+    if (old_w > 0) {
+      std::vector<int32_t> old_ring(static_cast<std::size_t>(old_w), -1);
+      if (mine.kind == shard_source::layout)
+        for (int p = 0; p < mine.old_w; ++p) old_ring[static_cast<std::size_t>(p)] = rank_at(p);
+      std::vector<int32_t> rings(old_ring.size() * static_cast<std::size_t>(w));
+      c.allgather(old_ring.data(), rings.data(), old_ring.size() * sizeof(int32_t));
+      for (int k = 0; k < w; ++k) {  // the first member of f.old_w's group, by new position
+        const zero_facts& x = all[static_cast<std::size_t>(k)];
+        if (x.kind != shard_source::layout || x.old_w != f.old_w) continue;
+        const int32_t* r = rings.data() + static_cast<std::size_t>(rank_at_new(k)) * old_ring.size();
+        old_cut = cut_for(f.old_w, std::vector<int>(r, r + f.old_w));
+        break;
+      }
+    }
+  }
+  bool settled = old_cut == new_cut;
   for (int k = 0; k < w; ++k) {
     const zero_facts& x = all[static_cast<std::size_t>(k)];
     settled = settled && x.whole_params && x.kind == shard_source::layout && x.old_w == w &&
@@ -199,7 +252,10 @@ zero_reshard trainer::reshard(comm::communicator& c, int64_t step, int64_t held_
     zeros = zeros && x.kind != shard_source::nothing && x.optimizer_steps == 0;
   if (zeros) {
     for (shard_source& s : f.members) s = {shard_source::everything, -1};
-    f.old_w = std::max(1, f.old_w);
+    if (f.old_w < 1) {
+      f.old_w = 1;
+      old_cut = even_cut(n, 1);
+    }
     // Sharded parameters given back since: no step applied, so they are the initial ones.
     if (shards_params() && !values_whole_) {
       model_->init_parameters(cfg_.train.seed);
@@ -211,7 +267,7 @@ zero_reshard trainer::reshard(comm::communicator& c, int64_t step, int64_t held_
   if (steps_from < 0)
     throw shard_lost("no member holds the optimizer state of step " + std::to_string(step) +
                      ": resume from a checkpoint");
-  const std::vector<shard_move> moves = plan_recut(f);
+  const std::vector<shard_move> moves = plan_recut(f, old_cut, new_cut);
   out.moved_elements = moved_elements(moves);
   const auto bytes_of = [](int64_t elems) { return static_cast<uint64_t>(elems) * sizeof(float); };
 
@@ -226,25 +282,25 @@ zero_reshard trainer::reshard(comm::communicator& c, int64_t step, int64_t held_
   if (!params_slot && whole_from >= 0) {
     for (int k = 0; k < w; ++k) {
       if (all[static_cast<std::size_t>(k)].whole_params) continue;
-      for (int j = 0; j < w; ++j) {
-        const elem_range r = shard_of(n, w, j);
-        if (r.size() > 0)
-          param_moves.push_back({all[static_cast<std::size_t>(j)].whole_params ? j : whole_from, k, r});
-      }
+      for (int j = 0; j < w; ++j)
+        for (const elem_range& r : new_cut.shards[static_cast<std::size_t>(j)])
+          if (r.size() > 0)
+            param_moves.push_back({all[static_cast<std::size_t>(j)].whole_params ? j : whole_from, k, r});
     }
   } else if (!params_slot) {
     for (int j = 0; j < f.old_w; ++j) {
-      const elem_range r = shard_of(n, f.old_w, j);
       int src = -1;
       for (int h : holders_of(f.old_w, j))
         for (int k = 0; k < w && src < 0; ++k)
           if (f.members[static_cast<std::size_t>(k)].kind == shard_source::layout &&
               f.members[static_cast<std::size_t>(k)].old_rank == h)
             src = k;
-      if (src < 0)
-        throw shard_lost("the parameters " + to_string(r) + " of step " + std::to_string(step) +
-                         " were held only by members that are gone: resume from a checkpoint");
-      if (r.size() > 0) c.broadcast(values + r.begin, bytes_of(r.size()), rank_at_new(src));
+      for (const elem_range& r : old_cut.shards[static_cast<std::size_t>(j)]) {
+        if (src < 0)
+          throw shard_lost("the parameters " + to_string(r) + " of step " + std::to_string(step) +
+                           " were held only by members that are gone: resume from a checkpoint");
+        if (r.size() > 0) c.broadcast(values + r.begin, bytes_of(r.size()), rank_at_new(src));
+      }
     }
   }
 
@@ -280,7 +336,7 @@ zero_reshard trainer::reshard(comm::communicator& c, int64_t step, int64_t held_
         std::memcpy(dst + (lo - r.begin), old.slots[i][s].data() + (lo - h.begin), bytes_of(hi - lo));
     }
   };
-  zero_->hold(w, me);
+  zero_->hold(new_cut, me);
   zero_->set_steps(all[static_cast<std::size_t>(steps_from)].optimizer_steps);
   if (my.kind == shard_source::everything) {
     zero_fill_from_source();
@@ -383,14 +439,13 @@ model_state_bytes trainer::state_bytes() const {
   // (on_params; before the first gather, the held ranges' share).
   if (shards_params() && zero_->holds() && zero_->replicas() > 1)
     b.params = params_peak_ > 0 ? params_peak_
-                                : elements_held(n, zero_->replicas(), zero_->rank()) *
+                                : elements_held(zero_->cut(), zero_->rank()) *
                                       static_cast<int64_t>(sizeof(float));
   b.grads = b.params + static_cast<int64_t>(fixed_.size() * sizeof(int64_t));
   // Sharded gradients: the most the kernel was seen holding of the two gradient buffers
   // (sample_grads; before the first sample, the held ranges' share).
   if (shards_grads()) {
-    const int w = zero_->holds() ? zero_->replicas() : 1;
-    const int64_t held = elements_held(n, w, zero_->holds() ? zero_->rank() : 0);
+    const int64_t held = zero_->holds() ? elements_held(zero_->cut(), zero_->rank()) : n;
     b.grads = grads_peak_ > 0 ? grads_peak_
                               : held * static_cast<int64_t>(sizeof(float) +
                                                             (fixed_.empty() ? 0 : sizeof(int64_t)));
@@ -412,24 +467,32 @@ std::vector<shard_snapshot> trainer::zero_checkpoint_parts(int64_t next_step, ui
   all_files = {shard_file_name(0, 0)};
   for (int k = 0; k < w; ++k) all_files.push_back(zero_file_name(k));
   std::vector<shard_snapshot> parts;
+  const shard_cut& cut = zero_->cut();
   if (r == 0) {
     parts.push_back(snapshot(next_step));  // the parameters, under their names
     parts.back().optimizer_state.clear();
     parts.back().meta.extra["checkpoint.job"] = job;
     parts.back().meta.extra["zero.parts"] = std::to_string(w);
+    // An experts' cut is written down: a reader cannot make it without the group's ring.
+    if (!(cut == even_cut(cut.n, w))) parts.back().meta.extra["zero.cut"] = cut_text(cut);
   }
-  // Its own shard: the first held range (the replica is the neighbour's to write).
-  const elem_range own = shard_of(model_->num_params(), w, r);
+  // Its own shard: the first held ranges, back to back (the replica is the neighbour's to
+  // write).
+  const std::vector<elem_range>& own = cut.shards[static_cast<std::size_t>(r)];
+  const int64_t own_size = cut.size(r);
   shard_snapshot s;
   s.file = zero_file_name(r);
-  s.layout = {{"zero", {own.size()}, 0}};
+  s.layout = {{"zero", {own_size}, 0}};
   const std::vector<float> values = model_->flat_values().to_vector();
-  s.params.assign(values.begin() + own.begin, values.begin() + own.end);
+  for (const elem_range& x : own)
+    s.params.insert(s.params.end(), values.begin() + x.begin, values.begin() + x.end);
   for (std::size_t k = 0; k < zero_->slots().size(); ++k) {
-    std::vector<float> data(static_cast<std::size_t>(own.size()));
-    if (own.size() > 0) {
-      COHORT_CHECK(!zero_->ranges().empty() && zero_->ranges()[0] == own);
-      std::memcpy(data.data(), zero_->slot(0, k).data(), data.size() * sizeof(float));
+    std::vector<float> data;
+    data.reserve(static_cast<std::size_t>(own_size));
+    for (std::size_t i = 0; i < own.size(); ++i) {
+      COHORT_CHECK(i < zero_->ranges().size() && zero_->ranges()[i] == own[i]);
+      const float* from = zero_->slot(i, k).data();
+      data.insert(data.end(), from, from + own[i].size());
     }
     s.optimizer_state.emplace_back(zero_->slots()[k], std::move(data));
   }
@@ -452,9 +515,10 @@ std::shared_ptr<const comm::holding> trainer::holding_of(int w) {
   if (holding_ && holding_->ranks() == w) return holding_;
   auto h = std::make_shared<comm::holding>();
   const int64_t n = model_->num_params();
+  const shard_cut cut = zero_->holds() && zero_->replicas() == w ? zero_->cut() : even_cut(n, w);
   for (int r = 0; r < w; ++r) {
     std::vector<std::pair<std::size_t, std::size_t>> mine;
-    for (const elem_range& e : ranges_held(n, w, position_of(r)))
+    for (const elem_range& e : ranges_held(cut, position_of(r)))
       if (e.size() > 0)
         mine.emplace_back(static_cast<std::size_t>(e.begin), static_cast<std::size_t>(e.end));
     std::sort(mine.begin(), mine.end());
@@ -512,8 +576,10 @@ void trainer::finish_sharded_sum(comm::communicator& c, int64_t step) {
   take_sum();  // the after-sum stages ran bucket by bucket (grads_reduced)
   // Each member's part of every parameter's sum of squares: its own shard only (the replica
   // holder's copy counts once, at its owner).
-  const elem_range own = shard_of(model_->num_params(), c.size(), zero_->rank());
-  const std::vector<square_sum> parts = grad_square_sums_in(*model_, {{own.begin, own.end}});
+  std::vector<std::pair<int64_t, int64_t>> own;
+  for (const elem_range& x : zero_->cut().shards[static_cast<std::size_t>(zero_->rank())])
+    own.emplace_back(x.begin, x.end);
+  const std::vector<square_sum> parts = grad_square_sums_in(*model_, own);
   constexpr std::size_t per = square_sum::digits + 1;
   std::vector<int64_t> mine(parts.size() * per);
   for (std::size_t i = 0; i < parts.size(); ++i) {

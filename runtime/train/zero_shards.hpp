@@ -37,6 +37,39 @@ inline constexpr int64_t shard_align = 64;
 /// align) and U = ceil(N / align): contiguous, in rank order, sizes within `align` of each
 /// other (a shard may be empty when N < W align). Throws usage_error unless 0 <= R < W.
 elem_range shard_of(int64_t n, int w, int r);
+/// How the flattened parameters are cut into a group's shards: shard P (ring position P) is a
+/// list of sorted, disjoint, non-adjacent ranges, every range's ends multiples of shard_align
+/// but n; the shards together cover [0, n) once. The even cut has one range a shard
+/// (shard_of); the experts' cut (unit_cut) keeps each expert of a mixture of experts whole in
+/// the shard of the position that computes it.
+struct shard_cut {
+  int64_t n = 0;
+  std::vector<std::vector<elem_range>> shards;
+  int w() const { return static_cast<int>(shards.size()); }
+  /// Elements of shard J.
+  int64_t size(int j) const;
+  bool operator==(const shard_cut& o) const { return n == o.n && shards == o.shards; }
+};
+/// shard_of's cut of N elements among W positions.
+shard_cut even_cut(int64_t n, int w);
+/// A cut that gives position OWNER[i] unit UNITS[i] whole (units: sorted, disjoint ranges of
+/// [0, n), an expert's parameters), and cuts the other elements evenly over the W positions
+/// in their order. Each unit's ends are moved down to a multiple of shard_align first (a few
+/// of an expert's elements may go with the range before it), so that every element is updated
+/// in the same lane of the optimizer's loop as in the whole-model update. Throws usage_error
+/// for units out of order or outside [0, n), or an owner outside [0, W).
+shard_cut unit_cut(int64_t n, int w, const std::vector<elem_range>& units,
+                   const std::vector<int>& owner);
+/// The ranges position R holds under cut C: its own shard's, then its neighbour's (R - 1),
+/// whose replica it keeps (only its own when W == 1).
+std::vector<elem_range> ranges_held(const shard_cut& c, int r);
+/// Elements position R holds under cut C.
+int64_t elements_held(const shard_cut& c, int r);
+/// Text for a checkpoint's metadata ("b-e,b-e;b-e;...": shard by shard), and back (throws
+/// usage_error naming what is wrong with TEXT for a cut of N elements).
+std::string cut_text(const shard_cut& c);
+shard_cut cut_from_text(const std::string& text, int64_t n);
+
 /// The ranks that hold shard J in a group of W: its owner J, then the replica holder
 /// (J + 1) % W; only {0} when W == 1.
 std::vector<int> holders_of(int w, int j);
@@ -84,7 +117,7 @@ struct shard_move {
   }
 };
 
-/// The moves that give every new rank k the ranges ranges_held(n, new W, k) it does not
+/// The moves that give every new rank k the ranges ranges_held(new cut, k) it does not
 /// hold already: each missing piece (split at the old shards' boundaries) comes from its
 /// old owner when that is a member, else from its old replica holder, else from the lowest
 /// member that holds everything. A member holding everything moves nothing to itself.
@@ -92,6 +125,10 @@ struct shard_move {
 /// naming the first range no member holds (both of its holders gone), or usage_error for
 /// facts that contradict each other (an old rank outside the old group, or twice).
 std::vector<shard_move> plan_recut(const recut_facts& f);
+/// The same between cuts OLD_CUT (of the old group, old_w shards) and NEW_CUT (of
+/// members.size()); plan_recut(f) is this with the even cuts.
+std::vector<shard_move> plan_recut(const recut_facts& f, const shard_cut& old_cut,
+                                   const shard_cut& new_cut);
 
 /// Elements the moves carry, summed (per optimizer slot).
 int64_t moved_elements(const std::vector<shard_move>& moves);

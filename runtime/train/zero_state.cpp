@@ -35,21 +35,26 @@ nn::tensor zero_optimizer::slot(std::size_t i, std::size_t s) {
   return parts_.at(i)->state().at(s).second;
 }
 
-void zero_optimizer::hold(int w, int r) {
+void zero_optimizer::hold(int w, int r) { hold(even_cut(params_.numel(), w), r); }
+
+void zero_optimizer::hold(const shard_cut& c, int r) {
+  COHORT_CHECK(c.n == params_.numel() && r >= 0 && r < c.w());
   parts_.clear();
   ranges_.clear();
   replica_.clear();
-  const std::vector<elem_range> all = ranges_held(params_.numel(), w, r);
+  const std::size_t own = c.shards[static_cast<std::size_t>(r)].size();
+  const std::vector<elem_range> all = ranges_held(c, r);
   for (std::size_t i = 0; i < all.size(); ++i) {
     const elem_range& x = all[i];
     if (x.size() == 0) continue;
     ranges_.push_back(x);
-    replica_.push_back(i > 0);
+    replica_.push_back(i >= own);
     parts_.push_back(nn::make_optimizer(params_.view(x.begin, {x.size()}),
                                         grads_.view(x.begin, {x.size()}), o_, *pool_));
   }
-  w_ = w;
+  w_ = c.w();
   r_ = r;
+  cut_ = c;
 }
 
 zero_optimizer::held zero_optimizer::release() {
@@ -57,6 +62,7 @@ zero_optimizer::held zero_optimizer::release() {
   h.ranges = ranges_;
   h.w = w_;
   h.r = r_;
+  h.cut = cut_;
   for (auto& part : parts_) {
     std::vector<nn::tensor> s;
     for (auto& [name, t] : part->state()) s.push_back(t);
@@ -67,6 +73,7 @@ zero_optimizer::held zero_optimizer::release() {
   replica_.clear();
   w_ = 0;
   r_ = -1;
+  cut_ = shard_cut{};
   return h;
 }
 
@@ -75,7 +82,7 @@ void zero_optimizer::restore(const held& h) {
     release();
     return;
   }
-  hold(h.w, h.r);
+  hold(h.cut, h.r);
   COHORT_CHECK(ranges_ == h.ranges);
   for (std::size_t i = 0; i < ranges_.size(); ++i)
     for (std::size_t s = 0; s < slots_.size(); ++s) slot(i, s).copy_from(h.slots[i][s]);

@@ -45,18 +45,23 @@ class zero_optimizer final : public nn::optimizer {
   bool holds() const { return w_ > 0; }
   int replicas() const { return w_; }
   int rank() const { return r_; }
-  /// The held ranges (ranges_held(n, replicas(), rank()), the empty ones left out).
+  /// The cut the held ranges are of (hold's).
+  const shard_cut& cut() const { return cut_; }
+  /// The held ranges (ranges_held(cut(), rank()), the empty ones left out).
   const std::vector<elem_range>& ranges() const { return ranges_; }
   /// Slot S of held range I: a tensor of that range's size.
   nn::tensor slot(std::size_t i, std::size_t s);
-  /// Rank R of a group of W from now on, with zero state: what was held is dropped (take it
+  /// Position R of cut C from now on, with zero state: what was held is dropped (take it
   /// first with release()).
+  void hold(const shard_cut& c, int r);
+  /// hold(even_cut(n, W), R).
   void hold(int w, int r);
   /// Hands the held ranges' state over (ranges, then per range its slots) and holds nothing.
   struct held {
     std::vector<elem_range> ranges;
     std::vector<std::vector<nn::tensor>> slots;  ///< [range][slot]
     int w = 0, r = -1;
+    shard_cut cut;
   };
   held release();
   /// Holds H again, as it was before release() (a re-cut that failed half way).
@@ -71,6 +76,7 @@ class zero_optimizer final : public nn::optimizer {
   nn::pool* pool_;
   std::vector<std::string> slots_;
   int w_ = 0, r_ = -1;
+  shard_cut cut_;
   std::vector<elem_range> ranges_;
   std::vector<bool> replica_;  ///< per range: the neighbour's shard, not this rank's own
   std::vector<std::unique_ptr<nn::optimizer>> parts_;

@@ -214,6 +214,80 @@ TEST_CASE("ring_of_hosts: the hosts take turns, each host's ranks in order") {
   }
 }
 
+// The experts' cut: each unit (an expert's parameters) whole in its owner's shard, ends moved
+// down to the alignment, the other elements cut evenly in order.
+TEST_CASE("unit_cut: each expert whole in its owner's shard, the rest cut evenly, every element once") {
+  // 1000 elements; units [128, 300) and [300, 520) (ends move down to 256, 512) and
+  // [700, 1000) (to the end, which stays): owners 1, 0, 1 of 3 positions.
+  const shard_cut c = unit_cut(1000, 3, {{128, 300}, {300, 520}, {700, 1000}}, {1, 0, 1});
+  REQUIRE(c.w() == 3);
+  // The rest: [0, 128), [512, 640) (256 elements; cut at 64-multiples of their count:
+  // shard_of(256, 3, p) = [0, 64), [64, 128), [128, 256)) and the tail piece [640, 640)
+  // is empty ([512, 640) is the gap between 512 and 640 = 640 down-moved from 700).
+  CHECK(c.shards[0] == std::vector<elem_range>{{0, 64}, {256, 512}});
+  CHECK(c.shards[1] == std::vector<elem_range>{{64, 256}, {640, 1000}});
+  CHECK(c.shards[2] == std::vector<elem_range>{{512, 640}});
+  int64_t total = 0;
+  for (int j = 0; j < 3; ++j) total += c.size(j);
+  CHECK(total == 1000);
+  // Every end but n a multiple of the alignment.
+  for (const auto& s : c.shards)
+    for (const elem_range& r : s) {
+      CHECK(r.begin % shard_align == 0);
+      CHECK((r.end == 1000 || r.end % shard_align == 0));
+    }
+  // Held: its own ranges, then its neighbour's replica.
+  CHECK(ranges_held(c, 1) == std::vector<elem_range>{{64, 256}, {640, 1000}, {0, 64}, {256, 512}});
+  CHECK(elements_held(c, 0) == c.size(0) + c.size(2));
+  // No units: the even cut.
+  CHECK(unit_cut(1000, 3, {}, {}) == even_cut(1000, 3));
+  // The text a checkpoint keeps, and back.
+  CHECK(cut_text(c) == "0-64,256-512;64-256,640-1000;512-640");
+  CHECK(cut_from_text(cut_text(c), 1000) == c);
+  CHECK(cut_from_text("0-1000", 1000) == even_cut(1000, 1));
+  for (const char* bad : {"0-64;64-900", "0-64,32-1000", "0-500;500-1000;x", "0-64;64-1000;10-20",
+                          "0-1001", "0-64;;64-1000x"})
+    CHECK_THROWS_AS(cut_from_text(bad, 1000), usage_error);
+  CHECK_THROWS_AS(unit_cut(1000, 3, {{300, 520}, {128, 300}}, {0, 1}), usage_error);
+  CHECK_THROWS_AS(unit_cut(1000, 3, {{128, 300}}, {3}), usage_error);
+}
+
+TEST_CASE("re-cut between experts' cuts: each missing piece from a member that held it") {
+  // Old: 3 positions, units owned 1, 0, 1; new: 2 positions, the units to 0, 1, 0.
+  recut_facts f;
+  f.n = 1000;
+  f.old_w = 3;
+  const shard_cut old_cut = unit_cut(1000, 3, {{128, 300}, {300, 520}, {700, 1000}}, {1, 0, 1});
+  const shard_cut new_cut = unit_cut(1000, 2, {{128, 300}, {300, 520}, {700, 1000}}, {0, 1, 0});
+  // Old position 1 was lost; the survivors are old 0 (new 0) and old 2 (new 1).
+  f.members = {{shard_source::layout, 0}, {shard_source::layout, 2}};
+  const std::vector<shard_move> moves = plan_recut(f, old_cut, new_cut);
+  // Every new holding is complete afterwards: what each had plus what it receives.
+  for (int k = 0; k < 2; ++k) {
+    std::vector<elem_range> have = ranges_held(old_cut, f.members[static_cast<std::size_t>(k)].old_rank);
+    for (const shard_move& m : moves)
+      if (m.dst == k) have.push_back(m.r);
+    for (const elem_range& want : ranges_held(new_cut, k))
+      for (int64_t e = want.begin; e < want.end; e += 8) {
+        bool in = false;
+        for (const elem_range& h : have) in = in || (e >= h.begin && e < h.end);
+        CHECK_MESSAGE(in, "new rank " << k << " lacks element " << e);
+      }
+    // ... and every move's source held the piece.
+    for (const shard_move& m : moves) {
+      if (m.src != k) continue;
+      const auto held = ranges_held(old_cut, f.members[static_cast<std::size_t>(k)].old_rank);
+      bool in = false;
+      for (const elem_range& h : held) in = in || (m.r.begin >= h.begin && m.r.end <= h.end);
+      CHECK(in);
+    }
+  }
+  // Cuts of other groups than the facts name are refused.
+  recut_facts g = f;
+  g.old_w = 2;
+  CHECK_THROWS_AS(plan_recut(g, old_cut, new_cut), usage_error);
+}
+
 // Expert parallelism with sharded parameters: what each DP rank gathers of a block is the
 // block's dense parameters and the experts its EP rank computes (e % size == rank).
 TEST_CASE("expert_block_needs: dense parameters for every rank, each expert for its EP rank only") {
