@@ -6,6 +6,7 @@
 // bytes against the ring's closed form, and the measured overlap of a GPT's buckets.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <csignal>
 #include <cstdlib>
@@ -442,6 +443,18 @@ std::string moe_sharded_yaml(const std::string& dir, int steps) {
   return yaml;
 }
 
+// The "__metadata__" of the safetensors file at PATH (its header: 8 bytes of length, then JSON).
+nlohmann::json safetensors_metadata(const std::string& path) {
+  const std::string bytes = read_file(path);
+  REQUIRE(bytes.size() >= 8);
+  uint64_t len = 0;
+  for (int i = 7; i >= 0; --i) len = (len << 8) | static_cast<unsigned char>(bytes[static_cast<std::size_t>(i)]);
+  REQUIRE(bytes.size() >= 8 + len);
+  const nlohmann::json header = nlohmann::json::parse(bytes.substr(8, len), nullptr, false);
+  REQUIRE(header.is_object());
+  return header.value("__metadata__", nlohmann::json::object());
+}
+
 // `cohort launch` of CFG with 4 workers and EXTRA; its summary.
 nlohmann::json launch4(const temp_dir& dir, const std::string& cfg, const std::string& tag,
                        const std::vector<std::string>& extra) {
@@ -468,10 +481,11 @@ TEST_CASE("moe expert parallelism with sharded state: zero 2 and 3 at ep 4 end o
       if (zero == 2 && ep == 1) continue;
       CAPTURE(zero);
       CAPTURE(ep);
+      std::vector<std::string> extra = {"--set", "train.zero=" + std::to_string(zero), "--set",
+                                        "parallel.ep=" + std::to_string(ep)};
+      if (zero == 3 && ep == 4) extra.insert(extra.end(), {"--set", "fault_tolerance.checkpoint_every=4"});
       const nlohmann::json s =
-          launch4(dir, cfg, "z" + std::to_string(zero) + "ep" + std::to_string(ep),
-                  {"--set", "train.zero=" + std::to_string(zero), "--set",
-                   "parallel.ep=" + std::to_string(ep)});
+          launch4(dir, cfg, "z" + std::to_string(zero) + "ep" + std::to_string(ep), extra);
       CHECK(s["params_sha256"] == hash);
       CHECK(s["steps_completed"] == 8);
       for (const auto& w : s["workers"]) {
@@ -489,6 +503,25 @@ TEST_CASE("moe expert parallelism with sharded state: zero 2 and 3 at ep 4 end o
   // worth is the floor asserted.
   const double expert_bytes = 4.0 * (2 * 512 * 32 + 512 + 32);
   CHECK(params_peak[4] < params_peak[1] - expert_bytes);
+  // The experts' cut is written down with the checkpoint (4 shards, each holding one whole
+  // expert of 33,312 elements: ranges of that size at least), and read back by it: the
+  // checkpoint of step 4 resumes in cohort train and at dp 2, ep 2, zero 2 on the same hash.
+  const std::string at4 = dir.path() + "/ckpt/step_00000004";
+  const nlohmann::json head = safetensors_metadata(at4 + "/shard_p0_t0.safetensors");
+  REQUIRE_MESSAGE(head.contains("zero.cut"), head.dump());
+  const std::string cut = head["zero.cut"];
+  CHECK(std::count(cut.begin(), cut.end(), ';') == 3);
+  {
+    const std::string out = dir.path() + "/resumed.json";
+    child_process train({"train", cfg, "-q", "--summary", out, "--resume-from", at4}, dir.path(),
+                        "train-resumed");
+    const nlohmann::json r = finish_launch(train, out, milliseconds(120000));
+    CHECK(r["params_sha256"] == hash);
+    const nlohmann::json dp2 = launch4(dir, cfg, "resumed-dp2",
+                                       {"--set", "cluster.workers=2", "--set", "train.zero=2",
+                                        "--set", "parallel.ep=2", "--resume-from", at4});
+    CHECK(dp2["params_sha256"] == hash);
+  }
   // zero 3, ep 4: the worker of expert 1 killed at step 4, not restarted; the three left
   // re-cut its shards from their copies and end on the same hash.
   const nlohmann::json k =
