@@ -381,7 +381,8 @@ const std::vector<key_spec>& schema() {
          nullptr,
          "Sharded model state (ZeRO) for whole-model data-parallel jobs. 0: every worker "
          "holds all of it. 1: the optimizer state is sharded: each worker holds its own "
-         "contiguous shard plus a replica of its neighbour's, so a kill loses nothing; members "
+         "shard (contiguous; with parallel.ep each expert whole in the shard of its rank) plus "
+         "a replica of its neighbour's, so a kill loses nothing; members "
          "re-cut the shards when the group changes. 2: the gradients too: the DP sum reaches "
          "each shard's two holders only and the rest of the gradient buffer goes back to the "
          "kernel. 3: the parameters too: forward and backward gather each block from its "
