@@ -13,17 +13,21 @@ namespace cohort::step {
 
 train::trainer* replica_step::lend_experts(const net::step_open& o, int rank) {
   train::trainer* w = seat_->whole_model();
-  if (w == nullptr || !links_.experts) return nullptr;
-  const expert_place ep = expert_group(cfg_->parallel.ep, o.replicas, rank);
-  // Sharded parameters: each member gathers the experts it computes, not the others'.
-  std::vector<std::pair<int, int>> places;
-  if (w->shards_params())
+  if (w == nullptr || cfg_->parallel.ep <= 1 || !w->model().has_moe()) return nullptr;
+  // Sharded parameters: each member gathers the experts it computes, not the others'; every
+  // member knows every member's place (a group of one too, which has no exchange).
+  if (w->shards_params()) {
+    std::vector<std::pair<int, int>> places;
     for (int k = 0; k < o.replicas; ++k) {
       const expert_place p = expert_group(cfg_->parallel.ep, o.replicas, k);
       places.emplace_back(p.rank, p.size);
     }
-  w->set_experts_comm(links_.experts.get(), most_micro_batches(o, rank - ep.rank, ep.size),
-                      std::move(places));
+    w->set_expert_places(std::move(places));
+  }
+  if (links_.experts) {
+    const expert_place ep = expert_group(cfg_->parallel.ep, o.replicas, rank);
+    w->set_experts_comm(links_.experts.get(), most_micro_batches(o, rank - ep.rank, ep.size));
+  }
   return w;
 }
 

@@ -248,7 +248,9 @@ void replica_step::run_step(const net::step_open& o, int rank, net::step_vote& v
   struct experts_lease {
     train::trainer* w;
     ~experts_lease() {
-      if (w != nullptr) w->set_experts_comm(nullptr, 0);
+      if (w == nullptr) return;
+      w->set_experts_comm(nullptr, 0);
+      w->set_expert_places({});
     }
   } experts{lend_experts(o, rank)};
   train::trainer* const whole = seat_->whole_model();

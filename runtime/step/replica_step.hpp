@@ -141,8 +141,9 @@ class replica_step {
   /// caller takes the communicator back after the step), or null without sharded parameters.
   train::trainer* lend_params(const net::step_open& o);
   /// parallel.ep (replica_moe.cpp): hands the seat's trainer this worker's EP group for the
-  /// MoE layers' exchanges during step O and how many passes the group's busiest member runs;
-  /// that trainer (the caller takes the communicator back after the step), or null.
+  /// MoE layers' exchanges during step O and how many passes the group's busiest member runs
+  /// (none for a group of one), and with sharded parameters every member's EP place; that
+  /// trainer (the caller takes both back after the step), or null.
   train::trainer* lend_experts(const net::step_open& o, int rank);
   /// The most micro-batches one of DP ranks [FIRST, FIRST + COUNT) computes in step O.
   int most_micro_batches(const net::step_open& o, int first, int count) const;

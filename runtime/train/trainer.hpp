@@ -339,11 +339,15 @@ class trainer {
   /// tokens travel to their experts and back; PASSES: the most micro-batches a member of the
   /// group computes (every member takes part in that many passes' exchanges). Null takes it
   /// back (evaluation and inference run every expert here); the caller does so before the
-  /// communicator goes. PLACES (sharded parameters): per rank of the DP group, its rank and
-  /// size in its EP group, so that a block's gather brings each member the dense values and
-  /// its own experts' only (gather_block); empty: every member gathers every value.
-  void set_experts_comm(comm::communicator* c, int passes,
-                        std::vector<std::pair<int, int>> places = {});
+  /// communicator goes.
+  void set_experts_comm(comm::communicator* c, int passes);
+  /// During a step with sharded parameters: per rank of the DP group, its rank and size in its
+  /// EP group (every member, a group of one too, which has no communicator), so that a block's
+  /// gather brings each member the dense values and its own experts' only (gather_block);
+  /// empty (between steps): every member gathers every value.
+  void set_expert_places(std::vector<std::pair<int, int>> places) {
+    expert_places_ = std::move(places);
+  }
   /// What the MoE layers did since the last call (and resets it): tokens each expert computed
   /// (routed here, summed over the layers), assignments dropped over capacity, and the
   /// exchanges' all-to-all calls, bytes sent and time.

@@ -17,11 +17,9 @@
 
 namespace cohort::train {
 
-void trainer::set_experts_comm(comm::communicator* c, int passes,
-                               std::vector<std::pair<int, int>> places) {
+void trainer::set_experts_comm(comm::communicator* c, int passes) {
   experts_comm_ = c;
   experts_passes_ = c != nullptr ? passes : 0;
-  expert_places_ = c != nullptr ? std::move(places) : std::vector<std::pair<int, int>>{};
   if (c == nullptr) {
     model_->set_moe_exchange(nullptr);
     return;
@@ -98,11 +96,14 @@ shard_cut trainer::cut_for(int w, const std::vector<int>& ring) const {
   for (int p = 0; p < w; ++p)
     position[static_cast<std::size_t>(p < static_cast<int>(ring.size()) ? ring[static_cast<std::size_t>(p)] : p)] = p;
   const int groups = (w + ep - 1) / ep;
-  // Each expert's parameters (consecutive), in order; the K-th of them (counted over the
-  // MoE layers) is computed in every EP group, and goes to group K mod groups's rank for it.
+  // Each expert's parameters (consecutive), in order. Every EP group computes each expert (on
+  // its rank e mod its size); the expert goes to the one of those ranks that holds the fewest
+  // experts' elements so far (the lowest group on a tie), so that a smaller last group's
+  // ranks, each computing more experts, do not also hold more of them.
   std::vector<elem_range> units;
   std::vector<int> owner;
-  int last_block = -1, last_expert = -1, k = -1;
+  std::vector<int64_t> load(static_cast<std::size_t>(w), 0);
+  int last_block = -1, last_expert = -1;
   for (std::size_t b = 0; b < model_->blocks().size(); ++b) {
     const nn::block_info& blk = model_->blocks()[b];
     for (std::size_t i = blk.first; i < blk.first + blk.count; ++i) {
@@ -112,16 +113,21 @@ shard_cut trainer::cut_for(int w, const std::vector<int>& ring) const {
       const elem_range r{p.offset, p.offset + p.value.numel()};
       if (static_cast<int>(b) == last_block && e == last_expert && units.back().end == r.begin) {
         units.back().end = r.end;
+        load[static_cast<std::size_t>(owner.back())] += r.size();
         continue;
       }
       last_block = static_cast<int>(b);
       last_expert = e;
-      ++k;
-      const int g = k % groups;
-      const nn::expert_place place = nn::expert_group(ep, w, g * ep);
-      const int rank = g * ep + e % place.size;
+      int best = -1;
+      for (int g = 0; g < groups; ++g) {
+        const int rank = g * ep + e % nn::expert_group(ep, w, g * ep).size;
+        const int p = position[static_cast<std::size_t>(rank)];
+        if (best < 0 || load[static_cast<std::size_t>(p)] < load[static_cast<std::size_t>(best)])
+          best = p;
+      }
       units.push_back(r);
-      owner.push_back(position[static_cast<std::size_t>(rank)]);
+      owner.push_back(best);
+      load[static_cast<std::size_t>(best)] += r.size();
     }
   }
   return unit_cut(n, w, units, owner);

@@ -469,8 +469,8 @@ nlohmann::json launch4(const temp_dir& dir, const std::string& cfg, const std::s
 }  // namespace
 
 TEST_CASE("moe expert parallelism with sharded state: zero 2 and 3 at ep 4 end on cohort "
-          "train's hash, a member gathers only its experts, and the worker of an expert killed "
-          "is re-cut from memory") {
+          "train's hash (dp 4 and 5), a member gathers only its experts, and the worker of an "
+          "expert killed is re-cut from memory") {
   temp_dir dir;
   const std::string cfg = dir.write("moe.yaml", moe_sharded_yaml(dir.path(), 8));
   const std::string hash = train_summary(dir, cfg)["params_sha256"];
@@ -520,8 +520,16 @@ TEST_CASE("moe expert parallelism with sharded state: zero 2 and 3 at ep 4 end o
     const nlohmann::json dp2 = launch4(dir, cfg, "resumed-dp2",
                                        {"--set", "cluster.workers=2", "--set", "train.zero=2",
                                         "--set", "parallel.ep=2", "--resume-from", at4});
+    CHECK(dp2["dp"] == 2);
     CHECK(dp2["params_sha256"] == hash);
   }
+  // dp 5, ep 4: EP groups of 4 and of 1 (the one alone has no exchange, computes every expert
+  // itself and still gathers as the others do).
+  const nlohmann::json five = launch4(dir, cfg, "z3dp5",
+                                      {"--set", "cluster.workers=5", "--set", "train.zero=3",
+                                       "--set", "parallel.ep=4"});
+  CHECK(five["dp"] == 5);
+  CHECK(five["params_sha256"] == hash);
   // zero 3, ep 4: the worker of expert 1 killed at step 4, not restarted; the three left
   // re-cut its shards from their copies and end on the same hash.
   const nlohmann::json k =
