@@ -352,13 +352,9 @@ void gpt::set_moe_exchange(const moe_exchange* ex) {
 }
 
 void gpt::moe_pass() {
-  // forward_backward's order: the MoE blocks forward from the first, backward from the last.
-  std::vector<moe_acts> acts(layers_.size());
-  for (std::size_t l = 0; l < layers_.size(); ++l)
-    if (layers_[l].moe) layers_[l].moe->forward(acts[l], nullptr, nullptr, 0);
-  for (std::size_t l = layers_.size(); l-- > 0;)
-    if (layers_[l].moe)
-      layers_[l].moe->backward(acts[l], nullptr, nullptr, nullptr, 0, 0.0f);
+  // forward_backward's order of the exchanges: params_pass's, with no block gathered (a need
+  // or done reaches no hook here, or one with every value already here).
+  params_pass(nullptr, true);
 }
 
 void gpt::params_pass(const std::function<void(std::size_t block)>& backward_done,

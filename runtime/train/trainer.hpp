@@ -286,6 +286,11 @@ class trainer {
   /// whole to the position of the rank that computes it (unit_cut; an expert of several EP
   /// groups to one of them in turn), else the even cut.
   shard_cut cut_for(int w, const std::vector<int>& ring) const;
+  /// The cut this member holds its ranges in when it is of a group of W, else W's even cut.
+  shard_cut cut_of(int w) const {
+    return zero_->holds() && zero_->replicas() == w ? zero_->cut()
+                                                    : even_cut(model_->num_params(), w);
+  }
   int position_of(int r) const {
     for (std::size_t p = 0; p < ring_.size(); ++p)
       if (ring_[p] == r) return static_cast<int>(p);

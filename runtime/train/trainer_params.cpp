@@ -130,9 +130,7 @@ void trainer::gather_range(comm::communicator& c, int64_t begin, int64_t end) {
   // Each shard's piece of the range from its owner, in place: a member that holds the piece
   // (owner or replica holder) has the same bits already, so nothing it holds changes.
   float* values = model_->flat_values().data();
-  const shard_cut cut = zero_->holds() && zero_->replicas() == c.size()
-                            ? zero_->cut()
-                            : even_cut(model_->num_params(), c.size());
+  const shard_cut cut = cut_of(c.size());
   for (int j = 0; j < c.size(); ++j)
     for (const elem_range& r : cut.shards[static_cast<std::size_t>(j)]) {
       const int64_t lo = std::max(r.begin, begin), hi = std::min(r.end, end);
