@@ -264,13 +264,6 @@ class rules {
                                      "' is not one of: cpu, cuda, cuda:N (N a device number), "
                                      "auto");
     const bool gpu = cohort::rules::device_spec_names_gpu(d);
-    if (fine({"train.device", "parallel.pp", "parallel.tp"}) && gpu &&
-        (c.parallel.pp > 1 || c.parallel.tp > 1))
-      complain({"train.device", "parallel.pp", "parallel.tp"},
-               "pipeline and tensor parallel stages run on the CPU in this version; this job has "
-               "pp = " +
-                   std::to_string(c.parallel.pp) + " x tp = " + std::to_string(c.parallel.tp) +
-                   " on " + d + " (set train.device: cpu, or pp and tp to 1)");
     if (fine({"train.device", "train.optimizer"}) && gpu && c.train.optimizer == "onebit_adam")
       complain({"train.device", "train.optimizer"},
                "onebit_adam runs on the CPU only in this version (set train.device: cpu, or "

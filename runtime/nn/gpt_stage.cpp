@@ -208,12 +208,6 @@ gpt_stage::gpt_stage(const gpt_shape& shape, const stage_range& range,
                      const gpt_stage_options& options, uint64_t seed, pool& p)
     : model(p), shape_(shape), range_(range), options_(options), acts_(pool::account, p) {
   const std::vector<gpt_param_spec> specs = gpt_param_specs(shape);  // validates the shape
-  // Stage inputs, outputs and TP sums travel through host memory today.
-  if (!p.dev().host_visible())
-    throw usage_error(
-        "gpt_stage: pipeline and tensor parallel stages run on the CPU in this "
-        "version, not on " +
-        p.dev().name() + " (use train.device: cpu with pp or tp > 1)");
   const int L = shape.n_layer;
   if (range.first_layer < 0 || range.end_layer > L || range.first_layer >= range.end_layer)
     throw usage_error("gpt_stage: " + range_str(range) + " is not a non-empty range of the " +
@@ -361,20 +355,27 @@ void gpt_stage::release(int slot) {
 }
 
 void gpt_stage::load_from(const model& whole) {
+  // Cut on the host (either model may live on a GPU), then one copy to this stage's device.
   std::vector<parameter>& ps = parameters();
+  std::vector<float> values(static_cast<std::size_t>(flat_values().numel())), copy;
   for (std::size_t i = 0; i < ps.size(); ++i) {
     const parameter& full = whole.param(ps[i].name);
     if (full.value.shape() != tp_slices_[i].full_shape)
       throw usage_error("gpt_stage: " + ps[i].name + " has another shape in the model loaded");
-    copy_shard(tp_slices_[i], full.value.data(), ps[i].value.data());
+    copy_shard(tp_slices_[i], on_host(full.value, full.value.numel(), copy),
+               values.data() + ps[i].offset);
   }
+  flat_values().copy_from_host(values.data());
 }
 
 void gpt_stage::init_like_gpt(uint64_t seed) {
-  gpt_init_draws draws(gpt_param_specs(shape_), range_, seed, memory());
+  // The draws are the host's (as model::init_parameters'), cut there and copied once.
+  gpt_init_draws draws(gpt_param_specs(shape_), range_, seed, pool::global());
   std::vector<parameter>& ps = parameters();
+  std::vector<float> values(static_cast<std::size_t>(flat_values().numel()));
   for (std::size_t i = 0; i < ps.size(); ++i)
-    copy_shard(tp_slices_[i], draws.param(ps[i].name).value.data(), ps[i].value.data());
+    copy_shard(tp_slices_[i], draws.param(ps[i].name).value.data(), values.data() + ps[i].offset);
+  flat_values().copy_from_host(values.data());
 }
 
 void gpt_stage::block_forward(std::size_t l, gpt_block_acts& a, const float* x, int n, int t) {
@@ -438,13 +439,15 @@ float gpt_stage::run_forward(const slot_state& s, act_set& a, int64_t* correct) 
   lm_head_.forward(logits_.data(), a.lnf.data(), rows);
   if (correct) {
     *correct = 0;
+    std::vector<float> copy;
+    const float* logits = on_host(logits_, static_cast<int64_t>(rows) * V, copy);
     for (int i = 0; i < rows; ++i) {
-      const float* row = logits_.data() + static_cast<int64_t>(i) * V;
+      const float* row = logits + static_cast<int64_t>(i) * V;
       *correct += static_cast<int>(std::max_element(row, row + V) - row) == s.targets[i];
     }
   }
-  return dev().softmax_xent_fwd(a.probs.data(), losses_.data(), logits_.data(), s.targets.data(),
-                                rows, V);
+  return dev().softmax_xent_fwd(a.probs.data(), losses_.data(), logits_.data(), s.targets_dev, rows,
+                                V);
 }
 
 stage_forward gpt_stage::forward(int slot, const batch& b, const float* x_in) {
@@ -466,11 +469,15 @@ stage_forward gpt_stage::forward(int slot, const batch& b, const float* x_in) {
   try {
     if (range_.has_embedding) {
       s.ids = b.ids;
-      emb_.forward(s.input.data(), s.ids.data(), b.n, b.t);
+      s.ids_dev = on_device(s.ids, s.ids_staging);
+      emb_.forward(s.input.data(), s.ids_dev, b.n, b.t);
     } else {
-      std::copy(x_in, x_in + rows * shape_.d_model, s.input.data());
+      dev().copy(s.input.data(), x_in, static_cast<std::size_t>(rows * shape_.d_model) * sizeof(float));
     }
-    if (range_.has_head) s.targets = b.targets;
+    if (range_.has_head) {
+      s.targets = b.targets;
+      s.targets_dev = on_device(s.targets, s.targets_staging);
+    }
     act_set& a = acts_of(slot);
     stage_forward r;
     r.loss = run_forward(s, a, &r.correct);
@@ -504,13 +511,13 @@ const float* gpt_stage::backward(int slot, const float* d_out, float loss_scale)
   const grads_ready_span& report = reporter();
   // Parameters are walked from the end of memory down, as in gpt::forward_backward.
   if (range_.has_head) {
-    dev().softmax_xent_bwd(dlogits_.data(), a.probs.data(), s.targets.data(), rows, shape_.vocab,
+    dev().softmax_xent_bwd(dlogits_.data(), a.probs.data(), s.targets_dev, rows, shape_.vocab,
                            loss_scale / rows);
     lm_head_.backward(scratch_.dln.data(), dlogits_.data(), a.lnf.data(), rows, report);
     ln_f_.backward(dres_.data(), scratch_.dln.data(), a.blocks.back().out.data(), a.lnf_mean.data(),
                    a.lnf_rstd.data(), rows, report);
   } else {
-    std::copy(d_out, d_out + n, dres_.data());
+    dev().copy(dres_.data(), d_out, static_cast<std::size_t>(n) * sizeof(float));
   }
   for (std::size_t l = layers_.size(); l-- > 0;) {
     const float* x = l == 0 ? s.input.data() : a.blocks[l - 1].out.data();
@@ -519,7 +526,7 @@ const float* gpt_stage::backward(int slot, const float* d_out, float loss_scale)
   s.busy = false;
   release(slot);  // dres_ (the result) is scratch, not the slot's
   if (range_.has_embedding) {
-    emb_.backward(dres_.data(), s.ids.data(), s.n, s.t, report);
+    emb_.backward(dres_.data(), s.ids_dev, s.n, s.t, report);
     return nullptr;
   }
   return dres_.data();

@@ -107,7 +107,8 @@ class gpt_stage : public model {
 
   /// Runs the stage on one micro-batch and saves its activations under `slot`.
   /// `b` gives n and t always, ids on the first stage, targets on the last (other fields are
-  /// ignored). `x_in` is the previous stage's output [n*t, C] (copied); it must be null on
+  /// ignored). `x_in` is the previous stage's output [n*t, C] in this stage's device memory
+  /// (copied); it must be null on
   /// the first stage, which embeds b.ids instead. Throws usage_error for a busy or unknown
   /// slot, a batch that does not fit, or a wrong x_in.
   stage_forward forward(int slot, const batch& b, const float* x_in = nullptr);
@@ -116,7 +117,9 @@ class gpt_stage : public model {
   /// the loss: d_out must be null and the gradient is that of loss * loss_scale (as in
   /// gpt::forward_backward). Other stages start from d_out = dL/d(stage output) [n*t, C]
   /// (already scaled; loss_scale is ignored). Returns dL/d(stage input) [n*t, C], valid
-  /// until the next backward call, or null on the first stage. Throws usage_error for a
+  /// until the next backward call, or null on the first stage. d_out and the result are
+  /// device memory, as are stage_forward::out and what tp_allreduce is handed: the caller
+  /// (stage_trainer) moves them between the device and its links. Throws usage_error for a
   /// slot that holds no forwarded micro-batch or a wrong d_out.
   const float* backward(int slot, const float* d_out, float loss_scale = 1.0f);
 
@@ -192,7 +195,11 @@ class gpt_stage : public model {
     bool busy = false;
     int n = 0, t = 0;
     tensor input;  // [rows, C]: the embedding output (first stage) or the received x
-    std::vector<int32_t> ids, targets;
+    std::vector<int32_t> ids, targets;  // the host's: the batch checks, the argmax
+    // Where the device reads them: ids / targets themselves on the CPU, else their staging.
+    const int32_t* ids_dev = nullptr;
+    const int32_t* targets_dev = nullptr;
+    itensor ids_staging, targets_staging;
   };
 
   /// Takes slot's buffers from the activation account; release gives them back.

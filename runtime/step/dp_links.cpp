@@ -141,11 +141,15 @@ void build_stage_links(dp_links& l, const link_context& ctx, const net::step_ope
                        const std::shared_ptr<comm::build_abort>& cancel) {
   const config& cfg = ctx.cfg;
   const int T = cfg.parallel.tp, P = cfg.parallel.pp;
+  // The TP group sums the stage's device memory over NCCL; host memory (staged by the
+  // stage) over every other backend.
+  const std::string tp_device = link_device(cfg.comm.backend, seat.device_name());
   if (T > 1) {
-    l.tp_comm = comm::make_communicator(
-        cfg.comm.backend, "cpu", ctx.kv, o.tp_rank, T, o.generation, timeout,
-        transport_for(ctx, "tp.r" + std::to_string(rank) + ".s" + std::to_string(o.stage),
-                      cancel));
+    comm::transport_options tp = transport_for(
+        ctx, "tp.r" + std::to_string(rank) + ".s" + std::to_string(o.stage), cancel);
+    tp.member = comm::group_member{ctx.member, seat.device_name()};
+    l.tp_comm = comm::make_communicator(cfg.comm.backend, tp_device, ctx.kv, o.tp_rank, T,
+                                        o.generation, timeout, tp);
     ctx.shared.install_extra([c = l.tp_comm.get()] { c->abort(); });
   }
   if (P > 1) {
@@ -184,6 +188,7 @@ void build_stage_links(dp_links& l, const link_context& ctx, const net::step_ope
   };
   s.recv = [ch](int peer, uint64_t tag, void* d, std::size_t n) { ch->recv(peer, tag, d, n); };
   s.tp_allreduce = [tc](float* d, int64_t n) { tc->allreduce_sum(d, static_cast<std::size_t>(n)); };
+  s.tp_reads_device = tp_device != "cpu";
   s.tp_allreduce_f64 = [tc, T](double* d, int64_t n) {
     // No double allreduce in the communicator: gather every rank's values and add them in
     // rank order, so each rank gets the same bits.

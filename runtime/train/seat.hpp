@@ -56,7 +56,7 @@ class seat {
   virtual std::pair<int, int> position() const = 0;
   /// The device the seat computes on, as its DP group is told ("cpu", "cuda:N"): what the
   /// group's device check compares and where a DP communicator over NCCL finds the
-  /// reduction buffer. A pipeline stage runs on the CPU in this version.
+  /// reduction buffer.
   virtual std::string device_name() const { return "cpu"; }
   /// Micro-batches of a whole step (all replicas together).
   virtual int micro_batches() const = 0;
@@ -121,7 +121,9 @@ class seat {
 
 /// The whole model on one worker (the adapter lives with trainer, in trainer.cpp).
 std::unique_ptr<seat> make_whole_seat(const config& c);
-/// Pipeline stage `stage`, TP rank `tp_rank` of c's grid (in stage_trainer.cpp).
-std::unique_ptr<seat> make_stage_seat(const config& c, int stage, int tp_rank);
+/// Pipeline stage `stage`, TP rank `tp_rank` of c's grid (in stage_trainer.cpp), on the
+/// device train.device names, or GIVEN (a test's stand-in GPU).
+std::unique_ptr<seat> make_stage_seat(const config& c, int stage, int tp_rank,
+                                      nn::device* given = nullptr);
 
 }  // namespace cohort::train

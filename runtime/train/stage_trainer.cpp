@@ -33,7 +33,7 @@ uint64_t stage_tag(stage_msg kind, int64_t step, int micro) {
          static_cast<uint64_t>(kind);
 }
 
-stage_trainer::stage_trainer(const config& c, int stage, int tp_rank)
+stage_trainer::stage_trainer(const config& c, int stage, int tp_rank, nn::device* given)
     : cfg_(c), stage_(stage), stages_(c.parallel.pp), tp_rank_(tp_rank), tp_size_(c.parallel.tp) {
   if (!rules::model_splits(c.model.kind))
     throw usage_error("pipeline and tensor parallelism split a GPT; model.kind is " + c.model.kind +
@@ -44,9 +44,14 @@ stage_trainer::stage_trainer(const config& c, int stage, int tp_rank)
                       " tp=" + std::to_string(tp_size_));
   cpu::set_num_threads(std::max(1, c.train.threads));
   cpu::set_flush_denormals(true);
-  // Stages run on the CPU (the config refuses a GPU with pp or tp > 1): its products take
-  // train.precision as the whole-model trainer's do.
-  nn::cpu_device().set_matmul_precision(nn::parse_precision(c.train.precision));
+  // The device train.device names, as the whole-model trainer's: the stage's tensors come
+  // from its pool.
+  nn::device& dev =
+      given ? *given
+            : nn::open_device(nn::resolve_device(c.train.device, nn::local_rank_from_env()));
+  dev.set_matmul_precision(nn::parse_precision(c.train.precision));
+  if (!dev.host_visible()) device_pool_ = std::make_unique<nn::pool>(dev);
+  nn::pool& memory = device_pool_ ? *device_pool_ : nn::pool::global();
   data_ = make_dataset(c);
   nn::gpt_shape shape;
   shape.vocab = data_->num_classes();
@@ -71,17 +76,49 @@ stage_trainer::stage_trainer(const config& c, int stage, int tp_rank)
   o.tp_rank = tp_rank_;
   if (tp_size_ > 1) o.tp_allreduce = [this](float* d, int64_t n) { tp_sum(d, n); };
   model_ = std::make_unique<nn::gpt_stage>(shape, parts.at(static_cast<std::size_t>(stage_)), o,
-                                           c.train.seed);
+                                           c.train.seed, memory);
   if (bitwise_) fixed_.assign(static_cast<std::size_t>(model_->num_params()), 0);
-  opt_ =
-      nn::make_optimizer(model_->flat_values(), model_->flat_grads(), optim_options_from(c.train));
+  if (!dev.host_visible()) host_grads_.assign(static_cast<std::size_t>(model_->num_params()), 0.0f);
+  opt_ = nn::make_optimizer(model_->flat_values(), model_->flat_grads(), optim_options_from(c.train),
+                            memory);
+}
+
+const void* stage_trainer::to_link(const float* d, std::size_t bytes, std::vector<float>& buf) {
+  if (dev().host_visible()) return d;
+  buf.resize(bytes / sizeof(float));
+  dev().to_host(buf.data(), d, bytes);
+  return buf.data();
+}
+
+const float* stage_trainer::from_link(std::size_t bytes) {
+  if (dev().host_visible()) return recv_buf_.data();
+  const auto n = static_cast<int64_t>(bytes / sizeof(float));
+  if (in_dev_.numel() < n) in_dev_ = nn::tensor({n}, *device_pool_);
+  dev().from_host(in_dev_.data(), recv_buf_.data(), bytes);
+  return in_dev_.data();
+}
+
+void stage_trainer::stage_for_sum(int64_t offset, int64_t count) {
+  if (host_grads_.empty() || bitwise_ || count == 0) return;
+  dev().to_host(host_grads_.data() + offset, model_->flat_grads().data() + offset,
+                static_cast<std::size_t>(count) * sizeof(float));
+  sum_pending_ = true;
 }
 
 void stage_trainer::tp_sum(float* data, int64_t count) {
   const auto t0 = clock_type::now();
   if (!links_.tp_allreduce)
     throw usage_error("stage_trainer: tensor parallelism without a TP group link");
-  links_.tp_allreduce(data, count);
+  if (dev().host_visible() || links_.tp_reads_device) {
+    links_.tp_allreduce(data, count);
+  } else {
+    // Host transports: the partial sums go to the host, the group's sum comes back.
+    const std::size_t bytes = static_cast<std::size_t>(count) * sizeof(float);
+    tp_buf_.resize(static_cast<std::size_t>(count));
+    dev().to_host(tp_buf_.data(), data, bytes);
+    links_.tp_allreduce(tp_buf_.data(), count);
+    dev().from_host(data, tp_buf_.data(), bytes);
+  }
   if (in_schedule_) timing_.tp_us += micros_since(t0);
 }
 
@@ -91,10 +128,20 @@ void stage_trainer::begin_step() {
     if (model_->busy(slot)) model_->drop(slot);
   model_->zero_grad();
   if (bitwise_) std::fill(fixed_.begin(), fixed_.end(), 0);
+  // A GPU's host copy: zeros for a replica with no micro-batches, which reports them as is.
+  std::fill(host_grads_.begin(), host_grads_.end(), 0.0f);
+  sum_pending_ = false;
 }
 
 void stage_trainer::accumulate_fixed(int64_t step, int64_t offset, int64_t count) {
-  accumulate_gradients(fixed_.data(), model_->flat_grads().data(), offset, count,
+  const float* grads = model_->flat_grads().data();
+  if (!dev().host_visible()) {
+    // The range is read on the host: copied there first (host_grads_ is free in bitwise mode).
+    dev().to_host(host_grads_.data() + offset, grads + offset,
+                  static_cast<std::size_t>(count) * sizeof(float));
+    grads = host_grads_.data();
+  }
+  accumulate_gradients(fixed_.data(), grads, offset, count,
                        "stage " + std::to_string(stage_) + " in step " + std::to_string(step));
 }
 
@@ -106,6 +153,7 @@ double stage_trainer::compute_gradients(int64_t step, const std::vector<int>& mi
       const auto [offset, count] = model_->block_elements(b);
       if (count > 0) ready(static_cast<std::size_t>(offset), static_cast<std::size_t>(count));
     }
+    sum_pending_ = ready && !host_grads_.empty() && !bitwise_;  // begin_step's host zeros
     return 0.0;
   }
   const auto& t = cfg_.train;
@@ -158,7 +206,7 @@ double stage_trainer::compute_gradients(int64_t step, const std::vector<int>& mi
         links_.recv(stage_ - 1, stage_tag(stage_msg::activation, step, i), recv_buf_.data(), bytes);
         timing_.wait_us += micros_since(tw);
         traced("bubble", "pipeline", tw, trace::track::compute, step, i, bytes);
-        x_in = recv_buf_.data();
+        x_in = from_link(bytes);
       }
       const auto tc = clock_type::now();
       const nn::stage_forward f = model_->forward(slot, batch_, x_in);
@@ -172,7 +220,8 @@ double stage_trainer::compute_gradients(int64_t step, const std::vector<int>& mi
         loss_rows += static_cast<double>(f.loss) * rows;
       } else {
         const auto ts = clock_type::now();
-        links_.send(stage_ + 1, stage_tag(stage_msg::activation, step, i), f.out, bytes);
+        links_.send(stage_ + 1, stage_tag(stage_msg::activation, step, i),
+                    to_link(f.out, bytes, send_buf_), bytes);
         timing_.send_us += micros_since(ts);
         traced("send", "p2p", ts, trace::track::p2p, step, i, bytes);
         timing_.p2p_bytes += bytes;
@@ -188,7 +237,7 @@ double stage_trainer::compute_gradients(int64_t step, const std::vector<int>& mi
         links_.recv(stage_ + 1, stage_tag(stage_msg::gradient, step, i), recv_buf_.data(), bytes);
         timing_.wait_us += micros_since(tw);
         traced("bubble", "pipeline", tw, trace::track::compute, step, i, bytes);
-        d_out = recv_buf_.data();
+        d_out = from_link(bytes);
       }
       // Each micro-batch's loss is a mean over its rows; rows / global_batch makes the sum
       // over the global batch the mean-loss gradient (as trainer does).
@@ -199,6 +248,7 @@ double stage_trainer::compute_gradients(int64_t step, const std::vector<int>& mi
         model_->set_grads_ready_hook([&](int64_t offset, int64_t count) {
           seen.emplace_back(offset, count);
           if (bitwise_) accumulate_fixed(step, offset, count);
+          stage_for_sum(offset, count);
           ready(static_cast<std::size_t>(offset), static_cast<std::size_t>(count));
         });
       if (bitwise_) model_->flat_grads().zero();
@@ -222,7 +272,8 @@ double stage_trainer::compute_gradients(int64_t step, const std::vector<int>& mi
       traced("backward", "compute", tc, trace::track::compute, step, i, 0);
       if (!first) {
         const auto ts = clock_type::now();
-        links_.send(stage_ - 1, stage_tag(stage_msg::gradient, step, i), d_in, bytes);
+        links_.send(stage_ - 1, stage_tag(stage_msg::gradient, step, i),
+                    to_link(d_in, bytes, send_buf_), bytes);
         timing_.send_us += micros_since(ts);
         traced("send", "p2p", ts, trace::track::p2p, step, i, bytes);
         timing_.p2p_bytes += bytes;
@@ -236,12 +287,23 @@ double stage_trainer::compute_gradients(int64_t step, const std::vector<int>& mi
 
 void* stage_trainer::reduction_buffer() {
   if (bitwise_) return fixed_.data();
-  return model_->flat_grads().data();
+  // A GPU's float gradients are summed in host memory (stage_for_sum copies them there).
+  return host_grads_.empty() ? model_->flat_grads().data() : host_grads_.data();
 }
 
 double stage_trainer::finish_gradients(int64_t step) {
   nn::tensor& grads = model_->flat_grads();
-  if (bitwise_) fixed_to_float(grads.data(), fixed_.data(), grads.numel());
+  if (bitwise_) {
+    if (host_grads_.empty()) {
+      fixed_to_float(grads.data(), fixed_.data(), grads.numel());
+    } else {
+      fixed_to_float(host_grads_.data(), fixed_.data(), grads.numel());
+      grads.copy_from_host(host_grads_.data());
+    }
+  } else if (sum_pending_) {
+    grads.copy_from_host(host_grads_.data());  // the DP group's sum, back on the device
+    sum_pending_ = false;
+  }
   std::vector<double> parts = grad_sum_squares_by_param(*model_, bitwise_);
   if (tp_size_ > 1) {
     // A TP shard holds part of a tensor: the tensor's sum of squares is the sum over the
@@ -301,7 +363,7 @@ evaluation stage_trainer::evaluate(int64_t tag_step) {
           recv_buf_.resize(static_cast<std::size_t>(pos) * C);
           links_.recv(stage_ - 1, stage_tag(stage_msg::eval, tag_step, idx), recv_buf_.data(),
                       bytes);
-          x_in = recv_buf_.data();
+          x_in = from_link(bytes);
         }
         const nn::stage_forward f = model_->forward(0, b, x_in);
         if (last) {
@@ -309,7 +371,8 @@ evaluation stage_trainer::evaluate(int64_t tag_step) {
           correct += f.correct;
           count += pos;
         } else {
-          links_.send(stage_ + 1, stage_tag(stage_msg::eval, tag_step, idx), f.out, bytes);
+          links_.send(stage_ + 1, stage_tag(stage_msg::eval, tag_step, idx),
+                      to_link(f.out, bytes, send_buf_), bytes);
         }
         model_->drop(0);
         ++idx;
@@ -323,7 +386,26 @@ evaluation stage_trainer::evaluate(int64_t tag_step) {
 }
 
 std::vector<std::pair<float*, std::size_t>> stage_trainer::state_buffers() {
-  return state_buffers_of(*model_, *opt_);
+  std::vector<std::pair<float*, std::size_t>> views = state_buffers_of(*model_, *opt_);
+  if (dev().host_visible()) return views;
+  // A GPU's state travels through host copies over host transports (as trainer's).
+  state_host_.clear();
+  for (auto& [ptr, n] : views) {
+    state_host_.emplace_back(n);
+    dev().to_host(state_host_.back().data(), ptr, n * sizeof(float));
+  }
+  std::vector<std::pair<float*, std::size_t>> out;
+  for (auto& v : state_host_) out.emplace_back(v.data(), v.size());
+  return out;
+}
+
+void stage_trainer::state_received() {
+  if (state_host_.empty()) return;
+  std::vector<std::pair<float*, std::size_t>> views = state_buffers_of(*model_, *opt_);
+  COHORT_CHECK(views.size() == state_host_.size());
+  for (std::size_t i = 0; i < views.size(); ++i)
+    dev().from_host(views[i].first, state_host_[i].data(), views[i].second * sizeof(float));
+  state_host_.clear();
 }
 
 shard_snapshot stage_trainer::snapshot(int64_t next_step) const {
@@ -357,9 +439,11 @@ namespace {
 // One pipeline stage / TP shard as a DP group's seat (runtime/train/seat.hpp).
 class stage_seat final : public seat {
  public:
-  stage_seat(const config& c, int stage, int tp_rank) : st_(c, stage, tp_rank) {}
+  stage_seat(const config& c, int stage, int tp_rank, nn::device* given)
+      : st_(c, stage, tp_rank, given) {}
 
   std::pair<int, int> position() const override { return {st_.stage(), st_.tp_rank()}; }
+  std::string device_name() const override { return st_.dev().name(); }
   int micro_batches() const override { return st_.micro_batches(); }
   comm::grad_type reduction_type() const override {
     return st_.bitwise() ? comm::grad_type::i64 : comm::grad_type::f32;
@@ -383,6 +467,7 @@ class stage_seat final : public seat {
   std::vector<std::pair<float*, std::size_t>> state_buffers() override {
     return st_.state_buffers();
   }
+  void state_received() override { st_.state_received(); }
   int64_t optimizer_steps() const override { return st_.optimizer_steps(); }
   void set_optimizer_steps(int64_t s) override { st_.set_optimizer_steps(s); }
   int64_t load_checkpoint(const std::string& step_dir) override {
@@ -426,8 +511,8 @@ class stage_seat final : public seat {
 
 }  // namespace
 
-std::unique_ptr<seat> make_stage_seat(const config& c, int stage, int tp_rank) {
-  return std::make_unique<stage_seat>(c, stage, tp_rank);
+std::unique_ptr<seat> make_stage_seat(const config& c, int stage, int tp_rank, nn::device* given) {
+  return std::make_unique<stage_seat>(c, stage, tp_rank, given);
 }
 
 }  // namespace cohort::train

@@ -32,8 +32,10 @@ struct stage_links {
   std::function<void(int stage, uint64_t tag, const void* data, std::size_t bytes)> send;
   /// Receives the message tagged `tag` from stage `stage` into data (exactly `bytes`).
   std::function<void(int stage, uint64_t tag, void* data, std::size_t bytes)> recv;
-  /// Sums in place over the TP group (tp > 1 only).
+  /// Sums in place over the TP group (tp > 1 only). Handed host memory, unless
+  /// tp_reads_device: then the stage's device memory itself (NCCL's group).
   std::function<void(float* data, int64_t count)> tp_allreduce;
+  bool tp_reads_device = false;
   std::function<void(double* data, int64_t count)> tp_allreduce_f64;
   /// Optional: called at the end of each forward and backward pass with its duration,
   /// inside the timed compute (a fault wrapper stretches passes with it: `slow`).
@@ -71,7 +73,12 @@ class stage_trainer {
   /// parallel.stage_layers or balanced) with TP rank `tp_rank` of parallel.tp, its optimizer,
   /// and activation slots for the schedule. Throws usage_error (not a GPT, bad grid) or
   /// data_error.
-  stage_trainer(const config& c, int stage, int tp_rank);
+  /// On the device train.device names (or GIVEN, a test's stand-in GPU): the stage's
+  /// parameters, gradients, optimizer state and activations live there; what crosses the
+  /// links (activations, their gradients, host-transport TP sums, the DP sum's buffer) is
+  /// copied through host memory.
+  stage_trainer(const config& c, int stage, int tp_rank, nn::device* given = nullptr);
+  nn::device& dev() const { return model_->dev(); }
 
   const config& cfg() const { return cfg_; }
   nn::gpt_stage& model() { return *model_; }
@@ -120,7 +127,10 @@ class stage_trainer {
   /// Loads shard (stage, tp_rank) of a complete checkpoint folder; returns the next step.
   int64_t load_checkpoint(const std::string& step_dir);
 
+  /// The state a joiner takes (parameters, optimizer slots): host copies on a GPU, which
+  /// state_received puts back after the transfer wrote them.
   std::vector<std::pair<float*, std::size_t>> state_buffers();
+  void state_received();
   int64_t optimizer_steps() const { return opt_->steps(); }
   void set_optimizer_steps(int64_t s) { opt_->set_steps(s); }
 
@@ -139,12 +149,21 @@ class stage_trainer {
 
  private:
   void tp_sum(float* data, int64_t count);
+  /// BYTES of device memory at DEV where the links read them (DEV itself on the CPU, else a
+  /// copy in `buf`).
+  const void* to_link(const float* dev, std::size_t bytes, std::vector<float>& buf);
+  /// The received BYTES in recv_buf_ where the model reads them (on a GPU: in_dev_).
+  const float* from_link(std::size_t bytes);
+  /// Float mode on a GPU: range [offset, offset + count) of the gradients copied to the
+  /// host buffer the DP group sums.
+  void stage_for_sum(int64_t offset, int64_t count);
   /// Bitwise mode: adds flat_grads()[offset, offset + count) into fixed_ or throws.
   void accumulate_fixed(int64_t step, int64_t offset, int64_t count);
 
   config cfg_;
   int stage_ = 0, stages_ = 1, tp_rank_ = 0, tp_size_ = 1;
   std::unique_ptr<cohort::dataset> data_;
+  std::unique_ptr<nn::pool> device_pool_;  ///< a GPU's memory (null on the CPU)
   std::unique_ptr<nn::gpt_stage> model_;
   std::unique_ptr<nn::optimizer> opt_;
   schedule_kind kind_ = schedule_kind::one_f_one_b;
@@ -155,6 +174,14 @@ class stage_trainer {
   stage_links links_;
   cohort::batch batch_;
   std::vector<float> recv_buf_;
+  // A GPU only: the links' copies of device memory. send_buf_ (activations and their
+  // gradients out), in_dev_ (what recv_buf_ received, on the device), tp_buf_ (a host TP
+  // sum), host_grads_ (the float DP sum; in bitwise mode the range being converted),
+  // state_host_ (a transfer's copies).
+  std::vector<float> send_buf_, tp_buf_, host_grads_;
+  nn::tensor in_dev_;
+  std::vector<std::vector<float>> state_host_;
+  bool sum_pending_ = false;  ///< host_grads_ holds staged ranges the DP group sums
   int peak_held_ = 0;
   bool in_schedule_ = false;  ///< TP time counts toward timing() inside schedules only
   int64_t model_params_ = 0;

@@ -1081,17 +1081,6 @@ const std::vector<broken_case> broken = {
      "train.device",
      "'cuda:' is not one of: cpu, cuda, cuda:N",
      1},
-    {"pipeline stages on a GPU",
-     "cluster:\n  workers: 2\nmodel:\n  kind: gpt\nparallel:\n  pp: 2\ntrain:\n  device: "
-     "cuda:1\n",
-     {},
-     "cfg.yaml",
-     8,
-     11,
-     "train.device",
-     "pipeline and tensor parallel stages run on the CPU in this version; this job has pp = 2 x "
-     "tp = 1 on cuda:1 (set train.device: cpu, or pp and tp to 1)",
-     1},
     {"onebit_adam on a GPU",
      "train:\n  device: cuda\n  optimizer: onebit_adam\n",
      {},
