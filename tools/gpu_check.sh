@@ -384,6 +384,49 @@ else
   fi
 fi
 
+# 5b'. Pipeline and tensor-parallel stages on the GPU (cohort launch, two workers on cuda:0;
+# activations, their gradients and the TP sums through host memory), against the same
+# `cohort train` on the GPU as 5b: pp 2 bitwise promises its params_sha256 (the pipeline's
+# fixed-point sums, docs/pipeline.md), tp 2 sums its row-parallel products in another order
+# and promises its loss within 1e-4 relative (as on the CPU, tests/mp/test_hybrid.cpp).
+if ((gpus == 0)) || [[ $device_keys == no ]] || ((broken)) || [[ ! -x $cohort ]] ||
+  [[ ! -f $runs/bw_train.json ]]; then
+  record launch_cuda_pp2 skipped 0 "needs a GPU, a cohort with train.device and 5b's cohort train run"
+  record launch_cuda_tp2 skipped 0 "needs a GPU, a cohort with train.device and 5b's cohort train run"
+else
+  h1=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["params_sha256"])' "$runs/bw_train.json")
+  for grid in pp2 tp2; do
+    lim=$(limit 150)
+    t=$(now)
+    key=${grid:0:2}
+    ours timeout "$lim" "$cohort" launch "$cfg" "${bw_sets[@]}" --set cluster.workers=2 \
+      --set "parallel.$key=2" --set "fault_tolerance.checkpoint_dir=$runs/$grid.ckpt" \
+      --summary "$runs/$grid.json" >"$logs/launch_cuda_$grid.log" 2>&1
+    rc=$?
+    if ((rc != 0)); then
+      record "launch_cuda_$grid" FAIL "$(elapsed "$t")" "launch exit $rc: $(tail -2 "$logs/launch_cuda_$grid.log" | paste -sd ' ' -)"
+    elif [[ $grid == pp2 ]]; then
+      h2=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["params_sha256"])' "$runs/$grid.json")
+      if [[ -n $h1 && $h1 == "$h2" ]]; then
+        record launch_cuda_pp2 pass "$(elapsed "$t")" "2 stages on cuda:0, bitwise, 120 steps: params_sha256 ${h1:0:16} = cohort train on the GPU"
+      else
+        record launch_cuda_pp2 FAIL "$(elapsed "$t")" "params_sha256 pp 2 ${h2:0:16} != train ${h1:0:16}"
+      fi
+    else
+      verdict=$(python3 - "$runs/bw_train.json" "$runs/$grid.json" <<'PY'
+import json, sys
+a = json.load(open(sys.argv[1]))["final_loss"]
+b = json.load(open(sys.argv[2]))["final_loss"]
+d = abs(a - b) / abs(a)
+print(("pass" if d <= 1e-4 else "FAIL") + f" final loss {b:.6f} against cohort train's {a:.6f} ({d:.1e} relative, limit 1e-4)")
+PY
+)
+      [[ -n $verdict ]] || verdict="FAIL no final_loss in $runs/bw_train.json or $runs/$grid.json"
+      record launch_cuda_tp2 "${verdict%% *}" "$(elapsed "$t")" "2 TP ranks on cuda:0, bitwise, 120 steps: ${verdict#* }"
+    fi
+  done
+fi
+
 # 5c. Checkpoints move between devices: 100 steps on one device, resumed for 100 more on the
 # other, against 200 steps on the CPU (constant lr, no warm-up, so a 100-step run is the
 # first half of a 200-step one). The GPU's steps differ from the CPU's by float rounding, so
