@@ -6,8 +6,11 @@
 #include "gpu/nccl_comm.hpp"
 
 #include <chrono>
+#include <string>
 #include <cstring>
 #include <thread>
+
+#include "gpu/bounded_call.hpp"
 
 #if COHORT_HAVE_CUDA && COHORT_HAVE_NCCL
 #include <cuda_runtime.h>
@@ -104,15 +107,32 @@ nccl_comm::~nccl_comm() {
   std::lock_guard<std::mutex> lock(mutex_);
   // Abort, never destroy: ncclCommDestroy may wait for peers, and a peer may be dead.
   abort_locked();
+  // A stuck abort's thread may still use the stream and the scratch: they are left as they
+  // are (the process exits soon after, stuck()).
+  if (stuck_) return;
   if (impl_->device >= 0) cudaSetDevice(impl_->device);
   if (impl_->scratch) cudaFree(impl_->scratch);
   if (impl_->stream) cudaStreamDestroy(impl_->stream);
 }
 
 void nccl_comm::abort_locked() {
-  if (!aborted_ && impl_->comm != nullptr) {
-    ncclCommAbort(impl_->comm);
-    aborted_ = true;
+  if (aborted_ || impl_->comm == nullptr) return;
+  aborted_ = true;
+  // ncclCommAbort is known to hang (NVIDIA/nccl issues 549, 1013, 1317, 1777): bounded. The
+  // caller's polling has stopped, so the abort still runs alone on the communicator.
+  ncclComm_t comm = impl_->comm;
+  const int device = impl_->device;
+  const bool returned = call_within(
+      [comm, device] {
+        if (device >= 0) cudaSetDevice(device);
+        ncclCommAbort(comm);
+      },
+      abort_deadline_ms_);
+  if (!returned) {
+    stuck_ = true;
+    last_error_ = "ncclCommAbort did not return within " + std::to_string(abort_deadline_ms_) +
+                  " ms (a known NCCL hang: NVIDIA/nccl issues 549, 1013, 1317, 1777); its "
+                  "thread holds the device, so this process leaves its groups as a dead member";
   }
 }
 

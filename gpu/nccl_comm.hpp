@@ -82,10 +82,18 @@ class nccl_comm {
   nccl_status shrink(const std::vector<int>& excluded, bool abort_parent, int timeout_ms,
                      nccl_comm* out);
   /// Thread-safe, idempotent: a call in flight returns `aborted` promptly and the NCCL
-  /// communicator is aborted (ncclCommAbort), which makes the peers' calls fail too.
+  /// communicator is aborted (ncclCommAbort), which makes the peers' calls fail too. The
+  /// ncclCommAbort runs on a thread of its own and is waited for until the abort deadline:
+  /// one that does not return leaves the communicator stuck() instead of hanging the caller.
   void abort();
   /// True once a call failed or abort() was called.
   bool dead() const { return dead_.load(); }
+  /// True when ncclCommAbort did not return within the abort deadline: its thread is left
+  /// inside NCCL, holding the device; this communicator's memory is never freed. The
+  /// process must leave its groups as a dead member and exit (docs/gpu_training.md).
+  bool stuck() const { return stuck_.load(); }
+  /// How long an abort waits for ncclCommAbort (default 10 s); set before the first abort.
+  void set_abort_deadline_ms(int ms) { abort_deadline_ms_ = ms; }
   /// Detail of the last failure on this communicator ("" if none): which call, what NCCL
   /// or CUDA said.
   const std::string& last_error() const { return last_error_; }
@@ -106,6 +114,8 @@ class nccl_comm {
   std::string last_error_;
   std::atomic<bool> dead_{false};
   std::atomic<bool> abort_requested_{false};
+  std::atomic<bool> stuck_{false};
+  int abort_deadline_ms_ = 10000;
   std::mutex mutex_;      // guards busy_ and the one ncclCommAbort
   bool busy_ = false;     // a call is polling: it aborts, not abort()
   bool aborted_ = false;  // ncclCommAbort done

@@ -87,6 +87,10 @@ class communicator {
   virtual void abort() = 0;
   /// True once a call failed or abort() was called: only destruction is left.
   virtual bool dead() const = 0;
+  /// True when an abort did not return by its deadline (NCCL's ncclCommAbort can hang): a
+  /// thread is left inside the library holding the device, so the process must not build
+  /// again but leave its groups as a dead member (step::dp_links::drop exits it).
+  virtual bool stuck() const { return false; }
 
   /// The transport traffic so far (thread-safe; read it between collectives for one
   /// collective's share).

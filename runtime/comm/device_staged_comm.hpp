@@ -45,6 +45,7 @@ class device_staged_comm : public communicator {
   void barrier() override { inner_->barrier(); }
   void abort() override { inner_->abort(); }
   bool dead() const override { return inner_->dead(); }
+  bool stuck() const override { return inner_->stuck(); }
   comm_traffic traffic() const override { return inner_->traffic(); }
   /// Calls that went through the scratch so far (tests).
   std::size_t staged_calls() const { return staged_calls_; }

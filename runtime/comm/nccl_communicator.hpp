@@ -39,6 +39,9 @@ class nccl_communicator : public communicator {
   /// calls fail too.
   void abort() override { comm_.abort(); }
   bool dead() const override { return comm_.dead(); }
+  bool stuck() const override { return comm_.stuck(); }
+  /// gpu::nccl_comm::last_error(): what the abort or the failed call said.
+  const std::string& last_error() const { return comm_.last_error(); }
   /// Not measured: NCCL chooses its algorithm and moves the bytes inside the library,
   /// where cohort cannot count them (see comm_traffic).
   comm_traffic traffic() const override { return comm_traffic{}; }

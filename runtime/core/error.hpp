@@ -14,7 +14,15 @@ namespace cohort {
 /// exit_stopped: a run stopped early on purpose with a complete checkpoint of the step it
 /// stopped at (fault_tolerance.on_sigterm: checkpoint, `cohort ctl stop --checkpoint`):
 /// `--resume` goes on from it.
-enum exit_code : int { exit_ok = 0, exit_runtime = 1, exit_usage = 2, exit_stopped = 3 };
+/// exit_device_stuck: a worker whose GPU communicator's abort did not return (NCCL's
+/// ncclCommAbort can hang) left its groups as a dead member; the launcher replaces it.
+enum exit_code : int {
+  exit_ok = 0,
+  exit_runtime = 1,
+  exit_usage = 2,
+  exit_stopped = 3,
+  exit_device_stuck = 4
+};
 
 /// Base of every recoverable error; `what()` is the user-facing message.
 class error : public std::runtime_error {

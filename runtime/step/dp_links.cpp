@@ -3,13 +3,17 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <limits>
+#include <mutex>
 
 #include "runtime/comm/buckets.hpp"
 #include "runtime/comm/build_abort.hpp"
 #include "runtime/comm/factory.hpp"
 #include "runtime/comm/p2p.hpp"
 #include "runtime/core/config.hpp"
+#include "runtime/core/error.hpp"
 #include "runtime/net/kv_store.hpp"
 #include "runtime/step/remote_kv.hpp"
 #include "runtime/train/seat.hpp"
@@ -87,6 +91,42 @@ bool dp_links::current(const net::step_open& o, int r) const {
          generation == o.generation && rank == r && size == o.replicas;
 }
 
+namespace {
+
+std::mutex stuck_mu;
+std::function<void(const std::string&)> stuck_handler;
+
+// The default: a thread stuck in NCCL holds the device, so nothing in this process can be
+// trusted with it again; leave now, as a dead member, before anything waits on that thread.
+[[noreturn]] void leave_as_dead(const std::string& text) {
+  spdlog::critical("{}: exiting with status {} so that the group goes on without this worker",
+                   text, static_cast<int>(exit_device_stuck));
+  spdlog::default_logger()->flush();
+  std::fflush(nullptr);
+  std::_Exit(exit_device_stuck);
+}
+
+}  // namespace
+
+void set_stuck_handler(std::function<void(const std::string& text)> handler) {
+  std::lock_guard<std::mutex> l(stuck_mu);
+  stuck_handler = std::move(handler);
+}
+
+std::vector<std::string> dp_links::stuck() const {
+  std::vector<std::string> out;
+  auto check = [&](const comm::communicator* c, const std::string& name) {
+    if (c != nullptr && c->stuck()) out.push_back(name + " (" + c->backend() + ")");
+  };
+  check(comm.get(), "the DP group");
+  for (std::size_t k = 0; k < lanes.size(); ++k)
+    check(lanes[k].get(), "the DP group's lane " + std::to_string(k + 1));
+  check(tp_comm.get(), "the TP group");
+  check(params.get(), "the sharded parameters' group");
+  check(experts.get(), "the EP group");
+  return out;
+}
+
 void dp_links::drop(dp_group_shared& shared) {
   if (comm) comm->abort();
   for (auto& c : lanes) c->abort();
@@ -94,6 +134,24 @@ void dp_links::drop(dp_group_shared& shared) {
   if (p2p) p2p->abort();
   if (params) params->abort();
   if (experts) experts->abort();
+  // An abort that did not return (it may have been the worker actor's, at the roster's
+  // news): this worker cannot build again.
+  if (const std::vector<std::string> s = stuck(); !s.empty()) {
+    std::string text = "generation " + std::to_string(generation) + ": the abort of ";
+    for (std::size_t i = 0; i < s.size(); ++i) text += (i ? ", " : "") + s[i];
+    text += " did not return by its deadline (NCCL's ncclCommAbort can hang: NVIDIA/nccl "
+            "issues 549, 1013, 1317, 1777); a thread is left inside the library holding the "
+            "device";
+    std::function<void(const std::string&)> h;
+    {
+      std::lock_guard<std::mutex> l(stuck_mu);
+      h = stuck_handler;
+    }
+    if (h)
+      h(text);
+    else
+      leave_as_dead(text);
+  }
   engine.reset();  // joins the communication threads (prompt after abort)
   shared.install(nullptr, 0);
   comm.reset();

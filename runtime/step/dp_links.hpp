@@ -98,11 +98,22 @@ struct dp_links {
   /// Built for this generation, rank and size, and nothing of it is dead.
   bool current(const net::step_open& o, int rank) const;
   /// Aborts and drops everything (joining the engine's threads), and uninstalls it from
-  /// SHARED.
+  /// SHARED. A communicator whose abort did not return (stuck(): a thread left inside NCCL,
+  /// holding the device) goes to the stuck handler first: by default the process leaves
+  /// as a dead member (set_stuck_handler).
   void drop(dp_group_shared& shared);
+  /// The links whose abort did not return, named ("the DP group (nccl)", ...); empty if none.
+  std::vector<std::string> stuck() const;
   /// Bytes the DP group's communicators posted to the transport so far (all lanes).
   comm::comm_traffic traffic() const;
 };
+
+/// What dp_links::drop does with a worker whose abort did not return: TEXT says which links
+/// and why. The default logs it and ends the process at once with exit_device_stuck
+/// (std::_Exit: no destructor may wait on the stuck thread); the coordinator then sees the
+/// member gone (the launcher's exit notice, or its silence) and the group goes on without it,
+/// as after a kill. Tests install their own (null: the default again).
+void set_stuck_handler(std::function<void(const std::string& text)> handler);
 
 /// What building a generation's links needs from the worker.
 struct link_context {

@@ -3,12 +3,18 @@
 // two threads are played as tables: the roster first, or the build first. No sockets.
 #include <doctest/doctest.h>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "actors/dp_group.hpp"
 #include "runtime/step/dp_links.hpp"
 #include "runtime/comm/build_abort.hpp"
+#include "runtime/core/error.hpp"
 #include "runtime/comm/communicator.hpp"
 #include "runtime/net/kv_store.hpp"
 
@@ -31,8 +37,10 @@ class fake_comm final : public communicator {
   void barrier() override {}
   void abort() override { ++aborts; }
   bool dead() const override { return aborts > 0; }
+  bool stuck() const override { return abort_sticks && aborts > 0; }
   comm_traffic traffic() const override { return {}; }
   int aborts = 0;
+  bool abort_sticks = false;  ///< its abort "did not return" (NCCL's hang, as nccl_comm reports it)
 };
 
 }  // namespace
@@ -117,4 +125,54 @@ TEST_CASE("the DP group's device: the seat's for nccl, the host's for every othe
   CHECK(link_device(comm_backend::automatic, "cuda:0") == "cpu");
   CHECK(link_device(comm_backend::gloo, "cuda:0") == "cpu");
   CHECK(link_device(comm_backend::automatic, "cpu") == "cpu");
+}
+
+TEST_CASE("links whose abort did not return go to the stuck handler, named, before anything joins") {
+  cohort::step::dp_links l;
+  dp_group_shared shared;
+  auto dp = std::make_unique<fake_comm>();
+  auto tp = std::make_unique<fake_comm>();
+  tp->abort_sticks = true;
+  l.comm = std::move(dp);
+  l.tp_comm = std::move(tp);
+  l.generation = 9;
+  CHECK(l.stuck().empty());  // nothing aborted yet
+  std::vector<std::string> seen;
+  cohort::step::set_stuck_handler([&](const std::string& text) { seen.push_back(text); });
+  l.drop(shared);
+  cohort::step::set_stuck_handler(nullptr);
+  REQUIRE(seen.size() == 1);
+  CHECK(seen[0].find("generation 9") != std::string::npos);
+  CHECK(seen[0].find("the TP group (fake)") != std::string::npos);
+  CHECK(seen[0].find("the DP group") == std::string::npos);  // its abort returned
+  CHECK(seen[0].find("ncclCommAbort") != std::string::npos);
+  CHECK(l.comm == nullptr);  // dropped after the handler returned (a test's handler)
+  // No stuck link: the handler is not called.
+  cohort::step::dp_links quiet;
+  quiet.comm = std::make_unique<fake_comm>();
+  cohort::step::set_stuck_handler([&](const std::string& text) { seen.push_back(text); });
+  quiet.drop(shared);
+  cohort::step::set_stuck_handler(nullptr);
+  CHECK(seen.size() == 1);
+}
+
+TEST_CASE("by default a worker with a stuck abort leaves at once with exit status 4") {
+  // In a child process: the default handler ends it with exit_device_stuck, without
+  // joining or destroying anything that might wait on the stuck thread.
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    cohort::step::dp_links l;
+    dp_group_shared shared;
+    auto c = std::make_unique<fake_comm>();
+    c->abort_sticks = true;
+    l.comm = std::move(c);
+    l.drop(shared);
+    ::_exit(0);  // not reached when the default handler works
+  }
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == cohort::exit_device_stuck);
+  CHECK(cohort::exit_device_stuck == 4);
 }

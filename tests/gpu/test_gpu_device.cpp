@@ -3,14 +3,20 @@
 #include <doctest/doctest.h>
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "gpu/bounded_call.hpp"
 #include "gpu/device.hpp"
 #include "gpu/device_pool.hpp"
 
@@ -291,4 +297,39 @@ TEST_CASE("device_pool is safe to share between threads") {
   CHECK(s.block_bytes_in_use == 0);
   CHECK(s.bytes_in_use == 0);
   CHECK(s.peak_bytes <= k_threads * 1088u);  // largest request is 64 + 4 * 256
+}
+
+TEST_CASE("call_within: a call that returns is joined, one that hangs is left at its deadline") {
+  using cohort::gpu::call_within;
+  int ran = 0;
+  CHECK(call_within([&ran] { ++ran; }, 5000));
+  CHECK(ran == 1);  // joined: its effect is visible at once
+  CHECK(call_within([] { throw std::runtime_error("inside NCCL"); }, 5000));  // returned, by a throw
+  // A call stuck until released (ncclCommAbort's known hang): the wait ends at the deadline,
+  // not when the call does; the call finishes later on its detached thread.
+  struct gate {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool open = false, finished = false;
+  };
+  auto g = std::make_shared<gate>();
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK_FALSE(call_within(
+      [g] {
+        std::unique_lock<std::mutex> l(g->mu);
+        g->cv.wait(l, [&] { return g->open; });
+        g->finished = true;
+        g->cv.notify_all();
+      },
+      200));
+  const auto waited = std::chrono::steady_clock::now() - t0;
+  CHECK(waited >= std::chrono::milliseconds(200));
+  CHECK(waited < std::chrono::seconds(20));  // slack for a loaded 2-core machine
+  {
+    std::unique_lock<std::mutex> l(g->mu);
+    CHECK_FALSE(g->finished);
+    g->open = true;
+    g->cv.notify_all();
+    g->cv.wait(l, [&] { return g->finished; });  // the left thread still owned its captures
+  }
 }
