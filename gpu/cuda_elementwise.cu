@@ -63,6 +63,32 @@ __global__ void adamw_kernel(float* p, const float* g, float* m, float* v, int64
   }
 }
 
+// 1-bit Adam after the freeze: the CPU twin's scalar order (cpu/optim.cpp). No fused
+// multiply-add: the host twin (x86-64-v2) has none, and the twins must agree to the bit.
+__global__ void onebit_frozen_kernel(float* p, const float* momentum, float* m, const float* v,
+                                     int64_t n, float eps, float decay, float step_size,
+                                     float sqrt_bc2) {
+  COHORT_GRID_STRIDE(i, n) {
+    const float mi = v[i] == 0.0f ? 0.0f : momentum[i];
+    m[i] = mi;
+    const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(v[i]), sqrt_bc2), eps);
+    p[i] = __fsub_rn(__fmul_rn(p[i], decay), __fmul_rn(step_size, __fdiv_rn(mi, denom)));
+  }
+}
+
+__global__ void onebit_share_kernel(float* g, const float* m, int64_t n, float a, float b) {
+  COHORT_GRID_STRIDE(i, n) { g[i] = __fadd_rn(__fmul_rn(a, m[i]), __fmul_rn(b, g[i])); }
+}
+
+__global__ void onebit_denominator_kernel(float* g, const float* v, int64_t n, float sqrt_bc2,
+                                          float eps, bool divide) {
+  COHORT_GRID_STRIDE(i, n) {
+    const float gi = v[i] == 0.0f ? 0.0f : g[i];
+    const float d = __fadd_rn(__fdiv_rn(__fsqrt_rn(v[i]), sqrt_bc2), eps);
+    g[i] = divide ? __fdiv_rn(gi, d) : __fmul_rn(gi, d);
+  }
+}
+
 __global__ void sgd_kernel(float* p, const float* g, float* buf, int64_t n, float lr,
                            float momentum, float weight_decay) {
   COHORT_GRID_STRIDE(i, n) {
@@ -119,6 +145,37 @@ status adamw_step(float* p, const float* g, float* m, float* v, int64_t n, float
   adamw_kernel<<<blocks_for(n), k_threads, 0, stream()>>>(p, g, m, v, n, beta1, beta2, eps, decay,
                                                           step_size, sqrt_bc2);
   return record(launched("adamw_kernel"));
+}
+
+status onebit_adam_frozen_step(float* p, const float* momentum, float* m, const float* v, int64_t n,
+                               float lr, float beta1, float beta2, float eps, float weight_decay,
+                               int t, int frozen_t) {
+  if (n < 0 || t < 1 || frozen_t < 1)
+    return record(bad("onebit_adam_frozen_step: need n >= 0, t >= 1 and frozen_t >= 1"));
+  if (n == 0) return record(status::ok);
+  // The bias corrections on the host in double, exactly as the CPU twin computes them.
+  const double bc1 = 1.0 - std::pow(static_cast<double>(beta1), t);
+  const double bc2 = 1.0 - std::pow(static_cast<double>(beta2), frozen_t);
+  const float decay = 1.0f - lr * weight_decay;
+  const float step_size = static_cast<float>(lr / bc1);
+  const float sqrt_bc2 = static_cast<float>(std::sqrt(bc2));
+  onebit_frozen_kernel<<<blocks_for(n), k_threads, 0, stream()>>>(p, momentum, m, v, n, eps, decay,
+                                                                  step_size, sqrt_bc2);
+  return record(launched("onebit_frozen_kernel"));
+}
+
+status onebit_momentum_share(float* g, const float* m, int64_t n, float a, float b) {
+  if (n <= 0) return record(n < 0 ? bad("onebit_momentum_share: negative n") : status::ok);
+  onebit_share_kernel<<<blocks_for(n), k_threads, 0, stream()>>>(g, m, n, a, b);
+  return record(launched("onebit_share_kernel"));
+}
+
+status onebit_scale_by_denominator(float* g, const float* v, int64_t n, float sqrt_bc2, float eps,
+                                   bool divide) {
+  if (n <= 0) return record(n < 0 ? bad("onebit_scale_by_denominator: negative n") : status::ok);
+  onebit_denominator_kernel<<<blocks_for(n), k_threads, 0, stream()>>>(g, v, n, sqrt_bc2, eps,
+                                                                       divide);
+  return record(launched("onebit_denominator_kernel"));
 }
 
 status sgd_step(float* p, const float* g, float* buf, int64_t n, float lr, float momentum,

@@ -100,6 +100,16 @@ status softmax_xent_bwd(float* dlogits, const float* probs, const int32_t* targe
 /// One AdamW update (decoupled weight decay), t is the 1-based step count.
 status adamw_step(float* p, const float* g, float* m, float* v, int64_t n, float lr, float beta1,
                   float beta2, float eps, float weight_decay, int t);
+/// AdamW with v frozen at step frozen_t (1-bit Adam after its freeze): cpu::onebit_adam_frozen_step.
+status onebit_adam_frozen_step(float* p, const float* momentum, float* m, const float* v, int64_t n,
+                               float lr, float beta1, float beta2, float eps, float weight_decay,
+                               int t, int frozen_t);
+/// g = a * m + b * g (cpu::onebit_momentum_share).
+status onebit_momentum_share(float* g, const float* m, int64_t n, float a, float b);
+/// g divided (DIVIDE) or multiplied by sqrt(v) / sqrt_bc2 + eps; 0 where v is 0
+/// (cpu::onebit_scale_by_denominator).
+status onebit_scale_by_denominator(float* g, const float* v, int64_t n, float sqrt_bc2, float eps,
+                                   bool divide);
 /// SGD with momentum (PyTorch convention), weight decay added to g.
 status sgd_step(float* p, const float* g, float* buf, int64_t n, float lr, float momentum,
                 float weight_decay);

@@ -264,10 +264,6 @@ class rules {
                                      "' is not one of: cpu, cuda, cuda:N (N a device number), "
                                      "auto");
     const bool gpu = cohort::rules::device_spec_names_gpu(d);
-    if (fine({"train.device", "train.optimizer"}) && gpu && c.train.optimizer == "onebit_adam")
-      complain({"train.device", "train.optimizer"},
-               "onebit_adam runs on the CPU only in this version (set train.device: cpu, or "
-               "train.optimizer: adamw)");
     // NCCL sums GPU memory only: say so here rather than at the first communicator build.
     if (fine({"comm.backend", "train.device"}) && c.comm.backend == comm_backend::nccl && !gpu &&
         d != "auto")

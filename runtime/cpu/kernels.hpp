@@ -88,6 +88,13 @@ void adamw_step(float* p, const float* g, float* m, float* v, int64_t n, float l
 void onebit_adam_frozen_step(float* p, const float* momentum, float* m, const float* v, int64_t n,
                              float lr, float beta1, float beta2, float eps, float weight_decay,
                              int t, int frozen_t);
+/// 1-bit Adam's momentum share after the freeze: g = a * m + b * g (a = beta1 / replicas,
+/// b = 1 - beta1: this replica's share of the new momentum).
+void onebit_momentum_share(float* g, const float* m, int64_t n, float a, float b);
+/// 1-bit Adam's frozen denominator d = sqrt(v) / sqrt_bc2 + eps: g = g / d (DIVIDE) or
+/// g * d; an element whose v is 0 (it never had a gradient) becomes 0.
+void onebit_scale_by_denominator(float* g, const float* v, int64_t n, float sqrt_bc2, float eps,
+                                 bool divide);
 /// SGD with momentum (PyTorch convention: buf = mu*buf + g; p -= lr*buf), weight decay in g.
 void sgd_step(float* p, const float* g, float* buf, int64_t n, float lr, float momentum,
               float weight_decay);

@@ -132,6 +132,29 @@ void onebit_adam_frozen_step(float* p, const float* momentum, float* m, const fl
   detail::params_changed();
 }
 
+void onebit_momentum_share(float* g, const float* m, int64_t n, float a, float b) {
+  for (int64_t i = 0; i < n; ++i) g[i] = a * m[i] + b * g[i];
+}
+
+void onebit_scale_by_denominator(float* g, const float* v, int64_t n, float sqrt_bc2, float eps,
+                                 bool divide) {
+  // Sent as m itself, a weight whose gradients were always small would get its chunk's
+  // magnitude, divided by its small d; divided by d first, the signs carry m / d, which Adam
+  // has brought to one scale (docs/compression.md). Selects rather than branches, the
+  // direction chosen outside the loop: the loops vectorize, and sqrt and division are exact
+  // in SIMD too, so the bits are the scalar loop's.
+  auto scaled = [&](auto apply) {
+    for (int64_t i = 0; i < n; ++i) {
+      const float gi = v[i] == 0.0f ? 0.0f : g[i];
+      g[i] = apply(gi, std::sqrt(v[i]) / sqrt_bc2 + eps);
+    }
+  };
+  if (divide)
+    scaled([](float x, float d) { return x / d; });
+  else
+    scaled([](float x, float d) { return x * d; });
+}
+
 void sgd_step(float* p, const float* g, float* buf, int64_t n, float lr, float momentum,
               float weight_decay) {
   sgd_dispatch(p, g, buf, n, lr, momentum, weight_decay);

@@ -194,9 +194,26 @@ class cuda_dev final : public device {
     check(gpu::cuda::adamw_step(p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, t),
           "adamw_step");
   }
-  void onebit_adam_frozen_step(float*, const float*, float*, const float*, int64_t, float, float,
-                               float, float, float, int, int) override {
-    throw usage_error("train.optimizer: onebit_adam runs on the CPU only (train.device: cpu)");
+  void onebit_adam_frozen_step(float* p, const float* momentum, float* m, const float* v, int64_t n,
+                               float lr, float beta1, float beta2, float eps, float weight_decay,
+                               int t, int frozen_t) override {
+    select();
+    const op_timer timed(*this, "onebit_adam_frozen_step");
+    check(gpu::cuda::onebit_adam_frozen_step(p, momentum, m, v, n, lr, beta1, beta2, eps,
+                                             weight_decay, t, frozen_t),
+          "onebit_adam_frozen_step");
+  }
+  void onebit_momentum_share(float* g, const float* m, int64_t n, float a, float b) override {
+    select();
+    const op_timer timed(*this, "onebit_momentum_share");
+    check(gpu::cuda::onebit_momentum_share(g, m, n, a, b), "onebit_momentum_share");
+  }
+  void onebit_scale_by_denominator(float* g, const float* v, int64_t n, float sqrt_bc2, float eps,
+                                   bool divide) override {
+    select();
+    const op_timer timed(*this, "onebit_scale_by_denominator");
+    check(gpu::cuda::onebit_scale_by_denominator(g, v, n, sqrt_bc2, eps, divide),
+          "onebit_scale_by_denominator");
   }
   void sgd_step(float* p, const float* g, float* buf, int64_t n, float lr, float momentum,
                 float weight_decay) override {

@@ -109,6 +109,11 @@ class device {
   virtual void onebit_adam_frozen_step(float* p, const float* momentum, float* m, const float* v,
                                        int64_t n, float lr, float beta1, float beta2, float eps,
                                        float weight_decay, int t, int frozen_t) = 0;
+  /// 1-bit Adam's gradient path after the freeze (cpu::onebit_momentum_share,
+  /// cpu::onebit_scale_by_denominator).
+  virtual void onebit_momentum_share(float* g, const float* m, int64_t n, float a, float b) = 0;
+  virtual void onebit_scale_by_denominator(float* g, const float* v, int64_t n, float sqrt_bc2,
+                                           float eps, bool divide) = 0;
   virtual void sgd_step(float* p, const float* g, float* buf, int64_t n, float lr, float momentum,
                         float weight_decay) = 0;
   /// Sum of squares, double accumulation (synchronises).

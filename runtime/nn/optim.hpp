@@ -83,6 +83,8 @@ class onebit_adam : public optimizer {
   bool frozen() const { return steps_ >= o_.freeze_step; }
   /// The momentum of the compressed ranges (what replicas combine with their gradients).
   const float* momentum() const { return m_.data(); }
+  /// Where the parameters, gradients and state live (the gradient path's ops run there).
+  device& dev() const { return params_.dev(); }
   const optim_options& options() const { return o_; }
 
  private:

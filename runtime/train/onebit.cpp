@@ -43,9 +43,10 @@ void add_momentum_share(const nn::onebit_adam& opt, float* g, int replicas, int6
   const float* m = opt.momentum();
   const float beta1 = opt.options().beta1;
   const float a = beta1 / static_cast<float>(replicas), b = 1.0f - beta1;
+  nn::device& dev = opt.dev();  // g and m live there
   for (const auto& [off, n] : opt.options().compressed) {
     const int64_t from = std::max(off, offset), to = std::min(off + n, offset + count);
-    for (int64_t i = from; i < to; ++i) g[i] = a * m[i] + b * g[i];
+    if (to > from) dev.onebit_momentum_share(g + from, m + from, to - from, a, b);
   }
 }
 
@@ -63,21 +64,10 @@ void scale_by_denominator(nn::onebit_adam& opt, float* g, int64_t offset, int64_
   const float eps = o.eps;  // a local: g could alias o for all the compiler knows
   const float sqrt_bc2 = static_cast<float>(
       std::sqrt(1.0 - std::pow(static_cast<double>(o.beta2), static_cast<double>(o.freeze_step))));
+  nn::device& dev = opt.dev();  // g and v live there
   for (const auto& [off, n] : o.compressed) {
     const int64_t from = std::max(off, offset), to = std::min(off + n, offset + count);
-    // Selects rather than branches, and the direction chosen outside the loop (one
-    // instantiation each): the loop vectorizes (sqrt and division are exact in SIMD too, so
-    // the bits are the scalar loop's).
-    auto scaled = [&](auto apply) {
-      for (int64_t i = from; i < to; ++i) {
-        const float gi = v[i] == 0.0f ? 0.0f : g[i];
-        g[i] = apply(gi, std::sqrt(v[i]) / sqrt_bc2 + eps);
-      }
-    };
-    if (divide)
-      scaled([](float x, float d) { return x / d; });
-    else
-      scaled([](float x, float d) { return x * d; });
+    if (to > from) dev.onebit_scale_by_denominator(g + from, v + from, to - from, sqrt_bc2, eps, divide);
   }
 }
 

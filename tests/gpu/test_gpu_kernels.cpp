@@ -558,6 +558,38 @@ TEST_CASE("adamw_step and sgd_step over several steps") {
   check_close(d_buf.host(), buf, k_tol, "sgd buf");
 }
 
+TEST_CASE("1-bit Adam's frozen update, momentum share and denominator give the CPU's bits") {
+  // Every op is one IEEE-rounded add, multiply, divide or square root on both sides (no fused
+  // multiply-add: the kernels spell the roundings out), so the twins agree to the bit.
+  const int64_t n = 5003;
+  auto v = randn(n, 101);
+  for (int64_t i = 0; i < n; ++i) v[i] = i % 7 == 0 ? 0.0f : v[i] * v[i] * 1e-3f;  // some never had a gradient
+  auto p = randn(n, 102), mom = randn(n, 103), m = std::vector<float>(n, 0.5f);
+  dev<float> d_p(p), d_mom(mom), d_m(m), d_v(v);
+  for (int t = 4; t <= 6; ++t) {
+    require_ok(cu::onebit_adam_frozen_step(d_p.get(), d_mom.get(), d_m.get(), d_v.get(), n, 1e-2f,
+                                           0.9f, 0.95f, 1e-8f, 0.1f, t, 3));
+    cpu::onebit_adam_frozen_step(p.data(), mom.data(), m.data(), v.data(), n, 1e-2f, 0.9f, 0.95f,
+                                 1e-8f, 0.1f, t, 3);
+  }
+  CHECK(d_p.host() == p);
+  CHECK(d_m.host() == m);
+  auto grad = randn(n, 104);
+  dev<float> d_g(grad);
+  require_ok(cu::onebit_momentum_share(d_g.get(), d_mom.get(), n, 0.9f / 4, 0.1f));
+  cpu::onebit_momentum_share(grad.data(), mom.data(), n, 0.9f / 4, 0.1f);
+  CHECK(d_g.host() == grad);
+  const float sqrt_bc2 = static_cast<float>(std::sqrt(1.0 - std::pow(0.95, 3.0)));
+  for (const bool divide : {true, false}) {
+    require_ok(cu::onebit_scale_by_denominator(d_g.get(), d_v.get(), n, sqrt_bc2, 1e-8f, divide));
+    cpu::onebit_scale_by_denominator(grad.data(), v.data(), n, sqrt_bc2, 1e-8f, divide);
+    CHECK(d_g.host() == grad);
+  }
+  CHECK(grad[0] == 0.0f);  // v[0] == 0: nothing travels for it
+  CHECK(cu::onebit_adam_frozen_step(d_p.get(), d_mom.get(), d_m.get(), d_v.get(), n, 1e-2f, 0.9f,
+                                    0.95f, 1e-8f, 0.1f, 4, 0) == g::status::invalid_argument);
+}
+
 TEST_CASE("sum_squares: matches the CPU, is deterministic, and the async form gives its bits") {
   double* d_out = nullptr;
   require_ok(g::device_malloc(reinterpret_cast<void**>(&d_out), sizeof(double)));

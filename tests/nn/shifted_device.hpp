@@ -117,6 +117,13 @@ class shifted_device final : public nn::device {
     cpu::onebit_adam_frozen_step(in(p), in(momentum), in(m), in(v), n, lr, beta1, beta2, eps,
                                  weight_decay, t, frozen_t);
   }
+  void onebit_momentum_share(float* g, const float* m, int64_t n, float a, float b) override {
+    cpu::onebit_momentum_share(in(g), in(m), n, a, b);
+  }
+  void onebit_scale_by_denominator(float* g, const float* v, int64_t n, float sqrt_bc2, float eps,
+                                   bool divide) override {
+    cpu::onebit_scale_by_denominator(in(g), in(v), n, sqrt_bc2, eps, divide);
+  }
   void sgd_step(float* p, const float* g, float* buf, int64_t n, float lr, float momentum,
                 float weight_decay) override {
     cpu::sgd_step(in(p), in(g), in(buf), n, lr, momentum, weight_decay);

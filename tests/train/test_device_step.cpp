@@ -191,3 +191,26 @@ TEST_CASE("device: a joiner on a GPU takes a CPU donor's state, and the other wa
     CHECK(run(joiner, 3, 6) == want);
   }
 }
+
+TEST_CASE("device: 1-bit Adam on a stand-in GPU ends on the CPU's bits, through its freeze") {
+  // Warm-up (plain AdamW), then frozen: the momentum shares and the frozen denominator run
+  // on the device's gradients, the DP sum in host memory, the frozen update on the device.
+  const std::string onebit = ", optimizer: onebit_adam, onebit: {freeze_step: 3}";
+  for (const char* kind : {"mlp", "gpt"}) {
+    CAPTURE(kind);
+    {
+      test::shifted_device dev;
+      train::trainer cpu(job(kind, "fast", 8, onebit));
+      train::trainer gpu(job(kind, "fast", 8, onebit), &dev);
+      CHECK(run(gpu, 0, 8) == run(cpu, 0, 8));
+    }
+    test::shifted_device d0, d1;
+    train::trainer c0(job(kind, "fast", 8, onebit)), c1(job(kind, "fast", 8, onebit));
+    train::trainer g0(job(kind, "fast", 8, onebit), &d0), g1(job(kind, "fast", 8, onebit), &d1);
+    const std::string want = run_dp2(c0, c1, 0, 8);
+    CHECK(run_dp2(g0, g1, 0, 8) == want);
+    // Past the freeze (step 3 on), and it changed the parameters: not AdamW's bits.
+    train::trainer a0(job(kind, "fast", 8)), a1(job(kind, "fast", 8));
+    CHECK(run_dp2(a0, a1, 0, 8) != want);
+  }
+}
