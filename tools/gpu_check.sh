@@ -334,7 +334,7 @@ else
     ((gpus > 0)) || why="no GPU listed"
     [[ -z $why && $device_keys == no ]] && why="this cohort has no train.device (bundle a build that has it)"
     if [[ -n $why ]]; then
-      for s in gpt_cuda_fp32 gpt_cuda_fp32_again gpt_cuda_bf16; do record "$s" skipped 0 "$why"; done
+      for s in gpt_cuda_fp32 gpt_cuda_fp32_again gpt_cuda_bf16 gpt_cuda_onebit; do record "$s" skipped 0 "$why"; done
     else
       train_run gpt_cuda_fp32 cuda_fp32 90 --set train.device=cuda --set train.precision=fp32 &&
         compare gpt_cuda_fp32 close cuda_fp32 cpu "$fp32_rtol"
@@ -348,6 +348,15 @@ else
       fi
       train_run gpt_cuda_bf16 cuda_bf16 90 --set train.device=cuda --set train.precision=bf16 &&
         compare gpt_cuda_bf16 close cuda_bf16 cpu "$bf16_rtol"
+      # 1-bit Adam through its freeze (step 100) on both devices: its frozen update, momentum
+      # share and denominator run on the GPU (their twins agree bit for bit in gpu_kernels).
+      onebit_sets=(--set train.optimizer=onebit_adam --set train.onebit.freeze_step=100)
+      if train_run gpt_cpu_onebit cpu_onebit 120 "${cpu_sets[@]}" "${onebit_sets[@]}"; then
+        train_run gpt_cuda_onebit cuda_onebit 90 --set train.device=cuda --set train.precision=fp32 \
+          "${onebit_sets[@]}" && compare gpt_cuda_onebit close cuda_onebit cpu_onebit "$fp32_rtol"
+      else
+        record gpt_cuda_onebit skipped 0 "the CPU's 1-bit Adam run failed (gpt_cpu_onebit)"
+      fi
     fi
   fi
 fi
