@@ -356,3 +356,25 @@ TEST_CASE("grids the model cannot take are refused before anything starts (exit 
     CHECK(out.find(b.says) != std::string::npos);
   }
 }
+
+TEST_CASE("pipeline and TP stages on cuda: a GPU-less machine ends the job with exit 1 naming the device") {
+  // Accepted by the config (stages run on a GPU now); where no GPU is, the first stage
+  // worker to build its seat says so and the job ends, every process with it, no hang.
+  temp_dir dir;
+  const std::string cfg = dir.write("gpt.yaml", gpt_yaml(dir.path()));
+  for (const char* grid : {"--set parallel.pp=2", "--set parallel.tp=2"}) {
+    CAPTURE(grid);
+    int rc = -1;
+    const std::string out = run_capture(
+        "launch " + cfg + " --set cluster.workers=2 --set train.device=cuda " + grid, &rc, true);
+    if (rc == 0) {
+      // A machine with a GPU trains the stages on it (tools/gpu_check.sh checks its bits).
+      CHECK(out.find("sees none") == std::string::npos);
+      continue;
+    }
+    CHECK(rc == 1);
+    CHECK(out.find("train.device: cuda asks for a GPU, but this process sees none") !=
+          std::string::npos);
+    CHECK(out.find("run on a machine with a GPU") != std::string::npos);
+  }
+}
