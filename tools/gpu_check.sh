@@ -334,7 +334,7 @@ else
     ((gpus > 0)) || why="no GPU listed"
     [[ -z $why && $device_keys == no ]] && why="this cohort has no train.device (bundle a build that has it)"
     if [[ -n $why ]]; then
-      for s in gpt_cuda_fp32 gpt_cuda_fp32_again gpt_cuda_bf16 gpt_cuda_onebit; do record "$s" skipped 0 "$why"; done
+      for s in gpt_cuda_fp32 gpt_cuda_fp32_again gpt_cuda_bf16; do record "$s" skipped 0 "$why"; done
     else
       train_run gpt_cuda_fp32 cuda_fp32 90 --set train.device=cuda --set train.precision=fp32 &&
         compare gpt_cuda_fp32 close cuda_fp32 cpu "$fp32_rtol"
@@ -348,15 +348,6 @@ else
       fi
       train_run gpt_cuda_bf16 cuda_bf16 90 --set train.device=cuda --set train.precision=bf16 &&
         compare gpt_cuda_bf16 close cuda_bf16 cpu "$bf16_rtol"
-      # 1-bit Adam through its freeze (step 100) on both devices: its frozen update, momentum
-      # share and denominator run on the GPU (their twins agree bit for bit in gpu_kernels).
-      onebit_sets=(--set train.optimizer=onebit_adam --set train.onebit.freeze_step=100)
-      if train_run gpt_cpu_onebit cpu_onebit 120 "${cpu_sets[@]}" "${onebit_sets[@]}"; then
-        train_run gpt_cuda_onebit cuda_onebit 90 --set train.device=cuda --set train.precision=fp32 \
-          "${onebit_sets[@]}" && compare gpt_cuda_onebit close cuda_onebit cpu_onebit "$fp32_rtol"
-      else
-        record gpt_cuda_onebit skipped 0 "the CPU's 1-bit Adam run failed (gpt_cpu_onebit)"
-      fi
     fi
   fi
 fi
@@ -391,49 +382,6 @@ else
       record launch_cuda_dp2 FAIL "$(elapsed "$t")" "params_sha256 launch ${h2:0:16} != train ${h1:0:16}"
     fi
   fi
-fi
-
-# 5b'. Pipeline and tensor-parallel stages on the GPU (cohort launch, two workers on cuda:0;
-# activations, their gradients and the TP sums through host memory), against the same
-# `cohort train` on the GPU as 5b: pp 2 bitwise promises its params_sha256 (the pipeline's
-# fixed-point sums, docs/pipeline.md), tp 2 sums its row-parallel products in another order
-# and promises its loss within 1e-4 relative (as on the CPU, tests/mp/test_hybrid.cpp).
-if ((gpus == 0)) || [[ $device_keys == no ]] || ((broken)) || [[ ! -x $cohort ]] ||
-  [[ ! -f $runs/bw_train.json ]]; then
-  record launch_cuda_pp2 skipped 0 "needs a GPU, a cohort with train.device and 5b's cohort train run"
-  record launch_cuda_tp2 skipped 0 "needs a GPU, a cohort with train.device and 5b's cohort train run"
-else
-  h1=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["params_sha256"])' "$runs/bw_train.json")
-  for grid in pp2 tp2; do
-    lim=$(limit 150)
-    t=$(now)
-    key=${grid:0:2}
-    ours timeout "$lim" "$cohort" launch "$cfg" "${bw_sets[@]}" --set cluster.workers=2 \
-      --set "parallel.$key=2" --set "fault_tolerance.checkpoint_dir=$runs/$grid.ckpt" \
-      --summary "$runs/$grid.json" >"$logs/launch_cuda_$grid.log" 2>&1
-    rc=$?
-    if ((rc != 0)); then
-      record "launch_cuda_$grid" FAIL "$(elapsed "$t")" "launch exit $rc: $(tail -2 "$logs/launch_cuda_$grid.log" | paste -sd ' ' -)"
-    elif [[ $grid == pp2 ]]; then
-      h2=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["params_sha256"])' "$runs/$grid.json")
-      if [[ -n $h1 && $h1 == "$h2" ]]; then
-        record launch_cuda_pp2 pass "$(elapsed "$t")" "2 stages on cuda:0, bitwise, 120 steps: params_sha256 ${h1:0:16} = cohort train on the GPU"
-      else
-        record launch_cuda_pp2 FAIL "$(elapsed "$t")" "params_sha256 pp 2 ${h2:0:16} != train ${h1:0:16}"
-      fi
-    else
-      verdict=$(python3 - "$runs/bw_train.json" "$runs/$grid.json" <<'PY'
-import json, sys
-a = json.load(open(sys.argv[1]))["final_loss"]
-b = json.load(open(sys.argv[2]))["final_loss"]
-d = abs(a - b) / abs(a)
-print(("pass" if d <= 1e-4 else "FAIL") + f" final loss {b:.6f} against cohort train's {a:.6f} ({d:.1e} relative, limit 1e-4)")
-PY
-)
-      [[ -n $verdict ]] || verdict="FAIL no final_loss in $runs/bw_train.json or $runs/$grid.json"
-      record launch_cuda_tp2 "${verdict%% *}" "$(elapsed "$t")" "2 TP ranks on cuda:0, bitwise, 120 steps: ${verdict#* }"
-    fi
-  done
 fi
 
 # 5c. Checkpoints move between devices: 100 steps on one device, resumed for 100 more on the
@@ -516,6 +464,64 @@ for variant in fp32 bf16 bf16_fast16bf fp32_profile bf16_profile; do
     fi
   fi
 done
+
+# 6b. Checked after the benches, so that a tight --budget takes these, not the figures.
+# 1-bit Adam through its freeze (step 100) on both devices: its frozen update, momentum share
+# and denominator run on the GPU (their twins agree bit for bit in gpu_kernels).
+if ((gpus == 0)) || [[ $device_keys == no ]] || ((broken)) || [[ ! -x $cohort ]]; then
+  record gpt_cuda_onebit skipped 0 "needs a GPU and a cohort with train.device"
+else
+  onebit_sets=(--set train.optimizer=onebit_adam --set train.onebit.freeze_step=100)
+  if train_run gpt_cpu_onebit cpu_onebit 120 "${cpu_sets[@]}" "${onebit_sets[@]}"; then
+    train_run gpt_cuda_onebit cuda_onebit 90 --set train.device=cuda --set train.precision=fp32 \
+      "${onebit_sets[@]}" && compare gpt_cuda_onebit close cuda_onebit cpu_onebit "$fp32_rtol"
+  else
+    record gpt_cuda_onebit skipped 0 "the CPU's 1-bit Adam run failed (gpt_cpu_onebit)"
+  fi
+fi
+
+# 6c. Pipeline and tensor-parallel stages on the GPU (cohort launch, two workers on cuda:0;
+# activations, their gradients and the TP sums through host memory), against the same
+# `cohort train` on the GPU as 5b: pp 2 bitwise promises its params_sha256 (the pipeline's
+# fixed-point sums, docs/pipeline.md), tp 2 sums its row-parallel products in another order
+# and promises its loss within 1e-4 relative (as on the CPU, tests/mp/test_hybrid.cpp).
+if ((gpus == 0)) || [[ $device_keys == no ]] || ((broken)) || [[ ! -x $cohort ]] ||
+  [[ ! -f $runs/bw_train.json ]]; then
+  record launch_cuda_pp2 skipped 0 "needs a GPU, a cohort with train.device and 5b's cohort train run"
+  record launch_cuda_tp2 skipped 0 "needs a GPU, a cohort with train.device and 5b's cohort train run"
+else
+  h1=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["params_sha256"])' "$runs/bw_train.json")
+  for grid in pp2 tp2; do
+    lim=$(limit 150)
+    t=$(now)
+    key=${grid:0:2}
+    ours timeout "$lim" "$cohort" launch "$cfg" "${bw_sets[@]}" --set cluster.workers=2 \
+      --set "parallel.$key=2" --set "fault_tolerance.checkpoint_dir=$runs/$grid.ckpt" \
+      --summary "$runs/$grid.json" >"$logs/launch_cuda_$grid.log" 2>&1
+    rc=$?
+    if ((rc != 0)); then
+      record "launch_cuda_$grid" FAIL "$(elapsed "$t")" "launch exit $rc: $(tail -2 "$logs/launch_cuda_$grid.log" | paste -sd ' ' -)"
+    elif [[ $grid == pp2 ]]; then
+      h2=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["params_sha256"])' "$runs/$grid.json")
+      if [[ -n $h1 && $h1 == "$h2" ]]; then
+        record launch_cuda_pp2 pass "$(elapsed "$t")" "2 stages on cuda:0, bitwise, 120 steps: params_sha256 ${h1:0:16} = cohort train on the GPU"
+      else
+        record launch_cuda_pp2 FAIL "$(elapsed "$t")" "params_sha256 pp 2 ${h2:0:16} != train ${h1:0:16}"
+      fi
+    else
+      verdict=$(python3 - "$runs/bw_train.json" "$runs/$grid.json" <<'PY'
+import json, sys
+a = json.load(open(sys.argv[1]))["final_loss"]
+b = json.load(open(sys.argv[2]))["final_loss"]
+d = abs(a - b) / abs(a)
+print(("pass" if d <= 1e-4 else "FAIL") + f" final loss {b:.6f} against cohort train's {a:.6f} ({d:.1e} relative, limit 1e-4)")
+PY
+)
+      [[ -n $verdict ]] || verdict="FAIL no final_loss in $runs/bw_train.json or $runs/$grid.json"
+      record launch_cuda_tp2 "${verdict%% *}" "$(elapsed "$t")" "2 TP ranks on cuda:0, bitwise, 120 steps: ${verdict#* }"
+    fi
+  done
+fi
 
 # 7. NCCL across ranks: one GPU cannot hold two (NCCL: "Duplicate GPU detected"), so the
 # multi-rank cases (a peer's abort, shrink) and bus bandwidth (busbw = algbw * 2(n-1)/n,
