@@ -109,7 +109,12 @@ void stage_trainer::tp_sum(float* data, int64_t count) {
   const auto t0 = clock_type::now();
   if (!links_.tp_allreduce)
     throw usage_error("stage_trainer: tensor parallelism without a TP group link");
-  if (dev().host_visible() || links_.tp_reads_device) {
+  if (dev().host_visible()) {
+    links_.tp_allreduce(data, count);
+  } else if (links_.tp_reads_device) {
+    // NCCL runs on a stream of its own: the partial sums must be final there too. (Its call
+    // returns once the sum is complete on the device, so the kernels after it see it.)
+    dev().synchronize();
     links_.tp_allreduce(data, count);
   } else {
     // Host transports: the partial sums go to the host, the group's sum comes back.

@@ -122,6 +122,7 @@ struct job {
   std::vector<std::unique_ptr<tp_sums<float>>> sums;
   std::vector<std::unique_ptr<tp_sums<double>>> sums64;  // per (r, s)
   std::vector<int64_t> rounds, rounds64;                 // per seat
+  std::vector<std::size_t> syncs_seen;                   // per seat: its device's waits
   bool tp_reads_device = false;
 
   job(const config& c, int replicas, bool gpu, bool reads_device = false)
@@ -143,6 +144,7 @@ struct job {
     }
     rounds.assign(seats.size(), 0);
     rounds64.assign(seats.size(), 0);
+    syncs_seen.assign(seats.size(), 0);
     for (int r = 0; r < R; ++r)
       for (int s = 0; s < P; ++s)
         for (int t = 0; t < T; ++t) seat(r, s, t).set_links(links(r, s, t));
@@ -161,11 +163,16 @@ struct job {
     int64_t& k64 = rounds64[index(r, s, t)];
     test::shifted_device* dev = devices.empty() ? nullptr : devices[index(r, s, t)].get();
     const bool on_device = tp_reads_device && dev != nullptr;
-    l.tp_allreduce = [&f, &k, t, dev, on_device](float* d, int64_t n) {
+    std::size_t* synced = &syncs_seen[index(r, s, t)];
+    l.tp_allreduce = [&f, &k, t, dev, on_device, synced](float* d, int64_t n) {
       // A TP group that reads the device (NCCL's) is handed device memory: here the shifted
-      // address, which only the stand-in device can turn into a host one.
+      // address, which only the stand-in device can turn into a host one. NCCL reads it on a
+      // stream of its own: the device was waited for since the last sum.
+      if (on_device) {
+        CHECK(dev->syncs > *synced);
+        *synced = dev->syncs;
+      }
       f.allreduce(t, k, on_device ? test::shifted_device::in(d) : d, n);
-      (void)dev;
     };
     l.tp_reads_device = on_device;
     l.tp_allreduce_f64 = [&g, &k64, t](double* d, int64_t n) { g.allreduce(t, k64, d, n); };
