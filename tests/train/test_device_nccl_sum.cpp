@@ -22,6 +22,7 @@
 #include "runtime/train/trainer.hpp"
 #include "tests/comm/fake_device_comm.hpp"
 #include "tests/nn/shifted_device.hpp"
+#include "tests/train/stand_in_nccl.hpp"
 #include "tests/train/dp_by_hand.hpp"
 
 using namespace cohort;
@@ -29,55 +30,9 @@ using comm::communicator;
 
 namespace {
 
-constexpr std::uintptr_t kShift = test::shifted_device::shift;
-bool on_device(const void* p) { return reinterpret_cast<std::uintptr_t>(p) >= kShift; }
-template <class T>
-T* real(T* p) {
-  return reinterpret_cast<T*>(reinterpret_cast<std::uintptr_t>(p) - kShift);
-}
-
-// What NCCL does with a pointer, on the stand-in: device memory is read (through its real
-// address); a host pointer would be an illegal address on a GPU, so it is counted (and used
-// as it is, so that the count, not a crash, reports it).
-class stand_in_nccl : public communicator {
- public:
-  explicit stand_in_nccl(std::shared_ptr<comm::testing::fake_device_comm> c) : c_(std::move(c)) {}
-  int rank() const override { return c_->rank(); }
-  int size() const override { return c_->size(); }
-  const char* backend() const override { return "nccl"; }
-  void allreduce_sum(float* d, std::size_t n) override { c_->allreduce_sum(at(d), n); }
-  void allreduce_sum(std::int64_t* d, std::size_t n) override { c_->allreduce_sum(at(d), n); }
-  void allgather(const void* s, void* r, std::size_t b) override { c_->allgather(at(s), at(r), b); }
-  void alltoall(const void* s, void* r, std::size_t b) override { c_->alltoall(at(s), at(r), b); }
-  void broadcast(void* d, std::size_t b, int root) override { c_->broadcast(at(d), b, root); }
-  void barrier() override { c_->barrier(); }
-  void abort() override { c_->abort(); }
-  bool dead() const override { return c_->dead(); }
-  comm::comm_traffic traffic() const override { return {}; }
-  int host_pointers = 0;
-
- private:
-  template <class T>
-  T* at(T* p) {
-    if (on_device(p)) return real(p);
-    ++host_pointers;
-    return p;
-  }
-  std::shared_ptr<comm::testing::fake_device_comm> c_;
-};
-
-// The stand-in's memory for the staging scratch.
-comm::staging_memory stand_in_memory() {
-  comm::staging_memory m;
-  m.is_device = [](const void* p) { return on_device(p); };
-  m.allocate = [](std::size_t n) {
-    return reinterpret_cast<void*>(reinterpret_cast<std::uintptr_t>(std::malloc(n)) + kShift);
-  };
-  m.release = [](void* p) { std::free(real(p)); };
-  m.to_device = [](void* d, const void* h, std::size_t n) { std::memcpy(real(d), h, n); };
-  m.to_host = [](void* h, const void* d, std::size_t n) { std::memcpy(h, real(d), n); };
-  return m;
-}
+using test::on_device;
+using test::stand_in_memory;
+using test::stand_in_nccl;
 
 config job(const std::string& determinism, const std::string& backend) {
   // train.device: auto passes the config rules with nccl; the GPU trainers are handed their

@@ -9,6 +9,7 @@
 
 #include <unistd.h>
 
+#include <chrono>
 #include <condition_variable>
 #include <filesystem>
 #include <cstring>
@@ -26,6 +27,7 @@
 #include "runtime/train/checkpoint_writer.hpp"
 #include "runtime/train/seat.hpp"
 #include "tests/nn/shifted_device.hpp"
+#include "tests/train/stand_in_nccl.hpp"
 
 using namespace cohort;
 
@@ -124,8 +126,13 @@ struct job {
   std::vector<int64_t> rounds, rounds64;                 // per seat
   std::vector<std::size_t> syncs_seen;                   // per seat: its device's waits
   bool tp_reads_device = false;
+  // With NCCL TP groups: one fake NCCL group per (r, s), each seat's rank of it behind the
+  // staging wrapper, as make_communicator builds it for comm.backend: nccl.
+  std::vector<std::shared_ptr<comm::testing::fake_nccl_group>> nccl_groups;  // per (r, s)
+  std::vector<test::stand_in_nccl*> stand_ins;                               // per seat
+  std::vector<std::unique_ptr<comm::device_staged_comm>> tp_comms;           // per seat
 
-  job(const config& c, int replicas, bool gpu, bool reads_device = false)
+  job(const config& c, int replicas, bool gpu, bool reads_device = false, bool nccl = false)
       : cfg(c), R(replicas), P(c.parallel.pp), T(c.parallel.tp), tp_reads_device(reads_device) {
     for (int r = 0; r < R; ++r)
       for (int s = 0; s < P; ++s)
@@ -141,6 +148,20 @@ struct job {
     for (int i = 0; i < R * P; ++i) {
       sums.push_back(std::make_unique<tp_sums<float>>(T));
       sums64.push_back(std::make_unique<tp_sums<double>>(T));
+    }
+    if (nccl) {
+      for (int i = 0; i < R * P; ++i)
+        nccl_groups.push_back(std::make_shared<comm::testing::fake_nccl_group>(T));
+      for (int r = 0; r < R; ++r)
+        for (int s = 0; s < P; ++s)
+          for (int t = 0; t < T; ++t) {
+            auto inner = std::make_unique<test::stand_in_nccl>(
+                std::make_shared<comm::testing::fake_device_comm>(
+                    nccl_groups[static_cast<std::size_t>(r * P + s)], t, std::chrono::seconds(60)));
+            stand_ins.push_back(inner.get());
+            tp_comms.push_back(std::make_unique<comm::device_staged_comm>(std::move(inner),
+                                                                          test::stand_in_memory()));
+          }
     }
     rounds.assign(seats.size(), 0);
     rounds64.assign(seats.size(), 0);
@@ -176,6 +197,23 @@ struct job {
     };
     l.tp_reads_device = on_device;
     l.tp_allreduce_f64 = [&g, &k64, t](double* d, int64_t n) { g.allreduce(t, k64, d, n); };
+    if (!tp_comms.empty()) {
+      // NCCL's TP group: device memory straight to it, host doubles through its staging
+      // (what dp_links hands a stage for comm.backend: nccl).
+      comm::communicator* c = tp_comms[index(r, s, t)].get();
+      const int size = T;
+      l.tp_reads_device = true;
+      l.tp_allreduce = [c](float* d, int64_t n) { c->allreduce_sum(d, static_cast<std::size_t>(n)); };
+      l.tp_allreduce_f64 = [c, size](double* d, int64_t n) {
+        std::vector<double> all(static_cast<std::size_t>(n) * size);
+        c->allgather(d, all.data(), static_cast<std::size_t>(n) * sizeof(double));
+        for (int64_t i = 0; i < n; ++i) {
+          double x = 0;
+          for (int q = 0; q < size; ++q) x += all[static_cast<std::size_t>(q * n + i)];
+          d[i] = x;
+        }
+      };
+    }
     return l;
   }
 
@@ -297,6 +335,23 @@ TEST_CASE("device stages: a TP group that reads the device is handed device memo
   job cpu(c, 1, false), gpu(c, 1, true, /*reads_device=*/true);
   CHECK(gpu.run(0, 3) == cpu.run(0, 3));
   CHECK(gpu.digests() == cpu.digests());
+}
+
+TEST_CASE("device stages: TP sums over NCCL on the stand-in read device memory only, same bits") {
+  // comm.backend: nccl: the TP group is device_staged_comm over (fake) NCCL; the stage hands
+  // it its device memory, and no host pointer may reach NCCL (the norm's host doubles go
+  // through the staging scratch).
+  for (const char* det : {"fast", "bitwise"}) {
+    CAPTURE(det);
+    const config c = grid(2, 2, 1, det, 3);
+    job cpu(c, 1, false), gpu(c, 1, true, false, /*nccl=*/true);
+    CHECK(gpu.run(0, 3) == cpu.run(0, 3));
+    CHECK(gpu.digests() == cpu.digests());
+    for (std::size_t i = 0; i < gpu.stand_ins.size(); ++i) {
+      CHECK(gpu.stand_ins[i]->host_pointers == 0);
+      CHECK(gpu.tp_comms[i]->staged_calls() > 0);  // the norm's sums of squares, staged
+    }
+  }
 }
 
 TEST_CASE("device stages: a stage's state moves between the CPU and a GPU, bit for bit") {
