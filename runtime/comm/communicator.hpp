@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "runtime/comm/comm_error.hpp"
 
@@ -96,5 +97,19 @@ class communicator {
   /// collective's share).
   virtual comm_traffic traffic() const = 0;
 };
+
+/// Sums N doubles at DATA over C's group in place, in rank order (an allgather of every
+/// rank's values, then the adds rank 0 first), so every rank gets the same bits whatever
+/// the backend: the communicator has no double allreduce. Host memory (staged on NCCL).
+inline void allreduce_sum_rank_order(communicator& c, double* data, std::size_t n) {
+  const auto size = static_cast<std::size_t>(c.size());
+  std::vector<double> all(n * size);
+  c.allgather(data, all.data(), n * sizeof(double));
+  for (std::size_t i = 0; i < n; ++i) {
+    double x = 0;
+    for (std::size_t r = 0; r < size; ++r) x += all[r * n + i];
+    data[i] = x;
+  }
+}
 
 }  // namespace cohort::comm

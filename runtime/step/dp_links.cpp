@@ -247,16 +247,8 @@ void build_stage_links(dp_links& l, const link_context& ctx, const net::step_ope
   s.recv = [ch](int peer, uint64_t tag, void* d, std::size_t n) { ch->recv(peer, tag, d, n); };
   s.tp_allreduce = [tc](float* d, int64_t n) { tc->allreduce_sum(d, static_cast<std::size_t>(n)); };
   s.tp_reads_device = tp_device != "cpu";
-  s.tp_allreduce_f64 = [tc, T](double* d, int64_t n) {
-    // No double allreduce in the communicator: gather every rank's values and add them in
-    // rank order, so each rank gets the same bits.
-    std::vector<double> all(static_cast<std::size_t>(n) * T);
-    tc->allgather(d, all.data(), static_cast<std::size_t>(n) * sizeof(double));
-    for (int64_t i = 0; i < n; ++i) {
-      double x = 0;
-      for (int r = 0; r < T; ++r) x += all[static_cast<std::size_t>(r * n + i)];
-      d[i] = x;
-    }
+  s.tp_allreduce_f64 = [tc](double* d, int64_t n) {
+    comm::allreduce_sum_rank_order(*tc, d, static_cast<std::size_t>(n));
   };
   seat.set_links(std::move(s));
 }

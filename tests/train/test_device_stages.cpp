@@ -201,17 +201,10 @@ struct job {
       // NCCL's TP group: device memory straight to it, host doubles through its staging
       // (what dp_links hands a stage for comm.backend: nccl).
       comm::communicator* c = tp_comms[index(r, s, t)].get();
-      const int size = T;
       l.tp_reads_device = true;
       l.tp_allreduce = [c](float* d, int64_t n) { c->allreduce_sum(d, static_cast<std::size_t>(n)); };
-      l.tp_allreduce_f64 = [c, size](double* d, int64_t n) {
-        std::vector<double> all(static_cast<std::size_t>(n) * size);
-        c->allgather(d, all.data(), static_cast<std::size_t>(n) * sizeof(double));
-        for (int64_t i = 0; i < n; ++i) {
-          double x = 0;
-          for (int q = 0; q < size; ++q) x += all[static_cast<std::size_t>(q * n + i)];
-          d[i] = x;
-        }
+      l.tp_allreduce_f64 = [c](double* d, int64_t n) {
+        comm::allreduce_sum_rank_order(*c, d, static_cast<std::size_t>(n));
       };
     }
     return l;
