@@ -138,11 +138,9 @@ void onebit_momentum_share(float* g, const float* m, int64_t n, float a, float b
 
 void onebit_scale_by_denominator(float* g, const float* v, int64_t n, float sqrt_bc2, float eps,
                                  bool divide) {
-  // Sent as m itself, a weight whose gradients were always small would get its chunk's
-  // magnitude, divided by its small d; divided by d first, the signs carry m / d, which Adam
-  // has brought to one scale (docs/compression.md). Selects rather than branches, the
-  // direction chosen outside the loop: the loops vectorize, and sqrt and division are exact
-  // in SIMD too, so the bits are the scalar loop's.
+  // Why it divides: runtime/train/onebit.cpp. Selects rather than branches, the direction
+  // chosen outside the loop: the loops vectorize, and sqrt and division are exact in SIMD
+  // too, so the bits are the scalar loop's.
   auto scaled = [&](auto apply) {
     for (int64_t i = 0; i < n; ++i) {
       const float gi = v[i] == 0.0f ? 0.0f : g[i];

@@ -61,13 +61,12 @@ void scale_by_denominator(nn::onebit_adam& opt, float* g, int64_t offset, int64_
                           bool divide) {
   const nn::optim_options& o = opt.options();
   const float* v = opt.state()[1].second.data();
-  const float eps = o.eps;  // a local: g could alias o for all the compiler knows
   const float sqrt_bc2 = static_cast<float>(
       std::sqrt(1.0 - std::pow(static_cast<double>(o.beta2), static_cast<double>(o.freeze_step))));
   nn::device& dev = opt.dev();  // g and v live there
   for (const auto& [off, n] : o.compressed) {
     const int64_t from = std::max(off, offset), to = std::min(off + n, offset + count);
-    if (to > from) dev.onebit_scale_by_denominator(g + from, v + from, to - from, sqrt_bc2, eps, divide);
+    if (to > from) dev.onebit_scale_by_denominator(g + from, v + from, to - from, sqrt_bc2, o.eps, divide);
   }
 }
 

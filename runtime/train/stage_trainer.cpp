@@ -46,10 +46,7 @@ stage_trainer::stage_trainer(const config& c, int stage, int tp_rank, nn::device
   cpu::set_flush_denormals(true);
   // The device train.device names, as the whole-model trainer's: the stage's tensors come
   // from its pool.
-  nn::device& dev =
-      given ? *given
-            : nn::open_device(nn::resolve_device(c.train.device, nn::local_rank_from_env()));
-  dev.set_matmul_precision(nn::parse_precision(c.train.precision));
+  nn::device& dev = step_device(c.train, given);
   if (!dev.host_visible()) device_pool_ = std::make_unique<nn::pool>(dev);
   nn::pool& memory = device_pool_ ? *device_pool_ : nn::pool::global();
   data_ = make_dataset(c);
@@ -133,8 +130,6 @@ void stage_trainer::begin_step() {
     if (model_->busy(slot)) model_->drop(slot);
   model_->zero_grad();
   if (bitwise_) std::fill(fixed_.begin(), fixed_.end(), 0);
-  // A GPU's host copy: zeros for a replica with no micro-batches, which reports them as is.
-  std::fill(host_grads_.begin(), host_grads_.end(), 0.0f);
   sum_pending_ = false;
 }
 
@@ -153,7 +148,9 @@ void stage_trainer::accumulate_fixed(int64_t step, int64_t offset, int64_t count
 double stage_trainer::compute_gradients(int64_t step, const std::vector<int>& micro,
                                         const nn::grads_ready_fn& ready) {
   if (micro.empty()) {
-    // Nothing to compute: the buffer holds begin_step's zeros, all final now.
+    // Nothing to compute: the buffer holds begin_step's zeros, all final now (a GPU's host
+    // copy is what the DP group sums in fast mode: zeros too).
+    if (ready && !bitwise_) std::fill(host_grads_.begin(), host_grads_.end(), 0.0f);
     for (std::size_t b = model_->blocks().size(); ready && b-- > 0;) {
       const auto [offset, count] = model_->block_elements(b);
       if (count > 0) ready(static_cast<std::size_t>(offset), static_cast<std::size_t>(count));
@@ -391,26 +388,12 @@ evaluation stage_trainer::evaluate(int64_t tag_step) {
 }
 
 std::vector<std::pair<float*, std::size_t>> stage_trainer::state_buffers() {
-  std::vector<std::pair<float*, std::size_t>> views = state_buffers_of(*model_, *opt_);
-  if (dev().host_visible()) return views;
   // A GPU's state travels through host copies over host transports (as trainer's).
-  state_host_.clear();
-  for (auto& [ptr, n] : views) {
-    state_host_.emplace_back(n);
-    dev().to_host(state_host_.back().data(), ptr, n * sizeof(float));
-  }
-  std::vector<std::pair<float*, std::size_t>> out;
-  for (auto& v : state_host_) out.emplace_back(v.data(), v.size());
-  return out;
+  return state_on_host(dev(), state_buffers_of(*model_, *opt_), state_host_);
 }
 
 void stage_trainer::state_received() {
-  if (state_host_.empty()) return;
-  std::vector<std::pair<float*, std::size_t>> views = state_buffers_of(*model_, *opt_);
-  COHORT_CHECK(views.size() == state_host_.size());
-  for (std::size_t i = 0; i < views.size(); ++i)
-    dev().from_host(views[i].first, state_host_[i].data(), views[i].second * sizeof(float));
-  state_host_.clear();
+  state_from_host(dev(), state_buffers_of(*model_, *opt_), state_host_);
 }
 
 shard_snapshot stage_trainer::snapshot(int64_t next_step) const {

@@ -42,10 +42,7 @@ trainer::trainer(const config& c, nn::device* given) : cfg_(c) {
   data_ = make_dataset(c);
   const int vocab = data_->is_language_model() ? data_->num_classes() : 0;
   // The one step on the device train.device names: the model's tensors come from its pool.
-  nn::device& dev =
-      given ? *given
-            : nn::open_device(nn::resolve_device(c.train.device, nn::local_rank_from_env()));
-  dev.set_matmul_precision(nn::parse_precision(c.train.precision));
+  nn::device& dev = step_device(c.train, given);
   if (!dev.host_visible()) device_pool_ = std::make_unique<nn::pool>(dev);
   nn::pool& memory = device_pool_ ? *device_pool_ : nn::pool::global();
   model_ = nn::make_model(c.model, vocab, c.train.micro_batch, c.train.seed, memory);
@@ -331,28 +328,49 @@ std::vector<std::pair<float*, std::size_t>> state_buffers_of(nn::model& m, nn::o
   return out;
 }
 
-std::vector<std::pair<float*, std::size_t>> trainer::state_buffers() {
-  std::vector<std::pair<float*, std::size_t>> views = state_buffers_of(*model_, *opt_);
-  if (model_->dev().host_visible() || sum_on_device_) return views;
-  // A GPU's state travels through host copies over host transports; state_received puts
-  // them back.
-  state_host_.clear();
-  for (auto& [ptr, n] : views) {
-    state_host_.emplace_back(n);
-    model_->dev().to_host(state_host_.back().data(), ptr, n * sizeof(float));
-  }
+std::vector<std::pair<float*, std::size_t>> state_on_host(
+    nn::device& dev, const std::vector<std::pair<float*, std::size_t>>& views,
+    std::vector<std::vector<float>>& host) {
+  host.clear();
+  if (dev.host_visible()) return views;
   std::vector<std::pair<float*, std::size_t>> out;
-  for (auto& v : state_host_) out.emplace_back(v.data(), v.size());
+  for (const auto& [ptr, n] : views) {
+    host.emplace_back(n);
+    dev.to_host(host.back().data(), ptr, n * sizeof(float));
+    out.emplace_back(host.back().data(), n);
+  }
   return out;
 }
 
-void trainer::state_received() {
-  if (state_host_.empty()) return;  // the buffers handed out were the state itself
-  std::vector<std::pair<float*, std::size_t>> views = state_buffers_of(*model_, *opt_);
-  COHORT_CHECK(views.size() == state_host_.size());
+void state_from_host(nn::device& dev, const std::vector<std::pair<float*, std::size_t>>& views,
+                     std::vector<std::vector<float>>& host) {
+  if (host.empty()) return;  // the buffers handed out were the state itself
+  COHORT_CHECK(views.size() == host.size());
   for (std::size_t i = 0; i < views.size(); ++i)
-    model_->dev().from_host(views[i].first, state_host_[i].data(), views[i].second * sizeof(float));
-  state_host_.clear();
+    dev.from_host(views[i].first, host[i].data(), views[i].second * sizeof(float));
+  host.clear();
+}
+
+nn::device& step_device(const train_config& t, nn::device* given) {
+  nn::device& dev =
+      given ? *given : nn::open_device(nn::resolve_device(t.device, nn::local_rank_from_env()));
+  dev.set_matmul_precision(nn::parse_precision(t.precision));
+  return dev;
+}
+
+std::vector<std::pair<float*, std::size_t>> trainer::state_buffers() {
+  std::vector<std::pair<float*, std::size_t>> views = state_buffers_of(*model_, *opt_);
+  if (sum_on_device_) {  // NCCL moves the device's buffers themselves
+    state_host_.clear();
+    return views;
+  }
+  // A GPU's state travels through host copies over host transports; state_received puts
+  // them back.
+  return state_on_host(model_->dev(), views, state_host_);
+}
+
+void trainer::state_received() {
+  state_from_host(model_->dev(), state_buffers_of(*model_, *opt_), state_host_);
 }
 
 nn::optim_options optim_options_from(const train_config& t) {

@@ -75,6 +75,18 @@ std::vector<tensor_target> param_targets(const nn::model& m, float* base);
 /// then each optimizer slot (optimizer::state() order), each num_params() long; views into
 /// the live tensors (what a joiner receives from a donor).
 std::vector<std::pair<float*, std::size_t>> state_buffers_of(nn::model& m, nn::optimizer& opt);
+/// VIEWS where a transfer over host transports reads and writes them: VIEWS themselves on a
+/// host-visible DEV, else host copies kept in HOST (state_from_host puts them back).
+std::vector<std::pair<float*, std::size_t>> state_on_host(
+    nn::device& dev, const std::vector<std::pair<float*, std::size_t>>& views,
+    std::vector<std::vector<float>>& host);
+/// After a transfer wrote the copies state_on_host handed out: back into VIEWS, HOST emptied
+/// (nothing when HOST is empty: the views themselves were handed out).
+void state_from_host(nn::device& dev, const std::vector<std::pair<float*, std::size_t>>& views,
+                     std::vector<std::vector<float>>& host);
+/// The device a trainer's step runs on: GIVEN (a test's stand-in), else the one
+/// train.device names for this worker's local rank, its products at train.precision.
+nn::device& step_device(const train_config& t, nn::device* given);
 /// Expert parallelism with sharded parameters: the elements of M's block BLOCK each rank k of
 /// a DP group reads in a training pass, where PLACES[k] is k's (rank, size) in its EP group:
 /// the block's dense parameters and the experts e with e % size == rank (the experts it

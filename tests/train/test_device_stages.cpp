@@ -27,6 +27,7 @@
 #include "runtime/train/checkpoint_writer.hpp"
 #include "runtime/train/seat.hpp"
 #include "tests/nn/shifted_device.hpp"
+#include "tests/train/mailboxes.hpp"
 #include "tests/train/stand_in_nccl.hpp"
 
 using namespace cohort;
@@ -52,29 +53,7 @@ config grid(int pp, int tp, int replicas, const std::string& determinism, int64_
   return load_config_text(y, "stages.yaml");
 }
 
-/// Messages between the stages of one (replica, TP rank): (from, to, tag) -> bytes.
-class mailboxes {
- public:
-  void send(int from, int to, uint64_t tag, const void* d, std::size_t n) {
-    std::lock_guard<std::mutex> l(mu_);
-    const char* c = static_cast<const char*>(d);
-    box_[{from, to, tag}].assign(c, c + n);
-    cv_.notify_all();
-  }
-  void recv(int from, int to, uint64_t tag, void* d, std::size_t n) {
-    std::unique_lock<std::mutex> l(mu_);
-    const auto key = std::make_tuple(from, to, tag);
-    cv_.wait(l, [&] { return box_.count(key) != 0; });
-    REQUIRE(box_[key].size() == n);
-    std::memcpy(d, box_[key].data(), n);
-    box_.erase(key);
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::map<std::tuple<int, int, uint64_t>, std::vector<char>> box_;
-};
+using test::mailboxes;
 
 /// One TP group in memory: round k of every rank is summed in rank order, so every rank
 /// gets the same bits (what a real group promises).

@@ -16,6 +16,7 @@
 
 #include "runtime/core/config.hpp"
 #include "runtime/train/seat.hpp"
+#include "tests/train/mailboxes.hpp"
 
 using namespace cohort;
 
@@ -35,29 +36,7 @@ config gpt_config(const std::string& schedule, const std::string& determinism) {
   return load_config_text(y, "test.yaml");
 }
 
-/// Messages between stages of one process: (from, to, tag) -> bytes, waited for.
-class mailboxes {
- public:
-  void send(int from, int to, uint64_t tag, const void* d, std::size_t n) {
-    std::lock_guard<std::mutex> l(mu_);
-    const char* c = static_cast<const char*>(d);
-    box_[{from, to, tag}].assign(c, c + n);
-    cv_.notify_all();
-  }
-  void recv(int from, int to, uint64_t tag, void* d, std::size_t n) {
-    std::unique_lock<std::mutex> l(mu_);
-    const auto key = std::make_tuple(from, to, tag);
-    cv_.wait(l, [&] { return box_.count(key) != 0; });
-    REQUIRE(box_[key].size() == n);
-    std::memcpy(d, box_[key].data(), n);
-    box_.erase(key);
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::map<std::tuple<int, int, uint64_t>, std::vector<char>> box_;
-};
+using test::mailboxes;
 
 train::stage_links links_for(mailboxes& m, int stage) {
   train::stage_links l;
