@@ -67,7 +67,8 @@ std::string scale_to(self_ptr self, int target, const std::string& spec) {
   st.scale_awaited = target > live ? target : 0;
   if (target > live) {
     spdlog::info("coordinator: {}: asking the launcher for {} more worker(s)", spec, target - live);
-    send(self, st.launcher, net::scale_order{target - live, spec});
+    st.scale_reason = spec;
+    send(self, st.launcher, net::scale_order{target - live, spec, st.opts.term, ++st.scale_seq});
     return {};
   }
   std::vector<mb::member_id> victims;
@@ -86,6 +87,15 @@ std::string scale_to(self_ptr self, int target, const std::string& spec) {
   }
   for (const mb::member_id id : victims) drain(self, id);
   return {};
+}
+
+void resend_scale(self_ptr self) {
+  auto& st = self->state;
+  const int missing = st.scale_awaited - counted_for_scale(st);
+  if (st.scale_seq == 0 || missing <= 0 || st.launcher.empty()) return;
+  spdlog::info("coordinator: {}: {} worker(s) still missing; the order again to the launcher",
+               st.scale_reason, missing);
+  send(self, st.launcher, net::scale_order{missing, st.scale_reason, st.opts.term, st.scale_seq});
 }
 
 std::string checkpoint_stop(self_ptr self, const std::string& by) {

@@ -67,11 +67,16 @@ void drain(self_ptr self, mb::member_id id);
 /// the workers can be counted (a new leader's have re-attached); a scale fault fires at a
 /// step's open, after they have.
 std::string scale_to(self_ptr self, int target, const std::string& spec);
-/// ctl drain / scale / inject, and a worker's own drain on SIGTERM: decided by the role of
-/// the key that opened FROM's connection, answered to it.
+/// The newest scale order again, for the workers it asked for that are not here yet, to
+/// the launcher that has just registered: one registered from a connection that closed
+/// (an attempt launch gave up on, whose registration came late) took the order before.
+/// The launcher carries out each order once (scale_order::seq).
+void resend_scale(self_ptr self);
 /// Stops the training job early with a checkpoint (training_job::stop_early), BY asking:
 /// empty when it will, else why not.
 std::string checkpoint_stop(self_ptr self, const std::string& by);
+/// ctl drain / scale / inject, and a worker's own drain on SIGTERM: decided by the role of
+/// the key that opened FROM's connection, answered to it.
 void on_admin(self_ptr self, const net::sender& from, const net::admin_request& a);
 
 }  // namespace cohort::actors::coord

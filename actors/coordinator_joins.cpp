@@ -122,6 +122,7 @@ void register_client(self_ptr self, const std::string& peer, const net::register
   net::register_ok ok = ok_for(self, nullptr);
   ok.name = r.name;
   send(self, peer, ok);
+  if (peer == st.launcher) resend_scale(self);  // after the ok, which register_as waits for
 }
 
 // Whether nobody else could enter with the open window's registrations.

@@ -20,6 +20,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "runtime/core/config.hpp"
@@ -33,6 +34,7 @@
 #include "tools/launch_keys.hpp"
 #include "tools/launch_options.hpp"
 #include "tools/launch_respawns.hpp"
+#include "tools/launch_scale_orders.hpp"
 #include "tools/launch_roster_lines.hpp"
 #include "tools/launch_warm.hpp"
 #include "tools/host_agent.hpp"
@@ -186,7 +188,9 @@ class launcher {
     net::register_request me{net::peer_role::client, "launch", static_cast<int64_t>(getpid())};
     const auto r = c->register_as(me, milliseconds(timeout_ms));
     if (!r || !std::holds_alternative<net::register_ok>(*r)) return false;
-    client_ = std::move(c);
+    // What the one we leave (a deposed leader) sent while we registered is read last.
+    const std::unique_ptr<net::sync_client> left = std::exchange(client_, std::move(c));
+    if (left) drain(*left);
     client_endpoint_ = ep;
     client_term_ = term;
     return true;
@@ -294,6 +298,7 @@ class launcher {
   // they never collide with a restarted one.
   void scale_up(const net::scale_order& o) {
     if (stopping_ || opt_.control_only) return;
+    if (!scale_orders_.take(o)) return;  // sent again, carried out already
     std::printf("launch: %s: starting %d more worker(s)\n", o.reason.c_str(), o.start_workers);
     for (int i = 0; i < o.start_workers; ++i)
       start_worker("worker-" + std::to_string(next_index_++));
@@ -510,8 +515,12 @@ class launcher {
   }
 
   void drain_client() {
-    if (!client_) return;
-    while (auto m = client_->recv(milliseconds(0))) {
+    if (client_) drain(*client_);
+  }
+
+  // What C has received: status replies (the roster lines, spares) and scale orders.
+  void drain(net::sync_client& c) {
+    while (auto m = c.recv(milliseconds(0))) {
       if (const auto* s = std::get_if<net::status_reply>(&*m)) {
         roster_lines_.show(*s, cfg_.cluster.workers);
         start_spares(*s);
@@ -532,6 +541,7 @@ class launcher {
   std::optional<clock_type::time_point> warm_due_;  ///< when start_warm runs next
   std::map<std::string, int> local_ranks_;          // worker name -> its local rank (its GPU)
   std::unique_ptr<net::sync_client> client_;
+  scale_orders scale_orders_;  ///< each scale order once
   std::unique_ptr<net::host_relay> relay_;  ///< the local host's agent (opt_.agent, no ha)
   bool stopping_ = false;
   bool spares_started_ = false;  ///< elastic.spares started (start_spares)

@@ -397,9 +397,15 @@ struct scale_order {
   static constexpr msg_type type = msg_type::scale_order;
   int32_t start_workers = 0;
   std::string reason;
+  /// The sending coordinator's term (ha; 0 without) and the order's number within it
+  /// (1, 2, ...): a coordinator sends its newest order again when a launcher registers
+  /// while the workers it asked for are still missing (the order may have gone to a
+  /// connection that had closed), and the launcher carries out each (term, seq) once.
+  uint64_t term = 0;
+  uint64_t seq = 0;
   template <class S>
   static auto fields(S& s) {
-    return std::tie(s.start_workers, s.reason);
+    return std::tie(s.start_workers, s.reason, s.term, s.seq);
   }
 };
 

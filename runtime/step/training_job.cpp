@@ -206,7 +206,7 @@ job_actions training_job::try_open(const mb::roster& r, double now_s) {
                                     " joining worker(s) to load the job");
       waiting_.noted = true;
     }
-    if (ready < expected && first_open_s_ >= 0 && waiting_.paused_since_s < 0)
+    if (ready < expected && was_training() && waiting_.paused_since_s < 0)
       waiting_.paused_since_s = now_s;
     return out;
   }

@@ -114,6 +114,7 @@ class training_job {
   /// the step for random kills) already acted under an earlier leader and act no more there.
   void take_over(const std::vector<faults::fault_fired>& fired) {
     resync_ = true;
+    took_over_ = true;
     for (const faults::fault_fired& f : fired) faults_.mark_fired(f);
   }
   /// Whether F may join the running job (`cohort ctl inject`, then append_fault): throws
@@ -308,6 +309,11 @@ class training_job {
   /// A commit window was aborted: its members stand at different steps. The next step
   /// opens once each has said where (worker_ready), at the newest of them.
   bool resync_ = false;
+  /// take_over: the run was training before this leader, so a wait for workers is a pause
+  /// (elastic.pause_timeout_ms) from its start, not the run's first formation.
+  bool took_over_ = false;
+  /// Whether a wait for workers now is a pause that elastic.pause_timeout_ms bounds.
+  bool was_training() const { return first_open_s_ >= 0 || took_over_; }
   /// A member whose error-feedback memory is needed was lost: the next open rolls back.
   bool rollback_ = false;
   checkpoint_lookup checkpoints_;

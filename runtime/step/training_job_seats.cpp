@@ -115,7 +115,7 @@ bool training_job::open_hybrid(const mb::roster& r, double now_s, job_actions& o
                                     " worker(s) of whole replicas to load the job");
       waiting_.noted = true;
     }
-    if (static_cast<int>(whole.size()) < needed && first_open_s_ >= 0 &&
+    if (static_cast<int>(whole.size()) < needed && was_training() &&
         waiting_.paused_since_s < 0)
       waiting_.paused_since_s = now_s;
     return false;

@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include "tests/actors/actor_fixture.hpp"
+#include "tools/launch_scale_orders.hpp"
 
 using namespace cohort;
 using namespace cohort::actors;
@@ -232,4 +233,59 @@ TEST_CASE("coordinator: the worker a scale awaits, or the last free seat, enters
   f.register_worker("pd", "d");
   REQUIRE(f.rec->to<net::register_ok>("pd").size() == 1);
   CHECK(f.rec->to<net::register_ok>("pd")[0].generation == 3);
+}
+
+// A scale order can go to a connection launch has closed: an attempt to register with a
+// new leader that launch gave up on and whose registration came late names the launcher
+// until the next one registers (CI once saw a job wait for a worker no one started). The
+// launcher that registers next gets the newest order again, for the workers still missing,
+// under the same number (launch carries each out once: tools/launch_scale_orders.hpp);
+// once they are all here, a registration gets none.
+TEST_CASE("coordinator: a launcher that registers again gets the scale order still missing") {
+  auto fp = scalable(50, true);
+  coordinator_fixture& f = *fp;
+  f.register_worker("pa", "a");
+  f.register_worker("pb", "b");
+  f.advance(milliseconds(50));
+  f.deliver("ctl", net::admin_request{1, "scale", "4"});
+  REQUIRE(f.rec->to<net::admin_reply>("ctl").back().ok);
+  const auto first = f.rec->to<net::scale_order>("launch");
+  REQUIRE(first.size() == 1);
+  CHECK(first[0].start_workers == 2);
+  CHECK(first[0].term == 2);
+  CHECK(first[0].seq == 1);
+  // The order's connection is gone; launch registers from a new one, and one of the two
+  // workers turns up (started by someone else) before it does.
+  f.register_worker("pc", "c");
+  f.deliver("launch-2", net::register_request{net::peer_role::client, "launch", 1});
+  REQUIRE(f.rec->to<net::register_ok>("launch-2").size() == 1);
+  const auto again = f.rec->to<net::scale_order>("launch-2");
+  REQUIRE(again.size() == 1);
+  CHECK(again[0].start_workers == 1);
+  CHECK(again[0].seq == 1);
+  CHECK(again[0].reason == "scale to=4");
+  // A second scale has the next number.
+  f.deliver("ctl", net::admin_request{2, "scale", "4"});
+  REQUIRE(f.rec->to<net::admin_reply>("ctl").back().ok);
+  const auto second = f.rec->to<net::scale_order>("launch-2");
+  REQUIRE(second.size() == 2);
+  CHECK(second[1].seq == 2);
+  f.register_worker("pd", "d");
+  f.advance(milliseconds(50));
+  f.deliver("launch-3", net::register_request{net::peer_role::client, "launch", 1});
+  REQUIRE(f.rec->to<net::register_ok>("launch-3").size() == 1);
+  CHECK(f.rec->to<net::scale_order>("launch-3").empty());  // every worker is here
+}
+
+// The launcher's side of the same: each (term, number) carried out once, whichever
+// connection brought it; a new leader's numbers are its own.
+TEST_CASE("launch carries out each scale order once per coordinator term") {
+  cli::scale_orders once;
+  CHECK(once.take(net::scale_order{2, "scale to=4", 2, 1}));
+  CHECK_FALSE(once.take(net::scale_order{1, "scale to=4", 2, 1}));  // sent again
+  CHECK(once.take(net::scale_order{1, "scale to=5", 2, 2}));
+  CHECK_FALSE(once.take(net::scale_order{1, "scale to=4", 2, 1}));  // an older one, late
+  CHECK(once.take(net::scale_order{1, "scale to=4", 5, 1}));        // the next leader's
+  CHECK(once.take(net::scale_order{1, "scale to=4", 0, 0}));        // unnumbered: always
+  CHECK(once.take(net::scale_order{1, "scale to=4", 0, 0}));
 }

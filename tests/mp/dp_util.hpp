@@ -52,11 +52,27 @@ inline nlohmann::json read_json(const std::string& path) {
   return nlohmann::json::parse(read_file(path), nullptr, false);
 }
 
+/// The last N lines of TEXT.
+inline std::string last_lines(const std::string& text, int n) {
+  size_t at = text.size();
+  if (at > 0 && text[at - 1] == '\n') --at;  // the last line's own end
+  for (int i = 0; i < n; ++i) {
+    const size_t nl = at == 0 ? std::string::npos : text.rfind('\n', at - 1);
+    if (nl == std::string::npos) return text;
+    at = nl;
+  }
+  return text.substr(at + 1);
+}
+
 /// Waits up to TIMEOUT for `cohort launch` to end (exit 0 expected); its summary at OUT.
 inline nlohmann::json finish_launch(child_process& launch, const std::string& out,
                                     std::chrono::milliseconds timeout) {
   const auto code = launch.wait_exit(timeout);
-  REQUIRE_MESSAGE(code.has_value(), "launch did not finish: " << launch.out() << launch.err());
+  // The ends first: a report that keeps only a failure's head still shows where it stood.
+  REQUIRE_MESSAGE(code.has_value(), "launch did not finish; its last lines:\n"
+                                        << last_lines(launch.out(), 40) << "--- stderr:\n"
+                                        << last_lines(launch.err(), 40) << "--- all of it:\n"
+                                        << launch.out() << launch.err());
   CHECK_MESSAGE(*code == 0, launch.out() << launch.err());
   const nlohmann::json s = read_json(out);
   REQUIRE_MESSAGE(s.is_object(), "no summary: " << launch.out() << launch.err());

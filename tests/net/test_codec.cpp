@@ -71,7 +71,7 @@ std::vector<message> samples() {
   out.push_back(fault_order{3, 30, fault_action::partition, 3000, 2.5});
   out.push_back(admin_request{11, "inject", "kill rank=2 at step=30"});
   out.push_back(admin_reply{11, false, "no live worker named 'w9'"});
-  out.push_back(scale_order{2, "scale to=4"});
+  out.push_back(scale_order{2, "scale to=4", 7, 3});
   telemetry tm{7, 3, 41, -1234567, 8500, 2, 40, 0.5, 0.875, 1 << 20, 3 << 20, {}};
   tm.spans.push_back(trace_span{"forward", "compute", 'X', 99, 1000, 0, "\"mb\":1"});
   tm.spans.push_back(trace_span{"kill", "fault", 'i', -5, 0, 3, ""});

@@ -395,6 +395,28 @@ TEST_CASE("below elastic.min_workers the job waits then fails after the pause ti
   CHECK(job.finished());
 }
 
+// A leader that took over a running job (ha) never opened a step itself: a wait for
+// workers there is still a pause, bounded by elastic.pause_timeout_ms (CI once saw a new
+// leader wait without end for a worker a lost scale order never started). A fresh run's
+// first formation is not one.
+TEST_CASE("a job taken over below elastic.min_workers fails after the pause timeout") {
+  config c = job_config(3, 10);
+  c.elastic.min_workers = 2;
+  c.elastic.pause_timeout_ms = 1000;
+  const mb::roster r = roster_of(2, 1);
+  training_job fresh(c, dump_config(c));
+  fresh.on_generation(r, 0.0);
+  CHECK(fresh.on_tick(r, 0.5).failed.empty());
+  CHECK(fresh.on_tick(r, 60.0).failed.empty());  // still forming: no pause yet
+  training_job taken(c, dump_config(c));
+  taken.take_over({});
+  taken.on_generation(r, 0.0);
+  CHECK(taken.on_ready(r, net::worker_ready{1, 2, 4}, 0.1).sends.empty());
+  CHECK(taken.on_tick(r, 0.9).failed.empty());
+  CHECK(taken.on_tick(r, 1.2).failed.find("elastic.min_workers") != std::string::npos);
+  CHECK(taken.finished());
+}
+
 TEST_CASE("a joiner arriving while a step is open waits for the next step instead of aborting") {
   const config c = job_config(2, 5);
   training_job job(c, dump_config(c));
