@@ -383,6 +383,11 @@ void add_coordinator(CLI::App& app, int* rc) {
             failure = e.what();
           }
         }
+        // The run's end goes to etcd before the workers are told to stop (run_job's
+        // do_stop follows): a leader deposed after they have gone would leave the next one
+        // taking over a finished run that no worker comes back to. A run stopped early with
+        // a checkpoint is not over: a resume under the same name goes on.
+        if (cand && failure.empty() && !job.stopped_early()) cand->record_done();
       };
     }
     auto node_ptr = std::make_unique<actors::coordinator_node>(
@@ -412,9 +417,6 @@ void add_coordinator(CLI::App& app, int* rc) {
       node.request_stop(sig == SIGINT ? "SIGINT" : "SIGTERM");
     });
     node.wait();
-    // A run stopped early with a checkpoint is not over: a resume under the same name goes on.
-    if (cand && failure.empty() && co.job && co.job->finished() && !co.job->stopped_early())
-      cand->record_done();
     node_at = nullptr;
     if (!failure.empty()) {
       std::fprintf(stderr, "error: training failed: %s\n", failure.c_str());
