@@ -377,6 +377,13 @@ void on_inbound(self_ptr self, const net::sender& from, const net::message& m) {
           }
         } else if constexpr (std::is_same_v<T, net::status_request>) {
           send(self, peer, make_status(self, x.request_id));
+          // launch asks from the connection it uses: if a registration of an earlier
+          // attempt of its came in after this one's, the launcher is this one again, and
+          // an order sent to the other (closed) one goes out again here.
+          if (peer != st.launcher && st.launch_peers.count(peer) != 0) {
+            st.launcher = peer;
+            resend_scale(self);
+          }
         } else if constexpr (std::is_same_v<T, net::stop>) {
           do_stop(self, x.reason.empty() ? "stop requested" : x.reason);
         } else if constexpr (std::is_same_v<T, net::kv_set> || std::is_same_v<T, net::kv_get> ||

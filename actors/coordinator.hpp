@@ -148,6 +148,9 @@ struct coordinator_state {
   std::unordered_map<std::string, mb::member_id> member_at;  ///< peer -> its current member
   std::unordered_set<std::string> clients;                   ///< ctl / launch / bench peers
   std::deque<std::string> client_order;              ///< the same, oldest registration first
+  /// Those of them that registered as `launch`: the one heard from last is the launcher
+  /// (its status requests, every 250 ms), whatever order their registrations came in.
+  std::unordered_set<std::string> launch_peers;
   std::vector<spare> spares;                         ///< waiting for a seat, oldest first
   std::vector<joiner> joiners;                       ///< in the open join window, in arrival order
   mb::mono_time join_first{};                        ///< when the open join window opened

@@ -106,7 +106,10 @@ void register_client(self_ptr self, const std::string& peer, const net::register
     return send(self, peer, ok);
   }
   if (st.clients.insert(peer).second) st.client_order.push_back(peer);
-  if (r.name == "launch") st.launcher = peer;
+  if (r.name == "launch") {
+    st.launcher = peer;
+    st.launch_peers.insert(peer);
+  }
   // Each `cohort ctl` call is a new client: keep the newest, so that a stream of them (or
   // of hostile registrations) cannot grow the coordinator without bound.
   while (st.clients.size() > max_clients) {
@@ -117,6 +120,7 @@ void register_client(self_ptr self, const std::string& peer, const net::register
       continue;
     }
     st.clients.erase(old);
+    st.launch_peers.erase(old);
     if (st.io.forget) st.io.forget(old);
   }
   net::register_ok ok = ok_for(self, nullptr);

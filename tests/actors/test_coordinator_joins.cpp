@@ -277,6 +277,32 @@ TEST_CASE("coordinator: a launcher that registers again gets the scale order sti
   CHECK(f.rec->to<net::scale_order>("launch-3").empty());  // every worker is here
 }
 
+// The registration of an attempt launch gave up on can come in after the one of the
+// connection it uses: the launcher is whichever of them asked for a status last, and the
+// order that went to the other goes out again to it.
+TEST_CASE("coordinator: the launcher is the launch connection heard from last") {
+  auto fp = scalable(50, true);
+  coordinator_fixture& f = *fp;
+  f.register_worker("pa", "a");
+  f.advance(milliseconds(50));
+  f.deliver("launch-2", net::register_request{net::peer_role::client, "launch", 1});
+  // The late registration of the closed attempt ("launch", from the fixture) again.
+  f.deliver("launch", net::register_request{net::peer_role::client, "launch", 1});
+  f.deliver("ctl", net::admin_request{1, "scale", "3"});
+  REQUIRE(f.rec->to<net::admin_reply>("ctl").back().ok);
+  REQUIRE(f.rec->to<net::scale_order>("launch").size() == 1);  // the closed one
+  CHECK(f.rec->to<net::scale_order>("launch-2").empty());
+  f.deliver("launch-2", net::status_request{7});
+  const auto again = f.rec->to<net::scale_order>("launch-2");
+  REQUIRE(again.size() == 1);
+  CHECK(again[0].start_workers == 2);
+  CHECK(again[0].seq == 1);
+  f.deliver("launch-2", net::status_request{8});  // the launcher already: nothing more
+  CHECK(f.rec->to<net::scale_order>("launch-2").size() == 1);
+  f.deliver("ctl", net::status_request{9});  // not a launch connection
+  CHECK(f.rec->to<net::scale_order>("ctl").empty());
+}
+
 // The launcher's side of the same: each (term, number) carried out once, whichever
 // connection brought it; a new leader's numbers are its own.
 TEST_CASE("launch carries out each scale order once per coordinator term") {
