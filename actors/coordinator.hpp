@@ -157,8 +157,7 @@ struct coordinator_state {
   mb::mono_time join_last{};                         ///< its latest registration
   bool join_timer = false;                           ///< a co_joins is on its way
   int scale_awaited = 0;  ///< the worker count a scale asked the launcher for (0: none)
-  uint64_t scale_seq = 0;  ///< the newest scale_order's number (net::scale_order::seq)
-  std::string scale_reason;  ///< and its request (`scale to=4`)
+  net::scale_order last_scale;  ///< the newest scale order sent (seq 0: none yet)
   mb::change_log changes;                            ///< who left in each announced generation
   std::vector<mb::member_id> announced;              ///< members of the last announced generation
   std::unordered_map<mb::member_id, uint64_t> held;  ///< generation each member was last told

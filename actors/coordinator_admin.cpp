@@ -67,8 +67,8 @@ std::string scale_to(self_ptr self, int target, const std::string& spec) {
   st.scale_awaited = target > live ? target : 0;
   if (target > live) {
     spdlog::info("coordinator: {}: asking the launcher for {} more worker(s)", spec, target - live);
-    st.scale_reason = spec;
-    send(self, st.launcher, net::scale_order{target - live, spec, st.opts.term, ++st.scale_seq});
+    st.last_scale = net::scale_order{target - live, spec, st.opts.term, st.last_scale.seq + 1};
+    send(self, st.launcher, st.last_scale);
     return {};
   }
   std::vector<mb::member_id> victims;
@@ -92,10 +92,12 @@ std::string scale_to(self_ptr self, int target, const std::string& spec) {
 void resend_scale(self_ptr self) {
   auto& st = self->state;
   const int missing = st.scale_awaited - counted_for_scale(st);
-  if (st.scale_seq == 0 || missing <= 0 || st.launcher.empty()) return;
+  if (st.last_scale.seq == 0 || missing <= 0 || st.launcher.empty()) return;
   spdlog::info("coordinator: {}: {} worker(s) still missing; the order again to the launcher",
-               st.scale_reason, missing);
-  send(self, st.launcher, net::scale_order{missing, st.scale_reason, st.opts.term, st.scale_seq});
+               st.last_scale.reason, missing);
+  net::scale_order again = st.last_scale;
+  again.start_workers = missing;
+  send(self, st.launcher, again);
 }
 
 std::string checkpoint_stop(self_ptr self, const std::string& by) {
