@@ -136,6 +136,26 @@ void nccl_comm::abort_locked() {
   }
 }
 
+bool nccl_comm::kept_for_shrink_locked() const {
+  return interrupt_requested_ && !abort_requested_ && !failed_ && !aborted_ && !stuck_;
+}
+
+void nccl_comm::interrupt() {
+  // No NCCL call here: a call that is polling sees the flag and returns; the communicator
+  // stays as it is until shrink() or the destructor.
+  interrupt_requested_ = true;
+  dead_ = true;
+}
+
+bool nccl_comm::shrinkable() const {
+#if defined(NCCL_SHRINK_DEFAULT)
+  std::lock_guard<std::mutex> lock(mutex_);
+  return impl_->comm != nullptr && !abort_requested_ && !failed_ && !aborted_ && !stuck_;
+#else
+  return false;
+#endif
+}
+
 void nccl_comm::abort() {
   abort_requested_ = true;
   dead_ = true;
@@ -151,10 +171,14 @@ namespace {
 // is done and, with `stream`, the stream is idle; or until error, abort or deadline.
 template <class Fail>
 nccl_status wait_done(ncclComm_t comm, cudaStream_t stream, const std::atomic<bool>& abort,
-                      clock_type::time_point deadline, int timeout_ms, const char* what,
-                      Fail&& fail) {
+                      const std::atomic<bool>& interrupt, clock_type::time_point deadline,
+                      int timeout_ms, const char* what, Fail&& fail) {
   for (long spins = 0;; ++spins) {
     if (abort.load()) return fail(nccl_status::aborted, std::string(what) + ": abort() was called");
+    if (interrupt.load())
+      return fail(nccl_status::aborted,
+                  std::string(what) + ": interrupted (a newer generation; the communicator is "
+                                      "kept for a shrink)");
     ncclResult_t state = ncclSuccess;
     const ncclResult_t r = ncclCommGetAsyncError(comm, &state);
     if (r != ncclSuccess)
@@ -225,11 +249,13 @@ nccl_status nccl_comm::init(const std::vector<char>& unique_id, int rank, int si
   else if (impl_->comm == nullptr)
     s = fail(nccl_status::nccl_error, "init: ncclCommInitRankConfig returned no communicator");
   else
-    s = wait_done(impl_->comm, nullptr, abort_requested_, deadline, timeout_ms, "init",
+    s = wait_done(impl_->comm, nullptr, abort_requested_, interrupt_requested_, deadline,
+                  timeout_ms, "init",
                   [this](nccl_status st, const std::string& d) { return fail(st, d); });
   std::lock_guard<std::mutex> lock(mutex_);
   busy_ = false;
-  if (s != nccl_status::ok || abort_requested_) {
+  // An interrupted init never formed a communicator worth shrinking: abort it.
+  if (s != nccl_status::ok || abort_requested_ || interrupt_requested_) {
     dead_ = true;
     abort_locked();
     if (s == nccl_status::ok) s = fail(nccl_status::aborted, "init: abort() was called");
@@ -243,9 +269,12 @@ nccl_status nccl_comm::run(const char* what, Enqueue&& enqueue) {
     return fail(nccl_status::invalid_argument, std::string(what) + ": init first");
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (dead_ || abort_requested_) {
-      abort_locked();
-      return fail(abort_requested_ ? nccl_status::aborted : nccl_status::nccl_error,
+    if (dead_ || abort_requested_ || interrupt_requested_) {
+      dead_ = true;
+      // An interrupted communicator stays un-aborted for the shrink that follows.
+      if (!kept_for_shrink_locked()) abort_locked();
+      return fail(abort_requested_ || interrupt_requested_ ? nccl_status::aborted
+                                                           : nccl_status::nccl_error,
                   std::string(what) + ": the communicator is dead after an earlier failure");
     }
     busy_ = true;
@@ -260,14 +289,18 @@ nccl_status nccl_comm::run(const char* what, Enqueue&& enqueue) {
     if (r != ncclSuccess && r != ncclInProgress)
       s = fail(nccl_status::nccl_error, std::string(what) + ": " + nccl_text(r, impl_->comm));
     else
-      s = wait_done(impl_->comm, impl_->stream, abort_requested_, deadline, timeout_ms_, what,
+      s = wait_done(impl_->comm, impl_->stream, abort_requested_, interrupt_requested_, deadline,
+                    timeout_ms_, what,
                     [this](nccl_status st, const std::string& d) { return fail(st, d); });
   }
   std::lock_guard<std::mutex> lock(mutex_);
   busy_ = false;
-  if (s != nccl_status::ok || abort_requested_) {
+  if (s != nccl_status::ok || abort_requested_ || interrupt_requested_) {
     dead_ = true;
-    abort_locked();
+    // Only an interrupt keeps the communicator: any failure of its own (an NCCL or CUDA
+    // error, a timeout) aborts it, so that the peers' calls fail too.
+    if (s != nccl_status::aborted) failed_ = true;
+    if (!kept_for_shrink_locked()) abort_locked();
   }
   return s;
 }
@@ -327,8 +360,14 @@ nccl_status nccl_comm::shrink(const std::vector<int>& excluded, bool abort_paren
                               nccl_comm* out) {
   if (out == nullptr || out == this || out->impl_->comm != nullptr || out->dead_)
     return fail(nccl_status::invalid_argument, "shrink: needs a fresh communicator to fill");
-  if (impl_->comm == nullptr || dead_)
-    return fail(nccl_status::invalid_argument, "shrink: this communicator is not live");
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (impl_->comm == nullptr || (dead_ && !kept_for_shrink_locked()))
+      return fail(nccl_status::invalid_argument,
+                  "shrink: this communicator is not live (aborted or failed)");
+    // Interrupted: a collective may still be in flight on the parent's stream.
+    if (interrupt_requested_) abort_parent = true;
+  }
   if (timeout_ms <= 0) return fail(nccl_status::invalid_argument, "shrink: timeout_ms must be > 0");
   // NCCL 2.28.3 fails a shrink that excludes nobody (seen on the H200, 2026-12-04): keeping
   // every rank is keeping the communicator (plan_nccl_rebuild's `keep`).
@@ -367,7 +406,8 @@ nccl_status nccl_comm::shrink(const std::vector<int>& excluded, bool abort_paren
   else if (out->impl_->comm == nullptr)
     st = out->fail(nccl_status::nccl_error, "shrink: ncclCommShrink returned no communicator");
   else
-    st = wait_done(out->impl_->comm, nullptr, out->abort_requested_, deadline, timeout_ms, "shrink",
+    st = wait_done(out->impl_->comm, nullptr, out->abort_requested_, out->interrupt_requested_,
+                   deadline, timeout_ms, "shrink",
                    [out](nccl_status x, const std::string& d) { return out->fail(x, d); });
   if (st == nccl_status::ok) {
     int rank = -1, count = 0;
@@ -409,10 +449,16 @@ nccl_status nccl_make_unique_id(std::vector<char>* out, std::string* detail) {
 nccl_comm::nccl_comm() : impl_(std::make_unique<impl>()) {}
 nccl_comm::~nccl_comm() = default;
 void nccl_comm::abort_locked() { aborted_ = true; }
+bool nccl_comm::kept_for_shrink_locked() const { return false; }
 void nccl_comm::abort() {
   abort_requested_ = true;
   dead_ = true;
 }
+void nccl_comm::interrupt() {
+  interrupt_requested_ = true;
+  dead_ = true;
+}
+bool nccl_comm::shrinkable() const { return false; }
 nccl_status nccl_comm::init(const std::vector<char>& unique_id, int rank, int size, int,
                             int timeout_ms) {
   if (!init_args_valid(unique_id, rank, size, timeout_ms))

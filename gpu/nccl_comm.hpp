@@ -78,9 +78,19 @@ class nccl_comm {
   /// (NCCL_SHRINK_ABORT) first ends operations in flight on this communicator: use it when a
   /// departed rank died or hung. Every remaining rank must call it with the same EXCLUDED.
   /// This communicator is left as it was (drop it once OUT works). no_device where NCCL has
-  /// no ncclCommShrink.
+  /// no ncclCommShrink. An interrupted communicator can be shrunk (always with abort_parent:
+  /// operations may be in flight); an aborted or failed one cannot.
   nccl_status shrink(const std::vector<int>& excluded, bool abort_parent, int timeout_ms,
                      nccl_comm* out);
+  /// Thread-safe, idempotent: a call in flight returns `aborted` promptly and so does every
+  /// later collective, but the NCCL communicator is NOT aborted: it is kept for shrink()
+  /// (with abort_parent: NCCL_SHRINK_ABORT ends the operations left in flight) or for the
+  /// destructor. What the step does when a newer generation is announced: the survivors
+  /// of a departure shrink the communicator they hold instead of building a new one.
+  void interrupt();
+  /// True while this communicator can still be shrunk: initialised, never aborted (an
+  /// interrupted one can), and this NCCL has ncclCommShrink.
+  bool shrinkable() const;
   /// Thread-safe, idempotent: a call in flight returns `aborted` promptly and the NCCL
   /// communicator is aborted (ncclCommAbort), which makes the peers' calls fail too. The
   /// ncclCommAbort runs on a thread of its own and is waited for until the abort deadline:
@@ -106,6 +116,8 @@ class nccl_comm {
   template <class Enqueue>
   nccl_status run(const char* what, Enqueue&& enqueue);
   void abort_locked();
+  /// Interrupted, and nothing since has failed or aborted it: shrink() may use it.
+  bool kept_for_shrink_locked() const;
 
   std::unique_ptr<impl> impl_;
   int rank_ = -1;
@@ -114,11 +126,13 @@ class nccl_comm {
   std::string last_error_;
   std::atomic<bool> dead_{false};
   std::atomic<bool> abort_requested_{false};
+  std::atomic<bool> interrupt_requested_{false};
   std::atomic<bool> stuck_{false};
   int abort_deadline_ms_ = 10000;
-  std::mutex mutex_;      // guards busy_ and the one ncclCommAbort
+  mutable std::mutex mutex_;  // guards busy_, aborted_ and the one ncclCommAbort
   bool busy_ = false;     // a call is polling: it aborts, not abort()
   bool aborted_ = false;  // ncclCommAbort done
+  bool failed_ = false;   // a call failed on its own (not by an interrupt)
 };
 
 }  // namespace cohort::gpu

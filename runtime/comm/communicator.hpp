@@ -5,6 +5,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -88,6 +89,28 @@ class communicator {
   virtual void abort() = 0;
   /// True once a call failed or abort() was called: only destruction is left.
   virtual bool dead() const = 0;
+  /// Like abort() for this rank's calls (the one in flight and every later one throw
+  /// comm_error(aborted)), but it keeps what a backend can rebuild the group from: NCCL
+  /// leaves its communicator un-aborted so that the survivors of a departure can shrink it
+  /// (can_shrink, shrink) instead of building a new one. Any other backend: abort().
+  virtual void interrupt() { abort(); }
+  /// True when shrink() can give this rank's part of the group without some ranks: only an
+  /// NCCL communicator (2.27+) that was never aborted and never failed (an interrupted one
+  /// can). Every other backend: false.
+  virtual bool can_shrink() const { return false; }
+  /// The group without the ranks in EXCLUDED (old ranks, ascending, not this one, at least
+  /// one), the survivors in their old order; every survivor calls it with the same list.
+  /// ABORT_PARENT ends operations still in flight on this communicator first (a departed
+  /// rank died or hung). Bounded by TIMEOUT_MS. Throws comm_error (timeout, invalid,
+  /// peer_lost) or returns null where the backend cannot shrink (can_shrink() false). This
+  /// communicator is left as it was: drop it once the result works.
+  virtual std::unique_ptr<communicator> shrink(const std::vector<int>& excluded, bool abort_parent,
+                                               int timeout_ms) {
+    (void)excluded;
+    (void)abort_parent;
+    (void)timeout_ms;
+    return nullptr;
+  }
   /// True when an abort did not return by its deadline (NCCL's ncclCommAbort can hang): a
   /// thread is left inside the library holding the device, so the process must not build
   /// again but leave its groups as a dead member (step::dp_links::drop exits it).

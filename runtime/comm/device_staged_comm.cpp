@@ -138,4 +138,11 @@ staging_memory gpu_staging_memory(int device) {
   return m;
 }
 
+std::unique_ptr<communicator> device_staged_comm::shrink(const std::vector<int>& excluded,
+                                                         bool abort_parent, int timeout_ms) {
+  std::unique_ptr<communicator> child = inner_->shrink(excluded, abort_parent, timeout_ms);
+  if (!child) return nullptr;
+  return std::make_unique<device_staged_comm>(std::move(child), memory_);
+}
+
 }  // namespace cohort::comm

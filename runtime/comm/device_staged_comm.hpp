@@ -44,6 +44,11 @@ class device_staged_comm : public communicator {
   void broadcast(void* data, std::size_t bytes, int root) override;
   void barrier() override { inner_->barrier(); }
   void abort() override { inner_->abort(); }
+  void interrupt() override { inner_->interrupt(); }
+  bool can_shrink() const override { return inner_->can_shrink(); }
+  /// inner's shrink, staged the same way (its own scratch); null where inner gives null.
+  std::unique_ptr<communicator> shrink(const std::vector<int>& excluded, bool abort_parent,
+                                       int timeout_ms) override;
   bool dead() const override { return inner_->dead(); }
   bool stuck() const override { return inner_->stuck(); }
   comm_traffic traffic() const override { return inner_->traffic(); }

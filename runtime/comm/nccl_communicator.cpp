@@ -48,33 +48,50 @@ nccl_communicator::nccl_communicator(kv_client& kv, std::uint64_t generation, in
   } else {
     id = kv.get(key, rendezvous_timeout);  // throws comm_error(timeout) itself
   }
-  const gpu::nccl_status s = comm_.init(id, rank, size, device, static_cast<int>(timeout.count()));
-  if (s != gpu::nccl_status::ok) throw comm_error(failure_of(s), what, comm_.last_error());
+  const gpu::nccl_status s = comm_->init(id, rank, size, device, static_cast<int>(timeout.count()));
+  if (s != gpu::nccl_status::ok) throw comm_error(failure_of(s), what, comm_->last_error());
 }
 
 void nccl_communicator::check(gpu::nccl_status s, const char* op) {
   if (s == gpu::nccl_status::ok) return;
   throw comm_error(failure_of(s),
-                   std::string("nccl ") + op + " (rank " + std::to_string(comm_.rank()) + " of " +
-                       std::to_string(comm_.size()) + ")",
-                   comm_.last_error());
+                   std::string("nccl ") + op + " (rank " + std::to_string(comm_->rank()) + " of " +
+                       std::to_string(comm_->size()) + ")",
+                   comm_->last_error());
 }
 
 void nccl_communicator::allreduce_sum(float* data, std::size_t n) {
-  check(comm_.allreduce_sum(data, n, gpu::nccl_dtype::f32), "allreduce_sum(float)");
+  check(comm_->allreduce_sum(data, n, gpu::nccl_dtype::f32), "allreduce_sum(float)");
 }
 void nccl_communicator::allreduce_sum(std::int64_t* data, std::size_t n) {
-  check(comm_.allreduce_sum(data, n, gpu::nccl_dtype::i64), "allreduce_sum(int64)");
+  check(comm_->allreduce_sum(data, n, gpu::nccl_dtype::i64), "allreduce_sum(int64)");
 }
 void nccl_communicator::allgather(const void* send, void* recv, std::size_t bytes) {
-  check(comm_.allgather(send, recv, bytes), "allgather");
+  check(comm_->allgather(send, recv, bytes), "allgather");
 }
 void nccl_communicator::alltoall(const void* send, void* recv, std::size_t bytes) {
-  check(comm_.alltoall(send, recv, bytes), "alltoall");
+  check(comm_->alltoall(send, recv, bytes), "alltoall");
 }
 void nccl_communicator::broadcast(void* data, std::size_t bytes, int root) {
-  check(comm_.broadcast(data, bytes, root), "broadcast");
+  check(comm_->broadcast(data, bytes, root), "broadcast");
 }
-void nccl_communicator::barrier() { check(comm_.barrier(), "barrier"); }
+void nccl_communicator::barrier() { check(comm_->barrier(), "barrier"); }
+
+}  // namespace cohort::comm
+
+namespace cohort::comm {
+
+std::unique_ptr<communicator> nccl_communicator::shrink(const std::vector<int>& excluded,
+                                                        bool abort_parent, int timeout_ms) {
+  auto out = std::make_unique<gpu::nccl_comm>();
+  const gpu::nccl_status s = comm_->shrink(excluded, abort_parent, timeout_ms, out.get());
+  if (s != gpu::nccl_status::ok)
+    throw comm_error(failure_of(s),
+                     "nccl shrink (rank " + std::to_string(comm_->rank()) + " of " +
+                         std::to_string(comm_->size()) + ", " + std::to_string(excluded.size()) +
+                         " excluded)",
+                     comm_->last_error());
+  return std::unique_ptr<communicator>(new nccl_communicator(std::move(out)));
+}
 
 }  // namespace cohort::comm

@@ -25,8 +25,8 @@ class nccl_communicator : public communicator {
                     std::chrono::milliseconds timeout, std::chrono::milliseconds rendezvous_timeout,
                     const std::string& prefix = "nccl");
 
-  int rank() const override { return comm_.rank(); }
-  int size() const override { return comm_.size(); }
+  int rank() const override { return comm_->rank(); }
+  int size() const override { return comm_->size(); }
   const char* backend() const override { return "nccl"; }
 
   void allreduce_sum(float* data, std::size_t n) override;
@@ -37,19 +37,27 @@ class nccl_communicator : public communicator {
   void barrier() override;
   /// ncclCommAbort (by the polling thread if a call is in flight): prompt, and the peers'
   /// calls fail too.
-  void abort() override { comm_.abort(); }
-  bool dead() const override { return comm_.dead(); }
-  bool stuck() const override { return comm_.stuck(); }
+  void abort() override { comm_->abort(); }
+  /// gpu::nccl_comm::interrupt: the waits end, the NCCL communicator stays for shrink().
+  void interrupt() override { comm_->interrupt(); }
+  bool can_shrink() const override { return comm_->shrinkable(); }
+  /// gpu::nccl_comm::shrink (ncclCommShrink); the new communicator waits on its calls with
+  /// this one's timeout. Throws comm_error with what NCCL said.
+  std::unique_ptr<communicator> shrink(const std::vector<int>& excluded, bool abort_parent,
+                                       int timeout_ms) override;
+  bool dead() const override { return comm_->dead(); }
+  bool stuck() const override { return comm_->stuck(); }
   /// gpu::nccl_comm::last_error(): what the abort or the failed call said.
-  const std::string& last_error() const { return comm_.last_error(); }
+  const std::string& last_error() const { return comm_->last_error(); }
   /// Not measured: NCCL chooses its algorithm and moves the bytes inside the library,
   /// where cohort cannot count them (see comm_traffic).
   comm_traffic traffic() const override { return comm_traffic{}; }
 
  private:
+  explicit nccl_communicator(std::unique_ptr<gpu::nccl_comm> shrunk) : comm_(std::move(shrunk)) {}
   void check(gpu::nccl_status s, const char* op);
 
-  gpu::nccl_comm comm_;
+  std::unique_ptr<gpu::nccl_comm> comm_ = std::make_unique<gpu::nccl_comm>();
 };
 
 /// The comm_failure a gpu::nccl_status stands for.

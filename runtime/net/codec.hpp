@@ -22,7 +22,7 @@
 namespace cohort::net {
 
 inline constexpr char envelope_magic[4] = {'C', 'H', 'R', 'T'};
-inline constexpr uint16_t protocol_version = 17;
+inline constexpr uint16_t protocol_version = 18;
 inline constexpr size_t envelope_header_bytes = 20;
 
 /// Why a frame was rejected. Values index drop counters; append only.

@@ -140,12 +140,18 @@ struct step_timing {
   uint64_t alltoall_calls = 0;
   uint64_t alltoall_bytes = 0;
   uint64_t alltoall_us = 0;
+  /// comm.backend: nccl: the DP group's communicators were rebuilt for this step's generation
+  /// (0: not this step, or a host backend): how (1 a new init from a unique id, 2 a shrink of
+  /// the ones held, 3 a new init after a failed shrink) and this member's time for it
+  uint64_t regroup_path = 0;
+  uint64_t regroup_us = 0;
   template <class S>
   static auto fields(S& s) {
     return std::tie(s.compute_us, s.comm_wait_us, s.allreduce_us, s.setup_us, s.idle_us,
                     s.bytes_sent, s.bytes_recv, s.state_bytes, s.state_us, s.reshard_us,
                     s.reshard_bytes, s.points, s.point_us, s.point_bytes, s.moe_tokens,
-                    s.moe_dropped, s.alltoall_calls, s.alltoall_bytes, s.alltoall_us);
+                    s.moe_dropped, s.alltoall_calls, s.alltoall_bytes, s.alltoall_us,
+                    s.regroup_path, s.regroup_us);
   }
 };
 

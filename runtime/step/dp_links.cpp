@@ -8,9 +8,11 @@
 #include <limits>
 #include <mutex>
 
+#include "gpu/nccl_comm.hpp"
 #include "runtime/comm/buckets.hpp"
 #include "runtime/comm/build_abort.hpp"
 #include "runtime/comm/factory.hpp"
+#include "runtime/comm/group_devices.hpp"
 #include "runtime/comm/p2p.hpp"
 #include "runtime/core/config.hpp"
 #include "runtime/core/error.hpp"
@@ -35,19 +37,25 @@ void dp_group_shared::install(comm::communicator* c, uint64_t generation) {
   comm_ = c;
   extra_.clear();
   generation_ = generation;
-  if (c != nullptr && generation < floor_) c->abort();
+  if (c != nullptr && generation < floor_) c->interrupt();
 }
 
-void dp_group_shared::install_extra(std::function<void()> abort) {
+void dp_group_shared::install_extra(std::function<void()> abort,
+                                    std::function<void()> interrupt) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (generation_ < floor_) abort();
-  extra_.push_back(std::move(abort));
+  if (generation_ < floor_) (interrupt ? interrupt : abort)();
+  extra_.push_back(extra{std::move(abort), std::move(interrupt)});
 }
 
-void dp_group_shared::abort_locked(const std::string& why) {
+void dp_group_shared::abort_locked(const std::string& why, bool interrupt) {
   if (build_) build_->abort(why);
-  if (comm_ != nullptr) comm_->abort();
-  for (auto& f : extra_) f();
+  if (comm_ != nullptr) {
+    if (interrupt)
+      comm_->interrupt();
+    else
+      comm_->abort();
+  }
+  for (auto& f : extra_) (interrupt && f.interrupt ? f.interrupt : f.abort)();
 }
 
 void dp_group_shared::abort_below(uint64_t generation) {
@@ -55,19 +63,21 @@ void dp_group_shared::abort_below(uint64_t generation) {
   floor_ = std::max(floor_, generation);
   if (generation_ < generation)
     abort_locked("generation " + std::to_string(generation_) + " is over (the roster is at " +
-                 std::to_string(generation) + ")");
+                     std::to_string(generation) + ")",
+                 true);
 }
 
 void dp_group_shared::abort_all() {
   std::lock_guard<std::mutex> lock(mu_);
   floor_ = std::max(floor_, generation_ + 1);
-  abort_locked("generation " + std::to_string(generation_) + " is over (this worker rejoins)");
+  abort_locked("generation " + std::to_string(generation_) + " is over (this worker rejoins)",
+               false);
 }
 
 void dp_group_shared::shut() {
   std::lock_guard<std::mutex> lock(mu_);
   floor_ = std::numeric_limits<uint64_t>::max();
-  abort_locked("the worker is exiting");
+  abort_locked("the worker is exiting", false);
 }
 
 std::string link_device(comm_backend backend, const std::string& seat_device) {
@@ -128,11 +138,21 @@ std::vector<std::string> dp_links::stuck() const {
 }
 
 void dp_links::drop(dp_group_shared& shared) {
-  if (comm) comm->abort();
-  for (auto& c : lanes) c->abort();
+  // An NCCL DP group a newer generation interrupted is kept for a shrink; the links are of
+  // one group only if all of them can be.
+  bool keep = comm && comm->can_shrink() && (!params || params->can_shrink());
+  for (auto& c : lanes) keep = keep && c->can_shrink();
+  auto end = [keep](comm::communicator& c) {
+    if (keep)
+      c.interrupt();
+    else
+      c.abort();
+  };
+  if (comm) end(*comm);
+  for (auto& c : lanes) end(*c);
+  if (params) end(*params);
   if (tp_comm) tp_comm->abort();
   if (p2p) p2p->abort();
-  if (params) params->abort();
   if (experts) experts->abort();
   // An abort that did not return (it may have been the worker actor's, at the roster's
   // news): this worker cannot build again.
@@ -152,8 +172,18 @@ void dp_links::drop(dp_group_shared& shared) {
     else
       leave_as_dead(text);
   }
-  engine.reset();  // joins the communication threads (prompt after abort)
+  engine.reset();  // joins the communication threads (prompt after abort or interrupt)
   shared.install(nullptr, 0);
+  // Links dropped before (a failed step) left their prior already: it stays for the build.
+  if (comm) prior = comm::prior_group{};
+  if (keep) {
+    prior.generation = generation;
+    prior.rank = rank;
+    prior.size = size;
+    prior.comms.push_back(std::move(comm));
+    for (auto& c : lanes) prior.comms.push_back(std::move(c));
+    if (params) prior.comms.push_back(std::move(params));
+  }
   comm.reset();
   lanes.clear();
   tp_comm.reset();
@@ -281,31 +311,71 @@ void build_links(dp_links& l, const link_context& ctx, const net::step_open& o, 
   // build on every member with the same usage_error.
   comm::transport_options dp_transport = transport_for(ctx, group, cancel);
   dp_transport.member = comm::group_member{ctx.member, seat.device_name()};
-  l.comm = comm::make_communicator(cfg.comm.backend, device, ctx.kv, rank, o.replicas, o.generation,
-                                   timeout, dp_transport);
+  comm::prior_group prior = std::move(l.prior);
+  l.prior = comm::prior_group{};
+  l.regroup_path = 0;
+  l.regroup_us = 0;
+  const bool sharded_params = cfg.train.zero >= 3 && !staged && o.replicas > 1;
+  if (comm::resolve_backend(cfg.comm.backend, device) == comm_backend::nccl) {
+    // NCCL: the survivors of a departure shrink the communicators they hold; anyone else, or
+    // everyone after a failed shrink, builds new ones (runtime/comm/regroup.hpp). The device
+    // check comes first, as in make_communicator.
+    comm::check_group_devices(ctx.kv, o.generation, group, rank, o.replicas, dp_transport.member,
+                              std::chrono::milliseconds(timeout));
+    const int extra = o.replicas > 1 ? cfg.comm.lanes - 1 : 0;
+    const std::size_t count = 1 + static_cast<std::size_t>(extra) + (sharded_params ? 1 : 0);
+    const auto name_of = [&](std::size_t k) {
+      if (k == 0) return group;
+      if (k <= static_cast<std::size_t>(extra)) return group + ".l" + std::to_string(k);
+      return group + ".p";
+    };
+    comm::regroup_result r = comm::regroup(
+        ctx.kv, o.generation, group, rank, o.replicas, std::move(prior), count,
+        gpu::nccl_version(), timeout, std::chrono::milliseconds(timeout),
+        [&](std::size_t k, const std::string& tag) {
+          return comm::make_communicator(
+              cfg.comm.backend, device, ctx.kv, rank, o.replicas, o.generation, timeout,
+              transport_for(ctx, name_of(k) + (tag.empty() ? "" : "." + tag), cancel));
+        });
+    l.comm = std::move(r.comms[0]);
+    for (int k = 1; k <= extra; ++k) l.lanes.push_back(std::move(r.comms[k]));
+    if (sharded_params) l.params = std::move(r.comms.back());
+    l.regroup_path = r.path == comm::nccl_rebuild_path::shrink ? 2 : r.fell_back ? 3 : 1;
+    l.regroup_us = std::max<uint64_t>(1, static_cast<uint64_t>(r.ms * 1e3));
+    spdlog::info("dp group: generation {}: {} communicator(s) of group '{}' by {} in {:.1f} ms: {}",
+                 o.generation, count, group,
+                 r.path == comm::nccl_rebuild_path::shrink ? "shrink" : "new init", r.ms,
+                 r.reason);
+  } else {
+    prior.comms.clear();
+    l.comm = comm::make_communicator(cfg.comm.backend, device, ctx.kv, rank, o.replicas,
+                                     o.generation, timeout, dp_transport);
+    // More lanes only where a bucket's time is round trips and wire, not memory copies;
+    // every rank sees the same backend (rank 0's plan), so all build the same lanes.
+    const int extra = l.comm->memory_bound() ? 0 : cfg.comm.lanes - 1;
+    for (int k = 1; k <= extra && o.replicas > 1; ++k)
+      l.lanes.push_back(comm::make_communicator(
+          cfg.comm.backend, device, ctx.kv, rank, o.replicas, o.generation, timeout,
+          transport_for(ctx, group + ".l" + std::to_string(k), cancel)));
+    if (sharded_params)
+      l.params = comm::make_communicator(cfg.comm.backend, device, ctx.kv, rank, o.replicas,
+                                         o.generation, timeout,
+                                         transport_for(ctx, group + ".p", cancel));
+  }
   l.generation = o.generation;
   l.rank = rank;
   l.size = o.replicas;
   ctx.shared.install(l.comm.get(), o.generation);
   spdlog::info("dp group: generation {}: group '{}' of {} over {}", o.generation, group,
                o.replicas, l.comm->backend());
-  // More lanes only where a bucket's time is round trips and wire, not memory copies;
-  // every rank sees the same backend (rank 0's plan), so all build the same lanes.
   std::vector<comm::communicator*> all{l.comm.get()};
-  const int extra = l.comm->memory_bound() ? 0 : cfg.comm.lanes - 1;
-  for (int k = 1; k <= extra && o.replicas > 1; ++k) {
-    l.lanes.push_back(comm::make_communicator(
-        cfg.comm.backend, device, ctx.kv, rank, o.replicas, o.generation, timeout,
-        transport_for(ctx, group + ".l" + std::to_string(k), cancel)));
-    ctx.shared.install_extra([c = l.lanes.back().get()] { c->abort(); });
-    all.push_back(l.lanes.back().get());
+  for (auto& c : l.lanes) {
+    ctx.shared.install_extra([p = c.get()] { p->abort(); }, [p = c.get()] { p->interrupt(); });
+    all.push_back(c.get());
   }
-  if (cfg.train.zero >= 3 && !staged && o.replicas > 1) {
-    l.params = comm::make_communicator(cfg.comm.backend, device, ctx.kv, rank, o.replicas,
-                                       o.generation, timeout,
-                                       transport_for(ctx, group + ".p", cancel));
-    ctx.shared.install_extra([c = l.params.get()] { c->abort(); });
-  }
+  if (l.params)
+    ctx.shared.install_extra([p = l.params.get()] { p->abort(); },
+                             [p = l.params.get()] { p->interrupt(); });
   // Expert parallelism: this worker's EP group (its own communicator, used by the compute
   // thread while the engine sums on the lanes).
   if (const expert_place ep = expert_group(cfg.parallel.ep, o.replicas, rank); ep.size > 1 && !staged) {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "runtime/comm/communicator.hpp"
+#include "runtime/comm/regroup.hpp"
 #include "runtime/core/comm_choices.hpp"
 #include "runtime/net/curve.hpp"
 #include "runtime/net/protocol.hpp"
@@ -52,10 +53,13 @@ class dp_group_shared {
   void install(comm::communicator* c, uint64_t generation);
   /// Also aborted with the communicator: the DP group's further lanes, the other links of
   /// a pipeline stage (its TP communicator, its point-to-point channel). Cleared by install(); run
-  /// at once below the floor.
-  void install_extra(std::function<void()> abort);
+  /// at once below the floor. INTERRUPT, when given, is what a newer generation calls instead
+  /// of ABORT (a communicator the survivors may shrink: communicator::interrupt).
+  void install_extra(std::function<void()> abort, std::function<void()> interrupt = {});
   /// Raises the floor to `generation`, and aborts the build, the communicator and the
-  /// extras if they belong to a generation below it.
+  /// extras if they belong to a generation below it. The DP group's communicators are
+  /// interrupted, not aborted (communicator::interrupt): with NCCL the survivors of a
+  /// departure shrink them (comm::regroup); every other backend aborts.
   void abort_below(uint64_t generation);
   /// Aborts whatever is installed or being built (the worker was declared dead: the
   /// generations it knew are over; the next one it joins is higher).
@@ -64,10 +68,13 @@ class dp_group_shared {
   void shut();
 
  private:
-  void abort_locked(const std::string& why);
+  void abort_locked(const std::string& why, bool interrupt);
+  struct extra {
+    std::function<void()> abort, interrupt;
+  };
   std::mutex mu_;
   comm::communicator* comm_ = nullptr;
-  std::vector<std::function<void()>> extra_;
+  std::vector<extra> extra_;
   std::shared_ptr<comm::build_abort> build_;
   uint64_t generation_ = 0;  ///< of what is installed or being built
   uint64_t floor_ = 0;       ///< generations below it are over
@@ -89,6 +96,14 @@ struct dp_links {
   std::unique_ptr<comm::communicator> experts;
   uint64_t generation = 0;
   int rank = -1, size = 0;  ///< this worker's DP rank and the group's size
+  /// comm.backend: nccl: the DP group's communicators (comm, lanes, params) of the last
+  /// generation, interrupted but not aborted, kept by drop() for the next build to shrink
+  /// (comm::regroup); empty with every other backend.
+  comm::prior_group prior;
+  /// How the last build made the DP group's communicators (net::step_timing::regroup_path:
+  /// 0 a host backend, 1 new init, 2 shrink, 3 new init after a failed shrink) and its time.
+  uint64_t regroup_path = 0;
+  uint64_t regroup_us = 0;
 
   dp_links();
   ~dp_links();
@@ -98,7 +113,8 @@ struct dp_links {
   /// Built for this generation, rank and size, and nothing of it is dead.
   bool current(const net::step_open& o, int rank) const;
   /// Aborts and drops everything (joining the engine's threads), and uninstalls it from
-  /// SHARED. A communicator whose abort did not return (stuck(): a thread left inside NCCL,
+  /// SHARED; the DP group's communicators, where they can still be shrunk (an NCCL group a
+  /// newer generation interrupted), go to `prior` instead of being aborted. A communicator whose abort did not return (stuck(): a thread left inside NCCL,
   /// holding the device) goes to the stuck handler first: by default the process leaves
   /// as a dead member (set_stuck_handler).
   void drop(dp_group_shared& shared);

@@ -49,6 +49,8 @@ void add(net::step_timing& a, const net::step_timing& b) {
   a.alltoall_calls += b.alltoall_calls;
   a.alltoall_bytes += b.alltoall_bytes;
   a.alltoall_us += b.alltoall_us;
+  a.regroup_us += b.regroup_us;
+  if (b.regroup_path != 0) a.regroup_path = b.regroup_path;  // the latest way it was built
 }
 
 // Sharded gradients: complete buckets backward may run ahead of their sums by.
@@ -163,6 +165,8 @@ void replica_step::run_step(const net::step_open& o, int rank, net::step_vote& v
     try {
       io_.build_links(links_,
                       link_request{*cfg_, data_host_, o, rank, *seat_, staged_, member_id_});
+      t.regroup_path = links_.regroup_path;
+      t.regroup_us = links_.regroup_us;
     } catch (const usage_error&) {
       // The job's setup, not a peer (a group mixing devices, a backend the device cannot
       // run): every member refuses alike, and a retry would too.

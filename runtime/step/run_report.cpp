@@ -209,6 +209,11 @@ void run_report::vote_counted(const std::string& worker, const net::step_timing&
     reshard_.bytes += t.reshard_bytes;
     reshard_.ms = std::max(reshard_.ms, static_cast<double>(t.reshard_us) / 1e3);
   }
+  if (t.regroup_path != 0) {  // comm.backend: nccl: this voter rebuilt its DP communicators
+    ++regroup_.members;
+    regroup_.path = std::max(regroup_.path, t.regroup_path);
+    regroup_.ms = std::max(regroup_.ms, static_cast<double>(t.regroup_us) / 1e3);
+  }
   if (t.state_bytes == 0 || t.state_us == 0) return;
   for (auto& e : events_)
     if (costing(e) && e.cost.replacement == worker && e.cost.entered_s >= 0 &&
@@ -291,6 +296,23 @@ void run_report::step_committed(int64_t steps_done, double loss, const mb::roste
     }
   }
   reshard_committed(steps_done, now_s);
+  regroup_committed(steps_done, now_s);
+}
+
+void run_report::regroup_committed(int64_t steps_done, double now_s) {
+  if (regroup_.members == 0) return;
+  // The members agree on the path (runtime/comm/regroup.hpp); the highest code is the one
+  // that says most (a failed shrink over a plain new init).
+  const char* how = regroup_.path == 2   ? "shrink (ncclCommShrink)"
+                    : regroup_.path == 3 ? "new init after a failed shrink"
+                                         : "new init (a unique id)";
+  char detail[200];
+  std::snprintf(detail, sizeof detail, "%s of the DP group's communicators: %d members, the longest %.1f ms",
+                how, regroup_.members, regroup_.ms);
+  job_event& e = add_event("regroup", "", {steps_done - 1, generation_, now_s}, detail, -1,
+                           regroup_.members);
+  e.recover_ms = regroup_.ms;  // the longest member's rebuild
+  regroup_ = {};
 }
 
 void run_report::reshard_committed(int64_t steps_done, double now_s) {

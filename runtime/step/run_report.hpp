@@ -47,7 +47,7 @@ struct fault_cost {
 
 /// One line of the run's event table: an injected fault or a membership change.
 struct job_event {
-  std::string kind;    ///< kill, hang, slow, partition, departed, joined, drained, scale, reshard, ...
+  std::string kind;    ///< kill, hang, slow, partition, departed, joined, drained, scale, reshard, regroup, ...
   std::string worker;  ///< name
   int64_t step = 0;
   uint64_t generation = 0;
@@ -222,6 +222,9 @@ class run_report {
   /// At a commit: the re-cut of sharded state (train.zero) the step's voters reported, as
   /// one "reshard" event (its recover_ms: the longest member's re-cut).
   void reshard_committed(int64_t steps_done, double now_s);
+  /// At a commit: one "regroup" event for the NCCL DP group's rebuild its voters reported
+  /// (how: shrink or new init; its recover_ms: the longest member's rebuild).
+  void regroup_committed(int64_t steps_done, double now_s);
   /// The median step_s of the last (up to) 256 committed steps (0: none).
   double median_step_s() const;
   job_event& add_event(const std::string& kind, const std::string& worker, const job_moment& at,
@@ -257,6 +260,12 @@ class run_report {
     uint64_t bytes = 0;
     double ms = 0;
   } reshard_;
+  /// The NCCL DP group's rebuild the open step's voters reported so far (comm.backend: nccl).
+  struct {
+    int members = 0;
+    uint64_t path = 0;  ///< net::step_timing::regroup_path, the highest reported
+    double ms = 0;
+  } regroup_;
 };
 
 }  // namespace cohort::step

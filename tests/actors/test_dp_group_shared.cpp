@@ -176,3 +176,114 @@ TEST_CASE("by default a worker with a stuck abort leaves at once with exit statu
   CHECK(WEXITSTATUS(status) == cohort::exit_device_stuck);
   CHECK(cohort::exit_device_stuck == 4);
 }
+
+namespace {
+
+// An NCCL-like communicator: interrupt() ends its calls but keeps it shrinkable; abort()
+// does not (communicator.hpp).
+class shrinkable_comm final : public communicator {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 2; }
+  const char* backend() const override { return "fake-nccl"; }
+  void allreduce_sum(float*, std::size_t) override {}
+  void allreduce_sum(std::int64_t*, std::size_t) override {}
+  void allgather(const void*, void*, std::size_t) override {}
+  void alltoall(const void*, void*, std::size_t) override {}
+  void broadcast(void*, std::size_t, int) override {}
+  void barrier() override {}
+  void abort() override { ++aborts; }
+  void interrupt() override { ++interrupts; }
+  bool can_shrink() const override { return aborts == 0 && shrinkable; }
+  bool dead() const override { return aborts + interrupts > 0; }
+  comm_traffic traffic() const override { return {}; }
+  int aborts = 0, interrupts = 0;
+  bool shrinkable = true;
+};
+
+}  // namespace
+
+TEST_CASE("a newer roster interrupts the DP group's communicators; a rejoin and an exit abort") {
+  shrinkable_comm c, lane;
+  int other_aborts = 0;
+  {
+    dp_group_shared s;
+    s.install(&c, 1);
+    s.install_extra([&] { lane.abort(); }, [&] { lane.interrupt(); });
+    s.install_extra([&] { ++other_aborts; });  // a TP group, a p2p channel: no interrupt
+    s.abort_below(2);
+    CHECK(c.interrupts == 1);
+    CHECK(c.aborts == 0);
+    CHECK(c.can_shrink());
+    CHECK(lane.interrupts == 1);
+    CHECK(lane.aborts == 0);
+    CHECK(other_aborts == 1);
+  }
+  for (const bool exiting : {false, true}) {
+    shrinkable_comm d, l2;
+    dp_group_shared s;
+    s.install(&d, 1);
+    s.install_extra([&] { l2.abort(); }, [&] { l2.interrupt(); });
+    if (exiting)
+      s.shut();
+    else
+      s.abort_all();
+    CHECK(d.aborts == 1);
+    CHECK(d.interrupts == 0);
+    CHECK(l2.aborts == 1);
+    CHECK_FALSE(d.can_shrink());
+  }
+  // Installed below the floor: interrupted at once, as a roster that came first would.
+  dp_group_shared s;
+  s.abort_below(5);
+  shrinkable_comm late;
+  s.install(&late, 4);
+  CHECK(late.interrupts == 1);
+  CHECK(late.aborts == 0);
+}
+
+TEST_CASE("drop keeps an interrupted NCCL group for the next build's shrink, nothing else") {
+  dp_group_shared shared;
+  cohort::step::dp_links l;
+  l.comm = std::make_unique<shrinkable_comm>();
+  l.lanes.push_back(std::make_unique<shrinkable_comm>());
+  l.params = std::make_unique<shrinkable_comm>();
+  l.tp_comm = std::make_unique<shrinkable_comm>();
+  l.generation = 3;
+  l.rank = 1;
+  l.size = 4;
+  l.drop(shared);
+  CHECK(l.comm == nullptr);
+  REQUIRE(l.prior.comms.size() == 3);  // the group, its lane, the parameters' group, in order
+  CHECK(l.prior.generation == 3);
+  CHECK(l.prior.rank == 1);
+  CHECK(l.prior.size == 4);
+  CHECK(l.prior.holds());
+  for (auto& c : l.prior.comms) {
+    auto* s = dynamic_cast<shrinkable_comm*>(c.get());
+    CHECK(s->interrupts == 1);
+    CHECK(s->aborts == 0);
+  }
+  CHECK(l.tp_comm == nullptr);  // aborted and dropped: another membership, never shrunk
+  // A second drop (the failed step's, then the next build's) leaves the prior as it is.
+  l.drop(shared);
+  CHECK(l.prior.comms.size() == 3);
+
+  // One communicator of the group that cannot shrink: all are aborted, none kept.
+  cohort::step::dp_links m;
+  auto a = std::make_unique<shrinkable_comm>();
+  auto b = std::make_unique<shrinkable_comm>();
+  b->shrinkable = false;
+  m.comm = std::move(a);
+  m.lanes.push_back(std::move(b));
+  m.prior.generation = 1;  // an older prior is replaced by what this drop finds
+  m.prior.comms.push_back(std::make_unique<shrinkable_comm>());
+  m.drop(shared);
+  CHECK(m.prior.comms.empty());
+  CHECK_FALSE(m.prior.holds());
+  // A host backend (fake_comm: no shrink) is dropped as before.
+  cohort::step::dp_links h;
+  h.comm = std::make_unique<fake_comm>();
+  h.drop(shared);
+  CHECK(h.prior.comms.empty());
+}

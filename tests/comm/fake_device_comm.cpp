@@ -156,8 +156,9 @@ void fake_device_comm::run(std::shared_ptr<fake_op> op) {
   op->seq = next_seq_++;
   queue_.push_back(op);
   g.changed_.notify_all();
-  g.changed_.wait_until(lock, std::chrono::steady_clock::now() + timeout_,
-                        [&] { return op->state != fake_state::pending || abort_requested_; });
+  g.changed_.wait_until(lock, std::chrono::steady_clock::now() + timeout_, [&] {
+    return op->state != fake_state::pending || abort_requested_ || interrupt_requested_;
+  });
   if (op->state == fake_state::done) return;
   dead_ = true;
   g.poisoned_ = true;  // this rank gives up: its buffer must not be written any more
@@ -165,6 +166,8 @@ void fake_device_comm::run(std::shared_ptr<fake_op> op) {
   const std::string where =
       "rank " + std::to_string(rank_) + ", collective " + std::to_string(op->seq);
   if (abort_requested_) throw comm_error(comm_failure::aborted, op->name, where + ": abort()");
+  if (interrupt_requested_)
+    throw comm_error(comm_failure::aborted, op->name, where + ": interrupt()");
   if (op->state == fake_state::failed)
     throw comm_error(comm_failure::peer_lost, op->name,
                      where + ": a member failed or aborted the communicator");
@@ -216,6 +219,51 @@ void fake_device_comm::abort() {
   g.poisoned_ = true;
   ++g.aborts_returned_;
   g.changed_.notify_all();
+}
+
+void fake_device_comm::interrupt() {
+  fake_nccl_group& g = *group_;
+  std::lock_guard<std::mutex> lock(g.mutex_);
+  interrupt_requested_ = true;
+  dead_ = true;
+  g.changed_.notify_all();
+}
+
+bool fake_device_comm::can_shrink() const {
+  std::lock_guard<std::mutex> lock(group_->mutex_);
+  return !abort_requested_;
+}
+
+std::unique_ptr<communicator> fake_device_comm::shrink(const std::vector<int>& excluded,
+                                                       bool abort_parent, int timeout_ms) {
+  (void)timeout_ms;  // the fake's waits use the communicator's own timeout
+  if (!can_shrink())
+    throw comm_error(comm_failure::invalid, "shrink",
+                     "rank " + std::to_string(rank_) + ": the communicator was aborted");
+  std::shared_ptr<fake_device_comm> child = shrink(excluded, abort_parent);
+  // The interface hands out sole ownership: the child's group keeps the child's peers alive.
+  struct owned : communicator {
+    std::shared_ptr<fake_device_comm> c;
+    explicit owned(std::shared_ptr<fake_device_comm> x) : c(std::move(x)) {}
+    int rank() const override { return c->rank(); }
+    int size() const override { return c->size(); }
+    const char* backend() const override { return c->backend(); }
+    void allreduce_sum(float* d, std::size_t n) override { c->allreduce_sum(d, n); }
+    void allreduce_sum(std::int64_t* d, std::size_t n) override { c->allreduce_sum(d, n); }
+    void allgather(const void* s, void* r, std::size_t b) override { c->allgather(s, r, b); }
+    void alltoall(const void* s, void* r, std::size_t b) override { c->alltoall(s, r, b); }
+    void broadcast(void* d, std::size_t b, int root) override { c->broadcast(d, b, root); }
+    void barrier() override { c->barrier(); }
+    void abort() override { c->abort(); }
+    void interrupt() override { c->interrupt(); }
+    bool can_shrink() const override { return c->can_shrink(); }
+    std::unique_ptr<communicator> shrink(const std::vector<int>& e, bool a, int t) override {
+      return c->shrink(e, a, t);
+    }
+    bool dead() const override { return c->dead(); }
+    comm_traffic traffic() const override { return c->traffic(); }
+  };
+  return std::make_unique<owned>(std::move(child));
 }
 
 bool fake_device_comm::dead() const {

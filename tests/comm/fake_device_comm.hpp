@@ -102,6 +102,16 @@ class fake_device_comm : public communicator {
   void broadcast(void* data, std::size_t bytes, int root) override;
   void barrier() override;
   void abort() override;
+  /// NCCL's interrupt (gpu::nccl_comm::interrupt): this rank's call in flight and every later
+  /// one throw aborted; a collective left on the stream cannot complete (the group is
+  /// poisoned, as on a real GPU its peers would wait for ever), but the communicator is not
+  /// aborted: can_shrink() stays true.
+  void interrupt() override;
+  bool can_shrink() const override;
+  /// The communicator interface's shrink: shrink() below, as a communicator. Throws invalid
+  /// for an aborted communicator.
+  std::unique_ptr<communicator> shrink(const std::vector<int>& excluded, bool abort_parent,
+                                       int timeout_ms) override;
   bool dead() const override;
   comm_traffic traffic() const override { return comm_traffic{}; }
 
@@ -131,6 +141,7 @@ class fake_device_comm : public communicator {
   bool stop_ = false;
   bool dead_ = false;
   bool abort_requested_ = false;
+  bool interrupt_requested_ = false;
   std::thread stream_;  // last: started once every member above exists
 };
 

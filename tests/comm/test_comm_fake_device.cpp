@@ -7,6 +7,7 @@
 
 #include <condition_variable>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -14,7 +15,9 @@
 
 #include "runtime/comm/buckets.hpp"
 #include "runtime/comm/deadline_call.hpp"
+#include "runtime/comm/local_kv.hpp"
 #include "runtime/comm/nccl_elastic.hpp"
+#include "runtime/comm/regroup.hpp"
 #include "tests/comm/fake_device_comm.hpp"
 
 using namespace cohort::comm;
@@ -326,4 +329,263 @@ TEST_CASE("elastic: a shrink that does not return is cut by the deadline") {
   g->release_hangs();
   std::unique_lock<std::mutex> lock(finished->first);
   finished->second.wait(lock, [&] { return *returned; });
+}
+
+// ---- regroup: the step's generation change on the NCCL path (runtime/comm/regroup.hpp) ----
+
+namespace {
+
+// A generation of N fake NCCL ranks, each its own communicator as the step holds it.
+std::vector<std::unique_ptr<communicator>> owned_group(int n, std::shared_ptr<fake_nccl_group>* g,
+                                                       milliseconds timeout = kLong) {
+  *g = std::make_shared<fake_nccl_group>(n);
+  std::vector<std::unique_ptr<communicator>> out;
+  for (int r = 0; r < n; ++r) out.push_back(std::make_unique<fake_device_comm>(*g, r, timeout));
+  return out;
+}
+
+// Sum of (rank + 1) over the communicators, each on its own thread; every rank must agree.
+float sum_of_ranks(const std::vector<communicator*>& comms) {
+  std::vector<float> out(comms.size());
+  on_ranks(static_cast<int>(comms.size()), [&](int r) {
+    std::vector<float> v(3, float(comms[r]->rank() + 1));
+    comms[r]->allreduce_sum(v.data(), v.size());
+    out[r] = v[2];
+  });
+  for (float x : out) CHECK(x == out[0]);
+  return out[0];
+}
+
+// What every member of a regroup got, by new rank.
+struct regroup_run {
+  std::vector<regroup_result> results;
+  std::vector<std::vector<std::string>> made;  // per rank: the tags make_new was called with
+};
+
+// Runs regroup for generation GEN on one thread per new rank; PRIORS[r] is what new rank r
+// holds. make_new builds rank r's k-th communicator in FRESH[tag + k].
+regroup_run run_regroup(std::vector<prior_group> priors, std::size_t count, std::uint64_t gen,
+                        int nccl_version = 22809) {
+  const int n = static_cast<int>(priors.size());
+  memory_kv kv;
+  std::mutex mu;
+  std::map<std::string, std::shared_ptr<fake_nccl_group>> fresh;
+  regroup_run run;
+  run.results.resize(n);
+  run.made.resize(n);
+  on_ranks(n, [&](int r) {
+    run.results[r] = regroup(
+        kv, gen, "dp", r, n, std::move(priors[r]), count, nccl_version, 5000, milliseconds(20000),
+        [&](std::size_t k, const std::string& tag) -> std::unique_ptr<communicator> {
+          std::shared_ptr<fake_nccl_group> g;
+          {
+            std::lock_guard<std::mutex> l(mu);
+            run.made[r].push_back(tag);
+            auto& slot = fresh[tag + "/" + std::to_string(k)];
+            if (!slot) slot = std::make_shared<fake_nccl_group>(n);
+            g = slot;
+          }
+          return std::make_unique<fake_device_comm>(g, r, kLong);
+        });
+  });
+  return run;
+}
+
+prior_group prior_of(std::uint64_t gen, int rank, int size, std::unique_ptr<communicator> c) {
+  prior_group p;
+  p.generation = gen;
+  p.rank = rank;
+  p.size = size;
+  if (c) p.comms.push_back(std::move(c));
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("regroup: after a death mid-collective the survivors shrink what they hold") {
+  std::shared_ptr<fake_nccl_group> g;
+  auto gen1 = owned_group(4, &g);
+  std::vector<communicator*> raw;
+  for (auto& c : gen1) raw.push_back(c.get());
+  CHECK(sum_of_ranks(raw) == 10.0f);
+  // Rank 2 dies inside collective 1: the others wait in it until the roster's news
+  // interrupts them (dp_group_shared::abort_below), which keeps their communicators.
+  // (Its own call ends with its process: here, an abort.)
+  g->hang_at(2, 1);
+  std::thread news([&] {
+    g->wait_running(4);
+    for (int r : {0, 1, 3}) gen1[r]->interrupt();
+    gen1[2]->abort();
+  });
+  on_ranks(4, [&](int r) {
+    std::vector<float> v(1, 1.0f);
+    try {
+      gen1[r]->allreduce_sum(v.data(), 1);
+      FAIL("a collective with a dead member completed");
+    } catch (const comm_error& e) {
+      CHECK(e.kind() == comm_failure::aborted);
+    }
+  });
+  news.join();
+  CHECK_FALSE(gen1[2]->can_shrink());
+  for (int r : {0, 1, 3}) {
+    CHECK(gen1[r]->dead());
+    CHECK(gen1[r]->can_shrink());
+  }
+  std::vector<prior_group> priors;
+  for (int r : {0, 1, 3}) priors.push_back(prior_of(1, r, 4, std::move(gen1[r])));
+  regroup_run run = run_regroup(std::move(priors), 1, 2);
+  std::vector<communicator*> gen2;
+  for (int r = 0; r < 3; ++r) {
+    const regroup_result& x = run.results[r];
+    CHECK(x.path == nccl_rebuild_path::shrink);
+    CHECK(x.excluded == std::vector<int>{2});
+    CHECK_FALSE(x.fell_back);
+    CHECK(x.ms >= 0);
+    CHECK(x.reason.find("NCCL_SHRINK_ABORT") != std::string::npos);
+    CHECK(run.made[r].empty());  // no unique id, no new init
+    REQUIRE(x.comms.size() == 1);
+    CHECK(x.comms[0]->rank() == r);
+    CHECK(x.comms[0]->size() == 3);
+    gen2.push_back(x.comms[0].get());
+  }
+  CHECK(sum_of_ranks(gen2) == 6.0f);
+  g->release_hangs();
+}
+
+TEST_CASE("regroup: every communicator of the group is shrunk, lanes and parameters alike") {
+  std::shared_ptr<fake_nccl_group> ga, gb;
+  auto a = owned_group(3, &ga);
+  auto b = owned_group(3, &gb);
+  std::vector<prior_group> priors;
+  for (int r : {0, 2}) {  // rank 1 drained
+    prior_group p = prior_of(4, r, 3, std::move(a[r]));
+    p.comms.push_back(std::move(b[r]));
+    priors.push_back(std::move(p));
+  }
+  regroup_run run = run_regroup(std::move(priors), 2, 7);
+  for (int k = 0; k < 2; ++k) {
+    std::vector<communicator*> got;
+    for (auto& x : run.results) {
+      CHECK(x.path == nccl_rebuild_path::shrink);
+      REQUIRE(x.comms.size() == 2);
+      got.push_back(x.comms[k].get());
+    }
+    CHECK(sum_of_ranks(got) == 3.0f);
+  }
+}
+
+TEST_CASE("regroup: a joiner, a reordering, an old NCCL or an aborted member make it a new init") {
+  SUBCASE("a joiner: NCCL cannot grow a communicator") {
+    std::shared_ptr<fake_nccl_group> g;
+    auto gen1 = owned_group(2, &g);
+    std::vector<prior_group> priors;
+    priors.push_back(prior_of(1, 0, 2, std::move(gen1[0])));
+    priors.push_back(prior_of(1, 1, 2, std::move(gen1[1])));
+    priors.push_back(prior_group{});  // the joiner holds nothing
+    regroup_run run = run_regroup(std::move(priors), 1, 2);
+    std::vector<communicator*> got;
+    for (int r = 0; r < 3; ++r) {
+      CHECK(run.results[r].path == nccl_rebuild_path::new_init);
+      CHECK_FALSE(run.results[r].fell_back);
+      CHECK(run.made[r] == std::vector<std::string>{""});
+      CHECK(run.results[r].reason.find("rank 2 holds no communicator") != std::string::npos);
+      got.push_back(run.results[r].comms[0].get());
+    }
+    CHECK(sum_of_ranks(got) == 6.0f);
+  }
+  SUBCASE("the survivors reordered: ncclCommShrink keeps the old order") {
+    std::shared_ptr<fake_nccl_group> g;
+    auto gen1 = owned_group(3, &g);
+    std::vector<prior_group> priors;
+    priors.push_back(prior_of(1, 2, 3, std::move(gen1[2])));
+    priors.push_back(prior_of(1, 0, 3, std::move(gen1[0])));
+    regroup_run run = run_regroup(std::move(priors), 1, 2);
+    for (auto& x : run.results) {
+      CHECK(x.path == nccl_rebuild_path::new_init);
+      CHECK(x.reason.find("reorders") != std::string::npos);
+    }
+  }
+  SUBCASE("NCCL older than 2.27") {
+    std::shared_ptr<fake_nccl_group> g;
+    auto gen1 = owned_group(3, &g);
+    std::vector<prior_group> priors;
+    priors.push_back(prior_of(1, 0, 3, std::move(gen1[0])));
+    priors.push_back(prior_of(1, 1, 3, std::move(gen1[1])));
+    regroup_run run = run_regroup(std::move(priors), 1, 2, 22612);
+    for (auto& x : run.results) {
+      CHECK(x.path == nccl_rebuild_path::new_init);
+      CHECK(x.reason.find("has no ncclCommShrink") != std::string::npos);
+    }
+  }
+  SUBCASE("a survivor whose communicator was aborted (its own failure)") {
+    std::shared_ptr<fake_nccl_group> g;
+    auto gen1 = owned_group(3, &g);
+    gen1[1]->abort();
+    CHECK_FALSE(gen1[1]->can_shrink());
+    std::vector<prior_group> priors;
+    priors.push_back(prior_of(1, 0, 3, std::move(gen1[0])));
+    priors.push_back(prior_of(1, 1, 3, std::move(gen1[1])));
+    regroup_run run = run_regroup(std::move(priors), 1, 2);
+    for (auto& x : run.results) {
+      CHECK(x.path == nccl_rebuild_path::new_init);
+      CHECK(x.reason.find("rank 1 holds no communicator") != std::string::npos);
+    }
+  }
+}
+
+TEST_CASE("regroup: a shrink that fails on one member makes every member new-init, tagged retry") {
+  std::shared_ptr<fake_nccl_group> g;
+  auto gen1 = owned_group(4, &g, milliseconds(300));
+  g->hang_shrink(1);  // rank 1's ncclCommShrink hangs; the others' time out waiting for it
+  std::thread release([&] {
+    std::this_thread::sleep_for(milliseconds(600));  // past the others' 300 ms timeout
+    g->release_hangs();
+  });
+  std::vector<prior_group> priors;
+  for (int r : {0, 1, 2}) priors.push_back(prior_of(1, r, 4, std::move(gen1[r])));
+  regroup_run run = run_regroup(std::move(priors), 1, 2);
+  release.join();
+  std::vector<communicator*> got;
+  for (int r = 0; r < 3; ++r) {
+    const regroup_result& x = run.results[r];
+    CHECK(x.path == nccl_rebuild_path::new_init);
+    CHECK(x.fell_back);
+    CHECK(x.excluded.empty());
+    CHECK(x.reason.find("the shrink failed") != std::string::npos);
+    CHECK(run.made[r] == std::vector<std::string>{"retry"});
+    got.push_back(x.comms[0].get());
+  }
+  CHECK(sum_of_ranks(got) == 6.0f);
+}
+
+TEST_CASE("plan_regroup: rank 0's plan from the members' records, as a table") {
+  struct row {
+    std::vector<std::string> records;
+    std::uint64_t gen;
+    int version;
+    std::string head;  // the plan's first line
+  };
+  const std::vector<row> rows = {
+      {{"1 0 4", "1 1 4", "1 3 4"}, 2, 22809, "shrink 1 2"},
+      {{"1 0 4", "1 3 4"}, 2, 22809, "shrink 1 1,2"},
+      {{"1 1 4", "1 2 4", "1 3 4"}, 2, 22809, "shrink 1 0"},  // rank 0 died: still a shrink
+      {{"1 0 2", "1 1 2"}, 2, 22809, "new_init"},            // same members, new generation
+      {{"1 0 4", "none", "1 3 4"}, 2, 22809, "new_init"},     // a joiner
+      {{"1 0 4", "1 1 4"}, 2, 22612, "new_init"},             // NCCL 2.26
+      {{"1 0 4", "1 1 4"}, 2, 0, "new_init"},                 // no NCCL
+      {{"1 1 4", "1 0 4"}, 2, 22809, "new_init"},             // reordered
+      {{"1 0 4", "1 0 4"}, 2, 22809, "new_init"},             // two members on one old rank
+      {{"1 0 4", "3 1 4"}, 4, 22809, "new_init"},             // different generations
+      {{"1 0 4", "1 1 5"}, 2, 22809, "new_init"},             // different sizes
+      {{"2 0 4", "2 1 4"}, 2, 22809, "new_init"},             // the same generation again
+      {{"1 0 4", "1 x 4"}, 2, 22809, "new_init"},             // unreadable: holds nothing
+      {{"1 0 4", "1 7 4"}, 2, 22809, "new_init"},             // a rank outside its size
+  };
+  for (const row& r : rows) {
+    const std::string plan = plan_regroup(r.records, r.gen, r.version);
+    CAPTURE(plan);
+    CHECK(plan.substr(0, plan.find('\n')) == r.head);
+    CHECK(plan.find('\n') != std::string::npos);  // every plan says why
+  }
 }

@@ -161,3 +161,27 @@ TEST_CASE("nccl shrink refuses what no generation change asks, and leaves the pa
   CHECK(df.to_host() == f);
   CHECK_FALSE(parent.dead());
 }
+
+TEST_CASE("nccl interrupt ends the calls but keeps the communicator for a shrink; abort does not") {
+  // What the step does at a newer generation (dp_group_shared::abort_below): the calls end
+  // at once, and the communicator stays un-aborted, so that the survivors can shrink it.
+  std::vector<char> id;
+  REQUIRE(gpu::nccl_make_unique_id(&id) == gpu::nccl_status::ok);
+  gpu::nccl_comm comm;
+  REQUIRE(comm.init(id, 0, 1, 0, 20000) == gpu::nccl_status::ok);
+  CHECK(comm.shrinkable() == (gpu::nccl_version() >= 22700));
+  comm.interrupt();
+  CHECK(comm.dead());
+  CHECK(comm.allreduce_sum(nullptr, 0, gpu::nccl_dtype::f32) == gpu::nccl_status::aborted);
+  CHECK(comm.barrier() == gpu::nccl_status::aborted);
+  CHECK(comm.shrinkable() == (gpu::nccl_version() >= 22700));  // still: no ncclCommAbort ran
+  // An interrupted parent passes the liveness check; the shrink refuses only what it must
+  // (here: nobody to exclude in a group of one).
+  gpu::nccl_comm child;
+  CHECK(comm.shrink({}, false, 20000, &child) == gpu::nccl_status::invalid_argument);
+  CHECK(comm.last_error().find("nothing to exclude") != std::string::npos);
+  comm.abort();
+  CHECK_FALSE(comm.shrinkable());
+  CHECK(comm.shrink({}, false, 20000, &child) == gpu::nccl_status::invalid_argument);
+  CHECK(comm.last_error().find("not live") != std::string::npos);
+}

@@ -60,7 +60,7 @@ std::vector<message> samples() {
       job_spec{"train:\n  steps: 3\n", "ab12", "/ck/step_00000040.safetensors", 77, true});
   out.push_back(worker_ready{7, 3, -5});
   out.push_back(step_open{3, 41, 4, -1, 2, 1, 3, 56});
-  const step_timing t{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11};
+  const step_timing t{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 2, 21};
   out.push_back(
       step_vote{7, 3, 41, false, true, true, true, "gloo: peer lost", -2.5e-300, 96, t, true});
   out.push_back(step_result{3, 41, true, 0.6931471805599453, "member 2 voted failed"});

@@ -275,3 +275,49 @@ TEST_CASE("a kill's cost: a spare seated in the departure's own roster replaces 
   CHECK(c["steps"] == 1);
   CHECK(ev[0]["recover_ms"].get<double>() == doctest::Approx(45.0));
 }
+
+TEST_CASE("an NCCL group's rebuild is one regroup event: how, the members, the longest time") {
+  run_report rep(report_config(), 0);
+  std::vector<std::string> notes;
+  kill_w2_in_step_1(rep, notes);
+  const mb::roster r2 = roster_of(2, {1, 3});
+  rep.roster_seen(r2, {1, 2, 10.010}, false, {}, notes);
+  rep.step_opened(2, 10.012);
+  net::step_timing a, b, host;
+  a.regroup_path = 2;  // shrink
+  a.regroup_us = 12'500;
+  b.regroup_path = 2;
+  b.regroup_us = 48'000;
+  rep.vote_counted("w1", a);
+  rep.vote_counted("w3", b);
+  rep.vote_counted("w4", host);  // a host backend reports no rebuild: not counted
+  rep.step_committed(2, 1.0, r2, {1, 3}, 10.100, notes);
+  const std::vector<job_event>& ev = rep.events();
+  int regroups = 0;
+  for (const job_event& e : ev) {
+    if (e.kind != "regroup") continue;
+    ++regroups;
+    CHECK(e.target == 2);
+    CHECK(e.recover_ms == doctest::Approx(48.0));
+    CHECK(e.detail == "shrink (ncclCommShrink) of the DP group's communicators: 2 members, the "
+                      "longest 48.0 ms");
+  }
+  CHECK(regroups == 1);
+  // The next commit without a rebuild adds none; a failed shrink says so.
+  rep.step_opened(2, 10.100);
+  rep.step_committed(3, 1.0, r2, {1, 3}, 10.150, notes);
+  net::step_timing c;
+  c.regroup_path = 3;
+  c.regroup_us = 900'000;
+  rep.step_opened(2, 10.200);
+  rep.vote_counted("w1", c);
+  rep.step_committed(4, 1.0, r2, {1, 3}, 11.200, notes);
+  regroups = 0;
+  for (const job_event& e : rep.events())
+    if (e.kind == "regroup") {
+      ++regroups;
+      if (regroups == 2)
+        CHECK(e.detail.rfind("new init after a failed shrink", 0) == 0);
+    }
+  CHECK(regroups == 2);
+}
