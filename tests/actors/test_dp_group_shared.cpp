@@ -203,7 +203,7 @@ class shrinkable_comm final : public communicator {
 
 }  // namespace
 
-TEST_CASE("a newer roster interrupts the DP group's communicators; a rejoin and an exit abort") {
+TEST_CASE("a newer roster interrupts the DP group's communicators, a rejoin and an exit abort them") {
   shrinkable_comm c, lane;
   int other_aborts = 0;
   {

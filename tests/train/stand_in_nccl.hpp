@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <vector>
 
 #include "runtime/comm/communicator.hpp"
 #include "runtime/comm/device_staged_comm.hpp"
@@ -39,6 +40,14 @@ class stand_in_nccl : public comm::communicator {
   void broadcast(void* d, std::size_t b, int root) override { c_->broadcast(at(d), b, root); }
   void barrier() override { c_->barrier(); }
   void abort() override { c_->abort(); }
+  void interrupt() override { c_->interrupt(); }
+  bool can_shrink() const override { return c_->can_shrink(); }
+  /// The fake's ncclCommShrink, the result on the stand-in too.
+  std::unique_ptr<comm::communicator> shrink(const std::vector<int>& excluded, bool abort_parent,
+                                             int) override {
+    if (!c_->can_shrink()) return nullptr;
+    return std::make_unique<stand_in_nccl>(c_->shrink(excluded, abort_parent));
+  }
   bool dead() const override { return c_->dead(); }
   comm::comm_traffic traffic() const override { return {}; }
   int host_pointers = 0;

@@ -12,12 +12,15 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "runtime/comm/buckets.hpp"
 #include "runtime/comm/device_staged_comm.hpp"
+#include "runtime/comm/local_kv.hpp"
+#include "runtime/comm/regroup.hpp"
 #include "runtime/core/config.hpp"
 #include "runtime/train/trainer.hpp"
 #include "tests/comm/fake_device_comm.hpp"
@@ -85,6 +88,31 @@ void run_group(rank_rig (&rigs)[2], int64_t from, int64_t to) {
   std::thread t1(rank_steps, 1);
   rank_steps(0);
   t1.join();
+}
+
+// Steps [from, to) of the group RIGS, each rank on its thread: run_group for any size.
+void run_ranks(const std::vector<rank_rig*>& rigs, int64_t from, int64_t to) {
+  const int n = static_cast<int>(rigs.size());
+  std::vector<std::thread> ts;
+  for (int r = 0; r < n; ++r)
+    ts.emplace_back([&, r] {
+      train::trainer& tr = *rigs[r]->tr;
+      comm::bucket_engine engine(*rigs[r]->comm, static_cast<std::size_t>(tr.model().num_params()),
+                                 tr.reduction_type(), 0.001);
+      for (int64_t s = from; s < to; ++s) {
+        tr.begin_step();
+        tr.wire(n, r);
+        if (tr.reduction_type() == comm::grad_type::i64)
+          engine.begin(static_cast<int64_t*>(tr.reduction_buffer()));
+        else
+          engine.begin(static_cast<float*>(tr.reduction_buffer()));
+        tr.compute_gradients(s, train::replica_micro_batches(tr.micro_batches(), n, r),
+                             [&](std::size_t off, std::size_t k) { engine.mark_ready(off, k); });
+        engine.wait_all();
+        tr.apply_step(s);
+      }
+    });
+  for (auto& t : ts) t.join();
 }
 
 std::string cpu_group(const std::string& det, int64_t steps) {
@@ -164,4 +192,77 @@ TEST_CASE("nccl on a stand-in GPU: a joiner takes the donor's device state and h
   run_group(fresh, 2, 4);
   CHECK(fresh[0].tr->params_sha256() == want);
   CHECK(fresh[1].tr->params_sha256() == want);
+}
+
+TEST_CASE("nccl on a stand-in GPU: after a death the survivors shrink their group and train on") {
+  // Three replicas train two steps; the third dies between steps. The roster's news
+  // interrupts the survivors' communicators (dp_group_shared::abort_below), the group
+  // regroups (comm::regroup) through the staging wrapper, and the two train two more steps on
+  // the shrunk communicators: the same bits as two replicas on a group built new, the
+  // gradients still passing straight through (device memory, nothing staged).
+  for (const char* det : {"fast", "bitwise"}) {
+    CAPTURE(det);
+    std::string bits[2];
+    for (const bool shrink : {true, false}) {
+      auto group = std::make_shared<comm::testing::fake_nccl_group>(3);
+      rank_rig rigs[3];
+      for (int r = 0; r < 3; ++r) seat(rigs[r], group, r, det);
+      run_ranks({&rigs[0], &rigs[1], &rigs[2]}, 0, 2);
+      rigs[2].comm->abort();  // its process is gone
+      rank_rig next[2];
+      if (shrink) {
+        comm::memory_kv kv;
+        comm::regroup_result got[2];
+        std::string errors[2];
+        std::vector<std::thread> ts;
+        for (int r = 0; r < 2; ++r) {
+          rigs[r].comm->interrupt();
+          CHECK(rigs[r].comm->can_shrink());
+        }
+        for (int r = 0; r < 2; ++r)
+          ts.emplace_back([&, r] {
+            comm::prior_group p;
+            p.generation = 1;
+            p.rank = r;
+            p.size = 3;
+            p.comms.push_back(std::move(rigs[r].comm));
+            try {
+              got[r] = comm::regroup(kv, 2, "dp", r, 2, std::move(p), 1, 22809, 5000,
+                                     std::chrono::milliseconds(20000),
+                                     [](std::size_t, const std::string&)
+                                         -> std::unique_ptr<communicator> {
+                                       throw std::runtime_error(
+                                           "a new init where the group can shrink");
+                                     });
+            } catch (const std::exception& e) {
+              errors[r] = e.what();
+            }
+          });
+        for (auto& t : ts) t.join();
+        for (int r = 0; r < 2; ++r) {
+          CHECK(errors[r] == "");
+          REQUIRE(got[r].path == comm::nccl_rebuild_path::shrink);
+          CHECK(got[r].excluded == std::vector<int>{2});
+          next[r].comm.reset(dynamic_cast<comm::device_staged_comm*>(got[r].comms[0].release()));
+          REQUIRE(next[r].comm != nullptr);  // staged as before
+        }
+      } else {
+        auto fresh = std::make_shared<comm::testing::fake_nccl_group>(2);
+        for (int r = 0; r < 2; ++r) {
+          auto c = std::make_unique<stand_in_nccl>(std::make_shared<comm::testing::fake_device_comm>(
+              fresh, r, std::chrono::milliseconds(60000)));
+          next[r].comm = std::make_unique<comm::device_staged_comm>(std::move(c), stand_in_memory());
+        }
+      }
+      for (int r = 0; r < 2; ++r) {
+        next[r].dev = std::move(rigs[r].dev);
+        next[r].tr = std::move(rigs[r].tr);
+      }
+      run_ranks({&next[0], &next[1]}, 2, 4);
+      CHECK(next[0].tr->params_sha256() == next[1].tr->params_sha256());
+      for (int r = 0; r < 2; ++r) CHECK(next[r].comm->staged_calls() == 0);
+      bits[shrink ? 0 : 1] = next[0].tr->params_sha256();
+    }
+    CHECK(bits[0] == bits[1]);
+  }
 }
