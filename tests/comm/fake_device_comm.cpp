@@ -126,7 +126,7 @@ void fake_device_comm::stream_loop() {
       fake_nccl_group::slot& s = g.slots_[op->seq];
       if (s.ops.empty()) s.ops.resize(g.size());
       s.ops[rank_] = op;
-      if (++s.arrived == g.size()) {
+      if (++s.arrived == g.size() && !g.stalled_) {
         complete(s);
         s.done = true;
         g.changed_.notify_all();
@@ -161,7 +161,13 @@ void fake_device_comm::run(std::shared_ptr<fake_op> op) {
   });
   if (op->state == fake_state::done) return;
   dead_ = true;
-  g.poisoned_ = true;  // this rank gives up: its buffer must not be written any more
+  // This rank gives up: its buffer must not be written any more. An interrupt (no NCCL call
+  // on a GPU) ends no peer's call: nothing completes, the peers wait on until their own
+  // interrupt, timeout or a shrink with NCCL_SHRINK_ABORT. Anything else fails the peers too.
+  if (interrupt_requested_ && !abort_requested_ && op->state == fake_state::pending)
+    g.stalled_ = true;
+  else
+    g.poisoned_ = true;
   g.changed_.notify_all();
   const std::string where =
       "rank " + std::to_string(rank_) + ", collective " + std::to_string(op->seq);

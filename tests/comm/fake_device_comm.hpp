@@ -78,6 +78,7 @@ class fake_nccl_group {
   std::set<int> abort_hangs_, shrink_hangs_;
   bool released_ = false;
   bool poisoned_ = false;  // a member aborted, failed or timed out: no collective completes
+  bool stalled_ = false;   // a member was interrupted in a collective: none completes, no call ends
   int running_ = 0;
   int aborts_returned_ = 0;
 };
