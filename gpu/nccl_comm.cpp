@@ -137,7 +137,60 @@ void nccl_comm::abort_locked() {
 }
 
 bool nccl_comm::kept_for_shrink_locked() const {
+#if defined(NCCL_SHRINK_DEFAULT)
   return interrupt_requested_ && !abort_requested_ && !failed_ && !aborted_ && !stuck_;
+#else
+  return false;  // nothing could shrink it: abort as before
+#endif
+}
+
+void nccl_comm::quiesce_locked() {
+#if defined(NCCL_REVOKE_DEFAULT)
+  // ncclCommRevoke (NCCL 2.28): stops the operations in flight and leaves the communicator
+  // to a shrink once it is quiescent. Bounded like every abort: it may hang as they do.
+  ncclComm_t comm = impl_->comm;
+  const int device = impl_->device;
+  ncclResult_t revoked = ncclInternalError;
+  if (!call_within(
+          [comm, device, &revoked] {
+            if (device >= 0) cudaSetDevice(device);
+            revoked = ncclCommRevoke(comm, NCCL_REVOKE_DEFAULT);
+          },
+          abort_deadline_ms_)) {
+    stuck_ = true;
+    last_error_ = "ncclCommRevoke did not return within " + std::to_string(abort_deadline_ms_) +
+                  " ms; its thread holds the device, so this process leaves its groups as a "
+                  "dead member";
+    return;
+  }
+  if (revoked != ncclSuccess && revoked != ncclInProgress) {
+    failed_ = true;
+    last_error_ = "interrupt: ncclCommRevoke: " + nccl_text(revoked, comm);
+    return;
+  }
+  // Quiescent when NCCL says so and the stream has drained.
+  const auto deadline = clock_type::now() + std::chrono::milliseconds(abort_deadline_ms_);
+  for (;;) {
+    ncclResult_t state = ncclSuccess;
+    if (ncclCommGetAsyncError(comm, &state) != ncclSuccess ||
+        (state != ncclSuccess && state != ncclInProgress)) {
+      failed_ = true;
+      last_error_ = "interrupt: the revoked communicator reports an error";
+      return;
+    }
+    if (state == ncclSuccess && cudaStreamQuery(impl_->stream) == cudaSuccess) return;
+    if (clock_type::now() >= deadline) {
+      failed_ = true;
+      last_error_ = "interrupt: the revoked communicator was not quiescent after " +
+                    std::to_string(abort_deadline_ms_) + " ms";
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+#else
+  // No way to end the collective without aborting the communicator.
+  failed_ = true;
+#endif
 }
 
 void nccl_comm::interrupt() {
@@ -298,8 +351,11 @@ nccl_status nccl_comm::run(const char* what, Enqueue&& enqueue) {
   if (s != nccl_status::ok || abort_requested_ || interrupt_requested_) {
     dead_ = true;
     // Only an interrupt keeps the communicator: any failure of its own (an NCCL or CUDA
-    // error, a timeout) aborts it, so that the peers' calls fail too.
-    if (s != nccl_status::aborted) failed_ = true;
+    // error, a timeout) aborts it, so that the peers' calls fail too. A collective the
+    // interrupt left on the stream is revoked first: a kernel waiting for a dead peer would
+    // otherwise hold every later device synchronisation of this process.
+    if (s != nccl_status::ok && s != nccl_status::aborted) failed_ = true;
+    if (s == nccl_status::aborted && !abort_requested_ && !failed_) quiesce_locked();
     if (!kept_for_shrink_locked()) abort_locked();
   }
   return s;
@@ -450,6 +506,7 @@ nccl_comm::nccl_comm() : impl_(std::make_unique<impl>()) {}
 nccl_comm::~nccl_comm() = default;
 void nccl_comm::abort_locked() { aborted_ = true; }
 bool nccl_comm::kept_for_shrink_locked() const { return false; }
+void nccl_comm::quiesce_locked() {}
 void nccl_comm::abort() {
   abort_requested_ = true;
   dead_ = true;

@@ -83,7 +83,9 @@ class nccl_comm {
   nccl_status shrink(const std::vector<int>& excluded, bool abort_parent, int timeout_ms,
                      nccl_comm* out);
   /// Thread-safe, idempotent: a call in flight returns `aborted` promptly and so does every
-  /// later collective, but the NCCL communicator is NOT aborted: it is kept for shrink()
+  /// later collective, but the NCCL communicator is NOT aborted: the operation the call had
+  /// queued is revoked (ncclCommRevoke, NCCL 2.28+; without it, or if the revoke fails, the
+  /// communicator is aborted as before), and the communicator is kept for shrink()
   /// (with abort_parent: NCCL_SHRINK_ABORT ends the operations left in flight) or for the
   /// destructor. What the step does when a newer generation is announced: the survivors
   /// of a departure shrink the communicator they hold instead of building a new one.
@@ -118,6 +120,10 @@ class nccl_comm {
   void abort_locked();
   /// Interrupted, and nothing since has failed or aborted it: shrink() may use it.
   bool kept_for_shrink_locked() const;
+  /// After an interrupt ended a call in flight: ncclCommRevoke (NCCL 2.28+), then waits
+  /// (bounded) until the communicator is quiescent and its stream drained; otherwise (no
+  /// revoke, an error, the deadline) marks it failed, so that it is aborted instead.
+  void quiesce_locked();
 
   std::unique_ptr<impl> impl_;
   int rank_ = -1;

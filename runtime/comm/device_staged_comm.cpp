@@ -11,6 +11,9 @@ device_staged_comm::device_staged_comm(std::unique_ptr<communicator> inner, stag
     : inner_(std::move(inner)), memory_(std::move(memory)) {}
 
 device_staged_comm::~device_staged_comm() {
+  // The communicator first (NCCL's destructor aborts, bounded): freeing the scratch waits for
+  // the device, which must not hold a collective that could still use it.
+  inner_.reset();
   if (scratch_ != nullptr) memory_.release(scratch_);
 }
 

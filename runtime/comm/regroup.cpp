@@ -3,6 +3,7 @@
 // plan than its peers, whatever it knows of the roster.
 #include "runtime/comm/regroup.hpp"
 
+#include <algorithm>
 #include <cinttypes>
 #include <cstdio>
 #include <sstream>
@@ -96,7 +97,7 @@ std::string plan_regroup(const std::vector<std::string>& records, std::uint64_t 
 regroup_result regroup(
     kv_client& kv, std::uint64_t generation, const std::string& group, int rank, int size,
     prior_group prior, std::size_t count, int nccl_version, int shrink_timeout_ms,
-    std::chrono::milliseconds timeout,
+    std::chrono::milliseconds timeout, std::chrono::milliseconds longest_wait,
     const std::function<std::unique_ptr<communicator>(std::size_t k, const std::string& tag)>&
         make_new) {
   const auto t0 = std::chrono::steady_clock::now();
@@ -152,18 +153,24 @@ regroup_result regroup(
       failed = e.what();
       shrunk.clear();
     }
+    // Every member's shrinks may take their whole bound before it reports: the waits for the
+    // reports and the verdict cover that on top of the store's own timeout.
+    const std::chrono::milliseconds after = std::min(
+        longest_wait,
+        timeout + std::chrono::milliseconds(static_cast<std::int64_t>(shrink_timeout_ms) *
+                                            static_cast<std::int64_t>(count)));
     std::string verdict;
     if (rank == 0) {
       std::string why = failed.empty() ? "" : "rank 0: " + failed;
       for (int r = 1; r < size; ++r) {
-        const std::string v = text(kv.get(key("shrunk/" + std::to_string(r)), timeout));
+        const std::string v = text(kv.get(key("shrunk/" + std::to_string(r)), after));
         if (v != "ok" && why.empty()) why = "rank " + std::to_string(r) + ": " + v;
       }
       verdict = why.empty() ? "ok" : "retry\n" + why;
       kv.set(key("verdict"), bytes(verdict));
     } else {
       kv.set(key("shrunk/" + std::to_string(rank)), bytes(failed.empty() ? "ok" : failed));
-      verdict = text(kv.get(key("verdict"), timeout));
+      verdict = text(kv.get(key("verdict"), after));
     }
     if (verdict == "ok") {
       out.comms = std::move(shrunk);

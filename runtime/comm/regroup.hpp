@@ -67,11 +67,13 @@ std::string plan_regroup(const std::vector<std::string>& records, std::uint64_t 
 /// "retry" after a failed shrink: use it in the new communicators' store keys, so that a
 /// fallback never reads an id of the attempt before). PRIOR's communicators are dropped
 /// (aborted) before any new one is built. Every member of the generation must call it.
-/// Throws what MAKE_NEW throws, and comm_error when a record does not come within TIMEOUT.
+/// Throws what MAKE_NEW throws, and comm_error when a record does not come within TIMEOUT
+/// (after the shrinks: TIMEOUT plus COUNT shrink bounds, since a member reports only once its
+/// shrinks ended; at most LONGEST_WAIT, the longest the store accepts).
 regroup_result regroup(
     kv_client& kv, std::uint64_t generation, const std::string& group, int rank, int size,
     prior_group prior, std::size_t count, int nccl_version, int shrink_timeout_ms,
-    std::chrono::milliseconds timeout,
+    std::chrono::milliseconds timeout, std::chrono::milliseconds longest_wait,
     const std::function<std::unique_ptr<communicator>(std::size_t k, const std::string& tag)>&
         make_new);
 

@@ -67,8 +67,16 @@ void dp_group_shared::abort_below(uint64_t generation) {
                  true);
 }
 
+bool dp_group_shared::take_rejoined() {
+  std::lock_guard<std::mutex> lock(mu_);
+  const bool r = rejoined_;
+  rejoined_ = false;
+  return r;
+}
+
 void dp_group_shared::abort_all() {
   std::lock_guard<std::mutex> lock(mu_);
+  rejoined_ = true;
   floor_ = std::max(floor_, generation_ + 1);
   abort_locked("generation " + std::to_string(generation_) + " is over (this worker rejoins)",
                false);
@@ -138,10 +146,14 @@ std::vector<std::string> dp_links::stuck() const {
 }
 
 void dp_links::drop(dp_group_shared& shared) {
-  // An NCCL DP group a newer generation interrupted is kept for a shrink; the links are of
-  // one group only if all of them can be.
-  bool keep = comm && comm->can_shrink() && (!params || params->can_shrink());
-  for (auto& c : lanes) keep = keep && c->can_shrink();
+  // An NCCL DP group a newer generation interrupted (dead, yet still shrinkable) is kept for
+  // a shrink; the links are of one group only if all of them can be. A group dropped for a
+  // failure of this worker's own (not interrupted) is aborted, so that its peers' calls fail.
+  const auto kept = [](const std::unique_ptr<comm::communicator>& c) {
+    return c->dead() && c->can_shrink();
+  };
+  bool keep = comm && kept(comm) && (!params || kept(params));
+  for (auto& c : lanes) keep = keep && kept(c);
   auto end = [keep](comm::communicator& c) {
     if (keep)
       c.interrupt();
@@ -313,6 +325,8 @@ void build_links(dp_links& l, const link_context& ctx, const net::step_open& o, 
   dp_transport.member = comm::group_member{ctx.member, seat.device_name()};
   comm::prior_group prior = std::move(l.prior);
   l.prior = comm::prior_group{};
+  // Declared dead since (abort_all): this worker comes back as a new member, whatever it held.
+  if (ctx.shared.take_rejoined()) prior.comms.clear();
   l.regroup_path = 0;
   l.regroup_us = 0;
   const bool sharded_params = cfg.train.zero >= 3 && !staged && o.replicas > 1;
@@ -331,7 +345,7 @@ void build_links(dp_links& l, const link_context& ctx, const net::step_open& o, 
     };
     comm::regroup_result r = comm::regroup(
         ctx.kv, o.generation, group, rank, o.replicas, std::move(prior), count,
-        gpu::nccl_version(), timeout, std::chrono::milliseconds(timeout),
+        gpu::nccl_version(), timeout, std::chrono::milliseconds(timeout), net::kv::longest_wait,
         [&](std::size_t k, const std::string& tag) {
           return comm::make_communicator(
               cfg.comm.backend, device, ctx.kv, rank, o.replicas, o.generation, timeout,

@@ -66,6 +66,9 @@ class dp_group_shared {
   void abort_all();
   /// abort_all, and every build or install after it too (process exit).
   void shut();
+  /// True once after abort_all: the group's next build drops what the links kept for a
+  /// shrink (dp_links::prior), since this worker comes back as a new member.
+  bool take_rejoined();
 
  private:
   void abort_locked(const std::string& why, bool interrupt);
@@ -78,6 +81,7 @@ class dp_group_shared {
   std::shared_ptr<comm::build_abort> build_;
   uint64_t generation_ = 0;  ///< of what is installed or being built
   uint64_t floor_ = 0;       ///< generations below it are over
+  bool rejoined_ = false;    ///< abort_all since the last take_rejoined
 };
 
 /// The links of one generation (empty between generations).

@@ -112,6 +112,8 @@ void run_report::step_opened(int replicas, double now_s) {
 }
 
 void run_report::step_aborted() {
+  // A rebuild its voters reported is its own event: the next generation rebuilds again.
+  regroup_event(steps_done_, last_now_s_);
   ++aborted_;
   last_close_s_ = last_now_s_;
   if (watch_) watch_->step_aborted(last_now_s_);
@@ -296,10 +298,10 @@ void run_report::step_committed(int64_t steps_done, double loss, const mb::roste
     }
   }
   reshard_committed(steps_done, now_s);
-  regroup_committed(steps_done, now_s);
+  regroup_event(steps_done - 1, now_s);
 }
 
-void run_report::regroup_committed(int64_t steps_done, double now_s) {
+void run_report::regroup_event(int64_t step, double now_s) {
   if (regroup_.members == 0) return;
   // The members agree on the path (runtime/comm/regroup.hpp); the highest code is the one
   // that says most (a failed shrink over a plain new init).
@@ -309,7 +311,7 @@ void run_report::regroup_committed(int64_t steps_done, double now_s) {
   char detail[200];
   std::snprintf(detail, sizeof detail, "%s of the DP group's communicators: %d members, the longest %.1f ms",
                 how, regroup_.members, regroup_.ms);
-  job_event& e = add_event("regroup", "", {steps_done - 1, generation_, now_s}, detail, -1,
+  job_event& e = add_event("regroup", "", {step, generation_, now_s}, detail, -1,
                            regroup_.members);
   e.recover_ms = regroup_.ms;  // the longest member's rebuild
   regroup_ = {};

@@ -222,9 +222,10 @@ class run_report {
   /// At a commit: the re-cut of sharded state (train.zero) the step's voters reported, as
   /// one "reshard" event (its recover_ms: the longest member's re-cut).
   void reshard_committed(int64_t steps_done, double now_s);
-  /// At a commit: one "regroup" event for the NCCL DP group's rebuild its voters reported
-  /// (how: shrink or new init; its recover_ms: the longest member's rebuild).
-  void regroup_committed(int64_t steps_done, double now_s);
+  /// At a commit or an aborted step: one "regroup" event at STEP for the NCCL DP group's
+  /// rebuild its voters reported (how: shrink or new init; its recover_ms: the longest
+  /// member's rebuild); none when nobody reported one.
+  void regroup_event(int64_t step, double now_s);
   /// The median step_s of the last (up to) 256 committed steps (0: none).
   double median_step_s() const;
   job_event& add_event(const std::string& kind, const std::string& worker, const job_moment& at,

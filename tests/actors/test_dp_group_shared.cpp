@@ -192,9 +192,13 @@ class shrinkable_comm final : public communicator {
   void alltoall(const void*, void*, std::size_t) override {}
   void broadcast(void*, std::size_t, int) override {}
   void barrier() override {}
-  void abort() override { ++aborts; }
+  void abort() override {
+    ++aborts;
+    if (abort_count != nullptr) ++*abort_count;
+  }
   void interrupt() override { ++interrupts; }
   bool can_shrink() const override { return aborts == 0 && shrinkable; }
+  int* abort_count = nullptr;  ///< also counts here (it outlives the communicator)
   bool dead() const override { return aborts + interrupts > 0; }
   comm_traffic traffic() const override { return {}; }
   int aborts = 0, interrupts = 0;
@@ -252,6 +256,11 @@ TEST_CASE("drop keeps an interrupted NCCL group for the next build's shrink, not
   l.generation = 3;
   l.rank = 1;
   l.size = 4;
+  // The roster's news interrupts the group's communicators (abort_below), then the failed
+  // step drops the links.
+  l.comm->interrupt();
+  l.lanes[0]->interrupt();
+  l.params->interrupt();
   l.drop(shared);
   CHECK(l.comm == nullptr);
   REQUIRE(l.prior.comms.size() == 3);  // the group, its lane, the parameters' group, in order
@@ -261,7 +270,7 @@ TEST_CASE("drop keeps an interrupted NCCL group for the next build's shrink, not
   CHECK(l.prior.holds());
   for (auto& c : l.prior.comms) {
     auto* s = dynamic_cast<shrinkable_comm*>(c.get());
-    CHECK(s->interrupts == 1);
+    CHECK(s->interrupts >= 1);
     CHECK(s->aborts == 0);
   }
   CHECK(l.tp_comm == nullptr);  // aborted and dropped: another membership, never shrunk
@@ -269,11 +278,25 @@ TEST_CASE("drop keeps an interrupted NCCL group for the next build's shrink, not
   l.drop(shared);
   CHECK(l.prior.comms.size() == 3);
 
+  // A group dropped for this worker's own failure (not interrupted): aborted, none kept, so
+  // that its peers' calls fail too.
+  {
+    cohort::step::dp_links own;
+    int aborted = 0;
+    auto c = std::make_unique<shrinkable_comm>();
+    c->abort_count = &aborted;
+    own.comm = std::move(c);
+    own.drop(shared);
+    CHECK(own.prior.comms.empty());
+    CHECK(aborted == 1);
+  }
   // One communicator of the group that cannot shrink: all are aborted, none kept.
   cohort::step::dp_links m;
   auto a = std::make_unique<shrinkable_comm>();
   auto b = std::make_unique<shrinkable_comm>();
   b->shrinkable = false;
+  a->interrupt();
+  b->interrupt();
   m.comm = std::move(a);
   m.lanes.push_back(std::move(b));
   m.prior.generation = 1;  // an older prior is replaced by what this drop finds
@@ -286,4 +309,14 @@ TEST_CASE("drop keeps an interrupted NCCL group for the next build's shrink, not
   h.comm = std::make_unique<fake_comm>();
   h.drop(shared);
   CHECK(h.prior.comms.empty());
+}
+
+TEST_CASE("abort_all marks the worker as rejoining once: its next build drops what it kept") {
+  dp_group_shared s;
+  CHECK_FALSE(s.take_rejoined());
+  s.abort_below(3);  // a newer roster: the worker stays the member it was
+  CHECK_FALSE(s.take_rejoined());
+  s.abort_all();  // declared dead: it comes back as a new member
+  CHECK(s.take_rejoined());
+  CHECK_FALSE(s.take_rejoined());
 }

@@ -174,6 +174,7 @@ void fake_device_comm::run(std::shared_ptr<fake_op> op) {
   if (abort_requested_) throw comm_error(comm_failure::aborted, op->name, where + ": abort()");
   if (interrupt_requested_)
     throw comm_error(comm_failure::aborted, op->name, where + ": interrupt()");
+  failed_ = true;  // a failure of its own: NCCL's communicator is aborted, never shrunk
   if (op->state == fake_state::failed)
     throw comm_error(comm_failure::peer_lost, op->name,
                      where + ": a member failed or aborted the communicator");
@@ -237,7 +238,7 @@ void fake_device_comm::interrupt() {
 
 bool fake_device_comm::can_shrink() const {
   std::lock_guard<std::mutex> lock(group_->mutex_);
-  return !abort_requested_;
+  return !abort_requested_ && !failed_;
 }
 
 std::unique_ptr<communicator> fake_device_comm::shrink(const std::vector<int>& excluded,
@@ -245,7 +246,7 @@ std::unique_ptr<communicator> fake_device_comm::shrink(const std::vector<int>& e
   (void)timeout_ms;  // the fake's waits use the communicator's own timeout
   if (!can_shrink())
     throw comm_error(comm_failure::invalid, "shrink",
-                     "rank " + std::to_string(rank_) + ": the communicator was aborted");
+                     "rank " + std::to_string(rank_) + ": the communicator was aborted or failed");
   std::shared_ptr<fake_device_comm> child = shrink(excluded, abort_parent);
   // The interface hands out sole ownership: the child's group keeps the child's peers alive.
   struct owned : communicator {

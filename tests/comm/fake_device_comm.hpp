@@ -106,7 +106,7 @@ class fake_device_comm : public communicator {
   /// NCCL's interrupt (gpu::nccl_comm::interrupt): this rank's call in flight and every later
   /// one throw aborted; a collective left on the stream cannot complete (the group is
   /// poisoned, as on a real GPU its peers would wait for ever), but the communicator is not
-  /// aborted: can_shrink() stays true.
+  /// aborted: can_shrink() stays true (false once a call failed on its own, as on a GPU).
   void interrupt() override;
   bool can_shrink() const override;
   /// The communicator interface's shrink: shrink() below, as a communicator. Throws invalid
@@ -143,6 +143,7 @@ class fake_device_comm : public communicator {
   bool dead_ = false;
   bool abort_requested_ = false;
   bool interrupt_requested_ = false;
+  bool failed_ = false;  // a call failed on its own (timeout, a peer's failure): never shrunk
   std::thread stream_;  // last: started once every member above exists
 };
 

@@ -376,6 +376,7 @@ regroup_run run_regroup(std::vector<prior_group> priors, std::size_t count, std:
   on_ranks(n, [&](int r) {
     run.results[r] = regroup(
         kv, gen, "dp", r, n, std::move(priors[r]), count, nccl_version, 5000, milliseconds(20000),
+        milliseconds(1800000),
         [&](std::size_t k, const std::string& tag) -> std::unique_ptr<communicator> {
           std::shared_ptr<fake_nccl_group> g;
           {
@@ -516,6 +517,22 @@ TEST_CASE("regroup: a joiner, a reordering, an old NCCL or an aborted member mak
     for (auto& x : run.results) {
       CHECK(x.path == nccl_rebuild_path::new_init);
       CHECK(x.reason.find("has no ncclCommShrink") != std::string::npos);
+    }
+  }
+  SUBCASE("a survivor whose own call timed out (NCCL aborts it: nothing left to shrink)") {
+    std::shared_ptr<fake_nccl_group> g;
+    auto gen1 = owned_group(3, &g, milliseconds(50));
+    CHECK_THROWS_AS(gen1[0]->barrier(), comm_error);  // alone in it: times out
+    CHECK_FALSE(gen1[0]->can_shrink());
+    gen1[1]->interrupt();  // the other survivor only heard the roster's news
+    CHECK(gen1[1]->can_shrink());
+    std::vector<prior_group> priors;
+    priors.push_back(prior_of(1, 0, 3, std::move(gen1[0])));
+    priors.push_back(prior_of(1, 1, 3, std::move(gen1[1])));
+    regroup_run run = run_regroup(std::move(priors), 1, 2);
+    for (auto& x : run.results) {
+      CHECK(x.path == nccl_rebuild_path::new_init);
+      CHECK(x.reason.find("rank 0 holds no communicator") != std::string::npos);
     }
   }
   SUBCASE("a survivor whose communicator was aborted (its own failure)") {

@@ -321,3 +321,31 @@ TEST_CASE("an NCCL group's rebuild is one regroup event: how, the members, the l
     }
   CHECK(regroups == 2);
 }
+
+TEST_CASE("a rebuild in a step that was aborted is its own regroup event") {
+  run_report rep(report_config(), 0);
+  std::vector<std::string> notes;
+  const mb::roster r1 = roster_of(1, {1, 2, 3});
+  rep.roster_seen(r1, {0, 1, 9.0}, false, {}, notes);
+  rep.step_opened(3, 9.0);
+  net::step_timing shrunk;
+  shrunk.regroup_path = 2;
+  shrunk.regroup_us = 5'000;
+  rep.vote_counted("w1", shrunk);
+  rep.vote_counted("w2", shrunk);
+  rep.step_aborted();  // w3's vote failed: the next generation rebuilds again
+  net::step_timing fresh;
+  fresh.regroup_path = 1;
+  fresh.regroup_us = 700'000;
+  rep.step_opened(2, 9.5);
+  rep.vote_counted("w1", fresh);
+  rep.vote_counted("w2", fresh);
+  rep.step_committed(1, 1.0, r1, {1, 2}, 10.5, notes);
+  std::vector<std::string> seen;
+  for (const job_event& e : rep.events())
+    if (e.kind == "regroup") seen.push_back(e.detail);
+  REQUIRE(seen.size() == 2);
+  CHECK(seen[0].rfind("shrink (ncclCommShrink) of the DP group's communicators: 2 members", 0) == 0);
+  CHECK(seen[1].rfind("new init (a unique id) of the DP group's communicators: 2 members, the "
+                      "longest 700.0 ms", 0) == 0);
+}

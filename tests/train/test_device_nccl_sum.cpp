@@ -229,6 +229,7 @@ TEST_CASE("nccl on a stand-in GPU: after a death the survivors shrink their grou
             try {
               got[r] = comm::regroup(kv, 2, "dp", r, 2, std::move(p), 1, 22809, 5000,
                                      std::chrono::milliseconds(20000),
+                                     std::chrono::milliseconds(1800000),
                                      [](std::size_t, const std::string&)
                                          -> std::unique_ptr<communicator> {
                                        throw std::runtime_error(
