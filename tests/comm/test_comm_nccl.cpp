@@ -162,7 +162,7 @@ TEST_CASE("nccl shrink refuses what no generation change asks, and leaves the pa
   CHECK_FALSE(parent.dead());
 }
 
-TEST_CASE("nccl interrupt ends the calls but keeps the communicator for a shrink; abort does not") {
+TEST_CASE("nccl interrupt ends the calls but keeps the communicator for a shrink, an abort does not") {
   // What the step does at a newer generation (dp_group_shared::abort_below): the calls end
   // at once, and the communicator stays un-aborted, so that the survivors can shrink it.
   std::vector<char> id;
