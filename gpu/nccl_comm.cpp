@@ -136,12 +136,16 @@ void nccl_comm::abort_locked() {
   }
 }
 
-bool nccl_comm::kept_for_shrink_locked() const {
+bool nccl_comm::shrinkable_locked() const {
 #if defined(NCCL_SHRINK_DEFAULT)
-  return interrupt_requested_ && !abort_requested_ && !failed_ && !aborted_ && !stuck_;
+  return impl_->comm != nullptr && !abort_requested_ && !failed_ && !aborted_ && !stuck_;
 #else
   return false;  // nothing could shrink it: abort as before
 #endif
+}
+
+bool nccl_comm::kept_for_shrink_locked() const {
+  return interrupt_requested_ && shrinkable_locked();
 }
 
 void nccl_comm::quiesce_locked() {
@@ -201,12 +205,8 @@ void nccl_comm::interrupt() {
 }
 
 bool nccl_comm::shrinkable() const {
-#if defined(NCCL_SHRINK_DEFAULT)
   std::lock_guard<std::mutex> lock(mutex_);
-  return impl_->comm != nullptr && !abort_requested_ && !failed_ && !aborted_ && !stuck_;
-#else
-  return false;
-#endif
+  return shrinkable_locked();
 }
 
 void nccl_comm::abort() {
@@ -505,6 +505,7 @@ nccl_status nccl_make_unique_id(std::vector<char>* out, std::string* detail) {
 nccl_comm::nccl_comm() : impl_(std::make_unique<impl>()) {}
 nccl_comm::~nccl_comm() = default;
 void nccl_comm::abort_locked() { aborted_ = true; }
+bool nccl_comm::shrinkable_locked() const { return false; }
 bool nccl_comm::kept_for_shrink_locked() const { return false; }
 void nccl_comm::quiesce_locked() {}
 void nccl_comm::abort() {

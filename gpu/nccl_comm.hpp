@@ -118,7 +118,9 @@ class nccl_comm {
   template <class Enqueue>
   nccl_status run(const char* what, Enqueue&& enqueue);
   void abort_locked();
-  /// Interrupted, and nothing since has failed or aborted it: shrink() may use it.
+  /// Initialised, never aborted, no failure of its own, and this NCCL has ncclCommShrink.
+  bool shrinkable_locked() const;
+  /// Interrupted, and shrinkable_locked(): shrink() may use it.
   bool kept_for_shrink_locked() const;
   /// After an interrupt ended a call in flight: ncclCommRevoke (NCCL 2.28+), then waits
   /// (bounded) until the communicator is quiescent and its stream drained; otherwise (no

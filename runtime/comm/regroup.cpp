@@ -137,7 +137,7 @@ regroup_result regroup(
     std::vector<std::unique_ptr<communicator>> shrunk;
     std::string failed;
     try {
-      if (prior_record(prior, count) == "none")
+      if (mine == "none")
         throw comm_error(comm_failure::invalid, what, "this member holds nothing to shrink");
       for (auto& c : prior.comms) {
         std::unique_ptr<communicator> s = c->shrink(out.excluded, abort_parent, shrink_timeout_ms);

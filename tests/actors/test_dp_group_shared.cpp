@@ -24,7 +24,7 @@ using namespace cohort::comm;
 namespace {
 
 // A communicator that only records abort().
-class fake_comm final : public communicator {
+class fake_comm : public communicator {
  public:
   int rank() const override { return 0; }
   int size() const override { return 2; }
@@ -35,11 +35,15 @@ class fake_comm final : public communicator {
   void alltoall(const void*, void*, std::size_t) override {}
   void broadcast(void*, std::size_t, int) override {}
   void barrier() override {}
-  void abort() override { ++aborts; }
+  void abort() override {
+    ++aborts;
+    if (abort_count != nullptr) ++*abort_count;
+  }
   bool dead() const override { return aborts > 0; }
   bool stuck() const override { return abort_sticks && aborts > 0; }
   comm_traffic traffic() const override { return {}; }
   int aborts = 0;
+  int* abort_count = nullptr;  ///< also counts here (it outlives the communicator)
   bool abort_sticks = false;  ///< its abort "did not return" (NCCL's hang, as nccl_comm reports it)
 };
 
@@ -181,27 +185,13 @@ namespace {
 
 // An NCCL-like communicator: interrupt() ends its calls but keeps it shrinkable; abort()
 // does not (communicator.hpp).
-class shrinkable_comm final : public communicator {
+class shrinkable_comm final : public fake_comm {
  public:
-  int rank() const override { return 0; }
-  int size() const override { return 2; }
   const char* backend() const override { return "fake-nccl"; }
-  void allreduce_sum(float*, std::size_t) override {}
-  void allreduce_sum(std::int64_t*, std::size_t) override {}
-  void allgather(const void*, void*, std::size_t) override {}
-  void alltoall(const void*, void*, std::size_t) override {}
-  void broadcast(void*, std::size_t, int) override {}
-  void barrier() override {}
-  void abort() override {
-    ++aborts;
-    if (abort_count != nullptr) ++*abort_count;
-  }
   void interrupt() override { ++interrupts; }
   bool can_shrink() const override { return aborts == 0 && shrinkable; }
-  int* abort_count = nullptr;  ///< also counts here (it outlives the communicator)
   bool dead() const override { return aborts + interrupts > 0; }
-  comm_traffic traffic() const override { return {}; }
-  int aborts = 0, interrupts = 0;
+  int interrupts = 0;
   bool shrinkable = true;
 };
 

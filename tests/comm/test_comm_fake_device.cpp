@@ -403,6 +403,28 @@ prior_group prior_of(std::uint64_t gen, int rank, int size, std::unique_ptr<comm
 
 }  // namespace
 
+namespace {
+
+// What new ranks 0, 1, ... hold: generation 1's communicators of the old ranks OLD, in order.
+std::vector<prior_group> priors_of(std::vector<std::unique_ptr<communicator>>& gen1,
+                                   const std::vector<int>& old) {
+  std::vector<prior_group> priors;
+  for (int r : old)
+    priors.push_back(prior_of(1, r, static_cast<int>(gen1.size()), std::move(gen1[r])));
+  return priors;
+}
+
+// Every member built new communicators, for the reason WHY (a part of it).
+void check_new_init(const regroup_run& run, const std::string& why) {
+  for (const regroup_result& x : run.results) {
+    CHECK(x.path == nccl_rebuild_path::new_init);
+    CHECK_FALSE(x.fell_back);
+    CHECK(x.reason.find(why) != std::string::npos);
+  }
+}
+
+}  // namespace
+
 TEST_CASE("regroup: after a death mid-collective the survivors shrink what they hold") {
   std::shared_ptr<fake_nccl_group> g;
   auto gen1 = owned_group(4, &g);
@@ -433,9 +455,7 @@ TEST_CASE("regroup: after a death mid-collective the survivors shrink what they 
     CHECK(gen1[r]->dead());
     CHECK(gen1[r]->can_shrink());
   }
-  std::vector<prior_group> priors;
-  for (int r : {0, 1, 3}) priors.push_back(prior_of(1, r, 4, std::move(gen1[r])));
-  regroup_run run = run_regroup(std::move(priors), 1, 2);
+  regroup_run run = run_regroup(priors_of(gen1, {0, 1, 3}), 1, 2);
   std::vector<communicator*> gen2;
   for (int r = 0; r < 3; ++r) {
     const regroup_result& x = run.results[r];
@@ -477,77 +497,41 @@ TEST_CASE("regroup: every communicator of the group is shrunk, lanes and paramet
 }
 
 TEST_CASE("regroup: a joiner, a reordering, an old NCCL or an aborted member make it a new init") {
+  std::shared_ptr<fake_nccl_group> g;
   SUBCASE("a joiner: NCCL cannot grow a communicator") {
-    std::shared_ptr<fake_nccl_group> g;
     auto gen1 = owned_group(2, &g);
-    std::vector<prior_group> priors;
-    priors.push_back(prior_of(1, 0, 2, std::move(gen1[0])));
-    priors.push_back(prior_of(1, 1, 2, std::move(gen1[1])));
+    std::vector<prior_group> priors = priors_of(gen1, {0, 1});
     priors.push_back(prior_group{});  // the joiner holds nothing
     regroup_run run = run_regroup(std::move(priors), 1, 2);
+    check_new_init(run, "rank 2 holds no communicator");
     std::vector<communicator*> got;
     for (int r = 0; r < 3; ++r) {
-      CHECK(run.results[r].path == nccl_rebuild_path::new_init);
-      CHECK_FALSE(run.results[r].fell_back);
       CHECK(run.made[r] == std::vector<std::string>{""});
-      CHECK(run.results[r].reason.find("rank 2 holds no communicator") != std::string::npos);
       got.push_back(run.results[r].comms[0].get());
     }
     CHECK(sum_of_ranks(got) == 6.0f);
   }
   SUBCASE("the survivors reordered: ncclCommShrink keeps the old order") {
-    std::shared_ptr<fake_nccl_group> g;
     auto gen1 = owned_group(3, &g);
-    std::vector<prior_group> priors;
-    priors.push_back(prior_of(1, 2, 3, std::move(gen1[2])));
-    priors.push_back(prior_of(1, 0, 3, std::move(gen1[0])));
-    regroup_run run = run_regroup(std::move(priors), 1, 2);
-    for (auto& x : run.results) {
-      CHECK(x.path == nccl_rebuild_path::new_init);
-      CHECK(x.reason.find("reorders") != std::string::npos);
-    }
+    check_new_init(run_regroup(priors_of(gen1, {2, 0}), 1, 2), "reorders");
   }
   SUBCASE("NCCL older than 2.27") {
-    std::shared_ptr<fake_nccl_group> g;
     auto gen1 = owned_group(3, &g);
-    std::vector<prior_group> priors;
-    priors.push_back(prior_of(1, 0, 3, std::move(gen1[0])));
-    priors.push_back(prior_of(1, 1, 3, std::move(gen1[1])));
-    regroup_run run = run_regroup(std::move(priors), 1, 2, 22612);
-    for (auto& x : run.results) {
-      CHECK(x.path == nccl_rebuild_path::new_init);
-      CHECK(x.reason.find("has no ncclCommShrink") != std::string::npos);
-    }
+    check_new_init(run_regroup(priors_of(gen1, {0, 1}), 1, 2, 22612), "has no ncclCommShrink");
   }
   SUBCASE("a survivor whose own call timed out (NCCL aborts it: nothing left to shrink)") {
-    std::shared_ptr<fake_nccl_group> g;
     auto gen1 = owned_group(3, &g, milliseconds(50));
     CHECK_THROWS_AS(gen1[0]->barrier(), comm_error);  // alone in it: times out
     CHECK_FALSE(gen1[0]->can_shrink());
     gen1[1]->interrupt();  // the other survivor only heard the roster's news
     CHECK(gen1[1]->can_shrink());
-    std::vector<prior_group> priors;
-    priors.push_back(prior_of(1, 0, 3, std::move(gen1[0])));
-    priors.push_back(prior_of(1, 1, 3, std::move(gen1[1])));
-    regroup_run run = run_regroup(std::move(priors), 1, 2);
-    for (auto& x : run.results) {
-      CHECK(x.path == nccl_rebuild_path::new_init);
-      CHECK(x.reason.find("rank 0 holds no communicator") != std::string::npos);
-    }
+    check_new_init(run_regroup(priors_of(gen1, {0, 1}), 1, 2), "rank 0 holds no communicator");
   }
   SUBCASE("a survivor whose communicator was aborted (its own failure)") {
-    std::shared_ptr<fake_nccl_group> g;
     auto gen1 = owned_group(3, &g);
     gen1[1]->abort();
     CHECK_FALSE(gen1[1]->can_shrink());
-    std::vector<prior_group> priors;
-    priors.push_back(prior_of(1, 0, 3, std::move(gen1[0])));
-    priors.push_back(prior_of(1, 1, 3, std::move(gen1[1])));
-    regroup_run run = run_regroup(std::move(priors), 1, 2);
-    for (auto& x : run.results) {
-      CHECK(x.path == nccl_rebuild_path::new_init);
-      CHECK(x.reason.find("rank 1 holds no communicator") != std::string::npos);
-    }
+    check_new_init(run_regroup(priors_of(gen1, {0, 1}), 1, 2), "rank 1 holds no communicator");
   }
 }
 
@@ -559,9 +543,7 @@ TEST_CASE("regroup: a shrink that fails on one member makes every member new-ini
     std::this_thread::sleep_for(milliseconds(600));  // past the others' 300 ms timeout
     g->release_hangs();
   });
-  std::vector<prior_group> priors;
-  for (int r : {0, 1, 2}) priors.push_back(prior_of(1, r, 4, std::move(gen1[r])));
-  regroup_run run = run_regroup(std::move(priors), 1, 2);
+  regroup_run run = run_regroup(priors_of(gen1, {0, 1, 2}), 1, 2);
   release.join();
   std::vector<communicator*> got;
   for (int r = 0; r < 3; ++r) {
